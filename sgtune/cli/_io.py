@@ -1,0 +1,86 @@
+"""Output discipline shared by all commands: atomic files, strict JSON, mapped errors."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import click
+import numpy as np
+
+from .._json import dumps
+from ..errors import SgtuneError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_VERIFY_FAILED = 3
+
+
+def handle_errors(fn: F) -> F:
+    """Turn an :class:`SgtuneError` (or a numeric ``ValueError`` from validation) into a one-line exit-1 message."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SgtuneError as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option: str) -> None:
+    """Refuse (exit 1) to overwrite an existing file unless ``--overwrite``; check the folder exists."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise click.ClickException(f"{option} {p} already exists; pass --overwrite to replace it")
+    if not p.parent.exists():
+        raise click.ClickException(f"{option} {p}: folder {p.parent} does not exist")
+
+
+def _atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str) -> None:
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_array(path: str | os.PathLike[str], array: np.ndarray) -> None:
+    """Write ``array`` as ``.npy`` atomically (temporary file + rename)."""
+    _atomic_write(path, lambda fh: np.save(fh, np.asarray(array)), "wb")
+
+
+def save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
+    """Write arrays as ``.npz`` atomically."""
+    _atomic_write(path, lambda fh: np.savez(fh, **arrays), "wb")
+
+
+def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None) -> None:
+    """Write the JSON document to stdout, or atomically to ``json_path``."""
+    text = dumps(doc)
+    if json_path is None:
+        click.echo(text)
+    else:
+        _atomic_write(json_path, lambda fh: fh.write(text + "\n"), "w")
+
+
+def info(message: str, quiet: bool = False) -> None:
+    """Human-readable line on stderr (silenced by ``-q``)."""
+    if not quiet:
+        click.echo(message, err=True)
+
+
+def command_line() -> str:
+    """The exact command, for provenance in artifacts."""
+    return " ".join(["sgtune", *sys.argv[1:]])
