@@ -1,0 +1,142 @@
+"""Registry of shared command-line options (rio style) and the loaders behind them.
+
+Decorators add options to a command; :func:`load_problem` turns the parsed values into
+(Dataset, GLM, Γ, Expansion). Commands pass ``**kwargs`` through these helpers so every
+command spells the shared options identically (``../shared/CLI.md``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import click
+import numpy as np
+
+from ..data import EXAMPLES, Dataset, example, load_dataset
+from ..errors import DataFormatError, SgtuneError
+from ..models import MODEL_NAMES, GLM, Expansion, expand, get_model, prior_matrix
+
+DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
+             "prior_precision", "prior_precision_matrix", "subsample", "seed")
+
+
+def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def deco(f: Any) -> Any:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return deco
+
+
+data_options = _compose(
+    click.argument("data", required=False, type=click.Path(dir_okay=False)),
+    click.option("--example", type=click.Choice(sorted(EXAMPLES)), default=None,
+                 help="Use a bundled example data set instead of DATA (e.g. hetero-linear: "
+                      "seed 003's heteroskedastic misspecified linear regression, N=2000, D=20)."),
+    click.option("--response", default="y", show_default=True, help="CSV column holding the response."),
+    click.option("--intercept", is_flag=True, help="Prepend a column of ones to X."),
+    click.option("--model", type=click.Choice(MODEL_NAMES), default=None,
+                 help="Per-observation loss (default: the example's model, else required)."),
+    click.option("--noise-variance", type=float, default=1.0, show_default=True,
+                 help="σ² of the linear / beta-linear models."),
+    click.option("--beta-power", type=float, default=None, help="β-divergence power P > 1 (beta-linear)."),
+    click.option("--prior-precision", type=float, default=0.0, show_default=True,
+                 help="Γ = G·I, the prior precision (regulariser R(θ) = ½θᵀΓθ, mean loss adds R/N)."),
+    click.option("--prior-precision-matrix", type=click.Path(exists=False, dir_okay=False), default=None,
+                 help="Γ from a (D, D) .npy file (overrides --prior-precision)."),
+    click.option("--subsample", type=int, default=None,
+                 help="Fit θ̂ and the expansion on M rows drawn at random (Algorithm 1, step 1)."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed for anything random (echoed)."),
+)
+
+batch_options = _compose(
+    click.option("--batch-size", type=int, required=True, help="Minibatch size B (1 ≤ B ≤ N)."),
+    click.option("--without-replacement", is_flag=True,
+                 help="Minibatches drawn without replacement (noise × (N−B)/(N−1)); default with replacement."),
+    click.option("--inverse-temperature", "inverse_temperature", default="inf", show_default=True,
+                 help="β: 'inf' = SGD, 'N' = the number of data points (canonical SGLD), or a number > 0."),
+    click.option("--momentum", type=float, default=0.0, show_default=True,
+                 help="Heavy-ball momentum κ in [0, 1) (seed 003 eq. B.1)."),
+)
+
+output_options = _compose(
+    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                 help="Write the main array to this .npy file."),
+    click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+                 help="Write the JSON document to FILE instead of stdout."),
+    click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
+    click.option("-q", "--quiet", is_flag=True, help="No human-readable output on stderr."),
+)
+
+
+@dataclass(frozen=True)
+class LoadedProblem:
+    """What the shared options describe: data, model, prior and the expansion at θ̂."""
+
+    dataset: Dataset
+    model: GLM
+    prior_precision: np.ndarray
+    expansion: Expansion
+
+
+def load_npy(path: str, name: str) -> np.ndarray:
+    """Load a ``.npy`` file with a one-line error naming the option."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise DataFormatError(f"{name}: file {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise DataFormatError(f"{name}: cannot read {path} as .npy ({exc})") from None
+
+
+def load_problem(kw: dict[str, Any]) -> LoadedProblem:
+    """Build the problem from the shared data options (pops nothing; reads ``DATA_KEYS``)."""
+    if (kw.get("data") is None) == (kw.get("example") is None):
+        raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
+    if kw.get("example"):
+        ds = example(kw["example"], seed=0)
+        model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
+        if kw.get("intercept"):
+            ds = Dataset(np.column_stack([np.ones(ds.n_data), ds.X]), ds.y, ("intercept", *ds.names), ds.source)
+    else:
+        if kw.get("model") is None:
+            raise click.UsageError("--model is required with a DATA file")
+        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
+        model_name = kw["model"]
+    model = get_model(model_name, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
+    if kw.get("prior_precision_matrix"):
+        gam = prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), ds.dim)
+    else:
+        gam = prior_matrix(kw.get("prior_precision", 0.0), ds.dim)
+    fit_ds = ds
+    if kw.get("subsample") is not None:
+        fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(kw.get("seed", 0)))
+    return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam))
+
+
+def parse_inv_temperature(value: str | float, n_data: int) -> float:
+    """'inf' → ∞ (SGD), 'N' → N, else a positive float."""
+    s = str(value).strip()
+    if s.lower() in ("inf", "infinity"):
+        return math.inf
+    if s == "N":
+        return float(n_data)
+    try:
+        v = float(s)
+    except ValueError:
+        raise SgtuneError(f"--inverse-temperature must be 'inf', 'N' or a number > 0, got {s!r}") from None
+    if not v > 0 or math.isnan(v):
+        raise SgtuneError(f"--inverse-temperature must be > 0, got {s}")
+    return v
+
+
+def check_batch_size(batch_size: int, n_data: int) -> int:
+    if not 1 <= batch_size <= n_data:
+        raise SgtuneError(f"--batch-size must be in [1, N = {n_data}], got {batch_size}")
+    return batch_size
+
+
+def temperature_json(beta: float) -> float | str:
+    """β for JSON: the string "inf" for SGD (standard JSON has no infinity)."""
+    return "inf" if math.isinf(beta) else beta
