@@ -28,7 +28,9 @@ __all__ = [
 def as_float_array(value: Any, name: str, *, ndim: int | None = None) -> np.ndarray:
     """Return ``value`` as a C-contiguous float64 array with only finite entries."""
     try:
-        arr = np.ascontiguousarray(value, dtype=np.float64)
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.ndim:
+            arr = np.ascontiguousarray(arr)
     except (TypeError, ValueError) as exc:
         raise SgtuneError(f"{name} must be numeric, got {type(value).__name__}: {exc}") from None
     if ndim is not None and arr.ndim != ndim:

@@ -1,0 +1,63 @@
+"""``sgtune lambda``: the step-size matrix Λ that makes SGD/SGLD's stationary covariance a target."""
+from __future__ import annotations
+
+import click
+
+from .._refs import references_of
+from ..theory.tuning import FAMILIES, METHODS, tune
+from ._io import check_writable, command_line, emit, handle_errors, info, save_array
+from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem,
+                       output_options, parse_inv_temperature, temperature_json)
+from ._render import key_values, matrix_summary
+
+
+@click.command("lambda")
+@data_options
+@batch_options
+@click.option("--target", default="sandwich", show_default=True,
+              help="Target covariance of θ: 'sandwich' (J⁻¹𝓘J⁻¹/N), 'posterior' (H⁻¹/N) or a (D, D) .npy file.")
+@click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True,
+              help="dq-exact (seed 003, exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
+@click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
+              help="Shape of Λ; scalar/diagonal minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F (dq-exact only).")
+@output_options
+@handle_errors
+def cli(**kw: object) -> None:
+    """Tune Λ so the stationary covariance of SG(L)D equals the target (Algorithm 1 of seed 003).
+
+    \b
+    Update: θ ← θ − Λ[(1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N] + sqrt(2Λ/β) ξ  (mean loss).
+    JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius,
+    tau_worst, tau, method, residual, covariance_error, family, criterion, ...
+    Example:  sgtune lambda --example hetero-linear --batch-size 64
+    """
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")  # type: ignore[arg-type]
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")  # type: ignore[arg-type]
+    prob = load_problem(kw)
+    n = prob.dataset.n_data
+    B = check_batch_size(int(kw["batch_size"]), n)  # type: ignore[arg-type]
+    beta = parse_inv_temperature(kw["inverse_temperature"], n)  # type: ignore[arg-type]
+    target = kw["target"]
+    if target not in ("sandwich", "posterior"):
+        target = load_npy(str(target), "--target")
+    res = tune(prob.expansion, batch_size=B, target=target, method=str(kw["method"]), family=str(kw["family"]),
+               inv_temperature=beta, without_replacement=bool(kw["without_replacement"]),
+               momentum=float(kw["momentum"]))  # type: ignore[arg-type]
+    doc = {
+        "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
+        "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
+        "tau_worst": res.tau_worst, "tau": res.tau, "tau_spectral": res.stationary.tau_spectral,
+        "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
+        "covariance_error": res.covariance_error, "batch_size": B, "n_data": n, "dim": prob.dataset.dim,
+        "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
+        "without_replacement": res.without_replacement, "model": prob.model.name,
+        "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
+        "command": command_line(), "references": references_of(tune),
+    }
+    if kw["output"]:
+        save_array(str(kw["output"]), res.step_matrix)
+    emit(doc, kw["json_path"])  # type: ignore[arg-type]
+    info(matrix_summary("Λ", res.step_matrix) + "\n" + key_values([
+        ("method", res.method), ("family", res.family), ("residual", res.residual),
+        ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),
+        ("tau (worst)", res.tau_worst)]), bool(kw["quiet"]))

@@ -1,0 +1,571 @@
+r"""Stationary covariance, mixing time and iterate averages of SG(L)D (seed 003, DQ+exact).
+
+Public functions first (``noise_covariance``, ``predict_stationary_cov``,
+``iterate_average_cov``, ``autocorrelation_times``, ``max_stable_step``), private
+helpers after.
+
+The proxy chain (seed 003 eq. 8) linearises every per-sample gradient at θ̂. With
+d = θ − θ̂ and, with momentum κ, the auxiliary ν (eq. B.2), the state z = (d[, ν])
+evolves as z_t = F z_{t−1} + E η_t + (noise), so its second moment S solves the
+*linear* equation
+
+.. math::  S = F S F^\top + E\,\mathcal N(S_{dd})\,E^\top + Q_0,
+
+with F = I − ΛH, E = −Λ without momentum, F = [[I−ΛH, −κΛ], [H, κI]], E = [−Λ; I] with
+momentum, 𝒩(Σ) = (f/B)(mean_n J_nΣJ_n − JΣJ) the Σ-dependent part of C̄(Σ) (eq. 12),
+Q₀ = E C₀ Eᵀ + blockdiag(2Λ/β, 0), C₀ = (f/B)(𝓘 − ḡḡᵀ), f = 1 with replacement and
+(N−B)/(N−1) without. For κ = 0 this is eq. (11) with eq. (12) substituted.
+
+Small systems are solved directly (Kronecker operator); large ones matrix-free: GMRES on
+the noise correction, preconditioned by an exact Stein solve of the deterministic part
+via one eigendecomposition of F. Neither route ever forms a D⁴ object for large D.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+from scipy.sparse.linalg import LinearOperator, eigs, gmres
+
+from .._refs import cites
+from .._validation import as_float_array, check_int, check_positive, check_probability, is_symmetric
+from ..errors import (AccuracyWarning, ConvergenceError, NotPositiveDefiniteError, SgtuneError,
+                      ShapeError, UnstableStepSizeError)
+from ..models import Expansion
+
+__all__ = [
+    "StationaryCov",
+    "noise_covariance",
+    "predict_stationary_cov",
+    "iterate_average_cov",
+    "autocorrelation_times",
+    "max_stable_step",
+    "as_step_matrix",
+    "finite_population_factor",
+]
+
+#: largest state dimension solved with the dense Kronecker operator
+DIRECT_MAX_DIM = 20
+#: residual above which a result warns (AccuracyWarning) / raises (ConvergenceError)
+WARN_RESIDUAL = 1e-10
+FAIL_RESIDUAL = 1e-6
+
+
+@dataclass(frozen=True)
+class StationaryCov:
+    """Result of :func:`predict_stationary_cov`.
+
+    Attributes
+    ----------
+    cov : (D, D) stationary covariance Σ of θ.
+    spectral_radius : spectral radius of the second-moment map S ↦ FSFᵀ + E𝒩(S_dd)Eᵀ (< 1 ⇔ stable).
+    relative_residual : ‖S − FSFᵀ − E𝒩(S)Eᵀ − Q₀‖_F / ‖S‖_F of the returned solution.
+    method : "direct" or "iterative".
+    tau : (D,) integrated autocorrelation time of each coordinate θ_d (iterations).
+    tau_worst : sup over linear functionals vᵀθ of τ_int (exact, see :func:`autocorrelation_times`).
+    tau_spectral : 2/μ_min(ΛH) − 1, seed 003 Prop. 4.4 (no momentum only; else nan).
+    augmented_cov : full second moment of (d, ν) with momentum (2D, 2D), else equal to ``cov``.
+    transition : the proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
+    """
+
+    cov: np.ndarray
+    spectral_radius: float
+    relative_residual: float
+    method: str
+    tau: np.ndarray
+    tau_worst: float
+    tau_spectral: float
+    augmented_cov: np.ndarray
+    step_matrix: np.ndarray
+    momentum: float
+    inv_temperature: float
+    batch_size: int
+    without_replacement: bool
+    transition: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cov": self.cov, "spectral_radius": self.spectral_radius,
+                "relative_residual": self.relative_residual, "method": self.method, "tau": self.tau,
+                "tau_worst": self.tau_worst}
+
+
+# --------------------------------------------------------------------------- public API
+def finite_population_factor(n_data: int, batch_size: int, without_replacement: bool) -> float:
+    """f = (N−B)/(N−1) for batches drawn without replacement, 1 with replacement (Thm. 4.3)."""
+    return (n_data - batch_size) / (n_data - 1) if without_replacement else 1.0
+
+
+@cites("wang2026", "Thm. 4.3, Eq. (12)")
+def noise_covariance(expansion: Expansion, stationary_cov: Any, *, batch_size: int,
+                     without_replacement: bool = False) -> np.ndarray:
+    r"""C̄(Σ) = (f/B) [𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ]  (seed 003, Eq. 12).
+
+    The expected covariance of the minibatch gradient of the proxy chain at stationarity.
+    The printed statement of Thm. 4.3 subtracts the scalar ‖Γθ̂‖²/N²; its proof (and the
+    mathematics) gives the outer product ḡḡᵀ with ḡ = mean_n g_n = −Γθ̂/N, which is
+    what is implemented. f = (N−B)/(N−1) without replacement, else 1.
+
+    Parameters
+    ----------
+    expansion : Expansion at θ̂.
+    stationary_cov : (D, D) Σ.
+    batch_size : B.
+    without_replacement : minibatches drawn without replacement.
+    """
+    n, d = expansion.n_data, expansion.dim
+    B = _check_batch(batch_size, n)
+    sigma = _as_sym(stationary_cov, "stationary_cov", d)
+    J = expansion.curvature
+    f = finite_population_factor(n, B, without_replacement)
+    c = (expansion.gradient_cov() + expansion.mean_jsj(sigma) - J @ sigma @ J) * (f / B)
+    return 0.5 * (c + c.T)
+
+
+def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndarray:
+    """Λ as a (D, D) array from a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix."""
+    arr = as_float_array(step, name)
+    if arr.ndim == 0:
+        lam = float(arr)
+        if not lam > 0:
+            raise SgtuneError(f"{name} must be > 0, got {lam}")
+        return lam * np.eye(dim)
+    if arr.ndim == 1:
+        if arr.shape[0] != dim:
+            raise ShapeError(f"{name} (diagonal) must have length D = {dim} but has length {arr.shape[0]}")
+        if not np.all(arr > 0):
+            raise SgtuneError(f"{name} (diagonal) must be positive, smallest entry is {arr.min():g}")
+        return np.diag(arr)
+    if arr.shape != (dim, dim):
+        raise ShapeError(f"{name} must be (D, D) = ({dim}, {dim}) but has shape {arr.shape}")
+    return arr.copy()
+
+
+@cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12); Prop. B.1 (momentum, general Λ)")
+def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size: int,
+                           inv_temperature: float = math.inf, without_replacement: bool = False,
+                           momentum: float = 0.0, method: str | None = None,
+                           tol: float = 1e-13) -> StationaryCov:
+    r"""Solve ΛHΣ + ΣHΛ = Λ(C̄(Σ) + HΣH)Λ + 2β⁻¹Λ for Σ (seed 003 Eqs. 11–12; momentum: Prop. B.1).
+
+    Computes the exact stationary covariance of the proxy SG(L)D chain (exact for linear
+    regression; O(λ/B) accurate in W₂ otherwise, Cor. 4.6) for any step-size matrix Λ
+    (scalar, diagonal or dense; symmetric positive definite when β < ∞), with or without
+    replacement, with heavy-ball momentum κ (the augmented (d, ν) chain is solved for any
+    Λ; the paper's eq. B.3 is the Λ = λI special case and is used as a test).
+
+    Parameters
+    ----------
+    expansion : Expansion
+        Quantities at θ̂ (from :func:`sgtune.models.expand`).
+    step_matrix : float, (D,) or (D, D)
+        Λ.
+    batch_size : int
+        B, 1 ≤ B ≤ N.
+    inv_temperature : float
+        β; ``inf`` is SGD, N the canonical SGLD temperature.
+    without_replacement : bool
+        Minibatches drawn without replacement (noise × (N−B)/(N−1)).
+    momentum : float
+        κ ∈ [0, 1).
+    method : {"direct", "iterative", None}
+        Dense Kronecker solve (state dimension ≤ 20 by default) or matrix-free GMRES
+        preconditioned by a Stein solve.
+    tol : float
+        Relative tolerance of the iterative solve.
+
+    Returns
+    -------
+    StationaryCov
+
+    Raises
+    ------
+    UnstableStepSizeError
+        If the second-moment map has spectral radius ≥ 1; the message gives the largest
+        stable multiple of Λ.
+    ConvergenceError
+        If the solution's relative residual exceeds 1e-6.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.data import example
+    >>> from sgtune.models import get_model, expand
+    >>> e = expand(get_model("linear"), example("hetero-linear"))
+    >>> res = predict_stationary_cov(e, 0.05, batch_size=32)
+    >>> bool(res.relative_residual < 1e-10 and res.spectral_radius < 1)
+    True
+    """
+    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement,
+                           momentum)
+    m = system.F.shape[0]
+    if method is None:
+        method = "direct" if m <= DIRECT_MAX_DIM else "iterative"
+    if method not in ("direct", "iterative"):
+        raise SgtuneError(f"method must be 'direct', 'iterative' or None, got {method!r}")
+    _check_deterministic_stability(system)
+    if method == "direct":
+        S, rho = _solve_direct(system)
+    else:
+        S = _solve_iterative(system, tol)
+        rho = _spectral_radius_iterative(system, S)
+    if not rho < 1:
+        _raise_unstable(system, rho)
+    res = _relative_residual(system, S)
+    if res > FAIL_RESIDUAL:
+        raise ConvergenceError(
+            f"stationary covariance solve ({method}) reached relative residual {res:.2e} > {FAIL_RESIDUAL}; "
+            "the chain is probably close to unstable — reduce the step size", residual=res, method=method)
+    if res > WARN_RESIDUAL:
+        warnings.warn(f"stationary covariance relative residual {res:.2e} > {WARN_RESIDUAL}", AccuracyWarning,
+                      stacklevel=2)
+    d = system.dim
+    cov = 0.5 * (S[:d, :d] + S[:d, :d].T)
+    tau, tau_worst = _tau_from_system(system, S)
+    tau_spec = math.nan
+    if system.momentum == 0.0:
+        mu = np.linalg.eigvals(system.lam @ system.H).real
+        tau_spec = 2.0 / mu.min() - 1.0
+    return StationaryCov(cov=cov, spectral_radius=float(rho), relative_residual=float(res), method=method,
+                         tau=tau, tau_worst=tau_worst, tau_spectral=float(tau_spec), augmented_cov=S,
+                         step_matrix=system.lam, momentum=system.momentum,
+                         inv_temperature=system.beta, batch_size=system.B,
+                         without_replacement=without_replacement, transition=system.F)
+
+
+@cites("wang2026", "Prop. B.2 (corrected: weighted, symmetrised lag sum)")
+def iterate_average_cov(stationary: StationaryCov, window: int) -> np.ndarray:
+    r"""Σ^(k) = k⁻²[kΣ + Σ_{m=1}^{k−1}(k−m)(A^mΣ + ΣA^{mᵀ})] for the mean of k stationary iterates.
+
+    A is the proxy transition matrix (I − ΛH, or the augmented F with momentum; the
+    result is the θ block). The sum is evaluated in closed form,
+    Σ_{m=1}^{k−1}(k−m)A^m = [kA(I−A) − A(I−A^k)](I−A)⁻², so the cost does not grow with k.
+
+    Seed 003's Prop. B.2 prints k⁻²(kΣ + 2Σ_m A^mΣ): it drops the weights (k−m) and the
+    transpose, which is wrong by a factor ≈ k for large k (a lag m appears k−m times in
+    the double sum). The correct form is implemented and tested against simulation.
+
+    Parameters
+    ----------
+    stationary : StationaryCov from :func:`predict_stationary_cov`.
+    window : k ≥ 1, the number of consecutive iterates averaged.
+    """
+    k = check_int(window, "window", low=1)
+    S = stationary.augmented_cov
+    m = S.shape[0]
+    F = stationary.transition
+    I = np.eye(m)
+    IF = I - F
+    Fk = np.linalg.matrix_power(F, k)
+    num = k * F @ IF - F @ (I - Fk)
+    G = np.linalg.solve(IF.T, np.linalg.solve(IF.T, num.T)).T  # num (I−F)⁻²
+    GS = G @ S
+    out = (k * S + GS + GS.T) / k**2
+    d = stationary.cov.shape[0]
+    out = out[:d, :d]
+    return 0.5 * (out + out.T)
+
+
+@cites("wang2026", "Prop. 4.4 and its definition τ_int(f_v) = 1 + 2Σ_k ρ_k")
+def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]:
+    r"""τ_d = 2[(I−A)⁻¹Σ]_dd / Σ_dd − 1 per coordinate and τ = sup_v τ_int(vᵀθ).
+
+    Uses Cov(z_{t+k}, z_t) = A^k S for the proxy chain, so Σ_{k≥0} A^k S = (I−A)⁻¹S.
+    The worst case over linear functionals is 2 λ_max(sym(L⁻¹ W L)) − 1 with
+    W = [(I−A)⁻¹S]_θθ Σ⁻¹ ... computed exactly as the largest generalised eigenvalue of
+    (sym(W), Σ) with W = [(I−A)⁻¹S]_θθ. Seed 003 Prop. 4.4 states the value
+    2/μ_min(ΛH) − 1; this equals the exact supremum when ΛH and Σ commute (e.g. scalar Λ
+    with Σ ∝ H⁻¹) and can differ otherwise, so both are reported
+    (``tau_worst`` exact, ``tau_spectral`` Prop. 4.4).
+    """
+    return stationary.tau, stationary.tau_worst
+
+
+@cites("wang2026", "Prop. 4.4 (deterministic bound 2/μ_max(ΛH)) and Eqs. (11)–(12) (noise)")
+def max_stable_step(expansion: Expansion, step_matrix: Any, *, batch_size: int,
+                    without_replacement: bool = False, momentum: float = 0.0,
+                    rtol: float = 1e-3) -> float:
+    r"""Largest c such that the chain with step matrix cΛ is second-moment stable.
+
+    Without noise the bound is c < 2/μ_max(ΛH) (Prop. 4.4); the multiplicative minibatch
+    noise (f/B)(mean J_nΣJ_n − JΣJ) lowers it. Found by bisection on the spectral radius
+    of the second-moment map (relative accuracy ``rtol``). β does not affect stability.
+    """
+    base = _build_system(expansion, step_matrix, batch_size, math.inf, without_replacement, momentum)
+    return _max_stable_multiplier(base, rtol)
+
+
+# --------------------------------------------------------------------------- internals
+@dataclass(frozen=True)
+class _System:
+    """S = F S Fᵀ + E 𝒩(S_dd) Eᵀ + Q0, 𝒩(Σ) = noise_scale·(mean J_nΣJ_n − JΣJ)."""
+
+    expansion: Expansion
+    lam: np.ndarray
+    H: np.ndarray
+    F: np.ndarray
+    E: np.ndarray
+    Q0: np.ndarray
+    noise_scale: float
+    dim: int
+    momentum: float
+    beta: float
+    B: int
+    without_replacement: bool
+
+    def noise(self, sigma_dd: np.ndarray) -> np.ndarray:
+        e = self.expansion
+        J = e.curvature
+        return self.noise_scale * (e.mean_jsj(sigma_dd) - J @ sigma_dd @ J)
+
+    def apply(self, S: np.ndarray) -> np.ndarray:
+        """The second-moment map P(S) = FSFᵀ + E𝒩(S_dd)Eᵀ (without Q0)."""
+        d = self.dim
+        N = self.noise(0.5 * (S[:d, :d] + S[:d, :d].T))
+        return self.F @ S @ self.F.T + self.E @ N @ self.E.T
+
+
+def _check_batch(batch_size: int, n: int) -> int:
+    return check_int(batch_size, "batch_size", low=1, high=n)
+
+
+def _as_sym(a: Any, name: str, d: int) -> np.ndarray:
+    arr = as_float_array(a, name)
+    if arr.shape != (d, d):
+        raise ShapeError(f"{name} must be (D, D) = ({d}, {d}) but has shape {arr.shape}")
+    if not is_symmetric(arr) and np.linalg.norm(arr - arr.T) > 1e-10 * np.linalg.norm(arr):
+        raise NotPositiveDefiniteError(f"{name} must be symmetric")
+    return 0.5 * (arr + arr.T)
+
+
+def _build_system(expansion: Expansion, step_matrix: Any, batch_size: int, inv_temperature: float,
+                  without_replacement: bool, momentum: float) -> _System:
+    n, d = expansion.n_data, expansion.dim
+    B = _check_batch(batch_size, n)
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    kappa = check_probability(momentum, "momentum")
+    lam = as_step_matrix(step_matrix, d)
+    if math.isfinite(beta):
+        if not is_symmetric(lam) and np.linalg.norm(lam - lam.T) > 1e-12 * np.linalg.norm(lam):
+            raise NotPositiveDefiniteError(
+                "step_matrix must be symmetric positive definite for SGLD (finite inverse temperature), "
+                "since the injected noise is N(0, 2Λ/β)")
+        lam = 0.5 * (lam + lam.T)
+        try:
+            np.linalg.cholesky(lam)
+        except np.linalg.LinAlgError:
+            raise NotPositiveDefiniteError(
+                f"step_matrix must be positive definite for SGLD; smallest eigenvalue "
+                f"{np.linalg.eigvalsh(lam)[0]:.3g}") from None
+    f = finite_population_factor(n, B, without_replacement)
+    H = expansion.hessian
+    C0 = expansion.gradient_cov() * (f / B)
+    I = np.eye(d)
+    if kappa == 0.0:
+        F = I - lam @ H
+        E = -lam
+        Q0 = lam @ C0 @ lam.T
+        if math.isfinite(beta):
+            Q0 = Q0 + 2.0 * lam / beta
+    else:
+        F = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
+        E = np.vstack([-lam, I])
+        Q0 = E @ C0 @ E.T
+        if math.isfinite(beta):
+            Q0[:d, :d] += 2.0 * lam / beta
+    Q0 = 0.5 * (Q0 + Q0.T)
+    return _System(expansion, lam, H, F, E, Q0, f / B, d, kappa, beta, B, without_replacement)
+
+
+def _noise_matrix(system: _System) -> np.ndarray:
+    """Dense D²×D² matrix of 𝒩 on C-order vec (direct path only, small D)."""
+    e = system.expansion
+    d = system.dim
+    J = e.curvature
+    K = np.zeros((d * d, d * d))
+    if e.rank_one:
+        X, w = e.design, e.weights
+        for start in range(0, e.n_data, 4096):
+            xb = X[start:start + 4096]
+            Z = (w[start:start + 4096][:, None, None] * xb[:, :, None] * xb[:, None, :]).reshape(len(xb), d * d)
+            K += Z.T @ Z
+    else:
+        Hs = e.per_sample_hessians
+        for start in range(0, e.n_data, 4096):
+            hb = Hs[start:start + 4096]
+            K += np.einsum("nij,nkl->ikjl", hb, hb).reshape(d * d, d * d)
+    K /= e.n_data
+    return system.noise_scale * (K - np.kron(J, J))
+
+
+def _full_operator(system: _System) -> np.ndarray:
+    """Dense matrix of P on C-order vec of the m×m state moment."""
+    m, d = system.F.shape[0], system.dim
+    P = np.kron(system.F, system.F)
+    EN = np.kron(system.E, system.E) @ _noise_matrix(system)  # (m², d²)
+    # selection of the dd block from the m×m vec
+    idx = (np.arange(d)[:, None] * m + np.arange(d)[None, :]).ravel()
+    P[:, idx] += EN
+    return P
+
+
+def _solve_direct(system: _System) -> tuple[np.ndarray, float]:
+    m = system.F.shape[0]
+    P = _full_operator(system)
+    rho = float(np.max(np.abs(np.linalg.eigvals(P))))
+    if not rho < 1:
+        return np.full((m, m), np.nan), rho
+    S = np.linalg.solve(np.eye(m * m) - P, system.Q0.ravel()).reshape(m, m)
+    return 0.5 * (S + S.T), rho
+
+
+class _Stein:
+    """Exact solver of X = F X Fᵀ + Q through one eigendecomposition of F."""
+
+    def __init__(self, system: _System) -> None:
+        F = system.F
+        lam = system.lam
+        if system.momentum == 0.0 and is_symmetric(lam):
+            try:
+                L = np.linalg.cholesky(lam)
+                mu, U = np.linalg.eigh(L.T @ system.H @ L)
+                self.V = L @ U
+                self.Vinv = sla.solve_triangular(L, np.eye(L.shape[0]), lower=True)
+                self.Vinv = U.T @ self.Vinv
+                self.a = 1.0 - mu
+                self.real = True
+                self._finish()
+                return
+            except np.linalg.LinAlgError:
+                pass
+        a, V = np.linalg.eig(F)
+        self.a, self.V = a, V
+        self.Vinv = np.linalg.inv(V)
+        self.real = bool(np.all(np.isreal(a)) and np.all(np.isreal(V)))
+        if self.real:
+            self.a, self.V, self.Vinv = a.real, V.real, self.Vinv.real
+        self._finish()
+
+    def _finish(self) -> None:
+        self.denom = 1.0 - np.outer(self.a, self.a)
+
+    def solve(self, Q: np.ndarray) -> np.ndarray:
+        Qt = self.Vinv @ Q @ self.Vinv.T
+        X = self.V @ (Qt / self.denom) @ self.V.T
+        if not self.real:
+            X = X.real
+        return 0.5 * (X + X.T)
+
+
+def _solve_iterative(system: _System, tol: float) -> np.ndarray:
+    m, d = system.F.shape[0], system.dim
+    stein = _Stein(system)
+    E = system.E
+
+    def op(yvec: np.ndarray) -> np.ndarray:
+        Y = yvec.reshape(m, m)
+        X = stein.solve(Y)
+        return (Y - E @ system.noise(X[:d, :d]) @ E.T).ravel()
+
+    A = LinearOperator((m * m, m * m), matvec=op, dtype=float)
+    rhs = system.Q0.copy()
+    S = np.zeros((m, m))
+    for _ in range(4):  # iterative refinement on the true residual
+        y, info = gmres(A, rhs.ravel(), rtol=tol, atol=0.0, restart=60, maxiter=40)
+        S = S + stein.solve(y.reshape(m, m))
+        R = system.Q0 - (S - system.apply(S))
+        if np.linalg.norm(R) <= 1e-13 * np.linalg.norm(S):
+            break
+        rhs = 0.5 * (R + R.T)
+    return 0.5 * (S + S.T)
+
+
+def _spectral_radius_iterative(system: _System, S: np.ndarray) -> float:
+    """Perron root of the positive map P by ARPACK on the m²-dimensional operator."""
+    m = system.F.shape[0]
+    if not np.all(np.isfinite(S)):
+        return math.inf
+    op = LinearOperator((m * m, m * m), matvec=lambda v: system.apply(v.reshape(m, m)).ravel(),
+                        dtype=float)
+    try:
+        vals = eigs(op, k=1, which="LM", v0=S.ravel() / np.linalg.norm(S), tol=1e-8,
+                    maxiter=max(200, 20 * m), return_eigenvectors=False)
+        return float(np.max(np.abs(vals)))
+    except Exception:  # ARPACK non-convergence: fall back to power iteration on PSD iterates
+        X = S / np.linalg.norm(S)
+        r = 0.0
+        for _ in range(2000):
+            Y = system.apply(X)
+            r_new = float(np.linalg.norm(Y))
+            X = Y / r_new
+            if abs(r_new - r) < 1e-10 * r_new:
+                break
+            r = r_new
+        return r_new
+
+
+def _check_deterministic_stability(system: _System) -> None:
+    rho_F = float(np.max(np.abs(np.linalg.eigvals(system.F))))
+    if not rho_F < 1:
+        _raise_unstable(system, rho_F * rho_F)
+
+
+def _raise_unstable(system: _System, rho: float) -> None:
+    c = _max_stable_multiplier(system, 1e-3)
+    raise UnstableStepSizeError(
+        f"step_matrix is unstable: the second-moment map has spectral radius {rho:.4g} >= 1; "
+        f"scale the step size by less than {c:.4g} (largest stable multiple of Λ; without noise the bound "
+        f"is λ < 2/μ_max(ΛH), seed 003 Prop. 4.4)", spectral_radius=rho, max_stable_step=c)
+
+
+def _radius_scaled(system: _System, c: float) -> float:
+    sysc = _build_system(system.expansion, c * system.lam, system.B, math.inf, system.without_replacement,
+                         system.momentum)
+    rho_F = float(np.max(np.abs(np.linalg.eigvals(sysc.F))))
+    if not rho_F < 1:
+        return rho_F**2
+    m = sysc.F.shape[0]
+    if m <= DIRECT_MAX_DIM:
+        return float(np.max(np.abs(np.linalg.eigvals(_full_operator(sysc)))))
+    X = _Stein(sysc).solve(np.eye(m))
+    return _spectral_radius_iterative(sysc, X)
+
+
+def _max_stable_multiplier(system: _System, rtol: float) -> float:
+    lo, hi = 0.0, 1.0
+    # grow/shrink a bracket around the stability boundary
+    while _radius_scaled(system, hi) < 1:
+        lo, hi = hi, hi * 2
+        if hi > 1e12:
+            return math.inf
+    while hi - lo > rtol * hi:
+        mid = 0.5 * (lo + hi)
+        if _radius_scaled(system, mid) < 1:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _relative_residual(system: _System, S: np.ndarray) -> float:
+    R = S - system.apply(S) - system.Q0
+    return float(np.linalg.norm(R) / np.linalg.norm(S))
+
+
+def _tau_from_system(system: _System, S: np.ndarray) -> tuple[np.ndarray, float]:
+    d = system.dim
+    m = S.shape[0]
+    W = np.linalg.solve(np.eye(m) - system.F, S)[:d, :d]  # Σ_k A^k S, θ block
+    sig = S[:d, :d]
+    diag = np.diag(sig)
+    tau = 2.0 * np.diag(W) / diag - 1.0
+    Ws = 0.5 * (W + W.T)
+    try:
+        top = sla.eigh(Ws, 0.5 * (sig + sig.T), eigvals_only=True)[-1]
+        worst = float(2.0 * top - 1.0)
+    except (np.linalg.LinAlgError, ValueError):
+        worst = float(np.max(tau))
+    return tau, worst
