@@ -13,6 +13,9 @@ from typing import Any
 import sympy as sp
 
 DERIVATIONS: dict[str, str] = {
+    "clip-factor": "sgtune.symbolic.minibatch:clip_factor",
+    "minibatch-moments": "sgtune.symbolic.minibatch:minibatch_moments",
+    "isotropic-diagonal-share": "sgtune.symbolic.minibatch:isotropic_diagonal_share",
     "stationary-1d": "sgtune.symbolic.stationary:stationary_variance_1d",
 }
 

@@ -1,0 +1,706 @@
+r"""Minibatch second-order error terms of SGLD and SGLRW (seed 000, §4.3 and appendix A.3).
+
+Convention (seed 000, eq. 2 and 6; ``THEORY.md`` §3): the potential is a **sum** over
+the data, U(θ) = −log p(θ) − Σ_i log p(y_i|x_i, θ), and the minibatch gradient is
+
+    ∇̂U(θ; 𝔅) = −∇log p(θ) + (N/B) Σ_{i∈𝔅} u_i,    u_i = −∇log p(y_i|x_i, θ)
+
+(u_i is what :meth:`sgtune.models.GLM.per_sample_grads` returns). The gradient noise is
+ζ = ∇̂U − ∇U = (N/B) Σ_{i∈𝔅} d_i with d_i = u_i − ū (the prior cancels), and
+
+    M_SGLD = ζζᵀ + ∇Uζᵀ + ζ∇Uᵀ   (eq. 99),     M_SGLRW = offdiag(M_SGLD)   (Lemma 4.3).
+
+Everything here is an exact expectation over the minibatch draw, either B indices drawn
+uniformly **with** replacement (ordered B-tuples) or a uniformly random B-subset
+(**without** replacement). Write S = Σ_{i∈𝔅} d_i and P_k = Σ_i d_i^{⊗k} (population power
+sums; P_1 = 0). Then (derived in :mod:`sgtune.symbolic.minibatch`, checked by enumerating
+every batch in the tests)
+
+    E[S⊗S]        = γ₂ P₂,
+    E[S^{⊗3}]     = γ₃ P₃,
+    E[S_a S_b S_c S_d] = α₄ (P₄)_{abcd} + β₄ [(P₂)_{ab}(P₂)_{cd} + (P₂)_{ac}(P₂)_{bd} + (P₂)_{ad}(P₂)_{bc}],
+
+with, for sampling with replacement, γ₂ = γ₃ = α₄ = B/N and β₄ = B(B−1)/N², and without
+replacement, with π_k = B(B−1)…(B−k+1) / (N(N−1)…(N−k+1)) (the probability that k given
+distinct indices are all in the batch),
+
+    γ₂ = π₁ − π₂ = B(N−B)/(N(N−1)),   γ₃ = π₁ − 3π₂ + 2π₃,
+    α₄ = π₁ − 7π₂ + 12π₃ − 6π₄,        β₄ = π₂ − 2π₃ + π₄
+
+(Möbius inversion on the partition lattice of the index pattern; P₁ = 0 kills every
+pattern with a singleton block). Only scalar contractions of these tensors are needed,
+so the cost is O(N·D) plus O(N·D·min(N, D)) for ‖P₂‖²_F = Σ_{i,j}(d_iᵀd_j)² (the Gram
+trick: ‖DᵀD‖_F = ‖DDᵀ‖_F); no D³ or D⁴ object is ever formed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .._refs import cites
+from .._validation import as_float_array, as_square, as_vector, check_int, check_positive
+from ..data import Dataset
+from ..errors import ShapeError, SgtuneError
+from ..models import GLM, prior_matrix
+
+__all__ = [
+    "MomentCoefficients",
+    "MinibatchError",
+    "PosteriorMinibatchError",
+    "IncrementMoments",
+    "NoiseAnisotropy",
+    "minibatch_moment_coefficients",
+    "minibatch_error",
+    "minibatch_error_from_grads",
+    "gaussian_minibatch_error",
+    "posterior_minibatch_error",
+    "gradient_estimate_terms",
+    "increment_moments",
+    "sglrw_move_probabilities",
+    "sglrw_drift",
+    "clipped_sgld_drift",
+    "noise_anisotropy",
+]
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class MomentCoefficients:
+    """Coefficients of the batch-sum moments in the population power sums P_k = Σ_i d_i^{⊗k}.
+
+    Attributes
+    ----------
+    second : γ₂ with E[S⊗S] = γ₂ P₂.
+    third : γ₃ with E[S^{⊗3}] = γ₃ P₃.
+    fourth_single : α₄, the coefficient of P₄ in E[S^{⊗4}].
+    fourth_pair : β₄, the coefficient of each of the three pairings P₂⊗P₂ in E[S^{⊗4}].
+    n_data, batch_size, replacement : the sampling scheme.
+    """
+
+    second: float
+    third: float
+    fourth_single: float
+    fourth_pair: float
+    n_data: int
+    batch_size: int
+    replacement: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class MinibatchError:
+    r"""Exact minibatch expectations of the second-order error terms at one θ.
+
+    Attributes
+    ----------
+    frob2_sgld : E_𝔅‖M_SGLD‖²_F.
+    frob2_sglrw : E_𝔅‖M_SGLRW‖²_F = E_𝔅‖offdiag M_SGLD‖²_F.
+    diagonal_share : E‖diag M_SGLD‖²_F / E‖M_SGLD‖²_F (0 when there is no minibatch noise).
+    ratio : frob2_sglrw / frob2_sgld = 1 − diagonal_share (1 when there is no noise).
+    expected_m_sgld : (D, D) E_𝔅[M_SGLD] = G = Cov_𝔅[ζ], or ``None`` if not requested.
+    expected_m_sglrw : (D, D) offdiag(G), or ``None``.
+    noise_cov_trace : tr G = E‖ζ‖².
+    noise_cov_diagonal : (D,) diag G.
+    grad_potential : (D,) ∇U(θ) used.
+    frob2_sgld_gaussian, frob2_sglrw_gaussian, diagonal_share_gaussian : the same three
+        numbers when ζ ~ N(0, G) (the Gaussian-noise approximation).
+    n_data, batch_size, replacement : the sampling scheme; ``noise_model`` is ``"exact"``
+        or ``"gaussian"``.
+    """
+
+    frob2_sgld: float
+    frob2_sglrw: float
+    diagonal_share: float
+    ratio: float
+    expected_m_sgld: np.ndarray | None
+    expected_m_sglrw: np.ndarray | None
+    noise_cov_trace: float
+    noise_cov_diagonal: np.ndarray
+    grad_potential: np.ndarray
+    frob2_sgld_gaussian: float
+    frob2_sglrw_gaussian: float
+    diagonal_share_gaussian: float
+    n_data: int
+    batch_size: int
+    replacement: bool
+    noise_model: str = "exact"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class PosteriorMinibatchError:
+    r"""Posterior-averaged error terms over θ draws (the E_cov term of Theorem 4.2, eq. 15).
+
+    Attributes
+    ----------
+    frob2_sgld, frob2_sglrw : averages over the draws of E_𝔅‖M‖²_F.
+    diagonal_share, ratio : computed from the averages (share = 1 − averaged SGLRW/SGLD).
+    e_cov_sgld, e_cov_sglrw : (δ²/L) Σ_n E‖M_n‖²_F with δ = ``step_size`` (``None`` without it).
+    per_draw_sgld, per_draw_sglrw : (L,) the per-draw values.
+    standard_error_sgld, standard_error_sglrw : naive standard errors of the averages
+        (std/√L; too small if the draws are autocorrelated).
+    """
+
+    frob2_sgld: float
+    frob2_sglrw: float
+    diagonal_share: float
+    ratio: float
+    e_cov_sgld: float | None
+    e_cov_sglrw: float | None
+    per_draw_sgld: np.ndarray
+    per_draw_sglrw: np.ndarray
+    standard_error_sgld: float
+    standard_error_sglrw: float
+    step_size: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class IncrementMoments:
+    """Conditional first and second moments of one increment Δθ given θ (eqs. 94–95, 103–106)."""
+
+    mean: np.ndarray
+    second_moment: np.ndarray
+    scheme: str
+    step_size: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class NoiseAnisotropy:
+    """Covariance V of the minibatch estimate of ∇log p(θ|𝒟) and its whitening preconditioners.
+
+    Attributes
+    ----------
+    noise_cov : (D, D) V.
+    condition_number : κ(V) = λ_max/λ_min (``inf`` → reported as a string in JSON by the CLI).
+    diagonal_preconditioner : (D,) p_j = √D σ_j / ‖σ‖ with σ_j = √V_jj (pSMILE, seed 001
+        appendix A: θ' = θ ⊙ p, so the noise of the gradient in θ' is V' = P⁻¹VP⁻¹).
+    residual_condition_number_diagonal : κ(P⁻¹VP⁻¹) (the correlation matrix's condition number).
+    residual_condition_number_cholesky : κ after exact whitening with L⁻¹ (V = LLᵀ): 1 up to rounding.
+    eigenvalues : (D,) eigenvalues of V, ascending.
+    """
+
+    noise_cov: np.ndarray
+    condition_number: float
+    diagonal_preconditioner: np.ndarray
+    residual_condition_number_diagonal: float
+    residual_condition_number_cholesky: float
+    eigenvalues: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# ----------------------------------------------------------------------------- public API
+@cites("sgtune", "finite-population moments of a batch sum up to 4th order (derived; sgtune.symbolic.minibatch)")
+def minibatch_moment_coefficients(n_data: int, batch_size: int, *, replacement: bool = True) -> MomentCoefficients:
+    r"""Coefficients γ₂, γ₃, α₄, β₄ of E[S^{⊗k}] in the power sums P_k (module docstring).
+
+    With replacement γ₂ = γ₃ = α₄ = B/N, β₄ = B(B−1)/N²; without replacement
+    γ₂ = π₁−π₂, γ₃ = π₁−3π₂+2π₃, α₄ = π₁−7π₂+12π₃−6π₄, β₄ = π₂−2π₃+π₄ with
+    π_k = B^{(k)}/N^{(k)} (falling factorials). Evaluated in exact rational arithmetic,
+    then rounded once to float64, so there is no cancellation error.
+
+    Parameters
+    ----------
+    n_data : int
+        Population size N ≥ 1.
+    batch_size : int
+        Batch size B, 1 ≤ B (≤ N without replacement).
+    replacement : bool
+        Sampling with replacement (ordered B-tuples, default) or a uniform B-subset.
+
+    Returns
+    -------
+    MomentCoefficients
+
+    References
+    ----------
+    Derived in sgtune (:func:`sgtune.symbolic.minibatch.moment_coefficients`); the
+    second-order factor (N−B)/(N−1) is seed 003 §2.1 / THEORY §1.1.
+
+    Examples
+    --------
+    >>> c = minibatch_moment_coefficients(10, 3, replacement=False)
+    >>> abs(c.second - 3 * 7 / 90) < 1e-15
+    True
+    """
+    n = check_int(n_data, "n_data", low=1)
+    b = check_int(batch_size, "batch_size", low=1)
+    if replacement:
+        p = Fraction(b, n)
+        g2 = g3 = a4 = p
+        b4 = Fraction(b * (b - 1), n * n)
+    else:
+        if b > n:
+            raise SgtuneError(f"batch_size must be <= N = {n} without replacement, got {b}; "
+                              "use replacement=True or a smaller batch")
+        pi = [Fraction(1)]
+        for k in range(1, 5):
+            pi.append(pi[-1] * Fraction(b - k + 1, n - k + 1) if k <= b else Fraction(0))
+        g2 = pi[1] - pi[2]
+        g3 = pi[1] - 3 * pi[2] + 2 * pi[3]
+        a4 = pi[1] - 7 * pi[2] + 12 * pi[3] - 6 * pi[4]
+        b4 = pi[2] - 2 * pi[3] + pi[4]
+    return MomentCoefficients(float(g2), float(g3), float(a4), float(b4), n, b, bool(replacement))
+
+
+@cites("mensch2025", "eq. 99 (M_SGLD), Lemma 4.3 / eq. 110 (M_SGLRW), eq. 92 (G), eq. 15 (E_cov integrand)")
+def minibatch_error_from_grads(per_sample_grads: Any, grad_potential: Any, batch_size: int, *,
+                               replacement: bool = True, return_matrices: bool = True) -> MinibatchError:
+    r"""E_𝔅‖M‖²_F for M_SGLD = ζζᵀ + ∇Uζᵀ + ζ∇Uᵀ (eq. 99) and M_SGLRW = offdiag(M_SGLD) (eq. 110).
+
+    With a = ∇U and ζ = (N/B) Σ_{i∈𝔅} d_i,
+
+        ‖M_SGLD‖² = ‖ζ‖⁴ + 4(aᵀζ)‖ζ‖² + 2‖a‖²‖ζ‖² + 2(aᵀζ)²,
+        ‖diag M_SGLD‖² = Σ_j ζ_j⁴ + 4a_jζ_j³ + 4a_j²ζ_j²,
+
+    and the expectations follow from the batch-sum moments of
+    :func:`minibatch_moment_coefficients`. E[M_SGLD] = G = (N/B)²γ₂ Σ_i d_i d_iᵀ and
+    E[M_SGLRW] = offdiag(G).
+
+    Parameters
+    ----------
+    per_sample_grads : (N, D) array
+        u_i = ∇_θ[−log p(y_i|x_i, θ)], the per-observation terms of ∇U (seed 000 writes
+        g_i = −u_i). The sign matters for the third-moment terms.
+    grad_potential : (D,) array
+        ∇U(θ) = −∇log p(θ) + Σ_i u_i (the prior enters here only).
+    batch_size : int
+        B (≤ N without replacement).
+    replacement : bool
+        Sampling with replacement (default) or without.
+    return_matrices : bool
+        Also form the (D, D) matrices G and offdiag(G) (O(N·D²)); without them the cost
+        is O(N·D·min(N, D)).
+
+    Returns
+    -------
+    MinibatchError
+
+    References
+    ----------
+    Mensch et al. (seed 000), eqs. 92, 99, 110, Lemma 4.3; fourth-order finite-population
+    moments derived in sgtune.
+    """
+    U = as_float_array(per_sample_grads, "per_sample_grads", ndim=2)
+    n, d = U.shape
+    a = as_vector(grad_potential, "grad_potential", d)
+    b = check_int(batch_size, "batch_size", low=1, high=None if replacement else n)
+    coef = minibatch_moment_coefficients(n, b, replacement=replacement)
+    C = U - U.mean(axis=0)
+    s = n / b
+    g2, g3, a4, b4 = coef.second, coef.third, coef.fourth_single, coef.fourth_pair
+
+    sq = np.einsum("ij,ij->i", C, C)          # |d_i|²
+    proj = C @ a                               # aᵀd_i
+    p2_diag = np.einsum("ij,ij->j", C, C)      # diag P₂
+    p2_frob2, P2 = _gram_frob2(C, need_matrix=return_matrices)
+    tr_p2 = float(sq.sum())
+
+    # second order
+    tr_g = s * s * g2 * tr_p2
+    aga = s * s * g2 * float(proj @ proj)
+    g_diag = s * s * g2 * p2_diag
+    # third order (ζ = +s S)
+    e_proj_norm2 = s**3 * g3 * float(proj @ sq)                 # E[(aᵀζ)|ζ|²]
+    e_cube = s**3 * g3 * float(np.einsum("ij,j->", C**3, a))    # Σ_j a_j E ζ_j³
+    # fourth order
+    e_norm4 = s**4 * (a4 * float(sq @ sq) + b4 * (tr_p2 * tr_p2 + 2.0 * p2_frob2))
+    e_quart = s**4 * (a4 * float(np.sum(C**4)) + 3.0 * b4 * float(p2_diag @ p2_diag))
+    a2 = float(a @ a)
+
+    full = e_norm4 + 4.0 * e_proj_norm2 + 2.0 * a2 * tr_g + 2.0 * aga
+    diag = e_quart + 4.0 * e_cube + 4.0 * float(a * a @ g_diag)
+    # Gaussian approximation ζ ~ N(0, G): E|ζ|⁴ = (tr G)² + 2‖G‖², odd moments vanish, E ζ_j⁴ = 3G_jj²
+    g_frob2 = (s * s * g2) ** 2 * p2_frob2
+    full_g = tr_g * tr_g + 2.0 * g_frob2 + 2.0 * a2 * tr_g + 2.0 * aga
+    diag_g = 3.0 * float(g_diag @ g_diag) + 4.0 * float(a * a @ g_diag)
+
+    G = s * s * g2 * P2 if P2 is not None else None
+    return _assemble(full, diag, full_g, diag_g, G, tr_g, g_diag, a, n, b, replacement, "exact")
+
+
+@cites("mensch2025", "eq. 99 and eq. 110 with ζ ~ N(0, G) (Gaussian-noise approximation)")
+def gaussian_minibatch_error(noise_cov: Any, grad_potential: Any) -> MinibatchError:
+    r"""E‖M‖²_F of eqs. (99)/(110) when ζ ~ N(0, G): ‖G‖ terms only (Isserlis' theorem).
+
+    E‖M_SGLD‖² = (tr G)² + 2‖G‖²_F + 2‖a‖² tr G + 2aᵀGa and
+    E‖diag M_SGLD‖² = 3 Σ_j G_jj² + 4 Σ_j a_j² G_jj, a = ∇U. For isotropic G = gI and
+    a = 0 the diagonal share is exactly 3/(D+2); for ‖a‖²/g → ∞ it tends to 2/(D+1).
+
+    Parameters
+    ----------
+    noise_cov : (D, D) symmetric positive semi-definite array
+        G = Cov[ζ].
+    grad_potential : (D,) array
+        a = ∇U(θ).
+
+    Returns
+    -------
+    MinibatchError
+        ``noise_model == "gaussian"``; ``n_data`` and ``batch_size`` are 0.
+
+    References
+    ----------
+    Mensch et al. (seed 000), eqs. 99, 110; Isserlis' theorem for the Gaussian moments.
+    """
+    G = as_square(noise_cov, "noise_cov")
+    d = G.shape[0]
+    G = 0.5 * (G + G.T)
+    a = as_vector(grad_potential, "grad_potential", d)
+    tr_g = float(np.trace(G))
+    g_diag = np.diag(G).copy()
+    full = tr_g * tr_g + 2.0 * float(np.sum(G * G)) + 2.0 * float(a @ a) * tr_g + 2.0 * float(a @ G @ a)
+    diag = 3.0 * float(g_diag @ g_diag) + 4.0 * float(a * a @ g_diag)
+    return _assemble(full, diag, full, diag, G, tr_g, g_diag, a, 0, 0, True, "gaussian")
+
+
+@cites("mensch2025", "eq. 6 (∇̂U), eq. 99, eq. 110 at θ; U = −log p(θ) − Σ_i log p(y_i|x_i,θ) (eq. 2)")
+def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
+                    prior_precision: Any = 0.0, replacement: bool = True,
+                    return_matrices: bool = True) -> MinibatchError:
+    r"""E_𝔅‖M_SGLD‖²_F, E_𝔅‖M_SGLRW‖²_F and E_𝔅[M] at θ for a GLM (seed 000 eqs. 99, 110).
+
+    ∇U(θ) = Γθ + Σ_i ∇l_i(θ) with l_i the model's per-observation loss (its negative
+    log-likelihood up to a constant, :mod:`sgtune.models`) and Γ the prior precision.
+
+    Parameters
+    ----------
+    model : GLM
+        From :func:`sgtune.models.get_model`.
+    data : Dataset
+        (X, y).
+    theta : (D,) array
+        Where to evaluate.
+    batch_size : int
+        B.
+    prior_precision : float or (D, D) array
+        Γ (scalar G means Γ = G·I).
+    replacement : bool
+        With (default) or without replacement.
+    return_matrices : bool
+        Also return E[M_SGLD] = G and E[M_SGLRW] = offdiag(G).
+
+    Returns
+    -------
+    MinibatchError
+
+    References
+    ----------
+    Mensch et al. (seed 000), eqs. 2, 6, 92, 99, 110.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model
+    >>> from sgtune.data import example
+    >>> ds = example("logistic")
+    >>> r = minibatch_error(get_model("logistic"), ds, np.zeros(ds.dim), 32)
+    >>> bool(abs(r.ratio + r.diagonal_share - 1) < 1e-12)
+    True
+    """
+    u, a = gradient_estimate_terms(model, data, theta, prior_precision)
+    return minibatch_error_from_grads(u, a, batch_size, replacement=replacement, return_matrices=return_matrices)
+
+
+@cites("mensch2025", "eq. 15: E_cov = (δ²/L) Σ_n E‖M_n‖²_F (Theorem 4.2)")
+def posterior_minibatch_error(model: GLM, data: Dataset, thetas: Any, batch_size: int, *,
+                              prior_precision: Any = 0.0, replacement: bool = True,
+                              step_size: float | None = None) -> PosteriorMinibatchError:
+    r"""E_cov = (δ²/L) Σ_n E_𝔅‖M_n‖²_F (eq. 15) for SGLD and SGLRW over θ draws θ_1..θ_L.
+
+    Parameters
+    ----------
+    model : GLM
+    data : Dataset
+    thetas : (L, D) array
+        θ draws, e.g. from a chain (or exact posterior draws).
+    batch_size : int
+    prior_precision : float or (D, D) array
+    replacement : bool
+    step_size : float, optional
+        δ; when given, ``e_cov_*`` = δ² × the averages.
+
+    Returns
+    -------
+    PosteriorMinibatchError
+
+    References
+    ----------
+    Mensch et al. (seed 000), Theorem 4.2, eq. 15; Lemma 4.3.
+    """
+    T = as_float_array(thetas, "thetas")
+    if T.ndim == 1:
+        T = T[None, :]
+    if T.ndim != 2 or T.shape[1] != data.dim:
+        raise ShapeError(f"thetas must be (L, D) = (L, {data.dim}) but has shape {T.shape}")
+    if T.shape[0] < 1:
+        raise ShapeError("thetas must contain at least one draw (L >= 1)")
+    delta = None if step_size is None else check_positive(step_size, "step_size")
+    full = np.empty(T.shape[0])
+    off = np.empty(T.shape[0])
+    gam = prior_matrix(prior_precision, data.dim)
+    for k, th in enumerate(T):
+        r = minibatch_error(model, data, th, batch_size, prior_precision=gam, replacement=replacement,
+                            return_matrices=False)
+        full[k], off[k] = r.frob2_sgld, r.frob2_sglrw
+    f, o = float(full.mean()), float(off.mean())
+    share, ratio = _share_ratio(f, o)
+    L = T.shape[0]
+    se_f = float(full.std(ddof=1) / math.sqrt(L)) if L > 1 else 0.0
+    se_o = float(off.std(ddof=1) / math.sqrt(L)) if L > 1 else 0.0
+    return PosteriorMinibatchError(f, o, share, ratio,
+                                   None if delta is None else delta * delta * f,
+                                   None if delta is None else delta * delta * o,
+                                   full, off, se_f, se_o, delta)
+
+
+@cites("mensch2025", "eq. 2 (U as a sum over data) and eq. 6 (minibatch gradient)")
+def gradient_estimate_terms(model: GLM, data: Dataset, theta: Any, prior_precision: Any = 0.0
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    r"""(u_i, ∇U): u_i = ∇_θ[−log p(y_i|x_i,θ)] (N, D) and ∇U(θ) = Γθ + Σ_i u_i (eq. 2, 6).
+
+    Parameters
+    ----------
+    model : GLM
+    data : Dataset
+    theta : (D,) array
+    prior_precision : float or (D, D) array
+
+    Returns
+    -------
+    per_sample_grads : (N, D) array
+    grad_potential : (D,) array
+
+    References
+    ----------
+    Mensch et al. (seed 000), eqs. 2 and 6.
+    """
+    th = as_vector(theta, "theta", data.dim)
+    gam = prior_matrix(prior_precision, data.dim)
+    model.check_response(data.y, data.source or "y")
+    u = model.per_sample_grads(th, data.X, data.y)
+    return u, gam @ th + u.sum(axis=0)
+
+
+@cites("mensch2025", "eqs. 94–95 (SGLD) and 103–106 (SGLRW): E[Δθ|θ], E[ΔθΔθᵀ|θ]")
+def increment_moments(per_sample_grads: Any, grad_potential: Any, batch_size: int, step_size: float, *,
+                      scheme: str = "sgld", replacement: bool = True) -> IncrementMoments:
+    r"""E[Δθ|θ] = −δ∇U and E[ΔθΔθᵀ|θ] = 2δI + δ²(∇U∇Uᵀ + G) (SGLD, eq. 95) or 2δI + δ² offdiag(∇U∇Uᵀ + G) (SGLRW, eq. 106).
+
+    The SGLRW formula assumes that no move probability clips, i.e.
+    √(δ/2)|∂̂_iU| ≤ 1 for every batch; once they clip the drift is the clipped-SGLD drift
+    (:func:`sglrw_drift`) and eq. (106) no longer holds.
+
+    Parameters
+    ----------
+    per_sample_grads : (N, D) array
+        u_i (see :func:`minibatch_error_from_grads`).
+    grad_potential : (D,) array
+        ∇U(θ).
+    batch_size : int
+    step_size : float
+        δ > 0.
+    scheme : {"sgld", "sglrw"}
+    replacement : bool
+
+    Returns
+    -------
+    IncrementMoments
+
+    References
+    ----------
+    Mensch et al. (seed 000), appendix A.3, eqs. 94, 95, 103, 106.
+    """
+    if scheme not in ("sgld", "sglrw"):
+        raise SgtuneError(f"scheme must be 'sgld' or 'sglrw', got {scheme!r}")
+    delta = check_positive(step_size, "step_size")
+    r = minibatch_error_from_grads(per_sample_grads, grad_potential, batch_size, replacement=replacement)
+    a = r.grad_potential
+    d = a.shape[0]
+    extra = np.outer(a, a) + r.expected_m_sgld  # type: ignore[operator]
+    if scheme == "sglrw":
+        extra = extra - np.diag(np.diag(extra))
+    return IncrementMoments(-delta * a, 2.0 * delta * np.eye(d) + delta * delta * extra, scheme, delta)
+
+
+@cites("mensch2025", "eq. 12 (SGLRW move probabilities), clipped to [0, 1] as in §4.3.1")
+def sglrw_move_probabilities(grad_estimate: Any, step_size: float) -> tuple[np.ndarray, np.ndarray]:
+    r"""P(Δθ_i = +√(2δ)) = clip(½ − ½√(δ/2) ∂̂_iU, 0, 1) (eq. 12, clipped) and the clip indicator.
+
+    Parameters
+    ----------
+    grad_estimate : array
+        ∇̂U(θ; 𝔅), any shape (e.g. (particles, D)).
+    step_size : float
+        δ > 0.
+
+    Returns
+    -------
+    p_plus : array
+        Probability of the +√(2δ) move, same shape.
+    clipped : bool array
+        True where √(δ/2)|∂̂_iU| > 1 (the unclipped probability left [0, 1]).
+
+    References
+    ----------
+    Mensch et al. (seed 000), eq. 12 and §4.3.1.
+    """
+    g = as_float_array(grad_estimate, "grad_estimate")
+    delta = check_positive(step_size, "step_size")
+    z = math.sqrt(delta / 2.0) * g
+    return np.clip(0.5 - 0.5 * z, 0.0, 1.0), np.abs(z) > 1.0
+
+
+@cites("mensch2025", "eq. 103 (SGLRW conditional drift), with clipped probabilities")
+def sglrw_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
+    r"""E[Δθ | θ, 𝔅] = √(2δ)(2p₊ − 1) for SGLRW with clipped move probabilities.
+
+    Without clipping this is −δ∇̂U (eq. 103); with clipping it equals −clip(δ∇̂U; √(2δ)),
+    the clipped-SGLD drift of eq. (18) (THEORY §3.3).
+
+    Parameters
+    ----------
+    grad_estimate : array
+        ∇̂U(θ; 𝔅).
+    step_size : float
+        δ > 0.
+
+    Returns
+    -------
+    array
+
+    References
+    ----------
+    Mensch et al. (seed 000), eqs. 12, 103, 18.
+    """
+    p, _ = sglrw_move_probabilities(grad_estimate, step_size)
+    return math.sqrt(2.0 * float(step_size)) * (2.0 * p - 1.0)
+
+
+@cites("mensch2025", "eq. 18: drift −clip(δ∇̂U; R), R = √(2δ), componentwise")
+def clipped_sgld_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
+    r"""−clip(δ∇̂U; √(2δ)) with clip(x; R)_i = sign(x_i) min(|x_i|, R) (eq. 18).
+
+    Parameters
+    ----------
+    grad_estimate : array
+        ∇̂U(θ; 𝔅).
+    step_size : float
+        δ > 0.
+
+    Returns
+    -------
+    array
+
+    References
+    ----------
+    Mensch et al. (seed 000), eq. 18.
+    """
+    g = as_float_array(grad_estimate, "grad_estimate")
+    delta = check_positive(step_size, "step_size")
+    R = math.sqrt(2.0 * delta)
+    return -np.clip(delta * g, -R, R)
+
+
+@cites("smile2025", "appendix A (anisotropic minibatch noise; pSMILE diagonal preconditioner)")
+def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
+                     replacement: bool = True) -> NoiseAnisotropy:
+    r"""V = Cov_𝔅[(N/B)Σ_{i∈𝔅}∇log p(y_i|x_i,θ)] = (N²/B)·f·Cov_i ∇log p_i, its condition number and the pSMILE preconditioner.
+
+    f = 1 with replacement and (N−B)/(N−1) without (Cov_i is the population covariance).
+    The diagonal preconditioner p = √D σ/‖σ‖, σ_j = √V_jj, rescales θ' = θ ⊙ p (seed 001
+    appendix A); the noise of the gradient in θ' is P⁻¹VP⁻¹, whose condition number is
+    that of the correlation matrix of V. Exact whitening with the Cholesky factor leaves
+    condition number 1.
+
+    Parameters
+    ----------
+    model : GLM
+    data : Dataset
+    theta : (D,) array
+    batch_size : int
+    replacement : bool
+
+    Returns
+    -------
+    NoiseAnisotropy
+
+    References
+    ----------
+    Seed 001 (SMILE), appendix A; THEORY §5 (last bullet).
+    """
+    th = as_vector(theta, "theta", data.dim)
+    n, d = data.X.shape
+    b = check_int(batch_size, "batch_size", low=1, high=None if replacement else n)
+    u = model.per_sample_grads(th, data.X, data.y)
+    coef = minibatch_moment_coefficients(n, b, replacement=replacement)
+    C = u - u.mean(axis=0)
+    V = (n / b) ** 2 * coef.second * (C.T @ C)
+    V = 0.5 * (V + V.T)
+    lam = np.linalg.eigvalsh(V)
+    cond = _condition(lam)
+    sig = np.sqrt(np.clip(np.diag(V), 0.0, None))
+    if np.any(sig <= 0):
+        raise SgtuneError("noise_anisotropy: some coordinate has zero gradient noise (V_jj = 0), so the "
+                          "diagonal preconditioner is undefined; drop constant columns or use B < N")
+    p = math.sqrt(d) * sig / np.linalg.norm(sig)
+    Vd = V / np.outer(p, p)
+    res_diag = _condition(np.linalg.eigvalsh(0.5 * (Vd + Vd.T)))
+    try:
+        Lc = np.linalg.cholesky(V)
+        W = np.linalg.solve(Lc, np.linalg.solve(Lc, V).T)
+        res_chol = _condition(np.linalg.eigvalsh(0.5 * (W + W.T)))
+    except np.linalg.LinAlgError:
+        res_chol = math.inf
+    return NoiseAnisotropy(V, cond, p, res_diag, res_chol, lam)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _gram_frob2(C: np.ndarray, *, need_matrix: bool) -> tuple[float, np.ndarray | None]:
+    """‖CᵀC‖²_F via the smaller Gram matrix (O(N·D·min(N, D))), and CᵀC if asked."""
+    n, d = C.shape
+    if need_matrix or d <= n:
+        P2 = C.T @ C
+        return float(np.sum(P2 * P2)), (P2 if need_matrix else None)
+    K = C @ C.T
+    return float(np.sum(K * K)), None
+
+
+def _share_ratio(full: float, off: float) -> tuple[float, float]:
+    if full <= 0.0:
+        return 0.0, 1.0
+    off = min(max(off, 0.0), full)
+    return 1.0 - off / full, off / full
+
+
+def _assemble(full: float, diag: float, full_g: float, diag_g: float, G: np.ndarray | None, tr_g: float,
+              g_diag: np.ndarray, a: np.ndarray, n: int, b: int, replacement: bool, kind: str) -> MinibatchError:
+    d = a.shape[0]
+    off = 0.0 if d == 1 else max(full - diag, 0.0)
+    off_g = 0.0 if d == 1 else max(full_g - diag_g, 0.0)
+    share, ratio = _share_ratio(full, off)
+    share_g, _ = _share_ratio(full_g, off_g)
+    G_off = None if G is None else G - np.diag(np.diag(G))
+    return MinibatchError(float(full), float(off), share, ratio, G, G_off, float(tr_g), g_diag, a,
+                          float(full_g), float(off_g), share_g, n, b, bool(replacement), kind)
+
+
+def _condition(eigenvalues: np.ndarray) -> float:
+    lo, hi = float(eigenvalues[0]), float(eigenvalues[-1])
+    if lo <= 0.0 or hi <= 0.0:
+        return math.inf
+    return hi / lo
