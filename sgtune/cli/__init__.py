@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "lambda": "sgtune.cli.cmd_lambda",
     "covariance": "sgtune.cli.cmd_covariance",
     "derive": "sgtune.cli.cmd_derive",
+    "run": "sgtune.cli.cmd_run",
+    "verify": "sgtune.cli.cmd_verify",
 }
 
 

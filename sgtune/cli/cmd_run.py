@@ -1,0 +1,164 @@
+"""``sgtune run``: run numba SG(L)D / SGLRW / clipped-SGLD chains from the MAP and summarise them."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable
+
+import click
+import numpy as np
+
+from .._refs import references_of
+from ..errors import SgtuneError
+from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
+from ._io import check_writable, command_line, emit, handle_errors, info, save_npz
+from ._options import (LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
+                       load_problem, output_options, parse_inv_temperature, temperature_json)
+from ._render import key_values, matrix_summary
+
+step_options = _compose(
+    click.option("--step-size", type=float, default=None, help="Scalar step λ (Λ = λI)."),
+    click.option("--lambda", "lambda_path", type=click.Path(dir_okay=False), default=None,
+                 help="Step-size matrix Λ from a .npy file: (D, D) dense or (D,) diagonal (e.g. `sgtune lambda -o`)."),
+)
+
+chain_options = _compose(
+    click.option("--steps", type=int, default=None, help="Steps per chain T, burn-in included."),
+    click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
+    click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
+    click.option("--batches-per-chain", type=int, default=None,
+                 help="Segments per chain for batch-means standard errors (default ceil(32/C))."),
+)
+
+
+def progress_bar(quiet: bool, label: str, length: int) -> Any:
+    """A click progress bar on stderr (a no-op context when quiet)."""
+    if quiet:
+        class _Null:
+            def __enter__(self) -> "_Null":
+                return self
+
+            def __exit__(self, *a: object) -> None:
+                return None
+
+            def update(self, n: int) -> None:
+                return None
+        return _Null()
+    return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+def resolve_step(kw: dict[str, Any], dim: int) -> Any:
+    """Λ from --step-size or --lambda (exactly one)."""
+    if (kw.get("step_size") is None) == (kw.get("lambda_path") is None):
+        raise click.UsageError("give exactly one of --step-size L or --lambda FILE.npy")
+    if kw.get("step_size") is not None:
+        lam = float(kw["step_size"])
+        if not lam > 0 or math.isinf(lam):
+            raise SgtuneError(f"--step-size must be a finite number > 0, got {kw['step_size']}")
+        return lam
+    arr = load_npy(str(kw["lambda_path"]), "--lambda")
+    if arr.shape not in ((dim,), (dim, dim)):
+        raise SgtuneError(f"--lambda must hold a (D, D) = ({dim}, {dim}) or (D,) array but has shape {arr.shape}")
+    return arr
+
+
+def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sampler: str, batching: str,
+                   steps: int, burn_in: int | None, inv_temperature: float, decay: float = 0.0,
+                   thin: int = 0) -> ChainResult:
+    """Run the chains described by the shared options, with a progress bar on stderr."""
+    n = prob.dataset.n_data
+    B = check_batch_size(int(kw["batch_size"]), n)
+    quiet = bool(kw.get("quiet"))
+    state = {"last": 0}
+    with progress_bar(quiet, f"{kw['chains']} chains × {steps} steps", steps) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.update(done - state["last"])
+            state["last"] = done
+
+        return run_chains(prob.model, prob.dataset, step, batch_size=B, n_steps=steps,
+                          n_chains=int(kw["chains"]), burn_in=burn_in,
+                          prior_precision=prob.prior_precision, initial=prob.expansion.theta_hat,
+                          inv_temperature=inv_temperature, momentum=float(kw["momentum"]), sampler=sampler,
+                          batching=batching, decay=decay, thin=thin,
+                          batches_per_chain=kw.get("batches_per_chain"), seed=int(kw["seed"]),
+                          progress=None if quiet else progress)
+
+
+def resolve_batching(kw: dict[str, Any]) -> str:
+    batching = kw.get("batching")
+    if batching is None:
+        return "without-replacement" if kw.get("without_replacement") else "replacement"
+    if kw.get("without_replacement") and batching != "without-replacement":
+        raise click.UsageError(f"--without-replacement contradicts --batching {batching}")
+    return str(batching)
+
+
+def chain_json(res: ChainResult) -> dict[str, Any]:
+    """The JSON keys every chain-running command reports."""
+    return {
+        "mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
+        "mean_standard_error": res.mean_standard_error, "ess": res.ess, "n_batches": res.n_batches,
+        "seconds": res.seconds, "compile_seconds": res.compile_seconds,
+        "iterations_per_second": res.iterations_per_second, "steps": res.n_steps, "burn_in": res.burn_in,
+        "chains": res.n_chains, "diverged_chains": [int(c) for c in np.flatnonzero(res.diverged_at >= 0)],
+        "clip_fraction": res.clip_fraction,
+    }
+
+
+@click.command("run")
+@data_options
+@batch_options
+@step_options
+@click.option("--sampler", type=click.Choice(SAMPLERS), default="sgld", show_default=True,
+              help="sgld: SG(L)D/SGD (any Λ); sglrw: seed 000 eq. 12; clipped-sgld: seed 000 eq. 18 (diagonal Λ, β < ∞).")
+@click.option("--batching", type=click.Choice(BATCHINGS), default=None,
+              help="Minibatches: replacement (default), without-replacement (per step) or reshuffle (per epoch).")
+@chain_options
+@click.option("--thin", type=int, default=0, show_default=True,
+              help="Keep every k-th draw after burn-in in the -o file (0: no draws).")
+@click.option("--decay", type=float, default=0.0, show_default=True,
+              help="Schedule exponent γ: Λ_t = Λ·(1+t)^−γ (t = 0, 1, …).")
+@output_options
+@handle_errors
+def cli(**kw: Any) -> None:
+    """Run C chains of SG(L)D from the MAP θ̂ with the numba kernels; report pooled moments.
+
+    \b
+    Update: θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ,  G_t = (1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N;
+    momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ.
+    Standard errors are batch means over chain segments (K batches, reported).
+    JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, ...
+    -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at
+    (and draws (C, T', D) with --thin).
+    Example:  sgtune run --example hetero-linear --batch-size 64 --step-size 0.01 --steps 20000
+    """
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    if kw["steps"] is None:
+        raise click.UsageError("--steps T is required")
+    prob = load_problem(kw)
+    n, d = prob.dataset.n_data, prob.dataset.dim
+    step = resolve_step(kw, d)
+    beta = parse_inv_temperature(kw["inverse_temperature"], n)
+    batching = resolve_batching(kw)
+    res = execute_chains(prob, step, kw, sampler=str(kw["sampler"]), batching=batching, steps=int(kw["steps"]),
+                         burn_in=kw["burn_in"], inv_temperature=beta, decay=float(kw["decay"]),
+                         thin=int(kw["thin"]))
+    doc = {**chain_json(res), "theta_hat": prob.expansion.theta_hat, "sampler": kw["sampler"],
+           "batching": batching, "batch_size": int(kw["batch_size"]), "n_data": n, "dim": d,
+           "inverse_temperature": temperature_json(beta), "momentum": float(kw["momentum"]),
+           "decay": float(kw["decay"]), "model": prob.model.name, "seed": int(kw["seed"]),
+           "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains)}
+    if kw["output"]:
+        arrays = {"mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
+                  "chain_means": res.chain_means, "chain_covs": res.chain_covs, "diverged_at": res.diverged_at,
+                  "seed": np.array(int(kw["seed"]))}
+        if res.trace is not None:
+            arrays["draws"] = res.trace
+        save_npz(str(kw["output"]), **arrays)
+    emit(doc, kw["json_path"])
+    info(matrix_summary("empirical cov", res.cov) + "\n" + key_values([
+        ("chains × steps", f"{res.n_chains} × {res.n_steps} (burn-in {res.burn_in})"),
+        ("min ESS", float(np.min(res.ess))), ("seconds", res.seconds),
+        ("iterations/s", res.iterations_per_second), ("diverged chains", res.n_diverged)]), bool(kw["quiet"]))

@@ -1,0 +1,106 @@
+"""``sgtune verify``: predict the stationary covariance, run the chains, compare within Monte Carlo error."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .._refs import references_of
+from ..sampler.verify import verify_stationary_cov
+from ..theory.tuning import FAMILIES, METHODS
+from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info, save_array
+from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
+                       parse_inv_temperature, temperature_json)
+from ._render import key_values
+from .cmd_run import chain_json, chain_options, progress_bar, resolve_step, step_options
+
+
+@click.command("verify")
+@data_options
+@batch_options
+@click.option("--target", default=None,
+              help="Tune Λ first (like `sgtune lambda`): 'sandwich', 'posterior' or a (D, D) .npy file.")
+@click.option("--method", type=click.Choice(METHODS), default=None, help="Tuning method (default dq-exact).")
+@click.option("--family", type=click.Choice(FAMILIES), default=None, help="Tuning family (default dense).")
+@step_options
+@chain_options
+@click.option("--alpha", type=float, default=1e-3, show_default=True,
+              help="Family-wise level: reject when max|z| exceeds the Bonferroni t-quantile 1 − α/(2k).")
+@click.option("--relative-tolerance", type=float, default=0.0, show_default=True,
+              help="Allowed model error r, added in quadrature: se² + (r·sqrt(Σ_ii Σ_jj))² "
+                   "(e.g. for the O(λ/B) proxy error of logistic/Poisson).")
+@click.option("--inflate-prediction", type=float, default=1.0, show_default=True,
+              help="Multiply the prediction by F (a deliberately wrong prediction must be rejected).")
+@output_options
+@handle_errors
+def cli(**kw: Any) -> None:
+    """Check a stationary-covariance prediction against the chains it is about; exit 3 if rejected.
+
+    \b
+    Modes: `lambda` options (--target/--method/--family, the default) tune Λ first and test
+    the tuned chain's predicted covariance; `covariance` options (--step-size L | --lambda
+    FILE.npy) test the forward prediction for that Λ. The chains start at θ̂.
+    Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
+    max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
+    T = max(20000, 1000·τ_worst), burn-in max(T/10, 20·τ_worst).
+    JSON keys: predicted, empirical, z_max, passed, threshold, lambda, ...
+    Example:  sgtune verify --example hetero-linear --batch-size 64
+    """
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    covariance_mode = kw["step_size"] is not None or kw["lambda_path"] is not None
+    if covariance_mode and any(kw[k] is not None for k in ("target", "method", "family")):
+        raise click.UsageError("give either the lambda options (--target/--method/--family) or "
+                               "the covariance options (--step-size | --lambda), not both")
+    prob = load_problem(kw)
+    n, d = prob.dataset.n_data, prob.dataset.dim
+    B = check_batch_size(int(kw["batch_size"]), n)
+    beta = parse_inv_temperature(kw["inverse_temperature"], n)
+    step = resolve_step(kw, d) if covariance_mode else None
+    target: Any = None
+    if not covariance_mode:
+        target = kw["target"] or "sandwich"
+        if target not in ("sandwich", "posterior"):
+            target = load_npy(str(target), "--target")
+    quiet = bool(kw["quiet"])
+    state = {"last": 0}
+    with progress_bar(quiet, "verify: running chains", 1000) as bar:
+        def progress(done: int, total: int) -> None:
+            frac = int(1000 * done / total)
+            bar.update(frac - state["last"])
+            state["last"] = frac
+
+        rep = verify_stationary_cov(
+            prob.model, prob.dataset, prob.expansion, step, batch_size=B, target=target,
+            method=kw["method"] or "dq-exact", family=kw["family"] or "dense", inv_temperature=beta,
+            without_replacement=bool(kw["without_replacement"]), momentum=float(kw["momentum"]),
+            prior_precision=prob.prior_precision, n_steps=kw["steps"], burn_in=kw["burn_in"],
+            n_chains=int(kw["chains"]), batches_per_chain=kw["batches_per_chain"], alpha=float(kw["alpha"]),
+            relative_tolerance=float(kw["relative_tolerance"]), inflate_prediction=float(kw["inflate_prediction"]),
+            seed=int(kw["seed"]), progress=None if quiet else progress)
+    t = rep.test
+    doc = {
+        "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,
+        "threshold": t.threshold, "argmax": list(t.argmax), "n_tests": t.n_tests, "dof": t.dof, "alpha": t.alpha,
+        "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error,
+        "inflate_prediction": float(kw["inflate_prediction"]), "mode": rep.mode, "lambda": rep.step_matrix,
+        "spectral_radius": rep.stationary.spectral_radius, "tau_worst": rep.stationary.tau_worst,
+        "theta_hat": prob.expansion.theta_hat, **chain_json(rep.chains),
+        "batch_size": B, "n_data": n, "dim": d, "inverse_temperature": temperature_json(beta),
+        "momentum": float(kw["momentum"]), "without_replacement": bool(kw["without_replacement"]),
+        "model": prob.model.name, "seed": int(kw["seed"]), "data": prob.dataset.source,
+        "command": command_line(), "references": references_of(verify_stationary_cov),
+    }
+    if rep.tuning is not None:
+        doc.update({"target_cov": rep.tuning.target_cov, "method": rep.tuning.method, "family": rep.tuning.family,
+                    "target": kw["target"] or "sandwich"})
+    if kw["output"]:
+        save_array(str(kw["output"]), rep.empirical)
+    emit(doc, kw["json_path"])
+    info(key_values([
+        ("mode", rep.mode), ("chains × steps", f"{rep.chains.n_chains} × {rep.chains.n_steps} "
+                                               f"(burn-in {rep.chains.burn_in}, K = {rep.chains.n_batches})"),
+        ("max |z|", t.z_max), ("threshold", t.threshold), ("relative Frobenius error", t.relative_frobenius_error),
+        ("verdict", "PASSED" if t.passed else "REJECTED")]), quiet)
+    if not t.passed:
+        raise click.exceptions.Exit(EXIT_VERIFY_FAILED)

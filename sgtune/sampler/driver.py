@@ -1,0 +1,483 @@
+"""Python driver for the SG-MCMC kernels: validate once, run in chunks, summarise.
+
+:func:`run_chains` runs GLM chains on a data set, :func:`run_quadratic_chains` chains on a
+quadratic potential with synthetic gradient noise (for theory checks). Both return a
+frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .._refs import cites
+from .._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
+from ..data import Dataset, make_dataset
+from ..errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..models import GLM, fit_map, get_model, prior_matrix
+from . import grads
+from .kernels import BATCHING_IDS, KERNELS, LAM_DENSE, LAM_DIAG
+from .rng import chain_states
+
+__all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS"]
+
+SAMPLERS = tuple(KERNELS)
+BATCHINGS = tuple(BATCHING_IDS)
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    """Summary of C chains after burn-in (shapes use D = dimension, C = chains).
+
+    Attributes
+    ----------
+    mean, cov : (D,), (D, D)
+        Pooled over the non-diverged chains after burn-in (cov divides by the count).
+    mean_standard_error, cov_standard_error : (D,), (D, D)
+        Batch-means Monte Carlo standard errors (K batches = segments of the chains).
+    ess : (D,)
+        Effective sample size per coordinate, Var(θ_i) / MCSE(mean_i)².
+    n_batches : int
+        K, the number of batches behind the standard errors (z-scores are t_{K−1}).
+    chain_means, chain_covs : (C, D), (C, D, D)
+        Per-chain moments (NaN rows for diverged chains).
+    batch_covs : (K, D, D)
+        Per-batch second moments about the pooled mean (their average is ``cov``).
+    trace : (C, T', D) or None
+        Thinned draws after burn-in (``thin`` > 0).
+    observable_means : (C, K_obs) or None
+        Per-chain time averages of the linear observables ℓ_kᵀθ.
+    epoch_position_mean, epoch_position_var : (R, D) or None
+        Reshuffling only: moments of θ after k batches of an epoch, k = 0..R−1, pooled over chains.
+    diverged_at : (C,) int
+        Step at which a chain diverged (non-finite state), −1 if it did not.
+    clip_fraction : float
+        SGLRW / clipped SGLD: fraction of coordinate updates whose probability/drift was clipped.
+    """
+
+    mean: np.ndarray
+    cov: np.ndarray
+    mean_standard_error: np.ndarray
+    cov_standard_error: np.ndarray
+    ess: np.ndarray
+    n_batches: int
+    chain_means: np.ndarray
+    chain_covs: np.ndarray
+    batch_covs: np.ndarray
+    trace: np.ndarray | None
+    observable_means: np.ndarray | None
+    epoch_position_mean: np.ndarray | None
+    epoch_position_var: np.ndarray | None
+    diverged_at: np.ndarray
+    clip_fraction: float
+    final_state: np.ndarray
+    n_steps: int
+    burn_in: int
+    n_chains: int
+    seed: int
+    seconds: float
+    compile_seconds: float
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_diverged(self) -> int:
+        return int(np.sum(self.diverged_at >= 0))
+
+    @property
+    def iterations_per_second(self) -> float:
+        """Chain-iterations per second (C·T / wall time, excluding JIT compilation)."""
+        return self.n_chains * self.n_steps / max(self.seconds, 1e-12)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["n_diverged"] = self.n_diverged
+        d["iterations_per_second"] = self.iterations_per_second
+        return d
+
+
+# --------------------------------------------------------------------------- public API
+@cites("wang2026", "§2.1 (SG(L)D, mean-loss scaling) and eq. (B.1) (momentum)")
+def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: Any, *, batch_size: int,
+               n_steps: int, n_chains: int = 4, burn_in: int | None = None, prior_precision: Any = 0.0,
+               initial: Any = None, inv_temperature: float = math.inf, momentum: float = 0.0,
+               sampler: str = "sgld", batching: str = "replacement", decay: float = 0.0, thin: int = 0,
+               observables: Any = None, epoch_moments: bool = False, batches_per_chain: int | None = None,
+               seed: int = 0, progress: ProgressCallback | None = None, backend: str = "numba",
+               noise_variance: float = 1.0, beta_power: float | None = None) -> ChainResult:
+    r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a GLM.
+
+    G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
+    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (seed 003, eq. B.1).
+    ``sampler="sglrw"`` / ``"clipped-sgld"`` run seed 000's eqs. (12) / (18) instead
+    (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels` for the exact rules.
+
+    Parameters
+    ----------
+    model : GLM or {"linear", "logistic", "poisson", "beta-linear"}
+        Per-observation loss (a name is resolved with ``noise_variance``/``beta_power``).
+    data : Dataset or (X, y)
+        The data.
+    step_matrix : float, (D,) or (D, D)
+        Λ: a scalar λ (Λ = λI), a diagonal, or a dense matrix (SPD when β < ∞).
+    batch_size : int
+        B, 1 ≤ B ≤ N.
+    n_steps : int
+        Steps per chain T (including burn-in).
+    n_chains : int
+        C independent chains (parallel over threads).
+    burn_in : int, optional
+        Steps discarded before the moments are accumulated (default T // 10).
+    prior_precision : float or (D, D)
+        Γ (scalar G means G·I).
+    initial : (D,) or (C, D), optional
+        Starting point(s); default θ̂, the MAP (fitted here).
+    inv_temperature : float
+        β; ``inf`` is SGD (no injected noise).
+    momentum : float
+        κ in [0, 1).
+    sampler : {"sgld", "sglrw", "clipped-sgld"}
+        Update rule.
+    batching : {"replacement", "without-replacement", "reshuffle"}
+        Minibatch scheme; reshuffling draws a fresh permutation per chain and epoch.
+    decay : float
+        γ ≥ 0 of the schedule Λ_t = Λ (1+k)^{−γ}, k the 0-based iteration.
+    thin : int
+        Keep every ``thin``-th draw after burn-in in ``trace`` (0: no trace).
+    observables : (K, D), optional
+        Rows ℓ_k of linear observables whose per-chain time averages are returned.
+    epoch_moments : bool
+        With ``batching="reshuffle"``, moments of θ by position within the epoch.
+    batches_per_chain : int, optional
+        Segments per chain for batch-means standard errors (default ceil(32 / C)).
+    seed : int
+        Seed; chain c uses ``SeedSequence(seed).spawn(C)[c]`` (:mod:`sgtune.sampler.rng`).
+    progress : callable(done, total), optional
+        Called after each chunk of steps (e.g. a click progress bar).
+    backend : {"numba", "python"}
+        ``python`` runs the pure-Python twin (slow; tests).
+    noise_variance, beta_power : float
+        Used when ``model`` is a name.
+
+    Returns
+    -------
+    ChainResult
+
+    Raises
+    ------
+    UnstableStepSizeError
+        Every chain diverged.
+    NotPositiveDefiniteError
+        Λ is not SPD although β < ∞.
+    """
+    glm = model if isinstance(model, GLM) else get_model(str(model), noise_variance=noise_variance,
+                                                         beta_power=beta_power)
+    ds = data if isinstance(data, Dataset) else make_dataset(*data)
+    glm.check_response(ds.y, ds.source or "y")
+    n, d = ds.n_data, ds.dim
+    check_int(batch_size, "batch_size", low=1, high=n)
+    if n >= 2**32:
+        raise SgtuneError(f"the sampler supports N < 2^32 data points, got N = {n}")
+    gam = prior_matrix(prior_precision, d)
+    if not np.any(gam):
+        prior_kind, prior = grads.PRIOR_NONE, np.zeros((d, d))
+    elif np.array_equal(gam, gam[0, 0] * np.eye(d)):
+        prior_kind, prior = grads.PRIOR_SCALAR, gam / n
+    else:
+        prior_kind, prior = grads.PRIOR_DENSE, gam / n
+    if initial is None:
+        initial = fit_map(glm, ds, gam).theta_hat
+    mpar = grads.model_params(glm.noise_variance, glm.beta_power)
+    return _run(X=ds.X, y=ds.y, model_id=grads.MODEL_IDS[glm.name], mpar=mpar, noise_chol=np.zeros((d, d)),
+                prior_kind=prior_kind, prior=prior, step_matrix=step_matrix, initial=initial,
+                batch_size=int(batch_size), n_steps=n_steps, n_chains=n_chains, burn_in=burn_in,
+                inv_temperature=inv_temperature, momentum=momentum, sampler=sampler, batching=batching,
+                decay=decay, thin=thin, observables=observables, epoch_moments=epoch_moments,
+                batches_per_chain=batches_per_chain, seed=seed, progress=progress, backend=backend,
+                settings={"model": glm.name, "n_data": n, "batch_size": int(batch_size)})
+
+
+@cites("gnld2025", "eq. (2.8) with Q = 0: SG Euler–Maruyama on a quadratic potential")
+def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chains: int = 4,
+                         mean: Any = None, noise_cov: Any = None, noise_alpha: float | None = None,
+                         noise_scale: float = 1.0, initial: Any = None, burn_in: int | None = None,
+                         inv_temperature: float = math.inf, momentum: float = 0.0, sampler: str = "sgld",
+                         decay: float = 0.0, thin: int = 0, observables: Any = None,
+                         batches_per_chain: int | None = None, seed: int = 0,
+                         progress: ProgressCallback | None = None, backend: str = "numba") -> ChainResult:
+    r"""Chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the quadratic potential ½(θ−μ)ᵀA(θ−μ).
+
+    ε ~ N(0, C) with ``noise_cov`` C (default: no noise), or ε_i = ``noise_scale``·S_α i.i.d.
+    symmetric α-stable with ``noise_alpha`` α ∈ (0, 2] (characteristic function e^{−|t|^α}).
+    The update rules are those of :func:`run_chains`. For SG(L)D with Gaussian noise the chain
+    is linear and its stationary covariance solves Σ = (I−ΛA)Σ(I−ΛA)ᵀ + ΛCΛᵀ + 2Λ/β exactly
+    (seed 003, eq. 11, with a constant C̄) — the exact oracle the tests use.
+
+    Parameters
+    ----------
+    hessian : (D, D)
+        A (symmetric).
+    step_matrix : float, (D,) or (D, D)
+        Λ.
+    n_steps, n_chains, burn_in, inv_temperature, momentum, sampler, decay, thin, observables,
+    batches_per_chain, seed, progress, backend
+        As in :func:`run_chains`.
+    mean : (D,), optional
+        μ (default 0).
+    noise_cov : (D, D), optional
+        C, positive semi-definite.
+    noise_alpha, noise_scale : float
+        α-stable noise instead of Gaussian.
+    initial : (D,) or (C, D), optional
+        Start (default μ).
+
+    Returns
+    -------
+    ChainResult
+    """
+    A = as_square(hessian, "hessian")
+    d = A.shape[0]
+    mu = np.zeros(d) if mean is None else as_vector(mean, "mean", d)
+    chol = np.zeros((d, d))
+    if noise_alpha is not None:
+        alpha = float(noise_alpha)
+        if not 0 < alpha <= 2:
+            raise SgtuneError(f"noise_alpha must lie in (0, 2], got {alpha}")
+        model_id, mpar = grads.QUAD_STABLE, grads.model_params(alpha=alpha,
+                                                               scale=check_positive(noise_scale, "noise_scale"))
+    else:
+        model_id, mpar = grads.QUAD_GAUSS, grads.model_params()
+        if noise_cov is not None:
+            cov = as_square(noise_cov, "noise_cov", d)
+            lam, vec = np.linalg.eigh(0.5 * (cov + cov.T))
+            if lam[0] < -1e-12 * max(1.0, lam[-1]):
+                raise NotPositiveDefiniteError(
+                    f"noise_cov must be positive semi-definite but has eigenvalue {lam[0]:.3g}")
+            try:
+                chol = np.linalg.cholesky(cov)
+            except np.linalg.LinAlgError:  # singular PSD: a lower-triangular factor via QR
+                half = vec * np.sqrt(np.clip(lam, 0, None))
+                chol = np.linalg.qr(half.T)[1].T
+                chol = chol * np.sign(np.diag(chol) + (np.diag(chol) == 0))
+    return _run(X=np.ascontiguousarray(A), y=mu, model_id=model_id, mpar=mpar,
+                noise_chol=np.ascontiguousarray(chol), prior_kind=grads.PRIOR_NONE, prior=np.zeros((d, d)),
+                step_matrix=step_matrix, initial=mu if initial is None else initial, batch_size=1,
+                n_steps=n_steps, n_chains=n_chains, burn_in=burn_in, inv_temperature=inv_temperature,
+                momentum=momentum, sampler=sampler, batching="replacement", decay=decay, thin=thin,
+                observables=observables, epoch_moments=False, batches_per_chain=batches_per_chain,
+                seed=seed, progress=progress, backend=backend,
+                settings={"model": "quadratic-stable" if model_id == grads.QUAD_STABLE else "quadratic-gaussian"})
+
+
+# --------------------------------------------------------------------------- helpers
+def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
+                 sampler: str = "sgld") -> tuple[np.ndarray, int, np.ndarray, bool]:
+    """(Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ."""
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    inject = not math.isinf(beta)
+    arr = as_float_array(step_matrix, "step_matrix")
+    if arr.ndim == 0 or (arr.ndim == 1 and arr.shape[0] == 1):
+        arr = np.full(dim, float(arr.reshape(-1)[0]))
+    if arr.ndim == 1:
+        if arr.shape[0] != dim:
+            raise ShapeError(f"step_matrix as a diagonal must have length D = {dim} but has length {arr.shape[0]}")
+        lam = np.diag(arr)
+    elif arr.ndim == 2:
+        lam = as_square(arr, "step_matrix", dim)
+    else:
+        raise ShapeError(f"step_matrix must be a scalar, (D,) or (D, D) = ({dim}, {dim}) but has shape {arr.shape}")
+    kind = LAM_DIAG if np.count_nonzero(lam - np.diag(np.diag(lam))) == 0 else LAM_DENSE
+    if sampler != "sgld":
+        if kind == LAM_DENSE:
+            raise SgtuneError(f"sampler {sampler!r} needs a scalar or diagonal step_matrix (coordinatewise moves); "
+                              "use sampler='sgld' for a dense Λ")
+        if not inject:
+            raise SgtuneError(f"sampler {sampler!r} needs a finite inverse temperature (it moves by ±sqrt(2Λ_ii/β)); "
+                              "pass inv_temperature=N or a number")
+    fac = np.zeros((dim, dim))
+    if kind == LAM_DIAG:
+        dg = np.diag(lam)
+        if np.any(dg <= 0) and (inject or np.any(dg < 0)):
+            i = int(np.argmin(dg))
+            raise NotPositiveDefiniteError(f"step_matrix must have positive diagonal entries but entry {i} is {dg[i]:.3g}")
+        if inject:
+            fac = np.diag(np.sqrt(2.0 * dg / beta))
+    elif inject:
+        lam = as_spd(lam, "step_matrix (SGLD needs a symmetric positive-definite Λ)", dim)
+        fac = np.linalg.cholesky(2.0 * lam / beta)
+    return np.ascontiguousarray(lam), kind, np.ascontiguousarray(fac), inject
+
+
+def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise_chol: np.ndarray,
+         prior_kind: int, prior: np.ndarray, step_matrix: Any, initial: Any, batch_size: int, n_steps: int,
+         n_chains: int, burn_in: int | None, inv_temperature: float, momentum: float, sampler: str,
+         batching: str, decay: float, thin: int, observables: Any, epoch_moments: bool,
+         batches_per_chain: int | None, seed: int, progress: ProgressCallback | None, backend: str,
+         settings: dict[str, Any]) -> ChainResult:
+    if sampler not in KERNELS:
+        raise SgtuneError(f"sampler must be one of {', '.join(KERNELS)}, got {sampler!r}")
+    if batching not in BATCHING_IDS:
+        raise SgtuneError(f"batching must be one of {', '.join(BATCHING_IDS)}, got {batching!r}")
+    if backend not in ("numba", "python"):
+        raise SgtuneError(f"backend must be 'numba' or 'python', got {backend!r}")
+    d = y.shape[0] if model_id >= grads.QUAD_GAUSS else X.shape[1]
+    n_data = X.shape[0]
+    T = check_int(n_steps, "n_steps", low=1)
+    C = check_int(n_chains, "n_chains", low=1)
+    T0 = T // 10 if burn_in is None else check_int(burn_in, "burn_in", low=0, high=T - 1)
+    kappa = float(momentum)
+    if not 0.0 <= kappa < 1.0:
+        raise SgtuneError(f"momentum must lie in [0, 1), got {momentum}")
+    gamma = check_positive(decay, "decay", strict=False)
+    thin = check_int(thin, "thin", low=0)
+    seed = check_int(seed, "seed", low=0)
+    lam, lam_kind, fac, inject = step_factors(step_matrix, d, inv_temperature, sampler)
+    init = as_float_array(initial, "initial")
+    if init.shape == (d,):
+        init = np.tile(init, (C, 1))
+    elif init.shape != (C, d):
+        raise ShapeError(f"initial must be (D,) = ({d},) or (C, D) = ({C}, {d}) but has shape {init.shape}")
+    obs = np.zeros((0, d)) if observables is None else as_float_array(observables, "observables")
+    if obs.ndim == 1:
+        obs = obs[None, :]
+    if obs.ndim != 2 or obs.shape[1] != d:
+        raise ShapeError(f"observables must be (K, D) with D = {d} but has shape {obs.shape}")
+    post = T - T0
+    S = max(1, math.ceil(32 / C)) if batches_per_chain is None else check_int(batches_per_chain,
+                                                                             "batches_per_chain", low=1)
+    S = min(S, post)
+    seg_len = post // S
+    n_batches_epoch = -(-n_data // batch_size)
+    R = n_batches_epoch if (epoch_moments and batching == "reshuffle") else 0
+    if epoch_moments and batching != "reshuffle":
+        raise SgtuneError("epoch_moments needs batching='reshuffle' (positions within an epoch)")
+    n_trace = post // thin if thin > 0 else 0
+
+    theta = np.ascontiguousarray(init.copy())
+    mom = np.zeros((C, d))
+    rng_state = chain_states(seed, C)
+    perm = np.tile(np.arange(n_data, dtype=np.int64), (C, 1))
+    epoch_pos = np.zeros(C, dtype=np.int64)
+    acc_n = np.zeros((C, S), dtype=np.int64)
+    acc_mean = np.zeros((C, S, d))
+    acc_m2 = np.zeros((C, S, d, d))
+    trace = np.zeros((C, n_trace, d))
+    pos_n = np.zeros((C, R), dtype=np.int64)
+    pos_mean = np.zeros((C, R, d))
+    pos_m2 = np.zeros((C, R, d))
+    obs_sum = np.zeros((C, obs.shape[0]))
+    diverged = -np.ones(C, dtype=np.int64)
+    clip_count = np.zeros(C, dtype=np.int64)
+    model_id, prior_kind, lam_kind = int(model_id), int(prior_kind), int(lam_kind)
+    bid = int(BATCHING_IDS[batching])
+
+    def call(t0: int, steps: int) -> None:
+        args = (theta, mom, rng_state, perm, epoch_pos, int(t0), int(steps), int(T0), X, y, model_id, mpar,
+                noise_chol, prior_kind, prior, lam, lam_kind, fac, bool(inject), kappa, int(batch_size), bid,
+                gamma, int(seg_len), acc_n, acc_mean, acc_m2, int(thin), trace, pos_n, pos_mean, pos_m2, obs,
+                obs_sum, diverged, clip_count)
+        if backend == "numba":
+            KERNELS[sampler](*args)
+        else:
+            from .twins import run_twin
+            run_twin(sampler, *args)
+
+    tic = time.perf_counter()
+    if backend == "numba":
+        call(0, 0)  # compiles (or loads the cache) without doing any work
+    compile_seconds = time.perf_counter() - tic
+    chunk = T if progress is None else max(1, -(-T // 50))
+    tic = time.perf_counter()
+    done = 0
+    while done < T:
+        steps = min(chunk, T - done)
+        call(done, steps)
+        done += steps
+        if progress is not None:
+            progress(done, T)
+    seconds = time.perf_counter() - tic
+
+    ok = diverged < 0
+    if not ok.any():
+        raise UnstableStepSizeError(
+            f"all {C} chains diverged (first at step {int(diverged.min())}); the step size is too large — "
+            "reduce step_matrix (e.g. by a factor 2) or check it with the forward prediction",
+            spectral_radius=float("nan"))
+    summary = _summarise(acc_n[ok], acc_mean[ok], acc_m2[ok])
+    chain_means = np.full((C, d), np.nan)
+    chain_covs = np.full((C, d, d), np.nan)
+    for c in np.flatnonzero(ok):
+        cm, cc = _merge(acc_n[c], acc_mean[c], _full(acc_m2[c]))
+        chain_means[c], chain_covs[c] = cm, cc
+    n_post = acc_n.sum(axis=1)
+    obs_means = obs_sum / np.maximum(n_post, 1)[:, None] if obs.shape[0] else None
+    pmean = pvar = None
+    if R:
+        pmean, pvar = _merge_positions(pos_n[ok], pos_mean[ok], pos_m2[ok])
+    coord_updates = max(1, C * T * d)
+    settings = {**settings, "sampler": sampler, "batching": batching, "inv_temperature": float(inv_temperature),
+                "momentum": kappa, "decay": gamma, "step_kind": "dense" if lam_kind == LAM_DENSE else "diagonal",
+                "batches_per_chain": S, "thin": thin, "backend": backend}
+    return ChainResult(mean=summary[0], cov=summary[1], mean_standard_error=summary[2],
+                       cov_standard_error=summary[3], ess=summary[4], n_batches=summary[5],
+                       chain_means=chain_means, chain_covs=chain_covs, batch_covs=summary[6],
+                       trace=trace if thin > 0 else None, observable_means=obs_means,
+                       epoch_position_mean=pmean, epoch_position_var=pvar, diverged_at=diverged,
+                       clip_fraction=float(clip_count.sum() / coord_updates), final_state=theta,
+                       n_steps=T, burn_in=T0, n_chains=C, seed=seed, seconds=seconds,
+                       compile_seconds=compile_seconds, settings=settings)
+
+
+def _full(m2_upper: np.ndarray) -> np.ndarray:
+    """Symmetric matrix from the kernel's upper-triangle sums of squares (last two axes)."""
+    lower = np.swapaxes(np.triu(m2_upper, 1), -1, -2)
+    return np.triu(m2_upper) + lower
+
+
+def _merge(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled mean and covariance (÷ count) of Welford segments (Chan et al. merge)."""
+    tot = n.sum()
+    mu = (n[:, None] * mean).sum(axis=0) / tot
+    dev = mean - mu
+    cov = (m2.sum(axis=0) + np.einsum("k,ki,kj->ij", n, dev, dev)) / tot
+    return mu, 0.5 * (cov + cov.T)
+
+
+def _summarise(acc_n: np.ndarray, acc_mean: np.ndarray, acc_m2: np.ndarray) -> tuple[Any, ...]:
+    """Pooled moments and batch-means standard errors over all (chain, segment) batches."""
+    d = acc_mean.shape[-1]
+    n = acc_n.reshape(-1)
+    means = acc_mean.reshape(-1, d)
+    m2 = _full(acc_m2.reshape(-1, d, d))
+    keep = n > 0
+    n, means, m2 = n[keep], means[keep], m2[keep]
+    mu, cov = _merge(n, means, m2)
+    dev = means - mu
+    batch_covs = m2 / n[:, None, None] + dev[:, :, None] * dev[:, None, :]
+    K = n.shape[0]
+    if K >= 2:
+        w = n / n.sum()
+        # weighted batch means: Var(Σ w_k b_k) ≈ Σ w_k² (b_k − b̄)² · K/(K−1)
+        se_mean = np.sqrt(K / (K - 1) * np.einsum("k,ki->i", w**2, dev**2))
+        se_cov = np.sqrt(K / (K - 1) * np.einsum("k,kij->ij", w**2, (batch_covs - cov) ** 2))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ess = np.where(se_mean > 0, np.diag(cov) / se_mean**2, float(n.sum()))
+        ess = np.minimum(ess, float(n.sum()))
+    else:
+        se_mean = np.full(d, np.nan)
+        se_cov = np.full((d, d), np.nan)
+        ess = np.full(d, np.nan)
+    return mu, cov, se_mean, se_cov, ess, K, batch_covs
+
+
+def _merge_positions(pos_n: np.ndarray, pos_mean: np.ndarray, pos_m2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-epoch-position mean and variance pooled over chains."""
+    tot = np.maximum(pos_n.sum(axis=0), 1)  # (R,)
+    mu = (pos_n[:, :, None] * pos_mean).sum(axis=0) / tot[:, None]
+    dev = pos_mean - mu[None]
+    var = (pos_m2.sum(axis=0) + (pos_n[:, :, None] * dev**2).sum(axis=0)) / tot[:, None]
+    return mu, var

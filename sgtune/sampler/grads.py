@@ -1,0 +1,122 @@
+"""Numba gradient oracles: GLM minibatch gradients and a quadratic potential with synthetic noise.
+
+Convention (seed 003, §2.1; THEORY.md §1.1): the stochastic gradient of the *mean* loss,
+
+    G(θ) = (1/|S|) Σ_{n∈S} ∇l_n(θ) + Γθ/N,       ∇l_n(θ) = ρ'(x_nᵀθ, y_n) x_n,
+
+with ρ' from :meth:`sgtune.models.GLM.derivatives` (mirrored here elementwise and tested
+against it). Model ids (:data:`MODEL_IDS`): linear 0, logistic 1, poisson 2, beta-linear 3.
+
+The quadratic oracle (ids 4, 5) is for theory checks without data:
+G(θ) = A(θ − μ) + ε with ε = L z, z ~ N(0, I), LLᵀ = C (``quadratic-gaussian``), or
+ε_i = scale · S_α i.i.d. symmetric α-stable (``quadratic-stable``).
+
+Model parameters are passed as a float64 vector ``mpar`` = [σ², p, c, α, scale] with
+c = (2πσ²)^{(1−p)/2} (β-divergence constant); unused entries are ignored.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._jit import njit
+from .rng import fill_normals, stable_symmetric
+
+__all__ = ["MODEL_IDS", "LINEAR", "LOGISTIC", "POISSON", "BETA_LINEAR", "QUAD_GAUSS", "QUAD_STABLE",
+           "model_params", "glm_d1", "glm_d1_vector", "minibatch_gradient", "quadratic_gradient"]
+
+LINEAR, LOGISTIC, POISSON, BETA_LINEAR, QUAD_GAUSS, QUAD_STABLE = 0, 1, 2, 3, 4, 5
+MODEL_IDS: dict[str, int] = {"linear": LINEAR, "logistic": LOGISTIC, "poisson": POISSON,
+                             "beta-linear": BETA_LINEAR, "quadratic-gaussian": QUAD_GAUSS,
+                             "quadratic-stable": QUAD_STABLE}
+PRIOR_NONE, PRIOR_SCALAR, PRIOR_DENSE = 0, 1, 2
+
+
+def model_params(noise_variance: float = 1.0, beta_power: float = 1.5, alpha: float = 2.0,
+                 scale: float = 0.0) -> np.ndarray:
+    """The ``mpar`` vector [σ², p, c, α, scale] (see module docstring)."""
+    c = (2 * math.pi * noise_variance) ** ((1 - beta_power) / 2)
+    return np.array([noise_variance, beta_power, c, alpha, scale], dtype=np.float64)
+
+
+@njit
+def glm_d1(model, eta, y, mpar):  # type: ignore[no-untyped-def]
+    """∂ρ/∂η(η, y) of the GLM ``model`` (mirror of ``GLM.derivatives(...)[1]``)."""
+    if model == LINEAR:
+        return (eta - y) / mpar[0]
+    if model == LOGISTIC:
+        if eta >= 0.0:
+            return 1.0 / (1.0 + math.exp(-eta)) - y
+        e = math.exp(eta)
+        return e / (1.0 + e) - y
+    if model == POISSON:
+        return math.exp(eta) - y
+    # BETA_LINEAR: ρ' = −c e^{−(p−1) r²/(2σ²)} r/σ², r = y − η
+    s2 = mpar[0]
+    r = y - eta
+    return -mpar[2] * math.exp(-(mpar[1] - 1.0) * r * r / (2.0 * s2)) * r / s2
+
+
+@njit
+def glm_d1_vector(model, eta, y, mpar, out):  # type: ignore[no-untyped-def]
+    """Elementwise :func:`glm_d1` into ``out`` (for tests against ``sgtune.models``)."""
+    for i in range(eta.shape[0]):
+        out[i] = glm_d1(model, eta[i], y[i], mpar)
+
+
+@njit
+def minibatch_gradient(theta, X, y, idx, start, stop, model, mpar, prior_kind, prior, grad):  # type: ignore[no-untyped-def]
+    """grad ← (1/|S|) Σ_{n∈S} ρ'(x_nᵀθ, y_n) x_n + Γθ/N,  S = idx[start:stop].
+
+    ``prior`` is Γ/N: read as ``prior[0, 0]·I`` when ``prior_kind`` = 1, dense when 2, ignored when 0.
+    """
+    d = theta.shape[0]
+    for j in range(d):
+        grad[j] = 0.0
+    for k in range(start, stop):
+        n = idx[k]
+        eta = 0.0
+        for j in range(d):
+            eta += X[n, j] * theta[j]
+        g = glm_d1(model, eta, y[n], mpar)
+        for j in range(d):
+            grad[j] += g * X[n, j]
+    inv = 1.0 / (stop - start)
+    for j in range(d):
+        grad[j] *= inv
+    if prior_kind == PRIOR_SCALAR:
+        g0 = prior[0, 0]
+        for j in range(d):
+            grad[j] += g0 * theta[j]
+    elif prior_kind == PRIOR_DENSE:
+        for i in range(d):
+            acc = 0.0
+            for j in range(d):
+                acc += prior[i, j] * theta[j]
+            grad[i] += acc
+
+
+@njit
+def quadratic_gradient(theta, A, mu, model, noise_chol, mpar, st, buf, grad):  # type: ignore[no-untyped-def]
+    """grad ← A(θ − μ) + ε, ε ~ N(0, LLᵀ) (model 4) or scale·S_α i.i.d. (model 5)."""
+    d = theta.shape[0]
+    for j in range(d):
+        buf[j] = theta[j] - mu[j]
+    for i in range(d):
+        acc = 0.0
+        for j in range(d):
+            acc += A[i, j] * buf[j]
+        grad[i] = acc
+    if model == QUAD_GAUSS:
+        fill_normals(st, buf)
+        for i in range(d):
+            acc = 0.0
+            for j in range(i + 1):
+                acc += noise_chol[i, j] * buf[j]
+            grad[i] += acc
+    else:
+        alpha = mpar[3]
+        scale = mpar[4]
+        for i in range(d):
+            grad[i] += scale * stable_symmetric(st, alpha)

@@ -1,0 +1,120 @@
+"""Pure-Python twins of the numba kernels (slow; for tests and ``backend="python"``).
+
+:func:`run_twin` takes exactly the argument list of the kernels in
+:mod:`sgtune.sampler.kernels` and mutates the same arrays, but is written independently:
+NumPy vector operations per step, the GLM derivatives from :mod:`sgtune.models`
+(the reference implementation), and the random stream of :class:`~sgtune.sampler.rng.Xoshiro256PP`
+(Python integers). Kernel and twin must agree to rounding (≈1e-12) on the same seed.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..models import get_model
+from .rng import Xoshiro256PP
+
+__all__ = ["run_twin", "batch_twin"]
+
+_GLM_NAMES = {0: "linear", 1: "logistic", 2: "poisson", 3: "beta-linear"}
+
+
+def batch_twin(gen: Xoshiro256PP, perm: np.ndarray, n_data: int, batch_size: int, batching: int,
+               epoch_pos: int) -> tuple[np.ndarray, int]:
+    """The next minibatch (indices) and the new epoch position (mirror of ``draw_batch``)."""
+    if batching == 0:
+        return np.array([gen.randbelow(n_data) for _ in range(batch_size)], dtype=np.int64), epoch_pos
+    if batching == 1:
+        for k in range(batch_size):
+            j = k + gen.randbelow(n_data - k)
+            perm[k], perm[j] = perm[j], perm[k]
+        return perm[:batch_size].copy(), epoch_pos
+    n_batches = -(-n_data // batch_size)
+    if epoch_pos == 0:
+        for i in range(n_data - 1, 0, -1):
+            j = gen.randbelow(i + 1)
+            perm[i], perm[j] = perm[j], perm[i]
+    start = epoch_pos * batch_size
+    return perm[start:min(start + batch_size, n_data)].copy(), (epoch_pos + 1) % n_batches
+
+
+def run_twin(sampler: str, theta: np.ndarray, mom: np.ndarray, rng_state: np.ndarray, perm: np.ndarray,
+             epoch_pos: np.ndarray, t0: int, n_steps: int, burn_in: int, X: np.ndarray, y: np.ndarray,
+             model: int, mpar: np.ndarray, noise_chol: np.ndarray, prior_kind: int, prior: np.ndarray,
+             lam: np.ndarray, lam_kind: int, noise_fac: np.ndarray, inject: bool, kappa: float,
+             batch_size: int, batching: int, decay: float, seg_len: int, acc_n: np.ndarray,
+             acc_mean: np.ndarray, acc_m2: np.ndarray, thin: int, trace: np.ndarray, pos_n: np.ndarray,
+             pos_mean: np.ndarray, pos_m2: np.ndarray, obs: np.ndarray, obs_sum: np.ndarray,
+             diverged: np.ndarray, clip_count: np.ndarray) -> None:
+    """Same contract as ``KERNELS[sampler](...)`` (see :mod:`sgtune.sampler.kernels`)."""
+    glm: Any = None
+    if model < 4:
+        glm = get_model(_GLM_NAMES[model], noise_variance=float(mpar[0]),
+                        beta_power=float(mpar[1]) if model == 3 else None)
+    diag_lam = np.diag(lam).copy()
+    diag_fac = np.diag(noise_fac).copy()
+    n_seg, n_trace, n_pos = acc_n.shape[1], trace.shape[1], pos_n.shape[1]
+    for c in range(theta.shape[0]):
+        if diverged[c] >= 0:
+            continue
+        gen = Xoshiro256PP(rng_state[c])
+        th, m, pos = theta[c].copy(), mom[c].copy(), int(epoch_pos[c])
+        for t in range(t0 + 1, t0 + n_steps + 1):
+            if model >= 4:
+                g = X @ (th - y)
+                if model == 4:
+                    g = g + noise_chol @ gen.normals(th.size)
+                else:
+                    g = g + mpar[4] * np.array([gen.stable_symmetric(float(mpar[3])) for _ in range(th.size)])
+            else:
+                idx, pos = batch_twin(gen, perm[c], X.shape[0], batch_size, batching, pos)
+                d1 = glm.derivatives(X[idx] @ th, y[idx])[1]
+                g = X[idx].T @ d1 / len(idx)
+                if prior_kind == 1:
+                    g = g + prior[0, 0] * th
+                elif prior_kind == 2:
+                    g = g + prior @ th
+            m = kappa * m + g
+            s = float(t) ** (-decay) if decay != 0.0 else 1.0
+            rs = math.sqrt(s)
+            if sampler == "sgld":
+                th = th - s * (lam @ m if lam_kind == 2 else diag_lam * m)
+                if inject:
+                    xi = gen.normals(th.size)
+                    th = th + rs * (np.tril(noise_fac) @ xi if lam_kind == 2 else diag_fac * xi)
+            elif sampler == "sglrw":
+                r = rs * diag_fac
+                p = 0.5 - 0.5 * s * diag_lam * m / r
+                clip_count[c] += int(np.sum((p < 0) | (p > 1)))
+                p = np.clip(p, 0.0, 1.0)
+                u = np.array([gen.uniform() for _ in range(th.size)])
+                th = th + np.where(u < p, r, -r)
+            else:
+                xi = gen.normals(th.size)
+                r = rs * diag_fac
+                dr = s * diag_lam * m
+                clip_count[c] += int(np.sum(np.abs(dr) > r))
+                th = th - np.clip(dr, -r, r) + r * xi
+            if not np.sum(np.abs(th)) < 1e150:
+                diverged[c] = t
+                break
+            if t <= burn_in:
+                continue
+            u_ = t - burn_in
+            seg = min((u_ - 1) // seg_len, n_seg - 1)
+            acc_n[c, seg] += 1
+            delta = th - acc_mean[c, seg]
+            acc_mean[c, seg] += delta / acc_n[c, seg]
+            acc_m2[c, seg] += np.triu(np.outer(delta, th - acc_mean[c, seg]))
+            if thin > 0 and u_ % thin == 0 and u_ // thin - 1 < n_trace:
+                trace[c, u_ // thin - 1] = th
+            obs_sum[c] += obs @ th
+            if n_pos > 0:
+                pos_n[c, pos] += 1
+                dp = th - pos_mean[c, pos]
+                pos_mean[c, pos] += dp / pos_n[c, pos]
+                pos_m2[c, pos] += dp * (th - pos_mean[c, pos])
+        theta[c], mom[c], epoch_pos[c] = th, m, pos
+        rng_state[c] = gen.state()
