@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "derive": "sgtune.cli.cmd_derive",
     "run": "sgtune.cli.cmd_run",
     "verify": "sgtune.cli.cmd_verify",
+    "reshuffle": "sgtune.cli.cmd_reshuffle",
 }
 
 

@@ -17,6 +17,7 @@ DERIVATIONS: dict[str, str] = {
     "minibatch-moments": "sgtune.symbolic.minibatch:minibatch_moments",
     "isotropic-diagonal-share": "sgtune.symbolic.minibatch:isotropic_diagonal_share",
     "stationary-1d": "sgtune.symbolic.stationary:stationary_variance_1d",
+    "rr-rm": "sgtune.symbolic.reshuffle:rr_rm",
 }
 
 

@@ -1,0 +1,362 @@
+"""Raw chains of the 1-D Gaussian model problem of seed 002 (RR vs RM batching), in numba.
+
+One step on batch b (``THEORY.md`` §4.2, rescaled step h = ηN/σ²):
+
+    θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N) ξ,    ξ ~ N(0, 1).
+
+Schemes (integer codes in :data:`SCHEME_CODES`):
+
+- ``ula``: full gradient, x̄_b = x̄;
+- ``rm``: a fresh batch of B distinct indices every step (partial Fisher–Yates);
+- ``rm_with_replacement``: B indices drawn independently and uniformly;
+- ``rr``: at the start of every epoch a fresh uniformly random permutation
+  (full Fisher–Yates), then the R = N/B consecutive blocks in order.
+
+Every chain owns an independent xoshiro256** stream seeded from
+``numpy.random.SeedSequence(seed).spawn(n_chains)``, so results do not depend
+on the number of threads.  Uniforms are 53-bit ``(x >> 11)·2⁻⁵³``; normals are
+Box–Muller from two uniforms (one normal per pair); an index in [0, m) is
+⌊u·m⌋ (bias ≤ m·2⁻⁵³, negligible for any data set that fits in memory).
+
+The kernels store no traces: after ``burn_in_epochs`` they accumulate, per
+chain and per epoch position k = 0..R−1 (k steps of the epoch already taken),
+the time averages of d = θ − x̄ and d².  Because chains are independent, the
+across-chain spread of these per-chain averages gives an honest Monte Carlo
+standard error whatever the autocorrelation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from .._validation import as_vector, check_int, check_positive
+from ..errors import SgtuneError, UnstableStepSizeError
+
+__all__ = ["SCHEME_CODES", "ReshuffleChains", "run_reshuffle_chains", "run_reshuffle_chains_python",
+           "seed_states"]
+
+SCHEME_CODES: dict[str, int] = {"ula": 0, "rm": 1, "rm_with_replacement": 2, "rr": 3}
+
+_M64 = (1 << 64) - 1
+_TWO53 = 1.0 / 9007199254740992.0  # 2**-53
+
+
+# ----------------------------------------------------------------------------- numba kernels
+@numba.njit(cache=True, nogil=True)
+def _rotl(x: np.uint64, k: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    return (x << k) | (x >> (np.uint64(64) - k))
+
+
+@numba.njit(cache=True, nogil=True)
+def _next_u64(s: np.ndarray) -> np.uint64:  # pragma: no cover - compiled
+    """xoshiro256** (Blackman & Vigna); ``s`` is a length-4 uint64 state, updated in place."""
+    s0 = s[0]
+    s1 = s[1]
+    s2 = s[2]
+    s3 = s[3]
+    result = _rotl(s1 * np.uint64(5), np.uint64(7)) * np.uint64(9)
+    t = s1 << np.uint64(17)
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = _rotl(s3, np.uint64(45))
+    s[0] = s0
+    s[1] = s1
+    s[2] = s2
+    s[3] = s3
+    return result
+
+
+@numba.njit(cache=True, nogil=True)
+def _uniform(s: np.ndarray) -> float:  # pragma: no cover - compiled
+    return float(_next_u64(s) >> np.uint64(11)) * 1.1102230246251565e-16
+
+
+@numba.njit(cache=True, nogil=True)
+def _normal(s: np.ndarray) -> float:  # pragma: no cover - compiled
+    u1 = 1.0 - _uniform(s)  # (0, 1]
+    u2 = _uniform(s)
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@numba.njit(cache=True, nogil=True)
+def _below(s: np.ndarray, m: int) -> int:  # pragma: no cover - compiled
+    j = int(_uniform(s) * m)
+    return j if j < m else m - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
+               n_epochs: int, burn_in_epochs: int, s: np.ndarray, perm: np.ndarray,
+               m1: np.ndarray, m2: np.ndarray) -> None:  # pragma: no cover - compiled
+    n = x.shape[0]
+    R = n // batch_size
+    for i in range(n):
+        perm[i] = i
+    for k in range(R):
+        m1[k] = 0.0
+        m2[k] = 0.0
+    theta = xbar
+    for epoch in range(burn_in_epochs + n_epochs):
+        if scheme == 3:  # RR: fresh permutation per epoch (Fisher–Yates)
+            for i in range(n - 1, 0, -1):
+                j = _below(s, i + 1)
+                tmp = perm[i]
+                perm[i] = perm[j]
+                perm[j] = tmp
+        for k in range(R):
+            if epoch >= burn_in_epochs:
+                d = theta - xbar
+                m1[k] += d
+                m2[k] += d * d
+            if scheme == 0:
+                xb = xbar
+            elif scheme == 1:  # RM without replacement: partial Fisher–Yates, B distinct indices
+                acc = 0.0
+                for i in range(batch_size):
+                    j = i + _below(s, n - i)
+                    tmp = perm[i]
+                    perm[i] = perm[j]
+                    perm[j] = tmp
+                    acc += x[perm[i]]
+                xb = acc / batch_size
+            elif scheme == 2:  # RM with replacement
+                acc = 0.0
+                for i in range(batch_size):
+                    acc += x[_below(s, n)]
+                xb = acc / batch_size
+            else:  # RR: block k of this epoch's permutation
+                acc = 0.0
+                for i in range(k * batch_size, (k + 1) * batch_size):
+                    acc += x[perm[i]]
+                xb = acc / batch_size
+            theta = theta - h * (theta - xb) + noise_sd * _normal(s)
+    for k in range(R):
+        m1[k] /= n_epochs
+        m2[k] /= n_epochs
+
+
+@numba.njit(cache=True, parallel=True)
+def _run_chains(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
+                n_epochs: int, burn_in_epochs: int, states: np.ndarray, perms: np.ndarray,
+                m1: np.ndarray, m2: np.ndarray) -> None:  # pragma: no cover - compiled
+    for c in numba.prange(states.shape[0]):
+        _one_chain(x, xbar, batch_size, h, noise_sd, scheme, n_epochs, burn_in_epochs,
+                   states[c], perms[c], m1[c], m2[c])
+
+
+# ----------------------------------------------------------------------------- pure-Python twin
+def _py_next_u64(s: list[int]) -> int:
+    s0, s1, s2, s3 = s
+    r1 = (s1 * 5) & _M64
+    result = ((((r1 << 7) | (r1 >> 57)) & _M64) * 9) & _M64
+    t = (s1 << 17) & _M64
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = ((s3 << 45) | (s3 >> 19)) & _M64
+    s[:] = [s0, s1, s2, s3]
+    return result
+
+
+def _py_uniform(s: list[int]) -> float:
+    return float(_py_next_u64(s) >> 11) * _TWO53
+
+
+def _py_normal(s: list[int]) -> float:
+    u1 = 1.0 - _py_uniform(s)
+    u2 = _py_uniform(s)
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+def _py_below(s: list[int], m: int) -> int:
+    j = int(_py_uniform(s) * m)
+    return j if j < m else m - 1
+
+
+def _py_one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
+                  n_epochs: int, burn_in_epochs: int, s: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    n = len(x)
+    R = n // batch_size
+    perm = list(range(n))
+    m1 = [0.0] * R
+    m2 = [0.0] * R
+    theta = xbar
+    for epoch in range(burn_in_epochs + n_epochs):
+        if scheme == 3:
+            for i in range(n - 1, 0, -1):
+                j = _py_below(s, i + 1)
+                perm[i], perm[j] = perm[j], perm[i]
+        for k in range(R):
+            if epoch >= burn_in_epochs:
+                d = theta - xbar
+                m1[k] += d
+                m2[k] += d * d
+            if scheme == 0:
+                xb = xbar
+            elif scheme == 1:
+                acc = 0.0
+                for i in range(batch_size):
+                    j = i + _py_below(s, n - i)
+                    perm[i], perm[j] = perm[j], perm[i]
+                    acc += float(x[perm[i]])
+                xb = acc / batch_size
+            elif scheme == 2:
+                acc = 0.0
+                for i in range(batch_size):
+                    acc += float(x[_py_below(s, n)])
+                xb = acc / batch_size
+            else:
+                acc = 0.0
+                for i in range(k * batch_size, (k + 1) * batch_size):
+                    acc += float(x[perm[i]])
+                xb = acc / batch_size
+            theta = theta - h * (theta - xb) + noise_sd * _py_normal(s)
+    return np.array(m1) / n_epochs, np.array(m2) / n_epochs
+
+
+# ----------------------------------------------------------------------------- public API
+@dataclass(frozen=True)
+class ReshuffleChains:
+    """Per-chain, per-epoch-position time averages of d = θ − x̄ and d² (shape (chains, R)).
+
+    ``var`` / ``var_se`` and ``mean`` / ``mean_se`` pool the chains (standard
+    errors from the across-chain spread); ``average_var`` / ``average_var_se``
+    pool the positions too.
+    """
+
+    scheme: str
+    seed: int
+    n_epochs: int
+    burn_in_epochs: int
+    first_moment: np.ndarray
+    second_moment: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.first_moment.mean(axis=0)
+
+    @property
+    def mean_se(self) -> np.ndarray:
+        c = self.first_moment.shape[0]
+        return self.first_moment.std(axis=0, ddof=1) / math.sqrt(c)
+
+    @property
+    def var(self) -> np.ndarray:
+        """E[(θ − x̄)²] per position (the exact mean is x̄, so this is the variance)."""
+        return self.second_moment.mean(axis=0)
+
+    @property
+    def var_se(self) -> np.ndarray:
+        c = self.second_moment.shape[0]
+        return self.second_moment.std(axis=0, ddof=1) / math.sqrt(c)
+
+    @property
+    def average_var(self) -> float:
+        return float(self.second_moment.mean())
+
+    @property
+    def average_var_se(self) -> float:
+        per_chain = self.second_moment.mean(axis=1)
+        return float(per_chain.std(ddof=1) / math.sqrt(per_chain.shape[0]))
+
+
+def seed_states(seed: int, n_chains: int) -> np.ndarray:
+    """(n_chains, 4) uint64 xoshiro256** states from ``SeedSequence(seed).spawn(n_chains)``."""
+    children = np.random.SeedSequence(seed).spawn(n_chains)
+    states = np.stack([c.generate_state(4, dtype=np.uint64) for c in children])
+    bad = ~states.any(axis=1)
+    states[bad, 0] = np.uint64(0x9E3779B97F4A7C15)  # the all-zero state is a fixed point
+    return np.ascontiguousarray(states)
+
+
+def _validate(data: Any, batch_size: Any, step: Any, sigma2: Any, scheme: str, n_chains: Any,
+              n_epochs: Any, burn_in_epochs: Any) -> tuple[np.ndarray, int, float, float, int, int, int, int]:
+    x = as_vector(data, "data")
+    n = x.shape[0]
+    if n < 2:
+        raise SgtuneError(f"data must hold at least N = 2 observations, got N = {n}")
+    b = check_int(batch_size, "batch_size", low=1, high=n)
+    if n % b:
+        raise SgtuneError(f"batch_size = {b} does not divide N = {n}; use a divisor of N")
+    h = check_positive(step, "step")
+    if not h < 2.0:
+        raise UnstableStepSizeError(f"step = {h} is unstable: the chains need 0 < h < 2; use h < 2",
+                                    spectral_radius=abs(1 - h), max_stable_step=2.0)
+    sig2 = float(np.var(x, ddof=1)) if sigma2 is None else check_positive(sigma2, "sigma2")
+    if not sig2 > 0:
+        raise SgtuneError("data are all equal so the default sigma2 is 0; pass sigma2 > 0")
+    if scheme not in SCHEME_CODES:
+        raise SgtuneError(f"scheme = {scheme!r} is unknown; choose one of {', '.join(SCHEME_CODES)}")
+    c = check_int(n_chains, "n_chains", low=2)
+    e = check_int(n_epochs, "n_epochs", low=1)
+    bi = check_int(burn_in_epochs, "burn_in_epochs", low=0)
+    return x, b, h, sig2, SCHEME_CODES[scheme], c, e, bi
+
+
+def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
+                         sigma2: Any | None = None, n_chains: int = 256, n_epochs: int = 1000,
+                         burn_in_epochs: int = 100, seed: int = 0) -> ReshuffleChains:
+    """Run independent model-problem chains θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N)ξ (seed 002 §4, eq. 8).
+
+    Parameters
+    ----------
+    data : array_like, shape (N,)
+        The data x_1..x_N.
+    batch_size : int
+        B, dividing N.
+    step : float
+        Rescaled step h, 0 < h < 2.
+    scheme : {"ula", "rm", "rm_with_replacement", "rr"}
+        Batching policy.
+    sigma2 : float, optional
+        σ² (default the unbiased sample variance).
+    n_chains, n_epochs, burn_in_epochs : int
+        Chains (started at x̄), kept epochs, discarded epochs (R steps each).
+    seed : int
+        Root seed; chain c uses ``SeedSequence(seed).spawn(n_chains)[c]``.
+
+    Returns
+    -------
+    ReshuffleChains
+        Per-chain moments per epoch position.
+    """
+    x, b, h, sig2, code, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
+                                              n_epochs, burn_in_epochs)
+    n = x.shape[0]
+    R = n // b
+    states = seed_states(int(seed), c)
+    perms = np.empty((c, n), dtype=np.int64)
+    m1 = np.empty((c, R))
+    m2 = np.empty((c, R))
+    _run_chains(x, float(x.mean()), b, h, math.sqrt(2.0 * h * sig2 / n), code, e, bi, states, perms, m1, m2)
+    return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
+                           first_moment=m1, second_moment=m2)
+
+
+def run_reshuffle_chains_python(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
+                                sigma2: Any | None = None, n_chains: int = 4, n_epochs: int = 10,
+                                burn_in_epochs: int = 2, seed: int = 0) -> ReshuffleChains:
+    """Pure-Python twin of :func:`run_reshuffle_chains` (same streams, same arithmetic; for tests)."""
+    x, b, h, sig2, code, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
+                                              n_epochs, burn_in_epochs)
+    n = x.shape[0]
+    states = seed_states(int(seed), c)
+    xbar = float(x.mean())
+    noise_sd = math.sqrt(2.0 * h * sig2 / n)
+    m1, m2 = [], []
+    for ci in range(c):
+        s = [int(v) for v in states[ci]]
+        a1, a2 = _py_one_chain(x, xbar, b, h, noise_sd, code, e, bi, s)
+        m1.append(a1)
+        m2.append(a2)
+    return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
+                           first_moment=np.array(m1), second_moment=np.array(m2))

@@ -1,0 +1,147 @@
+"""Raw model-problem chains (numba) vs their Python twin and vs every closed form, per epoch position.
+
+Monte Carlo tolerance: each compared quantity q has a standard error from the
+across-chain spread of per-chain time averages (chains are independent, so
+this is honest whatever the autocorrelation).  A check passes when
+|z| = |q̂ − q| / se < Φ⁻¹(1 − α/(2m)) with α = 1e-3 and m the number of
+quantities compared in that test (Bonferroni).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from sgtune.errors import SgtuneError, UnstableStepSizeError
+from sgtune.sampler import reshuffle as smp
+from sgtune.theory.reshuffle import reshuffle_bias
+
+ALPHA = 1e-3
+X12 = np.random.default_rng(11).normal(size=12) * 1.7 + 0.4
+
+
+def _zcrit(m: int) -> float:
+    return float(norm.ppf(1 - ALPHA / (2 * m)))
+
+
+@pytest.mark.parametrize("scheme", ["ula", "rm", "rm_with_replacement", "rr"])
+def test_numba_matches_python_twin(scheme: str) -> None:
+    kw = dict(scheme=scheme, n_chains=3, n_epochs=6, burn_in_epochs=2, seed=17)
+    a = smp.run_reshuffle_chains(X12, 3, 0.4, **kw)
+    b = smp.run_reshuffle_chains_python(X12, 3, 0.4, **kw)
+    # identical integer streams; libm vs math.log/cos may differ by an ulp → 1e-12
+    assert np.allclose(a.first_moment, b.first_moment, rtol=1e-12, atol=1e-14)
+    assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
+
+
+def test_streams_are_per_chain_and_reproducible() -> None:
+    a = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=4, n_epochs=20, seed=5)
+    b = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=7, n_epochs=20, seed=5)
+    assert np.array_equal(a.second_moment, b.second_moment[:4])  # chain c independent of n_chains
+    c = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=4, n_epochs=20, seed=6)
+    assert not np.array_equal(a.second_moment, c.second_moment)
+    assert len(smp._run_chains.signatures) == 1  # one compilation for every scheme and size
+
+
+def _zscores(x: np.ndarray, b: int, hv: float, n_chains: int, n_epochs: int, seed: int) -> dict[str, np.ndarray]:
+    th = reshuffle_bias(x, b, hv)
+    r = th.n_batches
+    burn = int(np.ceil(40 / (hv * r))) + 1  # transient a^{2t}·Var ≤ e^{−80}: negligible vs any MC error
+    out: dict[str, np.ndarray] = {}
+    want = {"ula": np.full(r, th.ula_var), "rm": np.full(r, th.rm_var),
+            "rm_with_replacement": np.full(r, th.rm_with_replacement_var), "rr": th.rr_by_position_var}
+    for i, (scheme, w) in enumerate(want.items()):
+        ch = smp.run_reshuffle_chains(x, b, hv, scheme=scheme, n_chains=n_chains, n_epochs=n_epochs,
+                                      burn_in_epochs=burn, seed=seed + i)
+        out[f"{scheme}_var"] = (ch.var - w) / ch.var_se
+        out[f"{scheme}_mean"] = ch.mean / ch.mean_se  # every scheme's mean is exact: x̄
+        if scheme == "rr":
+            out["rr_average_var"] = np.array([(ch.average_var - th.rr_average_var) / ch.average_var_se])
+            out["rr_published_average"] = np.array(
+                [(ch.average_var - _published_average_var(th)) / ch.average_var_se])
+        if scheme == "rm":
+            published = th.target_var * (1 + hv * (1 + r) / (2 - hv))
+            out["rm_published"] = np.array([(ch.var.mean() - published) / ch.var_se.mean()])
+    return out
+
+
+def _published_average_var(th) -> float:  # type: ignore[no-untyped-def]
+    """Published ε̄ (v = R, k averaged inside the square), as a variance."""
+    hv, r = th.step, th.n_batches
+    a = 1 - hv
+    m1 = np.mean(a ** np.arange(r))
+    m2 = np.mean(a ** (2 * np.arange(r)))
+    Y = a ** r
+    eps = hv / (2 - hv) + (r / (r - 1)) * (hv * r / (2 - hv) - m2 * (1 - Y) / (1 + Y) - (1 - m1) ** 2)
+    return th.target_var * (1 + eps)
+
+
+def _check(z: dict[str, np.ndarray]) -> None:
+    tested = {k: v for k, v in z.items() if "published" not in k}
+    m = sum(v.size for v in tested.values())
+    zc = _zcrit(m)
+    worst = max(float(np.max(np.abs(v))) for v in tested.values())
+    print(f"m = {m} quantities, Bonferroni z-threshold {zc:.2f}, max |z| = {worst:.2f}")
+    for k, v in tested.items():
+        print(k, np.round(v, 2))
+        assert np.all(np.abs(v) < zc), (k, v, zc)
+
+
+@pytest.mark.mc
+@pytest.mark.parametrize("hv", [0.3, 1.5])
+def test_chains_match_every_formula_fast(hv: float) -> None:
+    z = _zscores(X12, 3, hv, n_chains=200, n_epochs=400, seed=100)
+    _check(z)
+
+
+@pytest.mark.mc
+def test_published_formulas_rejected_by_simulation() -> None:
+    # h = 0.3, R = 4: the published RM error is off by h/(2−h) ≈ 0.18 of the target variance
+    z = _zscores(X12, 3, 0.3, n_chains=200, n_epochs=400, seed=300)
+    _check(z)
+    print("published RM z =", z["rm_published"], " published RR-average z =", z["rr_published_average"])
+    # both published formulas are rejected at the Bonferroni threshold for these 2 tests
+    assert abs(z["rm_published"][0]) > _zcrit(2)
+    assert abs(z["rr_published_average"][0]) > _zcrit(2)
+
+
+@pytest.mark.mc
+def test_large_step_rr_worse_than_rm_in_simulation() -> None:
+    x = X12
+    th = reshuffle_bias(x, 3, 1.8)
+    assert th.rr_average_var > th.rm_var
+    rr = smp.run_reshuffle_chains(x, 3, 1.8, scheme="rr", n_chains=200, n_epochs=400, burn_in_epochs=20, seed=7)
+    rm = smp.run_reshuffle_chains(x, 3, 1.8, scheme="rm", n_chains=200, n_epochs=400, burn_in_epochs=20, seed=8)
+    diff = rr.average_var - rm.var.mean()
+    se = np.hypot(rr.average_var_se, rm.var_se.mean())  # conservative: mean of positional SEs ≥ SE of mean
+    assert diff / se > _zcrit(1)
+
+
+@pytest.mark.slow
+@pytest.mark.mc
+@pytest.mark.parametrize("hv", [0.05, 0.3, 1.0, 1.5, 1.9])
+@pytest.mark.parametrize("n,b", [(12, 3), (20, 2), (6, 2)])
+def test_chains_match_every_formula_slow(hv: float, n: int, b: int) -> None:
+    x = np.random.default_rng(n).standard_t(5, size=n)
+    z = _zscores(x, b, hv, n_chains=1000, n_epochs=4000, seed=1000)
+    _check(z)
+
+
+def test_bad_scheme() -> None:
+    with pytest.raises(SgtuneError, match=r"scheme = 'sgd' is unknown"):
+        smp.run_reshuffle_chains(X12, 3, 0.1, scheme="sgd")
+
+
+def test_bad_step() -> None:
+    with pytest.raises(UnstableStepSizeError, match=r"0 < h < 2"):
+        smp.run_reshuffle_chains(X12, 3, 2.5)
+
+
+def test_batch_not_dividing() -> None:
+    with pytest.raises(SgtuneError, match=r"does not divide N = 12"):
+        smp.run_reshuffle_chains(X12, 5, 0.1)
+
+
+def test_one_chain_refused() -> None:
+    with pytest.raises(SgtuneError, match=r"n_chains must be >= 2"):
+        smp.run_reshuffle_chains(X12, 3, 0.1, n_chains=1)
