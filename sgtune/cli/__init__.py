@@ -15,6 +15,7 @@ import click
 
 #: command name -> module that defines a click command named ``cli``
 COMMANDS: dict[str, str] = {
+    "fluctuation": "sgtune.cli.cmd_fluctuation",
     "minibatch-error": "sgtune.cli.cmd_minibatch_error",
     "lambda": "sgtune.cli.cmd_lambda",
     "covariance": "sgtune.cli.cmd_covariance",

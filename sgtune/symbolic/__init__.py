@@ -13,6 +13,9 @@ from typing import Any
 import sympy as sp
 
 DERIVATIONS: dict[str, str] = {
+    "nld": "sgtune.symbolic.fluctuation:nld",
+    "hfhr": "sgtune.symbolic.fluctuation:hfhr",
+    "gaul": "sgtune.symbolic.fluctuation:gaul",
     "clip-factor": "sgtune.symbolic.minibatch:clip_factor",
     "minibatch-moments": "sgtune.symbolic.minibatch:minibatch_moments",
     "isotropic-diagonal-share": "sgtune.symbolic.minibatch:isotropic_diagonal_share",
