@@ -39,8 +39,8 @@ OUT = Path(os.environ["SGTUNE_NOTEBOOK_OUT"]) if os.environ.get("SGTUNE_NOTEBOOK
 RESULTS: dict = {"smoke": SMOKE}
 
 N, DIM, SIGMA2, TAU = 1000, 20, 1.5, 1e-2
-PARTICLES = 60 if SMOKE else 1000       # the paper uses 2000; the KL floor below is for this count
-STEPS = 300 if SMOKE else 10_000
+PARTICLES = 40 if SMOKE else 1000       # the paper uses 2000; the KL floor below is for this count
+STEPS = 100 if SMOKE else 10_000
 BATCHES = (8, 32, 128)
 DELTAS = (1e-3, 1e-4)
 SAMPLERS = ("sgld", "sglrw", "clipped-sgld")
@@ -95,7 +95,7 @@ def kl_floor_exact(n, d):
 
 
 L_post = np.linalg.cholesky(post_cov)
-reps = 20 if SMOKE else 200
+reps = 5 if SMOKE else 200
 sim = np.array([kl_of_particles(post_mean + rng.standard_normal((PARTICLES, DIM)) @ L_post.T)
                 for _ in range(reps)])
 floor_fwd, floor_rev = kl_floor_exact(PARTICLES, DIM)
@@ -196,7 +196,7 @@ for row in table:
 # %%
 model = get_model("linear", noise_variance=SIGMA2)
 ds = make_dataset(X, y)
-draws = post_mean + rng.standard_normal((20 if SMOKE else 200, DIM)) @ L_post.T
+draws = post_mean + rng.standard_normal((5 if SMOKE else 200, DIM)) @ L_post.T
 exact_terms = {}
 for batch in BATCHES:
     pe = posterior_minibatch_error(model, ds, draws, batch, prior_precision=TAU, step_size=1e-4)
@@ -207,7 +207,7 @@ for batch in BATCHES:
 RESULTS["exact_terms"] = exact_terms
 
 # dimension dependence: same design, d varies, B = 32, at posterior draws
-dims = (2, 5, 10, 20) if SMOKE else (1, 2, 5, 10, 20, 50, 100)
+dims = (2, 5) if SMOKE else (1, 2, 5, 10, 20, 50, 100)
 dim_share = []
 for d in dims:
     g = np.random.default_rng(d)
@@ -216,7 +216,7 @@ for d in dims:
     prec = Xd.T @ Xd / SIGMA2 + TAU * np.eye(d)
     cov = np.linalg.inv(prec)
     mean = cov @ Xd.T @ yd / SIGMA2
-    th = mean + g.standard_normal((10 if SMOKE else 50, d)) @ np.linalg.cholesky(cov).T
+    th = mean + g.standard_normal((3 if SMOKE else 50, d)) @ np.linalg.cholesky(cov).T
     pe = posterior_minibatch_error(model, make_dataset(Xd, yd), th, 32, prior_precision=TAU)
     dim_share.append((d, pe.diagonal_share, 3 / (d + 2)))
     print(f"d={d:4d}: posterior-averaged diagonal share {pe.diagonal_share:.4f}  vs 3/(d+2) = {3 / (d + 2):.4f}")
@@ -252,7 +252,7 @@ def target_quantiles(q):
     return np.array([brentq(lambda x: cdf(x) - qi, -10, 10) for qi in q])
 
 
-chains, hsteps, hdelta = (400, 500, 1e-2) if SMOKE else (4000, 4000, 1e-2)
+chains, hsteps, hdelta = (200, 200, 1e-2) if SMOKE else (4000, 4000, 1e-2)
 qs = (np.arange(chains) + 0.5) / chains
 tq = target_quantiles(qs)
 heavy = []
