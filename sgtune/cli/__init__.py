@@ -17,6 +17,7 @@ import click
 COMMANDS: dict[str, str] = {
     "fluctuation": "sgtune.cli.cmd_fluctuation",
     "minibatch-error": "sgtune.cli.cmd_minibatch_error",
+    "noise-anisotropy": "sgtune.cli.cmd_noise_anisotropy",
     "lambda": "sgtune.cli.cmd_lambda",
     "covariance": "sgtune.cli.cmd_covariance",
     "derive": "sgtune.cli.cmd_derive",

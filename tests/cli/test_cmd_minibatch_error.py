@@ -109,3 +109,29 @@ def test_refuses_to_overwrite_output(data_file, tmp_path):
     assert res.exit_code == 1
     assert "already exists" in res.stderr
     assert out.read_bytes() == b"x"
+
+
+# ----------------------------------------------------------------------------- noise-anisotropy
+def test_noise_anisotropy_json_matches_dense_covariance(data_file):
+    path, tpath, X, y, theta = data_file
+    res = CliRunner().invoke(main, ["noise-anisotropy", str(path), "--model", "linear", "--theta", str(tpath),
+                                    "--batch-size", "2", "--without-replacement"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    g = (y - X @ theta)[:, None] * X                 # ∇log p(y_i|x_i, θ), σ² = 1
+    n, b = len(y), 2
+    V = (n**2 / b) * (n - b) / (n - 1) * np.cov(g.T, bias=True)
+    np.testing.assert_allclose(doc["noise_cov"], V, rtol=1e-12)
+    lam = np.linalg.eigvalsh(V)
+    assert doc["condition_number"] == pytest.approx(lam[-1] / lam[0], rel=1e-10)
+    assert doc["residual_condition_number_cholesky"] == pytest.approx(1.0, abs=1e-10)
+
+
+def test_noise_anisotropy_error_theta_length(data_file, tmp_path):
+    path, *_ = data_file
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros(4))
+    res = CliRunner().invoke(main, ["noise-anisotropy", str(path), "--model", "linear", "--theta", str(bad),
+                                    "--batch-size", "2"])
+    assert res.exit_code == 1
+    assert "--theta must hold D = 2" in res.stderr
