@@ -1,6 +1,8 @@
 """``sgtune covariance``: predict the stationary covariance of SG(L)D for a given Λ."""
 from __future__ import annotations
 
+import math
+
 import click
 
 from .._refs import references_of
@@ -44,7 +46,7 @@ def cli(**kw: object) -> None:
                                 without_replacement=bool(kw["without_replacement"]),
                                 momentum=float(kw["momentum"]))  # type: ignore[arg-type]
     doc = {"cov": st.cov, "spectral_radius": st.spectral_radius, "tau_worst": st.tau_worst, "tau": st.tau,
-           "tau_spectral": st.tau_spectral, "theta_hat": prob.expansion.theta_hat,
+           "theta_hat": prob.expansion.theta_hat,
            "relative_residual": st.relative_residual, "solver": st.method, "batch_size": B,
            "inverse_temperature": temperature_json(beta), "momentum": st.momentum, "model": prob.model.name,
            "data": prob.dataset.source, "seed": kw["seed"], "command": command_line(),
@@ -52,6 +54,8 @@ def cli(**kw: object) -> None:
     if kw["average_window"] is not None:
         doc["iterate_average_cov"] = iterate_average_cov(st, int(kw["average_window"]))  # type: ignore[arg-type]
         doc["average_window"] = kw["average_window"]
+    if math.isfinite(st.tau_spectral):  # Prop. 4.4 value; defined without momentum only
+        doc["tau_spectral"] = st.tau_spectral
     if kw["output"]:
         save_array(str(kw["output"]), st.cov)
     emit(doc, kw["json_path"])  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
 """``sgtune lambda``: the step-size matrix Λ that makes SGD/SGLD's stationary covariance a target."""
 from __future__ import annotations
 
+import math
+
 import click
 
 from .._refs import references_of
@@ -46,14 +48,15 @@ def cli(**kw: object) -> None:
     doc = {
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
-        "tau_worst": res.tau_worst, "tau": res.tau, "tau_spectral": res.stationary.tau_spectral,
-        "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
+        "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
         "covariance_error": res.covariance_error, "batch_size": B, "n_data": n, "dim": prob.dataset.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
         "without_replacement": res.without_replacement, "model": prob.model.name,
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
         "command": command_line(), "references": references_of(tune),
     }
+    if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
+        doc["tau_spectral"] = res.stationary.tau_spectral
     if kw["output"]:
         save_array(str(kw["output"]), res.step_matrix)
     emit(doc, kw["json_path"])  # type: ignore[arg-type]

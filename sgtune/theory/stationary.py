@@ -382,8 +382,12 @@ def _build_system(expansion: Expansion, step_matrix: Any, batch_size: int, inv_t
 
 def _noise_matrix(system: _System) -> np.ndarray:
     """Dense D²×D² matrix of 𝒩 on C-order vec (direct path only, small D)."""
-    e = system.expansion
-    d = system.dim
+    return system.noise_scale * _variance_kernel(system.expansion)
+
+
+def _variance_kernel(e: Expansion) -> np.ndarray:
+    """vec-matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ (D²×D²), accumulated in row blocks of 4096."""
+    d = e.dim
     J = e.curvature
     K = np.zeros((d * d, d * d))
     if e.rank_one:
@@ -398,14 +402,15 @@ def _noise_matrix(system: _System) -> np.ndarray:
             hb = Hs[start:start + 4096]
             K += np.einsum("nij,nkl->ikjl", hb, hb).reshape(d * d, d * d)
     K /= e.n_data
-    return system.noise_scale * (K - np.kron(J, J))
+    return K - np.kron(J, J)
 
 
-def _full_operator(system: _System) -> np.ndarray:
+def _full_operator(system: _System, kernel: np.ndarray | None = None) -> np.ndarray:
     """Dense matrix of P on C-order vec of the m×m state moment."""
     m, d = system.F.shape[0], system.dim
     P = np.kron(system.F, system.F)
-    EN = np.kron(system.E, system.E) @ _noise_matrix(system)  # (m², d²)
+    noise = _noise_matrix(system) if kernel is None else system.noise_scale * kernel
+    EN = np.kron(system.E, system.E) @ noise  # (m², d²)
     # selection of the dd block from the m×m vec
     idx = (np.arange(d)[:, None] * m + np.arange(d)[None, :]).ravel()
     P[:, idx] += EN
@@ -505,6 +510,38 @@ def _spectral_radius_iterative(system: _System, S: np.ndarray) -> float:
                 break
             r = r_new
         return r_new
+
+
+def stationary_cov_evaluator(expansion: Expansion, *, batch_size: int, inv_temperature: float = math.inf,
+                             without_replacement: bool = False, momentum: float = 0.0) -> Any:
+    """A fast Λ ↦ Σ(Λ) for repeated solves (tuning families); returns None when unstable.
+
+    Caches the D²×D² noise kernel for small systems. Stability is decided without an
+    eigenvalue computation: when Q₀ ≻ 0, a positive-definite solution of S − P(S) = Q₀
+    exists iff the positive map P has spectral radius < 1, so a failed Cholesky of the
+    solution (or ρ(F) ≥ 1) means unstable.
+    """
+    kernel = _variance_kernel(expansion) if (expansion.dim * (2 if momentum else 1)) <= DIRECT_MAX_DIM else None
+
+    def evaluate(step_matrix: Any) -> np.ndarray | None:
+        system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement,
+                               momentum)
+        m = system.F.shape[0]
+        if not np.max(np.abs(np.linalg.eigvals(system.F))) < 1:
+            return None
+        if kernel is not None:
+            P = _full_operator(system, kernel)
+            S = np.linalg.solve(np.eye(m * m) - P, system.Q0.ravel()).reshape(m, m)
+        else:
+            S = _solve_iterative(system, 1e-12)
+        S = 0.5 * (S + S.T)
+        try:
+            np.linalg.cholesky(S)
+        except np.linalg.LinAlgError:
+            return None
+        return S[:system.dim, :system.dim]
+
+    return evaluate
 
 
 def _check_deterministic_stability(system: _System) -> None:

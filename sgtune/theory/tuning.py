@@ -28,7 +28,7 @@ from .._validation import as_spd, check_int, check_positive, check_probability
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
 from ..models import Expansion
 from .stationary import (StationaryCov, finite_population_factor, noise_covariance,
-                         predict_stationary_cov)
+                         predict_stationary_cov, stationary_cov_evaluator)
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
            "target_covariance", "METHODS", "FAMILIES"]
@@ -269,12 +269,8 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
     disc = _discrepancy(S)
     d = e.dim
 
-    def predicted(lam: np.ndarray) -> np.ndarray | None:
-        try:
-            return predict_stationary_cov(e, lam, batch_size=B, inv_temperature=beta, without_replacement=wor,
-                                          momentum=kappa).cov
-        except (UnstableStepSizeError, ConvergenceError):
-            return None
+    predicted = stationary_cov_evaluator(e, batch_size=B, inv_temperature=beta, without_replacement=wor,
+                                         momentum=kappa)
 
     if family == "dense":  # momentum: root-finding on vech(Λ)
         iu = np.triu_indices(d)

@@ -1,0 +1,79 @@
+"""Data loading: CSV/NPZ formats and every documented bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sgtune.data import example, load_dataset, make_dataset
+from sgtune.errors import DataFormatError
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_csv_roundtrip_and_response_column(tmp_path):
+    p = write(tmp_path, "d.csv", "a,target,b\n1,0,2\n3,1,4\n5,1,6\n")
+    ds = load_dataset(p, response="target", intercept=True)
+    np.testing.assert_array_equal(ds.X, [[1, 1, 2], [1, 3, 4], [1, 5, 6]])
+    np.testing.assert_array_equal(ds.y, [0, 1, 1])
+    assert ds.names == ("intercept", "a", "b")
+
+
+def test_npz(tmp_path):
+    p = tmp_path / "d.npz"
+    np.savez(p, X=np.ones((4, 2)), y=np.arange(4.0))
+    ds = load_dataset(p)
+    assert ds.X.shape == (4, 2) and ds.dim == 2 and ds.n_data == 4
+
+
+@pytest.mark.parametrize("text,match", [
+    ("a,y\n1,2\nfoo,3\n", r"line 3, column 'a': 'foo' is not a number"),
+    ("a,y\n1,2\nnan,3\n", "non-finite"),
+    ("a,y\n1,2\ninf,3\n", "non-finite"),
+    ("a,b\n1,2\n3,4\n", "no response column 'y'"),
+    ("a,y\n1,2,3\n4,5\n", "line 2 has 3 fields"),
+    ("", "empty"),
+    ("a,y\n1,2\n", "at least 2 rows"),
+])
+def test_bad_csv(tmp_path, text, match):
+    with pytest.raises(DataFormatError, match=match):
+        load_dataset(write(tmp_path, "bad.csv", text))
+
+
+def test_bad_npz_and_paths(tmp_path):
+    p = tmp_path / "m.npz"
+    np.savez(p, X=np.ones((3, 2)))
+    with pytest.raises(DataFormatError, match=r"missing array\(s\) \['y'\]"):
+        load_dataset(p)
+    np.savez(p, X=np.ones((3, 2)), y=np.ones(4))
+    with pytest.raises(DataFormatError, match="X has 3 rows but y has 4"):
+        load_dataset(p)
+    np.savez(p, X=np.ones((3, 2, 2)), y=np.ones(3))
+    with pytest.raises(DataFormatError, match="X must be a 2-D array"):
+        load_dataset(p)
+    np.savez(p, X=np.array([["a", "b"], ["c", "d"]]), y=np.ones(2))
+    with pytest.raises(DataFormatError, match="must be numeric"):
+        load_dataset(p)
+    with pytest.raises(DataFormatError, match="does not exist"):
+        load_dataset(tmp_path / "nope.csv")
+    q = write(tmp_path, "d.txt", "1")
+    with pytest.raises(DataFormatError, match=r"must end in \.csv or \.npz"):
+        load_dataset(q)
+    garbage = tmp_path / "g.npz"
+    garbage.write_bytes(b"not a zip")
+    with pytest.raises(DataFormatError, match="cannot read"):
+        load_dataset(garbage)
+
+
+def test_examples_are_deterministic_and_documented_shapes():
+    a, b = example("hetero-linear"), example("hetero-linear")
+    np.testing.assert_array_equal(a.X, b.X)
+    assert a.X.shape == (2000, 20)
+    with pytest.raises(DataFormatError, match="unknown example"):
+        example("mnist")
+    with pytest.raises(DataFormatError, match="subsample size"):
+        a.subsample(0, np.random.default_rng(0))
+    assert make_dataset(np.ones(3), np.ones(3)).X.shape == (3, 1)
