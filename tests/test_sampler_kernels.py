@@ -1,0 +1,225 @@
+"""Kernels vs their pure-Python twins, compile counts, determinism, batching, divergence, streaming outputs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sgtune.diagnostics import covariance_batch_means
+from sgtune.errors import NotPositiveDefiniteError, SgtuneError, UnstableStepSizeError
+from sgtune.sampler import kernels, run_chains, run_quadratic_chains
+from sgtune.sampler._jit import get_num_threads, set_num_threads
+from sgtune.sampler.rng import chain_states
+from sgtune.sampler.twins import batch_twin
+from sgtune.sampler.rng import Xoshiro256PP
+
+# kernel vs twin: same arithmetic in a different order (loops vs BLAS) along ≤ 60 contracting steps
+TWIN_RTOL, TWIN_ATOL = 1e-12, 1e-13
+
+
+def _problem(name, n=40, d=3, seed=0):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((n, d))
+    theta = np.array([0.5, -0.3, 0.2])[:d]
+    if name == "logistic":
+        y = (r.random(n) < 1 / (1 + np.exp(-X @ theta))).astype(float)
+    elif name == "poisson":
+        y = r.poisson(np.exp(X @ theta * 0.5)).astype(float)
+    else:
+        y = X @ theta + r.standard_normal(n)
+    return X, y
+
+
+def _assert_same(a, b):
+    for field in ("final_state", "mean", "cov", "chain_means", "chain_covs", "batch_covs"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=TWIN_RTOL, atol=TWIN_ATOL,
+                                   err_msg=field)
+    for field in ("trace", "observable_means", "epoch_position_mean", "epoch_position_var"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert (x is None) == (y is None), field
+        if x is not None:
+            np.testing.assert_allclose(x, y, rtol=TWIN_RTOL, atol=TWIN_ATOL, err_msg=field)
+    np.testing.assert_array_equal(a.diverged_at, b.diverged_at)
+    assert a.clip_fraction == b.clip_fraction
+
+
+CASES = [
+    # (model, sampler, batching, step kind, beta, momentum, decay, prior)
+    ("linear", "sgld", "replacement", "dense", math.inf, 0.0, 0.0, 0.0),
+    ("logistic", "sgld", "without-replacement", "dense", 40.0, 0.5, 0.0, 1.0),
+    ("poisson", "sgld", "reshuffle", "diag", 40.0, 0.0, 0.3, "dense"),
+    ("beta-linear", "sgld", "replacement", "scalar", 40.0, 0.0, 0.0, 0.0),
+    ("logistic", "sglrw", "reshuffle", "diag", 40.0, 0.0, 0.0, 0.5),
+    ("linear", "sglrw", "replacement", "scalar", 5.0, 0.0, 0.0, 0.0),
+    ("linear", "clipped-sgld", "without-replacement", "diag", 40.0, 0.2, 0.5, 0.0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c[:4])))
+def test_glm_kernel_matches_twin(case):
+    name, sampler, batching, kind, beta, kappa, decay, prior = case
+    X, y = _problem(name)
+    d = X.shape[1]
+    step = {"dense": np.array([[0.2, 0.05, 0.0], [0.05, 0.15, 0.02], [0.0, 0.02, 0.1]]),
+            "diag": np.array([0.2, 0.1, 0.15]), "scalar": 0.1}[kind]
+    if prior == "dense":
+        prior = np.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.0], [0.0, 0.0, 0.5]])
+    kw = dict(batch_size=4, n_steps=60, n_chains=2, burn_in=10, prior_precision=prior, initial=np.zeros(d),
+              inv_temperature=beta, momentum=kappa, sampler=sampler, batching=batching, decay=decay, thin=3,
+              observables=np.array([[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]),
+              epoch_moments=batching == "reshuffle", seed=11, batches_per_chain=3,
+              beta_power=1.5 if name == "beta-linear" else None)
+    a = run_chains(name, (X, y), step, backend="numba", **kw)
+    b = run_chains(name, (X, y), step, backend="python", **kw)
+    _assert_same(a, b)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "stable"])
+def test_quadratic_kernel_matches_twin(noise):
+    A = np.array([[2.0, 0.3], [0.3, 1.0]])
+    kw = dict(n_steps=50, n_chains=3, burn_in=5, inv_temperature=10.0, thin=2, seed=5, mean=[1.0, -1.0])
+    if noise == "gaussian":
+        kw["noise_cov"] = np.array([[1.0, 0.2], [0.2, 0.5]])
+    else:
+        kw.update(noise_alpha=1.5, noise_scale=0.3)
+    a = run_quadratic_chains(A, 0.05, backend="numba", **kw)
+    b = run_quadratic_chains(A, 0.05, backend="python", **kw)
+    _assert_same(a, b)
+
+
+def test_one_signature_per_kernel_after_multichain_runs():
+    X, y = _problem("logistic")
+    for c, batching in ((1, "replacement"), (3, "reshuffle"), (5, "without-replacement")):
+        run_chains("logistic", (X, y), 0.1, batch_size=4, n_steps=20, n_chains=c, inv_temperature=40.0,
+                   batching=batching, seed=c)
+        run_chains("logistic", (X, y), 0.1, batch_size=4, n_steps=20, n_chains=c, inv_temperature=40.0,
+                   sampler="sglrw", seed=c)
+    run_quadratic_chains(np.eye(2), np.eye(2) * 0.1, n_steps=20, n_chains=2)
+    for name in ("sgld", "sglrw"):
+        assert len(kernels.KERNELS[name].signatures) == 1, kernels.KERNELS[name].signatures
+
+
+def test_deterministic_regardless_of_threads_and_chunks():
+    X, y = _problem("logistic", n=200)
+    kw = dict(batch_size=8, n_steps=400, n_chains=6, inv_temperature=200.0, seed=3, thin=7)
+    before = get_num_threads()
+    try:
+        set_num_threads(1)
+        one = run_chains("logistic", (X, y), 0.2, **kw)
+        set_num_threads(max(2, before))
+        many = run_chains("logistic", (X, y), 0.2, **kw)
+    finally:
+        set_num_threads(before)
+    calls = []
+    chunked = run_chains("logistic", (X, y), 0.2, progress=lambda done, total: calls.append(done), **kw)
+    for other in (many, chunked):
+        np.testing.assert_array_equal(one.final_state, other.final_state)
+        np.testing.assert_array_equal(one.trace, other.trace)
+        np.testing.assert_array_equal(one.cov, other.cov)
+    assert calls[-1] == 400 and len(calls) > 1
+
+
+def _epoch_batches(batching, n=12, b=4, steps=30, seed=9):
+    st = chain_states(seed, 1)[0]
+    perm = np.arange(n, dtype=np.int64)
+    out = kernels.batch_schedule(st.copy(), perm.copy(), n, b, kernels.BATCHING_IDS[batching], steps)
+    # the twin's schedule from the same stream must be identical
+    gen, p2, pos = Xoshiro256PP(st), perm.copy(), 0
+    for t in range(steps):
+        idx, pos = batch_twin(gen, p2, n, b, kernels.BATCHING_IDS[batching], pos)
+        np.testing.assert_array_equal(out[t, : len(idx)], idx)
+    return out
+
+
+def test_reshuffling_visits_every_point_once_per_epoch():
+    n, b = 12, 4
+    out = _epoch_batches("reshuffle", n, b, steps=30)
+    r = n // b
+    epochs = [np.sort(out[e * r:(e + 1) * r].ravel()) for e in range(30 // r)]
+    for e in epochs:
+        np.testing.assert_array_equal(e, np.arange(n))
+    # different permutations across epochs (probability of two equal orders is 1/12!)
+    assert not np.array_equal(out[0:r], out[r:2 * r])
+
+
+def test_reshuffling_with_ragged_last_batch():
+    out = _epoch_batches("reshuffle", n=10, b=4, steps=9)  # R = 3 batches: 4, 4, 2
+    for e in range(3):
+        block = out[3 * e:3 * e + 3]
+        assert (block[2, 2:] == -1).all()
+        np.testing.assert_array_equal(np.sort(block[block >= 0]), np.arange(10))
+
+
+def test_without_replacement_batches_are_distinct_and_uniform():
+    n, b, steps = 10, 4, 20000
+    out = _epoch_batches("without-replacement", n, b, steps=steps)
+    assert all(len(set(row)) == b for row in out[:500])
+    freq = np.bincount(out.ravel(), minlength=n) / (steps * b)
+    # each index appears with probability 1/N per slot; multinomial-ish se sqrt(p(1-p)/(steps·b)) (slots
+    # within a step are negatively correlated, which only shrinks the se); |z| < 5
+    assert np.all(np.abs(freq - 1 / n) / math.sqrt((1 / n) * (1 - 1 / n) / (steps * b)) < 5)
+
+
+def test_divergence_stops_only_that_chain():
+    init = np.zeros((3, 2))
+    init[1] = 1e151  # beyond the divergence bound at the first step
+    res = run_quadratic_chains(np.eye(2), 0.5, n_steps=100, n_chains=3, initial=init, inv_temperature=10.0)
+    np.testing.assert_array_equal(res.diverged_at, [-1, 1, -1])
+    assert res.n_diverged == 1
+    assert np.isnan(res.chain_means[1]).all() and np.isfinite(res.mean).all()
+
+
+def test_all_chains_diverging_raises():
+    with pytest.raises(UnstableStepSizeError, match="all 2 chains diverged"):
+        run_quadratic_chains(np.eye(1), 2.5, n_steps=2000, n_chains=2, initial=[1.0])
+
+
+def test_streaming_moments_equal_trace_moments():
+    X, y = _problem("logistic", n=100)
+    res = run_chains("logistic", (X, y), 0.3, batch_size=5, n_steps=3000, n_chains=4, burn_in=200,
+                     inv_temperature=100.0, thin=1, batches_per_chain=4, seed=2,
+                     observables=np.array([[1.0, 2.0, -1.0]]), batching="reshuffle", epoch_moments=True)
+    tr = res.trace  # (C, 2800, D), every draw after burn-in
+    cov, se, k = covariance_batch_means(tr, n_batches=16)
+    np.testing.assert_allclose(res.cov, cov, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(res.cov_standard_error, se, rtol=1e-8)
+    assert res.n_batches == k == 16
+    np.testing.assert_allclose(res.mean, tr.reshape(-1, 3).mean(axis=0), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(res.observable_means[:, 0], tr @ np.array([1.0, 2.0, -1.0]) @ np.ones(2800) / 2800,
+                               rtol=1e-10)
+    # position in the epoch after step t is t mod R (R = 20); trace index u−1 is step t = burn_in + u
+    t = 200 + np.arange(1, 2801)
+    pos = t % 20
+    for k_ in (0, 7, 19):
+        sel = tr[:, pos == k_].reshape(-1, 3)
+        np.testing.assert_allclose(res.epoch_position_mean[k_], sel.mean(axis=0), rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(res.epoch_position_var[k_], sel.var(axis=0), rtol=1e-9, atol=1e-14)
+
+
+def test_clipped_sgld_clips_far_from_the_mode():
+    # drift λθ = 0.1·1e4 = 1e3 ≫ r = sqrt(2·0.1/10) ≈ 0.14: every coordinate update is clipped,
+    # and θ moves by exactly −r + r ξ per step, so it stays far from the mode in 5 steps.
+    res = run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=2, burn_in=0, initial=[1e4, -1e4],
+                               inv_temperature=10.0, sampler="clipped-sgld", batches_per_chain=1)
+    assert res.clip_fraction == 1.0
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(sampler="sglrw", inv_temperature=math.inf), SgtuneError, "needs a finite inverse temperature"),
+    (dict(sampler="sglrw", step=np.array([[0.1, 0.01], [0.01, 0.1]])), SgtuneError, "scalar or diagonal"),
+    (dict(step=np.array([[0.1, 0.2], [0.2, 0.1]])), NotPositiveDefiniteError, "symmetric positive-definite"),
+    (dict(sampler="hmc"), SgtuneError, "sampler must be one of"),
+    (dict(batching="stratified"), SgtuneError, "batching must be one of"),
+    (dict(momentum=1.0), SgtuneError, "momentum must lie in"),
+    (dict(step=np.ones(3)), SgtuneError, "length D = 2"),
+    (dict(initial=np.zeros(3)), SgtuneError, "initial must be"),
+    (dict(epoch_moments=True), SgtuneError, "epoch_moments needs"),
+])
+def test_validation_errors(kwargs, error, match):
+    X, y = _problem("linear", d=2)
+    step = kwargs.pop("step", 0.1)
+    kw = dict(batch_size=4, n_steps=10, n_chains=1, inv_temperature=40.0, initial=np.zeros(2))
+    kw.update(kwargs)
+    with pytest.raises(error, match=match):
+        run_chains("linear", (X, y), step, **kw)
