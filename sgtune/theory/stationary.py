@@ -50,6 +50,9 @@ __all__ = [
 
 #: largest state dimension solved with the dense Kronecker operator
 DIRECT_MAX_DIM = 20
+#: largest state dimension whose spectral radius is computed by ARPACK; above it a certified
+#: upper bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}) is reported (``spectral_radius_is_bound``)
+ARPACK_MAX_DIM = 150
 #: residual above which a result warns (AccuracyWarning) / raises (ConvergenceError)
 WARN_RESIDUAL = 1e-10
 FAIL_RESIDUAL = 1e-6
@@ -68,6 +71,9 @@ class StationaryCov:
     tau : (D,) integrated autocorrelation time of each coordinate θ_d (iterations).
     tau_worst : sup over linear functionals vᵀθ of τ_int (exact, see :func:`autocorrelation_times`).
     tau_spectral : 2/μ_min(ΛH) − 1, seed 003 Prop. 4.4 (no momentum only; else nan).
+    spectral_radius_is_bound : True when ``spectral_radius`` is the certified upper bound
+        1 − λ_min(S^{-1/2}Q₀S^{-1/2}) (valid for a positive map with S = P(S) + Q₀, S, Q₀ ≻ 0),
+        used for state dimensions above ``ARPACK_MAX_DIM``.
     augmented_cov : full second moment of (d, ν) with momentum (2D, 2D), else equal to ``cov``.
     transition : the proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
     """
@@ -86,6 +92,7 @@ class StationaryCov:
     batch_size: int
     without_replacement: bool
     transition: np.ndarray
+    spectral_radius_is_bound: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"cov": self.cov, "spectral_radius": self.spectral_radius,
@@ -148,7 +155,7 @@ def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndar
 def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size: int,
                            inv_temperature: float = math.inf, without_replacement: bool = False,
                            momentum: float = 0.0, method: str | None = None,
-                           tol: float = 1e-13) -> StationaryCov:
+                           tol: float = 1e-13, initial_guess: Any = None) -> StationaryCov:
     r"""Solve ΛHΣ + ΣHΛ = Λ(C̄(Σ) + HΣH)Λ + 2β⁻¹Λ for Σ (seed 003 Eqs. 11–12; momentum: Prop. B.1).
 
     Computes the exact stationary covariance of the proxy SG(L)D chain (exact for linear
@@ -176,6 +183,9 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
         preconditioned by a Stein solve.
     tol : float
         Relative tolerance of the iterative solve.
+    initial_guess : (D, D) array, optional
+        Warm start for the iterative solve (e.g. the target of a tuned Λ: if it already
+        satisfies the equation to machine precision it is returned after one residual check).
 
     Returns
     -------
@@ -207,11 +217,19 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
     if method not in ("direct", "iterative"):
         raise SgtuneError(f"method must be 'direct', 'iterative' or None, got {method!r}")
     _check_deterministic_stability(system)
+    is_bound = False
     if method == "direct":
         S, rho = _solve_direct(system)
     else:
-        S = _solve_iterative(system, tol)
-        rho = _spectral_radius_iterative(system, S)
+        S0 = None
+        if initial_guess is not None and system.momentum == 0.0:
+            S0 = _as_sym(initial_guess, "initial_guess", system.dim)
+        S = _solve_iterative(system, tol, S0)
+        if m <= ARPACK_MAX_DIM:
+            rho = _spectral_radius_iterative(system, S)
+        else:
+            rho = _spectral_radius_bound(system, S)
+            is_bound = True
     if not rho < 1:
         _raise_unstable(system, rho)
     res = _relative_residual(system, S)
@@ -233,7 +251,8 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
                          tau=tau, tau_worst=tau_worst, tau_spectral=float(tau_spec), augmented_cov=S,
                          step_matrix=system.lam, momentum=system.momentum,
                          inv_temperature=system.beta, batch_size=system.B,
-                         without_replacement=without_replacement, transition=system.F)
+                         without_replacement=without_replacement, transition=system.F,
+                         spectral_radius_is_bound=is_bound)
 
 
 @cites("wang2026", "Prop. B.2 (corrected: weighted, symmetrised lag sum)")
@@ -465,8 +484,12 @@ class _Stein:
         return 0.5 * (X + X.T)
 
 
-def _solve_iterative(system: _System, tol: float) -> np.ndarray:
+def _solve_iterative(system: _System, tol: float, S0: np.ndarray | None = None) -> np.ndarray:
     m, d = system.F.shape[0], system.dim
+    if S0 is not None:
+        R0 = system.Q0 - (S0 - system.apply(S0))
+        if np.linalg.norm(R0) <= 1e-14 * np.linalg.norm(S0):
+            return S0
     stein = _Stein(system)
     E = system.E
 
@@ -476,8 +499,10 @@ def _solve_iterative(system: _System, tol: float) -> np.ndarray:
         return (Y - E @ system.noise(X[:d, :d]) @ E.T).ravel()
 
     A = LinearOperator((m * m, m * m), matvec=op, dtype=float)
-    rhs = system.Q0.copy()
-    S = np.zeros((m, m))
+    if S0 is None:
+        rhs, S = system.Q0.copy(), np.zeros((m, m))
+    else:
+        rhs, S = 0.5 * (R0 + R0.T), S0.copy()
     for _ in range(4):  # iterative refinement on the true residual
         y, info = gmres(A, rhs.ravel(), rtol=tol, atol=0.0, restart=60, maxiter=40)
         S = S + stein.solve(y.reshape(m, m))
@@ -542,6 +567,16 @@ def stationary_cov_evaluator(expansion: Expansion, *, batch_size: int, inv_tempe
         return S[:system.dim, :system.dim]
 
     return evaluate
+
+
+def _spectral_radius_bound(system: _System, S: np.ndarray) -> float:
+    """ρ(P) ≤ 1 − λ_min(S^{-1/2} Q₀ S^{-1/2}) since P(S) = S − Q₀ and P is a positive map."""
+    try:
+        L = np.linalg.cholesky(S)
+        Li = np.linalg.inv(L)
+        return float(1.0 - np.linalg.eigvalsh(Li @ system.Q0 @ Li.T)[0])
+    except np.linalg.LinAlgError:
+        return math.inf
 
 
 def _check_deterministic_stability(system: _System) -> None:

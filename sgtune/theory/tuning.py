@@ -222,7 +222,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
         st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
-                                    without_replacement=without_replacement, momentum=kappa)
+                                    without_replacement=without_replacement, momentum=kappa, initial_guess=S)
     except UnstableStepSizeError as exc:
         raise UnstableStepSizeError(
             f"method {method!r} gives a step-size matrix whose chain diverges ({exc}); the target is out of "
