@@ -145,3 +145,47 @@ def test_batch_not_dividing() -> None:
 def test_one_chain_refused() -> None:
     with pytest.raises(SgtuneError, match=r"n_chains must be >= 2"):
         smp.run_reshuffle_chains(X12, 3, 0.1, n_chains=1)
+
+
+@pytest.mark.mc
+def test_sampler_core_batching_matches_formulas() -> None:
+    """The general sampler core (run_chains, linear model = this model problem) per epoch position.
+
+    linear model l_n = (y_n − θ)²/(2σ²) with x_n = 1, β = N and Λ = hσ² is exactly
+    θ' = θ − h(θ − ȳ_b) + sqrt(2hσ²/N)ξ.  Standard errors from 10 independent runs
+    (t distribution with 9 degrees of freedom, Bonferroni over the 6 quantities).
+    """
+    from scipy.stats import t as student_t
+
+    from sgtune.sampler.driver import run_chains
+
+    n, b, hv = 12, 3, 0.3
+    th = reshuffle_bias(X12, b, hv)
+    want = {"reshuffle": th.rr_by_position_var, "without-replacement": np.array([th.rm_var]),
+            "replacement": np.array([th.rm_with_replacement_var])}
+    reps = 10
+    crit = float(student_t.ppf(1 - ALPHA / (2 * 6), reps - 1))
+    for batching, w in want.items():
+        vals = []
+        for seed in range(reps):
+            r = run_chains("linear", (np.ones((n, 1)), X12), hv * th.sigma2, batch_size=b, n_steps=4000,
+                           n_chains=16, burn_in=200, inv_temperature=n, noise_variance=th.sigma2,
+                           batching=batching, epoch_moments=batching == "reshuffle",
+                           initial=[X12.mean()], seed=seed)
+            vals.append(r.epoch_position_var[:, 0] if batching == "reshuffle" else [r.cov[0, 0]])
+        arr = np.array(vals)
+        z = (arr.mean(axis=0) - w) / (arr.std(axis=0, ddof=1) / np.sqrt(reps))
+        print(batching, "t =", np.round(z, 2), "threshold", round(crit, 2))
+        assert np.all(np.abs(z) < crit), (batching, z)
+
+
+@pytest.mark.notebook
+def test_notebook_smoke() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "reshuffle_vs_robbins_monro.py"
+    subprocess.run([sys.executable, str(path)], env={**os.environ, "SGTUNE_SMOKE": "1"}, check=True,
+                   capture_output=True, timeout=120)

@@ -34,6 +34,8 @@ All functions return sympy expressions in the symbols of :data:`SYMBOLS`.
 """
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 
 from .._refs import cites
@@ -148,6 +150,7 @@ def _rr_map(P: sp.Expr, V0: sp.Expr) -> sp.Expr:
     return P ** 2 * V0 + 2 * hh * s2_ + hh ** 2 * noise
 
 
+@functools.lru_cache(maxsize=None)
 def _rr_position_internal() -> sp.Expr:
     """V_k as a rational function of (a, X = a^k, Y = a^R, v, R)."""
     V0 = sp.solve(sp.Eq(_V0, _rr_map(_Y, _V0)), _V0)[0]
@@ -205,6 +208,7 @@ def _average_over_k(expr: sp.Expr, inside_square: bool = False) -> sp.Expr:
 
 
 @cites("sgtune", "SGLD-RR epoch average (corrects seed 002 §4)")
+@functools.lru_cache(maxsize=None)
 def rel_err_rr_average() -> sp.Expr:
     """ε̄ = (1/R) Σ_{k=0}^{R−1} ε_k, the average of the exact ε_k (seed 002 §4, corrected).
 
@@ -237,6 +241,7 @@ def published_rel_err_rm() -> sp.Expr:
 
 
 @cites("shaw2025", "section 4, SGLD-RR epoch average as published: WRONG, kept for comparison")
+@functools.lru_cache(maxsize=None)
 def published_rel_err_rr_average() -> sp.Expr:
     """ε̄ with v = R and the k-average put inside the square (seed 002 §4; incorrect, for comparison).
 
