@@ -48,7 +48,7 @@ def test_minibatch_gradient_matches_models(name, prior_kind, rng):
     gam = {0: np.zeros((d, d)), 1: 2.5 * np.eye(d), 2: (lambda a: a @ a.T)(rng.standard_normal((d, d)))}[prior_kind]
     out = np.empty(d)
     grads.minibatch_gradient(theta, X, y, idx, 1, 5, grads.MODEL_IDS[name], grads.model_params(1.0, 1.5),
-                             prior_kind, gam / n, out)
+                             prior_kind, gam / n, np.empty(5), out)
     expected = model.per_sample_grads(theta, X, y)[idx[1:5]].mean(axis=0) + gam @ theta / n
     np.testing.assert_allclose(out, expected, rtol=RTOL, atol=1e-15)
 

@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from ._jit import njit, njit_parallel, prange
-from .grads import QUAD_GAUSS, minibatch_gradient, quadratic_gradient
+from .grads import QUAD_GAUSS, minibatch_gradient, quadratic_gradient, row_dot
 from .rng import fill_normals, randbelow, uniform
 
 __all__ = ["KERNELS", "SAMPLER_IDS", "BATCHING_IDS", "LAM_DIAG", "LAM_DENSE", "sgld_chains",
@@ -114,6 +114,7 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
     xi = np.empty(d)
     buf = np.empty(d)
     idx = np.empty(max(batch_size, 1), dtype=np.int64)
+    eta = np.empty(max(batch_size, 1))
     n_data = X.shape[0]
     n_seg = acc_n.shape[1]
     n_trace = trace.shape[1]
@@ -128,7 +129,7 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
             quadratic_gradient(th, X, y, model, noise_chol, mpar, st, buf, grad)
         else:
             nb, pos = draw_batch(st, pm, n_data, batch_size, batching, pos, idx)
-            minibatch_gradient(th, X, y, idx, 0, nb, model, mpar, prior_kind, prior, grad)
+            minibatch_gradient(th, X, y, idx, 0, nb, model, mpar, prior_kind, prior, eta, grad)
         # --- momentum m ← κm + G (m = G when κ = 0)
         for j in range(d):
             m[j] = kappa * m[j] + grad[j]
@@ -140,10 +141,9 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
         if sampler == SGLD:
             if lam_kind == LAM_DENSE:
                 for i in range(d):
-                    acc = 0.0
-                    for j in range(d):
-                        acc += lam[i, j] * m[j]
-                    th[i] -= s * acc
+                    buf[i] = row_dot(lam, i, m)
+                for i in range(d):
+                    th[i] -= s * buf[i]
             else:
                 for j in range(d):
                     th[j] -= s * lam[j, j] * m[j]
@@ -185,10 +185,18 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
                     clips += 1
                 th[j] += r * xi[j] - dr
         # --- divergence: non-finite or astronomically large state stops this chain
-        tot = 0.0
-        for j in range(d):
-            tot += abs(th[j])
-        if not tot < DIVERGENCE_BOUND:
+        t0_ = t1_ = t2_ = t3_ = 0.0  # four partial sums: no serial add chain
+        j = 0
+        while j + 4 <= d:
+            t0_ += abs(th[j])
+            t1_ += abs(th[j + 1])
+            t2_ += abs(th[j + 2])
+            t3_ += abs(th[j + 3])
+            j += 4
+        while j < d:
+            t0_ += abs(th[j])
+            j += 1
+        if not (t0_ + t1_) + (t2_ + t3_) < DIVERGENCE_BOUND:
             diverged[c] = t
             break
         if t <= burn_in:
@@ -214,10 +222,7 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
                 for j in range(d):
                     trace[c, k, j] = th[j]
         for k in range(n_obs):
-            acc = 0.0
-            for j in range(d):
-                acc += obs[k, j] * th[j]
-            obs_sum[c, k] += acc
+            obs_sum[c, k] += row_dot(obs, k, th)
         if n_pos > 0:
             pos_n[c, pos] += 1
             inv_p = 1.0 / pos_n[c, pos]

@@ -194,3 +194,19 @@ class Xoshiro256PP:
             return math.tan(v)
         return (math.sin(alpha * v) / math.cos(v) ** (1.0 / alpha)
                 * (math.cos((1.0 - alpha) * v) / w) ** ((1.0 - alpha) / alpha))
+
+
+@njit
+def stream_cost(st, n_iter, n_indices, n_normals, n_data):  # type: ignore[no-untyped-def]
+    """Draw ``n_indices`` integers below ``n_data`` and ``n_normals`` normals per iteration (benchmark helper).
+
+    Returns a checksum so the work cannot be optimised away.
+    """
+    buf = np.empty(n_normals)
+    acc = 0.0
+    for _ in range(n_iter):
+        for _k in range(n_indices):
+            acc += randbelow(st, n_data)
+        fill_normals(st, buf)
+        acc += buf[0]
+    return acc
