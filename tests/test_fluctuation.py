@@ -431,3 +431,17 @@ def test_error_minibatch_second_moment_unstable(rng: np.random.Generator) -> Non
 def test_error_batch_means_too_short() -> None:
     with pytest.raises(ShapeError, match="fewer than n_batches = 20"):
         estimate_fluctuation_from_chains(np.zeros((2, 10)), 0.1)
+
+
+# ------------------------------------------------------------------ notebook smoke run
+
+@pytest.mark.notebook
+def test_notebook_smoke(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "fluctuation_nonreversible.py"
+    env = {**os.environ, "SGTUNE_SMOKE": "1", "SGTUNE_FIGURES": str(tmp_path)}
+    subprocess.run([sys.executable, str(path)], env=env, check=True, capture_output=True, timeout=120)
