@@ -172,3 +172,14 @@ def test_errors():
         tune(e, batch_size=8, target=np.eye(3))
     with pytest.raises(InfeasibleTargetError):
         solve_step_matrix(np.eye(2), np.eye(2) * 0.1, np.eye(2), inv_temperature=5.0)
+
+
+@pytest.mark.parametrize("method", ["ct", "dq-const", "lr-ws", "dq-exact"])
+def test_each_theory_forward_recovers_target_at_its_own_lambda(method):
+    """Inverse (eigen route) vs forward (scipy's Lyapunov/Stein solvers or a dense vec solve)."""
+    from sgtune.theory.stationary import predict_comparison_cov
+
+    e = expand(get_model("linear"), example("hetero-linear"))
+    res = tune(e, batch_size=64, method=method, inv_temperature=3 * e.n_data)
+    S = predict_comparison_cov(e, res.step_matrix, batch_size=64, theory=method, inv_temperature=3 * e.n_data)
+    np.testing.assert_allclose(S, res.target_cov, rtol=1e-9, atol=1e-12)

@@ -46,7 +46,12 @@ __all__ = [
     "max_stable_step",
     "as_step_matrix",
     "finite_population_factor",
+    "predict_comparison_cov",
+    "THEORIES",
 ]
+
+#: forward theories of seed 003 Table 1 / Algorithm 1
+THEORIES = ("dq-exact", "ct", "dq-const", "lr-ws")
 
 #: largest state dimension solved with the dense Kronecker operator
 DIRECT_MAX_DIM = 20
@@ -253,6 +258,54 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
                          inv_temperature=system.beta, batch_size=system.B,
                          without_replacement=without_replacement, transition=system.F,
                          spectral_radius_is_bound=is_bound)
+
+
+@cites("wang2026", "Eqs. (2)–(3) (CT), Eq. (5) (DQ+const), Eqs. (5)–(6) (LR+WS), Eqs. (11)–(12)")
+def predict_comparison_cov(expansion: Expansion, step_matrix: Any, *, batch_size: int, theory: str,
+                           inv_temperature: float = math.inf, without_replacement: bool = False) -> np.ndarray:
+    r"""Σ predicted by a comparison theory: ΛHΣ + ΣHΛᵀ = Λ(C_th(Σ) [+ HΣH])Λᵀ + 2Λ/β.
+
+    - ``ct``: the OU proxy, ΛHΣ + ΣHΛᵀ = ΛĈΛᵀ + 2Λ/β (no HΣH term), Ĉ = f(𝓘 − ḡḡᵀ)/B;
+    - ``dq-const``: eq. (5) with the constant noise Ĉ, i.e. Σ = AΣAᵀ + ΛĈΛᵀ + 2Λ/β;
+    - ``lr-ws``: eqs. (5)–(6), C(Σ) = (f/B)(JΣJ + tr(JΣ)J + (σ̂²/σ²)J) (linear models only);
+    - ``dq-exact``: :func:`predict_stationary_cov` (returned for convenience).
+
+    These are the *predictions* each theory makes for a given Λ (seed 003 Fig. 1, E.1, E.2),
+    to compare with the exact one and with simulation. Dense solves in D² unknowns
+    (``lr-ws``) or a Lyapunov/Stein solve (``ct``, ``dq-const``).
+    """
+    if theory not in THEORIES:
+        raise SgtuneError(f"theory must be one of {', '.join(THEORIES)}, got {theory!r}")
+    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
+    if theory == "dq-exact":
+        return predict_stationary_cov(expansion, step_matrix, batch_size=batch_size,
+                                      inv_temperature=inv_temperature,
+                                      without_replacement=without_replacement).cov
+    lam, H, d = system.lam, system.H, system.dim
+    f_over_b = system.noise_scale
+    C_hat = expansion.gradient_cov() * f_over_b
+    inj = 2.0 * lam / system.beta if math.isfinite(system.beta) else np.zeros((d, d))
+    if theory == "ct":
+        S = sla.solve_continuous_lyapunov(lam @ H, lam @ C_hat @ lam.T + inj)
+    elif theory == "dq-const":
+        if not np.max(np.abs(np.linalg.eigvals(system.F))) < 1:
+            _raise_unstable(system, np.inf)
+        S = sla.solve_discrete_lyapunov(system.F, lam @ C_hat @ lam.T + inj)
+    else:
+        if expansion.model != "linear":
+            raise SgtuneError("theory 'lr-ws' assumes a well-specified linear regression; the model is "
+                              f"{expansion.model!r}")
+        J = expansion.curvature
+        ratio = expansion.residual_variance / expansion.noise_variance
+        I = np.eye(d)
+        # vec(ΛJΣJΛᵀ) = (ΛJ ⊗ ΛJ) vec Σ; vec(tr(JΣ) ΛJΛᵀ) = vec(ΛJΛᵀ) vec(J)ᵀ vec Σ
+        LJ = lam @ J
+        op = (np.eye(d * d) - np.kron(system.F, system.F)
+              - f_over_b * (np.kron(LJ, LJ) + np.outer((lam @ J @ lam.T).ravel(), J.ravel())))
+        rhs = f_over_b * ratio * lam @ J @ lam.T + inj
+        S = np.linalg.solve(op, rhs.ravel()).reshape(d, d)
+        del I
+    return 0.5 * (S + S.T)
 
 
 @cites("wang2026", "Prop. B.2 (corrected: weighted, symmetrised lag sum)")
