@@ -55,7 +55,7 @@ batch_options = _compose(
     click.option("--without-replacement", is_flag=True,
                  help="Minibatches drawn without replacement (noise × (N−B)/(N−1)); default with replacement."),
     click.option("--inverse-temperature", "inverse_temperature", default="inf", show_default=True,
-                 help="β: 'inf' = SGD, 'N' = the number of data points (canonical SGLD), or a number > 0."),
+                 help="β: 'inf' = SGD, 'N' = the number of data points (canonical SGLD), 'cN' = c·N (e.g. 2N), or a number > 0."),
     click.option("--momentum", type=float, default=0.0, show_default=True,
                  help="Heavy-ball momentum κ in [0, 1) (seed 003 eq. B.1)."),
 )
@@ -116,12 +116,20 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
 
 
 def parse_inv_temperature(value: str | float, n_data: int) -> float:
-    """'inf' → ∞ (SGD), 'N' → N, else a positive float."""
+    """'inf' → ∞ (SGD), 'N' → N, 'cN' (e.g. '2N') → c·N, else a positive float."""
     s = str(value).strip()
     if s.lower() in ("inf", "infinity"):
         return math.inf
     if s == "N":
         return float(n_data)
+    if s.endswith("N"):
+        try:
+            c = float(s[:-1])
+        except ValueError:
+            raise SgtuneError(f"--inverse-temperature must be 'inf', 'N', 'cN' or a number > 0, got {s!r}") from None
+        if not c > 0:
+            raise SgtuneError(f"--inverse-temperature multiple of N must be > 0, got {s!r}")
+        return c * n_data
     try:
         v = float(s)
     except ValueError:
