@@ -26,7 +26,7 @@ from sgtune.theory.stationary import predict_comparison_cov
 from sgtune.theory.tuning import tune
 
 SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"
-STEPS = 4_000 if SMOKE else 200_000
+STEPS = 1_500 if SMOKE else 200_000
 CHAINS = 2 if SMOKE else 8
 ds = example("hetero-linear")
 model = get_model("linear")
@@ -37,7 +37,7 @@ e = expand(model, ds)
 
 # %%
 B = 32
-lams = [0.02, 0.2] if SMOKE else [0.01, 0.03, 0.1, 0.2, 0.3]
+lams = [0.2] if SMOKE else [0.01, 0.03, 0.1, 0.2, 0.3]
 rows = []
 for lam in lams:
     pred = {th: predict_comparison_cov(e, lam, batch_size=B, theory=th)[0, 0]
