@@ -106,6 +106,7 @@ class StationaryCov:
 
 
 # --------------------------------------------------------------------------- public API
+@cites("wang2026", "Thm. 4.3 (without replacement: × (N−B)/(N−1))")
 def finite_population_factor(n_data: int, batch_size: int, without_replacement: bool) -> float:
     """f = (N−B)/(N−1) for batches drawn without replacement, 1 with replacement (Thm. 4.3)."""
     return (n_data - batch_size) / (n_data - 1) if without_replacement else 1.0
@@ -137,6 +138,7 @@ def noise_covariance(expansion: Expansion, stationary_cov: Any, *, batch_size: i
     return 0.5 * (c + c.T)
 
 
+@cites("wang2026", "§2.1: Λ a D×D step-size matrix (scalar λ means Λ = λI)")
 def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndarray:
     """Λ as a (D, D) array from a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix."""
     arr = as_float_array(step, name)

@@ -140,6 +140,7 @@ def solve_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *,
     return 0.5 * (lam + lam.T)
 
 
+@cites("wang2026", "Eq. (11), residual at the target")
 def tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np.ndarray,
                     noise_rhs: np.ndarray, inv_temperature: float = math.inf) -> float:
     """‖ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β‖_F / ‖ΛHΣ + ΣHΛ‖_F."""
