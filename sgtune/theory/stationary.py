@@ -648,7 +648,7 @@ def _raise_unstable(system: _System, rho: float) -> None:
         f"is λ < 2/μ_max(ΛH), seed 003 Prop. 4.4)", spectral_radius=rho, max_stable_step=c)
 
 
-def _radius_scaled(system: _System, c: float) -> float:
+def _radius_scaled(system: _System, c: float, kernel: np.ndarray | None = None) -> float:
     sysc = _build_system(system.expansion, c * system.lam, system.B, math.inf, system.without_replacement,
                          system.momentum)
     rho_F = float(np.max(np.abs(np.linalg.eigvals(sysc.F))))
@@ -656,21 +656,22 @@ def _radius_scaled(system: _System, c: float) -> float:
         return rho_F**2
     m = sysc.F.shape[0]
     if m <= DIRECT_MAX_DIM:
-        return float(np.max(np.abs(np.linalg.eigvals(_full_operator(sysc)))))
+        return float(np.max(np.abs(np.linalg.eigvals(_full_operator(sysc, kernel)))))
     X = _Stein(sysc).solve(np.eye(m))
     return _spectral_radius_iterative(sysc, X)
 
 
 def _max_stable_multiplier(system: _System, rtol: float) -> float:
     lo, hi = 0.0, 1.0
+    kernel = _variance_kernel(system.expansion) if system.F.shape[0] <= DIRECT_MAX_DIM else None
     # grow/shrink a bracket around the stability boundary
-    while _radius_scaled(system, hi) < 1:
+    while _radius_scaled(system, hi, kernel) < 1:
         lo, hi = hi, hi * 2
         if hi > 1e12:
             return math.inf
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
-        if _radius_scaled(system, mid) < 1:
+        if _radius_scaled(system, mid, kernel) < 1:
             lo = mid
         else:
             hi = mid
