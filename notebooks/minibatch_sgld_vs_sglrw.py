@@ -290,13 +290,24 @@ def _kl(b, d, s):
 
 
 claims = []
-c1 = all(_kl(b, 1e-3, "sglrw") < _kl(b, 1e-3, "sgld") for b in BATCHES)
-claims.append(("SGLRW has lower KL than SGLD at δ = 1e-3 for every B (Table 1, effect i)", c1,
+# Monte Carlo noise of one KL value: the SD of the KL of exact draws (section 1); a difference
+# counts only if it exceeds 2·√2·SD (two independent runs, ~2σ)
+KL_SD = float(sim[:, 0].std(ddof=1))
+MARGIN = 2 * math.sqrt(2) * KL_SD
+print(f"KL Monte Carlo SD for {PARTICLES} particles ≈ {KL_SD:.4f}; differences below {MARGIN:.4f} are noise")
+c1 = all(_kl(b, 1e-3, "sglrw") < _kl(b, 1e-3, "sgld") - MARGIN for b in BATCHES)
+claims.append(("SGLRW has lower KL than SGLD at δ = 1e-3 for every B, beyond MC noise (Table 1, effect i)", c1,
                ", ".join(f"B={b}: {_kl(b, 1e-3, 'sglrw'):.3f} vs {_kl(b, 1e-3, 'sgld'):.3f}" for b in BATCHES)))
-c2 = all(_kl(b, 1e-3, "sglrw") < _kl(b, 1e-3, "clipped-sgld") for b in BATCHES)
-claims.append(("SGLRW beats clipped SGLD at δ = 1e-3", c2,
+c2 = all(_kl(b, 1e-3, "sglrw") < _kl(b, 1e-3, "clipped-sgld") - MARGIN for b in BATCHES)
+claims.append(("SGLRW beats clipped SGLD at δ = 1e-3 for every B, beyond MC noise", c2,
                ", ".join(f"B={b}: {_kl(b, 1e-3, 'sglrw'):.3f} vs {_kl(b, 1e-3, 'clipped-sgld'):.3f}"
                          for b in BATCHES)))
+c_mag = all(abs(math.log(max(_kl(b, d, s), 1e-9) / PAPER[(b, d)][i])) < math.log(2)
+            for (b, d) in PAPER for i, s in enumerate(SAMPLERS))
+claims.append(("Table 1's KL magnitudes are reproduced within a factor 2 (floor differs: "
+               f"{PARTICLES} vs 2000 particles)", c_mag,
+               f"B=8, δ=1e-3: {_kl(8, 1e-3, 'sgld'):.3f}/{_kl(8, 1e-3, 'sglrw'):.3f}/{_kl(8, 1e-3, 'clipped-sgld'):.3f}"
+               " vs paper 19.889/6.060/18.184"))
 c3 = _kl(32, 1e-3, "sglrw") <= _kl(128, 1e-3, "sgld") * 1.5 if 32 in BATCHES else False
 claims.append(("'SGLRW matches SGLD with about half the batch' (effect ii; here: SGLRW at B=32 vs SGLD at "
                "B=128, within 50 %)", c3,
