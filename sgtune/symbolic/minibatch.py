@@ -126,6 +126,7 @@ def moment_coefficients(replacement: bool = False) -> dict[str, sp.Expr]:
             "fourth_single": _mobius_coefficient((4,)), "fourth_pair": _mobius_coefficient((2, 2))}
 
 
+@cites("sgtune", "finite-population and i.i.d. moments of a batch sum to 4th order (derived)")
 def minibatch_moments() -> dict[str, Any]:
     """All eight coefficients (for ``sgtune derive minibatch-moments``)."""
     out: dict[str, Any] = {}
