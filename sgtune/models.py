@@ -198,10 +198,12 @@ def _separable(X: np.ndarray, y: np.ndarray) -> bool:
 
 @cites("wang2026", "§2.1: θ̂ = argmin (1/N)Σ l_n(θ) + R(θ)/N")
 def fit_map(model: GLM, data: Dataset, prior_precision: Any = 0.0, *, theta0: Any = None,
-            tol: float = 1e-10, max_iter: int = 200) -> FitResult:
+            tol: float = 1e-10, max_iter: int = 200, population_size: int | None = None) -> FitResult:
     r"""θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) by damped Newton with a backtracking line search.
 
     Converged when the Newton decrement satisfies ``gᵀH⁻¹g ≤ tol²`` (affine invariant).
+    With ``population_size`` N (fitting on a subsample of M rows), the prior term is θᵀΓθ/(2N),
+    so θ̂ estimates the full-data MAP.
     Indefinite Hessians (possible for ``beta-linear``) are handled by Levenberg damping.
 
     Raises
@@ -213,7 +215,8 @@ def fit_map(model: GLM, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         No convergence within ``max_iter`` iterations.
     """
     X, y = data.X, data.y
-    n, d = X.shape
+    m_rows, d = X.shape
+    n = m_rows if population_size is None else int(population_size)
     model.check_response(y, data.source or "y")
     gam = prior_matrix(prior_precision, d)
     if np.linalg.eigvalsh(gam)[0] <= 0:
@@ -230,8 +233,8 @@ def fit_map(model: GLM, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         rho, d1, d2 = model.derivatives(X @ theta, y)
         val = rho.mean() + 0.5 * theta @ gam @ theta / n
-        grad = X.T @ d1 / n + gam @ theta / n
-        hess = (X.T * d2) @ X / n + gam / n
+        grad = X.T @ d1 / m_rows + gam @ theta / n
+        hess = (X.T * d2) @ X / m_rows + gam / n
         return float(val), grad, hess
 
     if theta0 is not None:
@@ -295,6 +298,8 @@ class Expansion:
     hessian : (D, D) H = J + Γ/N.
     fisher : (D, D) 𝓘 = mean_n g_n g_nᵀ.
     mean_grad : (D,) ḡ = mean_n g_n (= −Γθ̂/N at the MAP).
+    population_size : N when the expansion was fitted on a subsample of M < N rows
+        (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
     """
 
     theta_hat: np.ndarray
@@ -310,9 +315,12 @@ class Expansion:
     model: str = "custom"
     noise_variance: float = 1.0
     residual_variance: float = float("nan")
+    population_size: int | None = None
 
     def __post_init__(self) -> None:
         n, d = self.grads.shape
+        if self.population_size is not None and self.population_size < n:
+            raise SgtuneError(f"population_size N = {self.population_size} must be >= the {n} rows of the expansion")
         if (self.design is None) == (self.per_sample_hessians is None):
             raise SgtuneError("Expansion needs either design+weights (rank-one) or per_sample_hessians")
         if self.design is not None:
@@ -325,12 +333,18 @@ class Expansion:
             J = self.per_sample_hessians.mean(axis=0)  # type: ignore[union-attr]
         J = 0.5 * (J + J.T)
         object.__setattr__(self, "curvature", J)
-        object.__setattr__(self, "hessian", J + self.prior_precision / n)
+        object.__setattr__(self, "hessian", J + self.prior_precision / self.n_data)
         object.__setattr__(self, "fisher", self.grads.T @ self.grads / n)
         object.__setattr__(self, "mean_grad", self.grads.mean(axis=0))
 
     @property
     def n_data(self) -> int:
+        """N, the number of data points the chain runs on (scales Γ/N, the 1/N of the targets, (N−B)/(N−1))."""
+        return int(self.population_size if self.population_size is not None else self.grads.shape[0])
+
+    @property
+    def n_samples(self) -> int:
+        """Rows the per-sample means are taken over (M < N after ``--subsample M``, else N)."""
         return int(self.grads.shape[0])
 
     @property
@@ -346,10 +360,10 @@ class Expansion:
         if self.design is not None:
             X, w = self.design, self.weights
             q = np.einsum("ij,ij->i", X @ sigma, X)  # x_nᵀ Σ x_n
-            out = (X.T * (w * w * q)) @ X / self.n_data  # type: ignore[operator]
+            out = (X.T * (w * w * q)) @ X / self.n_samples  # type: ignore[operator]
         else:
             Hs = self.per_sample_hessians
-            out = np.einsum("nij,jk,nkl->il", Hs, sigma, Hs, optimize=True) / self.n_data
+            out = np.einsum("nij,jk,nkl->il", Hs, sigma, Hs, optimize=True) / self.n_samples
         return 0.5 * (out + out.T)
 
     def gradient_cov(self) -> np.ndarray:
@@ -384,11 +398,15 @@ def _spd_inverse(a: np.ndarray, name: str) -> np.ndarray:
 
 
 def expand(model: GLM, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: Any = None,
-           dense_hessians: bool = False) -> Expansion:
-    """Fit θ̂ (unless given) and compute g_n, J_n (rank-one, or dense with ``dense_hessians``) at θ̂."""
+           dense_hessians: bool = False, population_size: int | None = None) -> Expansion:
+    """Fit θ̂ (unless given) and compute g_n, J_n (rank-one, or dense with ``dense_hessians``) at θ̂.
+
+    ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows (seed 003
+    Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
+    """
     gam = prior_matrix(prior_precision, data.dim)
     if theta_hat is None:
-        theta = fit_map(model, data, gam).theta_hat
+        theta = fit_map(model, data, gam, population_size=population_size).theta_hat
     else:
         model.check_response(data.y, data.source or "y")
         theta = as_float_array(theta_hat, "theta_hat").reshape(-1)
@@ -401,7 +419,7 @@ def expand(model: GLM, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
         r = data.y - data.X @ theta
         resid = float(r @ r / max(data.n_data - data.dim, 1))
     common = dict(theta_hat=theta, grads=grads, prior_precision=gam, model=model.name,
-                  noise_variance=model.noise_variance, residual_variance=resid)
+                  noise_variance=model.noise_variance, residual_variance=resid, population_size=population_size)
     if dense_hessians:
         return Expansion(per_sample_hessians=model.per_sample_hessians(theta, data.X, data.y), **common)
     return Expansion(design=data.X, weights=d2, **common)

@@ -141,3 +141,23 @@ def test_model_and_prior_validation():
         prior_matrix(-1.0, 2)
     with pytest.raises(NotPositiveDefiniteError, match="positive semi-definite"):
         prior_matrix(np.diag([1.0, -1.0]), 2)
+
+
+def test_subsample_expansion_uses_full_population_size():
+    """Alg. 1 steps 1–5 on M rows: means over M, every 1/N over the full N."""
+    ds = example("logistic")
+    sub = ds.subsample(500, np.random.default_rng(0))
+    model = get_model("logistic")
+    e = expand(model, sub, 2.0, population_size=ds.n_data)
+    assert e.n_data == 2000 and e.n_samples == 500
+    # θ̂ is the stationary point of (1/M)Σ_m l_m + θᵀΓθ/(2N)
+    grad = model.per_sample_grads(e.theta_hat, sub.X, sub.y).mean(0) + 2.0 * e.theta_hat / 2000
+    assert np.linalg.norm(grad) < 1e-9
+    Js = model.per_sample_hessians(e.theta_hat, sub.X, sub.y)
+    np.testing.assert_allclose(e.hessian, Js.mean(0) + 2.0 * np.eye(5) / 2000, rtol=1e-12)
+    Jinv = np.linalg.inv(Js.mean(0))
+    np.testing.assert_allclose(e.sandwich_cov(), Jinv @ e.fisher @ Jinv / 2000, rtol=1e-10)
+    sigma = np.eye(5)
+    np.testing.assert_allclose(e.mean_jsj(sigma), np.mean([J @ sigma @ J for J in Js], 0), rtol=1e-12)
+    with pytest.raises(SgtuneError, match="population_size N = 100 must be >= the 500 rows"):
+        expand(model, sub, 2.0, population_size=100)

@@ -109,10 +109,10 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
         gam = prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), ds.dim)
     else:
         gam = prior_matrix(kw.get("prior_precision", 0.0), ds.dim)
-    fit_ds = ds
-    if kw.get("subsample") is not None:
+    if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(kw.get("seed", 0)))
-    return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam))
+        return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data))
+    return LoadedProblem(ds, model, gam, expand(model, ds, gam))
 
 
 def parse_inv_temperature(value: str | float, n_data: int) -> float:

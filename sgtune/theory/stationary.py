@@ -466,16 +466,16 @@ def _variance_kernel(e: Expansion) -> np.ndarray:
     K = np.zeros((d * d, d * d))
     if e.rank_one:
         X, w = e.design, e.weights
-        for start in range(0, e.n_data, 4096):
+        for start in range(0, e.n_samples, 4096):
             xb = X[start:start + 4096]
             Z = (w[start:start + 4096][:, None, None] * xb[:, :, None] * xb[:, None, :]).reshape(len(xb), d * d)
             K += Z.T @ Z
     else:
         Hs = e.per_sample_hessians
-        for start in range(0, e.n_data, 4096):
+        for start in range(0, e.n_samples, 4096):
             hb = Hs[start:start + 4096]
             K += np.einsum("nij,nkl->ikjl", hb, hb).reshape(d * d, d * d)
-    K /= e.n_data
+    K /= e.n_samples
     return K - np.kron(J, J)
 
 
