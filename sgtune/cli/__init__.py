@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "minibatch-error": "sgtune.cli.cmd_minibatch_error",
     "noise-anisotropy": "sgtune.cli.cmd_noise_anisotropy",
     "lambda": "sgtune.cli.cmd_lambda",
+    "calibrate": "sgtune.cli.cmd_calibrate",
     "covariance": "sgtune.cli.cmd_covariance",
     "derive": "sgtune.cli.cmd_derive",
     "run": "sgtune.cli.cmd_run",

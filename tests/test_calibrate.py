@@ -1,0 +1,81 @@
+"""Algorithm 1 end to end (`sgtune.calibrate`, `sgtune calibrate`)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy.stats import kstwo
+
+from sgtune.calibrate import calibrate, ks_uniform, pit_values
+from sgtune.cli import main
+from sgtune.data import make_dataset
+from sgtune.errors import SgtuneError
+from sgtune.models import get_model
+
+
+def well_specified(rng, n=2000, d=10):
+    theta = rng.standard_normal(d)
+    X = rng.standard_normal((n, d))
+    return make_dataset(X, X @ theta + rng.standard_normal(n)), theta
+
+
+def test_ks_and_pit_against_definitions():
+    q = np.array([0.1, 0.4, 0.45, 0.9])
+    # sup |F_n(x) − x| evaluated at the jump points, by hand
+    grid = np.sort(q)
+    n = len(q)
+    d_plus = np.max(np.arange(1, n + 1) / n - grid)
+    d_minus = np.max(grid - np.arange(0, n) / n)
+    assert ks_uniform(q) == pytest.approx(max(d_plus, d_minus), rel=1e-15)
+    trace = np.arange(24, dtype=float).reshape(2, 4, 3)
+    np.testing.assert_array_equal(pit_values(trace, np.array([2.0, 12.0, 100.0])), [1 / 8, 4 / 8, 1.0])
+
+
+@pytest.mark.mc
+def test_well_specified_linear_regression_is_calibrated(rng):
+    """PIT values of θ* are Unif(0,1) when the chain's covariance is the sampling covariance.
+
+    Tolerance: the KS critical value at α = 1e-3 for D = 10 values (scipy's kstwo).
+    """
+    ds, theta = well_specified(rng)
+    r = calibrate(get_model("linear"), ds, batch_size=64, n_chains=4, n_steps=20_000, seed=3, true_theta=theta)
+    assert r.cov_error_predicted < 1e-10
+    assert r.cov_error_empirical < 3 * r.cov_error_noise_floor + 1e-12  # Monte Carlo noise only
+    assert r.calibration_ks < kstwo.ppf(1 - 1e-3, len(theta))
+    np.testing.assert_allclose(r.standard_errors, np.sqrt(np.diag(r.chains.cov)))
+
+
+def test_subsample_targets_use_full_n(rng):
+    ds, _ = well_specified(rng, n=4000, d=3)
+    full = calibrate(get_model("linear"), ds, batch_size=32, n_chains=2, n_steps=2000)
+    sub = calibrate(get_model("linear"), ds, batch_size=32, n_chains=2, n_steps=2000, subsample=1000)
+    # both targets are ≈ J⁻¹𝓘J⁻¹/N with N = 4000: same scale up to subsampling error (~1/sqrt(1000))
+    ratio = np.trace(sub.tuning.target_cov) / np.trace(full.tuning.target_cov)
+    assert 0.8 < ratio < 1.25
+    with pytest.raises(SgtuneError, match="subsample must be >= 4"):
+        calibrate(get_model("linear"), ds, batch_size=32, subsample=2)
+
+
+def test_cli_calibrate(tmp_path, rng):
+    ds, theta = well_specified(rng, n=500, d=3)
+    data = tmp_path / "d.npz"
+    np.savez(data, X=ds.X, y=ds.y)
+    th = tmp_path / "theta.npy"
+    np.save(th, theta)
+    out = tmp_path / "lam.npy"
+    r = CliRunner().invoke(main, ["calibrate", str(data), "--model", "linear", "--batch-size", "16", "--chains", "2",
+                                  "--steps", "3000", "--true-theta", str(th), "-o", str(out), "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("lambda", "target_cov", "predicted_cov", "empirical_cov", "empirical_cov_standard_error",
+                "cov_error_predicted", "cov_error_empirical", "theta_hat", "standard_errors", "calibration_ks"):
+        assert key in doc
+    np.testing.assert_array_equal(np.load(out), doc["lambda"])
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros(5))
+    r = CliRunner().invoke(main, ["calibrate", str(data), "--model", "linear", "--batch-size", "16",
+                                  "--true-theta", str(bad), "-o", str(tmp_path / "x.npy")])
+    assert r.exit_code == 1 and "true_theta must have length D = 3" in r.stderr
+    assert not (tmp_path / "x.npy").exists()
