@@ -88,6 +88,24 @@ def test_quadratic_kernel_matches_twin(noise):
     _assert_same(a, b)
 
 
+def test_blocked_covariance_matches_per_step_welford_twin():
+    # D = 11 exercises the 8-wide register blocks and the remainder; 193 post-burn-in draws in 3 segments
+    # (64, 64, 65) fill blocks of COV_BLOCK = 32, flush partial blocks at segment ends and at the end of the
+    # run; the chunked run (progress) must give the same numbers as one call and as the twin's Welford.
+    r = np.random.default_rng(4)
+    d = 11
+    Q = r.standard_normal((d, d))
+    A = Q @ Q.T / d + np.eye(d)
+    kw = dict(n_steps=200, n_chains=2, burn_in=7, inv_temperature=10.0, seed=8, batches_per_chain=3,
+              noise_cov=np.eye(d) * 0.5, mean=r.standard_normal(d))
+    a = run_quadratic_chains(A, 0.1, backend="numba", **kw)
+    chunked = run_quadratic_chains(A, 0.1, backend="numba", progress=lambda done, total: None, **kw)
+    b = run_quadratic_chains(A, 0.1, backend="python", **kw)
+    _assert_same(a, b)
+    np.testing.assert_array_equal(a.batch_covs, chunked.batch_covs)
+    np.testing.assert_array_equal(a.chain_means, chunked.chain_means)
+
+
 def test_one_signature_per_kernel_after_multichain_runs():
     X, y = _problem("logistic")
     for c, batching in ((1, "replacement"), (3, "reshuffle"), (5, "without-replacement")):

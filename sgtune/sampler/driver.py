@@ -19,7 +19,7 @@ from ..data import Dataset, make_dataset
 from ..errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from ..models import GLM, fit_map, get_model, prior_matrix
 from . import grads
-from .kernels import BATCHING_IDS, KERNELS, LAM_DENSE, LAM_DIAG
+from .kernels import BATCHING_IDS, COV_BLOCK, KERNELS, LAM_DENSE, LAM_DIAG
 from .rng import chain_states
 
 __all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS"]
@@ -365,6 +365,8 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     acc_n = np.zeros((C, S), dtype=np.int64)
     acc_mean = np.zeros((C, S, d))
     acc_m2 = np.zeros((C, S, d, d))
+    blk = np.zeros((C, COV_BLOCK, d))
+    blk_n = np.zeros((C, 2), dtype=np.int64)
     trace = np.zeros((C, n_trace, d))
     pos_n = np.zeros((C, R), dtype=np.int64)
     pos_mean = np.zeros((C, R, d))
@@ -376,10 +378,11 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     bid = int(BATCHING_IDS[batching])
 
     def call(t0: int, steps: int) -> None:
+        last = t0 + steps == T  # the last call merges the pending covariance block
         args = (theta, mom, rng_state, perm, epoch_pos, int(t0), int(steps), int(T0), X, y, model_id, mpar,
                 noise_chol, prior_kind, prior, lam, lam_kind, fac, bool(inject), kappa, int(batch_size), bid,
-                gamma, int(seg_len), acc_n, acc_mean, acc_m2, int(thin), trace, pos_n, pos_mean, pos_m2, obs,
-                obs_sum, diverged, clip_count)
+                gamma, int(seg_len), acc_n, acc_mean, acc_m2, blk, blk_n, bool(last), int(thin), trace, pos_n,
+                pos_mean, pos_m2, obs, obs_sum, diverged, clip_count)
         if backend == "numba":
             KERNELS[sampler](*args)
         else:

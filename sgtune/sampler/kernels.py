@@ -25,9 +25,12 @@ epoch, then batches perm[kB:(k+1)B], k = 0..R−1, R = ceil(N/B); the last batch
 smaller when B does not divide N).
 
 Outputs accumulated after burn-in (t > burn_in), u = t − burn_in:
-Welford mean and (upper-triangle) sum of squares per chain and segment
-(segment = min((u−1) // seg_len, S−1), used for batch-means standard errors),
-thinned trace (every ``thin`` steps), sums of linear observables ℓ_kᵀθ, and for
+mean and (upper-triangle) centred sum of squares M2 per chain and segment
+(segment = min((u−1) // seg_len, S−1), used for batch-means standard errors), accumulated
+in blocks: the states are collected in ``blk`` (C, K, D) (``blk_n[c]`` = [pending count,
+segment]) and merged by :func:`_flush_block` when K are pending, when the segment changes,
+and at the end of a call with ``flush`` true (the driver's last call) — so the result does
+not depend on how the run is split into calls; thinned trace (every ``thin`` steps), sums of linear observables ℓ_kᵀθ, and for
 reshuffling per-epoch-position Welford mean and variance (position = number of batches of
 the current epoch already used, 0..R−1). A chain whose state becomes non-finite (or
 ‖θ‖₁ > 1e150) stops; ``diverged[c]`` records the step (−1 if it never diverged).
@@ -42,7 +45,7 @@ from ._jit import njit, njit_parallel, prange
 from .grads import QUAD_GAUSS, minibatch_gradient, quadratic_gradient, row_dot
 from .rng import fill_normals, randbelow, uniform
 
-__all__ = ["KERNELS", "SAMPLER_IDS", "BATCHING_IDS", "LAM_DIAG", "LAM_DENSE", "sgld_chains",
+__all__ = ["KERNELS", "SAMPLER_IDS", "BATCHING_IDS", "LAM_DIAG", "LAM_DENSE", "COV_BLOCK", "sgld_chains",
            "sglrw_chains", "clipped_sgld_chains", "draw_batch", "batch_schedule"]
 
 SGLD, SGLRW, CLIPPED_SGLD = 0, 1, 2
@@ -51,6 +54,8 @@ REPLACEMENT, WITHOUT_REPLACEMENT, RESHUFFLE = 0, 1, 2
 BATCHING_IDS: dict[str, int] = {"replacement": REPLACEMENT, "without-replacement": WITHOUT_REPLACEMENT,
                                 "reshuffle": RESHUFFLE}
 LAM_DIAG, LAM_DENSE = 1, 2
+#: states per covariance block (K of ``blk``); 32 × D doubles stay in L1 for D ≤ 100
+COV_BLOCK = 32
 DIVERGENCE_BOUND = 1e150
 
 
@@ -98,10 +103,83 @@ def batch_schedule(st, perm, n_data, batch_size, batching, n_steps):  # type: ig
 
 
 @njit
+def _flush_block(acc_n, acc_mean, acc_m2, blk, blk_n, bm):  # type: ignore[no-untyped-def]
+    """Merge the k = blk_n[0] pending states ``blk[:k]`` into segment s = blk_n[1] and empty the block.
+
+    Block mean b̄ and centred scatter Σ_r (x_r − b̄)(x_r − b̄)ᵀ, then Chan et al.'s pairwise merge
+    with the segment's (n, mean, M2): M2 += scatter + (n k / (n + k)) δδᵀ, mean += δ k/(n + k),
+    δ = b̄ − mean. Same quantity as k rank-one Welford updates (both are exact up to rounding),
+    but the scatter is a rank-k product whose 8-wide register blocks read each pending state
+    once per block of 8 entries instead of loading and storing every M2 entry at every step.
+    Only the upper triangle of M2 is accumulated.
+    """
+    k = blk_n[0]
+    s = blk_n[1]
+    d = bm.shape[0]
+    mean = acc_mean[s]
+    m2 = acc_m2[s]
+    for j in range(d):
+        acc = 0.0
+        for r in range(k):
+            acc += blk[r, j]
+        bm[j] = acc / k
+    for r in range(k):
+        for j in range(d):
+            blk[r, j] -= bm[j]
+    for i in range(d):
+        j = i
+        while j + 8 <= d:
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+            for r in range(k):
+                a = blk[r, i]
+                s0 += a * blk[r, j]
+                s1 += a * blk[r, j + 1]
+                s2 += a * blk[r, j + 2]
+                s3 += a * blk[r, j + 3]
+                s4 += a * blk[r, j + 4]
+                s5 += a * blk[r, j + 5]
+                s6 += a * blk[r, j + 6]
+                s7 += a * blk[r, j + 7]
+            m2[i, j] += s0
+            m2[i, j + 1] += s1
+            m2[i, j + 2] += s2
+            m2[i, j + 3] += s3
+            m2[i, j + 4] += s4
+            m2[i, j + 5] += s5
+            m2[i, j + 6] += s6
+            m2[i, j + 7] += s7
+            j += 8
+        while j < d:
+            s0 = 0.0
+            for r in range(k):
+                s0 += blk[r, i] * blk[r, j]
+            m2[i, j] += s0
+            j += 1
+    na = acc_n[s]
+    n = na + k
+    if na > 0:
+        f = na * (k / n)
+        for i in range(d):
+            bm[i] -= mean[i]  # δ
+        for i in range(d):
+            fi = f * bm[i]
+            for j in range(i, d):
+                m2[i, j] += fi * bm[j]
+        w = k / n
+        for j in range(d):
+            mean[j] += bm[j] * w
+    else:
+        for j in range(d):
+            mean[j] = bm[j]
+    acc_n[s] = n
+    blk_n[0] = 0
+
+
+@njit
 def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,  # type: ignore[no-untyped-def]
            X, y, model, mpar, noise_chol, prior_kind, prior,
            lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-           seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+           seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
            obs, obs_sum, diverged, clip_count):
     if diverged[c] >= 0:
         return
@@ -206,16 +284,15 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
         seg = (u - 1) // seg_len
         if seg >= n_seg:
             seg = n_seg - 1
-        acc_n[c, seg] += 1
-        inv_n = 1.0 / acc_n[c, seg]
+        if blk_n[c, 0] > 0 and blk_n[c, 1] != seg:  # the pending block belongs to the previous segment
+            _flush_block(acc_n[c], acc_mean[c], acc_m2[c], blk[c], blk_n[c], buf)
+        k = blk_n[c, 0]
         for j in range(d):
-            buf[j] = th[j] - acc_mean[c, seg, j]
-            acc_mean[c, seg, j] += buf[j] * inv_n
-            xi[j] = th[j] - acc_mean[c, seg, j]
-        for i in range(d):
-            bi = buf[i]
-            for j in range(i, d):
-                acc_m2[c, seg, i, j] += bi * xi[j]
+            blk[c, k, j] = th[j]
+        blk_n[c, 0] = k + 1
+        blk_n[c, 1] = seg
+        if k + 1 == blk.shape[1]:
+            _flush_block(acc_n[c], acc_mean[c], acc_m2[c], blk[c], blk_n[c], buf)
         if thin > 0 and u % thin == 0:
             k = u // thin - 1
             if k < n_trace:
@@ -230,6 +307,8 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
                 delta = th[j] - pos_mean[c, pos, j]
                 pos_mean[c, pos, j] += delta * inv_p
                 pos_m2[c, pos, j] += delta * (th[j] - pos_mean[c, pos, j])
+    if flush and diverged[c] < 0 and blk_n[c, 0] > 0:
+        _flush_block(acc_n[c], acc_mean[c], acc_m2[c], blk[c], blk_n[c], buf)
     epoch_pos[c] = pos
     clip_count[c] += clips
 
@@ -238,14 +317,14 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
 def sgld_chains(theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,  # type: ignore[no-untyped-def]
                 X, y, model, mpar, noise_chol, prior_kind, prior,
                 lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-                seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+                seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
                 obs, obs_sum, diverged, clip_count):
     """SG(L)D / SGD with scalar, diagonal or dense Λ and momentum κ (module docstring)."""
     for c in prange(theta.shape[0]):
         _chain(c, SGLD, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,
                X, y, model, mpar, noise_chol, prior_kind, prior,
                lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-               seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+               seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
                obs, obs_sum, diverged, clip_count)
 
 
@@ -253,14 +332,14 @@ def sgld_chains(theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,  #
 def sglrw_chains(theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,  # type: ignore[no-untyped-def]
                  X, y, model, mpar, noise_chol, prior_kind, prior,
                  lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-                 seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+                 seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
                  obs, obs_sum, diverged, clip_count):
     """SGLRW (seed 000, eq. 12) with probability clipping; diagonal Λ, β < ∞."""
     for c in prange(theta.shape[0]):
         _chain(c, SGLRW, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,
                X, y, model, mpar, noise_chol, prior_kind, prior,
                lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-               seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+               seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
                obs, obs_sum, diverged, clip_count)
 
 
@@ -268,14 +347,14 @@ def sglrw_chains(theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,  
 def clipped_sgld_chains(theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,  # type: ignore[no-untyped-def]
                         X, y, model, mpar, noise_chol, prior_kind, prior,
                         lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-                        seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+                        seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
                         obs, obs_sum, diverged, clip_count):
     """Clipped SGLD (seed 000, eq. 18): componentwise drift clip at r_i = sqrt(2Λ_ii/β)."""
     for c in prange(theta.shape[0]):
         _chain(c, CLIPPED_SGLD, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn_in,
                X, y, model, mpar, noise_chol, prior_kind, prior,
                lam, lam_kind, noise_fac, inject, kappa, batch_size, batching, decay,
-               seg_len, acc_n, acc_mean, acc_m2, thin, trace, pos_n, pos_mean, pos_m2,
+               seg_len, acc_n, acc_mean, acc_m2, blk, blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2,
                obs, obs_sum, diverged, clip_count)
 
 

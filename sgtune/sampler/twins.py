@@ -45,10 +45,15 @@ def run_twin(sampler: str, theta: np.ndarray, mom: np.ndarray, rng_state: np.nda
              model: int, mpar: np.ndarray, noise_chol: np.ndarray, prior_kind: int, prior: np.ndarray,
              lam: np.ndarray, lam_kind: int, noise_fac: np.ndarray, inject: bool, kappa: float,
              batch_size: int, batching: int, decay: float, seg_len: int, acc_n: np.ndarray,
-             acc_mean: np.ndarray, acc_m2: np.ndarray, thin: int, trace: np.ndarray, pos_n: np.ndarray,
+             acc_mean: np.ndarray, acc_m2: np.ndarray, blk: np.ndarray, blk_n: np.ndarray, flush: bool,
+             thin: int, trace: np.ndarray, pos_n: np.ndarray,
              pos_mean: np.ndarray, pos_m2: np.ndarray, obs: np.ndarray, obs_sum: np.ndarray,
              diverged: np.ndarray, clip_count: np.ndarray) -> None:
-    """Same contract as ``KERNELS[sampler](...)`` (see :mod:`sgtune.sampler.kernels`)."""
+    """Same contract as ``KERNELS[sampler](...)`` (see :mod:`sgtune.sampler.kernels`).
+
+    The moments are accumulated by plain per-step Welford updates (the kernel's blocked merge
+    is a different route to the same numbers), so ``blk``, ``blk_n`` and ``flush`` are unused.
+    """
     glm: Any = None
     if model < 4:
         glm = get_model(_GLM_NAMES[model], noise_variance=float(mpar[0]),
