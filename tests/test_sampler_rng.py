@@ -72,3 +72,45 @@ def test_stable_distribution(alpha):
         else:
             p = float(stats.levy_stable.cdf(q, alpha, 0.0))
         assert abs(np.mean(x <= q) - p) / math.sqrt(p * (1 - p) / n) < Z
+
+
+def test_ziggurat_layers_have_equal_area():
+    # independent route: scipy quadrature of the tail and the layer rectangles from the table edges
+    from scipy import integrate
+
+    x, f = rng.ZIG_X, rng.ZIG_F
+    r = rng.ZIG_R
+    tail = integrate.quad(lambda t: math.exp(-0.5 * t * t), r, np.inf, epsabs=1e-15)[0]
+    v = r * math.exp(-0.5 * r * r) + tail
+    assert x[1] == r and x[256] == 0.0 and np.all(np.diff(x[1:]) < 0)
+    np.testing.assert_allclose(x[0] * f[1], v, rtol=1e-12)  # base layer: width x_0, height f(r), incl. tail
+    areas = x[1:256] * (f[2:257] - f[1:256])  # layer i ≥ 1: width x_i, height f(x_{i+1}) − f(x_i)
+    np.testing.assert_allclose(areas, v, rtol=1e-10)  # the recursion accumulates rounding over 255 layers
+
+
+def test_ziggurat_twin_over_tail_and_wedges():
+    st = rng.chain_states(9, 1)[0]
+    n = 40_000
+    out = np.empty(n)
+    s = st.copy()
+    rng.fill_normals(s, out)
+    twin = rng.Xoshiro256PP(st)
+    np.testing.assert_allclose(out, twin.normals(n), rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(s, twin.state())
+    assert np.sum(np.abs(out) > rng.ZIG_R) >= 1  # the tail branch was exercised (expected ≈ 10 draws)
+
+
+def test_normals_distribution_chi_square_and_tail():
+    s = rng.chain_states(4, 1)[0]
+    n = 400_000
+    x = np.empty(n)
+    rng.fill_normals(s, x)
+    # 64 equiprobable bins: goodness of fit, reject only below p = 1e-6
+    edges = stats.norm.ppf(np.linspace(0, 1, 65))
+    counts = np.histogram(x, bins=edges)[0]
+    assert stats.chisquare(counts).pvalue > 1e-6
+    # the tail beyond r (sampled by its own branch) and a strip inside the wedges of the top layers
+    for lo, hi in ((rng.ZIG_R, np.inf), (rng.ZIG_X[200], rng.ZIG_X[199])):
+        p = 2 * (stats.norm.cdf(hi) - stats.norm.cdf(lo))
+        q = np.mean((np.abs(x) > lo) & (np.abs(x) <= hi))
+        assert abs(q - p) / math.sqrt(p * (1 - p) / n) < Z

@@ -10,14 +10,19 @@ The stream of chain ``c`` for seed ``s`` is fully specified as follows.
 3. Uniform double in [0, 1): ``(x >> 11) · 2⁻⁵³``.
 4. Integer in [0, n), n < 2³²: Lemire's multiply-shift on the top 32 bits with
    rejection (exactly uniform; one draw almost always).
-5. Standard normals: Marsaglia's polar method; a pair (u, v) uniform in (−1, 1)² is
-   accepted when 0 < s = u² + v² < 1 and gives u·f, v·f with f = sqrt(−2 log s / s).
-   :func:`fill_normals` fills a vector pairwise (an odd last draw is discarded), so the
-   stream consumed per vector depends only on its length.
+5. Standard normals: the ziggurat of Marsaglia & Tsang (2000) with 256 layers, tail start
+   r = 3.6541528853610088 (tables :data:`ZIG_X`, built once at import from r alone). One
+   64-bit draw u gives the layer i = u & 255, the sign (bit 8) and U = (u >> 11)·2⁻⁵³;
+   x = U·x_i is returned at once when x < x_{i+1} (≈ 98.8 %); otherwise the base layer
+   (i = 0) samples the tail |x| > r (Marsaglia 1964: a = −log(1−U₁)/r, b = −log(1−U₂),
+   accept when 2b > a², x = r + a) and the other layers accept the wedge when
+   f(x_i) + U₁(f(x_{i+1}) − f(x_i)) < f(x) = e^{−x²/2}, else start again with a new u.
+   :func:`fill_normals` draws them one after the other, so the stream consumed per vector
+   depends only on its length and on the draws.
 
 Why not ``np.random.Generator`` inside the kernel: one generator object cannot feed chains
 that run in parallel threads reproducibly, and numba's default generator costs 3–4 µs
-per SGLD step (32 indices + 50 normals) on the benchmark problem; this one costs ≈1 µs.
+per SGLD step (32 indices + 50 normals) on the benchmark problem; this one costs ≈0.2 µs.
 The pure-Python twin :class:`Xoshiro256PP` produces the identical stream.
 """
 from __future__ import annotations
@@ -28,10 +33,32 @@ import numpy as np
 
 from ._jit import njit
 
-__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal_pair", "fill_normals",
-           "stable_symmetric", "Xoshiro256PP"]
+__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals",
+           "stable_symmetric", "Xoshiro256PP", "ZIG_R", "ZIG_X", "ZIG_F"]
 
 _M64 = (1 << 64) - 1
+_TWO53 = 1.0 / 9007199254740992.0  # 2**-53
+
+
+def _ziggurat_tables(r: float) -> tuple[np.ndarray, np.ndarray]:
+    """Layer edges x_0..x_256 and f(x_i) = e^{−x_i²/2} of the 256-layer normal ziggurat.
+
+    Every layer has area v = r f(r) + ∫_r^∞ f: x_0 = v / f(r) (the base layer's virtual width,
+    covering the tail), x_1 = r, x_{i+1} = f⁻¹(v / x_i + f(x_i)), x_256 = 0 (the top layer's
+    area x_255 (1 − f(x_255)) equals v to 1e-13 for this r).
+    """
+    f = lambda x: math.exp(-0.5 * x * x)  # noqa: E731
+    v = r * f(r) + math.sqrt(math.pi / 2) * math.erfc(r / math.sqrt(2))
+    xs = [v / f(r), r]
+    for i in range(1, 255):
+        xs.append(math.sqrt(-2.0 * math.log(v / xs[i] + f(xs[i]))))
+    xs.append(0.0)
+    x = np.array(xs)
+    return x, np.exp(-0.5 * x * x)
+
+
+ZIG_R = 3.6541528853610088
+ZIG_X, ZIG_F = _ziggurat_tables(ZIG_R)
 
 
 def chain_states(seed: int | np.random.SeedSequence, n_chains: int) -> np.ndarray:
@@ -95,28 +122,31 @@ def randbelow(st, n):  # type: ignore[no-untyped-def]
 
 
 @njit
-def normal_pair(st):  # type: ignore[no-untyped-def]
-    """Two independent N(0, 1) draws (Marsaglia polar method)."""
+def normal(st):  # type: ignore[no-untyped-def]
+    """One N(0, 1) draw (256-layer ziggurat, module docstring item 5)."""
     while True:
-        u = 2.0 * uniform(st) - 1.0
-        v = 2.0 * uniform(st) - 1.0
-        s = u * u + v * v
-        if s < 1.0 and s > 0.0:
-            f = math.sqrt(-2.0 * math.log(s) / s)
-            return u * f, v * f
+        u = next_u64(st)
+        i = np.int64(u & np.uint64(255))
+        x = float(u >> np.uint64(11)) * _TWO53 * ZIG_X[i]
+        neg = (u >> np.uint64(8)) & np.uint64(1)
+        if x < ZIG_X[i + 1]:
+            return -x if neg else x
+        if i == 0:  # tail beyond r
+            while True:
+                a = -math.log(1.0 - uniform(st)) / ZIG_R
+                b = -math.log(1.0 - uniform(st))
+                if b + b > a * a:
+                    x = ZIG_R + a
+                    return -x if neg else x
+        if ZIG_F[i] + uniform(st) * (ZIG_F[i + 1] - ZIG_F[i]) < math.exp(-0.5 * x * x):
+            return -x if neg else x
 
 
 @njit
 def fill_normals(st, out):  # type: ignore[no-untyped-def]
-    """Fill ``out`` with N(0, 1) draws, two per polar pair (an odd last draw is discarded)."""
-    n = out.shape[0]
-    i = 0
-    while i < n:
-        a, b = normal_pair(st)
-        out[i] = a
-        if i + 1 < n:
-            out[i + 1] = b
-        i += 2
+    """Fill ``out`` with N(0, 1) draws, one after the other."""
+    for i in range(out.shape[0]):
+        out[i] = normal(st)
 
 
 @njit
@@ -169,23 +199,26 @@ class Xoshiro256PP:
                 low = m & 0xFFFFFFFF
         return m >> 32
 
-    def normal_pair(self) -> tuple[float, float]:
+    def normal(self) -> float:
         while True:
-            u = 2.0 * self.uniform() - 1.0
-            v = 2.0 * self.uniform() - 1.0
-            s = u * u + v * v
-            if 0.0 < s < 1.0:
-                f = math.sqrt(-2.0 * math.log(s) / s)
-                return u * f, v * f
+            u = self.next_u64()
+            i = u & 255
+            x = float(u >> 11) * _TWO53 * float(ZIG_X[i])
+            neg = (u >> 8) & 1
+            if x < ZIG_X[i + 1]:
+                return -x if neg else x
+            if i == 0:
+                while True:
+                    a = -math.log(1.0 - self.uniform()) / ZIG_R
+                    b = -math.log(1.0 - self.uniform())
+                    if b + b > a * a:
+                        x = ZIG_R + a
+                        return -x if neg else x
+            if float(ZIG_F[i]) + self.uniform() * (float(ZIG_F[i + 1]) - float(ZIG_F[i])) < math.exp(-0.5 * x * x):
+                return -x if neg else x
 
     def normals(self, n: int) -> np.ndarray:
-        out = np.empty(n)
-        for i in range(0, n, 2):
-            a, b = self.normal_pair()
-            out[i] = a
-            if i + 1 < n:
-                out[i + 1] = b
-        return out
+        return np.array([self.normal() for _ in range(n)], dtype=np.float64)
 
     def stable_symmetric(self, alpha: float) -> float:
         v = math.pi * (self.uniform() - 0.5)
