@@ -315,3 +315,14 @@ def test_sgld_needs_spd_step_and_valid_arguments():
         predict_stationary_cov(e, 0.01, batch_size=4, inv_temperature=-1)
     with pytest.raises(SgtuneError, match="method must be"):
         predict_stationary_cov(e, 0.01, batch_size=4, method="qr")
+
+
+def test_critically_damped_momentum_is_solved_accurately(rng):
+    """At κ = (1 − sqrt(λh))², F has a double eigenvalue (defective): the solver must not lose accuracy."""
+    X = rng.standard_normal((100, 2))
+    e = expand(get_model("linear"), make_dataset(X, rng.standard_normal(100)))
+    lam = 0.25 / np.linalg.eigvalsh(e.hessian)[0]  # (1 − λh + κ)² = 4κ at κ = 1/4
+    a = predict_stationary_cov(e, lam, batch_size=5, momentum=0.25, method="direct")
+    b = predict_stationary_cov(e, lam, batch_size=5, momentum=0.25, method="iterative")
+    np.testing.assert_allclose(b.cov, a.cov, rtol=SOLVER_RTOL)
+    assert b.relative_residual < 1e-12

@@ -521,8 +521,12 @@ class _Stein:
             except np.linalg.LinAlgError:
                 pass
         a, V = np.linalg.eig(F)
+        self.F = F
+        # near a defective F (e.g. critically damped momentum) the eigenvectors are ill-conditioned:
+        # fall back to scipy's Schur-based (Bartels–Stewart) Stein solver, O(m³) per call
+        self.fallback = bool(np.linalg.cond(V) > 1e6)
         self.a, self.V = a, V
-        self.Vinv = np.linalg.inv(V)
+        self.Vinv = np.linalg.inv(V) if not self.fallback else V
         self.real = bool(np.all(np.isreal(a)) and np.all(np.isreal(V)))
         if self.real:
             self.a, self.V, self.Vinv = a.real, V.real, self.Vinv.real
@@ -532,6 +536,9 @@ class _Stein:
         self.denom = 1.0 - np.outer(self.a, self.a)
 
     def solve(self, Q: np.ndarray) -> np.ndarray:
+        if getattr(self, "fallback", False):
+            X = sla.solve_discrete_lyapunov(self.F, Q, method="bilinear")
+            return 0.5 * (X + X.T)
         Qt = self.Vinv @ Q @ self.Vinv.T
         X = self.V @ (Qt / self.denom) @ self.V.T
         if not self.real:
