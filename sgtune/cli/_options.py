@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from ..data import EXAMPLES, Dataset, example, load_dataset
-from ..errors import DataFormatError, SgtuneError
+from ..errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, GLM, Expansion, expand, get_model, prior_matrix
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
@@ -90,8 +90,8 @@ def load_npy(path: str, name: str) -> np.ndarray:
         raise DataFormatError(f"{name}: cannot read {path} as .npy ({exc})") from None
 
 
-def load_problem(kw: dict[str, Any]) -> LoadedProblem:
-    """Build the problem from the shared data options (pops nothing; reads ``DATA_KEYS``)."""
+def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, GLM]:
+    """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
     if (kw.get("data") is None) == (kw.get("example") is None):
         raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
     if kw.get("example"):
@@ -105,14 +105,32 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
         ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
         model_name = kw["model"]
     model = get_model(model_name, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
+    return ds, model
+
+
+def load_prior(kw: dict[str, Any], dim: int) -> np.ndarray:
+    """Γ from ``--prior-precision-matrix`` (a .npy file) or else ``--prior-precision`` G (Γ = G·I)."""
     if kw.get("prior_precision_matrix"):
-        gam = prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), ds.dim)
-    else:
-        gam = prior_matrix(kw.get("prior_precision", 0.0), ds.dim)
+        return prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), dim)
+    return prior_matrix(kw.get("prior_precision", 0.0), dim)
+
+
+def load_problem(kw: dict[str, Any]) -> LoadedProblem:
+    """Build the problem from the shared data options (pops nothing; reads ``DATA_KEYS``)."""
+    ds, model = load_data_model(kw)
+    gam = load_prior(kw, ds.dim)
     if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(kw.get("seed", 0)))
         return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data))
     return LoadedProblem(ds, model, gam, expand(model, ds, gam))
+
+
+def load_theta(path: str, dim: int) -> np.ndarray:
+    """θ from a ``--theta`` .npy file holding D numbers (any shape; flattened)."""
+    theta = np.asarray(load_npy(path, "--theta"), dtype=float).reshape(-1)
+    if theta.shape[0] != dim:
+        raise ShapeError(f"--theta must hold D = {dim} numbers but {path} has {theta.shape[0]}")
+    return theta
 
 
 def parse_inv_temperature(value: str | float, n_data: int) -> float:

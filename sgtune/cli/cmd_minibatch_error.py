@@ -4,15 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import numpy as np
 
 from .._refs import references_of
-from ..data import EXAMPLES, Dataset, example, load_dataset
-from ..errors import SgtuneError, ShapeError
-from ..models import fit_map, get_model, prior_matrix
+from ..errors import SgtuneError
+from ..models import fit_map
 from ..theory.minibatch import minibatch_error
 from ._io import check_writable, emit, handle_errors, info, save_array
-from ._options import check_batch_size, data_options, load_npy, output_options
+from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
 
 
 @click.command("minibatch-error")
@@ -46,32 +44,15 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
     """
     check_writable(output, overwrite, "--output")
     check_writable(json_path, overwrite, "--json")
-    if (kw.get("data") is None) == (kw.get("example") is None):
-        raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
-    if kw.get("example"):
-        ds = example(kw["example"], seed=0)
-        model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
-    else:
-        if kw.get("model") is None:
-            raise click.UsageError("--model is required with a DATA file")
-        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
-        model_name = kw["model"]
-    if kw.get("example") and kw.get("intercept"):
-        ds = Dataset(np.column_stack([np.ones(ds.n_data), ds.X]), ds.y, ("intercept", *ds.names), ds.source)
-    model = get_model(model_name, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
-    if kw.get("prior_precision_matrix"):
-        gam = prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), ds.dim)
-    else:
-        gam = prior_matrix(kw.get("prior_precision", 0.0), ds.dim)
+    ds, model = load_data_model(kw)
+    gam = load_prior(kw, ds.dim)
     b = check_batch_size(batch_size, ds.n_data)
     if theta_path is None:
         theta = fit_map(model, ds, gam).theta_hat
         theta_source = "map"
     else:
-        theta = np.asarray(load_npy(theta_path, "--theta"), dtype=float).reshape(-1)
+        theta = load_theta(theta_path, ds.dim)
         theta_source = theta_path
-        if theta.shape[0] != ds.dim:
-            raise ShapeError(f"--theta must hold D = {ds.dim} numbers but {theta_path} has {theta.shape[0]}")
     if step_size is not None and not step_size > 0:
         raise SgtuneError(f"--step-size must be > 0, got {step_size}")
     res = minibatch_error(model, ds, theta, b, prior_precision=gam, replacement=not without_replacement)

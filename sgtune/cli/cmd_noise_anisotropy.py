@@ -5,15 +5,12 @@ import math
 from typing import Any
 
 import click
-import numpy as np
 
 from .._refs import references_of
-from ..data import EXAMPLES, Dataset, example, load_dataset
-from ..errors import ShapeError
-from ..models import fit_map, get_model, prior_matrix
+from ..models import fit_map
 from ..theory.minibatch import noise_anisotropy
 from ._io import check_writable, emit, handle_errors, info, save_array
-from ._options import check_batch_size, data_options, load_npy, output_options
+from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
 
 
 def _num(x: float) -> float | str:
@@ -48,32 +45,14 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
     """
     check_writable(output, overwrite, "--output")
     check_writable(json_path, overwrite, "--json")
-    if (kw.get("data") is None) == (kw.get("example") is None):
-        raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
-    if kw.get("example"):
-        ds = example(kw["example"], seed=0)
-        model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
-        if kw.get("intercept"):
-            ds = Dataset(np.column_stack([np.ones(ds.n_data), ds.X]), ds.y, ("intercept", *ds.names), ds.source)
-    else:
-        if kw.get("model") is None:
-            raise click.UsageError("--model is required with a DATA file")
-        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
-        model_name = kw["model"]
-    model = get_model(model_name, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
+    ds, model = load_data_model(kw)
     b = check_batch_size(batch_size, ds.n_data)
     if theta_path is None:
-        if kw.get("prior_precision_matrix"):
-            gam = prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), ds.dim)
-        else:
-            gam = prior_matrix(kw.get("prior_precision", 0.0), ds.dim)
-        theta = fit_map(model, ds, gam).theta_hat
+        theta = fit_map(model, ds, load_prior(kw, ds.dim)).theta_hat
         theta_source = "map"
     else:
-        theta = np.asarray(load_npy(theta_path, "--theta"), dtype=float).reshape(-1)
+        theta = load_theta(theta_path, ds.dim)
         theta_source = theta_path
-        if theta.shape[0] != ds.dim:
-            raise ShapeError(f"--theta must hold D = {ds.dim} numbers but {theta_path} has {theta.shape[0]}")
     res = noise_anisotropy(model, ds, theta, b, replacement=not without_replacement)
     doc = {
         "noise_cov": res.noise_cov,
