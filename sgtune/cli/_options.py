@@ -16,6 +16,7 @@ import numpy as np
 from ..data import EXAMPLES, Dataset, example, load_dataset
 from ..errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, GLM, Expansion, expand, get_model, prior_matrix
+from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed")
@@ -131,6 +132,20 @@ def load_theta(path: str, dim: int) -> np.ndarray:
     if theta.shape[0] != dim:
         raise ShapeError(f"--theta must hold D = {dim} numbers but {path} has {theta.shape[0]}")
     return theta
+
+
+def load_batch_problem(kw: dict[str, Any]) -> tuple[LoadedProblem, int, float]:
+    """Opening of the commands built on the shared data and batch options: (problem, B, β).
+
+    Refuses existing ``--output`` / ``--json`` files without ``--overwrite`` first (before any
+    work), then loads the problem, checks ``--batch-size`` against N and parses
+    ``--inverse-temperature``.
+    """
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    prob = load_problem(kw)
+    n = prob.dataset.n_data
+    return prob, check_batch_size(int(kw["batch_size"]), n), parse_inv_temperature(kw["inverse_temperature"], n)
 
 
 def parse_inv_temperature(value: str | float, n_data: int) -> float:

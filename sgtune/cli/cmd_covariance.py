@@ -8,9 +8,9 @@ import click
 from .._refs import references_of
 from ..errors import SgtuneError
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
-from ._io import check_writable, command_line, emit, handle_errors, info, save_array
-from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem,
-                       output_options, parse_inv_temperature, temperature_json)
+from ._io import command_line, emit, handle_errors, info, save_array
+from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
+                       temperature_json)
 from ._render import key_values, matrix_summary
 
 
@@ -33,12 +33,7 @@ def cli(**kw: object) -> None:
     """
     if (kw["step_size"] is None) == (kw["lambda_file"] is None):
         raise click.UsageError("give exactly one of --step-size L or --lambda FILE.npy")
-    check_writable(kw["output"], bool(kw["overwrite"]), "--output")  # type: ignore[arg-type]
-    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")  # type: ignore[arg-type]
-    prob = load_problem(kw)
-    n = prob.dataset.n_data
-    B = check_batch_size(int(kw["batch_size"]), n)  # type: ignore[arg-type]
-    beta = parse_inv_temperature(kw["inverse_temperature"], n)  # type: ignore[arg-type]
+    prob, B, beta = load_batch_problem(kw)
     step = kw["step_size"] if kw["step_size"] is not None else load_npy(str(kw["lambda_file"]), "--lambda")
     if kw["average_window"] is not None and int(kw["average_window"]) < 1:  # type: ignore[arg-type]
         raise SgtuneError(f"--average-window must be >= 1, got {kw['average_window']}")

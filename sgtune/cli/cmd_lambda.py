@@ -7,9 +7,9 @@ import click
 
 from .._refs import references_of
 from ..theory.tuning import FAMILIES, METHODS, tune
-from ._io import check_writable, command_line, emit, handle_errors, info, save_array
-from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem,
-                       output_options, parse_inv_temperature, temperature_json)
+from ._io import command_line, emit, handle_errors, info, save_array
+from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
+                       temperature_json)
 from ._render import key_values, matrix_summary
 
 
@@ -33,12 +33,7 @@ def cli(**kw: object) -> None:
     tau_worst, tau, method, residual, covariance_error, family, criterion, ...
     Example:  sgtune lambda --example hetero-linear --batch-size 64
     """
-    check_writable(kw["output"], bool(kw["overwrite"]), "--output")  # type: ignore[arg-type]
-    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")  # type: ignore[arg-type]
-    prob = load_problem(kw)
-    n = prob.dataset.n_data
-    B = check_batch_size(int(kw["batch_size"]), n)  # type: ignore[arg-type]
-    beta = parse_inv_temperature(kw["inverse_temperature"], n)  # type: ignore[arg-type]
+    prob, B, beta = load_batch_problem(kw)
     target = kw["target"]
     if target not in ("sandwich", "posterior"):
         target = load_npy(str(target), "--target")
@@ -49,7 +44,7 @@ def cli(**kw: object) -> None:
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
-        "covariance_error": res.covariance_error, "batch_size": B, "n_data": n, "dim": prob.dataset.dim,
+        "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dataset.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
         "without_replacement": res.without_replacement, "model": prob.model.name,
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
