@@ -12,11 +12,12 @@ Schemes (integer codes in :data:`SCHEME_CODES`):
 - ``rr``: at the start of every epoch a fresh uniformly random permutation
   (full Fisher–Yates), then the R = N/B consecutive blocks in order.
 
-Every chain owns an independent xoshiro256** stream seeded from
-``numpy.random.SeedSequence(seed).spawn(n_chains)``, so results do not depend
-on the number of threads.  Uniforms are 53-bit ``(x >> 11)·2⁻⁵³``; normals are
-Box–Muller from two uniforms (one normal per pair); an index in [0, m) is
-⌊u·m⌋ (bias ≤ m·2⁻⁵³, negligible for any data set that fits in memory).
+Every chain owns an independent stream of the package's one generator,
+:mod:`sgtune.sampler.rng` (xoshiro256++ seeded from
+``numpy.random.SeedSequence(seed).spawn(n_chains)``; 53-bit uniforms, ziggurat
+normals, exactly uniform indices by Lemire's method), so results do not depend
+on the number of threads; the Python twin replays the same stream with
+:class:`~sgtune.sampler.rng.Xoshiro256PP`.
 
 The kernels store no traces: after ``burn_in_epochs`` they accumulate, per
 chain and per epoch position k = 0..R−1 (k steps of the epoch already taken),
@@ -30,68 +31,21 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from .._validation import as_vector, check_int, check_positive
 from ..errors import SgtuneError, UnstableStepSizeError
+from ._jit import njit, njit_parallel, prange
+from .rng import Xoshiro256PP, chain_states, normal, randbelow
 
 __all__ = ["SCHEME_CODES", "ReshuffleChains", "run_reshuffle_chains", "run_reshuffle_chains_python",
            "seed_states"]
 
 SCHEME_CODES: dict[str, int] = {"ula": 0, "rm": 1, "rm_with_replacement": 2, "rr": 3}
 
-_M64 = (1 << 64) - 1
-_TWO53 = 1.0 / 9007199254740992.0  # 2**-53
-
 
 # ----------------------------------------------------------------------------- numba kernels
-@numba.njit(cache=True, nogil=True)
-def _rotl(x: np.uint64, k: np.uint64) -> np.uint64:  # pragma: no cover - compiled
-    return (x << k) | (x >> (np.uint64(64) - k))
-
-
-@numba.njit(cache=True, nogil=True)
-def _next_u64(s: np.ndarray) -> np.uint64:  # pragma: no cover - compiled
-    """xoshiro256** (Blackman & Vigna); ``s`` is a length-4 uint64 state, updated in place."""
-    s0 = s[0]
-    s1 = s[1]
-    s2 = s[2]
-    s3 = s[3]
-    result = _rotl(s1 * np.uint64(5), np.uint64(7)) * np.uint64(9)
-    t = s1 << np.uint64(17)
-    s2 ^= s0
-    s3 ^= s1
-    s1 ^= s2
-    s0 ^= s3
-    s2 ^= t
-    s3 = _rotl(s3, np.uint64(45))
-    s[0] = s0
-    s[1] = s1
-    s[2] = s2
-    s[3] = s3
-    return result
-
-
-@numba.njit(cache=True, nogil=True)
-def _uniform(s: np.ndarray) -> float:  # pragma: no cover - compiled
-    return float(_next_u64(s) >> np.uint64(11)) * 1.1102230246251565e-16
-
-
-@numba.njit(cache=True, nogil=True)
-def _normal(s: np.ndarray) -> float:  # pragma: no cover - compiled
-    u1 = 1.0 - _uniform(s)  # (0, 1]
-    u2 = _uniform(s)
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-
-
-@numba.njit(cache=True, nogil=True)
-def _below(s: np.ndarray, m: int) -> int:  # pragma: no cover - compiled
-    j = int(_uniform(s) * m)
-    return j if j < m else m - 1
-
-
-@numba.njit(cache=True, nogil=True)
+@njit
 def _one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
                n_epochs: int, burn_in_epochs: int, s: np.ndarray, perm: np.ndarray,
                m1: np.ndarray, m2: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -106,7 +60,7 @@ def _one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: 
     for epoch in range(burn_in_epochs + n_epochs):
         if scheme == 3:  # RR: fresh permutation per epoch (Fisher–Yates)
             for i in range(n - 1, 0, -1):
-                j = _below(s, i + 1)
+                j = randbelow(s, i + 1)
                 tmp = perm[i]
                 perm[i] = perm[j]
                 perm[j] = tmp
@@ -120,7 +74,7 @@ def _one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: 
             elif scheme == 1:  # RM without replacement: partial Fisher–Yates, B distinct indices
                 acc = 0.0
                 for i in range(batch_size):
-                    j = i + _below(s, n - i)
+                    j = i + randbelow(s, n - i)
                     tmp = perm[i]
                     perm[i] = perm[j]
                     perm[j] = tmp
@@ -129,61 +83,31 @@ def _one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: 
             elif scheme == 2:  # RM with replacement
                 acc = 0.0
                 for i in range(batch_size):
-                    acc += x[_below(s, n)]
+                    acc += x[randbelow(s, n)]
                 xb = acc / batch_size
             else:  # RR: block k of this epoch's permutation
                 acc = 0.0
                 for i in range(k * batch_size, (k + 1) * batch_size):
                     acc += x[perm[i]]
                 xb = acc / batch_size
-            theta = theta - h * (theta - xb) + noise_sd * _normal(s)
+            theta = theta - h * (theta - xb) + noise_sd * normal(s)
     for k in range(R):
         m1[k] /= n_epochs
         m2[k] /= n_epochs
 
 
-@numba.njit(cache=True, parallel=True)
+@njit_parallel
 def _run_chains(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
                 n_epochs: int, burn_in_epochs: int, states: np.ndarray, perms: np.ndarray,
                 m1: np.ndarray, m2: np.ndarray) -> None:  # pragma: no cover - compiled
-    for c in numba.prange(states.shape[0]):
+    for c in prange(states.shape[0]):
         _one_chain(x, xbar, batch_size, h, noise_sd, scheme, n_epochs, burn_in_epochs,
                    states[c], perms[c], m1[c], m2[c])
 
 
 # ----------------------------------------------------------------------------- pure-Python twin
-def _py_next_u64(s: list[int]) -> int:
-    s0, s1, s2, s3 = s
-    r1 = (s1 * 5) & _M64
-    result = ((((r1 << 7) | (r1 >> 57)) & _M64) * 9) & _M64
-    t = (s1 << 17) & _M64
-    s2 ^= s0
-    s3 ^= s1
-    s1 ^= s2
-    s0 ^= s3
-    s2 ^= t
-    s3 = ((s3 << 45) | (s3 >> 19)) & _M64
-    s[:] = [s0, s1, s2, s3]
-    return result
-
-
-def _py_uniform(s: list[int]) -> float:
-    return float(_py_next_u64(s) >> 11) * _TWO53
-
-
-def _py_normal(s: list[int]) -> float:
-    u1 = 1.0 - _py_uniform(s)
-    u2 = _py_uniform(s)
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-
-
-def _py_below(s: list[int], m: int) -> int:
-    j = int(_py_uniform(s) * m)
-    return j if j < m else m - 1
-
-
 def _py_one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
-                  n_epochs: int, burn_in_epochs: int, s: list[int]) -> tuple[np.ndarray, np.ndarray]:
+                  n_epochs: int, burn_in_epochs: int, s: Xoshiro256PP) -> tuple[np.ndarray, np.ndarray]:
     n = len(x)
     R = n // batch_size
     perm = list(range(n))
@@ -193,7 +117,7 @@ def _py_one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_s
     for epoch in range(burn_in_epochs + n_epochs):
         if scheme == 3:
             for i in range(n - 1, 0, -1):
-                j = _py_below(s, i + 1)
+                j = s.randbelow(i + 1)
                 perm[i], perm[j] = perm[j], perm[i]
         for k in range(R):
             if epoch >= burn_in_epochs:
@@ -205,21 +129,21 @@ def _py_one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_s
             elif scheme == 1:
                 acc = 0.0
                 for i in range(batch_size):
-                    j = i + _py_below(s, n - i)
+                    j = i + s.randbelow(n - i)
                     perm[i], perm[j] = perm[j], perm[i]
                     acc += float(x[perm[i]])
                 xb = acc / batch_size
             elif scheme == 2:
                 acc = 0.0
                 for i in range(batch_size):
-                    acc += float(x[_py_below(s, n)])
+                    acc += float(x[s.randbelow(n)])
                 xb = acc / batch_size
             else:
                 acc = 0.0
                 for i in range(k * batch_size, (k + 1) * batch_size):
                     acc += float(x[perm[i]])
                 xb = acc / batch_size
-            theta = theta - h * (theta - xb) + noise_sd * _py_normal(s)
+            theta = theta - h * (theta - xb) + noise_sd * s.normal()
     return np.array(m1) / n_epochs, np.array(m2) / n_epochs
 
 
@@ -270,12 +194,8 @@ class ReshuffleChains:
 
 
 def seed_states(seed: int, n_chains: int) -> np.ndarray:
-    """(n_chains, 4) uint64 xoshiro256** states from ``SeedSequence(seed).spawn(n_chains)``."""
-    children = np.random.SeedSequence(seed).spawn(n_chains)
-    states = np.stack([c.generate_state(4, dtype=np.uint64) for c in children])
-    bad = ~states.any(axis=1)
-    states[bad, 0] = np.uint64(0x9E3779B97F4A7C15)  # the all-zero state is a fixed point
-    return np.ascontiguousarray(states)
+    """(n_chains, 4) uint64 generator states: :func:`sgtune.sampler.rng.chain_states`."""
+    return chain_states(int(seed), n_chains)
 
 
 def _validate(data: Any, batch_size: Any, step: Any, sigma2: Any, scheme: str, n_chains: Any,
@@ -284,6 +204,8 @@ def _validate(data: Any, batch_size: Any, step: Any, sigma2: Any, scheme: str, n
     n = x.shape[0]
     if n < 2:
         raise SgtuneError(f"data must hold at least N = 2 observations, got N = {n}")
+    if n >= 2**32:
+        raise SgtuneError(f"the chains support N < 2^32 observations, got N = {n}; subsample the data")
     b = check_int(batch_size, "batch_size", low=1, high=n)
     if n % b:
         raise SgtuneError(f"batch_size = {b} does not divide N = {n}; use a divisor of N")
@@ -354,8 +276,7 @@ def run_reshuffle_chains_python(data: Any, batch_size: Any, step: Any, *, scheme
     noise_sd = math.sqrt(2.0 * h * sig2 / n)
     m1, m2 = [], []
     for ci in range(c):
-        s = [int(v) for v in states[ci]]
-        a1, a2 = _py_one_chain(x, xbar, b, h, noise_sd, code, e, bi, s)
+        a1, a2 = _py_one_chain(x, xbar, b, h, noise_sd, code, e, bi, Xoshiro256PP(states[ci]))
         m1.append(a1)
         m2.append(a2)
     return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
