@@ -318,9 +318,9 @@ def reshuffle_bias(data: Any, batch_size: Any, step: Any, sigma2: Any | None = N
     rho = s2 / sig2
     v_wo = rho * (R - 1)
     v_w = rho * (n - 1) / b
-    eps_ula = h / (2.0 - h)
-    eps_rm = h * (1.0 + v_wo) / (2.0 - h)
-    eps_rmw = h * (1.0 + v_w) / (2.0 - h)
+    eps_ula = rel_err_ula(h)
+    eps_rm = rel_err_rm(h, v_wo)
+    eps_rmw = rel_err_rm(h, v_w)
     eps_k = rel_err_rr_position(h, R, rho)
     eps_avg = rel_err_rr_average(h, R, rho)
     k = np.arange(R, dtype=np.float64)
