@@ -356,7 +356,7 @@ def solve_fluctuation_hfhr(hessian: Any, observable: Any, alpha: float,
     n = a.shape[0]
     ell = as_vector(observable, "observable", n)
     dmat, qmat = hfhr_matrices(alpha, gamma, n)
-    return _solve(_augmented_hessian(a), dmat, qmat, np.concatenate([ell, np.zeros(n)]), "hfhr")
+    return _solve_augmented(a, ell, dmat, qmat, "hfhr")
 
 
 @cites("gnld2025", "Sec. 4.3 (4.12)-(4.19); Cor. 5.10, Eqs. (5.15)-(5.16)")
@@ -404,7 +404,7 @@ def solve_fluctuation_gaul(hessian: Any, observable: Any, a: float, gamma: float
     ell = as_vector(observable, "observable", n)
     cmat = np.eye(n) if preconditioner is None else as_spd(preconditioner, "preconditioner", n)
     dmat, qmat = gaul_matrices(a, gamma, cmat)
-    return _solve(_augmented_hessian(amat), dmat, qmat, np.concatenate([ell, np.zeros(n)]), "gaul")
+    return _solve_augmented(amat, ell, dmat, qmat, "gaul")
 
 
 @cites("gnld2025", "Cor. 5.7/5.10 proofs (Schur complements)")
@@ -1066,9 +1066,12 @@ def _noise_cov_linear(mom: dict[str, np.ndarray], smat: np.ndarray) -> np.ndarra
     return float(mom["scale"]) * ((xs * q[:, None]).T @ xs / nrows - gbar @ smat @ gbar)
 
 
-def _augmented_hessian(a: np.ndarray) -> np.ndarray:
+def _solve_augmented(a: np.ndarray, ell: np.ndarray, d: np.ndarray, q: np.ndarray,
+                     scheme: str) -> FluctuationResult:
+    """:func:`_solve` on the state (x, v): H = ½xᵀAx + ½|v|², observable ℓᵀx (M = blockdiag(A, I))."""
     n = a.shape[0]
-    return np.block([[a, np.zeros((n, n))], [np.zeros((n, n)), np.eye(n)]])
+    m = np.block([[a, np.zeros((n, n))], [np.zeros((n, n)), np.eye(n)]])
+    return _solve(m, d, q, np.concatenate([ell, np.zeros(n)]), scheme)
 
 
 def _max_step(km: np.ndarray) -> float:
