@@ -114,3 +114,18 @@ def test_normals_distribution_chi_square_and_tail():
         p = 2 * (stats.norm.cdf(hi) - stats.norm.cdf(lo))
         q = np.mean((np.abs(x) > lo) & (np.abs(x) <= hi))
         assert abs(q - p) / math.sqrt(p * (1 - p) / n) < Z
+
+
+def test_register_state_fillers_equal_single_draws():
+    # fill_randbelow / fill_normals keep the state in registers; they must consume the stream exactly as
+    # repeated randbelow / normal calls do (same values, same final state)
+    st = rng.chain_states(21, 1)[0]
+    a, b = st.copy(), st.copy()
+    n = 3 * 2**30 + 7  # rejection probability (2^32 mod n)/2^32 ≈ 0.25: the rejection loop runs
+    idx = np.empty(500, dtype=np.int64)
+    rng.fill_randbelow(a, n, idx, 500)
+    np.testing.assert_array_equal(idx, [rng.randbelow(b, n) for _ in range(500)])
+    out = np.empty(20_000)
+    rng.fill_normals(a, out)
+    np.testing.assert_array_equal(out, [rng.normal(b) for _ in range(20_000)])
+    np.testing.assert_array_equal(a, b)

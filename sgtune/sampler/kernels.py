@@ -43,7 +43,7 @@ import numpy as np
 
 from ._jit import njit, njit_parallel, prange
 from .grads import QUAD_GAUSS, minibatch_gradient, quadratic_gradient, row_dot
-from .rng import fill_normals, randbelow, uniform
+from .rng import fill_normals, fill_randbelow, randbelow, uniform
 
 __all__ = ["KERNELS", "SAMPLER_IDS", "BATCHING_IDS", "LAM_DIAG", "LAM_DENSE", "COV_BLOCK", "sgld_chains",
            "sglrw_chains", "clipped_sgld_chains", "draw_batch", "batch_schedule"]
@@ -63,8 +63,7 @@ DIVERGENCE_BOUND = 1e150
 def draw_batch(st, perm, n_data, batch_size, batching, epoch_pos, idx):  # type: ignore[no-untyped-def]
     """Write the next minibatch into ``idx``; return (batch length, new epoch position)."""
     if batching == REPLACEMENT:
-        for k in range(batch_size):
-            idx[k] = randbelow(st, n_data)
+        fill_randbelow(st, n_data, idx, batch_size)
         return batch_size, epoch_pos
     if batching == WITHOUT_REPLACEMENT:
         for k in range(batch_size):

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._jit import njit
 
-__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals",
+__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals", "fill_randbelow",
            "stable_symmetric", "Xoshiro256PP", "ZIG_R", "ZIG_X", "ZIG_F"]
 
 _M64 = (1 << 64) - 1
@@ -143,10 +143,78 @@ def normal(st):  # type: ignore[no-untyped-def]
 
 
 @njit
+def _step(s0, s1, s2, s3):  # type: ignore[no-untyped-def]
+    """xoshiro256++ on a state held in registers: (output, new state) — same as :func:`next_u64`."""
+    result = _rotl(s0 + s3, 23) + s0
+    t = s1 << np.uint64(17)
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = _rotl(s3, 45)
+    return result, s0, s1, s2, s3
+
+
+@njit
 def fill_normals(st, out):  # type: ignore[no-untyped-def]
-    """Fill ``out`` with N(0, 1) draws, one after the other."""
-    for i in range(out.shape[0]):
-        out[i] = normal(st)
+    """Fill ``out`` with N(0, 1) draws, one after the other (same stream as repeated :func:`normal`).
+
+    The state is kept in local variables for the whole vector (the stores to ``out`` could
+    alias ``st`` for the compiler, which would otherwise reload and store it at every draw).
+    """
+    s0 = st[0]
+    s1 = st[1]
+    s2 = st[2]
+    s3 = st[3]
+    for k in range(out.shape[0]):
+        while True:
+            u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+            i = np.int64(u & np.uint64(255))
+            x = float(u >> np.uint64(11)) * _TWO53 * ZIG_X[i]
+            if x < ZIG_X[i + 1]:
+                break
+            if i == 0:  # tail beyond r
+                while True:
+                    ua, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+                    ub, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+                    a = -math.log(1.0 - float(ua >> np.uint64(11)) * _TWO53) / ZIG_R
+                    b = -math.log(1.0 - float(ub >> np.uint64(11)) * _TWO53)
+                    if b + b > a * a:
+                        break
+                x = ZIG_R + a
+                break
+            uw, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+            if ZIG_F[i] + float(uw >> np.uint64(11)) * _TWO53 * (ZIG_F[i + 1] - ZIG_F[i]) < math.exp(-0.5 * x * x):
+                break
+        out[k] = -x if (u >> np.uint64(8)) & np.uint64(1) else x
+    st[0] = s0
+    st[1] = s1
+    st[2] = s2
+    st[3] = s3
+
+
+@njit
+def fill_randbelow(st, n, out, count):  # type: ignore[no-untyped-def]
+    """``out[:count]`` ← ``count`` draws of :func:`randbelow` (st, n), state kept in registers."""
+    s0 = st[0]
+    s1 = st[1]
+    s2 = st[2]
+    s3 = st[3]
+    nn = np.uint64(n)
+    mask = np.uint64(0xFFFFFFFF)
+    thresh = ((mask - nn) + np.uint64(1)) % nn  # 2^32 mod n
+    for k in range(count):
+        u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+        m = (u >> np.uint64(32)) * nn
+        while (m & mask) < thresh:
+            u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+            m = (u >> np.uint64(32)) * nn
+        out[k] = np.int64(m >> np.uint64(32))
+    st[0] = s0
+    st[1] = s1
+    st[2] = s2
+    st[3] = s3
 
 
 @njit
@@ -237,9 +305,10 @@ def stream_cost(st, n_iter, n_indices, n_normals, n_data):  # type: ignore[no-un
     """
     buf = np.empty(n_normals)
     acc = 0.0
+    idx = np.empty(n_indices, dtype=np.int64)
     for _ in range(n_iter):
-        for _k in range(n_indices):
-            acc += randbelow(st, n_data)
+        fill_randbelow(st, n_data, idx, n_indices)
+        acc += idx[0]
         fill_normals(st, buf)
         acc += buf[0]
     return acc
