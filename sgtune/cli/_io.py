@@ -66,9 +66,18 @@ def save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
     _atomic_write(path, lambda fh: np.savez(fh, **arrays), "wb")
 
 
-def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None) -> None:
-    """Write the JSON document to stdout, or atomically to ``json_path``."""
+def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *,
+         arrays: dict[str | None, np.ndarray] | None = None) -> None:
+    """Write the JSON document to stdout, or atomically to ``json_path``.
+
+    ``arrays`` maps output paths (``None`` = not requested) to arrays saved as ``.npy``
+    (atomically) after the document has been serialised, so a document that cannot be
+    written leaves no array file behind.
+    """
     text = dumps(doc)
+    for path, array in (arrays or {}).items():
+        if path is not None:
+            save_array(path, array)
     if json_path is None:
         click.echo(text)
     else:

@@ -8,7 +8,7 @@ import click
 from .._refs import references_of
 from ..errors import SgtuneError
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
-from ._io import command_line, emit, handle_errors, info, save_array
+from ._io import command_line, emit, handle_errors, info
 from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
 from ._render import key_values, matrix_summary
@@ -51,9 +51,7 @@ def cli(**kw: object) -> None:
         doc["average_window"] = kw["average_window"]
     if math.isfinite(st.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = st.tau_spectral
-    if kw["output"]:
-        save_array(str(kw["output"]), st.cov)
-    emit(doc, kw["json_path"])  # type: ignore[arg-type]
+    emit(doc, kw["json_path"], arrays={kw["output"] or None: st.cov})  # type: ignore[arg-type, dict-item]
     info(matrix_summary("Σ", st.cov) + "\n" + key_values([
         ("spectral radius", st.spectral_radius), ("relative residual", st.relative_residual),
         ("tau (worst)", st.tau_worst)]), bool(kw["quiet"]))

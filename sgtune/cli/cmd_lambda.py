@@ -7,7 +7,7 @@ import click
 
 from .._refs import references_of
 from ..theory.tuning import FAMILIES, METHODS, tune
-from ._io import command_line, emit, handle_errors, info, save_array
+from ._io import command_line, emit, handle_errors, info
 from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
 from ._render import key_values, matrix_summary
@@ -52,9 +52,7 @@ def cli(**kw: object) -> None:
     }
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
-    if kw["output"]:
-        save_array(str(kw["output"]), res.step_matrix)
-    emit(doc, kw["json_path"])  # type: ignore[arg-type]
+    emit(doc, kw["json_path"], arrays={kw["output"] or None: res.step_matrix})  # type: ignore[arg-type, dict-item]
     info(matrix_summary("Λ", res.step_matrix) + "\n" + key_values([
         ("method", res.method), ("family", res.family), ("residual", res.residual),
         ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),

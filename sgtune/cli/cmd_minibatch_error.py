@@ -9,7 +9,7 @@ from .._refs import references_of
 from ..errors import SgtuneError
 from ..models import fit_map
 from ..theory.minibatch import minibatch_error
-from ._io import check_writable, emit, handle_errors, info, save_array
+from ._io import check_writable, emit, handle_errors, info
 from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
 
 
@@ -90,6 +90,4 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
     info(f"  E‖M_SGLRW‖²_F = {res.frob2_sglrw:.6g}   (Gaussian approx. {res.frob2_sglrw_gaussian:.6g})", quiet)
     info(f"  diagonal share = {res.diagonal_share:.4f}  (isotropic Gaussian 3/(D+2) = {3 / (ds.dim + 2):.4f})",
          quiet)
-    if output is not None:
-        save_array(output, res.expected_m_sgld)  # type: ignore[arg-type]
-    emit(doc, json_path)
+    emit(doc, json_path, arrays={output: res.expected_m_sgld})  # type: ignore[dict-item]

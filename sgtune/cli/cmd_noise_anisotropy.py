@@ -9,7 +9,7 @@ import click
 from .._refs import references_of
 from ..models import fit_map
 from ..theory.minibatch import noise_anisotropy
-from ._io import check_writable, emit, handle_errors, info, save_array
+from ._io import check_writable, emit, handle_errors, info
 from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
 
 
@@ -74,6 +74,4 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
     info(f"N = {ds.n_data}, D = {ds.dim}, B = {b}: κ(V) = {res.condition_number:.4g}; after the diagonal "
          f"(pSMILE) preconditioner κ = {res.residual_condition_number_diagonal:.4g}; after Cholesky whitening "
          f"κ = {res.residual_condition_number_cholesky:.4g}", quiet)
-    if output is not None:
-        save_array(output, res.noise_cov)
-    emit(doc, json_path)
+    emit(doc, json_path, arrays={output: res.noise_cov})

@@ -96,6 +96,22 @@ def test_domain_errors_are_one_line_and_leave_no_file(tmp_path, args, match):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args", [
+    ["lambda", "--example", "logistic", "--batch-size", "8"],
+    ["covariance", "--example", "logistic", "--batch-size", "16", "--step-size", "0.2"],
+])
+def test_unserialisable_document_leaves_no_array_file(tmp_path, monkeypatch, args):
+    """The JSON document is serialised before the -o array is written: no partial output."""
+    def refuse(doc):
+        raise ValueError("non-finite number at $.x")
+
+    monkeypatch.setattr("sgtune.cli._io.dumps", refuse)
+    out = tmp_path / "o.npy"
+    with pytest.raises(ValueError, match="non-finite number"):
+        run([*args, "-o", str(out)])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_data_files(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("x,y\n1,0\n2,NaN\n3,1\n")

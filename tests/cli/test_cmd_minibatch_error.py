@@ -111,6 +111,21 @@ def test_refuses_to_overwrite_output(data_file, tmp_path):
     assert out.read_bytes() == b"x"
 
 
+@pytest.mark.parametrize("command", ["minibatch-error", "noise-anisotropy"])
+def test_unserialisable_document_leaves_no_array_file(data_file, tmp_path, monkeypatch, command):
+    """The JSON document is serialised before the -o array is written: no partial output."""
+    path, tpath, *_ = data_file
+    def refuse(doc):
+        raise ValueError("non-finite number at $.x")
+
+    monkeypatch.setattr("sgtune.cli._io.dumps", refuse)
+    out = tmp_path / "o.npy"
+    res = CliRunner().invoke(main, [command, str(path), "--model", "linear", "--theta", str(tpath),
+                                    "--batch-size", "2", "-o", str(out)])
+    assert isinstance(res.exception, ValueError) and "non-finite number" in str(res.exception)
+    assert not out.exists()
+
+
 # ----------------------------------------------------------------------------- noise-anisotropy
 def test_noise_anisotropy_json_matches_dense_covariance(data_file):
     path, tpath, X, y, theta = data_file
