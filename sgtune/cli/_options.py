@@ -91,6 +91,15 @@ def load_npy(path: str, name: str) -> np.ndarray:
         raise DataFormatError(f"{name}: cannot read {path} as .npy ({exc})") from None
 
 
+def load_float_npy(path: str, name: str) -> np.ndarray:
+    """:func:`load_npy` as float64; non-numeric content is a one-line error naming the option."""
+    arr = load_npy(path, name)
+    try:
+        return np.asarray(arr, dtype=float)
+    except (TypeError, ValueError):
+        raise DataFormatError(f"{name}: {path} is not numeric (dtype {arr.dtype})") from None
+
+
 def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, GLM]:
     """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
     if (kw.get("data") is None) == (kw.get("example") is None):
@@ -112,7 +121,7 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, GLM]:
 def load_prior(kw: dict[str, Any], dim: int) -> np.ndarray:
     """Γ from ``--prior-precision-matrix`` (a .npy file) or else ``--prior-precision`` G (Γ = G·I)."""
     if kw.get("prior_precision_matrix"):
-        return prior_matrix(load_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), dim)
+        return prior_matrix(load_float_npy(kw["prior_precision_matrix"], "--prior-precision-matrix"), dim)
     return prior_matrix(kw.get("prior_precision", 0.0), dim)
 
 
@@ -128,7 +137,7 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
 
 def load_theta(path: str, dim: int) -> np.ndarray:
     """θ from a ``--theta`` .npy file holding D numbers (any shape; flattened)."""
-    theta = np.asarray(load_npy(path, "--theta"), dtype=float).reshape(-1)
+    theta = load_float_npy(path, "--theta").reshape(-1)
     if theta.shape[0] != dim:
         raise ShapeError(f"--theta must hold D = {dim} numbers but {path} has {theta.shape[0]}")
     return theta

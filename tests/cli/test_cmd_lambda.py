@@ -112,6 +112,15 @@ def test_unserialisable_document_leaves_no_array_file(tmp_path, monkeypatch, arg
     assert list(tmp_path.iterdir()) == []
 
 
+def test_prior_precision_matrix_not_numeric(tmp_path):
+    bad = tmp_path / "words.npy"
+    np.save(bad, np.array([["a", "b"], ["c", "d"]]))
+    r = run(["lambda", "--example", "logistic", "--batch-size", "8", "--prior-precision-matrix", str(bad)])
+    assert r.exit_code == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --prior-precision-matrix: ") and "is not numeric" in lines[0]
+
+
 def test_bad_data_files(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("x,y\n1,0\n2,NaN\n3,1\n")

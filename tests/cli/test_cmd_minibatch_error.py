@@ -87,6 +87,18 @@ def test_error_theta_wrong_length(data_file, tmp_path):
     assert "--theta must hold D = 2" in res.stderr
 
 
+@pytest.mark.parametrize("command", ["minibatch-error", "noise-anisotropy"])
+def test_error_theta_not_numeric(data_file, tmp_path, command):
+    path, *_ = data_file
+    bad = tmp_path / "words.npy"
+    np.save(bad, np.array(["a", "b"]))
+    res = CliRunner().invoke(main, [command, str(path), "--model", "linear", "--theta", str(bad),
+                                    "--batch-size", "2"])
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --theta: ") and "is not numeric" in lines[0]
+
+
 def test_error_batch_size_too_large(data_file):
     path, tpath, *_ = data_file
     res = _run([path, "--model", "linear", "--theta", tpath, "--batch-size", 9])
