@@ -53,6 +53,21 @@ def test_minibatch_gradient_matches_models(name, prior_kind, rng):
     np.testing.assert_allclose(out, expected, rtol=RTOL, atol=1e-15)
 
 
+@pytest.mark.parametrize("d", [3, 4, 7, 9])
+@pytest.mark.parametrize("start, stop", [(0, 1), (1, 4), (1, 5), (2, 11), (0, 12)])
+def test_minibatch_gradient_row_blocks_and_remainders(d, start, stop, rng):
+    # four rows / four columns at a time plus remainders: every split of batch length and dimension
+    model = get_model("logistic")
+    X, y = _data("logistic", rng, d=d)
+    theta = rng.standard_normal(d) * 0.3
+    idx = rng.integers(0, X.shape[0], size=12).astype(np.int64)
+    out = np.empty(d)
+    grads.minibatch_gradient(theta, X, y, idx, start, stop, grads.LOGISTIC, grads.model_params(), 0,
+                             np.zeros((d, d)), np.empty(12), out)
+    expected = model.per_sample_grads(theta, X, y)[idx[start:stop]].mean(axis=0)
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=1e-15)
+
+
 def test_quadratic_gradient_without_noise(rng):
     d = 3
     A = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.1], [0.0, 0.1, 3.0]])
