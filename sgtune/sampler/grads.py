@@ -47,10 +47,12 @@ def glm_d1(model, eta, y, mpar):  # type: ignore[no-untyped-def]
     if model == LINEAR:
         return (eta - y) / mpar[0]
     if model == LOGISTIC:
-        if eta >= 0.0:
-            return 1.0 / (1.0 + math.exp(-eta)) - y
-        e = math.exp(eta)
-        return e / (1.0 + e) - y
+        # σ(η) = 1/(1 + e^{−η}) for η ≥ 0 and e^{η}/(1 + e^{η}) for η < 0 (no overflow), written
+        # with e = e^{−|η|} and a select instead of a branch: the sign of η is a coin flip on
+        # a minibatch, and a mispredicted branch costs more than the exp
+        e = math.exp(-abs(eta))
+        num = 1.0 if eta >= 0.0 else e
+        return num / (1.0 + e) - y
     if model == POISSON:
         return math.exp(eta) - y
     # BETA_LINEAR: ρ' = −c e^{−(p−1) r²/(2σ²)} r/σ², r = y − η
