@@ -8,9 +8,8 @@ import click
 from .._refs import references_of
 from ..calibrate import calibrate
 from ..theory.tuning import FAMILIES, METHODS
-from ._io import check_writable, command_line, emit, handle_errors, info, save_array
-from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
-                       parse_inv_temperature, temperature_json)
+from ._io import command_line, emit, handle_errors, info
+from ._options import batch_options, data_options, load_batch_problem, load_npy, output_options, temperature_json
 from ._render import key_values
 from .cmd_run import progress_bar
 
@@ -37,12 +36,9 @@ def cli(**kw: Any) -> None:
     cov_error_predicted, cov_error_empirical, cov_error_noise_floor, theta_hat, standard_errors,
     calibration_ks and pit (with --true-theta). -o writes Λ.
     """
-    check_writable(kw["output"], kw["overwrite"], "--output")
-    check_writable(kw["json_path"], kw["overwrite"], "--json")
-    prob = load_problem({**kw, "subsample": None})  # calibrate subsamples itself (Alg. 1 step 1)
+    # calibrate subsamples itself (Alg. 1 step 1), so the shared loader fits on all rows here
+    prob, B, beta = load_batch_problem({**kw, "subsample": None})
     n = prob.dataset.n_data
-    B = check_batch_size(int(kw["batch_size"]), n)
-    beta = parse_inv_temperature(kw["inverse_temperature"], n)
     target = kw["target"] if kw["target"] in ("sandwich", "posterior") else load_npy(kw["target"], "--target")
     theta_star = load_npy(kw["true_theta"], "--true-theta") if kw["true_theta"] else None
     if kw["chains"] < 1:
@@ -75,9 +71,7 @@ def cli(**kw: Any) -> None:
     if r.calibration_ks is not None:
         doc["calibration_ks"] = r.calibration_ks
         doc["pit"] = r.pit
-    if kw["output"]:
-        save_array(kw["output"], t.step_matrix)
-    emit(doc, kw["json_path"])
+    emit(doc, kw["json_path"], arrays={kw["output"]: t.step_matrix})
     rows: list[tuple[str, object]] = [("method", t.method), ("cov error (predicted)", r.cov_error_predicted),
                                       ("cov error (empirical)", r.cov_error_empirical),
                                       ("MC noise floor", r.cov_error_noise_floor)]
