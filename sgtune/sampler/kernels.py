@@ -192,6 +192,11 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
     buf = np.empty(d)
     idx = np.empty(max(batch_size, 1), dtype=np.int64)
     eta = np.empty(max(batch_size, 1))
+    ld = np.empty(d)  # diagonals of Λ and of its noise factor, contiguous (per-step constants)
+    fd = np.empty(d)
+    for j in range(d):
+        ld[j] = lam[j, j]
+        fd[j] = noise_fac[j, j]
     n_data = X.shape[0]
     n_seg = acc_n.shape[1]
     n_trace = trace.shape[1]
@@ -221,24 +226,24 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
                     buf[i] = row_dot(lam, i, m)
                 for i in range(d):
                     th[i] -= s * buf[i]
-            else:
-                for j in range(d):
-                    th[j] -= s * lam[j, j] * m[j]
-            if inject:
-                fill_normals(st, xi)
-                if lam_kind == LAM_DENSE:
+                if inject:
+                    fill_normals(st, xi)
                     for i in range(d):
                         acc = 0.0
                         for j in range(i + 1):
                             acc += noise_fac[i, j] * xi[j]
                         th[i] += rs * acc
-                else:
-                    for j in range(d):
-                        th[j] += rs * noise_fac[j, j] * xi[j]
+            elif inject:  # diagonal Λ: one elementwise (vectorised) pass, same rounding as two
+                fill_normals(st, xi)
+                for j in range(d):
+                    th[j] = (th[j] - s * ld[j] * m[j]) + rs * fd[j] * xi[j]
+            else:
+                for j in range(d):
+                    th[j] -= s * ld[j] * m[j]
         elif sampler == SGLRW:
             for j in range(d):
-                r = rs * noise_fac[j, j]
-                p = 0.5 - 0.5 * (s * lam[j, j] * m[j]) / r
+                r = rs * fd[j]
+                p = 0.5 - 0.5 * (s * ld[j] * m[j]) / r
                 if p < 0.0:
                     p = 0.0
                     clips += 1
@@ -252,8 +257,8 @@ def _chain(c, sampler, theta, mom, rng_state, perm, epoch_pos, t0, n_steps, burn
         else:  # CLIPPED_SGLD
             fill_normals(st, xi)
             for j in range(d):
-                r = rs * noise_fac[j, j]
-                dr = s * lam[j, j] * m[j]
+                r = rs * fd[j]
+                dr = s * ld[j] * m[j]
                 if dr > r:
                     dr = r
                     clips += 1
