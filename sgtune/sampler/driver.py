@@ -360,7 +360,10 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     theta = np.ascontiguousarray(init.copy())
     mom = np.zeros((C, d))
     rng_state = chain_states(seed, C)
-    perm = np.tile(np.arange(n_data, dtype=np.int64), (C, 1))
+    # per-chain permutations only where the batching uses them (C·N int64 would be 512 MB for
+    # N = 10⁶, C = 64); with replacement the kernel never reads them
+    n_perm = 1 if batching == "replacement" else n_data
+    perm = np.tile(np.arange(n_perm, dtype=np.int64), (C, 1))
     epoch_pos = np.zeros(C, dtype=np.int64)
     acc_n = np.zeros((C, S), dtype=np.int64)
     acc_mean = np.zeros((C, S, d))
