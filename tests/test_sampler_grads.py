@@ -77,3 +77,12 @@ def test_quadratic_gradient_without_noise(rng):
     grads.quadratic_gradient(theta, A, mu, grads.QUAD_GAUSS, np.zeros((d, d)), grads.model_params(), st,
                              np.empty(d), out)
     np.testing.assert_allclose(out, A @ (theta - mu), rtol=RTOL)
+
+
+def test_gradient_cost_helper_sums_the_reference_gradient(rng):
+    # benchmark helper: n_iter evaluations of the same minibatch gradient, checksum = n_iter · G_0
+    X, y = _data("logistic", rng, d=6)
+    theta = rng.standard_normal(6) * 0.3
+    idx = np.array([4, 9, 9, 31, 0], dtype=np.int64)
+    g0 = get_model("logistic").per_sample_grads(theta, X, y)[idx].mean(axis=0)[0]
+    assert grads.gradient_cost(theta, X, y, idx, grads.LOGISTIC, 7) == pytest.approx(7 * g0, rel=1e-13)

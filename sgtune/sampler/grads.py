@@ -218,3 +218,23 @@ def quadratic_gradient(theta, A, mu, model, noise_chol, mpar, st, buf, grad):  #
         scale = mpar[4]
         for i in range(d):
             grad[i] += scale * stable_symmetric(st, alpha)
+
+
+@njit
+def gradient_cost(theta, X, y, idx, model, n_iter):  # type: ignore[no-untyped-def]
+    """Evaluate the minibatch gradient on the fixed batch ``idx`` ``n_iter`` times (benchmark helper).
+
+    With a fixed batch the rows stay in L1, so this is the compute part of a step's gradient.
+    Returns a checksum so the work cannot be optimised away.
+    """
+    d = theta.shape[0]
+    b = idx.shape[0]
+    eta = np.empty(b)
+    grad = np.empty(d)
+    mpar = np.array([1.0, 1.5, 1.0, 2.0, 0.0])
+    prior = np.zeros((1, 1))
+    acc = 0.0
+    for _ in range(n_iter):
+        minibatch_gradient(theta, X, y, idx, 0, b, model, mpar, PRIOR_NONE, prior, eta, grad)
+        acc += grad[0]
+    return acc
