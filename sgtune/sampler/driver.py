@@ -416,9 +416,7 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     summary = _summarise(acc_n[ok], acc_mean[ok], acc_m2[ok])
     chain_means = np.full((C, d), np.nan)
     chain_covs = np.full((C, d, d), np.nan)
-    for c in np.flatnonzero(ok):
-        cm, cc = _merge(acc_n[c], acc_mean[c], _full(acc_m2[c]))
-        chain_means[c], chain_covs[c] = cm, cc
+    chain_means[ok], chain_covs[ok] = _merge_chains(acc_n[ok], acc_mean[ok], _full(acc_m2[ok]))
     n_post = acc_n.sum(axis=1)
     obs_means = obs_sum / np.maximum(n_post, 1)[:, None] if obs.shape[0] else None
     pmean = pvar = None
@@ -451,6 +449,15 @@ def _merge(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray,
     dev = mean - mu
     cov = (m2.sum(axis=0) + np.einsum("k,ki,kj->ij", n, dev, dev)) / tot
     return mu, 0.5 * (cov + cov.T)
+
+
+def _merge_chains(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_merge` for every chain at once: (C, S), (C, S, D), (C, S, D, D) -> (C, D), (C, D, D)."""
+    tot = n.sum(axis=1).astype(float)
+    mu = np.einsum("cs,csi->ci", n, mean) / tot[:, None]
+    dev = mean - mu[:, None, :]
+    cov = (m2.sum(axis=1) + np.einsum("cs,csi,csj->cij", n, dev, dev)) / tot[:, None, None]
+    return mu, 0.5 * (cov + np.swapaxes(cov, -1, -2))
 
 
 def _summarise(acc_n: np.ndarray, acc_mean: np.ndarray, acc_m2: np.ndarray) -> tuple[Any, ...]:
