@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,3 +242,26 @@ def test_validation_errors(kwargs, error, match):
     kw.update(kwargs)
     with pytest.raises(error, match=match):
         run_chains("linear", (X, y), step, **kw)
+
+
+def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypatch):
+    # kernels inline rng/grads helpers: their cache must be invalidated when a helper module changes,
+    # so each sampler function's stamp hashes its own file plus the core helper modules ...
+    from sgtune.sampler import _jit, grads, reshuffle, rng
+
+    run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1)
+    for f, mod in ((kernels.sgld_chains, kernels), (rng.next_u64, rng), (grads.row_dot, grads),
+                   (reshuffle._run_chains, reshuffle)):
+        assert f._cache._impl.locator.get_source_stamp() == _jit.package_stamp(mod.__file__)
+    # ... which changes with the content of a core module (a copy of the package, one byte appended),
+    # while an edit to a non-core file leaves the kernels' stamp alone
+    src = Path(_jit.__file__).parent
+    for f in src.glob("*.py"):
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setattr(_jit, "_SAMPLER_DIR", str(tmp_path))
+    kern = str(tmp_path / "kernels.py")
+    before = _jit.package_stamp(kern)
+    (tmp_path / "driver.py").write_bytes((tmp_path / "driver.py").read_bytes() + b"\n")
+    assert _jit.package_stamp(kern) == before
+    (tmp_path / "rng.py").write_bytes((tmp_path / "rng.py").read_bytes() + b"\n")
+    assert _jit.package_stamp(kern) != before

@@ -19,20 +19,106 @@ partial sums of :func:`~sgtune.sampler.grads.row_dot` buy instruction-level para
 but not SIMD. (Measured: a reassociating dot product would take the 32 row products of the
 benchmark step from ≈0.63 µs to ≈0.23 µs; not used, to keep IEEE order and twin agreement.)
 
-Cache caveat: numba's on-disk cache is keyed by the source file of the compiled function
-only. A kernel that inlines helpers from another module (``kernels`` uses ``rng`` and
-``grads``) is not recompiled when only the helper's file changes; after editing ``rng.py``
-or ``grads.py`` delete ``sgtune/sampler/__pycache__/*.nb[ic]`` (or ``$NUMBA_CACHE_DIR``).
+Cache invalidation: numba's on-disk cache is keyed by a hash of the source file of the
+compiled function only, so a kernel that inlines helpers from another module (``kernels``
+uses ``rng`` and ``grads``) would silently keep stale machine code when only the helper's
+file changes. The locators registered below give every function defined in
+``sgtune/sampler/`` a stamp that hashes its own file and the :data:`CORE_MODULES`
+(``_jit``, ``rng``, ``grads``, ``kernels``) instead: editing a core module recompiles the
+package's kernels once; editing any other file only recompiles that file's functions, as
+before. A new module whose helpers are inlined elsewhere belongs in :data:`CORE_MODULES`.
+(If a future numba renames its locator classes, the registration is skipped and the
+per-file behaviour returns: then delete ``sgtune/sampler/__pycache__/*.nb[ic]`` or
+``$NUMBA_CACHE_DIR`` after editing a helper.)
 
 Only ``sgtune/sampler/`` imports numba.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+
 import numba
 
-__all__ = ["njit", "njit_parallel", "prange", "NJIT_OPTIONS", "get_num_threads", "set_num_threads"]
+__all__ = ["njit", "njit_parallel", "prange", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
+           "package_stamp", "CORE_MODULES"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
+
+_SAMPLER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+#: modules whose numba helpers other sampler modules inline; a change in any of them must
+#: invalidate every cached function of the package
+CORE_MODULES = ("_jit.py", "rng.py", "grads.py", "kernels.py")
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_files(stats: tuple[tuple[str, int, int], ...]) -> bytes:
+    h = hashlib.sha256()
+    for path, _mtime, _size in stats:
+        with open(path, "rb") as fh:
+            h.update(os.path.basename(path).encode())
+            h.update(fh.read())
+    return h.digest()
+
+
+def package_stamp(py_file: str) -> bytes:
+    """SHA-256 over the source of ``py_file`` and of the :data:`CORE_MODULES` (names and contents).
+
+    Memoised on the files' modification times and sizes (like numba's own per-file hash).
+    """
+    paths = sorted({os.path.abspath(py_file), *(os.path.join(_SAMPLER_DIR, m) for m in CORE_MODULES)})
+    stats = []
+    for p in paths:
+        st = os.stat(p)
+        stats.append((p, st.st_mtime_ns, st.st_size))
+    return _hash_files(tuple(stats))
+
+
+def _in_package(py_file: str) -> bool:
+    return os.path.dirname(os.path.abspath(py_file)) == _SAMPLER_DIR
+
+
+try:
+    from numba.core import caching as _caching
+
+    class _PackageUserDirLocator(_caching.UserProvidedCacheLocator):  # type: ignore[misc,name-defined]
+        """``$NUMBA_CACHE_DIR`` locator with the package-wide stamp (sampler files only)."""
+
+        def get_source_stamp(self):  # type: ignore[no-untyped-def]
+            return package_stamp(self._py_file)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
+            return super().from_function(py_func, py_file) if _in_package(py_file) else None
+
+    class _PackageInTreeLocator(_caching.InTreeCacheLocator):  # type: ignore[misc,name-defined]
+        """``__pycache__`` locator with the package-wide stamp (sampler files only)."""
+
+        def get_source_stamp(self):  # type: ignore[no-untyped-def]
+            return package_stamp(self._py_file)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
+            return super().from_function(py_func, py_file) if _in_package(py_file) else None
+
+    class _PackageUserWideLocator(_caching.UserWideCacheLocator):  # type: ignore[misc,name-defined]
+        """Per-user cache directory (read-only installs) with the package-wide stamp."""
+
+        def get_source_stamp(self):  # type: ignore[no-untyped-def]
+            return package_stamp(self._py_file)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
+            return super().from_function(py_func, py_file) if _in_package(py_file) else None
+
+    _locators = _caching.CacheImpl._locator_classes
+    if _PackageInTreeLocator.__name__ not in {c.__name__ for c in _locators}:
+        _locators[:0] = [_PackageUserDirLocator, _PackageInTreeLocator, _PackageUserWideLocator]
+except (ImportError, AttributeError):  # pragma: no cover - numba internals changed
+    pass
 
 njit = numba.njit(**NJIT_OPTIONS)
 njit_parallel = numba.njit(parallel=True, **NJIT_OPTIONS)
