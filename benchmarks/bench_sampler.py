@@ -203,16 +203,16 @@ def main() -> None:
 
     rec("numpy loop (1 chain)", numpy_loop_us(X, y, steps // 20, lam, beta), steps // 20)
     rec("numpy vectorised (64 chains)", numpy_vectorised_us(X, y, 64, steps // 200, lam, beta), 64 * (steps // 200))
-    rec("sgtune numba, 1 chain, no cov", numba_us(X, y, 1, steps, lam, beta, False, 3), steps)
-    rec("sgtune numba, 1 chain, streaming cov", numba_us(X, y, 1, steps, lam, beta, True, 3), steps)
+    rec("sgtune numba, 1 chain, no cov", numba_us(X, y, 1, steps, lam, beta, False, 5), steps)
+    rec("sgtune numba, 1 chain, streaming cov", numba_us(X, y, 1, steps, lam, beta, True, 5), steps)
     set_num_threads(1)
-    rec("sgtune numba, 64 chains, 1 thread, no cov", numba_us(X, y, 64, steps // 32, lam, beta, False, 3),
+    rec("sgtune numba, 64 chains, 1 thread, no cov", numba_us(X, y, 64, steps // 32, lam, beta, False, 5),
         64 * (steps // 32))
-    rec("sgtune numba, 64 chains, 1 thread, streaming cov", numba_us(X, y, 64, steps // 32, lam, beta, True, 3),
+    rec("sgtune numba, 64 chains, 1 thread, streaming cov", numba_us(X, y, 64, steps // 32, lam, beta, True, 5),
         64 * (steps // 32))
     set_num_threads(threads)
     rec(f"sgtune numba, 64 chains, {threads} threads, streaming cov",
-        numba_us(X, y, 64, steps // 32, lam, beta, True, 3), 64 * (steps // 32))
+        numba_us(X, y, 64, steps // 32, lam, beta, True, 5), 64 * (steps // 32))
     rec("  of which RNG (32 indices + 50 normals)", rng_us(steps), steps)
     rec("  of which gradient, compute only (fixed batch, rows in L1)", gradient_us(X, y, steps), steps)
     rows.update(peers(X, y, steps // 20, lam, beta))
