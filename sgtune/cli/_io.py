@@ -20,7 +20,7 @@ EXIT_VERIFY_FAILED = 3
 
 
 def handle_errors(fn: F) -> F:
-    """Turn an :class:`SgtuneError` (or a numeric ``ValueError`` from validation) into a one-line exit-1 message."""
+    """Turn an :class:`SgtuneError` into a one-line exit-1 message (click's ``ClickException``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -67,16 +67,20 @@ def save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
 
 
 def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *,
-         arrays: dict[str | None, np.ndarray] | None = None) -> None:
+         arrays: dict[str | None, np.ndarray | dict[str, np.ndarray]] | None = None) -> None:
     """Write the JSON document to stdout, or atomically to ``json_path``.
 
-    ``arrays`` maps output paths (``None`` = not requested) to arrays saved as ``.npy``
-    (atomically) after the document has been serialised, so a document that cannot be
-    written leaves no array file behind.
+    ``arrays`` maps output paths (``None`` = not requested) to an array, saved as ``.npy``, or
+    to a dict of named arrays, saved as ``.npz`` (both atomically), after the document has
+    been serialised, so a document that cannot be written leaves no array file behind.
     """
     text = dumps(doc)
     for path, array in (arrays or {}).items():
-        if path is not None:
+        if path is None:
+            continue
+        if isinstance(array, dict):
+            save_npz(path, **array)
+        else:
             save_array(path, array)
     if json_path is None:
         click.echo(text)

@@ -11,7 +11,7 @@ import numpy as np
 from .._refs import references_of
 from ..errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
-from ._io import check_writable, command_line, emit, handle_errors, info, save_npz
+from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
 from ._render import key_values, matrix_summary
@@ -150,14 +150,12 @@ def cli(**kw: Any) -> None:
            "inverse_temperature": temperature_json(beta), "momentum": float(kw["momentum"]),
            "decay": float(kw["decay"]), "model": prob.model.name, "seed": int(kw["seed"]),
            "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains)}
-    if kw["output"]:
-        arrays = {"mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
-                  "chain_means": res.chain_means, "chain_covs": res.chain_covs, "diverged_at": res.diverged_at,
-                  "seed": np.array(int(kw["seed"]))}
-        if res.trace is not None:
-            arrays["draws"] = res.trace
-        save_npz(str(kw["output"]), **arrays)
-    emit(doc, kw["json_path"])
+    arrays = {"mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
+              "chain_means": res.chain_means, "chain_covs": res.chain_covs, "diverged_at": res.diverged_at,
+              "seed": np.array(int(kw["seed"]))}
+    if res.trace is not None:
+        arrays["draws"] = res.trace
+    emit(doc, kw["json_path"], arrays={kw["output"]: arrays})
     info(matrix_summary("empirical cov", res.cov) + "\n" + key_values([
         ("chains × steps", f"{res.n_chains} × {res.n_steps} (burn-in {res.burn_in})"),
         ("min ESS", float(np.min(res.ess))), ("seconds", res.seconds),

@@ -8,7 +8,7 @@ import click
 from .._refs import references_of
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
-from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info, save_array
+from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
 from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
                        parse_inv_temperature, temperature_json)
 from ._render import key_values
@@ -94,9 +94,7 @@ def cli(**kw: Any) -> None:
     if rep.tuning is not None:
         doc.update({"target_cov": rep.tuning.target_cov, "method": rep.tuning.method, "family": rep.tuning.family,
                     "target": kw["target"] or "sandwich"})
-    if kw["output"]:
-        save_array(str(kw["output"]), rep.empirical)
-    emit(doc, kw["json_path"])
+    emit(doc, kw["json_path"], arrays={kw["output"]: rep.empirical})
     info(key_values([
         ("mode", rep.mode), ("chains × steps", f"{rep.chains.n_chains} × {rep.chains.n_steps} "
                                                f"(burn-in {rep.chains.burn_in}, K = {rep.chains.n_batches})"),

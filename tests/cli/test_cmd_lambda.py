@@ -99,6 +99,9 @@ def test_domain_errors_are_one_line_and_leave_no_file(tmp_path, args, match):
 @pytest.mark.parametrize("args", [
     ["lambda", "--example", "logistic", "--batch-size", "8"],
     ["covariance", "--example", "logistic", "--batch-size", "16", "--step-size", "0.2"],
+    ["run", "--example", "logistic", "--batch-size", "16", "--step-size", "0.2", "--steps", "200", "--chains", "2"],
+    ["verify", "--example", "hetero-linear", "--batch-size", "64", "--steps", "2000", "--chains", "2"],
+    ["calibrate", "--example", "hetero-linear", "--batch-size", "64", "--steps", "2000", "--chains", "2"],
 ])
 def test_unserialisable_document_leaves_no_array_file(tmp_path, monkeypatch, args):
     """The JSON document is serialised before the -o array is written: no partial output."""
