@@ -81,22 +81,7 @@ def _rotl(x, k):  # type: ignore[no-untyped-def]
 @njit
 def next_u64(st):  # type: ignore[no-untyped-def]
     """Next 64-bit output of xoshiro256++; ``st`` is a length-4 uint64 array, updated in place."""
-    s0 = st[0]
-    s1 = st[1]
-    s2 = st[2]
-    s3 = st[3]
-    result = _rotl(s0 + s3, 23) + s0
-    t = s1 << np.uint64(17)
-    s2 ^= s0
-    s3 ^= s1
-    s1 ^= s2
-    s0 ^= s3
-    s2 ^= t
-    s3 = _rotl(s3, 45)
-    st[0] = s0
-    st[1] = s1
-    st[2] = s2
-    st[3] = s3
+    result, st[0], st[1], st[2], st[3] = _step(st[0], st[1], st[2], st[3])
     return result
 
 
