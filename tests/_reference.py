@@ -25,9 +25,12 @@ def simulate_chains(model: str, X: np.ndarray, y: np.ndarray, gamma: np.ndarray,
                     theta0: np.ndarray, *, batch_size: int, steps: int, chains: int,
                     rng: np.random.Generator, beta: float = math.inf, momentum: float = 0.0,
                     replace: bool = True, s2: float = 1.0) -> np.ndarray:
-    """Final states (chains, D) of SG(L)D θ ← θ − Λ m + sqrt(2Λ/β)ξ, m ← κm + G_t(θ)."""
+    """Final states (chains, D) of SG(L)D θ ← θ − Λ m + sqrt(2Λ/β)ξ, m ← κm + G_t(θ).
+
+    ``theta0`` is one start (D,) for every chain or one per chain (chains, D); momentum starts at 0.
+    """
     n, d = X.shape
-    theta = np.tile(theta0, (chains, 1))
+    theta = np.tile(theta0, (chains, 1)) if np.ndim(theta0) == 1 else np.array(theta0, dtype=float)
     m = np.zeros_like(theta)
     noise_factor = None
     if math.isfinite(beta):

@@ -212,7 +212,8 @@ def test_iterate_average_vs_simulation_and_prop_B2_is_wrong(rng):
                          steps=burn, chains=chains, rng=rng)
     avg = np.zeros_like(th)
     for _ in range(k):
-        th = _one_step(ds, lam, th, rng)
+        th = simulate_chains("linear", ds.X, ds.y, np.zeros((2, 2)), lam, th, batch_size=4, steps=1,
+                             chains=chains, rng=rng)
         avg += th / k
     pred = iterate_average_cov(res, k)
     z = covariance_z_scores(avg, e.theta_hat, pred)
@@ -221,13 +222,6 @@ def test_iterate_average_vs_simulation_and_prop_B2_is_wrong(rng):
     paper = (k * res.cov + 2 * sum(np.linalg.matrix_power(A, m) @ res.cov for m in range(1, k))) / k**2
     z_paper = covariance_z_scores(avg, e.theta_hat, 0.5 * (paper + paper.T))
     assert np.max(np.abs(z_paper)) > 10  # the printed formula is far outside Monte Carlo error
-
-
-def _one_step(ds, lam, th, rng, B=4):
-    idx = rng.integers(0, ds.n_data, size=(th.shape[0], B))
-    Xb = ds.X[idx]
-    r = np.einsum("cbd,cd->cb", Xb, th) - ds.y[idx]
-    return th - (np.einsum("cb,cbd->cd", r, Xb) / B) @ lam.T
 
 
 @pytest.mark.mc
@@ -326,3 +320,19 @@ def test_critically_damped_momentum_is_solved_accurately(rng):
     b = predict_stationary_cov(e, lam, batch_size=5, momentum=0.25, method="iterative")
     np.testing.assert_allclose(b.cov, a.cov, rtol=SOLVER_RTOL)
     assert b.relative_residual < 1e-12
+
+
+def test_stein_fallback_for_a_real_defective_transition(rng):
+    """A real Jordan-block F (ill-conditioned eigenvectors) takes the Bartels–Stewart route exactly."""
+    from dataclasses import replace
+
+    from sgtune.theory import stationary as st
+
+    e = expand(get_model("linear"), make_dataset(rng.standard_normal((50, 2)), rng.standard_normal(50)))
+    base = st._build_system(e, 0.1, 5, math.inf, False, 0.0)
+    F = np.array([[0.5, 1.0], [0.0, 0.5]])
+    stein = st._Stein(replace(base, F=F, lam=np.array([[1.0, 0.3], [0.0, 1.0]])))  # non-symmetric Λ
+    assert stein.fallback and stein.real
+    Q = np.array([[2.0, 0.5], [0.5, 1.0]])
+    X = stein.solve(Q)
+    np.testing.assert_allclose(X - F @ X @ F.T, Q, atol=1e-13)  # the Stein equation itself

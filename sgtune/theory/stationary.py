@@ -299,14 +299,12 @@ def predict_comparison_cov(expansion: Expansion, step_matrix: Any, *, batch_size
                               f"{expansion.model!r}")
         J = expansion.curvature
         ratio = expansion.residual_variance / expansion.noise_variance
-        I = np.eye(d)
         # vec(ΛJΣJΛᵀ) = (ΛJ ⊗ ΛJ) vec Σ; vec(tr(JΣ) ΛJΛᵀ) = vec(ΛJΛᵀ) vec(J)ᵀ vec Σ
         LJ = lam @ J
         op = (np.eye(d * d) - np.kron(system.F, system.F)
               - f_over_b * (np.kron(LJ, LJ) + np.outer((lam @ J @ lam.T).ravel(), J.ravel())))
         rhs = f_over_b * ratio * lam @ J @ lam.T + inj
         S = np.linalg.solve(op, rhs.ravel()).reshape(d, d)
-        del I
     return 0.5 * (S + S.T)
 
 
@@ -348,9 +346,9 @@ def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]
     r"""τ_d = 2[(I−A)⁻¹Σ]_dd / Σ_dd − 1 per coordinate and τ = sup_v τ_int(vᵀθ).
 
     Uses Cov(z_{t+k}, z_t) = A^k S for the proxy chain, so Σ_{k≥0} A^k S = (I−A)⁻¹S.
-    The worst case over linear functionals is 2 λ_max(sym(L⁻¹ W L)) − 1 with
-    W = [(I−A)⁻¹S]_θθ Σ⁻¹ ... computed exactly as the largest generalised eigenvalue of
-    (sym(W), Σ) with W = [(I−A)⁻¹S]_θθ. Seed 003 Prop. 4.4 states the value
+    With W = [(I−A)⁻¹S]_θθ, τ_int(vᵀθ) = 2 vᵀWv / vᵀΣv − 1, so the worst case over linear
+    functionals is 2 μ_max − 1 with μ_max the largest generalised eigenvalue of
+    (sym(W), Σ). Seed 003 Prop. 4.4 states the value
     2/μ_min(ΛH) − 1; this equals the exact supremum when ΛH and Σ commute (e.g. scalar Λ
     with Σ ∝ H⁻¹) and can differ otherwise, so both are reported
     (``tau_worst`` exact, ``tau_spectral`` Prop. 4.4).
@@ -526,10 +524,11 @@ class _Stein:
         # fall back to scipy's Schur-based (Bartels–Stewart) Stein solver, O(m³) per call
         self.fallback = bool(np.linalg.cond(V) > 1e6)
         self.a, self.V = a, V
-        self.Vinv = np.linalg.inv(V) if not self.fallback else V
+        self.Vinv = None if self.fallback else np.linalg.inv(V)
         self.real = bool(np.all(np.isreal(a)) and np.all(np.isreal(V)))
         if self.real:
-            self.a, self.V, self.Vinv = a.real, V.real, self.Vinv.real
+            self.a, self.V = a.real, V.real
+            self.Vinv = None if self.fallback else self.Vinv.real
         self._finish()
 
     def _finish(self) -> None:
