@@ -28,8 +28,9 @@ def cli(**kw: object) -> None:
     """Exact stationary covariance, spectral radius and mixing time of SG(L)D with Λ (seed 003 eqs. 11–12).
 
     \b
-    JSON keys: cov, spectral_radius, tau_worst, tau, theta_hat, relative_residual,
-    iterate_average_cov (with --average-window).
+    JSON keys: cov, spectral_radius, spectral_radius_is_bound, tau_worst, tau,
+    tau_spectral (Prop. 4.4's 2/μ_min(ΛH) − 1; without momentum), theta_hat,
+    relative_residual, iterate_average_cov (with --average-window).
     """
     if (kw["step_size"] is None) == (kw["lambda_file"] is None):
         raise click.UsageError("give exactly one of --step-size L or --lambda FILE.npy")
@@ -40,7 +41,8 @@ def cli(**kw: object) -> None:
     st = predict_stationary_cov(prob.expansion, step, batch_size=B, inv_temperature=beta,
                                 without_replacement=bool(kw["without_replacement"]),
                                 momentum=float(kw["momentum"]))  # type: ignore[arg-type]
-    doc = {"cov": st.cov, "spectral_radius": st.spectral_radius, "tau_worst": st.tau_worst, "tau": st.tau,
+    doc = {"cov": st.cov, "spectral_radius": st.spectral_radius,
+           "spectral_radius_is_bound": st.spectral_radius_is_bound, "tau_worst": st.tau_worst, "tau": st.tau,
            "theta_hat": prob.expansion.theta_hat,
            "relative_residual": st.relative_residual, "solver": st.method, "batch_size": B,
            "inverse_temperature": temperature_json(beta), "momentum": st.momentum, "model": prob.model.name,

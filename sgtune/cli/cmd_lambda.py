@@ -29,8 +29,10 @@ def cli(**kw: object) -> None:
 
     \b
     Update: θ ← θ − Λ[(1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N] + sqrt(2Λ/β) ξ  (mean loss).
-    JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius,
-    tau_worst, tau, method, residual, covariance_error, family, criterion, ...
+    JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius (an upper bound when
+    spectral_radius_is_bound, state dimension > 150),
+    tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
+    covariance_error (‖predicted − target‖_F/‖target‖_F), family, criterion, ...
     Example:  sgtune lambda --example hetero-linear --batch-size 64
     """
     prob, B, beta = load_batch_problem(kw)
@@ -43,6 +45,7 @@ def cli(**kw: object) -> None:
     doc = {
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
+        "spectral_radius_is_bound": res.stationary.spectral_radius_is_bound,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
         "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dataset.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,

@@ -40,6 +40,7 @@ def test_headline_example_and_output_file(tmp_path):
     lam = np.load(out)
     np.testing.assert_array_equal(lam, np.array(doc["lambda"]))
     assert doc["residual"] < 1e-10 and doc["method"] == "dq-exact"
+    assert doc["spectral_radius_is_bound"] is False  # D = 20: ARPACK, not the bound
     # the prediction is reproduced by an independent call of the forward solver
     e = expand(get_model("linear"), example("hetero-linear"))
     np.testing.assert_allclose(predict_stationary_cov(e, lam, batch_size=64).cov, doc["target_cov"], rtol=1e-9)
