@@ -11,6 +11,8 @@ Keys (see README, "References"):
 - ``shaw2025`` — Shaw & Whalley, *Random Reshuffling for SGLD* (seed 002).
 - ``smile2025`` — *Can Microcanonical Langevin Dynamics Leverage Mini-batch Gradient
   Noise?* (seed 001).
+- ``gorham2017`` — Gorham & Mackey, *Measuring Sample Quality with Kernels* (ICML 2017): the
+  kernel Stein discrepancy with the IMQ kernel.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ REFERENCES: dict[str, str] = {
                   "Gradient Posterior Sampling with Lattice Based Discretisation",
     "shaw2025": "Shaw & Whalley, Random Reshuffling for Stochastic Gradient Langevin Dynamics",
     "smile2025": "Can Microcanonical Langevin Dynamics Leverage Mini-batch Gradient Noise?",
+    "gorham2017": "Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), "
+                  "arXiv:1703.01717",
     "sgtune": "derived in sgtune (see the function's docstring)",
 }
 
