@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "noise-anisotropy": "sgtune.cli.cmd_noise_anisotropy",
     "lambda": "sgtune.cli.cmd_lambda",
     "calibrate": "sgtune.cli.cmd_calibrate",
+    "ksd": "sgtune.cli.cmd_ksd",
     "covariance": "sgtune.cli.cmd_covariance",
     "derive": "sgtune.cli.cmd_derive",
     "run": "sgtune.cli.cmd_run",
