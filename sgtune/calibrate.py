@@ -70,7 +70,7 @@ def calibrate(model: GLM, data: Dataset, *, batch_size: int, prior_precision: An
               subsample: int | None = None, inv_temperature: float = math.inf, without_replacement: bool = False,
               momentum: float = 0.0, n_steps: int | None = None, burn_in: int | None = None, n_chains: int = 8,
               seed: int = 0, true_theta: Any = None,
-              progress: Callable[[int, int], None] | None = None) -> CalibrationResult:
+              progress: Callable[[int, int], None] | None = None, keep_draws: int = 0) -> CalibrationResult:
     r"""Run Algorithm 1: fit θ̂ and Ĵ, Î on M rows, tune Λ for the target, run SG(L)D on all N rows.
 
     Reports the covariance error ‖S* − Ŝ‖_F/‖S*‖_F both *predicted* (Ŝ = the exact stationary
@@ -79,7 +79,8 @@ def calibrate(model: GLM, data: Dataset, *, batch_size: int, prior_precision: An
     the empirical error is dominated by Monte Carlo noise, so the floor is part of the answer.
     With ``true_theta``, also the probability-integral transforms q_d and their exact KS
     distance to Unif(0, 1). Run length defaults to T = max(20 000, 1000·τ) with τ the tuned
-    chain's worst-case integrated autocorrelation time.
+    chain's worst-case integrated autocorrelation time. ``keep_draws`` > 0 keeps at least about
+    that many thinned draws (pooled over chains) in ``chains.trace`` (e.g. for the KSD).
     """
     gam = prior_matrix(prior_precision, data.dim)
     rng = np.random.default_rng(seed)
@@ -96,6 +97,8 @@ def calibrate(model: GLM, data: Dataset, *, batch_size: int, prior_precision: An
                                                                                               steps // 2)
     theta_star = None if true_theta is None else as_vector(true_theta, "true_theta", data.dim)
     thin = max(1, (steps - burn) // 4000) if theta_star is not None else 0
+    if keep_draws > 0 and thin == 0:
+        thin = max(1, -(-(steps - burn) * n_chains // keep_draws))  # ≤ keep_draws draws in all
     res = run_chains(model, data, t.step_matrix, batch_size=batch_size, n_steps=steps, n_chains=n_chains,
                      burn_in=burn, prior_precision=gam, initial=e.theta_hat, inv_temperature=inv_temperature,
                      momentum=momentum, batching="without-replacement" if without_replacement else "replacement",

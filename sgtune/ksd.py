@@ -34,7 +34,7 @@ from ._validation import as_float_array, check_int
 from .errors import ShapeError, SgtuneError
 
 __all__ = ["KSDResult", "imq_stein_kernel", "ksd", "posterior_scores", "posterior_ksd", "chain_ksd",
-           "posterior_is_gaussian", "DEFAULT_BLOCK", "CHAIN_KSD_MAX_DRAWS"]
+           "chain_ksd_summary", "posterior_is_gaussian", "DEFAULT_BLOCK", "CHAIN_KSD_MAX_DRAWS"]
 
 #: rows per block: the blocked sum holds two (block, n) float64 work arrays at a time
 DEFAULT_BLOCK = 1024
@@ -305,3 +305,19 @@ def chain_ksd(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = Non
     k = min(tr.shape[1], max(1, math.ceil(tr.shape[0] * tr.shape[1] / m)))  # ≥ 1 draw per chain
     draws = tr[:, k - 1::k, :].reshape(-1, tr.shape[2])
     return posterior_ksd(model, X, y, draws, prior_precision, block=block, progress=progress)
+
+
+def chain_ksd_summary(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = None, *,
+                      max_draws: int = CHAIN_KSD_MAX_DRAWS) -> dict[str, float | int]:
+    """The KSD keys ``verify`` and ``calibrate`` report beside the covariance test (empty when not applicable).
+
+    Empty for a Gaussian posterior (:func:`posterior_is_gaussian`: the covariance test is
+    complete there) or without a trace. Otherwise ``ksd`` (of at most ``max_draws`` evenly
+    thinned draws against p(θ|𝒟) ∝ exp(−N·L)), ``ksd_n_samples`` and ``ksd_iid_reference``
+    = sqrt(mean(‖s(θ_i)‖² + D)/n), about what n independent posterior draws would score.
+    """
+    if trace is None or posterior_is_gaussian(model):
+        return {}
+    r = chain_ksd(model, X, y, trace, prior_precision, max_draws=max_draws)
+    return {"ksd": r.ksd, "ksd_n_samples": r.n_samples,
+            "ksd_iid_reference": math.sqrt(r.diagonal_mean / r.n_samples)}

@@ -239,3 +239,21 @@ def test_errors_are_one_line_and_named(rng):
 def test_posterior_is_gaussian_only_for_the_linear_model():
     assert posterior_is_gaussian(get_model("linear"))
     assert not any(posterior_is_gaussian(get_model(m)) for m in ("logistic", "poisson"))
+
+
+def test_keep_draws_does_not_change_the_chains_and_bounds_the_trace():
+    """verify/calibrate keep thinned draws for the KSD; the chains' moments are bit-identical without them."""
+    from sgtune.calibrate import calibrate
+    from sgtune.data import example
+    from sgtune.models import expand
+    from sgtune.sampler.verify import verify_stationary_cov
+
+    ds, m = example("logistic"), get_model("logistic")
+    e = expand(m, ds, 1.0)
+    kw = dict(batch_size=64, prior_precision=1.0, n_steps=1500, n_chains=3, seed=5, relative_tolerance=0.2)
+    a = verify_stationary_cov(m, ds, e, **kw)
+    b = verify_stationary_cov(m, ds, e, keep_draws=500, **kw)
+    assert a.chains.trace is None and np.array_equal(a.empirical, b.empirical)
+    assert 400 < b.chains.trace.shape[0] * b.chains.trace.shape[1] <= 500
+    c = calibrate(m, ds, batch_size=64, prior_precision=1.0, n_steps=1500, n_chains=2, keep_draws=300)
+    assert 250 < c.chains.trace.shape[0] * c.chains.trace.shape[1] <= 300

@@ -7,9 +7,12 @@ import click
 
 from .._refs import references_of
 from ..calibrate import calibrate
+from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
+from ..plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import command_line, emit, handle_errors, info
 from ._options import batch_options, data_options, load_batch_problem, load_npy, output_options, temperature_json
+from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
 from .cmd_run import progress_bar
 
@@ -27,6 +30,7 @@ from .cmd_run import progress_bar
 @click.option("--true-theta", type=click.Path(dir_okay=False), default=None,
               help="Data-generating θ* (.npy): adds the PIT values and their KS distance to Unif(0,1).")
 @output_options
+@plot_option
 @handle_errors
 def cli(**kw: Any) -> None:
     """Algorithm 1: fit θ̂ (on --subsample M rows), tune Λ, run SG(L)D on all rows, report the errors.
@@ -35,7 +39,11 @@ def cli(**kw: Any) -> None:
     JSON keys: lambda, target_cov, predicted_cov, empirical_cov, empirical_cov_standard_error,
     cov_error_predicted, cov_error_empirical, cov_error_noise_floor, theta_hat, standard_errors,
     calibration_ks and pit (with --true-theta). -o writes Λ.
+    Non-Gaussian posteriors (every model but linear) add ksd, ksd_n_samples and
+    ksd_iid_reference: the kernel Stein discrepancy of the chains against p(θ|𝒟) (see `sgtune ksd`).
+    --plot FILE.png: target / predicted / empirical covariance ellipses, Λ, and the PIT histogram.
     """
+    check_plot(kw)
     # calibrate subsamples itself (Alg. 1 step 1), so the shared loader fits on all rows here
     prob, B, beta = load_batch_problem({**kw, "subsample": None})
     n = prob.dataset.n_data
@@ -54,7 +62,8 @@ def cli(**kw: Any) -> None:
                       method=kw["method"], family=kw["family"], subsample=kw["subsample"], inv_temperature=beta,
                       without_replacement=kw["without_replacement"], momentum=kw["momentum"],
                       n_steps=kw["steps"], burn_in=kw["burn_in"], n_chains=kw["chains"], seed=kw["seed"],
-                      true_theta=theta_star, progress=progress)
+                      true_theta=theta_star, progress=progress,
+                      keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
     t, c = r.tuning, r.chains
     doc: dict[str, Any] = {
         "lambda": t.step_matrix, "target_cov": t.target_cov, "predicted_cov": t.predicted_cov,
@@ -71,10 +80,19 @@ def cli(**kw: Any) -> None:
     if r.calibration_ks is not None:
         doc["calibration_ks"] = r.calibration_ks
         doc["pit"] = r.pit
+    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c.trace, prob.prior_precision))
+    png = render_plot(kw, lambda: figure_calibrate(
+        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=prob.dataset.names,
+        title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
+              f"{r.cov_error_predicted:.2g} predicted, {r.cov_error_empirical:.2g} empirical "
+              f"(noise floor {r.cov_error_noise_floor:.2g})" + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
     emit(doc, kw["json_path"], arrays={kw["output"]: t.step_matrix})
+    write_plot(kw, png)
     rows: list[tuple[str, object]] = [("method", t.method), ("cov error (predicted)", r.cov_error_predicted),
                                       ("cov error (empirical)", r.cov_error_empirical),
                                       ("MC noise floor", r.cov_error_noise_floor)]
     if r.calibration_ks is not None:
         rows.append(("calibration KS", r.calibration_ks))
+    if "ksd" in doc:
+        rows.append(("KSD (i.i.d. reference)", f"{doc['ksd']:.4g} ({doc['ksd_iid_reference']:.4g})"))
     info(key_values(rows), kw["quiet"])

@@ -6,8 +6,10 @@ import math
 import click
 
 from .._refs import references_of
+from ..plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._io import command_line, emit, handle_errors, info
+from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
 from ._render import key_values, matrix_summary
@@ -23,6 +25,7 @@ from ._render import key_values, matrix_summary
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
               help="Shape of Λ; scalar/diagonal minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F (dq-exact only).")
 @output_options
+@plot_option
 @handle_errors
 def cli(**kw: object) -> None:
     """Tune Λ so the stationary covariance of SG(L)D equals the target (Algorithm 1 of seed 003).
@@ -33,8 +36,10 @@ def cli(**kw: object) -> None:
     spectral_radius_is_bound, state dimension > 150),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
     covariance_error (‖predicted − target‖_F/‖target‖_F), family, criterion, ...
-    Example:  sgtune lambda --example hetero-linear --batch-size 64
+    --plot FILE.png: target vs predicted covariance ellipses and Λ as a heat map.
+    Example:  sgtune lambda --example hetero-linear --batch-size 64 --plot lambda.png
     """
+    check_plot(kw)  # type: ignore[arg-type]
     prob, B, beta = load_batch_problem(kw)
     target = kw["target"]
     if target not in ("sandwich", "posterior"):
@@ -55,7 +60,12 @@ def cli(**kw: object) -> None:
     }
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
+    png = render_plot(kw, lambda: figure_lambda(  # type: ignore[arg-type]
+        res.target_cov, res.predicted_cov, res.step_matrix, names=prob.dataset.names,
+        title=f"sgtune lambda: {prob.model.name}, N = {prob.dataset.n_data}, B = {B}, target {kw['target']}, "
+              f"{res.method}/{res.family} (covariance error {res.covariance_error:.2g})"))
     emit(doc, kw["json_path"], arrays={kw["output"] or None: res.step_matrix})  # type: ignore[arg-type, dict-item]
+    write_plot(kw, png)  # type: ignore[arg-type]
     info(matrix_summary("Λ", res.step_matrix) + "\n" + key_values([
         ("method", res.method), ("family", res.family), ("residual", res.residual),
         ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),

@@ -6,11 +6,14 @@ from typing import Any
 import click
 
 from .._refs import references_of
+from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
+from ..plots import figure_verify
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
 from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
                        parse_inv_temperature, temperature_json)
+from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
 from .cmd_run import chain_json, chain_options, progress_bar, resolve_step, step_options
 
@@ -32,6 +35,7 @@ from .cmd_run import chain_json, chain_options, progress_bar, resolve_step, step
 @click.option("--inflate-prediction", type=float, default=1.0, show_default=True,
               help="Multiply the prediction by F (a deliberately wrong prediction must be rejected).")
 @output_options
+@plot_option
 @handle_errors
 def cli(**kw: Any) -> None:
     """Check a stationary-covariance prediction against the chains it is about; exit 3 if rejected.
@@ -44,8 +48,14 @@ def cli(**kw: Any) -> None:
     max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
     T = max(20000, 1000·τ_worst), burn-in max(T/10, 20·τ_worst).
     JSON keys: predicted, empirical, z_max, passed, threshold, lambda, ...
-    Example:  sgtune verify --example hetero-linear --batch-size 64
+    Non-Gaussian posteriors (every model but linear) add ksd: the kernel Stein discrepancy
+    (IMQ, as `sgtune ksd`) of ≤ 2000 thinned draws against p(θ|𝒟) ∝ exp(−N·L), with
+    ksd_n_samples and ksd_iid_reference (≈ what independent posterior draws score); it sees
+    non-Gaussian shape errors the covariance test cannot (it does not change `passed`).
+    --plot FILE.png: predicted (and target) vs empirical covariance ellipses and Λ.
+    Example:  sgtune verify --example hetero-linear --batch-size 64 --plot verify.png
     """
+    check_plot(kw)
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     covariance_mode = kw["step_size"] is not None or kw["lambda_path"] is not None
@@ -77,7 +87,8 @@ def cli(**kw: Any) -> None:
             prior_precision=prob.prior_precision, n_steps=kw["steps"], burn_in=kw["burn_in"],
             n_chains=int(kw["chains"]), batches_per_chain=kw["batches_per_chain"], alpha=float(kw["alpha"]),
             relative_tolerance=float(kw["relative_tolerance"]), inflate_prediction=float(kw["inflate_prediction"]),
-            seed=int(kw["seed"]), progress=None if quiet else progress)
+            seed=int(kw["seed"]), progress=None if quiet else progress,
+            keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
     t = rep.test
     doc = {
         "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,
@@ -94,11 +105,20 @@ def cli(**kw: Any) -> None:
     if rep.tuning is not None:
         doc.update({"target_cov": rep.tuning.target_cov, "method": rep.tuning.method, "family": rep.tuning.family,
                     "target": kw["target"] or "sandwich"})
+    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains.trace, prob.prior_precision))
+    png = render_plot(kw, lambda: figure_verify(
+        rep.predicted, rep.empirical, rep.step_matrix, target_cov=None if rep.tuning is None else rep.tuning.target_cov,
+        names=prob.dataset.names,
+        title=f"sgtune verify: {prob.model.name}, B = {B}, {rep.chains.n_chains}×{rep.chains.n_steps} steps — "
+              f"{'PASSED' if t.passed else 'REJECTED'} (max|z| = {t.z_max:.2f} vs {t.threshold:.2f})"
+              + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
     emit(doc, kw["json_path"], arrays={kw["output"]: rep.empirical})
+    write_plot(kw, png)
     info(key_values([
         ("mode", rep.mode), ("chains × steps", f"{rep.chains.n_chains} × {rep.chains.n_steps} "
                                                f"(burn-in {rep.chains.burn_in}, K = {rep.chains.n_batches})"),
         ("max |z|", t.z_max), ("threshold", t.threshold), ("relative Frobenius error", t.relative_frobenius_error),
+        *([("KSD (i.i.d. reference)", f"{doc['ksd']:.4g} ({doc['ksd_iid_reference']:.4g})")] if "ksd" in doc else []),
         ("verdict", "PASSED" if t.passed else "REJECTED")]), quiet)
     if not t.passed:
         raise click.exceptions.Exit(EXIT_VERIFY_FAILED)

@@ -51,7 +51,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           momentum: float = 0.0, prior_precision: Any = 0.0, n_steps: int | None = None,
                           burn_in: int | None = None, n_chains: int = 16, batches_per_chain: int | None = None,
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
-                          seed: int = 0, progress: ProgressCallback | None = None) -> VerificationReport:
+                          seed: int = 0, progress: ProgressCallback | None = None,
+                          keep_draws: int = 0) -> VerificationReport:
     r"""Test Σ̂ (chains) = Σ(Λ) (eqs. 11–12) entrywise with batch-means z-scores and a Bonferroni t-threshold.
 
     With ``step_matrix`` given, Σ(Λ) comes from :func:`sgtune.theory.stationary.predict_stationary_cov`;
@@ -62,7 +63,9 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     For linear regression the prediction is exact, so a correct Σ passes with probability
     ≥ 1 − α; for other GLMs the proxy carries an O(λ/B) error — pass a
     ``relative_tolerance`` for it. ``inflate_prediction`` multiplies the prediction (a
-    deliberately wrong prediction, to see the test reject).
+    deliberately wrong prediction, to see the test reject). ``keep_draws`` > 0 keeps about
+    that many thinned post-burn-in draws (pooled over chains) in ``chains.trace`` (e.g. for
+    :func:`sgtune.ksd.chain_ksd`); the draws do not change the chains.
 
     Returns
     -------
@@ -94,7 +97,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                         prior_precision=prior_precision, initial=expansion.theta_hat,
                         inv_temperature=inv_temperature, momentum=momentum,
                         batching="without-replacement" if without_replacement else "replacement",
-                        batches_per_chain=batches_per_chain, seed=seed, progress=progress)
+                        batches_per_chain=batches_per_chain, seed=seed, progress=progress,
+                        thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0)
     if chains.n_batches < 2:
         raise SgtuneError("verification needs at least 2 batches for standard errors; use more chains")
     if np.any(chains.cov_standard_error[np.triu_indices(expansion.dim)] <= 0):
