@@ -8,9 +8,11 @@ from typing import Any, Callable
 import click
 import numpy as np
 
+from .._json import dumps
 from .._refs import references_of
 from ..errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
+from ..trace_io import require_arviz, to_inference_data, write_netcdf
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
@@ -85,6 +87,19 @@ def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sample
                           progress=None if quiet else progress)
 
 
+def resolve_trace_format(kw: dict[str, Any]) -> bool:
+    """True when -o is to be an ArviZ netCDF file (--format netcdf, or -o *.nc); checks --thin and arviz first."""
+    fmt = kw.get("out_format") or ("netcdf" if str(kw.get("output") or "").endswith(".nc") else "npz")
+    if fmt != "netcdf":
+        return False
+    if not kw.get("output"):
+        raise click.UsageError("--format netcdf needs -o FILE.nc")
+    if not int(kw.get("thin") or 0) > 0:
+        raise click.UsageError("netCDF output holds the draws: pass --thin k (keep every k-th draw after burn-in)")
+    require_arviz()
+    return True
+
+
 def resolve_batching(kw: dict[str, Any]) -> str:
     batching = kw.get("batching")
     if batching is None:
@@ -119,6 +134,9 @@ def chain_json(res: ChainResult) -> dict[str, Any]:
               help="Keep every k-th draw after burn-in in the -o file (0: no draws).")
 @click.option("--decay", type=float, default=0.0, show_default=True,
               help="Schedule exponent γ: Λ_t = Λ·(1+t)^−γ (t = 0, 1, …).")
+@click.option("--format", "out_format", type=click.Choice(["npz", "netcdf"]), default=None,
+              help="Format of -o: npz (default) or netcdf, an ArviZ InferenceData of the --thin draws "
+                   "(default when -o ends in .nc; needs pip install 'sgtune[arviz]').")
 @output_options
 @handle_errors
 def cli(**kw: Any) -> None:
@@ -130,13 +148,17 @@ def cli(**kw: Any) -> None:
     Standard errors are batch means over chain segments (K batches, reported).
     JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, ...
     -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at
-    (and draws (C, T', D) with --thin).
+    (and draws (C, T', D) with --thin). -o trace.nc (or --format netcdf) writes an ArviZ
+    InferenceData instead: posterior theta (chain, draw, theta_dim) of the --thin draws,
+    constant_data theta_hat and step_matrix, the sampler settings as attributes
+    (arviz.from_netcdf, az.rhat, az.ess and ArviZ's plots work on it).
     Example:  sgtune run --example hetero-linear --batch-size 64 --step-size 0.01 --steps 20000
     """
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     if kw["steps"] is None:
         raise click.UsageError("--steps T is required")
+    netcdf = resolve_trace_format(kw)
     prob = load_problem(kw)
     n, d = prob.dataset.n_data, prob.dataset.dim
     step = resolve_step(kw, d)
@@ -155,7 +177,12 @@ def cli(**kw: Any) -> None:
               "seed": np.array(int(kw["seed"]))}
     if res.trace is not None:
         arrays["draws"] = res.trace
-    emit(doc, kw["json_path"], arrays={kw["output"]: arrays})
+    if netcdf:
+        dumps(doc)  # a document that cannot be written fails before the trace file exists
+        write_netcdf(to_inference_data(res, names=prob.dataset.names, theta_hat=prob.expansion.theta_hat,
+                                       step_matrix=step, attrs={"command": command_line(), "data": prob.dataset.source,
+                                                                "model": prob.model.name}), kw["output"])
+    emit(doc, kw["json_path"], arrays={None if netcdf else kw["output"]: arrays})
     info(matrix_summary("empirical cov", res.cov) + "\n" + key_values([
         ("chains × steps", f"{res.n_chains} × {res.n_steps} (burn-in {res.burn_in})"),
         ("min ESS", float(np.min(res.ess))), ("seconds", res.seconds),

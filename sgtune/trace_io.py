@@ -1,0 +1,123 @@
+"""Chains as an ArviZ ``InferenceData`` (optional ``[arviz]`` extra), so R-hat, ESS and ArviZ's plots work on them.
+
+:func:`to_inference_data` turns a :class:`~sgtune.sampler.ChainResult` with a thinned trace into
+an ``InferenceData`` with a ``posterior`` group (variable ``theta`` with dims
+``(chain, draw, theta_dim)``; ``draw`` is the iteration index of each kept draw, ``chain`` the
+original chain index — diverged chains are dropped and listed in the attributes) and a
+``constant_data`` group (θ̂ and the step-size matrix Λ). The sampler settings are attributes
+of every group (netCDF attributes are scalars or strings: ∞ is written as ``"inf"``, booleans
+as 0/1). :func:`write_netcdf` writes it atomically.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import MissingExtraError, SgtuneError
+
+__all__ = ["require_arviz", "to_inference_data", "write_netcdf", "netcdf_attrs"]
+
+
+def require_arviz() -> Any:
+    """Import ArviZ (silencing its import-time refactor notice) or raise :class:`MissingExtraError`."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            import arviz
+    except ImportError:
+        raise MissingExtraError("netCDF/InferenceData output needs arviz, which is not installed; "
+                                "pip install 'sgtune[arviz]'") from None
+    return arviz
+
+
+def netcdf_attrs(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings as netCDF-safe attributes: str/int/float scalars; ∞ → "inf", bool → 0/1, None dropped."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if isinstance(value, (bool, np.bool_)):
+            out[key] = int(value)
+        elif isinstance(value, (int, np.integer)):
+            out[key] = int(value)
+        elif isinstance(value, (float, np.floating)):
+            v = float(value)
+            out[key] = v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+        elif isinstance(value, str):
+            out[key] = value
+        else:
+            arr = np.asarray(value)
+            out[key] = arr.tolist() if arr.ndim == 1 and arr.dtype.kind in "if" else str(value)
+    return out
+
+
+def to_inference_data(result: Any, *, names: Sequence[str] | None = None, theta_hat: Any = None,
+                      step_matrix: Any = None, attrs: Mapping[str, Any] | None = None) -> Any:
+    """``InferenceData`` of a chain run: posterior ``theta`` (chain, draw, theta_dim) + settings as attributes.
+
+    Parameters
+    ----------
+    result : :class:`~sgtune.sampler.ChainResult` with ``trace`` (run with ``thin`` > 0).
+    names : coordinate names of θ (default ``theta0``, ``theta1``, …).
+    theta_hat, step_matrix : stored in ``constant_data`` when given (Λ as (D, D); a diagonal (D,) is expanded).
+    attrs : extra attributes (e.g. the command line), merged over ``result.settings``.
+
+    Raises
+    ------
+    SgtuneError : the run kept no draws (``thin`` = 0) or every chain diverged.
+    MissingExtraError : arviz is not installed.
+    """
+    az = require_arviz()
+    trace = getattr(result, "trace", None)
+    if trace is None:
+        raise SgtuneError("the run kept no draws: InferenceData needs a trace; run with thin > 0 (--thin k)")
+    trace = np.asarray(trace, float)
+    c, t, d = trace.shape
+    ok = np.asarray(result.diverged_at) < 0
+    if not ok.any():
+        raise SgtuneError("every chain diverged; there are no draws to write")
+    if names is None or len(names) != d:
+        names = [f"theta{i}" for i in range(d)]
+    thin = int(result.settings.get("thin", 1)) or 1
+    draws = int(result.burn_in) + thin * (np.arange(t) + 1)  # the step after which each draw was kept
+    posterior = {"theta": trace[ok]}
+    constant: dict[str, np.ndarray] = {}
+    if theta_hat is not None:
+        constant["theta_hat"] = np.asarray(theta_hat, float)
+    if step_matrix is not None:
+        lam = np.asarray(step_matrix, float)
+        constant["step_matrix"] = np.diag(lam) if lam.ndim == 1 else lam * np.eye(d) if lam.ndim == 0 else lam
+    idata = az.from_dict(
+        posterior=posterior, constant_data=constant or None,
+        coords={"chain": np.flatnonzero(ok), "draw": draws, "theta_dim": list(names),
+                "theta_dim_col": list(names)},
+        dims={"theta": ["theta_dim"], "theta_hat": ["theta_dim"], "step_matrix": ["theta_dim", "theta_dim_col"]})
+    from . import __version__
+
+    meta = netcdf_attrs({
+        **result.settings, "n_steps": result.n_steps, "burn_in": result.burn_in, "n_chains": result.n_chains,
+        "seed": result.seed, "diverged_chains": [int(i) for i in np.flatnonzero(~ok)] or "none",
+        "inference_library": "sgtune", "inference_library_version": __version__, **(attrs or {})})
+    for group in idata.groups():
+        idata[group].attrs.update(meta)
+    return idata
+
+
+def write_netcdf(idata: Any, path: str | os.PathLike[str]) -> None:
+    """``idata.to_netcdf`` into a temporary file in the same folder, then rename (no partial file)."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        idata.to_netcdf(tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
