@@ -162,6 +162,12 @@ def draw_marginal_sd_ratios(ax: Any, covariances: Mapping[str, Any], *, names: S
                 color=st.get("color"), linestyle=st.get("linestyle", "-"), linewidth=1.0,
                 label=_LABELS.get(role, role))
     ax.axhline(1.0, color="0.6", linewidth=0.8, zorder=0)
+    ratios = np.concatenate([sd / np.where(ref > 0, ref, np.nan) for _, sd in roles])
+    ratios = ratios[np.isfinite(ratios)]
+    lo, hi = (float(ratios.min()), float(ratios.max())) if ratios.size else (1.0, 1.0)
+    pad = 0.1 * (hi - lo)
+    ax.set_ylim(min(0.95, lo - pad), max(1.05, hi + pad))  # ±5 % at least: agreement reads as a flat line
+    ax.ticklabel_format(axis="y", useOffset=False)
     if d <= 20:
         ax.set_xticks(xs, [_name(names, k) for k in range(d)], rotation=90, fontsize=7)
     ax.set_xlabel("coordinate")
@@ -237,7 +243,7 @@ def _layout(covs: Mapping[str, Any], step_matrix: Any, names: Sequence[str] | No
     extra_axes = [fig.add_subplot(gs[1, 4:])] if extra else []
     lam = np.asarray(step_matrix, float)
     im = draw_step_matrix(lam_ax, lam if lam.ndim == 2 else np.diag(lam), names=names)
-    fig.colorbar(im, ax=lam_ax, shrink=0.9, label="Λ_ij  (units: θ² per unit of mean loss)")
+    fig.colorbar(im, ax=lam_ax, shrink=0.9, label="Λ_ij  [θ² / mean loss]")
     fig.suptitle(title, fontsize=12)
     return fig, extra_axes
 
