@@ -2,13 +2,13 @@
 
 The KSD measures how far an empirical distribution Q_n = (1/n) Σ_i δ_{θ_i} is from a target
 p known only through its score s(θ) = ∇ log p(θ) (no normalising constant, no draws from p).
-With a base kernel k and the Langevin Stein operator, Gorham & Mackey (2017, §3.1, Prop. 2)
+With a base kernel k and the Langevin Stein operator, Gorham & Mackey (2017, §3.1)
 
     KSD²(Q_n) = (1/n²) Σ_{i,j} k₀(θ_i, θ_j),
     k₀(x, y) = s(x)ᵀs(y) k(x, y) + s(x)ᵀ∇_y k + s(y)ᵀ∇_x k + Σ_d ∂²k/∂x_d∂y_d.
 
 sgtune uses the inverse multiquadric k(x, y) = (1 + ‖x − y‖²)^(−1/2) (c = 1, β = −1/2), the
-kernel whose KSD detects non-convergence (their §3.3, Thm. 8). With r = x − y and
+kernel whose KSD detects non-convergence (their §3.3). With r = x − y and
 u = 1 + ‖r‖², the four terms are, in closed form (derived in this module's docstring of
 :func:`imq_stein_kernel` and checked against finite differences in the tests),
 
@@ -71,7 +71,7 @@ class KSDResult:
     block: int
 
 
-@cites("gorham2017", "§3.1, Prop. 2 (Langevin Stein kernel k₀); §3.3, Thm. 8 (IMQ kernel, c = 1, β = −1/2)")
+@cites("gorham2017", "§3.1 (Langevin Stein kernel k₀, closed-form KSD); §3.3 (IMQ kernel, c = 1, β = −1/2)")
 def imq_stein_kernel(x: Any, y: Any, score_x: Any, score_y: Any) -> np.ndarray:
     r"""Stein kernel k₀(x_i, y_j) of the IMQ base kernel, all pairs: an (n, m) matrix.
 
@@ -94,7 +94,7 @@ def imq_stein_kernel(x: Any, y: Any, score_x: Any, score_y: Any) -> np.ndarray:
 
     References
     ----------
-    [1] Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), Prop. 2, Thm. 8.
+    [1] Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), §3.1 and §3.3.
     """
     x, y = np.atleast_2d(np.asarray(x, float)), np.atleast_2d(np.asarray(y, float))
     sx, sy = np.atleast_2d(np.asarray(score_x, float)), np.atleast_2d(np.asarray(score_y, float))
@@ -121,7 +121,7 @@ def _as_samples(samples: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
     return x, s
 
 
-@cites("gorham2017", "§3.1, Prop. 2 (closed-form KSD); §3.3, Thm. 8 (IMQ kernel, c = 1, β = −1/2)")
+@cites("gorham2017", "§3.1 (closed-form KSD); §3.3 (IMQ kernel, c = 1, β = −1/2)")
 def ksd(samples: Any, scores: Any, *, block: int = DEFAULT_BLOCK,
         progress: ProgressCallback | None = None) -> KSDResult:
     r"""KSD² = (1/n²) Σ_{i,j} k₀(θ_i, θ_j), IMQ Stein kernel, V-statistic, in row blocks.
@@ -151,7 +151,7 @@ def ksd(samples: Any, scores: Any, *, block: int = DEFAULT_BLOCK,
 
     References
     ----------
-    [1] Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), Prop. 2, Thm. 8.
+    [1] Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), §3.1 and §3.3.
 
     Examples
     --------
@@ -271,7 +271,7 @@ def posterior_scores(model: Any, X: Any, y: Any, samples: Any, prior_precision: 
     return out
 
 
-@cites("gorham2017", "§3.1, Prop. 2; §3.3, Thm. 8 — KSD of samples against p(θ|𝒟) ∝ exp(−N·L(θ))")
+@cites("gorham2017", "§3.1 and §3.3 — KSD of samples against p(θ|𝒟) ∝ exp(−N·L(θ))")
 def posterior_ksd(model: Any, X: Any, y: Any, samples: Any, prior_precision: Any = None, *,
                   block: int = DEFAULT_BLOCK, progress: ProgressCallback | None = None) -> KSDResult:
     """KSD (IMQ, V-statistic) of ``samples`` against the full-data posterior of ``model`` on (X, y).
