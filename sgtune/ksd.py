@@ -40,6 +40,8 @@ __all__ = ["KSDResult", "imq_stein_kernel", "ksd", "posterior_scores", "posterio
 DEFAULT_BLOCK = 1024
 #: draws kept (evenly thinned) when verify/calibrate score a chain: KSD costs O(n²D) + n score evaluations
 CHAIN_KSD_MAX_DRAWS = 2000
+#: per-observation gradient evaluations allowed for the chain KSD of verify/calibrate (draws × N)
+CHAIN_KSD_GRADIENT_BUDGET = 20_000_000
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -308,16 +310,21 @@ def chain_ksd(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = Non
 
 
 def chain_ksd_summary(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = None, *,
-                      max_draws: int = CHAIN_KSD_MAX_DRAWS) -> dict[str, float | int]:
+                      max_draws: int = CHAIN_KSD_MAX_DRAWS,
+                      max_gradient_rows: int = CHAIN_KSD_GRADIENT_BUDGET) -> dict[str, float | int]:
     """The KSD keys ``verify`` and ``calibrate`` report beside the covariance test (empty when not applicable).
 
     Empty for a Gaussian posterior (:func:`posterior_is_gaussian`: the covariance test is
     complete there) or without a trace. Otherwise ``ksd`` (of at most ``max_draws`` evenly
     thinned draws against p(θ|𝒟) ∝ exp(−N·L)), ``ksd_n_samples`` and ``ksd_iid_reference``
     = sqrt(mean(‖s(θ_i)‖² + D)/n), about what n independent posterior draws would score.
+    Each draw costs one full-data gradient (N per-observation gradients), so for large N the
+    number of draws shrinks to keep n·N ≤ ``max_gradient_rows`` (never below 100 draws).
     """
     if trace is None or posterior_is_gaussian(model):
         return {}
+    n_data = int(np.shape(X)[0])
+    max_draws = int(min(max_draws, max(100, max_gradient_rows // max(n_data, 1))))
     r = chain_ksd(model, X, y, trace, prior_precision, max_draws=max_draws)
     return {"ksd": r.ksd, "ksd_n_samples": r.n_samples,
             "ksd_iid_reference": math.sqrt(r.diagonal_mean / r.n_samples)}

@@ -9,7 +9,7 @@ from scipy.stats import chi2
 from _tolerances import MC_ALPHA, bonferroni_z
 from sgtune.data import make_dataset
 from sgtune.errors import ShapeError, SgtuneError
-from sgtune.ksd import (chain_ksd, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
+from sgtune.ksd import (chain_ksd, chain_ksd_summary, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
                         posterior_scores)
 from sgtune.models import get_model
 
@@ -257,3 +257,12 @@ def test_keep_draws_does_not_change_the_chains_and_bounds_the_trace():
     assert 400 < b.chains.trace.shape[0] * b.chains.trace.shape[1] <= 500
     c = calibrate(m, ds, batch_size=64, prior_precision=1.0, n_steps=1500, n_chains=2, keep_draws=300)
     assert 250 < c.chains.trace.shape[0] * c.chains.trace.shape[1] <= 300
+
+
+def test_chain_ksd_summary_keys_budget_and_gaussian_skip(rng):
+    X, y, P, mu = _conjugate(rng, n_data=400)
+    tr = _exact_draws(rng, P, mu, 2 * 300).reshape(2, 300, 3)
+    assert chain_ksd_summary(get_model("linear"), X, y, tr, 2.0) == {}        # Gaussian posterior: no KSD
+    assert chain_ksd_summary(get_model("logistic"), X, (y > 0).astype(float), None) == {}
+    doc = chain_ksd_summary(get_model("logistic"), X, (y > 0).astype(float), tr, 2.0, max_gradient_rows=400 * 150)
+    assert doc["ksd_n_samples"] == 150 and doc["ksd"] > 0 and doc["ksd_iid_reference"] > 0
