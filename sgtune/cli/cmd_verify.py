@@ -50,8 +50,9 @@ def cli(**kw: Any) -> None:
     JSON keys: predicted, empirical, z_max, passed, threshold, lambda, ...
     Non-Gaussian posteriors (every model but linear) add ksd: the kernel Stein discrepancy
     (IMQ, as `sgtune ksd`) of ≤ 2000 thinned draws (fewer when N > 10⁴) against
-    p(θ|𝒟) ∝ exp(−N·L), with ksd_n_samples and ksd_iid_reference (≈ what independent posterior draws score); it sees
-    non-Gaussian shape errors the covariance test cannot (it does not change `passed`).
+    p(θ|𝒟) ∝ exp(−N·L), with ksd_n_samples and ksd_iid_reference (≈ what independent
+    posterior draws score); it sees non-Gaussian shape errors the covariance test cannot
+    (it does not change `passed`).
     --plot FILE.png: predicted (and target) vs empirical covariance ellipses and Λ.
     Example:  sgtune verify --example hetero-linear --batch-size 64 --plot verify.png
     """
