@@ -309,20 +309,23 @@ def chain_ksd(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = Non
     return posterior_ksd(model, X, y, draws, prior_precision, block=block, progress=progress)
 
 
-def chain_ksd_summary(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = None, *,
+def chain_ksd_summary(model: Any, X: Any, y: Any, chains: Any, prior_precision: Any = None, *,
                       max_draws: int = CHAIN_KSD_MAX_DRAWS,
                       max_gradient_rows: int = CHAIN_KSD_GRADIENT_BUDGET) -> dict[str, float | int]:
     """The KSD keys ``verify`` and ``calibrate`` report beside the covariance test (empty when not applicable).
 
     Empty for a Gaussian posterior (:func:`posterior_is_gaussian`: the covariance test is
-    complete there) or without a trace. Otherwise ``ksd`` (of at most ``max_draws`` evenly
+    complete there) or when ``chains`` (a :class:`~sgtune.sampler.ChainResult`) kept no trace;
+    diverged chains (``chains.diverged_at >= 0``) are left out. Otherwise ``ksd`` (of at most ``max_draws`` evenly
     thinned draws against p(θ|𝒟) ∝ exp(−N·L)), ``ksd_n_samples`` and ``ksd_iid_reference``
     = sqrt(mean(‖s(θ_i)‖² + D)/n), about what n independent posterior draws would score.
     Each draw costs one full-data gradient (N per-observation gradients), so for large N the
     number of draws shrinks to keep n·N ≤ ``max_gradient_rows`` (never below 100 draws).
     """
+    trace = getattr(chains, "trace", None)
     if trace is None or posterior_is_gaussian(model):
         return {}
+    trace = np.asarray(trace)[np.asarray(chains.diverged_at) < 0]
     n_data = int(np.shape(X)[0])
     max_draws = int(min(max_draws, max(100, max_gradient_rows // max(n_data, 1))))
     r = chain_ksd(model, X, y, trace, prior_precision, max_draws=max_draws)

@@ -259,10 +259,16 @@ def test_keep_draws_does_not_change_the_chains_and_bounds_the_trace():
     assert 250 < c.chains.trace.shape[0] * c.chains.trace.shape[1] <= 300
 
 
-def test_chain_ksd_summary_keys_budget_and_gaussian_skip(rng):
+def test_chain_ksd_summary_keys_budget_diverged_chains_and_gaussian_skip(rng):
+    from types import SimpleNamespace
+
     X, y, P, mu = _conjugate(rng, n_data=400)
-    tr = _exact_draws(rng, P, mu, 2 * 300).reshape(2, 300, 3)
-    assert chain_ksd_summary(get_model("linear"), X, y, tr, 2.0) == {}        # Gaussian posterior: no KSD
-    assert chain_ksd_summary(get_model("logistic"), X, (y > 0).astype(float), None) == {}
-    doc = chain_ksd_summary(get_model("logistic"), X, (y > 0).astype(float), tr, 2.0, max_gradient_rows=400 * 150)
-    assert doc["ksd_n_samples"] == 150 and doc["ksd"] > 0 and doc["ksd_iid_reference"] > 0
+    yb = (y > 0).astype(float)
+    tr = _exact_draws(rng, P, mu, 3 * 300).reshape(3, 300, 3)
+    tr[1, 100:] = 0.0  # a diverged chain: the kernel stops writing its trace, which stays finite
+    chains = SimpleNamespace(trace=tr, diverged_at=np.array([-1, 5000, -1]))
+    assert chain_ksd_summary(get_model("linear"), X, y, chains, 2.0) == {}        # Gaussian posterior: no KSD
+    assert chain_ksd_summary(get_model("logistic"), X, yb, SimpleNamespace(trace=None)) == {}
+    doc = chain_ksd_summary(get_model("logistic"), X, yb, chains, 2.0, max_gradient_rows=400 * 150)
+    want = chain_ksd(get_model("logistic"), X, yb, tr[[0, 2]], 2.0, max_draws=150)
+    assert doc["ksd_n_samples"] == want.n_samples == 150 and doc["ksd"] == want.ksd and doc["ksd_iid_reference"] > 0

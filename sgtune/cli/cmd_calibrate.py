@@ -80,7 +80,7 @@ def cli(**kw: Any) -> None:
     if r.calibration_ks is not None:
         doc["calibration_ks"] = r.calibration_ks
         doc["pit"] = r.pit
-    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c.trace, prob.prior_precision))
+    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
     png = render_plot(kw, lambda: figure_calibrate(
         t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=prob.dataset.names,
         title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "

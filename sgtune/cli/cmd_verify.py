@@ -106,7 +106,7 @@ def cli(**kw: Any) -> None:
     if rep.tuning is not None:
         doc.update({"target_cov": rep.tuning.target_cov, "method": rep.tuning.method, "family": rep.tuning.family,
                     "target": kw["target"] or "sandwich"})
-    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains.trace, prob.prior_precision))
+    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains, prob.prior_precision))
     png = render_plot(kw, lambda: figure_verify(
         rep.predicted, rep.empirical, rep.step_matrix, target_cov=None if rep.tuning is None else rep.tuning.target_cov,
         names=prob.dataset.names,
