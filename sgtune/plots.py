@@ -180,8 +180,9 @@ def draw_pit_histogram(ax: Any, pit: Any, ks: float | None = None) -> None:
     """Histogram of the PIT values q_d (density scale) against the Unif(0, 1) density."""
     q = np.asarray(pit, float).reshape(-1)
     bins = int(np.clip(round(np.sqrt(q.size)), 4, 20))
-    ax.hist(q, bins=bins, range=(0.0, 1.0), density=True, color="#56B4E9", edgecolor="white",
-            label=f"PIT q_d (D = {q.size})")
+    heights, _, _ = ax.hist(q, bins=bins, range=(0.0, 1.0), density=True, color="#56B4E9", edgecolor="white",
+                            label=f"PIT q_d (D = {q.size})")
+    ax.set_ylim(0.0, 1.45 * max(float(np.max(heights)), 1.0))  # head room for the legend
     ax.axhline(1.0, color="#000000", linestyle="--", linewidth=1.5, label="Unif(0, 1) density")
     ax.plot(q, np.zeros_like(q), "|", color="#D55E00", markersize=12, label="q_d")
     ax.set_xlim(0.0, 1.0)
@@ -191,7 +192,7 @@ def draw_pit_histogram(ax: Any, pit: Any, ks: float | None = None) -> None:
     if ks is not None:
         title += f" (KS = {ks:.3f})"
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", ncols=2)
 
 
 def _figure(n_rows: int, width_panels: int) -> Any:
