@@ -294,9 +294,9 @@ def predict_comparison_cov(expansion: Expansion, step_matrix: Any, *, batch_size
             _raise_unstable(system, np.inf)
         S = sla.solve_discrete_lyapunov(system.F, lam @ C_hat @ lam.T + inj)
     else:
-        if expansion.model != "linear":
-            raise SgtuneError("theory 'lr-ws' assumes a well-specified linear regression; the model is "
-                              f"{expansion.model!r}")
+        if math.isnan(expansion.residual_variance):  # only Gaussian linear models provide it
+            raise SgtuneError("theory 'lr-ws' assumes a well-specified linear regression (a model with a "
+                              f"residual variance); the model is {expansion.model!r}")
         J = expansion.curvature
         ratio = expansion.residual_variance / expansion.noise_variance
         # vec(ΛJΣJΛᵀ) = (ΛJ ⊗ ΛJ) vec Σ; vec(tr(JΣ) ΛJΛᵀ) = vec(ΛJΛᵀ) vec(J)ᵀ vec Σ
