@@ -8,7 +8,7 @@ import click
 from .._refs import references_of
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._io import command_line, emit, handle_errors, info
-from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
+from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
 from ._render import key_values, matrix_summary
 
@@ -42,12 +42,12 @@ def cli(**kw: object) -> None:
     res = tune(prob.expansion, batch_size=B, target=target, method=str(kw["method"]), family=str(kw["family"]),
                inv_temperature=beta, without_replacement=bool(kw["without_replacement"]),
                momentum=float(kw["momentum"]))  # type: ignore[arg-type]
-    doc = {
+    doc = {**expansion_keys(prob.expansion), 
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
         "spectral_radius_is_bound": res.stationary.spectral_radius_is_bound,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
-        "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dataset.dim,
+        "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
         "without_replacement": res.without_replacement, "model": prob.model.name,
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,

@@ -9,7 +9,7 @@ from .._refs import references_of
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
-from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
+from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
                        parse_inv_temperature, temperature_json)
 from ._render import key_values
 from .cmd_run import chain_json, chain_options, progress_bar, resolve_step, step_options
@@ -53,7 +53,7 @@ def cli(**kw: Any) -> None:
         raise click.UsageError("give either the lambda options (--target/--method/--family) or "
                                "the covariance options (--step-size | --lambda), not both")
     prob = load_problem(kw)
-    n, d = prob.dataset.n_data, prob.dataset.dim
+    n, d = prob.dataset.n_data, prob.dim
     B = check_batch_size(int(kw["batch_size"]), n)
     beta = parse_inv_temperature(kw["inverse_temperature"], n)
     step = resolve_step(kw, d) if covariance_mode else None
@@ -79,7 +79,7 @@ def cli(**kw: Any) -> None:
             relative_tolerance=float(kw["relative_tolerance"]), inflate_prediction=float(kw["inflate_prediction"]),
             seed=int(kw["seed"]), progress=None if quiet else progress)
     t = rep.test
-    doc = {
+    doc = {**expansion_keys(prob.expansion), 
         "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,
         "threshold": t.threshold, "argmax": list(t.argmax), "n_tests": t.n_tests, "dof": t.dof, "alpha": t.alpha,
         "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error,

@@ -93,9 +93,11 @@ class DenseCurvature:
 
 
 def model_label(model: Any) -> str:
-    """A short name for messages: the model's ``name``, else its class name."""
+    """A short name for messages: the model's ``name`` (else its class name), with its ``source`` file if known."""
     name = getattr(model, "name", None)
-    return str(name) if isinstance(name, str) and name else type(model).__name__
+    label = str(name) if isinstance(name, str) and name else type(model).__name__
+    source = getattr(model, "source", None)
+    return f"{label} ({source})" if isinstance(source, str) and source else label
 
 
 def model_dim(model: Any, n_features: int) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 from .._refs import cites
 from .._validation import as_float_array, as_symmetric
 from ..data import Dataset
-from ..errors import AccuracyWarning, ConvergenceError, NotPositiveDefiniteError, SgtuneError
+from ..errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
 from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
                    per_sample_curvature)
 
@@ -248,6 +248,10 @@ class Expansion:
                 raise SgtuneError(f"per_sample_hessians must be (N, D, D) = ({n}, {d}, {d})")
             J = self.per_sample_hessians.mean(axis=0)  # type: ignore[union-attr]
         J = 0.5 * (J + J.T)
+        if not (np.all(np.isfinite(J)) and np.all(np.isfinite(self.grads))):
+            raise DataFormatError(
+                f"the expansion of model {self.model} at θ̂ overflowed (non-finite curvature or gradients): the "
+                "data or the parameters are too large in magnitude; standardise the covariates")
         object.__setattr__(self, "curvature", J)
         object.__setattr__(self, "hessian", J + self.prior_precision / self.n_data)
         object.__setattr__(self, "fisher", self.grads.T @ self.grads / n)

@@ -155,6 +155,13 @@ def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndar
         return np.diag(arr)
     if arr.shape != (dim, dim):
         raise ShapeError(f"{name} must be (D, D) = ({dim}, {dim}) but has shape {arr.shape}")
+    symmetric = is_symmetric(arr) or np.linalg.norm(arr - arr.T) <= 1e-12 * np.linalg.norm(arr)
+    if symmetric:  # a non-symmetric Λ is allowed for SGD; its stability is checked by the solver
+        lam_min = float(np.linalg.eigvalsh(0.5 * (arr + arr.T))[0])
+        if not lam_min > 0:
+            raise NotPositiveDefiniteError(
+                f"{name} Λ must be symmetric positive definite, but its smallest eigenvalue is {lam_min:.4g}; "
+                "pass a positive-definite step-size matrix (e.g. the output of sgtune lambda)")
     return arr.copy()
 
 
@@ -648,6 +655,11 @@ def _check_deterministic_stability(system: _System) -> None:
 
 def _raise_unstable(system: _System, rho: float) -> None:
     c = _max_stable_multiplier(system, 1e-3)
+    if not c > 0:
+        raise UnstableStepSizeError(
+            f"step_matrix is unstable for every positive multiple (spectral radius {rho:.4g} >= 1): ΛH has an "
+            "eigenvalue with non-positive real part; use a symmetric positive-definite Λ (e.g. from sgtune lambda)",
+            spectral_radius=rho, max_stable_step=0.0)
     raise UnstableStepSizeError(
         f"step_matrix is unstable: the second-moment map has spectral radius {rho:.4g} >= 1; "
         f"scale the step size by less than {c:.4g} (largest stable multiple of Λ; without noise the bound "
