@@ -100,6 +100,7 @@ def test_grads_hessians_hvps_by_finite_differences(rng, act, lik, k):
     assert_close(g, fd_g, FD_RTOL)
     cur = model.curvature(theta, X, y)
     assert isinstance(cur, DenseCurvature) and not model.rank_one
+    np.testing.assert_array_equal(cur.hessians, np.swapaxes(cur.hessians, 1, 2))
     fd_h = fd_columns(lambda t: model.per_sample_grads(t, X, y), theta)
     assert_close(cur.hessians, fd_h, FD_RTOL)
     v = rng.standard_normal(theta.size)

@@ -228,9 +228,10 @@ class MLP:
         W, b = layers[-1]
         return layers, acts, d1s, d2s, a @ W[0] + b[0]
 
-    def _deltas(self, layers: list, d1s: list, n: int) -> list[np.ndarray]:
-        """δ_l = ∂f/∂z_l (n, s_l) for l = 1..K+1 by back-propagation (δ_{K+1} = 1)."""
-        deltas = [np.ones((n, 1))]
+    def _deltas(self, layers: list, d1s: list, top: np.ndarray) -> list[np.ndarray]:
+        """δ_l = ∂(·)/∂z_l (n, s_l), l = 1..K+1, by back-propagation from δ_{K+1} = ``top`` (n,)
+        (ones: derivatives of f; ρ'(f): derivatives of the loss)."""
+        deltas = [top[:, None]]
         for l in range(len(layers) - 1, 0, -1):
             deltas.append((deltas[-1] @ layers[l][0]) * d1s[l - 1])
         return deltas[::-1]
@@ -246,59 +247,63 @@ class MLP:
             start += nw + delta.shape[1]
         return out
 
-    def _r_op(self, theta: np.ndarray, X: np.ndarray, V: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Pearlmutter's R-operator for m directions V (m, D), vectorised over rows and directions.
+    def _r_op(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, V: np.ndarray) -> np.ndarray:
+        """Pearlmutter's R-operator for m directions V (D, m) (columns), vectorised over rows and directions.
 
-        Returns f (n,), ∇f (n, D), Rf = ∇f·v_k (n, m) and ∇²f v_k (n, m, D). Forward tangents
-        R(z_l) = R(a_{l−1})W_lᵀ + a_{l−1}V_lᵀ + c_l, R(a_l) = φ'(z_l)R(z_l); backward
-        R(δ_{l−1}) = (R(δ_l)W_l + δ_l V_l)∘φ'(z_{l−1}) + (δ_l W_l)∘φ''(z_{l−1})∘R(z_{l−1}),
-        R(∂f/∂W_l) = R(δ_l)a_{l−1}ᵀ + δ_l R(a_{l−1})ᵀ, R(∂f/∂b_l) = R(δ_l).
+        Returns J_n V = ∇²l_n V, shape (n, D, m): back-propagation of the loss (δ_{K+1} = ρ'(f)),
+        differentiated along each direction (R(δ_{K+1}) = ρ''(f) R(f), R(f) = ∇fᵀv). Forward tangents
+        R(z_l) = W_l R(a_{l−1}) + V_l a_{l−1} + c_l, R(a_l) = φ'(z_l)R(z_l); backward
+        R(δ_{l−1}) = (W_lᵀR(δ_l) + V_lᵀδ_l)∘φ'(z_{l−1}) + (W_lᵀδ_l)∘φ''(z_{l−1})∘R(z_{l−1}),
+        R(∂f/∂W_l) = R(δ_l)a_{l−1}ᵀ + δ_l R(a_{l−1})ᵀ, R(∂f/∂b_l) = R(δ_l). The direction axis is
+        the last (contiguous) one, so the elementwise work runs in long inner loops.
         """
         n, p = X.shape
         d = self.n_params(p)
-        m = V.shape[0]
+        m = V.shape[1]
         layers, acts, d1s, d2s, f = self._forward(theta, X)
-        deltas = self._deltas(layers, d1s, n)
-        grad_f = self._grad_f(acts, deltas, n, d)
+        _, r1, r2 = self.glm.derivatives(f, y)
+        deltas = self._deltas(layers, d1s, r1)
         s = self.widths(p)
         n_layers = len(layers)
-        # the directions in the layer layout: VW_l (m, s_l, s_{l−1}), Vb_l (m, s_l)
+        offsets = self.layer_slices(p)
+        # the directions in the layer layout: VW_l (s_l, s_{l−1}, m), Vb_l (s_l, m)
         dirs = []
-        for i, (start, _) in enumerate(self.layer_slices(p)):
+        for i, (start, _) in enumerate(offsets):
             nw = s[i + 1] * s[i]
-            dirs.append((V[:, start:start + nw].reshape(m, s[i + 1], s[i]), V[:, start + nw:start + nw + s[i + 1]]))
-        # forward tangents R(z_l) (n, m, s_l), R(a_l); R(a_0) = 0
+            dirs.append((V[start:start + nw].reshape(s[i + 1], s[i], m), V[start + nw:start + nw + s[i + 1]]))
+        # forward tangents R(z_l), R(a_l) (n, s_l, m); R(a_0) = 0
         rzs, ras = [], [None]
         for i in range(n_layers):
             W, _ = layers[i]
             VW, Vb = dirs[i]
-            rz = (acts[i] @ VW.reshape(m * s[i + 1], s[i]).T).reshape(n, m, s[i + 1]) + Vb[None]
+            rz = (acts[i] @ VW.transpose(1, 0, 2).reshape(s[i], s[i + 1] * m)).reshape(n, s[i + 1], m)
+            rz += Vb
             if ras[i] is not None:
-                rz += ras[i] @ W.T
+                rz += W @ ras[i]
             rzs.append(rz)
             if i < n_layers - 1:
-                ras.append(d1s[i][:, None, :] * rz)
-        # backward: R(δ_{K+1}) = 0
-        hv = np.empty((n, m, d))
-        offsets = self.layer_slices(p)
-        rdelta = np.zeros((n, m, 1))
+                ras.append(d1s[i][:, :, None] * rz)
+        # backward from R(δ_{K+1}) = 0, writing R(∇f) = ∇²f V layer by layer
+        hv = np.empty((n, d, m))
+        rdelta = (r2[:, None] * rzs[-1][:, 0, :])[:, None, :]
         for i in range(n_layers - 1, -1, -1):
             start = offsets[i][0]
             nw = s[i + 1] * s[i]
-            block = rdelta[:, :, :, None] * acts[i][:, None, None, :]
+            block = hv[:, start:start + nw].reshape(n, s[i + 1], s[i], m)
+            np.multiply(rdelta[:, :, None, :], acts[i][:, None, :, None], out=block)
             if ras[i] is not None:
-                block += deltas[i][:, None, :, None] * ras[i][:, :, None, :]
-            hv[:, :, start:start + nw] = block.reshape(n, m, nw)
-            hv[:, :, start + nw:start + nw + s[i + 1]] = rdelta
+                block += deltas[i][:, :, None, None] * ras[i][:, None, :, :]
+            hv[:, start + nw:start + nw + s[i + 1]] = rdelta
             if i > 0:
                 W, _ = layers[i]
                 VW, _ = dirs[i]
                 back = deltas[i] @ W  # (n, s_{l−1})
-                rback = rdelta @ W + (deltas[i] @ VW.transpose(1, 0, 2).reshape(s[i + 1], m * s[i])
-                                      ).reshape(n, m, s[i])
-                rdelta = rback * d1s[i - 1][:, None, :] + (back * d2s[i - 1])[:, None, :] * rzs[i - 1]
-        return f, grad_f, rzs[-1][:, :, 0], hv
+                rback = W.T @ rdelta
+                rback += (deltas[i] @ VW.reshape(s[i + 1], s[i] * m)).reshape(n, s[i], m)
+                rback *= d1s[i - 1][:, :, None]
+                rback += (back * d2s[i - 1])[:, :, None] * rzs[i - 1]
+                rdelta = rback
+        return hv
 
     # --- protocol ----------------------------------------------------------------
     def output(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -309,32 +314,30 @@ class MLP:
         """∇_θ f(x_n; θ) by back-propagation, shape (n, D)."""
         layers, acts, d1s, _, _ = self._forward(theta, X)
         n = X.shape[0]
-        return self._grad_f(acts, self._deltas(layers, d1s, n), n, self.n_params(X.shape[1]))
+        return self._grad_f(acts, self._deltas(layers, d1s, np.ones(n)), n, self.n_params(X.shape[1]))
 
     def per_sample_losses(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """l_n(θ) = ρ(f_n, y_n), shape (n,)."""
         return self.glm.derivatives(self.output(theta, X), y)[0]
 
     def per_sample_grads(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """g_n = ρ'(f_n) ∇f_n (exact back-propagation), shape (n, D)."""
+        """g_n = ρ'(f_n) ∇f_n: back-propagation from δ_{K+1} = ρ'(f_n), shape (n, D)."""
         layers, acts, d1s, _, f = self._forward(theta, X)
-        n = X.shape[0]
-        grad_f = self._grad_f(acts, self._deltas(layers, d1s, n), n, self.n_params(X.shape[1]))
-        return self.glm.derivatives(f, y)[1][:, None] * grad_f
+        top = self.glm.derivatives(f, y)[1]
+        return self._grad_f(acts, self._deltas(layers, d1s, top), X.shape[0], self.n_params(X.shape[1]))
 
-    @cites("sgtune", "J_n = ρ''(f)∇f∇fᵀ + ρ'(f)∇²f (chain rule); ∇²f by Pearlmutter's R-operator")
+    @cites("sgtune", "J_n = ρ''(f)∇f∇fᵀ + ρ'(f)∇²f (chain rule); exact J_n by Pearlmutter's R-operator")
     def curvature(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> RankOneCurvature | DenseCurvature:
         """J_n: Gauss–Newton → RankOneCurvature(∇f_n, ρ''(f_n)); exact → DenseCurvature (n, D, D)."""
         if self.hessian == "gauss-newton":
             layers, acts, d1s, _, f = self._forward(theta, X)
             n = X.shape[0]
-            grad_f = self._grad_f(acts, self._deltas(layers, d1s, n), n, self.n_params(X.shape[1]))
+            grad_f = self._grad_f(acts, self._deltas(layers, d1s, np.ones(n)), n, self.n_params(X.shape[1]))
             return RankOneCurvature(grad_f, self.glm.derivatives(f, y)[2])
-        d = self.n_params(X.shape[1])
-        f, grad_f, _, hf = self._r_op(theta, X, np.eye(d))
-        _, r1, r2 = self.glm.derivatives(f, y)
-        hs = r2[:, None, None] * grad_f[:, :, None] * grad_f[:, None, :] + r1[:, None, None] * hf
-        return DenseCurvature(0.5 * (hs + np.swapaxes(hs, 1, 2)))
+        hs = self._r_op(theta, X, y, np.eye(self.n_params(X.shape[1])))
+        hs += np.swapaxes(hs, 1, 2)  # symmetric to rounding; make it exactly so (numpy buffers the overlap)
+        hs *= 0.5
+        return DenseCurvature(hs)
 
     def per_sample_hessians(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The declared J_n as dense (n, D, D) arrays (exact, or ρ''∇f∇fᵀ for Gauss–Newton)."""
@@ -344,7 +347,7 @@ class MLP:
         u, w = cur.features, cur.weights
         return w[:, None, None] * u[:, :, None] * u[:, None, :]
 
-    @cites("sgtune", "J_n v = ρ''(f)(∇f·v)∇f + ρ'(f)∇²f v; ∇²f v by Pearlmutter's R-operator")
+    @cites("sgtune", "J_n v = ∇²l_n v by Pearlmutter's R-operator (forward-over-reverse)")
     def hessian_vector_products(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, v: np.ndarray
                                 ) -> np.ndarray:
         """The exact J_n v = ∇²l_n(θ) v for every row by one R-operator pass, shape (n, D), O(n·D) memory.
@@ -352,10 +355,7 @@ class MLP:
         Exact whatever ``hessian`` says (a matrix-free route to the true curvature, e.g. to polish
         a fit); the Gauss–Newton products are ρ''(f_n)(∇f_n·v)∇f_n from :meth:`curvature`.
         """
-        v = np.asarray(v, dtype=np.float64).reshape(1, -1)
-        f, grad_f, rf, hf = self._r_op(theta, X, v)
-        _, r1, r2 = self.glm.derivatives(f, y)
-        return (r2 * rf[:, 0])[:, None] * grad_f + r1[:, None] * hf[:, 0, :]
+        return self._r_op(theta, X, y, np.asarray(v, dtype=np.float64).reshape(-1, 1))[:, :, 0]
 
 
 def make_mlp(hidden_sizes: Any, activation: str = "tanh", likelihood: str = "gaussian",
