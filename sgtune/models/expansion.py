@@ -93,6 +93,10 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m_rows, d))
         return float(losses.mean() + 0.5 * theta @ gam @ theta / n), g.mean(axis=0) + gam @ theta / n
 
+    def value(theta: np.ndarray) -> float:
+        losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
+        return float(losses.mean() + 0.5 * theta @ gam @ theta / n)
+
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         val, grad = value_grad(theta)
         return val, grad, _mean_curvature(per_sample_curvature(model, theta, X, y)) + gam / n
@@ -116,23 +120,42 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
                     f"MAP fit ({label}) by L-BFGS stopped with gradient norm {gn:.3g}; pass trained weights "
                     "(--theta-hat) or use --hessian gauss-newton", residual=gn, method="lbfgs")
             return FitResult(theta, 0, gn, val)
-    return _newton(objective, theta, d, tol, max_iter, label)
+    return _newton(objective, value, theta, d, tol, max_iter, label)
 
 
 def _lbfgs(value_grad: Any, theta: np.ndarray, label: str, max_iter: int) -> np.ndarray:
-    """L-BFGS to a small gradient (the Newton polish that follows certifies the minimum)."""
+    """L-BFGS to a small gradient (the Newton polish that follows certifies the minimum).
+
+    A run that exhausts its budget with growing parameters means the loss has no minimiser at
+    finite θ (a network without weight decay, separable classes): that is an error, with the remedies.
+    """
     from scipy.optimize import minimize
 
+    norm0 = float(np.linalg.norm(theta))
     res = minimize(value_grad, theta, jac=True, method="L-BFGS-B",
-                   options={"maxiter": 100 * max_iter, "gtol": 1e-10, "ftol": 1e-15, "maxcor": 30})
-    if not np.all(np.isfinite(res.x)):
+                   options={"maxiter": 25 * max_iter, "maxfun": 50 * max_iter, "gtol": 1e-10, "ftol": 1e-15,
+                            "maxcor": 30})
+    x = np.asarray(res.x, dtype=float)
+    if not np.all(np.isfinite(x)):
         raise ConvergenceError(f"MAP fit ({label}) by L-BFGS diverged; standardise the covariates or add a "
                                "prior precision", method="lbfgs")
-    return np.asarray(res.x, dtype=float)
+    gn = float(np.linalg.norm(value_grad(x)[1]))
+    if res.status == 1:  # iteration / evaluation budget exhausted
+        grew = float(np.linalg.norm(x)) > 100 * max(norm0, 1.0)
+        raise ConvergenceError(
+            f"MAP fit ({label}) by L-BFGS did not converge in {res.nit} iterations (gradient norm {gn:.3g}, "
+            f"‖θ‖ = {np.linalg.norm(x):.3g}{', still growing: the loss has no minimiser at finite θ' if grew else ''}); "
+            "pass a prior precision (--prior-precision, e.g. 1: weight decay) or trained weights (--theta-hat)",
+            residual=gn, method="lbfgs")
+    return x
 
 
-def _newton(objective: Any, theta: np.ndarray, d: int, tol: float, max_iter: int, label: str) -> FitResult:
-    """Damped Newton with a backtracking line search and Levenberg damping (see :func:`fit_map`)."""
+def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, max_iter: int,
+            label: str) -> FitResult:
+    """Damped Newton with a backtracking line search and Levenberg damping (see :func:`fit_map`).
+
+    ``objective(θ)`` gives (L, ∇L, H); the line search calls only ``value(θ)`` = L.
+    """
     val, grad, hess = objective(theta)
     for it in range(1, max_iter + 1):
         damping = 0.0
@@ -150,7 +173,7 @@ def _newton(objective: Any, theta: np.ndarray, d: int, tol: float, max_iter: int
         while True:
             cand = theta + t * step
             try:
-                cval, cgrad, chess = objective(cand)
+                cval = value(cand)
             except ModelError:  # overflow far from the minimum: shorten the step
                 cval = math.inf
             if math.isfinite(cval) and cval <= val - 1e-4 * t * decrement2:
@@ -165,7 +188,11 @@ def _newton(objective: Any, theta: np.ndarray, d: int, tol: float, max_iter: int
                 f"MAP fit ({label}) stalled: line search failed with Newton decrement "
                 f"{math.sqrt(decrement2):.3g}; check the data scale or add a prior precision",
                 residual=math.sqrt(decrement2), method="newton")
-        theta, val, grad, hess = cand, cval, cgrad, chess
+        theta = cand
+        stalled = val - cval <= 4 * np.finfo(float).eps * abs(val)  # no progress beyond rounding
+        val, grad, hess = objective(theta)
+        if stalled and damping == 0.0 and decrement2 <= (1e3 * tol) ** 2:  # converged to rounding level
+            return FitResult(theta, it, float(np.linalg.norm(grad)), val)
         if not np.all(np.isfinite(theta)) or np.linalg.norm(theta) > 1e8:
             break
     raise ConvergenceError(
@@ -300,7 +327,9 @@ class Expansion:
     @cites("wang2026", "§2.2 and Alg. 1 steps 3–5 (with the 1/N of §2.2)")
     def sandwich_cov(self) -> np.ndarray:
         """S* = J⁻¹ 𝓘 J⁻¹ / N (frequentist sampling covariance of θ̂; seed 003 §2.2)."""
-        Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)")
+        Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)",
+                            " (non-convex models: --hessian gauss-newton makes J ⪰ 0, or use the posterior "
+                            "target H⁻¹/N, H = J + Γ/N)")
         s = Jinv @ self.fisher @ Jinv / self.n_data
         return 0.5 * (s + s.T)
 
@@ -310,14 +339,14 @@ class Expansion:
         return _spd_inverse(self.hessian, "hessian H = J + Γ/N") / self.n_data
 
 
-def _spd_inverse(a: np.ndarray, name: str) -> np.ndarray:
+def _spd_inverse(a: np.ndarray, name: str, hint: str = "") -> np.ndarray:
     try:
         c = np.linalg.cholesky(a)
     except np.linalg.LinAlgError:
         lam = np.linalg.eigvalsh(a)
         raise NotPositiveDefiniteError(
             f"{name} is not positive definite (smallest eigenvalue {lam[0]:.3g}); θ̂ is not a strict "
-            "minimum — add a prior precision or check the model") from None
+            f"minimum — add a prior precision or check the model{hint}") from None
     ci = np.linalg.inv(c)
     out = ci.T @ ci
     return 0.5 * (out + out.T)
