@@ -1,0 +1,273 @@
+"""Minibatch gradient of a feed-forward network with scalar output (numba spec kind ``"mlp"``).
+
+Model: f(x; θ) = W_L a_{L−1} + b_L with a_0 = x, a_l = φ(W_l a_{l−1} + b_l) (l < L, hidden
+layers), widths n_0 = p, n_1, …, n_{L−1}, n_L = 1, and the per-observation loss of a GLM
+likelihood ρ(f, y) (gaussian/linear (y − f)²/(2σ²), bernoulli/logistic log(1 + e^f) − y f,
+poisson e^f − y f), so ρ'(f) = :func:`~sgtune.sampler.grads.glm_d1` (likelihood id = GLM id).
+The minibatch gradient of the mean loss (THEORY.md §1.1 with the network in place of x_nᵀθ) is
+
+    G(θ) = (1/|S|) Σ_{n∈S} ρ'(f(x_n; θ), y_n) ∇_θ f(x_n; θ)    (+ Γθ/N, added by the chain),
+
+by backpropagation: δ_L = ρ'(f)/|S|, ∂/∂W_l = δ_l a_{l−1}ᵀ, ∂/∂b_l = Σ_n δ_l,
+δ_{l−1} = (W_lᵀ δ_l) ⊙ φ'(z_{l−1}).
+
+Spec (:mod:`sgtune.sampler.specs`): ints = [n_0, n_1, …, n_{L−1}, 1, activation, likelihood],
+activation tanh 0, relu 1 (relu'(0) := 0), softplus 2 (log(1 + e^z), computed stably;
+softplus' = sigmoid); floats = ``model_params(σ²)``. θ (CLI.md layout) is the concatenation,
+layer by layer from the input, of W_l (n_l × n_{l−1}, row-major) and then b_l, so
+D = Σ_l n_l (n_{l−1} + 1).
+
+Implementation: the whole minibatch goes through each layer at once, activations stored
+feature-major (n_l × |S|) so that every inner loop is an elementwise pass over the batch
+(``z[o, :] += W[o, i] · a[i, :]``), which LLVM vectorises without reassociation (IEEE order,
+no fastmath; see :mod:`sgtune.sampler._jit`); the weight gradients use a batch-major copy of
+each activation (``gW[o, :] += δ[o, b] · a[:, b]``). tanh is :func:`tanh_poly`, a call-free
+evaluation (so the activation loop vectorises too) accurate to a few ulps. All buffers live in
+the chain's work vector (:func:`work_size`); nothing is allocated per step.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import SgtuneError
+from ._jit import component, njit
+from .grads import glm_d1
+
+__all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
+           "tanh_poly", "init_params", "layer_shapes"]
+
+TANH, RELU, SOFTPLUS = 0, 1, 2
+ACTIVATIONS: dict[str, int] = {"tanh": TANH, "relu": RELU, "softplus": SOFTPLUS}
+#: likelihood name -> id (the GLM model id of its loss)
+LIKELIHOODS: dict[str, int] = {"gaussian": 0, "bernoulli": 1, "poisson": 2}
+
+_TANH_CLAMP = 19.5  # tanh(19.5) rounds to 1 in double precision
+_INV = np.array([1.0 / k for k in range(1, 19)])  # 1/k for the Taylor coefficients of expm1
+
+
+def mlp_spec_ints(widths: tuple[int, ...] | list[int], activation: str = "tanh",
+                  likelihood: str = "gaussian") -> np.ndarray:
+    """ints of the ``"mlp"`` spec: [n_0, …, n_L = 1, activation code, likelihood id]."""
+    if activation not in ACTIVATIONS:
+        raise SgtuneError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if likelihood not in LIKELIHOODS:
+        raise SgtuneError(f"likelihood must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
+    return np.array([*map(int, widths), ACTIVATIONS[activation], LIKELIHOODS[likelihood]], dtype=np.int64)
+
+
+def layer_shapes(ints: np.ndarray) -> list[tuple[int, int]]:
+    """(fan_out, fan_in) of every layer, from the input."""
+    w = [int(v) for v in ints[:-2]]
+    return [(w[k + 1], w[k]) for k in range(len(w) - 1)]
+
+
+def n_params(ints: np.ndarray) -> int:
+    """D = Σ_l n_l (n_{l−1} + 1)."""
+    return sum(o * (i + 1) for o, i in layer_shapes(ints))
+
+
+def work_size(ints: np.ndarray, d: int, batch_size: int) -> int:
+    """Per-chain work length for batches of up to B points (layout in :func:`mlp_grad`)."""
+    w = [int(v) for v in ints[:-2]]
+    hidden = sum(w[1:-1])
+    return max(batch_size, 1) * (w[0] + 3 * hidden + 1 + 2 * max(w))
+
+
+def check_spec(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
+    """Raise a one-line :class:`SgtuneError` unless ``ints``/``floats`` form a valid ``"mlp"`` spec."""
+    head = f"model {label}: an 'mlp' numba spec needs ints = [n_in, h_1, …, h_K, 1, activation, likelihood]"
+    if ints.shape[0] < 4:
+        raise SgtuneError(f"{head}, got {ints.tolist()}")
+    w = ints[:-2]
+    if np.any(w < 1) or w[-1] != 1:
+        raise SgtuneError(f"{head} with positive widths and output width 1, got widths {w.tolist()}")
+    if not 0 <= ints[-2] <= 2:
+        raise SgtuneError(f"{head}; activation code must be 0 (tanh), 1 (relu) or 2 (softplus), got {ints[-2]}")
+    if not 0 <= ints[-1] <= 2:
+        raise SgtuneError(f"{head}; likelihood id must be 0 (gaussian), 1 (bernoulli) or 2 (poisson), "
+                          f"got {ints[-1]}")
+    if floats.shape[0] < 1 or not floats[0] > 0:
+        raise SgtuneError(f"model {label}: an 'mlp' numba spec needs floats = model_params(σ²) with σ² > 0, "
+                          f"got {floats.tolist()}")
+
+
+def init_params(ints: np.ndarray, seed: int = 0) -> np.ndarray:
+    """A start θ: W_l ~ N(0, 1/n_{l−1}) (LeCun), b_l = 0, in the spec's layout."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for o, i in layer_shapes(ints):
+        parts.append(rng.standard_normal(o * i) / math.sqrt(i))
+        parts.append(np.zeros(o))
+    return np.concatenate(parts)
+
+
+@njit
+def tanh_poly(x):  # type: ignore[no-untyped-def]
+    """tanh(x) = e/(e + 2), e = expm1(2|x|) (sign restored), without library calls.
+
+    expm1(2|x|) for |x| ≤ 19.5: Taylor series of degree 18 at r = 2|x|/64 (|r| ≤ 0.61, remainder
+    < 1e-19 relatively), then six doublings expm1(2r) = e(r)(e(r) + 2) — positive terms only,
+    so no cancellation near 0; the relative error grows at most 2× per doubling (≤ 64 ulps in e)
+    and tanh = e/(e + 2) damps it by 2/(e + 2): a few ulps overall (tested against ``math.tanh``).
+    """
+    ax = abs(x)
+    if ax > _TANH_CLAMP:
+        ax = _TANH_CLAMP
+    r = ax * (2.0 / 64.0)
+    p = 1.0
+    for k in range(17, 0, -1):
+        p = 1.0 + r * _INV[k] * p
+    e = r * p
+    for _ in range(6):
+        e = e * (e + 2.0)
+    t = e / (e + 2.0)
+    return t if x >= 0.0 else -t
+
+
+@njit
+def _softplus(z):  # type: ignore[no-untyped-def]
+    """log(1 + e^z) = max(z, 0) + log1p(e^{−|z|}) (no overflow)."""
+    return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+
+
+@njit
+def _sigmoid(z):  # type: ignore[no-untyped-def]
+    e = math.exp(-abs(z))
+    return (1.0 if z >= 0.0 else e) / (1.0 + e)
+
+
+@njit
+def _activate(code, z, a, n):  # type: ignore[no-untyped-def]
+    """a[:n] ← φ(z[:n]) (branch outside the loops, so each loop vectorises on its own)."""
+    if code == TANH:
+        for k in range(n):
+            a[k] = tanh_poly(z[k])
+    elif code == RELU:
+        for k in range(n):
+            a[k] = z[k] if z[k] > 0.0 else 0.0
+    else:
+        for k in range(n):
+            a[k] = _softplus(z[k])
+
+
+@njit
+def _scale_by_derivative(code, z, a, dl, n):  # type: ignore[no-untyped-def]
+    """dl[:n] *= φ'(z[:n]) (tanh' = 1 − a², relu'(z) = [z > 0], softplus' = sigmoid)."""
+    if code == TANH:
+        for k in range(n):
+            dl[k] *= 1.0 - a[k] * a[k]
+    elif code == RELU:
+        for k in range(n):
+            dl[k] = dl[k] if z[k] > 0.0 else 0.0
+    else:
+        for k in range(n):
+            dl[k] *= _sigmoid(z[k])
+
+
+@component
+def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """Data term of G for the minibatch ``idx[:nb]`` (module docstring); ``work`` ≥ :func:`work_size`.
+
+    Work layout (m = nb): a_0 (n_0 × m); per hidden layer l: z_l, a_l (n_l × m) and aᵀ_l (m × n_l);
+    f (m); two δ buffers (max n × m).
+    """
+    n_layers = ints.shape[0] - 3
+    code = ints[n_layers + 1]
+    lik = ints[n_layers + 2]
+    m = nb
+    n0 = ints[0]
+    d = theta.shape[0]
+    for j in range(d):
+        grad[j] = 0.0
+    # ---- a_0, feature-major
+    for b in range(m):
+        row = idx[b]
+        for i in range(n0):
+            work[i * m + b] = X[row, i]
+    # offsets of each layer's input activations a_{l-1} (feature-major) and its transposed copy
+    a_prev = 0  # offset of a_{l−1}
+    off = n0 * m  # next free slot
+    th = 0  # offset of W_l in θ
+    # ---- forward
+    for l in range(1, n_layers + 1):
+        n_in = ints[l - 1]
+        n_out = ints[l]
+        z = off
+        for o in range(n_out):
+            bias = theta[th + n_out * n_in + o]
+            zo = z + o * m
+            for b in range(m):
+                work[zo + b] = bias
+            for i in range(n_in):
+                w = theta[th + o * n_in + i]
+                ai = a_prev + i * m
+                for b in range(m):
+                    work[zo + b] += w * work[ai + b]
+        off = z + n_out * m
+        th += n_out * (n_in + 1)
+        if l < n_layers:
+            a = off
+            _activate(code, work[z:z + n_out * m], work[a:a + n_out * m], n_out * m)
+            at = a + n_out * m
+            for o in range(n_out):
+                for b in range(m):
+                    work[at + b * n_out + o] = work[a + o * m + b]
+            off = at + n_out * m
+            a_prev = a
+    f = off - m  # the output layer's z (n_L = 1)
+    # ---- backward; δ buffers after the forward storage
+    maxw = 1
+    for l in range(n_layers + 1):
+        if ints[l] > maxw:
+            maxw = ints[l]
+    d_cur = off
+    d_nxt = off + maxw * m
+    inv = 1.0 / m
+    for b in range(m):
+        work[d_cur + b] = glm_d1(lik, work[f + b], y[idx[b]], floats) * inv
+    # walk the layers back: recompute offsets of z_{l−1}, a_{l−1}, aᵀ_{l−1} from the layout
+    for l in range(n_layers, 0, -1):
+        n_in = ints[l - 1]
+        n_out = ints[l]
+        th -= n_out * (n_in + 1)
+        if l > 1:
+            # offsets of layer l−1's z, a, aᵀ: after a_0 and the blocks of layers 1..l−2
+            zp = n0 * m
+            for k in range(1, l - 1):
+                zp += 3 * ints[k] * m
+            ap = zp + n_in * m
+            atp = ap + n_in * m
+        # ∂/∂b_l and ∂/∂W_l
+        for o in range(n_out):
+            do = d_cur + o * m
+            acc = 0.0
+            for b in range(m):
+                acc += work[do + b]
+            grad[th + n_out * n_in + o] += acc
+            g0 = th + o * n_in
+            for b in range(m):
+                dv = work[do + b]
+                if l > 1:
+                    src = atp + b * n_in
+                    for i in range(n_in):
+                        grad[g0 + i] += dv * work[src + i]
+                else:
+                    row = idx[b]
+                    for i in range(n_in):
+                        grad[g0 + i] += dv * X[row, i]
+        if l > 1:
+            # δ_{l−1} = (W_lᵀ δ_l) ⊙ φ'(z_{l−1})
+            for k in range(n_in * m):
+                work[d_nxt + k] = 0.0
+            for o in range(n_out):
+                do = d_cur + o * m
+                for i in range(n_in):
+                    w = theta[th + o * n_in + i]
+                    di = d_nxt + i * m
+                    for b in range(m):
+                        work[di + b] += w * work[do + b]
+            _scale_by_derivative(code, work[zp:zp + n_in * m], work[ap:ap + n_in * m],
+                                 work[d_nxt:d_nxt + n_in * m], n_in * m)
+            d_cur, d_nxt = d_nxt, d_cur
