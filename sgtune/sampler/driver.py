@@ -336,13 +336,22 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
 
 
 def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:
-    """D of ``model`` on p = ``n_features`` features: from the numba spec, else ``model.n_params(p)``, else p."""
-    if spec is not None:
-        return int(ORACLES[spec[0]].n_params(spec[1], n_features))
+    """D of ``model`` on p = ``n_features`` features: ``model.n_params(p)`` if it has one (checked against the
+    numba spec's count), else the spec's count, else p."""
+    label = model_label(model)
     fn = getattr(model, "n_params", None)
-    if callable(fn):
-        return check_int(fn(n_features), f"{model_label(model)}.n_params({n_features})", low=1)
-    return n_features
+    own = check_int(fn(n_features), f"{label}.n_params({n_features})", low=1) if callable(fn) else None
+    if spec is None:
+        return n_features if own is None else own
+    kind, ints, _ = spec
+    if kind == "mlp" and int(ints[0]) != n_features:
+        raise ShapeError(f"model {label}: its numba spec has n_in = {int(ints[0])} inputs but the data have "
+                         f"p = {n_features} features")
+    d = int(ORACLES[kind].n_params(ints, n_features))
+    if own is not None and own != d:
+        raise SgtuneError(f"model {label}.n_params({n_features}) = {own} disagrees with its numba spec "
+                          f"({kind!r}: D = {d})")
+    return d
 
 
 def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: np.ndarray, mat: np.ndarray,
