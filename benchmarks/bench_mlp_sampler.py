@@ -105,7 +105,7 @@ def jax_us(model, X, y, steps: int) -> tuple[float, float] | str:
     import jax
     import jax.numpy as jnp
 
-    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_x64", True)  # a benchmark process: float64 like the other columns
     shapes = [(16, 10), (16, 16), (16, 16), (1, 16)]
     Xj, yj = jnp.asarray(X), jnp.asarray(y)
     noise = math.sqrt(2 * LAM / BETA)

@@ -97,10 +97,10 @@ def test_mlp_gradient_matches_central_differences(widths, act, lik):
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max())
 
 
-@pytest.mark.parametrize("widths, act, lik", CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize("widths, act, lik", CASES[:3], ids=lambda c: str(c))  # every activation and likelihood
 def test_mlp_gradient_matches_jax(widths, act, lik):
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
+    import jax  # in the [dev] extra: a missing jax fails here instead of skipping
+
     jnp = jax.numpy
     X, y, theta = _data(widths, lik, seed=3)
     idx = np.arange(0, 40, 3)
@@ -124,7 +124,8 @@ def test_mlp_gradient_matches_jax(widths, act, lik):
                "poisson": jnp.exp(f) - yy * f}[lik]
         return rho.mean()
 
-    ref = np.asarray(jax.grad(loss)(jnp.asarray(theta)))
+    with jax.enable_x64(True):  # float64 inside this block only (no global switch for other tests)
+        ref = np.asarray(jax.grad(loss)(jnp.asarray(theta)))
     g = _kernel_grad(theta, X, y, idx, widths, act, lik, s2)
     np.testing.assert_allclose(g, ref, rtol=1e-10, atol=1e-13 * np.abs(ref).max())
 

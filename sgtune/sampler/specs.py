@@ -72,7 +72,7 @@ def model_label(model: Any) -> str:
 def numba_spec_of(model: Any) -> tuple[str, np.ndarray, np.ndarray] | None:
     """``(kind, ints, floats)`` of ``model`` (validated), or ``None`` for the general NumPy path.
 
-    Uses ``model.numba_spec()`` when present (a result of ``None`` also means "no spec"),
+    Uses ``model.numba_spec()`` when present (a result of ``None`` or kind ``"python"`` means "no spec"),
     else derives the spec of a :class:`~sgtune.models.GLM`.
     """
     label = model_label(model)
@@ -85,6 +85,8 @@ def numba_spec_of(model: Any) -> tuple[str, np.ndarray, np.ndarray] | None:
             kind, ints, floats = spec
         except (TypeError, ValueError):
             raise SgtuneError(f"model {label}.numba_spec must return (kind, ints, floats), got {spec!r}") from None
+        if kind == "python":  # an explicit "no compiled gradient"
+            return None
     elif isinstance(model, GLM):
         kind = "glm"
         ints = np.array([grads.MODEL_IDS[model.name]])
