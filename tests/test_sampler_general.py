@@ -175,3 +175,24 @@ def test_user_model_errors():
         run_chains(MLP(n_in=4), (X, y), 0.1, initial=np.zeros(3), **kw)
     with pytest.raises(SgtuneError, match="backend 'python'"):
         run_chains(MLP(n_in=3), (X, y), 0.1, initial=np.zeros(MLP(n_in=3).n_params(3)), backend="python", **kw)
+
+
+def test_spec_kind_python_and_dimension_mismatch():
+    X, y = _problem("linear")
+    kw = dict(batch_size=4, n_steps=30, n_chains=2, initial=np.zeros(3), inv_temperature=30.0, seed=2)
+
+    class Explicit(StrippedGLM):
+        def numba_spec(self):
+            return "python", [], []
+
+    a = run_chains(Explicit("linear"), (X, y), 0.1, **kw)
+    b = run_chains("linear", (X, y), 0.1, **kw)
+    assert a.settings["oracle"] == "python"
+    _assert_same(a, b)
+
+    class Liar(MLP):
+        def n_params(self, p):
+            return 7
+
+    with pytest.raises(SgtuneError, match=r"n_params\(3\) = 7 disagrees with its numba spec \('mlp': D = 21\)"):
+        run_chains(Liar(n_in=3, hidden=(4,)), (X, y), 0.1, **{**kw, "initial": np.zeros(7)})

@@ -276,3 +276,22 @@ def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypat
     assert _jit.package_stamp(kern) == before
     (tmp_path / "rng.py").write_bytes((tmp_path / "rng.py").read_bytes() + b"\n")
     assert _jit.package_stamp(kern) != before
+
+
+def test_composed_kernel_is_loaded_from_the_disk_cache_in_a_new_process():
+    # the kernel's cache key contains its component arguments' types; numba would give each dispatcher a
+    # random uuid per process (a miss and a new cache entry every time) without sampler._jit.component
+    import os
+    import subprocess
+    import sys
+
+    run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1, inv_temperature=7.0)  # compiled or loaded here
+    code = ("import numpy as np\n"
+            "from sgtune.sampler import kernels, run_quadratic_chains\n"
+            "run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1, inv_temperature=7.0)\n"
+            "s = kernels.chains.stats\n"
+            "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    hits, misses = map(int, out.stdout.split())
+    assert (hits, misses) == (1, 0), out.stdout + out.stderr
