@@ -442,8 +442,7 @@ def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: n
             path.run(t0, steps, int(T0), outputs, T)
     else:
         oracle = ORACLES[kind]
-        work = np.zeros((C, oracle.work_size(ints, d, int(batch_size))))
-        ora = (X, y, ints, floats, mat, int(prior_kind), prior, work)
+        ora = (X, y, ints, floats, mat, int(prior_kind), prior, int(oracle.work_size(ints, d, int(batch_size))))
 
         def call(t0: int, steps: int) -> None:
             last = t0 + steps == T  # the last call merges the pending covariance block

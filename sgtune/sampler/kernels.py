@@ -63,7 +63,8 @@ the current epoch already used, 0..R−1). A chain whose state becomes non-finit
 
 Argument groups (tuples, so a new component does not change :func:`chains`' signature):
 ``state`` = (θ (C, D), m (C, D), rng (C, 4), perm (C, N'), epoch_pos (C,), diverged (C,),
-clip_count (C,)); ``oracle`` = (X, y, ints, floats, mat, prior_kind, prior, work (C, W));
+clip_count (C,)); ``oracle`` = (X, y, ints, floats, mat, prior_kind, prior, W) with W the gradient's work length
+(each chain allocates its scratch vectors once per call, never in the step loop);
 ``sched`` = (B, γ); ``upd`` = (Λ, L, hp); ``out`` = (seg_len, acc_n, acc_mean, acc_m2, blk,
 blk_n, flush, thin, trace, pos_n, pos_mean, pos_m2, obs, obs_sum).
 
@@ -390,7 +391,7 @@ def _schedule(t, decay):  # type: ignore[no-untyped-def]
 @njit
 def _chain(batch_fn, grad_fn, step_fn, c, state, t0, n_steps, burn_in, oracle, batch_size, decay, upd, out):  # type: ignore[no-untyped-def]
     theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state
-    X, y, ints, floats, mat, prior_kind, prior, work = oracle
+    X, y, ints, floats, mat, prior_kind, prior, work_len = oracle
     lam, fac, hp = upd
     if diverged[c] >= 0:
         return
@@ -399,7 +400,7 @@ def _chain(batch_fn, grad_fn, step_fn, c, state, t0, n_steps, burn_in, oracle, b
     th = theta[c]
     m = mom[c]
     pm = perm[c]
-    wk = work[c]
+    wk = np.empty(max(work_len, 1))  # local: LLVM knows it aliases none of the arguments
     grad = np.empty(d)
     xi = np.empty(d)
     buf = np.empty(d)

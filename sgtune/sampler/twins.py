@@ -54,7 +54,7 @@ def run_twin(sampler: str, lam_kind: int, batching: str, kind: str, state: tuple
     is a different route to the same numbers), so ``blk``, ``blk_n`` and ``flush`` are unused.
     """
     theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state
-    X, y, ints, mpar, noise_chol, prior_kind, prior, _work = oracle
+    X, y, ints, mpar, noise_chol, prior_kind, prior, _work_len = oracle
     batch_size, decay = sched
     lam, noise_fac, hp = upd
     kappa, inject = float(hp[0]), bool(hp[1])
