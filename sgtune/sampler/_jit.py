@@ -31,6 +31,16 @@ before. A new module whose helpers are inlined elsewhere belongs in :data:`CORE_
 per-file behaviour returns: then delete ``sgtune/sampler/__pycache__/*.nb[ic]`` or
 ``$NUMBA_CACHE_DIR`` after editing a helper.)
 
+Composed kernels and the cache (:func:`component`): a kernel that takes jitted functions as
+arguments (numba first-class functions, one specialisation per combination) is keyed in the
+on-disk index by its argument *types*, and the type of a dispatcher argument pickles as the
+dispatcher's uuid — a random ``uuid4`` per process, so every process would miss the cache and
+append a new entry. :func:`component` gives a sampler component a stable uuid built from its
+qualified name and the :func:`package_stamp` of its file, so the index key is the same in every
+process (cache hits) and changes when the component's source or a core module changes (no stale
+machine code). A jitted function passed in that is not a component (e.g. a user's ``@njit``
+gradient) still works, but is compiled afresh in every process.
+
 Only ``sgtune/sampler/`` imports numba.
 """
 from __future__ import annotations
@@ -41,7 +51,7 @@ import os
 
 import numba
 
-__all__ = ["njit", "njit_parallel", "prange", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
+__all__ = ["njit", "njit_parallel", "prange", "component", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
@@ -125,3 +135,18 @@ njit_parallel = numba.njit(parallel=True, **NJIT_OPTIONS)
 prange = numba.prange
 get_num_threads = numba.get_num_threads
 set_num_threads = numba.set_num_threads
+
+
+def component(fn):  # type: ignore[no-untyped-def]
+    """``njit`` with a stable dispatcher uuid, for functions passed to composed kernels (module docstring).
+
+    Relies on numba's private ``Dispatcher._set_uuid`` (present since numba 0.4x); without it the
+    component still works and only the cross-process cache hits are lost.
+    """
+    disp = njit(fn)
+    stamp = package_stamp(fn.__code__.co_filename).hex()[:16]
+    try:
+        disp._set_uuid(f"sgtune.sampler:{fn.__module__}.{fn.__qualname__}:{stamp}")
+    except (AttributeError, AssertionError):  # pragma: no cover - numba internals changed
+        pass
+    return disp
