@@ -96,7 +96,8 @@ class GradientEvaluator:
         m = expansion.dim * (2 if momentum else 1)
         self.kernel = _variance_kernel(expansion) if m <= DIRECT_MAX_DIM else None
         self.tol = tol
-        self._last: np.ndarray | None = None
+        self._last: np.ndarray | None = None  # warm starts of the next forward / adjoint solve
+        self._last_adj: np.ndarray | None = None
         self.n_solves = 0
 
     def evaluate(self, step_matrix: Any) -> CovarianceGradient | None:
@@ -123,9 +124,9 @@ class GradientEvaluator:
         if self.kernel is not None:
             P = sla.lu_solve(lu, G.ravel(), trans=1).reshape(m, m)
         else:
-            P = _solve(system, stein, G, self.tol, adjoint=True)
+            P = _solve(system, stein, G, self.tol, adjoint=True, x0=self._last_adj)
         P = 0.5 * (P + P.T)
-        self._last = S
+        self._last, self._last_adj = S, P
         self.n_solves += 2
         grad = _lambda_gradient(system, S, P)
         return CovarianceGradient(value=value, gradient=grad, cov=cov, augmented_cov=S)
@@ -227,7 +228,8 @@ def _solve(system: _System, stein: _Stein, rhs: np.ndarray, tol: float, *, adjoi
     for _ in range(4):  # iterative refinement on the true residual
         if np.linalg.norm(R) <= 1e-14 * norm_rhs:
             break
-        y, _info = gmres(A, R.ravel(), rtol=tol, atol=0.0, restart=60, maxiter=40)
+        # absolute tolerance relative to ‖rhs‖, so a warm start saves iterations
+        y, _info = gmres(A, R.ravel(), rtol=0.0, atol=tol * norm_rhs, restart=60, maxiter=40)
         X = X + pre(y.reshape(m, m))
         R = rhs - apply_a(X)
         if np.linalg.norm(R) <= 10 * tol * norm_rhs:

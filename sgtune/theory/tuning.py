@@ -228,16 +228,17 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         raise SgtuneError(f"blocks are only used with family 'block', not {family!r}; drop them or use "
                           "family 'block'")
     H = expansion.hessian
-    R = _noise_rhs(expansion, S, B, without_replacement, method)
-    lam = solve_step_matrix(H, S, R, inv_temperature=beta)
-    residual = tuning_residual(lam, H, S, R, beta)
-    criterion = "exact: eq. (11) with the method's noise model"
-    if kappa > 0:
+    if kappa > 0:  # the exact momentum equation (as before, whatever the method)
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
         Cbar = Rx - H @ S @ H
         lam = solve_momentum_step_matrix(H, S, Cbar, momentum=kappa, inv_temperature=beta)
         residual = momentum_tuning_residual(lam, H, S, Cbar, kappa, beta)
         criterion = "exact: reduced momentum equation (Yule–Walker elimination of the momentum, Newton–Krylov)"
+    else:
+        R = _noise_rhs(expansion, S, B, without_replacement, method)
+        lam = solve_step_matrix(H, S, R, inv_temperature=beta)
+        residual = tuning_residual(lam, H, S, R, beta)
+        criterion = "exact: eq. (11) with the method's noise model"
     if family != "dense":
         lam, criterion = _fit_family(expansion, S, lam, family, B, beta, without_replacement, kappa, part)
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
@@ -278,6 +279,30 @@ def _noise_rhs(e: Expansion, S: np.ndarray, B: int, wor: bool, method: str) -> n
         ratio = e.residual_variance / e.noise_variance
         R = (f / B) * (J @ S @ J + np.trace(J @ S) * J + ratio * J) + H @ S @ H
     return 0.5 * (R + R.T)
+
+
+def _scalar_line_optimum(fun: Any, t0: float) -> float:
+    """λ = e^t at the root of dφ/dt (exact, adjoint): bracket by steps of 0.25 downhill, then Brent's method.
+
+    One-dimensional, so a root of the exact derivative converges superlinearly with no line search.
+    """
+    def g(t: float) -> float:
+        return float(fun(np.array([t]))[1][0])
+
+    ga = g(t0)
+    step = -0.25 if ga > 0 else 0.25
+    a, b = t0, t0 + step
+    gb = g(b)
+    for _ in range(60):
+        if np.sign(gb) != np.sign(ga):
+            break
+        a, ga = b, gb
+        b = b + step
+        gb = g(b)
+    else:
+        raise ConvergenceError("scalar tuning: no sign change of the derivative along the line", method="brentq")
+    t = sopt.brentq(g, min(a, b), max(a, b), xtol=1e-12, rtol=1e-14)
+    return math.exp(t)
 
 
 class _Family:
@@ -365,6 +390,12 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
         return out.value, fam.pullback(x, out.gradient)
 
     x0 = fam.initial(lam_dense)
+    if family == "scalar":
+        lam = _scalar_line_optimum(fun, float(x0[0]))
+        if ev.evaluate(lam * np.eye(e.dim)) is None:
+            raise ConvergenceError("scalar tuning ended at an unstable step size", method="brentq")
+        return lam * np.eye(e.dim), ("min ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F over Λ = λI (exact Σ(Λ); root of the "
+                                     "exact derivative along the line, Brent)")
     res = sopt.minimize(fun, x0, jac=True, method="L-BFGS-B",
                         options={"maxiter": 1000, "ftol": 1e-15, "gtol": 1e-10, "maxcor": 30})
     lam = fam.matrix(res.x)
@@ -540,7 +571,7 @@ def load_blocks(blocks: Any, dim: int) -> tuple[np.ndarray, ...]:
         blocks = blocks["blocks"]
     if not isinstance(blocks, (list, tuple)) or not blocks or not all(isinstance(b, (list, tuple)) and b
                                                                        for b in blocks):
-        raise DataFormatError(f"{source}: blocks must be a non-empty list of non-empty lists of parameter "
+        raise DataFormatError(f"{source}: must be a non-empty list of non-empty lists of parameter "
                               f"indices such as [[0, 1], [2, 3, 4]], got {str(blocks)[:60]}")
     out = []
     for b in blocks:
