@@ -228,6 +228,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         raise SgtuneError(f"blocks are only used with family 'block', not {family!r}; drop them or use "
                           "family 'block'")
     H = expansion.hessian
+    guess = S
     if kappa > 0:  # the exact momentum equation (as before, whatever the method)
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
         Cbar = Rx - H @ S @ H
@@ -240,7 +241,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         residual = tuning_residual(lam, H, S, R, beta)
         criterion = "exact: eq. (11) with the method's noise model"
     if family != "dense":
-        lam, criterion = _fit_family(expansion, S, lam, family, B, beta, without_replacement, kappa, part)
+        lam, criterion, guess = _fit_family(expansion, S, lam, family, B, beta, without_replacement, kappa, part)
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
         if kappa > 0:
             residual = momentum_tuning_residual(lam, H, S, Rx - H @ S @ H, kappa, beta)
@@ -248,7 +249,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
         st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
-                                    without_replacement=without_replacement, momentum=kappa, initial_guess=S)
+                                    without_replacement=without_replacement, momentum=kappa, initial_guess=guess)
     except UnstableStepSizeError as exc:
         raise UnstableStepSizeError(
             f"method {method!r} gives a step-size matrix whose chain diverges ({exc}); the target is out of "
@@ -372,7 +373,8 @@ class _Family:
 
 
 def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str, B: int, beta: float,
-                wor: bool, kappa: float, blocks: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, str]:
+                wor: bool, kappa: float,
+                blocks: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, str, np.ndarray]:
     """Minimise φ(Λ) = ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖²_F over the family with exact adjoint gradients (L-BFGS).
 
     Each evaluation is one forward and one adjoint solve (:mod:`sgtune.theory.adjoint`),
@@ -392,17 +394,19 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
     x0 = fam.initial(lam_dense)
     if family == "scalar":
         lam = _scalar_line_optimum(fun, float(x0[0]))
-        if ev.evaluate(lam * np.eye(e.dim)) is None:
+        last = ev.evaluate(lam * np.eye(e.dim))
+        if last is None:
             raise ConvergenceError("scalar tuning ended at an unstable step size", method="brentq")
         return lam * np.eye(e.dim), ("min ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F over Λ = λI (exact Σ(Λ); root of the "
-                                     "exact derivative along the line, Brent)")
+                                     "exact derivative along the line, Brent)"), last.cov
     res = sopt.minimize(fun, x0, jac=True, method="L-BFGS-B",
-                        options={"maxiter": 1000, "ftol": 1e-15, "gtol": 1e-10, "maxcor": 30})
+                        options={"maxiter": 1000, "ftol": 1e-13, "gtol": 1e-9, "maxcor": 30})
     lam = fam.matrix(res.x)
-    if ev.evaluate(lam) is None:
+    last = ev.evaluate(lam)
+    if last is None:
         raise ConvergenceError(f"{family} tuning ended at an unstable step size ({res.message})", method="L-BFGS-B")
     return lam, ("min ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F over the family (exact Σ(Λ); adjoint gradient, "
-                 "L-BFGS)")
+                 "L-BFGS)"), last.cov
 
 
 # --------------------------------------------------------------------------- momentum (exact reduction)
