@@ -253,3 +253,57 @@ def test_cli_block_family(tmp_path):
                                   "block", "--blocks", str(f), "-o", str(out)])
     assert r.exit_code == 1 and "index 10 is missing" in r.stderr and not out.exists()
     assert "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------- closed form (family part of eq. 11)
+@pytest.mark.parametrize("beta", [math.inf, 40.0 * 80])
+def test_structured_closed_form_zeroes_the_family_part_of_eq_11(beta):
+    from sgtune.theory.tuning import structured_step_matrix
+
+    e = synthetic_expansion(6, d=5)
+    S = e.sandwich_cov()
+    H = e.hessian
+    R = noise_covariance(e, S, batch_size=8) + H @ S @ H
+
+    def eq11(L):  # residual of ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β written out
+        out = L @ H @ S + S @ H @ L - L @ R @ L
+        return out - (2.0 / beta) * L if math.isfinite(beta) else out
+
+    lam = structured_step_matrix(H, S, R, family="diagonal", inv_temperature=beta)
+    res = eq11(lam)
+    scale = np.abs(lam @ H @ S).max()
+    assert np.abs(np.diag(res)).max() < 1e-13 * scale and np.abs(res).max() > 1e-6 * scale
+    blocks = [[0, 3], [1, 2, 4]]
+    lam = structured_step_matrix(H, S, R, family="block", blocks=blocks, inv_temperature=beta)
+    res = eq11(lam)
+    for b in blocks:
+        assert np.abs(res[np.ix_(b, b)]).max() < 1e-12 * scale
+    assert np.all(np.linalg.eigvalsh(lam) > 0)
+    lam = structured_step_matrix(H, S, R, family="scalar", inv_temperature=beta)
+    assert abs(np.trace(eq11(lam))) < 1e-13 * scale * 5
+    one = structured_step_matrix(H, S, R, family="block", blocks=[[0, 1, 2, 3, 4]], inv_temperature=beta)
+    np.testing.assert_allclose(one, solve_step_matrix(H, S, R, inv_temperature=beta), rtol=1e-9)
+
+
+def _logistic_like(n, d, seed=0):
+    """The benchmark's misspecified logistic problem (benchmarks/bench_tuning.py), restated."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * np.linspace(0.5, 1.5, d)
+    eta = X @ (rng.standard_normal(d) / math.sqrt(d))
+    p = 1 / (1 + np.exp(-eta))
+    y = (rng.random(n) < 1 / (1 + np.exp(-1.3 * eta))).astype(float)
+    return Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d),
+                     design=X, weights=p * (1 - p))
+
+
+def test_moment_criterion_versus_the_optimum():
+    """The closed form is never better than the minimiser in the criterion; close to it for small noise
+    (logistic, B = 32: within 1 %), far from it for strong minibatch noise (synthetic, B = 8: ≈ +50 %)."""
+    for e, B, worst in ((synthetic_expansion(7, n=80, d=5), 8, 2.0), (_logistic_like(2000, 12), 32, 1.01)):
+        opt = tune(e, batch_size=B, family="diagonal")
+        mom = tune(e, batch_size=B, family="diagonal", family_criterion="moment")
+        assert "closed form" in mom.criterion and "L-BFGS" in opt.criterion
+        c_opt, c_mom = crit_of(opt.target_cov, opt.predicted_cov), crit_of(mom.target_cov, mom.predicted_cov)
+        assert c_opt <= c_mom * (1 + 1e-9) and c_mom < worst * c_opt
+    with pytest.raises(SgtuneError, match="family_criterion must be"):
+        tune(e, batch_size=8, family="diagonal", family_criterion="fast")

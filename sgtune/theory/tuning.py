@@ -34,6 +34,7 @@ from .stationary import StationaryCov, finite_population_factor, noise_covarianc
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
            "target_covariance", "solve_momentum_step_matrix", "momentum_tuning_residual", "load_blocks",
+           "structured_step_matrix",
            "METHODS", "FAMILIES"]
 
 METHODS = ("dq-exact", "ct", "dq-const", "lr-ws")
@@ -143,6 +144,63 @@ def solve_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *,
     return 0.5 * (lam + lam.T)
 
 
+@cites("wang2026", "Eq. (11) restricted to the family (its diagonal / block-diagonal / trace part) at the target")
+def structured_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *, family: str,
+                           blocks: Any = None, inv_temperature: float = math.inf) -> np.ndarray:
+    r"""Closed form: the structured Λ that solves the family's part of eq. (11) at Σ*.
+
+    Eq. (11) at the target, ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β = 0, cannot hold for a structured Λ in
+    general; its block-diagonal part can. For block-diagonal Λ, (ΛHΣ)_bb = Λ_b(HΣ)_bb and
+    (ΛRΛ)_bb = Λ_b R_bb Λ_b, so with Y_b = Λ_b⁻¹ each block solves the Lyapunov equation
+
+        (A_b − I/β) Y_b + Y_b (A_b − I/β)ᵀ = R_bb,    A_b = (HΣ)_bb,
+
+    diagonal: λ_i = 2((HΣ)_ii − 1/β)/R_ii; scalar (trace part): λ = 2(tr HΣ − D/β)/tr R.
+    Meaning: started at Σ*, one step of the chain keeps the family's blocks of the covariance
+    (for scalar: its trace after whitening by nothing) unchanged — one-step moment matching.
+    It needs only the blocks of HΣ* and R, so it is cheap at any D, and it is the start of the
+    exact family fit in :func:`tune` (``family_criterion="moment"`` returns it directly).
+    """
+    H = np.asarray(hessian, dtype=float)
+    S = np.asarray(target_cov, dtype=float)
+    R = np.asarray(noise_rhs, dtype=float)
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    d = H.shape[0]
+    shift = 0.0 if math.isinf(beta) else 1.0 / beta
+    HS = H @ S
+    if family == "scalar":
+        lam = 2.0 * (np.trace(HS) - d * shift) / np.trace(R)
+        if not lam > 0:
+            raise InfeasibleTargetError(f"scalar family: the target is unreachable at inverse temperature {beta:g}",
+                                        min_inv_temperature=d / np.trace(HS))
+        return lam * np.eye(d)
+    if family == "diagonal":
+        lam = 2.0 * (np.diag(HS) - shift) / np.diag(R)
+        if not np.all(lam > 0):
+            i = int(np.argmin(lam))
+            raise InfeasibleTargetError(f"diagonal family: coordinate {i} of the target is unreachable at inverse "
+                                        f"temperature {beta:g}", min_inv_temperature=1.0 / HS[i, i])
+        return np.diag(lam)
+    if family != "block":
+        raise SgtuneError(f"family must be 'scalar', 'diagonal' or 'block', got {family!r}")
+    part = load_blocks(blocks, d)
+    out = np.zeros((d, d))
+    import scipy.linalg as sla
+
+    for b in part:
+        A = HS[np.ix_(b, b)] - shift * np.eye(len(b))
+        Y = sla.solve_continuous_lyapunov(A, R[np.ix_(b, b)])
+        Y = 0.5 * (Y + Y.T)
+        try:
+            cy = np.linalg.cholesky(Y)
+        except np.linalg.LinAlgError:
+            raise InfeasibleTargetError(f"block family: block {b.tolist()[:8]} has no SPD solution of its part of "
+                                        "eq. (11) at this target/temperature") from None
+        ci = np.linalg.inv(cy)
+        out[np.ix_(b, b)] = ci.T @ ci
+    return 0.5 * (out + out.T)
+
+
 @cites("wang2026", "Eq. (11), residual at the target")
 def tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np.ndarray,
                     noise_rhs: np.ndarray, inv_temperature: float = math.inf) -> float:
@@ -172,7 +230,7 @@ def closed_form_step_matrix(expansion: Expansion, target_cov: Any, *, batch_size
 @cites("wang2026", "Alg. 1 step 6 (DQ+exact: Eqs. 11–12; CT: Eqs. 2–3; DQ+const: Eq. 5; LR+WS: Eqs. 5–6)")
 def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", method: str = "dq-exact",
          family: str = "dense", inv_temperature: float = math.inf, without_replacement: bool = False,
-         momentum: float = 0.0, blocks: Any = None) -> TuningResult:
+         momentum: float = 0.0, blocks: Any = None, family_criterion: str = "discrepancy") -> TuningResult:
     r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ* (Algorithm 1, step 6).
 
     Methods (each is "solve eq. 11 for Λ at Σ = Σ* with a noise model R", one Lyapunov solve):
@@ -195,11 +253,15 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     :func:`load_blocks`): the member minimising the affine-invariant discrepancy
     ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F with the exact stationary covariance Σ(Λ) (dq-exact only),
     by L-BFGS with exact gradients from one adjoint solve per step (:mod:`sgtune.theory.adjoint`),
-    started from the projection of the exact dense Λ. This criterion is kept (rather than a
-    cheaper one, e.g. matching diag Σ) because it is scale free, zero only at the target, and
-    the documented one. With momentum κ > 0 the dense Λ solves the exact reduced momentum
-    equation (:func:`solve_momentum_step_matrix`, Newton–Krylov, no augmented unknowns); the
-    families use the same adjoint gradient on the augmented chain.
+    started from the closed form :func:`structured_step_matrix` (the family's part of eq. 11;
+    with momentum, from the projection of the exact dense Λ). The scalar family is a line:
+    Brent's method on the root of the exact derivative. This criterion is kept as the default
+    (rather than a cheaper one) because it is scale free, zero only at the target, and the
+    documented one; ``family_criterion="moment"`` returns the closed form instead (no
+    optimisation, only blocks of HΣ* and R needed; within ~1 % of the optimum's criterion on
+    logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests). With momentum κ > 0 the dense Λ solves the
+    exact reduced momentum equation (:func:`solve_momentum_step_matrix`, Newton–Krylov, no
+    augmented unknowns); the families use the same adjoint gradient on the augmented chain.
 
     Returns
     -------
@@ -214,6 +276,9 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         raise SgtuneError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if family not in FAMILIES:
         raise SgtuneError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if family_criterion not in ("discrepancy", "moment"):
+        raise SgtuneError(f"family_criterion must be 'discrepancy' (exact minimiser) or 'moment' (closed form), "
+                          f"got {family_criterion!r}")
     if family != "dense" and method != "dq-exact":
         raise SgtuneError(f"family {family!r} is defined through the exact stationary covariance; use "
                           "method 'dq-exact' (the comparison theories give dense Λ only)")
@@ -241,8 +306,18 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         residual = tuning_residual(lam, H, S, R, beta)
         criterion = "exact: eq. (11) with the method's noise model"
     if family != "dense":
-        lam, criterion, guess = _fit_family(expansion, S, lam, family, B, beta, without_replacement, kappa, part)
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
+        start = lam
+        if kappa == 0:
+            start = structured_step_matrix(H, S, Rx, family=family, blocks=part, inv_temperature=beta)
+        if family_criterion == "moment":
+            if kappa > 0:
+                raise SgtuneError("family_criterion 'moment' is defined without momentum; use 'discrepancy'")
+            lam = start
+            criterion = "closed form: the family's part of eq. (11) at the target (one-step moment matching)"
+        else:
+            lam, criterion, guess = _fit_family(expansion, S, start, family, B, beta, without_replacement, kappa,
+                                                part)
         if kappa > 0:
             residual = momentum_tuning_residual(lam, H, S, Rx - H @ S @ H, kappa, beta)
         else:
@@ -573,6 +648,8 @@ def load_blocks(blocks: Any, dim: int) -> tuple[np.ndarray, ...]:
                                   "parameter indices such as [[0, 1], [2, 3, 4]]") from None
     if isinstance(blocks, dict) and "blocks" in blocks:
         blocks = blocks["blocks"]
+    if isinstance(blocks, (list, tuple)):
+        blocks = [b.tolist() if isinstance(b, np.ndarray) else b for b in blocks]
     if not isinstance(blocks, (list, tuple)) or not blocks or not all(isinstance(b, (list, tuple)) and b
                                                                        for b in blocks):
         raise DataFormatError(f"{source}: must be a non-empty list of non-empty lists of parameter "
