@@ -307,3 +307,14 @@ def test_moment_criterion_versus_the_optimum():
         assert c_opt <= c_mom * (1 + 1e-9) and c_mom < worst * c_opt
     with pytest.raises(SgtuneError, match="family_criterion must be"):
         tune(e, batch_size=8, family="diagonal", family_criterion="fast")
+
+
+def test_block_family_defaults_to_the_expansions_parameter_blocks():
+    """A model that knows its layers (the MLP protocol) exposes ``parameter_blocks``; --blocks overrides it."""
+    e = synthetic_expansion(8, n=60, d=4)
+    explicit = tune(e, batch_size=6, family="block", blocks=[[0, 1], [2, 3]])
+    object.__setattr__(e, "parameter_blocks", [[0, 1], [2, 3]])
+    implicit = tune(e, batch_size=6, family="block")
+    np.testing.assert_array_equal(implicit.step_matrix, explicit.step_matrix)
+    other = tune(e, batch_size=6, family="block", blocks=[[0], [1, 2, 3]])
+    assert other.step_matrix[0, 1] == 0 and implicit.step_matrix[0, 1] != 0

@@ -229,8 +229,10 @@ def _solve(system: _System, stein: _Stein, rhs: np.ndarray, tol: float, *, adjoi
         if np.linalg.norm(R) <= 1e-14 * norm_rhs:
             break
         # absolute tolerance relative to ‖rhs‖, so a warm start saves iterations
-        y, _info = gmres(A, R.ravel(), rtol=0.0, atol=tol * norm_rhs, restart=60, maxiter=40)
+        y, info = gmres(A, R.ravel(), rtol=0.0, atol=tol * norm_rhs, restart=60, maxiter=40)
         X = X + pre(y.reshape(m, m))
+        if info == 0:  # right preconditioning: GMRES's residual is the true one (up to rounding)
+            break
         R = rhs - apply_a(X)
         if np.linalg.norm(R) <= 10 * tol * norm_rhs:
             break

@@ -250,7 +250,8 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
 
     Families: ``dense`` (exact solve); ``scalar`` (Λ = λI), ``diagonal`` and ``block``
     (block-diagonal with SPD blocks over the index sets ``blocks``, a partition of 0..D−1, see
-    :func:`load_blocks`): the member minimising the affine-invariant discrepancy
+    :func:`load_blocks`; default: the expansion's ``parameter_blocks`` if it has them, e.g. the
+    layers of an MLP): the member minimising the affine-invariant discrepancy
     ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F with the exact stationary covariance Σ(Λ) (dq-exact only),
     by L-BFGS with exact gradients from one adjoint solve per step (:mod:`sgtune.theory.adjoint`),
     started from the closed form :func:`structured_step_matrix` (the family's part of eq. 11;
@@ -285,6 +286,8 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     S = target_covariance(expansion, target)
     part = None
     if family == "block":
+        if blocks is None:  # models that know their layers (e.g. an MLP) may expose them
+            blocks = getattr(expansion, "parameter_blocks", None)
         if blocks is None:
             raise SgtuneError("family 'block' needs blocks: a list of lists of parameter indices partitioning "
                               "0..D−1 (--blocks FILE.json)")
@@ -362,8 +365,12 @@ def _scalar_line_optimum(fun: Any, t0: float) -> float:
 
     One-dimensional, so a root of the exact derivative converges superlinearly with no line search.
     """
-    def g(t: float) -> float:
-        return float(fun(np.array([t]))[1][0])
+    memo: dict[float, float] = {}
+
+    def g(t: float) -> float:  # memoised: brentq re-evaluates the bracket ends
+        if t not in memo:
+            memo[t] = float(fun(np.array([t]))[1][0])
+        return memo[t]
 
     ga = g(t0)
     step = -0.25 if ga > 0 else 0.25
@@ -377,7 +384,8 @@ def _scalar_line_optimum(fun: Any, t0: float) -> float:
         gb = g(b)
     else:
         raise ConvergenceError("scalar tuning: no sign change of the derivative along the line", method="brentq")
-    t = sopt.brentq(g, min(a, b), max(a, b), xtol=1e-12, rtol=1e-14)
+    # λ to 1e-9 relative: φ is quadratic at its minimum, so φ is then exact to rounding
+    t = sopt.brentq(g, min(a, b), max(a, b), xtol=1e-9, rtol=1e-12)
     return math.exp(t)
 
 
