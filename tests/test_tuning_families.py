@@ -318,3 +318,34 @@ def test_block_family_defaults_to_the_expansions_parameter_blocks():
     np.testing.assert_array_equal(implicit.step_matrix, explicit.step_matrix)
     other = tune(e, batch_size=6, family="block", blocks=[[0], [1, 2, 3]])
     assert other.step_matrix[0, 1] == 0 and implicit.step_matrix[0, 1] != 0
+
+
+# --------------------------------------------------------------------------- matrix-free large-D route
+def test_matrix_free_posterior_diagonal_converges_to_the_closed_form():
+    """Random-probe estimate vs the exact closed form (dense Expansion route): unbiased up to O(1/k)."""
+    from sgtune.theory.largescale import posterior_diagonal_step_sizes
+    from sgtune.theory.tuning import structured_step_matrix
+
+    rng = np.random.default_rng(0)
+    m, d, B = 300, 10, 1  # B = 1: the probed noise terms matter
+    U = rng.standard_normal((m, d)) * np.linspace(0.5, 2, d)
+    w = rng.uniform(0.1, 1.0, m)
+    c = rng.standard_normal(m) * (1 + np.abs(U[:, 0]))
+    gam = rng.uniform(0.5, 2.0, d)
+    e = Expansion(theta_hat=np.zeros(d), grads=c[:, None] * U, prior_precision=np.diag(gam), design=U, weights=w)
+    S, H = e.posterior_cov(), e.hessian
+    exact = np.diag(structured_step_matrix(H, S, noise_covariance(e, S, batch_size=B) + H @ S @ H,
+                                           family="diagonal"))
+    reps = np.array([posterior_diagonal_step_sizes(U, w, c, gam, batch_size=B, probes=16, seed=s).diagonal
+                     for s in range(20)])
+    sd = reps.std(axis=0, ddof=1)
+    assert np.all(sd > 1e-6 * exact)  # the probes do add noise, so the test below has power
+    z = (reps.mean(axis=0) - exact) / (sd / math.sqrt(len(reps)))
+    assert np.abs(z).max() < 5.0  # |bias| O(sd²/λ) ≪ MCSE here
+    big = posterior_diagonal_step_sizes(U, w, c, gam, batch_size=B, probes=4096, seed=99)
+    assert np.all(np.abs(big.diagonal - exact) < 5 * sd * math.sqrt(16 / 4096))  # error ∝ 1/√k
+    assert big.cg_residual <= 1e-8
+    with pytest.raises(SgtuneError, match="prior_diagonal must be > 0"):
+        posterior_diagonal_step_sizes(U, w, c, 0.0, batch_size=B)
+    with pytest.raises(ShapeError, match="length M = 300"):
+        posterior_diagonal_step_sizes(U, w[:5], c, gam, batch_size=B)
