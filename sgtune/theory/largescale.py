@@ -109,8 +109,15 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     def ut(a: np.ndarray) -> np.ndarray:  # Uᵀa, a (M, k)
         return U.T @ a
 
-    def h_mul(V: np.ndarray) -> np.ndarray:  # H V = Uᵀ diag(w) U V / M + γ∘V / N
-        return ut(w[:, None] * (U @ V)) / m + gam[:, None] * V / n
+    rows = max(16, int(2**21 // max(d, 1)))  # row chunks of ≈ 16 MB: U is streamed from memory once per product
+
+    def h_mul(V: np.ndarray) -> np.ndarray:  # H V = Uᵀ diag(w) U V / M + γ∘V / N, one pass over U
+        out = gam[:, None] * V / n
+        acc = np.zeros_like(V)
+        for s in range(0, m, rows):
+            blk = U[s:s + rows]
+            acc += blk.T @ (w[s:s + rows, None] * (blk @ V))
+        return out + acc / m
 
     # diag H and the moments that need one pass over the rows (chunked: no (M, D) temporaries)
     u2w = np.zeros(d)
