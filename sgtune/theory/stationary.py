@@ -244,6 +244,9 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
         else:
             rho = _spectral_radius_bound(system, S)
             is_bound = True
+            if not rho < 1:  # void bound: Q₀ singular (momentum without injected noise) — compute ρ instead
+                rho = _spectral_radius_iterative(system, S)
+                is_bound = False
     if not rho < 1:
         _raise_unstable(system, rho)
     res = _relative_residual(system, S)
