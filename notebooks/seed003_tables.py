@@ -40,14 +40,14 @@ SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"
 FIG = os.environ.get("SGTUNE_FIGURES", "notebooks/figures")
 D, N = (5, 400) if SMOKE else (50, 5000)
 REPS = 2 if SMOKE else 20
-STEPS = 2_000 if SMOKE else 100_000  # at B = 16; other B: equal epochs
+STEPS = 1_000 if SMOKE else 100_000  # at B = 16; other B: equal epochs
 CHAINS = 2 if SMOKE else 4
 LABEL = {"posterior": "Posterior", "sandwich-gauss": "Sandwich Gauss", "ct": "CT", "dq-const": "DQ+const",
          "lr-ws": "LR+WS", "dq-exact": "DQ+exact"}
 
 
 def steps_for(B):
-    return max(1000, STEPS * 16 // B)
+    return max(500 if SMOKE else 1000, STEPS * 16 // B)
 
 
 def show(rows, calibration=True):
@@ -163,7 +163,7 @@ print("simulated Poisson")
 show(summarize(runs))
 rh = randhie()
 if SMOKE:
-    rh = type(rh)(rh.X[:2000], rh.y[:2000], rh.names, rh.source)
+    rh = type(rh)(rh.X[:1000], rh.y[:1000], rh.names, rh.source)
 runs = repeat_experiment(get_model("poisson"), lambda r: rh, methods=["ct", "dq-const", "dq-exact"],
                          batch_sizes=[16, rh.n_data // 10], reps=REPS, n_steps=steps_for, n_chains=CHAINS)
 print("\nrandhie")
@@ -182,7 +182,7 @@ for name, ds in (("simulated", poisson_regression_data(9, true_parameter(min(D, 
     e = expand(pm, ds)
     lmax = max_stable_step(e, 1.0, batch_size=32)
     rows = forward_prediction_errors(pm, ds, e, [0.1 * lmax, 0.3 * lmax, 0.5 * lmax], batch_size=32,
-                                     n_steps=max(20_000, STEPS) if not SMOKE else 3000, n_chains=CHAINS)
+                                     n_steps=max(20_000, STEPS) if not SMOKE else 2000, n_chains=CHAINS)
     print(f"\n{name}: λ_max = {lmax:.4g}")
     print(f"{'λ/λmax':>7} {'CT':>9} {'DQ+const':>9} {'DQ+exact':>9} {'MC noise':>9}  note")
     for c, r in zip((0.1, 0.3, 0.5), rows):
