@@ -59,7 +59,7 @@ def show(rows, calibration=True):
         line = f"{s.batch_size:5d} {LABEL[s.method]:>14} | {s.exact_error[0]:8.2g} | {emp:>26} {s.floor_gaussian:6.3f} | "
         if calibration:
             k, klo, khi = s.ks
-            line += f"{k:.3f} [{klo:.3f}, {khi:.3f}]"
+            line += f"{k:.3f} [{klo:.3f}, {khi:.3f}] (perfectly calibrated: {s.ks_null:.3f})"
         print(line + (f"  ({s.n_inf} diverged)" if s.n_inf else ""))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-from scipy.stats import norm, t as student_t
+from scipy.stats import kstwo, norm, t as student_t
 
 from ._refs import cites
 from ._validation import check_int, check_positive
@@ -301,6 +301,9 @@ class SummaryRow:
     """Mean and 95 % t-interval over repetitions of each metric of one (method, B).
 
     ``ks_pooled`` is the exact KS distance of all PIT values of all repetitions pooled (R·D values).
+    ``ks_null`` / ``ks_pooled_null``: the mean KS distance of that many i.i.d. Unif(0, 1) values
+    (scipy's exact ``kstwo``), i.e. the calibration error a perfectly calibrated method shows from
+    sampling alone — compare ``ks`` / ``ks_pooled`` with them.
     ``n_inf`` counts repetitions whose Λ diverged (excluded from the means).
     """
 
@@ -315,6 +318,8 @@ class SummaryRow:
     ks: tuple[float, float, float]
     ks_pooled: float
     n_inf: int = 0
+    ks_null: float = math.nan
+    ks_pooled_null: float = math.nan
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -350,7 +355,9 @@ def summarize(runs: Sequence[MethodRun]) -> list[SummaryRow]:
             floor_gaussian=float(np.nanmean([r.floor_gaussian for r in rs])) if any(
                 math.isfinite(r.floor_gaussian) for r in rs) else math.nan,
             ks=_mean_ci(r.ks for r in rs), ks_pooled=pooled,
-            n_inf=sum(1 for r in rs if math.isinf(r.exact_error))))
+            n_inf=sum(1 for r in rs if math.isinf(r.exact_error)),
+            ks_null=float(kstwo(pits[0].size).mean()) if pits else math.nan,
+            ks_pooled_null=float(kstwo(sum(p.size for p in pits)).mean()) if pits else math.nan))
     return rows
 
 

@@ -227,6 +227,11 @@ def test_repeat_experiment_and_summary():
     pits = np.concatenate([r.pit for r in runs if r.method == "ct" and r.batch_size == 8])
     assert row.ks_pooled == pytest.approx(kstest(pits, "uniform").statistic, rel=1e-14)
     assert rows[0].empirical_error[0] != rows[0].empirical_error[0]  # nan: the exact posterior has no chain
+    # KS of n i.i.d. uniforms: E = ∫ P(KS > x) dx, checked against a direct simulation (3 × 1 = 3 values here)
+    u = np.sort(np.random.default_rng(0).random((200_000, 3)), axis=1)
+    i = np.arange(1, 4)
+    ks = np.maximum((i / 3 - u).max(axis=1), (u - (i - 1) / 3).max(axis=1))
+    assert abs(row.ks_null - ks.mean()) < bonferroni_z(1) * ks.std() / math.sqrt(ks.size)
 
 
 def test_summary_counts_divergent_runs():
