@@ -146,6 +146,7 @@ def ridge_test_loss_path(train: Dataset, X_test: Any, y_test: Any, *, step: floa
     return TestLossPath(grid=grid, losses=losses, bias=bias, step=lam, parameter=parameter)
 
 
+@cites("wang2026", "App. E.3: optimal weight decay from the predicted test loss")
 def optimal_weight_decay(train: Dataset, X_test: Any, y_test: Any, *, step: float, batch_size: int,
                          weight_decays: Sequence[float], theory: str = "dq-exact") -> float:
     """The γ of ``weight_decays`` minimising the predicted test loss (App. E.3)."""
@@ -153,6 +154,7 @@ def optimal_weight_decay(train: Dataset, X_test: Any, y_test: Any, *, step: floa
                                 weight_decays=weight_decays, theories=(theory,)).argmin(theory)
 
 
+@cites("wang2026", "App. E.3: optimal batch size from the predicted test loss")
 def optimal_batch_size(train: Dataset, X_test: Any, y_test: Any, *, step: float, batch_sizes: Sequence[int],
                        weight_decay: float = 0.0, theory: str = "dq-exact") -> int:
     """The B of ``batch_sizes`` minimising the predicted test loss at fixed λ and γ (App. E.3)."""
