@@ -97,8 +97,18 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
         return float(losses.mean() + 0.5 * theta @ gam @ theta / n)
 
+    # a rank-one (Gauss–Newton) curvature is not the Hessian of a non-convex loss: polish with the exact
+    # mean Hessian from D Hessian–vector products when the model has them (quadratic convergence)
+    exact_hvp = (not newton and getattr(model, "rank_one", False)
+                 and callable(getattr(model, "hessian_vector_products", None)))
+
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         val, grad = value_grad(theta)
+        if exact_hvp:
+            cols = [checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(m_rows, d)).mean(axis=0)
+                    for e in np.eye(d)]
+            hess = np.array(cols).T
+            return val, grad, 0.5 * (hess + hess.T) + gam / n
         return val, grad, _mean_curvature(per_sample_curvature(model, theta, X, y)) + gam / n
 
     if theta0 is not None:
