@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
+from sgtune.models.mlp import MLP
 from sgtune.sampler import run_chains
-from sgtune.sampler.mlp import MLP
 
 N, P, HIDDEN, B = 10_000, 10, (16, 16, 16), 32
 LAM, BETA = 1e-3, float(N)
@@ -46,7 +46,7 @@ def best(fn, repeats: int) -> tuple[float, float]:
 
 
 def sgtune_us(model, X, y, steps: int, chains: int, backend: str, repeats: int) -> tuple[float, float]:
-    theta0 = model.init_params(seed=1)
+    theta0 = model.initial_params(P, np.random.default_rng(1))
     kw = dict(batch_size=B, n_steps=steps, n_chains=chains, initial=theta0, inv_temperature=BETA,
               burn_in=steps - 1, batches_per_chain=1, backend=backend)
     run_chains(model, (X, y), LAM, **{**kw, "n_steps": 5, "burn_in": 0})  # compile / load the cache
@@ -63,7 +63,7 @@ def numpy_loop_us(model, X, y, steps: int) -> tuple[float, float]:
     """A plain NumPy SGLD loop of the same network (batch-major matrices), one chain."""
     rng = np.random.default_rng(0)
     shapes = [(16, 10), (16, 16), (16, 16), (1, 16)]
-    theta = model.init_params(seed=1)
+    theta = model.initial_params(P, np.random.default_rng(1))
     noise = math.sqrt(2 * LAM / BETA)
 
     def run() -> None:
@@ -134,7 +134,7 @@ def jax_us(model, X, y, steps: int) -> tuple[float, float] | str:
     def run(th, key):
         return jax.lax.scan(step, (th, key), None, length=steps)[0][0]
 
-    th0 = jnp.asarray(model.init_params(seed=1))
+    th0 = jnp.asarray(model.initial_params(P, np.random.default_rng(1)))
     run(th0, jax.random.PRNGKey(0)).block_until_ready()  # compile
     wall, cpu = best(lambda: run(th0, jax.random.PRNGKey(1)).block_until_ready(), 3)
     return 1e6 * wall / steps, 1e6 * cpu / steps
@@ -146,7 +146,7 @@ def main() -> None:
     args = ap.parse_args()
     steps = 2_000 if args.quick else 20_000
     X, y = problem()
-    model = MLP(n_in=P, hidden=HIDDEN, activation="tanh", likelihood="gaussian")
+    model = MLP(HIDDEN, "tanh", "gaussian")
     d = model.n_params(P)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"SGLD on an MLP {P}-{'-'.join(map(str, HIDDEN))}-1 (tanh, gaussian), D = {d}, N = {N}, B = {B}")
@@ -181,8 +181,8 @@ class _PerSampleOnly:
     def n_params(self, p: int) -> int:
         return self.model.n_params(p)
 
-    def init_params(self, seed: int = 0) -> np.ndarray:
-        return self.model.init_params(seed)
+    def initial_params(self, p: int, rng: np.random.Generator) -> np.ndarray:
+        return self.model.initial_params(p, rng)
 
     def per_sample_grads(self, theta, X, y):  # type: ignore[no-untyped-def]
         return self.model.per_sample_grads(theta, X, y)

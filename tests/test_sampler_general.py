@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from sgtune.data import make_dataset
 from sgtune.errors import SgtuneError, ShapeError
-from sgtune.models import get_model
+from sgtune.models import fit_map, get_model
+from sgtune.models.mlp import MLP
 from sgtune.sampler import run_chains
-from sgtune.sampler.mlp import MLP
 
 RTOL, ATOL = 1e-12, 1e-13
 
@@ -100,11 +101,12 @@ def test_mlp_compiled_chain_matches_numpy_model(act, lik):
     X = r.standard_normal((60, 4))
     y = {"gaussian": r.standard_normal(60), "bernoulli": (r.random(60) < 0.5).astype(float),
          "poisson": r.poisson(1.0, 60).astype(float)}[lik]
-    model = MLP(n_in=4, hidden=(5, 3), activation=act, likelihood=lik, noise_variance=0.8)
+    model = MLP((5, 3), act, lik, noise_variance=0.8)
     d = model.n_params(4)
     assert d == 5 * 5 + 3 * 6 + 4
     kw = dict(batch_size=7, n_steps=50, n_chains=2, burn_in=5, inv_temperature=500.0, prior_precision=1.0,
-              initial=model.init_params(seed=3), momentum=0.3, batching="reshuffle", seed=4, thin=5)
+              initial=model.initial_params(4, np.random.default_rng(3)), momentum=0.3, batching="reshuffle",
+              seed=4, thin=5)
     a = run_chains(model, (X, y), 0.05, **kw)
     b = run_chains(model, (X, y), 0.05, backend="numpy", **kw)
     assert a.mean.shape == (d,) and a.settings["oracle"] == "mlp" and a.settings["n_params"] == d
@@ -114,10 +116,10 @@ def test_mlp_compiled_chain_matches_numpy_model(act, lik):
 
 def test_mlp_numpy_gradients_match_central_differences():
     r = np.random.default_rng(5)
-    model = MLP(n_in=3, hidden=(4, 2), activation="softplus", likelihood="bernoulli")
+    model = MLP((4, 2), "softplus", "bernoulli")
     X = r.standard_normal((6, 3))
     y = (r.random(6) < 0.5).astype(float)
-    theta = model.init_params(seed=1)
+    theta = model.initial_params(3, np.random.default_rng(1))
     ps = model.per_sample_grads(theta, X, y)
     batched = model.batched_grads(np.stack([theta, theta + 0.1]), np.stack([X, X]), np.stack([y, y]))
 
@@ -138,6 +140,40 @@ def test_mlp_numpy_gradients_match_central_differences():
     fd = np.array([[(loss(theta + h * e, n) - loss(theta - h * e, n)) / (2 * h) for e in eye] for n in range(6)])
     np.testing.assert_allclose(ps, fd, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(batched[0], fd.mean(axis=0), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("hidden, act, lik", [((5, 3), "tanh", "gaussian"), ((4,), "relu", "bernoulli"),
+                                              ((2, 4, 3), "softplus", "poisson"), ((), "tanh", "gaussian")])
+def test_mlp_batched_grads_are_the_per_chain_means_of_per_sample_grads(hidden, act, lik):
+    # batched_grads (all chains in one pass, the general path's route) = per_sample_grads(...).mean(0) per chain
+    r = np.random.default_rng(8)
+    model = MLP(hidden, act, lik, noise_variance=0.8)
+    d = model.n_params(4)
+    for C, B in ((3, 7), (1, 1), (5, 32)):
+        X = r.standard_normal((C, B, 4))
+        y = r.poisson(1.0, (C, B)).astype(float) if lik != "bernoulli" else (r.random((C, B)) < 0.5).astype(float)
+        thetas = np.stack([model.initial_params(4, np.random.default_rng(k)) + 0.3 * r.standard_normal(d)
+                           for k in range(C)])
+        g = model.batched_grads(thetas, X, y)
+        assert g.shape == (C, d)
+        for c in range(C):
+            np.testing.assert_allclose(g[c], model.per_sample_grads(thetas[c], X[c], y[c]).mean(axis=0),
+                                       rtol=1e-13, atol=1e-13)
+    with pytest.raises(ShapeError, match=r"batched_grads needs thetas \(C, D\)"):
+        model.batched_grads(thetas[:, :-1], X, y)
+
+
+def test_mlp_default_start_is_the_fitted_map():
+    # initial=None: run_chains starts from fit_map(model, data, Γ, seed=seed).theta_hat, for a network too
+    r = np.random.default_rng(9)
+    X = r.standard_normal((40, 2))
+    y = np.tanh(X[:, 0]) - 0.5 * X[:, 1] + 0.1 * r.standard_normal(40)
+    model = MLP((2,), "tanh", "gaussian", noise_variance=0.5)
+    kw = dict(batch_size=5, n_steps=20, n_chains=2, inv_temperature=1e3, prior_precision=1.0, seed=3)
+    theta_hat = fit_map(model, make_dataset(X, y), 1.0, seed=3).theta_hat
+    a = run_chains(model, (X, y), 0.01, **kw)
+    b = run_chains(model, (X, y), 0.01, initial=theta_hat, **kw)
+    _assert_same(a, b, rtol=0.0, atol=0.0)
 
 
 class _Bad:
@@ -171,10 +207,15 @@ def test_user_model_errors():
         run_chains(object(), (X, y), 0.1, initial=np.zeros(3), **kw)
     with pytest.raises(SgtuneError, match="initial is required for model MyNet"):
         run_chains(_Bad(lambda n: np.zeros((n, 5))), (X, y), 0.1, **kw)
+
+    class FixedInputs(MLP):  # a spec whose input width ignores the data's p
+        def numba_spec(self, n_features=None):
+            return super().numba_spec(4)
+
     with pytest.raises(SgtuneError, match=r"n_in = 4 inputs but the data have p = 3"):
-        run_chains(MLP(n_in=4), (X, y), 0.1, initial=np.zeros(3), **kw)
+        run_chains(FixedInputs((16,)), (X, y), 0.1, initial=np.zeros(MLP((16,)).n_params(3)), **kw)
     with pytest.raises(SgtuneError, match="backend 'python'"):
-        run_chains(MLP(n_in=3), (X, y), 0.1, initial=np.zeros(MLP(n_in=3).n_params(3)), backend="python", **kw)
+        run_chains(MLP((16,)), (X, y), 0.1, initial=np.zeros(MLP((16,)).n_params(3)), backend="python", **kw)
 
 
 def test_spec_kind_python_and_dimension_mismatch():
@@ -182,7 +223,7 @@ def test_spec_kind_python_and_dimension_mismatch():
     kw = dict(batch_size=4, n_steps=30, n_chains=2, initial=np.zeros(3), inv_temperature=30.0, seed=2)
 
     class Explicit(StrippedGLM):
-        def numba_spec(self):
+        def numba_spec(self, n_features):
             return "python", [], []
 
     a = run_chains(Explicit("linear"), (X, y), 0.1, **kw)
@@ -195,4 +236,4 @@ def test_spec_kind_python_and_dimension_mismatch():
             return 7
 
     with pytest.raises(SgtuneError, match=r"n_params\(3\) = 7 disagrees with its numba spec \('mlp': D = 21\)"):
-        run_chains(Liar(n_in=3, hidden=(4,)), (X, y), 0.1, **{**kw, "initial": np.zeros(7)})
+        run_chains(Liar((4,)), (X, y), 0.1, **{**kw, "initial": np.zeros(7)})

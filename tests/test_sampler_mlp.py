@@ -164,7 +164,7 @@ class _Spec:
     def __init__(self, kind, ints, floats):
         self.spec = (kind, ints, floats)
 
-    def numba_spec(self):
+    def numba_spec(self, n_features=None):
         return self.spec
 
 
@@ -184,5 +184,27 @@ def test_bad_specs_raise_one_line_errors(spec, match):
     if not isinstance(spec, tuple):
         model.spec = ("mlp", [1])
     with pytest.raises(SgtuneError, match=match) as info:
-        numba_spec_of(model)
+        numba_spec_of(model, 3)
     assert "\n" not in str(info.value)
+
+
+def test_kernel_codes_agree_with_the_model():
+    # the kernel's activation / likelihood codes are the ones sgtune.models.mlp.MLP.numba_spec(p) emits
+    from sgtune.models import GLM_IDS, get_model
+    from sgtune.models.mlp import ACTIVATION_CODES, LIKELIHOODS, MLP
+
+    assert mlp.ACTIVATIONS == ACTIVATION_CODES
+    assert mlp.LIKELIHOODS == {k: GLM_IDS[v] for k, v in LIKELIHOODS.items()}
+    for act in ACTIVATION_CODES:
+        for lik in LIKELIHOODS:
+            model = MLP((4, 2), act, lik, noise_variance=0.7)
+            kind, ints, floats = numba_spec_of(model, 3)
+            assert kind == "mlp"
+            np.testing.assert_array_equal(ints, mlp.mlp_spec_ints((3, 4, 2, 1), act, lik))
+            np.testing.assert_array_equal(floats, model_params(0.7))
+            assert mlp.n_params(ints) == model.n_params(3)
+    # a GLM's spec ignores p
+    for name in ("linear", "logistic", "poisson"):
+        kind, ints, floats = numba_spec_of(get_model(name, noise_variance=0.4), 5)
+        assert kind == "glm" and ints.tolist() == [GLM_IDS[name]]
+        np.testing.assert_array_equal(floats, model_params(0.4))

@@ -121,8 +121,12 @@ class GLM:
         r = y - X @ theta
         return float(r @ r / max(X.shape[0] - X.shape[1], 1))
 
-    def numba_spec(self) -> tuple[str, np.ndarray, np.ndarray]:
-        """("glm", [model id], [σ², p, c, α, scale]) for the sampler's compiled GLM gradient."""
+    def numba_spec(self, n_features: int | None = None) -> tuple[str, np.ndarray, np.ndarray]:
+        """("glm", [model id], [σ², p, c, α, scale]) for the sampler's compiled GLM gradient.
+
+        ``n_features`` (the protocol's argument, :mod:`sgtune.models.base`) is ignored: a GLM's
+        spec does not depend on p.
+        """
         p = self.beta_power
         c = (2 * math.pi * self.noise_variance) ** ((1 - p) / 2)
         return ("glm", np.array([GLM_IDS[self.name]], dtype=np.int64),

@@ -181,11 +181,17 @@ class MLP:
         if theta.shape != (d,):
             raise ShapeError(f"theta must have shape ({d},) (the parameters of an mlp with widths "
                              f"{self.widths(n_features)}), got {theta.shape}")
+        return self._layers(theta, n_features)
+
+    def _layers(self, theta: np.ndarray, n_features: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`unflatten` without the check, for θ of shape (..., D): W_l (..., s_l, s_{l−1}), b_l (..., s_l)."""
         s = self.widths(n_features)
+        lead = theta.shape[:-1]
         out = []
         for i, (start, _) in enumerate(self.layer_slices(n_features)):
             nw = s[i + 1] * s[i]
-            out.append((theta[start:start + nw].reshape(s[i + 1], s[i]), theta[start + nw:start + nw + s[i + 1]]))
+            out.append((theta[..., start:start + nw].reshape(*lead, s[i + 1], s[i]),
+                        theta[..., start + nw:start + nw + s[i + 1]]))
         return out
 
     def initial_params(self, n_features: int, rng: np.random.Generator) -> np.ndarray:
@@ -216,22 +222,32 @@ class MLP:
 
     # --- the network -------------------------------------------------------------
     def _forward(self, theta: np.ndarray, X: np.ndarray) -> tuple[list, list, list, list, np.ndarray]:
-        """Weights, activations a_0..a_K, φ'(z_l), φ''(z_l) (hidden layers) and the output f (n,)."""
-        layers = self.unflatten(theta, X.shape[1])
+        """Weights, activations a_0..a_K, φ'(z_l), φ''(z_l) (hidden layers) and the output f (n,).
+
+        Also for a stack of C networks: θ (C, D) and X (C, n, p) give every array a leading chain
+        axis (f is (C, n)); the rows of one θ never meet another's (:meth:`batched_grads`).
+        """
+        if theta.ndim == 1:
+            layers = self.unflatten(theta, X.shape[-1])
+        else:
+            layers = self._layers(theta, X.shape[-1])
         acts, d1s, d2s = [X], [], []
         a = X
         for W, b in layers[:-1]:
-            a, d1, d2 = _activation(self.activation, a @ W.T + b)
+            a, d1, d2 = _activation(self.activation, a @ np.swapaxes(W, -1, -2) + b[..., None, :])
             acts.append(a)
             d1s.append(d1)
             d2s.append(d2)
         W, b = layers[-1]
-        return layers, acts, d1s, d2s, a @ W[0] + b[0]
+        if theta.ndim == 1:
+            return layers, acts, d1s, d2s, a @ W[0] + b[0]
+        return layers, acts, d1s, d2s, (a @ np.swapaxes(W, -1, -2))[..., 0] + b[..., 0, None]
 
     def _deltas(self, layers: list, d1s: list, top: np.ndarray) -> list[np.ndarray]:
         """δ_l = ∂(·)/∂z_l (n, s_l), l = 1..K+1, by back-propagation from δ_{K+1} = ``top`` (n,)
-        (ones: derivatives of f; ρ'(f): derivatives of the loss)."""
-        deltas = [top[:, None]]
+        (ones: derivatives of f; ρ'(f): derivatives of the loss); with a leading chain axis
+        (C, n, s_l) for stacked networks (:meth:`_forward`)."""
+        deltas = [top[..., None]]
         for l in range(len(layers) - 1, 0, -1):
             deltas.append((deltas[-1] @ layers[l][0]) * d1s[l - 1])
         return deltas[::-1]
@@ -325,6 +341,33 @@ class MLP:
         layers, acts, d1s, _, f = self._forward(theta, X)
         top = self.glm.derivatives(f, y)[1]
         return self._grad_f(acts, self._deltas(layers, d1s, top), X.shape[0], self.n_params(X.shape[1]))
+
+    def batched_grads(self, thetas: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Minibatch mean gradients (1/B) Σ_b g_b of C networks at once, shape (C, D) (no prior term).
+
+        thetas (C, D), X (C, B, p), y (C, B): chain c's parameters and minibatch. The same forward
+        and backward passes as :meth:`per_sample_grads` with a leading chain axis, the sums over the
+        batch done as matrix products (∂/∂W_l = δ_lᵀ a_{l−1}/B, ∂/∂b_l = mean of δ_l): the general
+        sampler path (:mod:`sgtune.sampler.general`) calls it once per step for all chains.
+        """
+        thetas = np.asarray(thetas, dtype=np.float64)
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        c, m, p = X.shape
+        d = self.n_params(p)
+        if thetas.shape != (c, d) or y.shape != (c, m):
+            raise ShapeError(f"batched_grads needs thetas (C, D) = ({c}, {d}), X (C, B, p) and y (C, B) = ({c}, {m}); "
+                             f"got thetas {thetas.shape}, X {X.shape}, y {y.shape}")
+        layers, acts, d1s, _, f = self._forward(thetas, X)
+        deltas = self._deltas(layers, d1s, self.glm.derivatives(f, y)[1])
+        out = np.empty((c, d))
+        start = 0
+        for a, delta in zip(acts, deltas):
+            nw = delta.shape[-1] * a.shape[-1]
+            out[:, start:start + nw] = (np.swapaxes(delta, -1, -2) @ a).reshape(c, nw) / m
+            out[:, start + nw:start + nw + delta.shape[-1]] = delta.mean(axis=-2)
+            start += nw + delta.shape[-1]
+        return out
 
     @cites("sgtune", "J_n = ρ''(f)∇f∇fᵀ + ρ'(f)∇²f (chain rule); exact J_n by Pearlmutter's R-operator")
     def curvature(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> RankOneCurvature | DenseCurvature:

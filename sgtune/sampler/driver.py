@@ -1,8 +1,9 @@
 """Python driver for the SG-MCMC kernels: validate once, run in chunks, summarise.
 
-:func:`run_chains` runs GLM chains on a data set, :func:`run_quadratic_chains` chains on a
-quadratic potential with synthetic gradient noise (for theory checks). Both return a
-frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
+:func:`run_chains` runs chains of a model (a GLM, an MLP or any protocol model) on a data set,
+:func:`run_quadratic_chains` chains on a quadratic potential with synthetic gradient noise (for
+theory checks). Both return a frozen :class:`ChainResult` with pooled moments, batch-means
+standard errors and ESS.
 """
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import numpy as np
 from .._refs import cites
 from .._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
 from ..data import Dataset, make_dataset
-from ..errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
-from ..models import GLM, fit_map, get_model, prior_matrix
+from ..errors import ConvergenceError, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..models import fit_map, get_model, prior_matrix
+from ..models.base import model_label
 from . import grads, kernels
 from .kernels import BATCH_FNS, BATCHINGS, COV_BLOCK, LAM_DENSE, LAM_DIAG, SAMPLERS, step_fn_for
 from .rng import chain_states
-from .specs import ORACLES, model_label, numba_spec_of
+from .specs import ORACLES, numba_spec_of
 
 __all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim"]
 
@@ -107,7 +109,7 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
                observables: Any = None, epoch_moments: bool = False, batches_per_chain: int | None = None,
                seed: int = 0, progress: ProgressCallback | None = None, backend: str = "numba",
                noise_variance: float = 1.0, beta_power: float | None = None) -> ChainResult:
-    r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a GLM.
+    r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a model.
 
     G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
     with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (seed 003, eq. B.1).
@@ -118,8 +120,8 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     ----------
     model : GLM, {"linear", "logistic", "poisson", "beta-linear"} or a protocol model
         Per-observation loss (a name is resolved with ``noise_variance``/``beta_power``). Any
-        object with ``numba_spec() -> (kind, ints, floats)`` (e.g. an MLP, kind ``"mlp"``,
-        :mod:`sgtune.sampler.specs`) runs in the compiled kernel; an object with only
+        object with ``numba_spec(p) -> (kind, ints, floats)`` (e.g. :class:`sgtune.models.MLP`,
+        kind ``"mlp"``, :mod:`sgtune.sampler.specs`) runs in the compiled kernel; an object with only
         ``per_sample_grads(theta, X, y) -> (n, D)`` (and optionally ``batched_grads``) runs on
         the general NumPy path (:mod:`sgtune.sampler.general`). The parameter dimension D is
         ``n_params`` of the spec, else ``model.n_params(p)``, else p.
@@ -138,7 +140,9 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     prior_precision : float or (D, D)
         Γ (scalar G means G·I).
     initial : (D,) or (C, D), optional
-        Starting point(s); default θ̂, the MAP (fitted here) for a GLM; required for other models.
+        Starting point(s); default θ̂, the MAP fitted here by :func:`sgtune.models.fit_map` (with
+        ``seed`` for a non-convex model's start); a model that cannot be fitted (no
+        ``per_sample_losses``, or no ``initial_params`` for a non-convex one) needs it.
     inv_temperature : float
         β; ``inf`` is SGD (no injected noise).
     momentum : float
@@ -190,7 +194,7 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     check_int(batch_size, "batch_size", low=1, high=n)
     if n >= 2**32:
         raise SgtuneError(f"the sampler supports N < 2^32 data points, got N = {n}")
-    spec = numba_spec_of(model)
+    spec = numba_spec_of(model, p)
     if backend == "numpy" or spec is None:
         if not callable(getattr(model, "per_sample_grads", None)):
             raise SgtuneError(f"model {label} has neither numba_spec() nor per_sample_grads(theta, X, y); "
@@ -204,10 +208,7 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     else:
         prior_kind, prior = grads.PRIOR_DENSE, gam / n
     if initial is None:
-        if not isinstance(model, GLM):
-            raise SgtuneError(f"initial is required for model {label} (the MAP start is fitted for GLMs only); "
-                              f"pass initial=<(D,) = ({d},) array>")
-        initial = fit_map(model, ds, gam).theta_hat
+        initial = _map_start(model, ds, gam, d, seed, label)
     kind, ints, floats = spec if spec is not None else ("python", np.zeros(1, dtype=np.int64), np.zeros(1))
     if backend == "numpy":
         kind = "python"
@@ -333,6 +334,22 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
         lam = as_spd(lam, "step_matrix (SGLD needs a symmetric positive-definite Λ)", dim)
         fac = np.linalg.cholesky(2.0 * lam / beta)
     return np.ascontiguousarray(lam), kind, np.ascontiguousarray(fac), inject
+
+
+def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, label: str) -> np.ndarray:
+    """θ̂ = ``fit_map(model, ds, Γ, seed=seed)`` as the chains' start (the default ``initial``)."""
+    needs = ["per_sample_losses"]
+    if getattr(model, "fit_method", "lbfgs") != "newton":
+        needs.append("initial_params")
+    missing = [m for m in needs if not callable(getattr(model, m, None))]
+    if missing:
+        raise SgtuneError(f"initial is required for model {label}: the default start θ̂ is fitted by fit_map, which "
+                          f"needs {' and '.join(f'{m}()' for m in missing)}; pass initial=<(D,) = ({d},) array>")
+    try:
+        return fit_map(model, ds, gam, seed=seed).theta_hat
+    except ConvergenceError as exc:
+        raise ConvergenceError(f"{exc} (run_chains fits θ̂ as the start when initial is not given; or pass "
+                               f"initial=<(D,) = ({d},) array>)", residual=exc.residual, method=exc.method) from None
 
 
 def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:

@@ -5,7 +5,8 @@ A model without a numba spec (:mod:`sgtune.sampler.specs`) provides
 - ``per_sample_grads(theta (D,), X (n, p), y (n,)) -> (n, D)``: gradients of the per-observation
   loss ∇_θ ρ_n(θ), one row per observation; and optionally
 - ``batched_grads(thetas (C, D), X (C, B, p), y (C, B)) -> (C, D)``: the *mean* gradient of each
-  chain's minibatch, vectorised over chains (used instead of C calls of ``per_sample_grads``).
+  chain's minibatch, vectorised over chains (used instead of C calls of ``per_sample_grads``;
+  :meth:`sgtune.models.MLP.batched_grads` is one).
 
 Every step of all C chains is: the chains' next minibatches (:func:`~sgtune.sampler.kernels.draw_batches`,
 the same jitted batch components and xoshiro256++ streams as the compiled chains), the data term
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..errors import SgtuneError, ShapeError
 from . import kernels
-from .specs import model_label
+from ..models.base import model_label
 
 __all__ = ["GeneralPath"]
 

@@ -17,6 +17,12 @@ softplus' = sigmoid); floats = ``model_params(σ²)``. θ (CLI.md layout) is the
 layer by layer from the input, of W_l (n_l × n_{l−1}, row-major) and then b_l, so
 D = Σ_l n_l (n_{l−1} + 1).
 
+The model itself is :class:`sgtune.models.mlp.MLP`: its ``numba_spec(p)`` is this spec and its
+NumPy gradients (``per_sample_grads``, ``batched_grads``) are what the general path
+(``backend="numpy"``) runs, against which this kernel is tested. This module holds only the
+compiled gradient and the spec helpers (the activation and likelihood codes here are the
+kernel's side of the spec; a test checks they agree with the model's).
+
 Implementation: the whole minibatch goes through each layer at once, activations stored
 feature-major (n_l × |S|) so that every inner loop is an elementwise pass over the batch
 (``z[o, :] += W[o, i] · a[i, :]``), which LLVM vectorises without reassociation (IEEE order,
@@ -28,7 +34,6 @@ the chain's work vector (:func:`work_size`); nothing is allocated per step.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +41,7 @@ from ..errors import SgtuneError
 from ._jit import component, njit
 from .grads import glm_d1
 
-__all__ = ["MLP", "ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
+__all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
            "tanh_poly", "init_params", "layer_shapes"]
 
 TANH, RELU, SOFTPLUS = 0, 1, 2
@@ -382,121 +387,3 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
                              work[d_nxt:d_nxt + n_in * m], n_in * m)
         d_cur, d_nxt = d_nxt, d_cur
         w0 -= ints[l - 1] * (ints[l - 2] + 1)  # to layer l − 1
-
-
-# --------------------------------------------------------------------------- a protocol model (NumPy side)
-def _sigmoid_np(z: np.ndarray) -> np.ndarray:
-    e = np.exp(-np.abs(z))
-    return np.where(z >= 0, 1.0, e) / (1.0 + e)
-
-
-@dataclass(frozen=True)
-class MLP:
-    """A feed-forward network model: ``numba_spec()`` for the compiled kernel, NumPy gradients for the rest.
-
-    ``MLP(n_in=10, hidden=(16, 16, 16))`` is the network of the module docstring with p = n_in
-    inputs. ``per_sample_grads``/``batched_grads`` are a NumPy implementation of the same
-    gradient (the general path's protocol, :mod:`sgtune.sampler.general`); running the model with
-    ``backend="numpy"`` checks the kernel against them.
-    """
-
-    n_in: int
-    hidden: tuple[int, ...] = (16,)
-    activation: str = "tanh"
-    likelihood: str = "gaussian"
-    noise_variance: float = 1.0
-
-    @property
-    def name(self) -> str:
-        return "mlp"
-
-    @property
-    def ints(self) -> np.ndarray:
-        return mlp_spec_ints((self.n_in, *self.hidden, 1), self.activation, self.likelihood)
-
-    def numba_spec(self) -> tuple[str, np.ndarray, np.ndarray]:
-        from .grads import model_params
-
-        return "mlp", self.ints, model_params(self.noise_variance)
-
-    def n_params(self, p: int) -> int:
-        if p != self.n_in:
-            raise SgtuneError(f"model mlp has n_in = {self.n_in} inputs but the data have p = {p} features; "
-                              f"build it with MLP(n_in={p}, ...)")
-        return n_params(self.ints)
-
-    def init_params(self, seed: int = 0) -> np.ndarray:
-        return init_params(self.ints, seed)
-
-    def check_response(self, y: np.ndarray, source: str = "y") -> None:
-        if self.likelihood == "bernoulli" and not np.all((y == 0) | (y == 1)):
-            raise SgtuneError(f"{source}: a bernoulli MLP needs responses in {{0, 1}}")
-        if self.likelihood == "poisson" and np.any(y < 0):
-            raise SgtuneError(f"{source}: a poisson MLP needs non-negative responses")
-
-    # ---- NumPy gradients (leading axes broadcast: (n, ·) for one chain, (C, B, ·) for many)
-    def _layers(self, theta: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        out, k = [], 0
-        lead = theta.shape[:-1]
-        for o, i in layer_shapes(self.ints):
-            W = theta[..., k:k + o * i].reshape(*lead, o, i)
-            k += o * i
-            out.append((W, theta[..., k:k + o]))
-            k += o
-        return out
-
-    def _act(self, z: np.ndarray) -> np.ndarray:
-        if self.activation == "tanh":
-            return np.tanh(z)
-        if self.activation == "relu":
-            return np.maximum(z, 0.0)
-        return np.logaddexp(0.0, z)
-
-    def _dact(self, z: np.ndarray, a: np.ndarray) -> np.ndarray:
-        if self.activation == "tanh":
-            return 1.0 - a * a
-        if self.activation == "relu":
-            return (z > 0).astype(float)
-        return _sigmoid_np(z)
-
-    def _d1(self, f: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if self.likelihood == "gaussian":
-            return (f - y) / self.noise_variance
-        if self.likelihood == "bernoulli":
-            return _sigmoid_np(f) - y
-        return np.exp(f) - y
-
-    def _backprop(self, thetas: np.ndarray, X: np.ndarray, y: np.ndarray, mean: bool) -> np.ndarray:
-        """thetas (C, D), X (C, B, p), y (C, B) -> per-sample (C, B, D) or mean (C, D) gradients."""
-        layers = self._layers(thetas)
-        acts, zs = [X], []
-        a = X
-        for W, b in layers[:-1]:
-            z = a @ np.swapaxes(W, -1, -2) + b[:, None, :]
-            a = self._act(z)
-            zs.append(z)
-            acts.append(a)
-        W, b = layers[-1]
-        f = (a @ np.swapaxes(W, -1, -2))[..., 0] + b[:, None, 0]
-        delta = self._d1(f, y)[..., None]  # (C, B, 1)
-        parts: list[np.ndarray] = []
-        for li in range(len(layers) - 1, -1, -1):
-            a_prev = acts[li]
-            if mean:
-                gW = np.swapaxes(delta, -1, -2) @ a_prev / X.shape[1]
-                parts[:0] = [gW.reshape(gW.shape[0], -1), delta.mean(axis=1)]
-            else:
-                gW = delta[..., :, None] * a_prev[..., None, :]
-                parts[:0] = [gW.reshape(*gW.shape[:2], -1), delta]
-            if li > 0:
-                W = layers[li][0]
-                delta = (delta @ W) * self._dact(zs[li - 1], acts[li])
-        return np.concatenate(parts, axis=-1)
-
-    def per_sample_grads(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """(n, D) gradients ∇_θ ρ(f(x_n; θ), y_n)."""
-        return self._backprop(theta[None], X[None], y[None], mean=False)[0]
-
-    def batched_grads(self, thetas: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """(C, D) minibatch mean gradients for thetas (C, D), X (C, B, p), y (C, B)."""
-        return self._backprop(thetas, X, y, mean=True)

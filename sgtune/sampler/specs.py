@@ -1,7 +1,8 @@
 """Model "numba specs": pure data that the sampler maps to a jitted gradient component.
 
-A model may expose ``numba_spec() -> (kind, ints, floats)`` (``kind`` a string, ``ints`` an
-int64 vector, ``floats`` a float64 vector); nothing else about the model reaches numba.
+A model may expose ``numba_spec(n_features) -> (kind, ints, floats)`` (``kind`` a string,
+``ints`` an int64 vector, ``floats`` a float64 vector; ``n_features`` = p of the data, which a
+network needs for its input width and a GLM ignores); nothing else about the model reaches numba.
 :data:`ORACLES` maps ``kind`` to its gradient component (:mod:`sgtune.sampler.grads`,
 :mod:`sgtune.sampler.mlp`), the per-chain work-buffer length it needs and the parameter
 dimension D it implies for p features:
@@ -10,13 +11,14 @@ dimension D it implies for p features:
   logistic 1, poisson 2, beta-linear 3), floats = ``model_params(σ², p)``; D = p.
 - ``"mlp"``: ints = [n_in, h_1, …, h_K, 1, activation, likelihood] (activation tanh 0,
   relu 1, softplus 2; likelihood gaussian/linear 0, bernoulli/logistic 1, poisson 2),
-  floats = ``model_params(σ²)``; D = Σ_l n_l (n_{l−1} + 1) (:mod:`sgtune.sampler.mlp`).
+  floats = ``model_params(σ²)``; D = Σ_l n_l (n_{l−1} + 1) (:mod:`sgtune.sampler.mlp`; the
+  model is :class:`sgtune.models.mlp.MLP`).
 - ``"quadratic-gaussian"`` / ``"quadratic-stable"``: the synthetic-noise oracles of
   :func:`~sgtune.sampler.driver.run_quadratic_chains` (no data).
 
-:func:`numba_spec_of` returns a model's spec (its ``numba_spec()`` if it has one, else one
-derived for :class:`sgtune.models.GLM` instances) or ``None``: such models run on the general
-NumPy path (:mod:`sgtune.sampler.general`). Adding a compiled model = a gradient component
+:func:`numba_spec_of` returns a model's validated spec (``model.numba_spec(p)``; GLMs and MLPs
+have one) or ``None``: models without one run on the general NumPy path
+(:mod:`sgtune.sampler.general`). Adding a compiled model = a gradient component
 plus one :class:`Oracle` entry here.
 """
 from __future__ import annotations
@@ -27,10 +29,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import SgtuneError
-from ..models import GLM
+from ..models.base import checked_call, model_label
 from . import grads, mlp
 
-__all__ = ["Oracle", "ORACLES", "numba_spec_of", "model_label"]
+__all__ = ["Oracle", "ORACLES", "numba_spec_of"]
 
 
 @dataclass(frozen=True)
@@ -63,35 +65,24 @@ ORACLES: dict[str, Oracle] = {
 }
 
 
-def model_label(model: Any) -> str:
-    """A short name for error messages: ``model.name`` if it is a string, else the class name."""
-    name = getattr(model, "name", None)
-    return name if isinstance(name, str) else type(model).__name__
+def numba_spec_of(model: Any, n_features: int) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """``(kind, ints, floats)`` of ``model`` on data with ``n_features`` columns (validated), or ``None``
+    for the general NumPy path.
 
-
-def numba_spec_of(model: Any) -> tuple[str, np.ndarray, np.ndarray] | None:
-    """``(kind, ints, floats)`` of ``model`` (validated), or ``None`` for the general NumPy path.
-
-    Uses ``model.numba_spec()`` when present (a result of ``None`` or kind ``"python"`` means "no spec"),
-    else derives the spec of a :class:`~sgtune.models.GLM`.
+    Calls ``model.numba_spec(n_features)`` when the model has it (a result of ``None`` or kind
+    ``"python"`` means "no spec"); an exception inside it becomes one :class:`~sgtune.models.ModelError`.
     """
     label = model_label(model)
-    fn = getattr(model, "numba_spec", None)
-    if fn is not None:
-        spec = fn()
-        if spec is None:
-            return None
-        try:
-            kind, ints, floats = spec
-        except (TypeError, ValueError):
-            raise SgtuneError(f"model {label}.numba_spec must return (kind, ints, floats), got {spec!r}") from None
-        if kind == "python":  # an explicit "no compiled gradient"
-            return None
-    elif isinstance(model, GLM):
-        kind = "glm"
-        ints = np.array([grads.MODEL_IDS[model.name]])
-        floats = grads.model_params(model.noise_variance, model.beta_power)
-    else:
+    if getattr(model, "numba_spec", None) is None:
+        return None
+    spec = checked_call(model, "numba_spec", int(n_features))
+    if spec is None:
+        return None
+    try:
+        kind, ints, floats = spec
+    except (TypeError, ValueError):
+        raise SgtuneError(f"model {label}.numba_spec must return (kind, ints, floats), got {spec!r}") from None
+    if kind == "python":  # an explicit "no compiled gradient"
         return None
     if kind not in ORACLES:
         raise SgtuneError(f"model {label}.numba_spec kind must be one of {', '.join(ORACLES)}, got {kind!r}")
