@@ -41,7 +41,7 @@ Optional
     Starting point of the Newton fit of a convex model (default zeros).
 ``residual_variance(theta, X, y) -> float``
     Gaussian linear models only (the LR+WS comparison theory needs it).
-``numba_spec() -> (kind, ints, floats)``
+``numba_spec(n_features) -> (kind, ints, floats)``
     Pure data the sampler maps to a compiled gradient (``"glm"``, ``"mlp"``); models without
     it run through the sampler's general NumPy path.
 
