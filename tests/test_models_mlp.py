@@ -126,7 +126,8 @@ def test_relu_derivative_at_the_kink_is_zero():
 def jax_reference():
     """vmap(loss), vmap(grad), vmap(hessian) and vmap(HVP) of a JAX network written from the layout spec
     (independent of sgtune's NumPy network), jitted once for every activation × likelihood."""
-    jax = pytest.importorskip("jax")
+    import jax  # the [dev] extra installs it (no skip: the check must run)
+
     previous = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", True)
     jnp = jax.numpy
@@ -381,3 +382,16 @@ def test_check_response_delegates_to_the_glm():
     with pytest.raises(DataFormatError, match="non-negative integer counts"):
         make_mlp("2", likelihood="poisson").check_response(np.array([1.5]))
     make_mlp("2").check_response(np.array([-3.2, 1.0]))
+
+
+def test_no_hidden_layer_identifiability_is_the_glms():
+    from sgtune.errors import DataFormatError
+
+    r = np.random.default_rng(0)
+    X = r.standard_normal((20, 2))
+    with pytest.raises(DataFormatError, match="linearly separable"):
+        fit_map(make_mlp("", likelihood="bernoulli"), make_dataset(X, (X[:, 0] > 0).astype(float)))
+    with pytest.raises(DataFormatError, match="rank 2 < D = 3"):  # a constant column duplicates the bias
+        fit_map(make_mlp(""), make_dataset(np.column_stack([X[:, 0], np.ones(20)]), X[:, 1]))
+    # with a hidden layer there is no global identifiability to check (the fitted point is checked)
+    make_mlp("2").check_identifiable(X, X[:, 0], np.zeros((9, 9)), "data")

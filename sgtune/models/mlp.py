@@ -202,6 +202,16 @@ class MLP:
         """Raise :class:`~sgtune.errors.DataFormatError` when y is outside the likelihood's domain."""
         self.glm.check_response(y, source)
 
+    def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:
+        """K = 0: the GLM's check on [X, 1] (rank-deficient design, separable logistic data, no prior).
+
+        Networks with hidden layers are never globally identified (permuting or sign-flipping
+        hidden units leaves f unchanged); the expansion checks the fitted point (λ_min(H) > 0).
+        """
+        if not self.hidden_sizes:
+            X1 = np.hstack([X, np.ones((X.shape[0], 1))])
+            self.glm.check_identifiable(X1, y, prior_precision, source)
+
     def numba_spec(self, n_features: int | None = None) -> tuple[str, np.ndarray, np.ndarray]:
         """("mlp", [p, h_1, …, h_K, 1, activation code, likelihood id], the GLM's floats [σ², 1.5, c, 2, 0]).
 
