@@ -333,13 +333,13 @@ def test_diabetes_network_fit_and_expand_under_a_second():
     gn = make_mlp("2,3", "tanh", noise_variance=0.5, hessian="gauss-newton")
     best = math.inf
     with single_threaded():
-        for _ in range(2):  # best of two: the VM's timing jitter
-            t0 = time.perf_counter()
+        for _ in range(2):  # best of two, CPU time of this process: the shared VM's load leaves it alone
+            t0 = time.process_time()
             e = expand(model, data, 1.0, seed=0)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.process_time() - t0)
     assert e.dim == 2 * 10 + 2 + 3 * 2 + 3 + 3 + 1
     assert e.gradient_norm <= 1e-8 and e.hessian_min_eigenvalue > 0
-    assert best < 1.0, f"fit + expand took {best:.2f} s"
+    assert best < 1.0, f"fit + expand took {best:.2f} s of CPU"
     e_gn = expand(gn, data, 1.0, theta_hat=e.theta_hat)
     assert e_gn.hessian_min_eigenvalue > 0
 
