@@ -395,3 +395,16 @@ def test_no_hidden_layer_identifiability_is_the_glms():
         fit_map(make_mlp(""), make_dataset(np.column_stack([X[:, 0], np.ones(20)]), X[:, 1]))
     # with a hidden layer there is no global identifiability to check (the fitted point is checked)
     make_mlp("2").check_identifiable(X, X[:, 0], np.zeros((9, 9)), "data")
+
+
+def test_exact_hessians_beyond_the_dense_budget_refuse_with_the_remedy(monkeypatch):
+    import sgtune.models.expansion as expansion
+
+    model = make_mlp("3")
+    X = np.zeros((10, 2))
+    d = model.n_params(2)  # 13
+    monkeypatch.setattr(expansion, "DENSE_HESSIAN_BUDGET", 10 * d * d - 1)
+    with pytest.raises(SgtuneError, match=r"N·D² = 10·13² = 1.69e\+03 .*--hessian gauss-newton"):
+        model.curvature(np.zeros(d), X, np.zeros(10))
+    monkeypatch.setattr(expansion, "DENSE_HESSIAN_BUDGET", 10 * d * d)
+    assert model.curvature(np.zeros(d), X, np.zeros(10)).hessians.shape == (10, d, d)

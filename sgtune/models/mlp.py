@@ -34,6 +34,7 @@ from scipy.special import expit
 
 from .._refs import cites
 from ..errors import SgtuneError, ShapeError
+from . import expansion
 from .base import DenseCurvature, RankOneCurvature
 from .glm import GLM, GLM_IDS, get_model
 
@@ -344,7 +345,12 @@ class MLP:
             n = X.shape[0]
             grad_f = self._grad_f(acts, self._deltas(layers, d1s, np.ones(n)), n, self.n_params(X.shape[1]))
             return RankOneCurvature(grad_f, self.glm.derivatives(f, y)[2])
-        hs = self._r_op(theta, X, y, np.eye(self.n_params(X.shape[1])))
+        n, d = X.shape[0], self.n_params(X.shape[1])
+        budget = expansion.DENSE_HESSIAN_BUDGET
+        if n * d * d > budget:
+            raise SgtuneError(f"exact per-sample Hessians of the mlp need N·D² = {n}·{d}² = {n * d * d:.3g} numbers "
+                              f"(more than {budget:.0e}); use the rank-one curvature (--hessian gauss-newton)")
+        hs = self._r_op(theta, X, y, np.eye(d))
         hs += np.swapaxes(hs, 1, 2)  # symmetric to rounding; make it exactly so (numpy buffers the overlap)
         hs *= 0.5
         return DenseCurvature(hs)
