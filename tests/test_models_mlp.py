@@ -126,7 +126,8 @@ def test_relu_derivative_at_the_kink_is_zero():
 def jax_reference():
     """vmap(loss), vmap(grad), vmap(hessian) and vmap(HVP) of a JAX network written from the layout spec
     (independent of sgtune's NumPy network), jitted once for every activation × likelihood."""
-    jax = pytest.importorskip("jax")
+    import jax  # the [dev] extra installs it (no skip: the check must run)
+
     previous = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", True)
     jnp = jax.numpy
@@ -332,13 +333,13 @@ def test_diabetes_network_fit_and_expand_under_a_second():
     gn = make_mlp("2,3", "tanh", noise_variance=0.5, hessian="gauss-newton")
     best = math.inf
     with single_threaded():
-        for _ in range(2):  # best of two: the VM's timing jitter
-            t0 = time.perf_counter()
+        for _ in range(2):  # best of two, CPU time of this process: the shared VM's load leaves it alone
+            t0 = time.process_time()
             e = expand(model, data, 1.0, seed=0)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.process_time() - t0)
     assert e.dim == 2 * 10 + 2 + 3 * 2 + 3 + 3 + 1
     assert e.gradient_norm <= 1e-8 and e.hessian_min_eigenvalue > 0
-    assert best < 1.0, f"fit + expand took {best:.2f} s"
+    assert best < 1.0, f"fit + expand took {best:.2f} s of CPU"
     e_gn = expand(gn, data, 1.0, theta_hat=e.theta_hat)
     assert e_gn.hessian_min_eigenvalue > 0
 
@@ -381,3 +382,29 @@ def test_check_response_delegates_to_the_glm():
     with pytest.raises(DataFormatError, match="non-negative integer counts"):
         make_mlp("2", likelihood="poisson").check_response(np.array([1.5]))
     make_mlp("2").check_response(np.array([-3.2, 1.0]))
+
+
+def test_no_hidden_layer_identifiability_is_the_glms():
+    from sgtune.errors import DataFormatError
+
+    r = np.random.default_rng(0)
+    X = r.standard_normal((20, 2))
+    with pytest.raises(DataFormatError, match="linearly separable"):
+        fit_map(make_mlp("", likelihood="bernoulli"), make_dataset(X, (X[:, 0] > 0).astype(float)))
+    with pytest.raises(DataFormatError, match="rank 2 < D = 3"):  # a constant column duplicates the bias
+        fit_map(make_mlp(""), make_dataset(np.column_stack([X[:, 0], np.ones(20)]), X[:, 1]))
+    # with a hidden layer there is no global identifiability to check (the fitted point is checked)
+    make_mlp("2").check_identifiable(X, X[:, 0], np.zeros((9, 9)), "data")
+
+
+def test_exact_hessians_beyond_the_dense_budget_refuse_with_the_remedy(monkeypatch):
+    import sgtune.models.expansion as expansion
+
+    model = make_mlp("3")
+    X = np.zeros((10, 2))
+    d = model.n_params(2)  # 13
+    monkeypatch.setattr(expansion, "DENSE_HESSIAN_BUDGET", 10 * d * d - 1)
+    with pytest.raises(SgtuneError, match=r"N·D² = 10·13² = 1.69e\+03 .*--hessian gauss-newton"):
+        model.curvature(np.zeros(d), X, np.zeros(10))
+    monkeypatch.setattr(expansion, "DENSE_HESSIAN_BUDGET", 10 * d * d)
+    assert model.curvature(np.zeros(d), X, np.zeros(10)).hessians.shape == (10, d, d)

@@ -34,6 +34,7 @@ from scipy.special import expit
 
 from .._refs import cites
 from ..errors import SgtuneError, ShapeError
+from . import expansion
 from .base import DenseCurvature, RankOneCurvature
 from .glm import GLM, GLM_IDS, get_model
 
@@ -208,6 +209,16 @@ class MLP:
         """Raise :class:`~sgtune.errors.DataFormatError` when y is outside the likelihood's domain."""
         self.glm.check_response(y, source)
 
+    def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:
+        """K = 0: the GLM's check on [X, 1] (rank-deficient design, separable logistic data, no prior).
+
+        Networks with hidden layers are never globally identified (permuting or sign-flipping
+        hidden units leaves f unchanged); the expansion checks the fitted point (λ_min(H) > 0).
+        """
+        if not self.hidden_sizes:
+            X1 = np.hstack([X, np.ones((X.shape[0], 1))])
+            self.glm.check_identifiable(X1, y, prior_precision, source)
+
     def numba_spec(self, n_features: int | None = None) -> tuple[str, np.ndarray, np.ndarray]:
         """("mlp", [p, h_1, …, h_K, 1, activation code, likelihood id], the GLM's floats [σ², 1.5, c, 2, 0]).
 
@@ -377,7 +388,12 @@ class MLP:
             n = X.shape[0]
             grad_f = self._grad_f(acts, self._deltas(layers, d1s, np.ones(n)), n, self.n_params(X.shape[1]))
             return RankOneCurvature(grad_f, self.glm.derivatives(f, y)[2])
-        hs = self._r_op(theta, X, y, np.eye(self.n_params(X.shape[1])))
+        n, d = X.shape[0], self.n_params(X.shape[1])
+        budget = expansion.DENSE_HESSIAN_BUDGET
+        if n * d * d > budget:
+            raise SgtuneError(f"exact per-sample Hessians of the mlp need N·D² = {n}·{d}² = {n * d * d:.3g} numbers "
+                              f"(more than {budget:.0e}); use the rank-one curvature (--hessian gauss-newton)")
+        hs = self._r_op(theta, X, y, np.eye(d))
         hs += np.swapaxes(hs, 1, 2)  # symmetric to rounding; make it exactly so (numpy buffers the overlap)
         hs *= 0.5
         return DenseCurvature(hs)
