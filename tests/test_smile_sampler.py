@@ -144,12 +144,18 @@ def test_psmile_naive_beats_smile_naive_under_diagonal_noise():
 
 @pytest.mark.slow
 def test_psmile_naive_beats_smile_naive_at_best_steps():
+    """Same claim with each sampler at its own best step (appendix-C grid, 10⁵ steps, 20 chains).
+
+    The per-chain b² of the reported (fresh-seed) ensembles are compared by a one-sided
+    Mann–Whitney test at α = 1e-3: SMILE-naive's per-chain b² is heavy-tailed, so the
+    bootstrap sd of its mean is large and a z-test on means has little power.
+    """
     t = make_target("gaussian", "diagonal", seed=0)
-    res = {s: grid_search_b2(t, s, n_steps=100_000, n_chains=10, seed=3, exponents=(-3, -2, -1, 0), n_fine=5)
+    res = {s: grid_search_b2(t, s, n_steps=100_000, n_chains=20, seed=3, exponents=(-3, -2, -1, 0), n_fine=5)
            for s in ("smile-naive", "psmile-naive")}
     a, b = res["smile-naive"].b2, res["psmile-naive"].b2
-    z = (a.value - b.value) / math.hypot(a.bootstrap_std, b.bootstrap_std)
-    assert z > stats.norm.ppf(1 - MC_ALPHA), (a, b)
+    p = stats.mannwhitneyu(a.per_chain, b.per_chain, alternative="greater").pvalue
+    assert p < MC_ALPHA, (p, a.value, b.value, res["smile-naive"].best_step, res["psmile-naive"].best_step)
 
 
 def test_grid_search_shape_and_reporting():

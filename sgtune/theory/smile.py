@@ -281,8 +281,19 @@ def bootstrap_b2(per_chain_b2: Any, rng: np.random.Generator, *, n_bootstrap: in
     return B2Estimate(float(b.mean()), float(means.std(ddof=1)), b, reduce, nb)
 
 
+@cites("sgtune", "raw moments of a normal law (binomial expansion; used for the Rosenbrock moments)")
 def normal_raw_moment(order: int, mean: float, var: float) -> float:
-    """E[Xⁿ] for X ~ N(mean, var): Σ_k C(n, 2k) μ^{n−2k} var^k (2k − 1)!!."""
+    """E[Xⁿ] for X ~ N(mean, var): Σ_k C(n, 2k) μ^{n−2k} var^k (2k − 1)!!.
+
+    Parameters
+    ----------
+    order : int
+    mean, var : float
+
+    Returns
+    -------
+    float
+    """
     n = check_int(order, "order", low=0)
     total = 0.0
     for k in range(n // 2 + 1):
