@@ -26,6 +26,7 @@ import numpy as np
 
 from sgtune.sampler.smile import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
+from sgtune.theory.smile import b2_chains
 
 TARGETS = ("gaussian", "rosenbrock", "funnel")
 NOISES = ("isotropic", "diagonal", "correlated", "spatial")
@@ -47,6 +48,12 @@ PAPER = {
     ("funnel", "correlated"): [(0.453, 0.231), (0.147, 0.034), (0.138, 0.039), (0.004, 0.002)],
     ("funnel", "spatial"): [(0.023, 0.008), (0.241, 0.043), (0.218, 0.034), (0.012, 0.003)],
 }
+
+
+def frozen_b2(name: str) -> float:
+    """b² of a chain that never leaves its start (the posterior mean): the score of not sampling at all."""
+    t = make_target(name, "none")
+    return float(b2_chains((t.start ** 2)[None, :], t.second_moment, t.var_of_square, t.reduce)[0])
 
 
 def per_step_cost(n_steps: int = 2000) -> list[tuple[str, float, float]]:
@@ -147,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict:
                 steps_.append(f"Δt={r['best_step']:.3g}")
             print(f"{LABEL[tg]:<11}{nz:<12}" + "".join(f"{c:>26}" for c in cells))
             print(f"{'':<23}" + "".join(f"{c:>26}" for c in steps_))
+    print("b² of a chain frozen at its start (the posterior mean): "
+          + ", ".join(f"{LABEL[tg]} {frozen_b2(tg):.3f}" for tg in targets))
     if set(targets) == set(TARGETS) and set(noises) == set(NOISES):
         print("\nThe paper's findings (z = difference / combined bootstrap sd; 'holds' needs z > 2):")
         for text, v, z in findings(res):
