@@ -27,7 +27,7 @@ How to add a piece (no new branch in :func:`_chain`):
 - a model: write ``@component def my_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad)``
   (:mod:`sgtune.sampler.grads`) and register it with its work-buffer size in
   :data:`sgtune.sampler.specs.ORACLES`; a model object reaches it through
-  ``numba_spec() -> (kind, ints, floats)`` (:func:`sgtune.sampler.specs.numba_spec_of`).
+  ``numba_spec(n_features) -> (kind, ints, floats)`` (:func:`sgtune.sampler.specs.numba_spec_of`).
 - a batch schedule: ``@component def my_batches(st, perm, n_data, batch_size, pos, idx) -> (nb, pos)``
   in :data:`BATCH_FNS`.
 
