@@ -15,7 +15,7 @@ from scipy.stats import kstest
 from ._refs import cites
 from ._validation import as_vector, check_int
 from .data import Dataset
-from .models import GLM, Expansion, expand, prior_matrix
+from .models import Expansion, expand, model_dim, prior_matrix
 from .sampler import ChainResult, run_chains
 from .sampler.verify import default_run_length
 from .theory.tuning import TuningResult, tune
@@ -65,7 +65,7 @@ def ks_uniform(q: np.ndarray) -> float:
 
 
 @cites("wang2026", "Algorithm 1 (steps 1–13) and §6's covariance-error and calibration metrics")
-def calibrate(model: GLM, data: Dataset, *, batch_size: int, prior_precision: Any = 0.0,
+def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: Any = 0.0,
               target: Any = "sandwich", method: str = "dq-exact", family: str = "dense",
               subsample: int | None = None, inv_temperature: float = math.inf, without_replacement: bool = False,
               momentum: float = 0.0, n_steps: int | None = None, burn_in: int | None = None, n_chains: int = 8,
@@ -82,20 +82,21 @@ def calibrate(model: GLM, data: Dataset, *, batch_size: int, prior_precision: An
     chain's worst-case integrated autocorrelation time. ``keep_draws`` > 0 keeps at least about
     that many thinned draws (pooled over chains) in ``chains.trace`` (e.g. for the KSD).
     """
-    gam = prior_matrix(prior_precision, data.dim)
+    d = model_dim(model, data.dim)
+    gam = prior_matrix(prior_precision, d)
     rng = np.random.default_rng(seed)
     if subsample is not None:
-        m = check_int(subsample, "subsample", low=data.dim + 1, high=data.n_data)
-        e = expand(model, data.subsample(m, rng), gam, population_size=data.n_data)
+        m = check_int(subsample, "subsample", low=d + 1, high=data.n_data)
+        e = expand(model, data.subsample(m, rng), gam, population_size=data.n_data, seed=seed)
     else:
-        e = expand(model, data, gam)
+        e = expand(model, data, gam, seed=seed)
     t = tune(e, batch_size=batch_size, target=target, method=method, family=family,
              inv_temperature=inv_temperature, without_replacement=without_replacement, momentum=momentum)
     steps_default, burn_default = default_run_length(t.tau_worst)
     steps = check_int(n_steps, "n_steps", low=2) if n_steps is not None else steps_default
     burn = check_int(burn_in, "burn_in", low=0, high=steps - 1) if burn_in is not None else min(burn_default,
                                                                                               steps // 2)
-    theta_star = None if true_theta is None else as_vector(true_theta, "true_theta", data.dim)
+    theta_star = None if true_theta is None else as_vector(true_theta, "true_theta", d)
     thin = max(1, (steps - burn) // 4000) if theta_star is not None else 0
     if keep_draws > 0 and thin == 0:
         thin = max(1, -(-(steps - burn) * n_chains // keep_draws))  # ≤ keep_draws draws in all

@@ -43,6 +43,26 @@ class Dataset:
         return Dataset(self.X[idx], self.y[idx], self.names, f"{self.source}[subsample {size}]")
 
 
+def covariate_limit(n_rows: int, n_cols: int) -> float:
+    """Largest |x| for which the fourth-moment sums of the exact noise, Σ_n w_n²(x_nᵀΣx_n) x_n x_nᵀ, stay finite.
+
+    (N·D²·|x|⁴ < the largest float64, with room for the weights.)
+    """
+    return float((np.finfo(np.float64).max / (max(n_rows, 1) * max(n_cols, 1) ** 2)) ** 0.25 / 1e3)
+
+
+def _check_scale(X: np.ndarray, source: str) -> None:
+    """Covariates so large that the curvature sums overflow float64: one message naming the entry and the fix."""
+    limit = covariate_limit(X.shape[0], X.shape[1])
+    big = np.abs(X) > limit
+    if big.any():
+        i, j = (int(v) for v in np.argwhere(big)[0])
+        raise DataFormatError(
+            f"{source}: X[{i}, {j}] = {X[i, j]:.3g} overflows float64 in sgtune's curvature and noise sums "
+            f"(fourth moments of the covariates; |x| must stay below {limit:.3g} here); standardise the "
+            "covariates (subtract each column's mean, divide by its standard deviation)")
+
+
 def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[str, ...] = (),
                  source: str = "arrays") -> Dataset:
     """Validate arrays into a :class:`Dataset` (finite float64, shapes (N, D) and (N,))."""
@@ -70,6 +90,7 @@ def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[
             raise DataFormatError(
                 f"{source}: {label} has a non-finite value (NaN or inf) at row {int(where[0]) + (2 if source.endswith('.csv') else 0)}"
                 "; remove or impute it")
+    _check_scale(Xa, source)
     if intercept:
         Xa = np.column_stack([np.ones(Xa.shape[0]), Xa])
         names = ("intercept", *names) if names else ()

@@ -107,16 +107,27 @@ def test_blocked_covariance_matches_per_step_welford_twin():
     np.testing.assert_array_equal(a.chain_means, chunked.chain_means)
 
 
-def test_one_signature_per_kernel_after_multichain_runs():
+def test_one_specialisation_per_combination_used():
+    # the composed kernel is specialised on its three component functions; every other argument must
+    # keep one type whatever the run (chain count, chunking, data, batching scheme, Λ kind, β), so each
+    # (batch, gradient, step) combination compiles exactly once
     X, y = _problem("logistic")
+    X2, y2 = _problem("linear", n=30)
     for c, batching in ((1, "replacement"), (3, "reshuffle"), (5, "without-replacement")):
         run_chains("logistic", (X, y), 0.1, batch_size=4, n_steps=20, n_chains=c, inv_temperature=40.0,
                    batching=batching, seed=c)
         run_chains("logistic", (X, y), 0.1, batch_size=4, n_steps=20, n_chains=c, inv_temperature=40.0,
-                   sampler="sglrw", seed=c)
+                   sampler="sglrw", seed=c, progress=lambda done, total: None)
+        run_chains("linear", (X2, y2), 0.1, batch_size=3, n_steps=20, n_chains=c, batching=batching, seed=c,
+                   prior_precision=1.0 if c == 3 else 0.0)
     run_quadratic_chains(np.eye(2), np.eye(2) * 0.1, n_steps=20, n_chains=2)
-    for name in ("sgld", "sglrw"):
-        assert len(kernels.KERNELS[name].signatures) == 1, kernels.KERNELS[name].signatures
+    run_quadratic_chains(np.eye(2), np.eye(2) * 0.1, n_steps=20, n_chains=3, inv_temperature=5.0)
+    combos: dict[tuple, list] = {}
+    for sig in kernels.chains.signatures:
+        combos.setdefault(tuple(sig[:3]), []).append(sig)
+    assert len(combos) >= 5  # 3 batchings × sgld + sglrw + quadratic
+    for key, sigs in combos.items():
+        assert len(sigs) == 1, (key, sigs)
 
 
 def test_deterministic_regardless_of_threads_and_chunks():
@@ -142,11 +153,11 @@ def test_deterministic_regardless_of_threads_and_chunks():
 def _epoch_batches(batching, n=12, b=4, steps=30, seed=9):
     st = chain_states(seed, 1)[0]
     perm = np.arange(n, dtype=np.int64)
-    out = kernels.batch_schedule(st.copy(), perm.copy(), n, b, kernels.BATCHING_IDS[batching], steps)
+    out = kernels.batch_schedule(kernels.BATCH_FNS[batching], st.copy(), perm.copy(), n, b, steps)
     # the twin's schedule from the same stream must be identical
     gen, p2, pos = Xoshiro256PP(st), perm.copy(), 0
     for t in range(steps):
-        idx, pos = batch_twin(gen, p2, n, b, kernels.BATCHING_IDS[batching], pos)
+        idx, pos = batch_twin(gen, p2, n, b, batching, pos)
         np.testing.assert_array_equal(out[t, : len(idx)], idx)
     return out
 
@@ -250,7 +261,7 @@ def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypat
     from sgtune.sampler import _jit, grads, reshuffle, rng
 
     run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1)
-    for f, mod in ((kernels.sgld_chains, kernels), (rng.next_u64, rng), (grads.row_dot, grads),
+    for f, mod in ((kernels.chains, kernels), (rng.next_u64, rng), (grads.row_dot, grads),
                    (reshuffle._run_chains, reshuffle)):
         assert f._cache._impl.locator.get_source_stamp() == _jit.package_stamp(mod.__file__)
     # ... which changes with the content of a core module (a copy of the package, one byte appended),
@@ -265,3 +276,22 @@ def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypat
     assert _jit.package_stamp(kern) == before
     (tmp_path / "rng.py").write_bytes((tmp_path / "rng.py").read_bytes() + b"\n")
     assert _jit.package_stamp(kern) != before
+
+
+def test_composed_kernel_is_loaded_from_the_disk_cache_in_a_new_process():
+    # the kernel's cache key contains its component arguments' types; numba would give each dispatcher a
+    # random uuid per process (a miss and a new cache entry every time) without sampler._jit.component
+    import os
+    import subprocess
+    import sys
+
+    run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1, inv_temperature=7.0)  # compiled or loaded here
+    code = ("import numpy as np\n"
+            "from sgtune.sampler import kernels, run_quadratic_chains\n"
+            "run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1, inv_temperature=7.0)\n"
+            "s = kernels.chains.stats\n"
+            "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    hits, misses = map(int, out.stdout.split())
+    assert (hits, misses) == (1, 0), out.stdout + out.stderr

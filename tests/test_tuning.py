@@ -161,7 +161,7 @@ def test_errors():
     with pytest.raises(SgtuneError, match="method must be one of"):
         tune(e, batch_size=8, method="newton")
     with pytest.raises(SgtuneError, match="family must be one of"):
-        tune(e, batch_size=8, family="block")
+        tune(e, batch_size=8, family="blocky")
     with pytest.raises(SgtuneError, match="use method 'dq-exact'"):
         tune(e, batch_size=8, method="ct", family="scalar")
     with pytest.raises(SgtuneError, match="target must be"):

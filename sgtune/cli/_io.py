@@ -5,6 +5,7 @@ import functools
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -12,20 +13,33 @@ import click
 import numpy as np
 
 from .._json import dumps
-from ..errors import SgtuneError
+from ..errors import AccuracyWarning, SgtuneError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_VERIFY_FAILED = 3
 
 
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """sgtune's warnings on the command line: one line on stderr, no source location."""
+    click.echo(f"warning: {str(message).splitlines()[0]}", err=True)
+
+
 def handle_errors(fn: F) -> F:
-    """Turn an :class:`SgtuneError` into a one-line exit-1 message (click's ``ClickException``)."""
+    """Turn an :class:`SgtuneError` into a one-line exit-1 message (click's ``ClickException``).
+
+    :class:`~sgtune.errors.AccuracyWarning` s raised while the command runs are printed as one
+    ``warning: …`` line each on stderr.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", AccuracyWarning)
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
         except SgtuneError as exc:
             raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 

@@ -15,11 +15,17 @@ import numpy as np
 
 from ..data import EXAMPLES, Dataset, example, load_dataset
 from ..errors import DataFormatError, SgtuneError, ShapeError
-from ..models import MODEL_NAMES, GLM, Expansion, expand, get_model, prior_matrix
+from ..models import MODEL_NAMES, Expansion, expand, get_model, model_dim, prior_matrix
+from ..models.base import ModelError
+from ..models.user import is_model_file_spec, load_model_file
 from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
-             "prior_precision", "prior_precision_matrix", "subsample", "seed")
+             "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
+             "likelihood", "hessian", "theta_hat")
+MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'mlp' (a feed-forward network: "
+              "--hidden-sizes, --activation, --likelihood), or a user model path/to/file.py:NAME (NAME is an object "
+              "implementing sgtune's model protocol; see the README). Default: the example's model, else required.")
 
 
 def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -37,10 +43,21 @@ data_options = _compose(
                       "seed 003's heteroskedastic misspecified linear regression, N=2000, D=20)."),
     click.option("--response", default="y", show_default=True, help="CSV column holding the response."),
     click.option("--intercept", is_flag=True, help="Prepend a column of ones to X."),
-    click.option("--model", type=click.Choice(MODEL_NAMES), default=None,
-                 help="Per-observation loss (default: the example's model, else required)."),
+    click.option("--model", default=None, help=MODEL_HELP),
+    click.option("--hidden-sizes", default=None,
+                 help="mlp: hidden layer widths from the input, comma-separated (e.g. 16,16; '' for none)."),
+    click.option("--activation", type=click.Choice(["tanh", "relu", "softplus"]), default="tanh",
+                 show_default=True, help="mlp: hidden-layer activation."),
+    click.option("--likelihood", type=click.Choice(["gaussian", "bernoulli", "poisson"]), default="gaussian",
+                 show_default=True, help="mlp: likelihood of y given the network output f (σ² = --noise-variance)."),
+    click.option("--hessian", type=click.Choice(["exact", "gauss-newton"]), default="exact", show_default=True,
+                 help="Per-sample curvature J_n: exact, or Gauss–Newton ρ''(f)∇f∇fᵀ (rank one: the fast path; "
+                      "positive semi-definite even where the network is non-convex). Identical for GLMs."),
+    click.option("--theta-hat", type=click.Path(dir_okay=False), default=None,
+                 help="Expand at these parameters (.npy, D numbers; e.g. trained network weights) instead of "
+                      "fitting the MAP; the JSON reports gradient_norm ‖∇L(θ̂)‖ and hessian_min_eigenvalue."),
     click.option("--noise-variance", type=float, default=1.0, show_default=True,
-                 help="σ² of the linear / beta-linear models."),
+                 help="σ² of the linear / beta-linear models and of the mlp Gaussian likelihood."),
     click.option("--beta-power", type=float, default=None, help="β-divergence power P > 1 (beta-linear)."),
     click.option("--prior-precision", type=float, default=0.0, show_default=True,
                  help="Γ = G·I, the prior precision (regulariser R(θ) = ½θᵀΓθ, mean loss adds R/N)."),
@@ -76,9 +93,20 @@ class LoadedProblem:
     """What the shared options describe: data, model, prior and the expansion at θ̂."""
 
     dataset: Dataset
-    model: GLM
+    model: Any
     prior_precision: np.ndarray
     expansion: Expansion
+
+    @property
+    def dim(self) -> int:
+        """D, the number of parameters (≠ the number of covariates for a network)."""
+        return self.expansion.dim
+
+
+def expansion_keys(e: Expansion) -> dict[str, Any]:
+    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H)."""
+    return {"gradient_norm": e.gradient_norm, "gradient_noise_ratio": e.gradient_z,
+            "hessian_min_eigenvalue": e.hessian_min_eigenvalue, "dim": e.dim}
 
 
 def load_npy(path: str, name: str) -> np.ndarray:
@@ -100,7 +128,7 @@ def load_float_npy(path: str, name: str) -> np.ndarray:
         raise DataFormatError(f"{name}: {path} is not numeric (dtype {arr.dtype})") from None
 
 
-def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, GLM]:
+def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
     if (kw.get("data") is None) == (kw.get("example") is None):
         raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
@@ -114,8 +142,32 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, GLM]:
             raise click.UsageError("--model is required with a DATA file")
         ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
         model_name = kw["model"]
-    model = get_model(model_name, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
-    return ds, model
+    return ds, load_model(model_name, kw)
+
+
+def load_model(spec: str, kw: dict[str, Any]) -> Any:
+    """The model named by ``--model``: a GLM name, ``mlp`` (with its options), or ``path.py:NAME``."""
+    hessian = kw.get("hessian") or "exact"
+    if spec in MODEL_NAMES:  # GLMs: the exact J_n is rank one already, --hessian changes nothing
+        return get_model(spec, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
+    if spec == "mlp":
+        from ..models.mlp import make_mlp
+
+        if kw.get("hidden_sizes") is None:
+            raise click.UsageError("--model mlp needs --hidden-sizes (comma-separated widths, e.g. 16,16)")
+        return make_mlp(kw["hidden_sizes"], activation=kw.get("activation") or "tanh",
+                        likelihood=kw.get("likelihood") or "gaussian",
+                        noise_variance=kw.get("noise_variance", 1.0), hessian=hessian)
+    if is_model_file_spec(spec):
+        model = load_model_file(spec)
+        if hessian != "exact":
+            if not callable(getattr(model, "with_hessian", None)):
+                raise ModelError(f"--hessian {hessian}: model {spec} has no with_hessian(kind) method, so it offers "
+                                 "no Gauss–Newton curvature; return RankOneCurvature from its curvature() instead")
+            model = model.with_hessian(hessian)
+        return model
+    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, mlp, or path/to/file.py:NAME; "
+                           f"got {spec!r}")
 
 
 def load_prior(kw: dict[str, Any], dim: int) -> np.ndarray:
@@ -128,11 +180,20 @@ def load_prior(kw: dict[str, Any], dim: int) -> np.ndarray:
 def load_problem(kw: dict[str, Any]) -> LoadedProblem:
     """Build the problem from the shared data options (pops nothing; reads ``DATA_KEYS``)."""
     ds, model = load_data_model(kw)
-    gam = load_prior(kw, ds.dim)
+    d = model_dim(model, ds.dim)
+    gam = load_prior(kw, d)
+    theta_hat = None
+    if kw.get("theta_hat"):
+        theta_hat = load_float_npy(kw["theta_hat"], "--theta-hat").reshape(-1)
+        if theta_hat.shape[0] != d:
+            raise ShapeError(f"--theta-hat must hold D = {d} numbers (the parameters of model {kw.get('model')}) "
+                             f"but {kw['theta_hat']} has {theta_hat.shape[0]}")
+    seed = int(kw.get("seed", 0))
     if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
-        fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(kw.get("seed", 0)))
-        return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data))
-    return LoadedProblem(ds, model, gam, expand(model, ds, gam))
+        fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(seed))
+        return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data,
+                                                    theta_hat=theta_hat, seed=seed))
+    return LoadedProblem(ds, model, gam, expand(model, ds, gam, theta_hat=theta_hat, seed=seed))
 
 
 def load_theta(path: str, dim: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import command_line, emit, handle_errors, info
-from ._options import batch_options, data_options, load_batch_problem, load_npy, output_options, temperature_json
+from ._options import expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options, temperature_json
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
 from .cmd_run import progress_bar
@@ -66,7 +66,7 @@ def cli(**kw: Any) -> None:
                       keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
     t, c = r.tuning, r.chains
     doc: dict[str, Any] = {
-        "lambda": t.step_matrix, "target_cov": t.target_cov, "predicted_cov": t.predicted_cov,
+        **expansion_keys(r.expansion), "lambda": t.step_matrix, "target_cov": t.target_cov, "predicted_cov": t.predicted_cov,
         "empirical_cov": c.cov, "empirical_cov_standard_error": c.cov_standard_error,
         "cov_error_predicted": r.cov_error_predicted, "cov_error_empirical": r.cov_error_empirical,
         "cov_error_noise_floor": r.cov_error_noise_floor, "theta_hat": r.expansion.theta_hat,

@@ -9,7 +9,7 @@ from .._refs import references_of
 from ..errors import SgtuneError
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
 from ._io import command_line, emit, handle_errors, info
-from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
+from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
 from ._render import key_values, matrix_summary
 
@@ -41,7 +41,7 @@ def cli(**kw: object) -> None:
     st = predict_stationary_cov(prob.expansion, step, batch_size=B, inv_temperature=beta,
                                 without_replacement=bool(kw["without_replacement"]),
                                 momentum=float(kw["momentum"]))  # type: ignore[arg-type]
-    doc = {"cov": st.cov, "spectral_radius": st.spectral_radius,
+    doc = {**expansion_keys(prob.expansion), "cov": st.cov, "spectral_radius": st.spectral_radius,
            "spectral_radius_is_bound": st.spectral_radius_is_bound, "tau_worst": st.tau_worst, "tau": st.tau,
            "theta_hat": prob.expansion.theta_hat,
            "relative_residual": st.relative_residual, "solver": st.method, "batch_size": B,

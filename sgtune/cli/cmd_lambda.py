@@ -9,9 +9,9 @@ from .._refs import references_of
 from ..plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._io import command_line, emit, handle_errors, info
-from ._plot import check_plot, plot_option, render_plot, write_plot
-from ._options import (batch_options, data_options, load_batch_problem, load_npy, output_options,
+from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
+from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values, matrix_summary
 
 
@@ -23,7 +23,10 @@ from ._render import key_values, matrix_summary
 @click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True,
               help="dq-exact (seed 003, exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
-              help="Shape of Λ; scalar/diagonal minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F (dq-exact only).")
+              help="Shape of Λ; scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F (dq-exact only).")
+@click.option("--blocks", "blocks", default=None, metavar="FILE.json",
+              help="For --family block: JSON list of lists of 0-based parameter indices, e.g. [[0,1],[2,3,4]], "
+                   "covering every parameter once.")
 @output_options
 @plot_option
 @handle_errors
@@ -35,7 +38,8 @@ def cli(**kw: object) -> None:
     JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius (an upper bound when
     spectral_radius_is_bound, state dimension > 150),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
-    covariance_error (‖predicted − target‖_F/‖target‖_F), family, criterion, ...
+    covariance_error (‖predicted − target‖_F/‖target‖_F, every family), family,
+    criterion (what the family minimises or solves), blocks (with --family block), ...
     --plot FILE.png: target vs predicted covariance ellipses and Λ as a heat map.
     Example:  sgtune lambda --example hetero-linear --batch-size 64 --plot lambda.png
     """
@@ -46,18 +50,20 @@ def cli(**kw: object) -> None:
         target = load_npy(str(target), "--target")
     res = tune(prob.expansion, batch_size=B, target=target, method=str(kw["method"]), family=str(kw["family"]),
                inv_temperature=beta, without_replacement=bool(kw["without_replacement"]),
-               momentum=float(kw["momentum"]))  # type: ignore[arg-type]
-    doc = {
+               momentum=float(kw["momentum"]), blocks=kw["blocks"])  # type: ignore[arg-type]
+    doc = {**expansion_keys(prob.expansion),
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
         "spectral_radius_is_bound": res.stationary.spectral_radius_is_bound,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
-        "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dataset.dim,
+        "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
         "without_replacement": res.without_replacement, "model": prob.model.name,
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
         "command": command_line(), "references": references_of(tune),
     }
+    if kw["blocks"] is not None:
+        doc["blocks"] = str(kw["blocks"])
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
     png = render_plot(kw, lambda: figure_lambda(  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import click
 
 from .._refs import references_of
 from ..errors import SgtuneError
-from ..models import fit_map
+from ..models import fit_map, model_dim
 from ..theory.minibatch import minibatch_error
 from ._io import check_writable, emit, handle_errors, info
 from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
@@ -45,13 +45,16 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
     check_writable(output, overwrite, "--output")
     check_writable(json_path, overwrite, "--json")
     ds, model = load_data_model(kw)
-    gam = load_prior(kw, ds.dim)
+    d = model_dim(model, ds.dim)
+    if theta_path is None and kw.get("theta_hat"):  # the shared --theta-hat names the point too
+        theta_path = kw["theta_hat"]
+    gam = load_prior(kw, d)
     b = check_batch_size(batch_size, ds.n_data)
     if theta_path is None:
-        theta = fit_map(model, ds, gam).theta_hat
+        theta = fit_map(model, ds, gam, seed=int(kw.get("seed", 0))).theta_hat
         theta_source = "map"
     else:
-        theta = load_theta(theta_path, ds.dim)
+        theta = load_theta(theta_path, d)
         theta_source = theta_path
     if step_size is not None and not step_size > 0:
         raise SgtuneError(f"--step-size must be > 0, got {step_size}")
@@ -67,13 +70,13 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
         "frob2_sgld_gaussian": res.frob2_sgld_gaussian,
         "frob2_sglrw_gaussian": res.frob2_sglrw_gaussian,
         "diagonal_share_gaussian": res.diagonal_share_gaussian,
-        "isotropic_gaussian_share": 3.0 / (ds.dim + 2),
+        "isotropic_gaussian_share": 3.0 / (d + 2),
         "noise_cov_trace": res.noise_cov_trace,
         "grad_potential": res.grad_potential,
         "theta": theta,
         "theta_source": theta_source,
         "n_data": ds.n_data,
-        "dim": ds.dim,
+        "dim": d,
         "batch_size": b,
         "replacement": not without_replacement,
         "model": model.name,
@@ -84,10 +87,10 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
         doc["step_size"] = step_size
         doc["e_cov_sgld"] = step_size**2 * res.frob2_sgld
         doc["e_cov_sglrw"] = step_size**2 * res.frob2_sglrw
-    info(f"N = {ds.n_data}, D = {ds.dim}, B = {b} ({'with' if not without_replacement else 'without'} "
+    info(f"N = {ds.n_data}, D = {d}, B = {b} ({'with' if not without_replacement else 'without'} "
          f"replacement), θ = {theta_source}", quiet)
     info(f"  E‖M_SGLD‖²_F  = {res.frob2_sgld:.6g}   (Gaussian approx. {res.frob2_sgld_gaussian:.6g})", quiet)
     info(f"  E‖M_SGLRW‖²_F = {res.frob2_sglrw:.6g}   (Gaussian approx. {res.frob2_sglrw_gaussian:.6g})", quiet)
-    info(f"  diagonal share = {res.diagonal_share:.4f}  (isotropic Gaussian 3/(D+2) = {3 / (ds.dim + 2):.4f})",
+    info(f"  diagonal share = {res.diagonal_share:.4f}  (isotropic Gaussian 3/(D+2) = {3 / (d + 2):.4f})",
          quiet)
     emit(doc, json_path, arrays={output: res.expected_m_sgld})  # type: ignore[dict-item]

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from .._refs import references_of
-from ..models import fit_map
+from ..models import fit_map, model_dim
 from ..theory.minibatch import noise_anisotropy
 from ._io import check_writable, emit, handle_errors, info
 from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
@@ -46,12 +46,15 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
     check_writable(output, overwrite, "--output")
     check_writable(json_path, overwrite, "--json")
     ds, model = load_data_model(kw)
+    d = model_dim(model, ds.dim)
+    if theta_path is None and kw.get("theta_hat"):  # the shared --theta-hat names the point too
+        theta_path = kw["theta_hat"]
     b = check_batch_size(batch_size, ds.n_data)
     if theta_path is None:
-        theta = fit_map(model, ds, load_prior(kw, ds.dim)).theta_hat
+        theta = fit_map(model, ds, load_prior(kw, d), seed=int(kw.get("seed", 0))).theta_hat
         theta_source = "map"
     else:
-        theta = load_theta(theta_path, ds.dim)
+        theta = load_theta(theta_path, d)
         theta_source = theta_path
     res = noise_anisotropy(model, ds, theta, b, replacement=not without_replacement)
     doc = {
@@ -64,14 +67,14 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
         "theta": theta,
         "theta_source": theta_source,
         "n_data": ds.n_data,
-        "dim": ds.dim,
+        "dim": d,
         "batch_size": b,
         "replacement": not without_replacement,
         "model": model.name,
         "seed": kw.get("seed", 0),
         "references": references_of(noise_anisotropy),
     }
-    info(f"N = {ds.n_data}, D = {ds.dim}, B = {b}: κ(V) = {res.condition_number:.4g}; after the diagonal "
+    info(f"N = {ds.n_data}, D = {d}, B = {b}: κ(V) = {res.condition_number:.4g}; after the diagonal "
          f"(pSMILE) preconditioner κ = {res.residual_condition_number_diagonal:.4g}; after Cholesky whitening "
          f"κ = {res.residual_condition_number_cholesky:.4g}", quiet)
     emit(doc, json_path, arrays={output: res.noise_cov})

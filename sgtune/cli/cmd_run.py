@@ -14,7 +14,7 @@ from ..errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..trace_io import require_arviz, to_inference_data, write_netcdf
 from ._io import check_writable, command_line, emit, handle_errors, info
-from ._options import (LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
+from ._options import (expansion_keys, LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
 from ._render import key_values, matrix_summary
 
@@ -160,14 +160,14 @@ def cli(**kw: Any) -> None:
         raise click.UsageError("--steps T is required")
     netcdf = resolve_trace_format(kw)
     prob = load_problem(kw)
-    n, d = prob.dataset.n_data, prob.dataset.dim
+    n, d = prob.dataset.n_data, prob.dim
     step = resolve_step(kw, d)
     beta = parse_inv_temperature(kw["inverse_temperature"], n)
     batching = resolve_batching(kw)
     res = execute_chains(prob, step, kw, sampler=str(kw["sampler"]), batching=batching, steps=int(kw["steps"]),
                          burn_in=kw["burn_in"], inv_temperature=beta, decay=float(kw["decay"]),
                          thin=int(kw["thin"]))
-    doc = {**chain_json(res), "theta_hat": prob.expansion.theta_hat, "sampler": kw["sampler"],
+    doc = {**expansion_keys(prob.expansion), **chain_json(res), "theta_hat": prob.expansion.theta_hat, "sampler": kw["sampler"],
            "batching": batching, "batch_size": int(kw["batch_size"]), "n_data": n, "dim": d,
            "inverse_temperature": temperature_json(beta), "momentum": float(kw["momentum"]),
            "decay": float(kw["decay"]), "model": prob.model.name, "seed": int(kw["seed"]),

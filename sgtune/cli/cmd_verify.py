@@ -11,7 +11,7 @@ from ..plots import figure_verify
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
-from ._options import (batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
+from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
                        parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
@@ -64,7 +64,7 @@ def cli(**kw: Any) -> None:
         raise click.UsageError("give either the lambda options (--target/--method/--family) or "
                                "the covariance options (--step-size | --lambda), not both")
     prob = load_problem(kw)
-    n, d = prob.dataset.n_data, prob.dataset.dim
+    n, d = prob.dataset.n_data, prob.dim
     B = check_batch_size(int(kw["batch_size"]), n)
     beta = parse_inv_temperature(kw["inverse_temperature"], n)
     step = resolve_step(kw, d) if covariance_mode else None
@@ -91,7 +91,7 @@ def cli(**kw: Any) -> None:
             seed=int(kw["seed"]), progress=None if quiet else progress,
             keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
     t = rep.test
-    doc = {
+    doc = {**expansion_keys(prob.expansion), 
         "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,
         "threshold": t.threshold, "argmax": list(t.argmax), "n_tests": t.n_tests, "dof": t.dof, "alpha": t.alpha,
         "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error,

@@ -2,8 +2,10 @@
 
 Public API: :func:`run_chains` (GLM chains on data), :func:`run_quadratic_chains`
 (quadratic potential with synthetic Gaussian / α-stable gradient noise), :class:`ChainResult`.
-Kernels are top-level ``@njit`` functions in :mod:`sgtune.sampler.kernels`, selected by
-name from ``KERNELS``; each has a pure-Python twin in :mod:`sgtune.sampler.twins`.
+Chains run in one numba kernel composed from a batch schedule, a gradient and an update step
+(:mod:`sgtune.sampler.kernels`; models reach their gradient through a numba spec,
+:mod:`sgtune.sampler.specs`), with a pure-Python twin in :mod:`sgtune.sampler.twins`; models with
+only NumPy gradients run on :mod:`sgtune.sampler.general`.
 """
 from __future__ import annotations
 

@@ -24,12 +24,22 @@ compiled function only, so a kernel that inlines helpers from another module (``
 uses ``rng`` and ``grads``) would silently keep stale machine code when only the helper's
 file changes. The locators registered below give every function defined in
 ``sgtune/sampler/`` a stamp that hashes its own file and the :data:`CORE_MODULES`
-(``_jit``, ``rng``, ``grads``, ``kernels``) instead: editing a core module recompiles the
+(``_jit``, ``rng``, ``grads``, ``kernels``, ``targets``) instead: editing a core module recompiles the
 package's kernels once; editing any other file only recompiles that file's functions, as
 before. A new module whose helpers are inlined elsewhere belongs in :data:`CORE_MODULES`.
 (If a future numba renames its locator classes, the registration is skipped and the
 per-file behaviour returns: then delete ``sgtune/sampler/__pycache__/*.nb[ic]`` or
 ``$NUMBA_CACHE_DIR`` after editing a helper.)
+
+Composed kernels and the cache (:func:`component`): a kernel that takes jitted functions as
+arguments (numba first-class functions, one specialisation per combination) is keyed in the
+on-disk index by its argument *types*, and the type of a dispatcher argument pickles as the
+dispatcher's uuid — a random ``uuid4`` per process, so every process would miss the cache and
+append a new entry. :func:`component` gives a sampler component a stable uuid built from its
+qualified name and the :func:`package_stamp` of its file, so the index key is the same in every
+process (cache hits) and changes when the component's source or a core module changes (no stale
+machine code). A jitted function passed in that is not a component (e.g. a user's ``@njit``
+gradient) still works, but is compiled afresh in every process.
 
 Only ``sgtune/sampler/`` imports numba.
 """
@@ -41,7 +51,7 @@ import os
 
 import numba
 
-__all__ = ["njit", "njit_parallel", "prange", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
+__all__ = ["njit", "njit_parallel", "prange", "component", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
@@ -51,7 +61,7 @@ _SAMPLER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: modules whose numba helpers other sampler modules inline; a change in any of them must
 #: invalidate every cached function of the package
-CORE_MODULES = ("_jit.py", "rng.py", "grads.py", "kernels.py")
+CORE_MODULES = ("_jit.py", "rng.py", "grads.py", "kernels.py", "targets.py")
 
 
 @functools.lru_cache(maxsize=64)
@@ -125,3 +135,18 @@ njit_parallel = numba.njit(parallel=True, **NJIT_OPTIONS)
 prange = numba.prange
 get_num_threads = numba.get_num_threads
 set_num_threads = numba.set_num_threads
+
+
+def component(fn):  # type: ignore[no-untyped-def]
+    """``njit`` with a stable dispatcher uuid, for functions passed to composed kernels (module docstring).
+
+    Relies on numba's private ``Dispatcher._set_uuid`` (present since numba 0.4x); without it the
+    component still works and only the cross-process cache hits are lost.
+    """
+    disp = njit(fn)
+    stamp = package_stamp(fn.__code__.co_filename).hex()[:16]
+    try:
+        disp._set_uuid(f"sgtune.sampler:{fn.__module__}.{fn.__qualname__}:{stamp}")
+    except (AttributeError, AssertionError):  # pragma: no cover - numba internals changed
+        pass
+    return disp

@@ -1,8 +1,9 @@
 """Python driver for the SG-MCMC kernels: validate once, run in chunks, summarise.
 
-:func:`run_chains` runs GLM chains on a data set, :func:`run_quadratic_chains` chains on a
-quadratic potential with synthetic gradient noise (for theory checks). Both return a
-frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
+:func:`run_chains` runs chains of a model (a GLM, an MLP or any protocol model) on a data set,
+:func:`run_quadratic_chains` chains on a quadratic potential with synthetic gradient noise (for
+theory checks). Both return a frozen :class:`ChainResult` with pooled moments, batch-means
+standard errors and ESS.
 """
 from __future__ import annotations
 
@@ -16,16 +17,15 @@ import numpy as np
 from .._refs import cites
 from .._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
 from ..data import Dataset, make_dataset
-from ..errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
-from ..models import GLM, fit_map, get_model, prior_matrix
-from . import grads
-from .kernels import BATCHING_IDS, COV_BLOCK, KERNELS, LAM_DENSE, LAM_DIAG
+from ..errors import ConvergenceError, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..models import fit_map, get_model, prior_matrix
+from ..models.base import model_label
+from . import grads, kernels
+from .kernels import BATCH_FNS, BATCHINGS, COV_BLOCK, LAM_DENSE, LAM_DIAG, SAMPLERS, step_fn_for
 from .rng import chain_states
+from .specs import ORACLES, numba_spec_of
 
-__all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS"]
-
-SAMPLERS = tuple(KERNELS)
-BATCHINGS = tuple(BATCHING_IDS)
+__all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim"]
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -102,14 +102,14 @@ class ChainResult:
 
 # --------------------------------------------------------------------------- public API
 @cites("wang2026", "§2.1 (SG(L)D, mean-loss scaling) and eq. (B.1) (momentum)")
-def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: Any, *, batch_size: int,
+def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *, batch_size: int,
                n_steps: int, n_chains: int = 4, burn_in: int | None = None, prior_precision: Any = 0.0,
                initial: Any = None, inv_temperature: float = math.inf, momentum: float = 0.0,
                sampler: str = "sgld", batching: str = "replacement", decay: float = 0.0, thin: int = 0,
                observables: Any = None, epoch_moments: bool = False, batches_per_chain: int | None = None,
                seed: int = 0, progress: ProgressCallback | None = None, backend: str = "numba",
                noise_variance: float = 1.0, beta_power: float | None = None) -> ChainResult:
-    r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a GLM.
+    r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a model.
 
     G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
     with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (seed 003, eq. B.1).
@@ -118,8 +118,13 @@ def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: A
 
     Parameters
     ----------
-    model : GLM or {"linear", "logistic", "poisson", "beta-linear"}
-        Per-observation loss (a name is resolved with ``noise_variance``/``beta_power``).
+    model : GLM, {"linear", "logistic", "poisson", "beta-linear"} or a protocol model
+        Per-observation loss (a name is resolved with ``noise_variance``/``beta_power``). Any
+        object with ``numba_spec(p) -> (kind, ints, floats)`` (e.g. :class:`sgtune.models.MLP`,
+        kind ``"mlp"``, :mod:`sgtune.sampler.specs`) runs in the compiled kernel; an object with only
+        ``per_sample_grads(theta, X, y) -> (n, D)`` (and optionally ``batched_grads``) runs on
+        the general NumPy path (:mod:`sgtune.sampler.general`). The parameter dimension D is
+        ``n_params`` of the spec, else ``model.n_params(p)``, else p.
     data : Dataset or (X, y)
         The data.
     step_matrix : float, (D,) or (D, D)
@@ -135,7 +140,9 @@ def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: A
     prior_precision : float or (D, D)
         Γ (scalar G means G·I).
     initial : (D,) or (C, D), optional
-        Starting point(s); default θ̂, the MAP (fitted here).
+        Starting point(s); default θ̂, the MAP fitted here by :func:`sgtune.models.fit_map` (with
+        ``seed`` for a non-convex model's start); a model that cannot be fitted (no
+        ``per_sample_losses``, or no ``initial_params`` for a non-convex one) needs it.
     inv_temperature : float
         β; ``inf`` is SGD (no injected noise).
     momentum : float
@@ -158,8 +165,10 @@ def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: A
         Seed; chain c uses ``SeedSequence(seed).spawn(C)[c]`` (:mod:`sgtune.sampler.rng`).
     progress : callable(done, total), optional
         Called after each chunk of steps (e.g. a click progress bar).
-    backend : {"numba", "python"}
-        ``python`` runs the pure-Python twin (slow; tests).
+    backend : {"numba", "python", "numpy"}
+        ``python`` runs the pure-Python twin (slow; tests; GLMs and quadratics); ``numpy`` forces
+        the general path (NumPy gradients from ``model.per_sample_grads``) even for a model with a
+        numba spec.
     noise_variance, beta_power : float
         Used when ``model`` is a name.
 
@@ -174,14 +183,23 @@ def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: A
     NotPositiveDefiniteError
         Λ is not SPD although β < ∞.
     """
-    glm = model if isinstance(model, GLM) else get_model(str(model), noise_variance=noise_variance,
-                                                         beta_power=beta_power)
+    if isinstance(model, str):
+        model = get_model(model, noise_variance=noise_variance, beta_power=beta_power)
     ds = data if isinstance(data, Dataset) else make_dataset(*data)
-    glm.check_response(ds.y, ds.source or "y")
-    n, d = ds.n_data, ds.dim
+    label = model_label(model)
+    check = getattr(model, "check_response", None)
+    if check is not None:
+        check(ds.y, ds.source or "y")
+    n, p = ds.n_data, ds.dim
     check_int(batch_size, "batch_size", low=1, high=n)
     if n >= 2**32:
         raise SgtuneError(f"the sampler supports N < 2^32 data points, got N = {n}")
+    spec = numba_spec_of(model, p)
+    if backend == "numpy" or spec is None:
+        if not callable(getattr(model, "per_sample_grads", None)):
+            raise SgtuneError(f"model {label} has neither numba_spec() nor per_sample_grads(theta, X, y); "
+                              "give it one of them (see sgtune.sampler.specs)")
+    d = parameter_dim(model, spec, p)
     gam = prior_matrix(prior_precision, d)
     if not np.any(gam):
         prior_kind, prior = grads.PRIOR_NONE, np.zeros((d, d))
@@ -190,15 +208,18 @@ def run_chains(model: GLM | str, data: Dataset | tuple[Any, Any], step_matrix: A
     else:
         prior_kind, prior = grads.PRIOR_DENSE, gam / n
     if initial is None:
-        initial = fit_map(glm, ds, gam).theta_hat
-    mpar = grads.model_params(glm.noise_variance, glm.beta_power)
-    return _run(X=ds.X, y=ds.y, model_id=grads.MODEL_IDS[glm.name], mpar=mpar, noise_chol=np.zeros((d, d)),
+        initial = _map_start(model, ds, gam, d, seed, label)
+    kind, ints, floats = spec if spec is not None else ("python", np.zeros(1, dtype=np.int64), np.zeros(1))
+    if backend == "numpy":
+        kind = "python"
+    return _run(X=ds.X, y=ds.y, kind=kind, ints=ints, floats=floats, mat=prior, dim=d, py_model=model,
                 prior_kind=prior_kind, prior=prior, step_matrix=step_matrix, initial=initial,
                 batch_size=int(batch_size), n_steps=n_steps, n_chains=n_chains, burn_in=burn_in,
                 inv_temperature=inv_temperature, momentum=momentum, sampler=sampler, batching=batching,
                 decay=decay, thin=thin, observables=observables, epoch_moments=epoch_moments,
                 batches_per_chain=batches_per_chain, seed=seed, progress=progress, backend=backend,
-                settings={"model": glm.name, "n_data": n, "batch_size": int(batch_size)})
+                settings={"model": label, "n_data": n, "batch_size": int(batch_size), "oracle": kind,
+                          "n_params": d})
 
 
 @cites("gnld2025", "eq. (2.8) with Q = 0: SG Euler–Maruyama on a quadratic potential")
@@ -247,10 +268,10 @@ def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chai
         alpha = float(noise_alpha)
         if not 0 < alpha <= 2:
             raise SgtuneError(f"noise_alpha must lie in (0, 2], got {alpha}")
-        model_id, mpar = grads.QUAD_STABLE, grads.model_params(alpha=alpha,
-                                                               scale=check_positive(noise_scale, "noise_scale"))
+        kind, mpar = "quadratic-stable", grads.model_params(alpha=alpha,
+                                                            scale=check_positive(noise_scale, "noise_scale"))
     else:
-        model_id, mpar = grads.QUAD_GAUSS, grads.model_params()
+        kind, mpar = "quadratic-gaussian", grads.model_params()
         if noise_cov is not None:
             cov = as_square(noise_cov, "noise_cov", d)
             lam, vec = np.linalg.eigh(0.5 * (cov + cov.T))
@@ -263,14 +284,17 @@ def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chai
                 half = vec * np.sqrt(np.clip(lam, 0, None))
                 chol = np.linalg.qr(half.T)[1].T
                 chol = chol * np.sign(np.diag(chol) + (np.diag(chol) == 0))
-    return _run(X=np.ascontiguousarray(A), y=mu, model_id=model_id, mpar=mpar,
-                noise_chol=np.ascontiguousarray(chol), prior_kind=grads.PRIOR_NONE, prior=np.zeros((d, d)),
+    if backend == "numpy":
+        raise SgtuneError("backend must be 'numba' or 'python' for quadratic chains, got 'numpy'")
+    return _run(X=np.ascontiguousarray(A), y=mu, kind=kind, ints=np.zeros(1, dtype=np.int64), floats=mpar,
+                mat=np.ascontiguousarray(chol), dim=d, py_model=None, prior_kind=grads.PRIOR_NONE,
+                prior=np.zeros((1, 1)),
                 step_matrix=step_matrix, initial=mu if initial is None else initial, batch_size=1,
                 n_steps=n_steps, n_chains=n_chains, burn_in=burn_in, inv_temperature=inv_temperature,
-                momentum=momentum, sampler=sampler, batching="replacement", decay=decay, thin=thin,
+                momentum=momentum, sampler=sampler, batching="none", decay=decay, thin=thin,
                 observables=observables, epoch_moments=False, batches_per_chain=batches_per_chain,
                 seed=seed, progress=progress, backend=backend,
-                settings={"model": "quadratic-stable" if model_id == grads.QUAD_STABLE else "quadratic-gaussian"})
+                settings={"model": kind})
 
 
 # --------------------------------------------------------------------------- helpers
@@ -312,19 +336,57 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
     return np.ascontiguousarray(lam), kind, np.ascontiguousarray(fac), inject
 
 
-def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise_chol: np.ndarray,
-         prior_kind: int, prior: np.ndarray, step_matrix: Any, initial: Any, batch_size: int, n_steps: int,
-         n_chains: int, burn_in: int | None, inv_temperature: float, momentum: float, sampler: str,
-         batching: str, decay: float, thin: int, observables: Any, epoch_moments: bool,
-         batches_per_chain: int | None, seed: int, progress: ProgressCallback | None, backend: str,
-         settings: dict[str, Any]) -> ChainResult:
-    if sampler not in KERNELS:
-        raise SgtuneError(f"sampler must be one of {', '.join(KERNELS)}, got {sampler!r}")
-    if batching not in BATCHING_IDS:
-        raise SgtuneError(f"batching must be one of {', '.join(BATCHING_IDS)}, got {batching!r}")
-    if backend not in ("numba", "python"):
-        raise SgtuneError(f"backend must be 'numba' or 'python', got {backend!r}")
-    d = y.shape[0] if model_id >= grads.QUAD_GAUSS else X.shape[1]
+def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, label: str) -> np.ndarray:
+    """θ̂ = ``fit_map(model, ds, Γ, seed=seed)`` as the chains' start (the default ``initial``)."""
+    needs = ["per_sample_losses"]
+    if getattr(model, "fit_method", "lbfgs") != "newton":
+        needs.append("initial_params")
+    missing = [m for m in needs if not callable(getattr(model, m, None))]
+    if missing:
+        raise SgtuneError(f"initial is required for model {label}: the default start θ̂ is fitted by fit_map, which "
+                          f"needs {' and '.join(f'{m}()' for m in missing)}; pass initial=<(D,) = ({d},) array>")
+    try:
+        return fit_map(model, ds, gam, seed=seed).theta_hat
+    except ConvergenceError as exc:
+        raise ConvergenceError(f"{exc} (run_chains fits θ̂ as the start when initial is not given; or pass "
+                               f"initial=<(D,) = ({d},) array>)", residual=exc.residual, method=exc.method) from None
+
+
+def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:
+    """D of ``model`` on p = ``n_features`` features: ``model.n_params(p)`` if it has one (checked against the
+    numba spec's count), else the spec's count, else p."""
+    label = model_label(model)
+    fn = getattr(model, "n_params", None)
+    own = check_int(fn(n_features), f"{label}.n_params({n_features})", low=1) if callable(fn) else None
+    if spec is None:
+        return n_features if own is None else own
+    kind, ints, _ = spec
+    if kind == "mlp" and int(ints[0]) != n_features:
+        raise ShapeError(f"model {label}: its numba spec has n_in = {int(ints[0])} inputs but the data have "
+                         f"p = {n_features} features")
+    d = int(ORACLES[kind].n_params(ints, n_features))
+    if own is not None and own != d:
+        raise SgtuneError(f"model {label}.n_params({n_features}) = {own} disagrees with its numba spec "
+                          f"({kind!r}: D = {d})")
+    return d
+
+
+def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: np.ndarray, mat: np.ndarray,
+         dim: int, py_model: Any, prior_kind: int, prior: np.ndarray, step_matrix: Any, initial: Any,
+         batch_size: int, n_steps: int, n_chains: int, burn_in: int | None, inv_temperature: float,
+         momentum: float, sampler: str, batching: str, decay: float, thin: int, observables: Any,
+         epoch_moments: bool, batches_per_chain: int | None, seed: int, progress: ProgressCallback | None,
+         backend: str, settings: dict[str, Any]) -> ChainResult:
+    if sampler not in SAMPLERS:
+        raise SgtuneError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    if batching not in BATCHINGS and batching != "none":
+        raise SgtuneError(f"batching must be one of {', '.join(BATCHINGS)}, got {batching!r}")
+    if backend not in ("numba", "python", "numpy"):
+        raise SgtuneError(f"backend must be 'numba', 'python' or 'numpy', got {backend!r}")
+    if backend == "python" and kind not in ("glm", "quadratic-gaussian", "quadratic-stable"):
+        raise SgtuneError(f"backend 'python' (the pure-Python twin) supports GLMs and quadratic oracles, "
+                          f"not {kind!r} models; use backend='numba'")
+    d = dim
     n_data = X.shape[0]
     T = check_int(n_steps, "n_steps", low=1)
     C = check_int(n_chains, "n_chains", low=1)
@@ -362,9 +424,11 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     rng_state = chain_states(seed, C)
     # per-chain permutations only where the batching uses them (C·N int64 would be 512 MB for
     # N = 10⁶, C = 64); with replacement the kernel never reads them
-    n_perm = 1 if batching == "replacement" else n_data
+    n_perm = n_data if batching in ("without-replacement", "reshuffle") else 1
     perm = np.tile(np.arange(n_perm, dtype=np.int64), (C, 1))
     epoch_pos = np.zeros(C, dtype=np.int64)
+    diverged = -np.ones(C, dtype=np.int64)
+    clip_count = np.zeros(C, dtype=np.int64)
     acc_n = np.zeros((C, S), dtype=np.int64)
     acc_mean = np.zeros((C, S, d))
     acc_m2 = np.zeros((C, S, d, d))
@@ -375,25 +439,40 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     pos_mean = np.zeros((C, R, d))
     pos_m2 = np.zeros((C, R, d))
     obs_sum = np.zeros((C, obs.shape[0]))
-    diverged = -np.ones(C, dtype=np.int64)
-    clip_count = np.zeros(C, dtype=np.int64)
-    model_id, prior_kind, lam_kind = int(model_id), int(prior_kind), int(lam_kind)
-    bid = int(BATCHING_IDS[batching])
+    state = (theta, mom, rng_state, perm, epoch_pos, diverged, clip_count)
+    hp = np.array([kappa, 1.0 if inject else 0.0])
+    upd = (lam, fac, hp)
+    sched = (int(batch_size), gamma)
+    step_fn = step_fn_for(sampler, lam_kind)
+    batch_fn = BATCH_FNS[batching]
 
-    def call(t0: int, steps: int) -> None:
-        last = t0 + steps == T  # the last call merges the pending covariance block
-        args = (theta, mom, rng_state, perm, epoch_pos, int(t0), int(steps), int(T0), X, y, model_id, mpar,
-                noise_chol, prior_kind, prior, lam, lam_kind, fac, bool(inject), kappa, int(batch_size), bid,
-                gamma, int(seg_len), acc_n, acc_mean, acc_m2, blk, blk_n, bool(last), int(thin), trace, pos_n,
-                pos_mean, pos_m2, obs, obs_sum, diverged, clip_count)
-        if backend == "numba":
-            KERNELS[sampler](*args)
-        else:
-            from .twins import run_twin
-            run_twin(sampler, *args)
+    def outputs(last: bool) -> tuple[Any, ...]:
+        return (int(seg_len), acc_n, acc_mean, acc_m2, blk, blk_n, bool(last), int(thin), trace, pos_n, pos_mean,
+                pos_m2, obs, obs_sum)
+
+    if kind == "python":
+        from .general import GeneralPath
+
+        path = GeneralPath(py_model, X, y, d, batch_fn, step_fn, state, prior_kind, prior, gamma, upd, int(batch_size))
+
+        def call(t0: int, steps: int) -> None:
+            path.run(t0, steps, int(T0), outputs, T)
+    else:
+        oracle = ORACLES[kind]
+        ora = (X, y, ints, floats, mat, int(prior_kind), prior, int(oracle.work_size(ints, d, int(batch_size))))
+
+        def call(t0: int, steps: int) -> None:
+            last = t0 + steps == T  # the last call merges the pending covariance block
+            if backend == "numba":
+                kernels.chains(BATCH_FNS[batching], oracle.grad_fn, step_fn, state, int(t0), int(steps), int(T0),
+                               ora, sched, upd, outputs(last))
+            else:
+                from .twins import run_twin
+                run_twin(sampler, lam_kind, batching, kind, state, int(t0), int(steps), int(T0), ora, sched, upd,
+                         outputs(last))
 
     tic = time.perf_counter()
-    if backend == "numba":
+    if backend == "numba" and kind != "python":
         call(0, 0)  # compiles (or loads the cache) without doing any work
     compile_seconds = time.perf_counter() - tic
     chunk = T if progress is None else max(1, -(-T // 50))
@@ -425,7 +504,7 @@ def _run(*, X: np.ndarray, y: np.ndarray, model_id: int, mpar: np.ndarray, noise
     coord_updates = max(1, C * T * d)
     settings = {**settings, "sampler": sampler, "batching": batching, "inv_temperature": float(inv_temperature),
                 "momentum": kappa, "decay": gamma, "step_kind": "dense" if lam_kind == LAM_DENSE else "diagonal",
-                "batches_per_chain": S, "thin": thin, "backend": backend}
+                "batches_per_chain": S, "thin": thin, "backend": backend if kind != "python" else "numpy"}
     return ChainResult(mean=summary[0], cov=summary[1], mean_standard_error=summary[2],
                        cov_standard_error=summary[3], ess=summary[4], n_batches=summary[5],
                        chain_means=chain_means, chain_covs=chain_covs, batch_covs=summary[6],

@@ -11,6 +11,14 @@ The quadratic oracle (ids 4, 5) is for theory checks without data:
 G(θ) = A(θ − μ) + ε with ε = L z, z ~ N(0, I), LLᵀ = C (``quadratic-gaussian``), or
 ε_i = scale · S_α i.i.d. symmetric α-stable (``quadratic-stable``).
 
+Gradient components (composed into a chain by :mod:`sgtune.sampler.kernels`) all have the
+signature ``grad_fn(theta, X, y, idx, nb, ints, floats, mat, st, work, grad)``: write the
+data term of G for the minibatch ``idx[:nb]`` into ``grad`` (the chain adds the prior Γθ/N
+with :func:`add_prior`), using the model's integer and float parameters, an optional matrix
+``mat``, the chain's random stream ``st`` and a per-chain work buffer ``work`` (its length is
+the model's ``work_size``, see :data:`sgtune.sampler.specs.ORACLES`). :data:`GRAD_FNS` maps a
+spec kind to its component.
+
 Model parameters are passed as a float64 vector ``mpar`` = [σ², p, c, α, scale] with
 c = (2πσ²)^{(1−p)/2} (β-divergence constant); unused entries are ignored.
 """
@@ -20,12 +28,12 @@ import math
 
 import numpy as np
 
-from ._jit import njit
+from ._jit import component, njit
 from .rng import fill_normals, stable_symmetric
 
 __all__ = ["MODEL_IDS", "LINEAR", "LOGISTIC", "POISSON", "BETA_LINEAR", "QUAD_GAUSS", "QUAD_STABLE",
            "model_params", "glm_d1", "glm_d1_vector", "row_dot", "rows4_dot", "minibatch_gradient",
-           "quadratic_gradient"]
+           "quadratic_gradient", "add_prior", "glm_grad", "quad_gauss_grad", "quad_stable_grad", "GRAD_FNS"]
 
 LINEAR, LOGISTIC, POISSON, BETA_LINEAR, QUAD_GAUSS, QUAD_STABLE = 0, 1, 2, 3, 4, 5
 MODEL_IDS: dict[str, int] = {"linear": LINEAR, "logistic": LOGISTIC, "poisson": POISSON,
@@ -238,3 +246,37 @@ def gradient_cost(theta, X, y, idx, model, n_iter):  # type: ignore[no-untyped-d
         minibatch_gradient(theta, X, y, idx, 0, b, model, mpar, PRIOR_NONE, prior, eta, grad)
         acc += grad[0]
     return acc
+
+
+@njit
+def add_prior(prior_kind, prior, theta, grad):  # type: ignore[no-untyped-def]
+    """grad += Γθ/N with ``prior`` = Γ/N read as ``prior[0, 0]·I`` (kind 1), dense (kind 2), or nothing (0)."""
+    if prior_kind == PRIOR_SCALAR:
+        g0 = prior[0, 0]
+        for j in range(theta.shape[0]):
+            grad[j] += g0 * theta[j]
+    elif prior_kind == PRIOR_DENSE:
+        for i in range(theta.shape[0]):
+            grad[i] += row_dot(prior, i, theta)
+
+
+@component
+def glm_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """GLM data term (1/|S|) Σ ρ'(x_nᵀθ, y_n) x_n; ints = [model id], floats = ``mpar``, work ≥ B."""
+    minibatch_gradient(theta, X, y, idx, 0, nb, ints[0], floats, PRIOR_NONE, mat, work, grad)
+
+
+@component
+def quad_gauss_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """A(θ − μ) + L z with X = A, y = μ, mat = L (Cholesky factor of C), work ≥ D."""
+    quadratic_gradient(theta, X, y, QUAD_GAUSS, mat, floats, st, work, grad)
+
+
+@component
+def quad_stable_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """A(θ − μ) + scale·S_α i.i.d. with X = A, y = μ, floats = [σ², p, c, α, scale], work ≥ D."""
+    quadratic_gradient(theta, X, y, QUAD_STABLE, mat, floats, st, work, grad)
+
+
+#: gradient component per oracle kind (the MLP's lives in :mod:`sgtune.sampler.mlp`)
+GRAD_FNS = {"glm": glm_grad, "quadratic-gaussian": quad_gauss_grad, "quadratic-stable": quad_stable_grad}

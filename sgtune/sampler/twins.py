@@ -21,9 +21,14 @@ __all__ = ["run_twin", "batch_twin"]
 _GLM_NAMES = {0: "linear", 1: "logistic", 2: "poisson", 3: "beta-linear"}
 
 
-def batch_twin(gen: Xoshiro256PP, perm: np.ndarray, n_data: int, batch_size: int, batching: int,
+_BATCH_CODES = {"replacement": 0, "without-replacement": 1, "reshuffle": 2}
+
+
+def batch_twin(gen: Xoshiro256PP, perm: np.ndarray, n_data: int, batch_size: int, batching: int | str,
                epoch_pos: int) -> tuple[np.ndarray, int]:
-    """The next minibatch (indices) and the new epoch position (mirror of ``draw_batch``)."""
+    """The next minibatch (indices) and the new epoch position (mirror of the batch components)."""
+    if isinstance(batching, str):
+        batching = _BATCH_CODES[batching]
     if batching == 0:
         return np.array([gen.randbelow(n_data) for _ in range(batch_size)], dtype=np.int64), epoch_pos
     if batching == 1:
@@ -40,20 +45,22 @@ def batch_twin(gen: Xoshiro256PP, perm: np.ndarray, n_data: int, batch_size: int
     return perm[start:min(start + batch_size, n_data)].copy(), (epoch_pos + 1) % n_batches
 
 
-def run_twin(sampler: str, theta: np.ndarray, mom: np.ndarray, rng_state: np.ndarray, perm: np.ndarray,
-             epoch_pos: np.ndarray, t0: int, n_steps: int, burn_in: int, X: np.ndarray, y: np.ndarray,
-             model: int, mpar: np.ndarray, noise_chol: np.ndarray, prior_kind: int, prior: np.ndarray,
-             lam: np.ndarray, lam_kind: int, noise_fac: np.ndarray, inject: bool, kappa: float,
-             batch_size: int, batching: int, decay: float, seg_len: int, acc_n: np.ndarray,
-             acc_mean: np.ndarray, acc_m2: np.ndarray, blk: np.ndarray, blk_n: np.ndarray, flush: bool,
-             thin: int, trace: np.ndarray, pos_n: np.ndarray,
-             pos_mean: np.ndarray, pos_m2: np.ndarray, obs: np.ndarray, obs_sum: np.ndarray,
-             diverged: np.ndarray, clip_count: np.ndarray) -> None:
-    """Same contract as ``KERNELS[sampler](...)`` (see :mod:`sgtune.sampler.kernels`).
+def run_twin(sampler: str, lam_kind: int, batching: str, kind: str, state: tuple[np.ndarray, ...], t0: int,
+             n_steps: int, burn_in: int, oracle: tuple[Any, ...], sched: tuple[int, float],
+             upd: tuple[np.ndarray, np.ndarray, np.ndarray], out: tuple[Any, ...]) -> None:
+    """Same contract as ``kernels.chains(BATCH_FNS[batching], grad, STEP_FNS[sampler, lam_kind], ...)``.
 
     The moments are accumulated by plain per-step Welford updates (the kernel's blocked merge
     is a different route to the same numbers), so ``blk``, ``blk_n`` and ``flush`` are unused.
     """
+    theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state
+    X, y, ints, mpar, noise_chol, prior_kind, prior, _work_len = oracle
+    batch_size, decay = sched
+    lam, noise_fac, hp = upd
+    kappa, inject = float(hp[0]), bool(hp[1])
+    (seg_len, acc_n, acc_mean, acc_m2, _blk, _blk_n, _flush, thin, trace, pos_n, pos_mean, pos_m2, obs,
+     obs_sum) = out
+    model = int(ints[0]) if kind == "glm" else {"quadratic-gaussian": 4, "quadratic-stable": 5}[kind]
     glm: Any = None
     if model < 4:
         glm = get_model(_GLM_NAMES[model], noise_variance=float(mpar[0]),

@@ -46,7 +46,7 @@ from .._refs import cites
 from .._validation import as_float_array, as_square, as_vector, check_int, check_positive
 from ..data import Dataset
 from ..errors import ShapeError, SgtuneError
-from ..models import GLM, prior_matrix
+from ..models import GLM, checked_call, model_dim, prior_matrix
 
 __all__ = [
     "MomentCoefficients",
@@ -447,14 +447,15 @@ def posterior_minibatch_error(model: GLM, data: Dataset, thetas: Any, batch_size
     T = as_float_array(thetas, "thetas")
     if T.ndim == 1:
         T = T[None, :]
-    if T.ndim != 2 or T.shape[1] != data.dim:
-        raise ShapeError(f"thetas must be (L, D) = (L, {data.dim}) but has shape {T.shape}")
+    d = model_dim(model, data.dim)
+    if T.ndim != 2 or T.shape[1] != d:
+        raise ShapeError(f"thetas must be (L, D) = (L, {d}) but has shape {T.shape}")
     if T.shape[0] < 1:
         raise ShapeError("thetas must contain at least one draw (L >= 1)")
     delta = None if step_size is None else check_positive(step_size, "step_size")
     full = np.empty(T.shape[0])
     off = np.empty(T.shape[0])
-    gam = prior_matrix(prior_precision, data.dim)
+    gam = prior_matrix(prior_precision, d)
     for k, th in enumerate(T):
         r = minibatch_error(model, data, th, batch_size, prior_precision=gam, replacement=replacement,
                             return_matrices=False)
@@ -491,10 +492,12 @@ def gradient_estimate_terms(model: GLM, data: Dataset, theta: Any, prior_precisi
     ----------
     Mensch et al. (seed 000), eqs. 2 and 6.
     """
-    th = as_vector(theta, "theta", data.dim)
-    gam = prior_matrix(prior_precision, data.dim)
-    model.check_response(data.y, data.source or "y")
-    u = model.per_sample_grads(th, data.X, data.y)
+    d = model_dim(model, data.dim)
+    th = as_vector(theta, "theta", d)
+    gam = prior_matrix(prior_precision, d)
+    if callable(getattr(model, "check_response", None)):
+        model.check_response(data.y, data.source or "y")
+    u = checked_call(model, "per_sample_grads", th, data.X, data.y, shape=(data.n_data, d))
     return u, gam @ th + u.sum(axis=0)
 
 
@@ -645,10 +648,10 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     ----------
     Seed 001 (SMILE), appendix A; THEORY §5 (last bullet).
     """
-    th = as_vector(theta, "theta", data.dim)
-    n, d = data.X.shape
+    n, d = data.n_data, model_dim(model, data.dim)
+    th = as_vector(theta, "theta", d)
     b = check_int(batch_size, "batch_size", low=1, high=None if replacement else n)
-    u = model.per_sample_grads(th, data.X, data.y)
+    u = checked_call(model, "per_sample_grads", th, data.X, data.y, shape=(n, d))
     coef = minibatch_moment_coefficients(n, b, replacement=replacement)
     C = u - u.mean(axis=0)
     V = (n / b) ** 2 * coef.second * (C.T @ C)

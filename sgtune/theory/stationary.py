@@ -155,6 +155,13 @@ def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndar
         return np.diag(arr)
     if arr.shape != (dim, dim):
         raise ShapeError(f"{name} must be (D, D) = ({dim}, {dim}) but has shape {arr.shape}")
+    symmetric = is_symmetric(arr) or np.linalg.norm(arr - arr.T) <= 1e-12 * np.linalg.norm(arr)
+    if symmetric:  # a non-symmetric Λ is allowed for SGD; its stability is checked by the solver
+        lam_min = float(np.linalg.eigvalsh(0.5 * (arr + arr.T))[0])
+        if not lam_min > 0:
+            raise NotPositiveDefiniteError(
+                f"{name} Λ must be symmetric positive definite, but its smallest eigenvalue is {lam_min:.4g}; "
+                "pass a positive-definite step-size matrix (e.g. the output of sgtune lambda)")
     return arr.copy()
 
 
@@ -237,6 +244,9 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
         else:
             rho = _spectral_radius_bound(system, S)
             is_bound = True
+            if not rho < 1:  # void bound: Q₀ singular (momentum without injected noise) — compute ρ instead
+                rho = _spectral_radius_iterative(system, S)
+                is_bound = False
     if not rho < 1:
         _raise_unstable(system, rho)
     res = _relative_residual(system, S)
@@ -294,9 +304,9 @@ def predict_comparison_cov(expansion: Expansion, step_matrix: Any, *, batch_size
             _raise_unstable(system, np.inf)
         S = sla.solve_discrete_lyapunov(system.F, lam @ C_hat @ lam.T + inj)
     else:
-        if expansion.model != "linear":
-            raise SgtuneError("theory 'lr-ws' assumes a well-specified linear regression; the model is "
-                              f"{expansion.model!r}")
+        if math.isnan(expansion.residual_variance):  # only Gaussian linear models provide it
+            raise SgtuneError("theory 'lr-ws' assumes a well-specified linear regression (a model with a "
+                              f"residual variance); the model is {expansion.model!r}")
         J = expansion.curvature
         ratio = expansion.residual_variance / expansion.noise_variance
         # vec(ΛJΣJΛᵀ) = (ΛJ ⊗ ΛJ) vec Σ; vec(tr(JΣ) ΛJΛᵀ) = vec(ΛJΛᵀ) vec(J)ᵀ vec Σ
@@ -648,6 +658,11 @@ def _check_deterministic_stability(system: _System) -> None:
 
 def _raise_unstable(system: _System, rho: float) -> None:
     c = _max_stable_multiplier(system, 1e-3)
+    if not c > 0:
+        raise UnstableStepSizeError(
+            f"step_matrix is unstable for every positive multiple (spectral radius {rho:.4g} >= 1): ΛH has an "
+            "eigenvalue with non-positive real part; use a symmetric positive-definite Λ (e.g. from sgtune lambda)",
+            spectral_radius=rho, max_stable_step=0.0)
     raise UnstableStepSizeError(
         f"step_matrix is unstable: the second-moment map has spectral radius {rho:.4g} >= 1; "
         f"scale the step size by less than {c:.4g} (largest stable multiple of Λ; without noise the bound "

@@ -1,0 +1,20 @@
+"""Models: the protocol (:mod:`~sgtune.models.base`), its implementations, fitting and the expansion.
+
+- :mod:`sgtune.models.base` — the per-observation model protocol the theory and the sampler consume;
+- :mod:`sgtune.models.glm` — generalised linear models (rank-one J_n = w_n x_n x_nᵀ);
+- :mod:`sgtune.models.mlp` — feed-forward networks (exact or Gauss–Newton curvature);
+- :mod:`sgtune.models.user` — loading a user's model from ``file.py:NAME``;
+- :mod:`sgtune.models.autodiff` — a model from a JAX log-likelihood (extra ``[jax]``);
+- :mod:`sgtune.models.expansion` — MAP fit and the expansion at θ̂ (g_n, J_n, H, J, 𝓘, ḡ).
+"""
+from __future__ import annotations
+
+from .base import (DenseCurvature, ModelError, PerSampleModel, RankOneCurvature, checked_call, model_dim,
+                   model_label, per_sample_curvature)
+from .expansion import DENSE_HESSIAN_BUDGET, Expansion, FitResult, expand, fit_map, prior_matrix
+from .glm import GLM, GLM_IDS, MODEL_NAMES, get_model
+from .mlp import MLP, make_mlp
+
+__all__ = ["PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "checked_call", "model_dim",
+           "model_label", "per_sample_curvature", "GLM", "GLM_IDS", "MODEL_NAMES", "get_model", "FitResult",
+           "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET", "MLP", "make_mlp"]

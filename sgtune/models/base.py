@@ -1,0 +1,190 @@
+"""The model protocol: what the expansion, the theory and the sampler consume of a model.
+
+A *model* is a per-observation loss l_n(θ) = l(θ; x_n, y_n) (the negative log-likelihood of
+observation n up to a constant). sgtune never branches on a model's name: it calls the
+methods below, and chooses its fast paths from the *structure* a model declares
+(STYLE.md §8, after statsmodels' GLM families and blackjax's ``logdensity_fn``).
+
+Required
+--------
+``name`` : str
+    Shown in outputs.
+``per_sample_losses(theta, X, y) -> (n,)``
+    l_n(θ) for the rows given.
+``per_sample_grads(theta, X, y) -> (n, D)``
+    g_n = ∇_θ l_n(θ).
+and one way to get the per-sample curvature J_n = ∇²_θ l_n(θ):
+``curvature(theta, X, y) -> RankOneCurvature | DenseCurvature``
+    the structure the model has (rank-one J_n = w_n u_n u_nᵀ, as for GLMs with u_n = x_n
+    and for a Gauss–Newton network with u_n = ∇_θ f(x_n)); or
+``per_sample_hessians(theta, X, y) -> (n, D, D)``
+    dense J_n (small D); or
+``hessian_vector_products(theta, X, y, v) -> (n, D)``
+    J_n v for every n (dense J_n is then assembled column by column: D products).
+
+Optional
+--------
+``n_params(n_features) -> int``
+    D, the length of θ, for data with ``n_features`` columns (default: D = n_features).
+``check_response(y, source)``
+    Raise :class:`~sgtune.errors.DataFormatError` when y is outside the model's domain.
+``check_identifiable(X, y, prior_precision, source)``
+    Raise when the minimiser does not exist or is not unique (GLMs: separable logistic data,
+    rank-deficient designs).
+``initial_params(n_features, rng) -> (D,)``
+    A seeded starting point for the optimiser (required for non-convex models fitted without
+    ``theta_hat``).
+``convex`` : bool
+    True when the loss is convex in θ (the MAP is unique: damped Newton from the model's start).
+    Non-convex models are fitted by L-BFGS from ``initial_params`` (default False).
+``newton_start(X, y, prior_precision) -> (D,)``
+    Starting point of the Newton fit of a convex model (default zeros).
+``residual_variance(theta, X, y) -> float``
+    Gaussian linear models only (the LR+WS comparison theory needs it).
+``numba_spec(n_features) -> (kind, ints, floats)``
+    Pure data the sampler maps to a compiled gradient (``"glm"``, ``"mlp"``); models without
+    it run through the sampler's general NumPy path.
+
+Every method takes float64 arrays; a model may assume validated inputs. :func:`checked_call`
+wraps the calls sgtune makes into a model and turns a wrong shape, a non-finite value or an
+exception into one :class:`ModelError` naming the model and the function.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import SgtuneError
+
+__all__ = ["PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
+           "per_sample_curvature", "checked_call", "model_label"]
+
+
+class ModelError(SgtuneError, ValueError):
+    """A model returned something unusable (wrong shape, NaN/inf) or raised inside one of its methods."""
+
+
+@runtime_checkable
+class PerSampleModel(Protocol):
+    """Structural type of a per-observation model (see the module docstring for the optional parts)."""
+
+    name: str
+
+    def per_sample_losses(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+
+    def per_sample_grads(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RankOneCurvature:
+    """J_n = w_n u_n u_nᵀ: ``features`` u (n, D), ``weights`` w (n,) (GLMs: u_n = x_n, w_n = ρ''(x_nᵀθ))."""
+
+    features: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class DenseCurvature:
+    """Dense per-sample Hessians J_n, shape (n, D, D)."""
+
+    hessians: np.ndarray
+
+
+def model_label(model: Any) -> str:
+    """A short name for messages: the model's ``name`` (else its class name), with its ``source`` file if known."""
+    name = getattr(model, "name", None)
+    label = str(name) if isinstance(name, str) and name else type(model).__name__
+    source = getattr(model, "source", None)
+    return f"{label} ({source})" if isinstance(source, str) and source else label
+
+
+def model_dim(model: Any, n_features: int) -> int:
+    """D = ``model.n_params(n_features)`` (default: D = n_features)."""
+    fn = getattr(model, "n_params", None)
+    if fn is None:
+        return int(n_features)
+    d = checked_call(model, "n_params", int(n_features))
+    try:
+        d_int = int(d)
+    except (TypeError, ValueError):
+        raise ModelError(f"model {model_label(model)}: n_params({n_features}) returned {d!r}, expected a "
+                         "positive integer") from None
+    if d_int < 1 or d_int != d:
+        raise ModelError(f"model {model_label(model)}: n_params({n_features}) returned {d!r}, expected a "
+                         "positive integer")
+    return d_int
+
+
+def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | None = None) -> Any:
+    """``getattr(model, method)(*args)``; with ``shape``, the result as a finite float64 array of that shape.
+
+    Any exception raised by the model, a missing method, a wrong shape or a non-finite entry
+    becomes one :class:`ModelError` naming the model and the method.
+    """
+    label = model_label(model)
+    fn = getattr(model, method, None)
+    if fn is None or not callable(fn):
+        raise ModelError(f"model {label} has no method {method}() (see sgtune.models.base for the protocol)")
+    try:
+        out = fn(*args)
+    except SgtuneError:
+        raise
+    except Exception as exc:  # the user's code failed: one line naming it
+        raise ModelError(f"model {label}: {method}() raised {type(exc).__name__}: {exc}") from None
+    if shape is None:
+        return out
+    try:
+        arr = np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ModelError(f"model {label}: {method}() returned {type(out).__name__}, expected a float array of "
+                         f"shape {shape}") from None
+    if arr.shape != shape:
+        raise ModelError(f"model {label}: {method}() returned shape {arr.shape}, expected {shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise ModelError(f"model {label}: {method}() returned a non-finite value at index {tuple(int(i) for i in bad)}"
+                         " (overflow? standardise the covariates, or check the model at these parameters)")
+    return arr
+
+
+def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.ndarray
+                         ) -> RankOneCurvature | DenseCurvature:
+    """The per-sample curvature J_n at θ in the structure the model offers (module docstring).
+
+    Preference: the model's own ``curvature`` (it knows its structure), then dense
+    ``per_sample_hessians``, then D ``hessian_vector_products`` with the unit vectors.
+    """
+    n, d = X.shape[0], theta.shape[0]
+    label = model_label(model)
+    if callable(getattr(model, "curvature", None)):
+        cur = checked_call(model, "curvature", theta, X, y)
+        if isinstance(cur, RankOneCurvature):
+            u = _finite(cur.features, (n, d), label, "curvature().features")
+            w = _finite(cur.weights, (n,), label, "curvature().weights")
+            return RankOneCurvature(u, w)
+        if isinstance(cur, DenseCurvature):
+            return DenseCurvature(_finite(cur.hessians, (n, d, d), label, "curvature().hessians"))
+        raise ModelError(f"model {label}: curvature() must return RankOneCurvature or DenseCurvature, "
+                         f"got {type(cur).__name__}")
+    if callable(getattr(model, "per_sample_hessians", None)):
+        return DenseCurvature(checked_call(model, "per_sample_hessians", theta, X, y, shape=(n, d, d)))
+    if callable(getattr(model, "hessian_vector_products", None)):
+        hs = np.empty((n, d, d))
+        for j in range(d):
+            e = np.zeros(d)
+            e[j] = 1.0
+            hs[:, :, j] = checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(n, d))
+        return DenseCurvature(0.5 * (hs + np.swapaxes(hs, 1, 2)))
+    raise ModelError(f"model {label} provides no curvature: implement curvature(), per_sample_hessians() "
+                     "or hessian_vector_products() (see sgtune.models.base)")
+
+
+def _finite(a: Any, shape: tuple[int, ...], label: str, what: str) -> np.ndarray:
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.shape != shape:
+        raise ModelError(f"model {label}: {what} has shape {arr.shape}, expected {shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ModelError(f"model {label}: {what} contains a non-finite value (overflow? standardise the covariates)")
+    return arr

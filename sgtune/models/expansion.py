@@ -1,0 +1,432 @@
+"""MAP fitting and the second-order expansion of any protocol model (:mod:`sgtune.models.base`).
+
+Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)). Only the protocol is used: per-sample losses,
+gradients and curvature; the rank-one structure J_n = w_n u_n u_nᵀ a model declares (GLMs,
+Gauss–Newton networks) selects the O(N·D²) paths, dense J_n the general ones.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._refs import cites
+from .._validation import as_float_array, as_symmetric
+from ..data import Dataset
+from ..errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
+from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
+                   per_sample_curvature)
+
+__all__ = ["FitResult", "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET"]
+
+#: largest N·D² (float64 entries) of dense per-sample Hessians sgtune forms (≈ 800 MB)
+DENSE_HESSIAN_BUDGET = 100_000_000
+
+
+def prior_matrix(prior_precision: Any, dim: int) -> np.ndarray:
+    """Γ as a (D, D) symmetric positive semi-definite matrix from a scalar G (Γ = G·I) or a matrix."""
+    arr = np.asarray(prior_precision, dtype=float)
+    if arr.ndim == 0:
+        g = float(arr)
+        if not (math.isfinite(g) and g >= 0):
+            raise SgtuneError(f"prior_precision must be a finite number >= 0, got {g}")
+        return g * np.eye(dim)
+    gam = as_symmetric(arr, "prior_precision", dim)
+    lam = np.linalg.eigvalsh(gam)
+    if lam[0] < -1e-12 * max(1.0, abs(lam[-1])):
+        raise NotPositiveDefiniteError(
+            f"prior_precision must be positive semi-definite but has eigenvalue {lam[0]:.3g}")
+    return gam
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """MAP estimate and Newton diagnostics."""
+
+    theta_hat: np.ndarray
+    iterations: int
+    grad_norm: float
+    loss: float
+
+
+@cites("wang2026", "§2.1: θ̂ = argmin (1/N)Σ l_n(θ) + R(θ)/N")
+def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: Any = None,
+            tol: float = 1e-10, max_iter: int = 200, population_size: int | None = None,
+            seed: int = 0) -> FitResult:
+    r"""θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) for any protocol model, with a convergence check.
+
+    Models with ``fit_method = "newton"`` (GLMs) are fitted by damped Newton with a backtracking
+    line search from ``model.newton_start`` (or ``theta0``). Other (non-convex) models — networks,
+    user models — by L-BFGS from the seeded start ``model.initial_params(p, default_rng(seed))``
+    (or ``theta0``), then polished by the same damped Newton on the model's curvature, which
+    certifies the result: converged when the Newton decrement satisfies ``gᵀH⁻¹g ≤ tol²`` with an
+    undamped (positive-definite) H — a strict local minimum. Indefinite Hessians are handled by
+    Levenberg damping. With ``population_size`` N (fitting on a subsample of M rows) the prior term
+    is θᵀΓθ/(2N), so θ̂ estimates the full-data MAP.
+
+    Raises
+    ------
+    DataFormatError
+        Response outside the model's domain; the model's identifiability check failed (GLMs:
+        separable logistic data, rank-deficient design without a prior).
+    ConvergenceError
+        No convergence within ``max_iter`` Newton iterations (or L-BFGS failed).
+    """
+    X, y = data.X, data.y
+    m_rows = X.shape[0]
+    d = model_dim(model, X.shape[1])
+    n = m_rows if population_size is None else int(population_size)
+    label = model_label(model)
+    if callable(getattr(model, "check_response", None)):
+        model.check_response(y, data.source or "y")
+    gam = prior_matrix(prior_precision, d)
+    if callable(getattr(model, "check_identifiable", None)):
+        model.check_identifiable(X, y, gam, data.source)
+    newton = getattr(model, "fit_method", "lbfgs") == "newton"
+
+    def value_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
+        g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m_rows, d))
+        return float(losses.mean() + 0.5 * theta @ gam @ theta / n), g.mean(axis=0) + gam @ theta / n
+
+    def value(theta: np.ndarray) -> float:
+        losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
+        return float(losses.mean() + 0.5 * theta @ gam @ theta / n)
+
+    # a rank-one (Gauss–Newton) curvature is not the Hessian of a non-convex loss: polish with the exact
+    # mean Hessian from D Hessian–vector products when the model has them (quadratic convergence)
+    exact_hvp = (not newton and getattr(model, "rank_one", False)
+                 and callable(getattr(model, "hessian_vector_products", None)))
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        val, grad = value_grad(theta)
+        if exact_hvp:
+            cols = [checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(m_rows, d)).mean(axis=0)
+                    for e in np.eye(d)]
+            hess = np.array(cols).T
+            return val, grad, 0.5 * (hess + hess.T) + gam / n
+        return val, grad, _mean_curvature(per_sample_curvature(model, theta, X, y)) + gam / n
+
+    if theta0 is not None:
+        theta = as_float_array(theta0, "theta0").reshape(-1).copy()
+        if theta.shape[0] != d:
+            raise SgtuneError(f"theta0 must have length D = {d}, got {theta.shape[0]}")
+    elif newton:
+        theta = np.asarray(model.newton_start(X, y, gam), dtype=float) if callable(
+            getattr(model, "newton_start", None)) else np.zeros(d)
+    else:
+        theta = checked_call(model, "initial_params", X.shape[1], np.random.default_rng(seed), shape=(d,))
+    if not newton:
+        theta = _lbfgs(value_grad, theta, label, max_iter)
+        if not _dense_affordable(model, m_rows, d):  # no curvature to certify with: gradient check only
+            val, grad = value_grad(theta)
+            gn = float(np.linalg.norm(grad))
+            if gn > math.sqrt(tol) * max(1.0, abs(val)):
+                raise ConvergenceError(
+                    f"MAP fit ({label}) by L-BFGS stopped with gradient norm {gn:.3g}; pass trained weights "
+                    "(--theta-hat) or use --hessian gauss-newton", residual=gn, method="lbfgs")
+            return FitResult(theta, 0, gn, val)
+    return _newton(objective, value, theta, d, tol, max_iter, label)
+
+
+def _lbfgs(value_grad: Any, theta: np.ndarray, label: str, max_iter: int) -> np.ndarray:
+    """L-BFGS to a small gradient (the Newton polish that follows certifies the minimum).
+
+    A run that exhausts its budget with growing parameters means the loss has no minimiser at
+    finite θ (a network without weight decay, separable classes): that is an error, with the remedies.
+    """
+    from scipy.optimize import minimize
+
+    norm0 = float(np.linalg.norm(theta))
+    res = minimize(value_grad, theta, jac=True, method="L-BFGS-B",
+                   options={"maxiter": 25 * max_iter, "maxfun": 50 * max_iter, "gtol": 1e-10, "ftol": 1e-15,
+                            "maxcor": 30})
+    x = np.asarray(res.x, dtype=float)
+    if not np.all(np.isfinite(x)):
+        raise ConvergenceError(f"MAP fit ({label}) by L-BFGS diverged; standardise the covariates or add a "
+                               "prior precision", method="lbfgs")
+    gn = float(np.linalg.norm(value_grad(x)[1]))
+    if res.status == 1:  # iteration / evaluation budget exhausted
+        grew = float(np.linalg.norm(x)) > 100 * max(norm0, 1.0)
+        raise ConvergenceError(
+            f"MAP fit ({label}) by L-BFGS did not converge in {res.nit} iterations (gradient norm {gn:.3g}, "
+            f"‖θ‖ = {np.linalg.norm(x):.3g}{', still growing: the loss has no minimiser at finite θ' if grew else ''}); "
+            "pass a prior precision (--prior-precision, e.g. 1: weight decay) or trained weights (--theta-hat)",
+            residual=gn, method="lbfgs")
+    return x
+
+
+def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, max_iter: int,
+            label: str) -> FitResult:
+    """Damped Newton with a backtracking line search and Levenberg damping (see :func:`fit_map`).
+
+    ``objective(θ)`` gives (L, ∇L, H); the line search calls only ``value(θ)`` = L.
+    """
+    val, grad, hess = objective(theta)
+    for it in range(1, max_iter + 1):
+        damping = 0.0
+        while True:
+            try:
+                chol = np.linalg.cholesky(hess + damping * np.eye(d))
+                break
+            except np.linalg.LinAlgError:
+                damping = max(2 * damping, 1e-8 * max(1.0, np.abs(hess).max()))
+        step = -np.linalg.solve(chol.T, np.linalg.solve(chol, grad))
+        decrement2 = float(-grad @ step)
+        if decrement2 <= tol**2 and damping == 0.0:
+            return FitResult(theta, it - 1, float(np.linalg.norm(grad)), val)
+        t = 1.0
+        while True:
+            cand = theta + t * step
+            try:
+                cval = value(cand)
+            except ModelError:  # overflow far from the minimum: shorten the step
+                cval = math.inf
+            if math.isfinite(cval) and cval <= val - 1e-4 * t * decrement2:
+                break
+            t *= 0.5
+            if t < 1e-12:
+                break
+        if t < 1e-12:
+            if decrement2 <= (1e3 * tol) ** 2:  # stalled at rounding level: accept
+                return FitResult(theta, it, float(np.linalg.norm(grad)), val)
+            raise ConvergenceError(
+                f"MAP fit ({label}) stalled: line search failed with Newton decrement "
+                f"{math.sqrt(decrement2):.3g}; check the data scale or add a prior precision",
+                residual=math.sqrt(decrement2), method="newton")
+        theta = cand
+        stalled = val - cval <= 4 * np.finfo(float).eps * abs(val)  # no progress beyond rounding
+        val, grad, hess = objective(theta)
+        if stalled and damping == 0.0 and decrement2 <= (1e3 * tol) ** 2:  # converged to rounding level
+            return FitResult(theta, it, float(np.linalg.norm(grad)), val)
+        if not np.all(np.isfinite(theta)) or np.linalg.norm(theta) > 1e8:
+            break
+    raise ConvergenceError(
+        f"MAP fit ({label}) did not converge in {max_iter} Newton iterations "
+        f"(gradient norm {np.linalg.norm(grad):.3g}); the MLE may not exist — add a prior precision "
+        "(--prior-precision) or rescale the covariates", residual=float(np.linalg.norm(grad)), method="newton")
+
+
+def _mean_curvature(cur: RankOneCurvature | DenseCurvature) -> np.ndarray:
+    """J = mean_n J_n from either structure (rank-one: Uᵀ diag(w) U / n, one BLAS call)."""
+    if isinstance(cur, RankOneCurvature):
+        u, w = cur.features, cur.weights
+        J = (u.T * w) @ u / u.shape[0]
+    else:
+        J = cur.hessians.mean(axis=0)
+    return 0.5 * (J + J.T)
+
+
+def _dense_affordable(model: Any, n: int, d: int) -> bool:
+    """Can the model's curvature be formed? Rank-one always; dense while N·D² ≤ the budget."""
+    if getattr(model, "rank_one", False):
+        return True
+    return n * d * d <= DENSE_HESSIAN_BUDGET
+
+
+@dataclass(frozen=True)
+class Expansion:
+    r"""Second-order expansion of the per-sample losses at θ̂ (seed 003, §3 and Thm. 4.3).
+
+    Either rank-one curvature (``design`` X and ``weights`` w with J_n = w_n x_n x_nᵀ) or
+    dense ``per_sample_hessians`` (N, D, D) must be given.
+
+    Attributes
+    ----------
+    theta_hat : (D,) MAP θ̂.
+    grads : (N, D) per-sample gradients g_n = ∇l_n(θ̂).
+    prior_precision : (D, D) Γ.
+    curvature : (D, D) J = mean_n J_n.
+    hessian : (D, D) H = J + Γ/N.
+    fisher : (D, D) 𝓘 = mean_n g_n g_nᵀ.
+    mean_grad : (D,) ḡ = mean_n g_n (= −Γθ̂/N at the MAP).
+    gradient_norm : ‖∇L(θ̂)‖ = ‖ḡ + Γθ̂/N‖ (0 at the MAP; reported for given weights).
+    gradient_z : √(N ∇L(θ̂)ᵀ C⁺ ∇L(θ̂)), C = 𝓘 − ḡḡᵀ: the gradient in units of its own sampling
+        noise (above 1 the expansion point is not a stationary point to within noise).
+    hessian_min_eigenvalue : λ_min(H).
+    population_size : N when the expansion was fitted on a subsample of M < N rows
+        (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
+    """
+
+    theta_hat: np.ndarray
+    grads: np.ndarray
+    prior_precision: np.ndarray
+    design: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    per_sample_hessians: np.ndarray | None = None
+    curvature: np.ndarray = field(init=False)
+    hessian: np.ndarray = field(init=False)
+    fisher: np.ndarray = field(init=False)
+    mean_grad: np.ndarray = field(init=False)
+    gradient_norm: float = field(init=False)
+    gradient_z: float = field(init=False)
+    hessian_min_eigenvalue: float = field(init=False)
+    model: str = "custom"
+    noise_variance: float = 1.0
+    residual_variance: float = float("nan")
+    population_size: int | None = None
+
+    def __post_init__(self) -> None:
+        n, d = self.grads.shape
+        if self.population_size is not None and self.population_size < n:
+            raise SgtuneError(f"population_size N = {self.population_size} must be >= the {n} rows of the expansion")
+        if (self.design is None) == (self.per_sample_hessians is None):
+            raise SgtuneError("Expansion needs either design+weights (rank-one) or per_sample_hessians")
+        if self.design is not None:
+            if self.weights is None or self.design.shape != (n, d) or self.weights.shape != (n,):
+                raise SgtuneError(f"design must be (N, D) = ({n}, {d}) and weights (N,) = ({n},)")
+            J = (self.design.T * self.weights) @ self.design / n
+        else:
+            if self.per_sample_hessians.shape != (n, d, d):  # type: ignore[union-attr]
+                raise SgtuneError(f"per_sample_hessians must be (N, D, D) = ({n}, {d}, {d})")
+            J = self.per_sample_hessians.mean(axis=0)  # type: ignore[union-attr]
+        J = 0.5 * (J + J.T)
+        if not (np.all(np.isfinite(J)) and np.all(np.isfinite(self.grads))):
+            raise DataFormatError(
+                f"the expansion of model {self.model} at θ̂ overflowed (non-finite curvature or gradients): the "
+                "data or the parameters are too large in magnitude; standardise the covariates")
+        object.__setattr__(self, "curvature", J)
+        object.__setattr__(self, "hessian", J + self.prior_precision / self.n_data)
+        object.__setattr__(self, "fisher", self.grads.T @ self.grads / n)
+        object.__setattr__(self, "mean_grad", self.grads.mean(axis=0))
+        grad_l = self.mean_grad + self.prior_precision @ self.theta_hat / self.n_data  # ∇L(θ̂)
+        object.__setattr__(self, "gradient_norm", float(np.linalg.norm(grad_l)))
+        # ∇L against its own sampling noise: √(N ∇Lᵀ C⁺ ∇L), C = Cov_n g_n (pseudo-inverse if singular)
+        z2 = float(grad_l @ np.linalg.pinv(self.gradient_cov(), hermitian=True) @ grad_l) * self.n_data
+        object.__setattr__(self, "gradient_z", math.sqrt(max(z2, 0.0)))
+        object.__setattr__(self, "hessian_min_eigenvalue", float(np.linalg.eigvalsh(self.hessian)[0]))
+
+    @property
+    def n_data(self) -> int:
+        """N, the number of data points the chain runs on (scales Γ/N, the 1/N of the targets, (N−B)/(N−1))."""
+        return int(self.population_size if self.population_size is not None else self.grads.shape[0])
+
+    @property
+    def n_samples(self) -> int:
+        """Rows the per-sample means are taken over (M < N after ``--subsample M``, else N)."""
+        return int(self.grads.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.grads.shape[1])
+
+    @property
+    def rank_one(self) -> bool:
+        return self.design is not None
+
+    def mean_jsj(self, sigma: np.ndarray) -> np.ndarray:
+        """mean_n J_n Σ J_n; rank-one path = Xᵀ diag(w_n² x_nᵀΣx_n) X / N in O(N·D²)."""
+        if self.design is not None:
+            X, w = self.design, self.weights
+            q = np.einsum("ij,ij->i", X @ sigma, X)  # x_nᵀ Σ x_n
+            out = (X.T * (w * w * q)) @ X / self.n_samples  # type: ignore[operator]
+        else:
+            Hs = self.per_sample_hessians
+            out = np.einsum("nij,jk,nkl->il", Hs, sigma, Hs, optimize=True) / self.n_samples
+        return 0.5 * (out + out.T)
+
+    def gradient_cov(self) -> np.ndarray:
+        """Population covariance of the per-sample gradients, 𝓘 − ḡḡᵀ."""
+        c = self.fisher - np.outer(self.mean_grad, self.mean_grad)
+        return 0.5 * (c + c.T)
+
+    @cites("wang2026", "§2.2 and Alg. 1 steps 3–5 (with the 1/N of §2.2)")
+    def sandwich_cov(self) -> np.ndarray:
+        """S* = J⁻¹ 𝓘 J⁻¹ / N (frequentist sampling covariance of θ̂; seed 003 §2.2)."""
+        Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)",
+                            " (non-convex models: --hessian gauss-newton makes J ⪰ 0, or use the posterior "
+                            "target H⁻¹/N, H = J + Γ/N)")
+        s = Jinv @ self.fisher @ Jinv / self.n_data
+        return 0.5 * (s + s.T)
+
+    @cites("wang2026", "§2.2 (Bernstein–von Mises)")
+    def posterior_cov(self) -> np.ndarray:
+        """P* = H⁻¹ / N (Laplace / Bernstein–von Mises posterior covariance)."""
+        return _spd_inverse(self.hessian, "hessian H = J + Γ/N") / self.n_data
+
+
+def _spd_inverse(a: np.ndarray, name: str, hint: str = "") -> np.ndarray:
+    try:
+        c = np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        lam = np.linalg.eigvalsh(a)
+        raise NotPositiveDefiniteError(
+            f"{name} is not positive definite (smallest eigenvalue {lam[0]:.3g}); θ̂ is not a strict "
+            f"minimum — add a prior precision or check the model{hint}") from None
+    ci = np.linalg.inv(c)
+    out = ci.T @ ci
+    return 0.5 * (out + out.T)
+
+
+def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: Any = None,
+           dense_hessians: bool = False, population_size: int | None = None, seed: int = 0) -> Expansion:
+    """Fit θ̂ (unless given) and compute g_n and J_n at θ̂ through the model protocol.
+
+    The curvature keeps the structure the model declares (rank-one ``design``/``weights``, or
+    dense ``per_sample_hessians``; ``dense_hessians`` forces dense). ``theta_hat`` expands at
+    given parameters (e.g. trained weights of a non-convex model, which has no unique MAP): the
+    expansion then reports ‖∇L(θ̂)‖ and λ_min(H), warns (:class:`~sgtune.errors.AccuracyWarning`)
+    when the gradient is larger than its own sampling noise, and refuses when H is not positive
+    definite. ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows
+    (seed 003 Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
+
+    Raises
+    ------
+    NotPositiveDefiniteError
+        H = J + Γ/N is not positive definite at θ̂ (the message names the remedies).
+    ModelError
+        The model returned a wrong shape or a non-finite value.
+    """
+    d = model_dim(model, data.dim)
+    gam = prior_matrix(prior_precision, d)
+    label = model_label(model)
+    if theta_hat is None:
+        theta = fit_map(model, data, gam, population_size=population_size, seed=seed).theta_hat
+    else:
+        if callable(getattr(model, "check_response", None)):
+            model.check_response(data.y, data.source or "y")
+        theta = as_float_array(theta_hat, "theta_hat").reshape(-1)
+        if theta.shape[0] != d:
+            raise SgtuneError(f"theta_hat must have length D = {d} (the parameters of model {label}), "
+                              f"got {theta.shape[0]}")
+    n_rows = data.n_data
+    grads = checked_call(model, "per_sample_grads", theta, data.X, data.y, shape=(n_rows, d))
+    if not _dense_affordable(model, n_rows, d) and dense_hessians:
+        raise SgtuneError(f"dense per-sample Hessians of model {label} need N·D² = {n_rows * d * d:.3g} numbers "
+                          f"(more than {DENSE_HESSIAN_BUDGET:.0e}); use a rank-one curvature (--hessian gauss-newton)")
+    cur = per_sample_curvature(model, theta, data.X, data.y)
+    resid = float("nan")
+    if callable(getattr(model, "residual_variance", None)):
+        resid = float(model.residual_variance(theta, data.X, data.y))
+    common = dict(theta_hat=theta, grads=grads, prior_precision=gam, model=label,
+                  noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid,
+                  population_size=population_size)
+    if isinstance(cur, RankOneCurvature) and not dense_hessians:
+        e = Expansion(design=cur.features, weights=cur.weights, **common)
+    elif isinstance(cur, RankOneCurvature):
+        u, w = cur.features, cur.weights
+        e = Expansion(per_sample_hessians=w[:, None, None] * u[:, :, None] * u[:, None, :], **common)
+    else:
+        e = Expansion(per_sample_hessians=cur.hessians, **common)
+    _check_expansion_point(e, label, given=theta_hat is not None)
+    return e
+
+
+def _check_expansion_point(e: Expansion, label: str, *, given: bool) -> None:
+    """Refuse an indefinite H; warn when ∇L(θ̂) exceeds its sampling noise (module docstring of expand)."""
+    if not e.hessian_min_eigenvalue > 0:
+        where = "at the given --theta-hat" if given else "at the fitted θ̂"
+        raise NotPositiveDefiniteError(
+            f"the Hessian H = J + Γ/N of model {label} is not positive definite {where} (smallest eigenvalue "
+            f"{e.hessian_min_eigenvalue:.3g}), so the expansion has no stationary Gaussian: use the "
+            "Gauss–Newton curvature (--hessian gauss-newton), add a prior precision (--prior-precision), "
+            "or expand at other weights")
+    if e.gradient_z > 1.0:
+        warnings.warn(
+            f"the gradient of the mean loss at θ̂ is not small: ‖∇L(θ̂)‖ = {e.gradient_norm:.3g}, "
+            f"{e.gradient_z:.3g} times its sampling noise (√(N ∇Lᵀ C⁻¹ ∇L)); the chain's mean will sit "
+            "H⁻¹∇L away from θ̂ — train longer or polish the weights", AccuracyWarning, stacklevel=3)

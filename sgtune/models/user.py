@@ -1,0 +1,117 @@
+"""User-defined models: ``--model path/to/file.py:NAME``.
+
+NAME names an object in that file implementing the model protocol
+(:mod:`sgtune.models.base`): an instance, or a class (or other callable) sgtune calls without
+arguments to get one. A complete example file (a logistic regression written by hand)::
+
+    # my_model.py
+    import numpy as np
+    from sgtune.models import RankOneCurvature
+
+    class MyLogistic:
+        name = "my-logistic"
+        fit_method = "newton"            # convex: damped Newton (default "lbfgs" needs initial_params)
+
+        def per_sample_losses(self, theta, X, y):
+            eta = X @ theta
+            return np.logaddexp(0.0, eta) - y * eta
+
+        def per_sample_grads(self, theta, X, y):
+            p = 1.0 / (1.0 + np.exp(-(X @ theta)))
+            return (p - y)[:, None] * X
+
+        def curvature(self, theta, X, y):           # J_n = p(1−p) x_n x_nᵀ: rank one
+            p = 1.0 / (1.0 + np.exp(-(X @ theta)))
+            return RankOneCurvature(X, p * (1.0 - p))
+
+    MODEL = MyLogistic()
+
+and ``sgtune lambda data.csv --model my_model.py:MODEL --batch-size 64``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import SgtuneError
+from .base import ModelError, model_label
+
+__all__ = ["load_model_file", "is_model_file_spec", "check_protocol", "UserModel"]
+
+REQUIRED = ("per_sample_losses", "per_sample_grads")
+CURVATURE = ("curvature", "per_sample_hessians", "hessian_vector_products")
+
+
+def is_model_file_spec(spec: str) -> bool:
+    """Does ``spec`` look like ``path.py:NAME``?"""
+    path, sep, name = spec.rpartition(":")
+    return bool(sep) and path.endswith(".py") and bool(name)
+
+
+def check_protocol(model: Any, where: str) -> None:
+    """Raise :class:`ModelError` listing the protocol methods ``model`` lacks."""
+    missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
+    if not any(callable(getattr(model, m, None)) for m in CURVATURE):
+        missing.append(" or ".join(f"{m}()" for m in CURVATURE))
+    if missing:
+        raise ModelError(f"{where} is not a model: it lacks {', '.join(m if m.endswith(')') else m + '()' for m in missing)}"
+                         " (see sgtune.models.base for the protocol)")
+
+
+def load_model_file(spec: str) -> Any:
+    """The model object NAME from ``path.py:NAME`` (imported as a fresh module), checked against the protocol.
+
+    Raises
+    ------
+    ModelError
+        The file does not exist, fails on import, lacks NAME, or NAME is not a model (one line
+        naming the file and what is wrong).
+    """
+    path_s, sep, name = spec.rpartition(":")
+    if not sep or not path_s.endswith(".py") or not name:
+        raise SgtuneError(f"--model {spec!r}: a user model is given as path/to/file.py:NAME")
+    path = Path(path_s)
+    if not path.is_file():
+        raise ModelError(f"--model {spec}: model file {path_s} does not exist")
+    mod_name = f"sgtune_user_model_{abs(hash(str(path.resolve())))}"
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if loader_spec is None or loader_spec.loader is None:  # pragma: no cover - .py files always get a loader
+        raise ModelError(f"--model {spec}: cannot import {path_s}")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[mod_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file failed: one line naming it
+        sys.modules.pop(mod_name, None)
+        raise ModelError(f"--model {spec}: importing {path_s} failed with {type(exc).__name__}: {exc}") from None
+    if not hasattr(module, name):
+        raise ModelError(f"--model {spec}: {path_s} defines no name {name!r}")
+    obj = getattr(module, name)
+    if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise ModelError(f"--model {spec}: calling {name}() in {path_s} failed with "
+                             f"{type(exc).__name__}: {exc}") from None
+    check_protocol(obj, f"--model {spec} ({model_label(obj)})")
+    return UserModel(obj, spec)
+
+
+class UserModel:
+    """A user's model object with its source (``file.py:NAME``) for messages; every attribute is forwarded."""
+
+    def __init__(self, model: Any, source: str) -> None:
+        self.model = model
+        self.source = source
+
+    @property
+    def name(self) -> str:
+        return model_label(self.model)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.__dict__["model"], attr)
+
+    def __repr__(self) -> str:
+        return f"UserModel({self.source})"

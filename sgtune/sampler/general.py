@@ -1,0 +1,93 @@
+"""The general path: chains for user models that only provide NumPy gradients.
+
+A model without a numba spec (:mod:`sgtune.sampler.specs`) provides
+
+- ``per_sample_grads(theta (D,), X (n, p), y (n,)) -> (n, D)``: gradients of the per-observation
+  loss ∇_θ ρ_n(θ), one row per observation; and optionally
+- ``batched_grads(thetas (C, D), X (C, B, p), y (C, B)) -> (C, D)``: the *mean* gradient of each
+  chain's minibatch, vectorised over chains (used instead of C calls of ``per_sample_grads``;
+  :meth:`sgtune.models.MLP.batched_grads` is one).
+
+Every step of all C chains is: the chains' next minibatches (:func:`~sgtune.sampler.kernels.draw_batches`,
+the same jitted batch components and xoshiro256++ streams as the compiled chains), the data term
+G_n = mean of the model's gradients over the batch (NumPy, the model's code), then
+:func:`~sgtune.sampler.kernels.advance` (prior Γθ/N, the same update components, divergence check
+and streaming outputs). A GLM run here therefore gives the same chain as the compiled kernel up
+to the rounding of the gradient (tested to 1e-12), and the result goes through the same
+:class:`~sgtune.sampler.driver.ChainResult` summary.
+
+The model's output is validated on the first call (shape and finiteness); a wrong one raises a
+one-line :class:`~sgtune.errors.SgtuneError` naming the model and the function.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import SgtuneError, ShapeError
+from . import kernels
+from ..models.base import model_label
+
+__all__ = ["GeneralPath"]
+
+
+class GeneralPath:
+    """Runs the steps of :func:`sgtune.sampler.driver.run_chains` for a NumPy-gradient model."""
+
+    def __init__(self, model: Any, X: np.ndarray, y: np.ndarray, dim: int, batch_fn: Any, step_fn: Any,
+                 state: tuple[np.ndarray, ...], prior_kind: int, prior: np.ndarray, decay: float,
+                 upd: tuple[np.ndarray, np.ndarray, np.ndarray], batch_size: int) -> None:
+        self.label = model_label(model)
+        self.per_sample: Callable[..., Any] = model.per_sample_grads
+        self.batched: Callable[..., Any] | None = getattr(model, "batched_grads", None)
+        if self.batched is not None and not callable(self.batched):
+            self.batched = None
+        self.X, self.y, self.d = X, y, dim
+        self.batch_fn, self.step_fn, self.state = batch_fn, step_fn, state
+        self.prior_kind, self.prior, self.decay, self.upd = int(prior_kind), prior, float(decay), upd
+        self.batch_size = int(batch_size)
+        n_chains = state[0].shape[0]
+        self.idx = np.zeros((n_chains, max(self.batch_size, 1)), dtype=np.int64)
+        self.grads = np.zeros((n_chains, dim))
+        self.checked_batched = self.checked_single = False
+
+    def run(self, t0: int, n_steps: int, burn_in: int, outputs: Callable[[bool], tuple[Any, ...]],
+            total_steps: int) -> None:
+        """Advance all chains from step ``t0`` by ``n_steps`` (``outputs(last)`` gives the output tuple)."""
+        mid, last = outputs(False), outputs(True)
+        n_data = self.X.shape[0]
+        diverged = self.state[5]
+        for t in range(t0 + 1, t0 + n_steps + 1):
+            nb = kernels.draw_batches(self.batch_fn, self.state, n_data, self.batch_size, self.idx)
+            live = np.flatnonzero(diverged < 0)
+            if live.size == 0:
+                return
+            self._gradients(live, nb)
+            kernels.advance(self.step_fn, self.state, t, burn_in, self.grads, self.prior_kind, self.prior,
+                            self.decay, self.upd, last if t == total_steps else mid)
+
+    def _gradients(self, live: np.ndarray, nb: int) -> None:
+        theta = self.state[0]
+        idx = self.idx[live, :nb]
+        if self.batched is not None:
+            g = np.asarray(self.batched(theta[live], self.X[idx], self.y[idx]))
+            if not self.checked_batched:
+                self._check(g, (live.size, self.d), "batched_grads")
+                self.checked_batched = True
+            self.grads[live] = g
+            return
+        for k, c in enumerate(live):
+            rows = idx[k]
+            g = np.asarray(self.per_sample(theta[c], self.X[rows], self.y[rows]))
+            if not self.checked_single:
+                self._check(g, (nb, self.d), "per_sample_grads")
+                self.checked_single = True
+            self.grads[c] = g.mean(axis=0)
+
+    def _check(self, g: np.ndarray, expected: tuple[int, ...], fn: str) -> None:
+        if g.shape != expected:
+            raise ShapeError(f"model {self.label}.{fn} returned shape {g.shape}, expected {expected}")
+        if not np.all(np.isfinite(g)):
+            raise SgtuneError(f"model {self.label}.{fn} returned non-finite values at the start; "
+                              "check the model's gradient at the initial θ")

@@ -1,0 +1,389 @@
+"""Minibatch gradient of a feed-forward network with scalar output (numba spec kind ``"mlp"``).
+
+Model: f(x; θ) = W_L a_{L−1} + b_L with a_0 = x, a_l = φ(W_l a_{l−1} + b_l) (l < L, hidden
+layers), widths n_0 = p, n_1, …, n_{L−1}, n_L = 1, and the per-observation loss of a GLM
+likelihood ρ(f, y) (gaussian/linear (y − f)²/(2σ²), bernoulli/logistic log(1 + e^f) − y f,
+poisson e^f − y f), so ρ'(f) = :func:`~sgtune.sampler.grads.glm_d1` (likelihood id = GLM id).
+The minibatch gradient of the mean loss (THEORY.md §1.1 with the network in place of x_nᵀθ) is
+
+    G(θ) = (1/|S|) Σ_{n∈S} ρ'(f(x_n; θ), y_n) ∇_θ f(x_n; θ)    (+ Γθ/N, added by the chain),
+
+by backpropagation: δ_L = ρ'(f)/|S|, ∂/∂W_l = δ_l a_{l−1}ᵀ, ∂/∂b_l = Σ_n δ_l,
+δ_{l−1} = (W_lᵀ δ_l) ⊙ φ'(z_{l−1}).
+
+Spec (:mod:`sgtune.sampler.specs`): ints = [n_0, n_1, …, n_{L−1}, 1, activation, likelihood],
+activation tanh 0, relu 1 (relu'(0) := 0), softplus 2 (log(1 + e^z), computed stably;
+softplus' = sigmoid); floats = ``model_params(σ²)``. θ (CLI.md layout) is the concatenation,
+layer by layer from the input, of W_l (n_l × n_{l−1}, row-major) and then b_l, so
+D = Σ_l n_l (n_{l−1} + 1).
+
+The model itself is :class:`sgtune.models.mlp.MLP`: its ``numba_spec(p)`` is this spec and its
+NumPy gradients (``per_sample_grads``, ``batched_grads``) are what the general path
+(``backend="numpy"``) runs, against which this kernel is tested. This module holds only the
+compiled gradient and the spec helpers (the activation and likelihood codes here are the
+kernel's side of the spec; a test checks they agree with the model's).
+
+Implementation: the whole minibatch goes through each layer at once, activations stored
+feature-major (n_l × |S|) so that every inner loop is an elementwise pass over the batch
+(``z[o, :] += W[o, i] · a[i, :]``), which LLVM vectorises without reassociation (IEEE order,
+no fastmath; see :mod:`sgtune.sampler._jit`); the weight gradients use a batch-major copy of
+each activation (``gW[o, :] += δ[o, b] · a[:, b]``). tanh is :func:`tanh_poly`, a call-free
+evaluation (so the activation loop vectorises too) accurate to a few ulps. All buffers live in
+the chain's work vector (:func:`work_size`); nothing is allocated per step.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import SgtuneError
+from ._jit import component, njit
+from .grads import glm_d1
+
+__all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
+           "tanh_poly", "init_params", "layer_shapes"]
+
+TANH, RELU, SOFTPLUS = 0, 1, 2
+ACTIVATIONS: dict[str, int] = {"tanh": TANH, "relu": RELU, "softplus": SOFTPLUS}
+#: likelihood name -> id (the GLM model id of its loss)
+LIKELIHOODS: dict[str, int] = {"gaussian": 0, "bernoulli": 1, "poisson": 2}
+
+_TANH_CLAMP = 19.5  # tanh(19.5) rounds to 1 in double precision
+
+
+def mlp_spec_ints(widths: tuple[int, ...] | list[int], activation: str = "tanh",
+                  likelihood: str = "gaussian") -> np.ndarray:
+    """ints of the ``"mlp"`` spec: [n_0, …, n_L = 1, activation code, likelihood id]."""
+    if activation not in ACTIVATIONS:
+        raise SgtuneError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if likelihood not in LIKELIHOODS:
+        raise SgtuneError(f"likelihood must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
+    return np.array([*map(int, widths), ACTIVATIONS[activation], LIKELIHOODS[likelihood]], dtype=np.int64)
+
+
+def layer_shapes(ints: np.ndarray) -> list[tuple[int, int]]:
+    """(fan_out, fan_in) of every layer, from the input."""
+    w = [int(v) for v in ints[:-2]]
+    return [(w[k + 1], w[k]) for k in range(len(w) - 1)]
+
+
+def n_params(ints: np.ndarray) -> int:
+    """D = Σ_l n_l (n_{l−1} + 1)."""
+    return sum(o * (i + 1) for o, i in layer_shapes(ints))
+
+
+def work_size(ints: np.ndarray, d: int, batch_size: int) -> int:
+    """Per-chain work length for batches of up to B points (layout in :func:`mlp_grad`)."""
+    w = [int(v) for v in ints[:-2]]
+    hidden = sum(w[1:-1])
+    return max(batch_size, 1) * (w[0] + 3 * hidden + 1 + 2 * max(w))
+
+
+def check_spec(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
+    """Raise a one-line :class:`SgtuneError` unless ``ints``/``floats`` form a valid ``"mlp"`` spec."""
+    head = f"model {label}: an 'mlp' numba spec needs ints = [n_in, h_1, …, h_K, 1, activation, likelihood]"
+    if ints.shape[0] < 4:
+        raise SgtuneError(f"{head}, got {ints.tolist()}")
+    w = ints[:-2]
+    if np.any(w < 1) or w[-1] != 1:
+        raise SgtuneError(f"{head} with positive widths and output width 1, got widths {w.tolist()}")
+    if not 0 <= ints[-2] <= 2:
+        raise SgtuneError(f"{head}; activation code must be 0 (tanh), 1 (relu) or 2 (softplus), got {ints[-2]}")
+    if not 0 <= ints[-1] <= 2:
+        raise SgtuneError(f"{head}; likelihood id must be 0 (gaussian), 1 (bernoulli) or 2 (poisson), "
+                          f"got {ints[-1]}")
+    if floats.shape[0] < 1 or not floats[0] > 0:
+        raise SgtuneError(f"model {label}: an 'mlp' numba spec needs floats = model_params(σ²) with σ² > 0, "
+                          f"got {floats.tolist()}")
+
+
+def init_params(ints: np.ndarray, seed: int = 0) -> np.ndarray:
+    """A start θ: W_l ~ N(0, 1/n_{l−1}) (LeCun), b_l = 0, in the spec's layout."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for o, i in layer_shapes(ints):
+        parts.append(rng.standard_normal(o * i) / math.sqrt(i))
+        parts.append(np.zeros(o))
+    return np.concatenate(parts)
+
+
+@njit
+def tanh_poly(x):  # type: ignore[no-untyped-def]
+    """tanh(x) = e/(e + 2), e = expm1(2|x|) (sign restored), without library calls.
+
+    expm1(2|x|) for |x| ≤ 19.5: Taylor series of degree 16 at r = 2|x|/64 (|r| ≤ 0.61, remainder
+    r¹⁶/17! < 2e-18 relatively), then six doublings expm1(2r) = e(r)(e(r) + 2) — positive terms only,
+    so no cancellation near 0; the relative error grows at most 2× per doubling (≤ 64 ulps in e)
+    and tanh = e/(e + 2) damps it by 2/(e + 2): a few ulps overall (tested against ``math.tanh``).
+    """
+    ax = abs(x)
+    if ax > _TANH_CLAMP:
+        ax = _TANH_CLAMP
+    r = ax * (2.0 / 64.0)
+    # expm1(r) = r(1 + r(1/2! + r(1/3! + … + r/16!))) in Horner form (positive terms), written out
+    # so the caller's loop over elements is the innermost loop and vectorises
+    p = 4.779477332387385e-14
+    p = 7.647163731819816e-13 + r * p  # 1/15!
+    p = 1.1470745597729725e-11 + r * p  # 1/14!
+    p = 1.6059043836821613e-10 + r * p  # 1/13!
+    p = 2.08767569878681e-09 + r * p  # 1/12!
+    p = 2.505210838544172e-08 + r * p  # 1/11!
+    p = 2.755731922398589e-07 + r * p  # 1/10!
+    p = 2.7557319223985893e-06 + r * p  # 1/9!
+    p = 2.48015873015873e-05 + r * p  # 1/8!
+    p = 0.0001984126984126984 + r * p  # 1/7!
+    p = 0.001388888888888889 + r * p  # 1/6!
+    p = 0.008333333333333333 + r * p  # 1/5!
+    p = 0.041666666666666664 + r * p  # 1/4!
+    p = 0.16666666666666666 + r * p  # 1/3!
+    p = 0.5 + r * p  # 1/2!
+    p = 1.0 + r * p  # 1/1!
+    e = r * p
+    e = e * (e + 2.0)  # six doublings: expm1(2^6 r) = expm1(2|x|)
+    e = e * (e + 2.0)
+    e = e * (e + 2.0)
+    e = e * (e + 2.0)
+    e = e * (e + 2.0)
+    e = e * (e + 2.0)
+    t = e / (e + 2.0)
+    return t if x >= 0.0 else -t
+
+
+@njit
+def _softplus(z):  # type: ignore[no-untyped-def]
+    """log(1 + e^z) = max(z, 0) + log1p(e^{−|z|}) (no overflow)."""
+    return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+
+
+@njit
+def _sigmoid(z):  # type: ignore[no-untyped-def]
+    e = math.exp(-abs(z))
+    return (1.0 if z >= 0.0 else e) / (1.0 + e)
+
+
+@njit
+def _activate(code, z, a, n):  # type: ignore[no-untyped-def]
+    """a[:n] ← φ(z[:n]) (branch outside the loops, so each loop vectorises on its own)."""
+    if code == TANH:
+        for k in range(n):
+            a[k] = tanh_poly(z[k])
+    elif code == RELU:
+        for k in range(n):
+            a[k] = z[k] if z[k] > 0.0 else 0.0
+    else:
+        for k in range(n):
+            a[k] = _softplus(z[k])
+
+
+@njit
+def _scale_by_derivative(code, z, a, dl, n):  # type: ignore[no-untyped-def]
+    """dl[:n] *= φ'(z[:n]) (tanh' = 1 − a², relu'(z) = [z > 0], softplus' = sigmoid)."""
+    if code == TANH:
+        for k in range(n):
+            dl[k] *= 1.0 - a[k] * a[k]
+    elif code == RELU:
+        for k in range(n):
+            dl[k] = dl[k] if z[k] > 0.0 else 0.0
+    else:
+        for k in range(n):
+            dl[k] *= _sigmoid(z[k])
+
+
+@njit
+def _affine(theta, w0, n_out, n_in, a_in, z):  # type: ignore[no-untyped-def]
+    """z (n_out × m) ← W a_in + b 1ᵀ with W = θ[w0 : w0 + n_out n_in] (row-major), b after it.
+
+    Every inner loop runs over the batch on 2-D views, so its indices are plain loop counters
+    (no wraparound branch) and LLVM vectorises it; four input rows per pass,
+    ``z[o, :] += (W[o,i] a[i, :] + W[o,i+1] a[i+1, :]) + (W[o,i+2] a[i+2, :] + W[o,i+3] a[i+3, :])``,
+    load and store z once per four products (a fixed summation order).
+    """
+    m = z.shape[1]
+    for o in range(n_out):
+        bias = theta[w0 + n_out * n_in + o]
+        for b in range(m):
+            z[o, b] = bias
+        r = w0 + o * n_in
+        i = 0
+        while i + 4 <= n_in:
+            u0 = theta[r + i]
+            u1 = theta[r + i + 1]
+            u2 = theta[r + i + 2]
+            u3 = theta[r + i + 3]
+            for b in range(m):
+                z[o, b] += (u0 * a_in[i, b] + u1 * a_in[i + 1, b]) + (u2 * a_in[i + 2, b] + u3 * a_in[i + 3, b])
+            i += 4
+        while i < n_in:
+            u0 = theta[r + i]
+            for b in range(m):
+                z[o, b] += u0 * a_in[i, b]
+            i += 1
+
+
+@njit
+def _transpose(a, at):  # type: ignore[no-untyped-def]
+    """at (m × n) ← aᵀ for a (n × m)."""
+    for o in range(a.shape[0]):
+        for b in range(a.shape[1]):
+            at[b, o] = a[o, b]
+
+
+@njit
+def _backprop_layer(delta, at_in, gW, gb):  # type: ignore[no-untyped-def]
+    """gb += Σ_b δ[:, b]; gW (n_out × n_in) += Σ_b δ[:, b] a_in[:, b]ᵀ, a_in given batch-major (m × n_in).
+
+    Four batch rows per pass over a row of gW (same pattern as :func:`~sgtune.sampler.grads.minibatch_gradient`).
+    """
+    n_out, m = delta.shape
+    n_in = at_in.shape[1]
+    for o in range(n_out):
+        acc = 0.0
+        for b in range(m):
+            acc += delta[o, b]
+        gb[o] += acc
+        b = 0
+        while b + 4 <= m:
+            d0 = delta[o, b]
+            d1 = delta[o, b + 1]
+            d2 = delta[o, b + 2]
+            d3 = delta[o, b + 3]
+            for i in range(n_in):
+                gW[o, i] += (d0 * at_in[b, i] + d1 * at_in[b + 1, i]) + (d2 * at_in[b + 2, i] + d3 * at_in[b + 3, i])
+            b += 4
+        while b < m:
+            d0 = delta[o, b]
+            for i in range(n_in):
+                gW[o, i] += d0 * at_in[b, i]
+            b += 1
+
+
+@njit
+def _backprop_input(delta, X, idx, gW, gb):  # type: ignore[no-untyped-def]
+    """As :func:`_backprop_layer` for the first layer, reading the input rows X[idx[b]] directly."""
+    n_out, m = delta.shape
+    n_in = gW.shape[1]
+    for o in range(n_out):
+        acc = 0.0
+        for b in range(m):
+            acc += delta[o, b]
+        gb[o] += acc
+        b = 0
+        while b + 4 <= m:
+            d0 = delta[o, b]
+            d1 = delta[o, b + 1]
+            d2 = delta[o, b + 2]
+            d3 = delta[o, b + 3]
+            r0 = X[idx[b]]
+            r1 = X[idx[b + 1]]
+            r2 = X[idx[b + 2]]
+            r3 = X[idx[b + 3]]
+            for i in range(n_in):
+                gW[o, i] += (d0 * r0[i] + d1 * r1[i]) + (d2 * r2[i] + d3 * r3[i])
+            b += 4
+        while b < m:
+            d0 = delta[o, b]
+            r0 = X[idx[b]]
+            for i in range(n_in):
+                gW[o, i] += d0 * r0[i]
+            b += 1
+
+
+@njit
+def _delta_back(theta, w0, n_out, n_in, delta, out):  # type: ignore[no-untyped-def]
+    """out (n_in × m) ← W_lᵀ δ (before the activation derivative), four rows of δ per pass."""
+    m = delta.shape[1]
+    for i in range(n_in):
+        for b in range(m):
+            out[i, b] = 0.0
+    o = 0
+    while o + 4 <= n_out:
+        r0 = w0 + o * n_in
+        for i in range(n_in):
+            u0 = theta[r0 + i]
+            u1 = theta[r0 + n_in + i]
+            u2 = theta[r0 + 2 * n_in + i]
+            u3 = theta[r0 + 3 * n_in + i]
+            for b in range(m):
+                out[i, b] += (u0 * delta[o, b] + u1 * delta[o + 1, b]) + (u2 * delta[o + 2, b] + u3 * delta[o + 3, b])
+        o += 4
+    while o < n_out:
+        r0 = w0 + o * n_in
+        for i in range(n_in):
+            u0 = theta[r0 + i]
+            for b in range(m):
+                out[i, b] += u0 * delta[o, b]
+        o += 1
+
+
+@component
+def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """Data term of G for the minibatch ``idx[:nb]`` (module docstring); ``work`` ≥ :func:`work_size`.
+
+    Work layout (m = nb): a_0 (n_0 × m); per hidden layer l: z_l, a_l (n_l × m) and aᵀ_l (m × n_l);
+    f (m); two δ buffers (max n × m).
+    """
+    n_layers = ints.shape[0] - 3
+    code = ints[n_layers + 1]
+    lik = ints[n_layers + 2]
+    m = nb
+    n0 = ints[0]
+    for j in range(theta.shape[0]):
+        grad[j] = 0.0
+    # ---- a_0, feature-major
+    a0 = work[0:n0 * m].reshape((n0, m))
+    for b in range(m):
+        row = X[idx[b]]
+        for i in range(n0):
+            a0[i, b] = row[i]
+    # ---- forward
+    off = n0 * m  # next free slot of work
+    a_in = a0
+    w0 = 0  # offset of W_l in θ
+    for l in range(1, n_layers):
+        n_in = ints[l - 1]
+        n_out = ints[l]
+        z = work[off:off + n_out * m].reshape((n_out, m))
+        _affine(theta, w0, n_out, n_in, a_in, z)
+        a = work[off + n_out * m:off + 2 * n_out * m].reshape((n_out, m))
+        _activate(code, work[off:off + n_out * m], work[off + n_out * m:off + 2 * n_out * m], n_out * m)
+        _transpose(a, work[off + 2 * n_out * m:off + 3 * n_out * m].reshape((m, n_out)))
+        off += 3 * n_out * m
+        w0 += n_out * (n_in + 1)
+        a_in = a
+    n_in = ints[n_layers - 1]
+    f = work[off:off + m].reshape((1, m))
+    _affine(theta, w0, 1, n_in, a_in, f)
+    off += m
+    # ---- backward
+    maxw = 1
+    for l in range(n_layers + 1):
+        if ints[l] > maxw:
+            maxw = ints[l]
+    d_cur = off
+    d_nxt = off + maxw * m
+    inv = 1.0 / m
+    for b in range(m):
+        work[d_cur + b] = glm_d1(lik, f[0, b], y[idx[b]], floats) * inv
+    for l in range(n_layers, 0, -1):
+        n_in = ints[l - 1]
+        n_out = ints[l]
+        delta = work[d_cur:d_cur + n_out * m].reshape((n_out, m))
+        gW = grad[w0:w0 + n_out * n_in].reshape((n_out, n_in))
+        gb = grad[w0 + n_out * n_in:w0 + n_out * (n_in + 1)]
+        if l == 1:
+            _backprop_input(delta, X, idx, gW, gb)
+            break
+        # layer l−1's z, a, aᵀ: after a_0 and the blocks of layers 1..l−2
+        zp = n0 * m
+        for k in range(1, l - 1):
+            zp += 3 * ints[k] * m
+        ap = zp + n_in * m
+        atp = ap + n_in * m
+        _backprop_layer(delta, work[atp:atp + m * n_in].reshape((m, n_in)), gW, gb)
+        # δ_{l−1} = (W_lᵀ δ_l) ⊙ φ'(z_{l−1})
+        _delta_back(theta, w0, n_out, n_in, delta, work[d_nxt:d_nxt + n_in * m].reshape((n_in, m)))
+        _scale_by_derivative(code, work[zp:zp + n_in * m], work[ap:ap + n_in * m],
+                             work[d_nxt:d_nxt + n_in * m], n_in * m)
+        d_cur, d_nxt = d_nxt, d_cur
+        w0 -= ints[l - 1] * (ints[l - 2] + 1)  # to layer l − 1

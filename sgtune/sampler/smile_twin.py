@@ -1,0 +1,166 @@
+"""Pure-Python twin of :func:`sgtune.sampler.smile.ensemble_chains` (slow; for tests and ``backend="python"``).
+
+Written independently of the kernel from the paper's formulas, with NumPy vector operations:
+the momentum map in the cosh/sinh form of appendix F.2 (the kernel uses the e^{−δ} form),
+the kinetic change (d − 1) log(cosh δ + uₑ sinh δ), the target gradients as vector
+expressions, the tuner through :mod:`sgtune.theory.smile` (moment matching, Wilson–Hilferty
+with scipy's Φ⁻¹, bias-corrected EMAs), and the random stream of
+:class:`~sgtune.sampler.rng.Xoshiro256PP`. Same arguments as the kernel, same arrays mutated;
+the two agree to rounding (≈1e-12) on the same seed.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
+from .rng import Xoshiro256PP
+
+__all__ = ["ensemble_twin", "logp_grad_twin", "momentum_map_twin"]
+
+_B1 = 0.1931833275037836
+_A1 = 0.5
+_B2 = 1.0 - 2.0 * _B1
+
+
+def logp_grad_twin(target_id: int, prec: np.ndarray, q: float, spatial_sd: float, w: np.ndarray,
+                   theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """log p(θ) + εᵀθ and its gradient, ε = f(θ) w (see :mod:`sgtune.sampler.targets`)."""
+    if target_id == 0:
+        pt = prec @ theta
+        lp, g = -0.5 * float(theta @ pt), -pt
+    elif target_id == 1:
+        x, y = theta[0::2], theta[1::2]
+        r = x * x - y
+        lp = -float(np.sum(r * r / q + (x - 1.0) ** 2))
+        g = np.empty_like(theta)
+        g[0::2] = -(4.0 * x * r / q + 2.0 * (x - 1.0))
+        g[1::2] = 2.0 * r / q
+    else:
+        a2 = 9.0
+        t1, rest = theta[0], theta[1:]
+        s = float(rest @ rest)
+        wgt = math.exp(-t1)
+        lp = -0.5 * t1 * t1 / a2 - 0.5 * s * wgt - 0.5 * rest.size * t1
+        g = np.empty_like(theta)
+        g[0] = -t1 / a2 + 0.5 * s * wgt - 0.5 * rest.size
+        g[1:] = -rest * wgt
+    f = math.exp(-0.5 * theta[1] / spatial_sd) if spatial_sd > 0 else 1.0
+    eps = f * w
+    return lp + float(eps @ theta), g + eps
+
+
+def momentum_map_twin(u: np.ndarray, g: np.ndarray, eps: float) -> tuple[np.ndarray, float]:
+    """Appendix F.2: u ← (u + (sinh δ + uₑ(cosh δ − 1))e)/(cosh δ + uₑ sinh δ), e = g/|g|; ΔK."""
+    d = u.size
+    gn = float(np.linalg.norm(g))
+    if gn == 0.0:
+        return u, 0.0
+    e = g / gn
+    ue = float(u @ e)
+    delta = eps * gn / (d - 1)
+    den = math.cosh(delta) + ue * math.sinh(delta)
+    new = u + (math.sinh(delta) + ue * (math.cosh(delta) - 1.0)) * e
+    if abs(float(u @ u) - 1.0) < 1e-6:
+        new = new / np.linalg.norm(new)
+    else:
+        new = new / den
+    return new, (d - 1) * math.log(den)
+
+
+def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom, rng, step, tune, ipre,  # type: ignore[no-untyped-def]
+                  gbar, gvar, params, n_steps, burn_in, thin, sum1, sum2, stats, trace, step_trace,
+                  energy_trace, diverged) -> None:
+    """Same contract as :func:`sgtune.sampler.smile.ensemble_chains`."""
+    from scipy.special import ndtr
+
+    alpha, beta, zk, zlo, zhi, delta, friction, tune_start, pre_start = (float(x) for x in params)
+    pk, plo, phi = (float(ndtr(z)) for z in (zk, zlo, zhi))
+    n_chains, d = theta.shape
+    mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)
+    for c in range(n_chains):
+        gen = Xoshiro256PP(rng[c])
+        th = theta[c].copy()
+        if mclmc:
+            u = gen.normals(d)
+            u = u / np.linalg.norm(u)
+        else:
+            u = np.zeros(d)
+        ip = ipre[c].copy()
+        gm, gv, pn = np.zeros(d), np.zeros(d), 0
+        em, ev, en = 0.0, 0.0, 0
+        cum = 0.0
+        for t in range(n_steps):
+            w = noise_chol @ gen.normals(d)
+            h = float(step[c])
+            if mclmc:
+                lp0, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
+                if precond:
+                    gm, gv, pn = ema_update(gm, gv, pn, g, alpha)
+                    if pn >= pre_start:
+                        _, var = ema_corrected(gm, gv, pn, alpha)
+                        if np.all(var > 0):
+                            sig = np.sqrt(var)
+                            ip = 1.0 / (math.sqrt(d) * sig / np.linalg.norm(sig))
+                prev = th.copy()
+                dk = 0.0
+                for kind, coef in (("P", _B1), ("Q", _A1), ("P", _B2), ("Q", _A1), ("P", _B1)):
+                    if kind == "P":
+                        u, k = momentum_map_twin(u, g * ip, coef * h)
+                        dk += k
+                    else:
+                        th = th + coef * h * u * ip
+                        lp1, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
+                de = dk - (lp1 - lp0)
+                if tuned:
+                    reject = False
+                    factor = 1.0
+                    a = abs(de)
+                    if not math.isfinite(a):
+                        reject, factor = True, 1.0 - delta
+                    else:
+                        if en >= tune_start:
+                            mu, var = ema_corrected(em, ev, en, beta)
+                            if mu > 0 and var > 0:
+                                fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
+                                qk, qlo, qhi = wilson_hilferty_quantile(np.array([pk, plo, phi]), fit.shape, fit.scale)
+                                reject = a > qk
+                                factor = 1.0 + delta if a < qlo else (1.0 - delta if a > qhi else 1.0)
+                        em, ev, en = ema_update(em, ev, en, a, beta)
+                    if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
+                        stats[c, 0] += 1.0
+                        th = prev
+                        u = np.zeros(d)
+                    step[c] = h * factor
+                if math.isfinite(de):
+                    cum += de
+                    stats[c, 1] += de
+                    stats[c, 2] += abs(de)
+                    stats[c, 3] += de * de
+            else:
+                _, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
+                eta = gen.normals(d)
+                if method == 4:
+                    th = th + h * g + math.sqrt(2.0 * h) * eta
+                else:
+                    u = u + h * (g - friction * u) + math.sqrt(2.0 * friction * h) * eta
+                    th = th + h * u
+            if not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
+                diverged[c] = t
+                break
+            if t >= burn_in:
+                sum1[c] += th
+                sum2[c] += th * th
+            if thin > 0 and (t + 1) % thin == 0:
+                k = (t + 1) // thin - 1
+                trace[c, k] = th
+                step_trace[c, k] = step[c]
+                energy_trace[c, k] = cum
+        theta[c] = th
+        mom[c] = u
+        ipre[c] = ip
+        rng[c] = gen.state()
+        if tuned:
+            tune[c, :3] = (em, ev, en)
+            tune[c, 3] = step[c]

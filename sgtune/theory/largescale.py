@@ -1,0 +1,175 @@
+r"""Matrix-free diagonal step sizes for large D from the rank-one (GLM / Gauss–Newton) structure.
+
+Never forms a D×D matrix: works on the design U (M, D) with J_n = w_n u_n u_nᵀ, the gradient
+scales c_n with g_n = c_n u_n (for a GLM / Gauss–Newton model the per-sample gradient is
+ρ'(f_n)∇f_n), and a diagonal prior Γ = diag(γ). Only the **posterior** target Σ* = H⁻¹/N,
+H = J + Γ/N, is supported (the one with a cheap matrix-free solve).
+
+What is computed. The closed form of :func:`sgtune.theory.tuning.structured_step_matrix`
+for the diagonal family (the diagonal of eq. (11) at Σ*, one-step moment matching):
+
+    λ_i = 2((HΣ*)_ii − 1/β)/R_ii,   R = C̄(Σ*) + HΣ*H,
+
+with (HΣ*)_ii = 1/N and (HΣ*H)_ii = H_ii/N exactly, and (eq. 12)
+
+    C̄_ii = (f/B)[mean_n c_n²u_ni² − ḡ_i² + mean_n w_n² q_n u_ni² − (JΣ*J)_ii],  q_n = u_nᵀΣ*u_n.
+
+What is approximated. q_n and (JΣ*J)_ii are estimated from k random probes s_j ~ N(0, Σ*)
+(s = H⁻¹v/√N with v ~ N(0, H) built from the factor of H, H⁻¹v by preconditioned conjugate
+gradients with block right-hand sides): q̂_n = mean_j (u_nᵀs_j)², (JΣ*J)^_ii = mean_j (Js_j)_i²,
+both unbiased; λ_i, a ratio, has a relative bias O(1/k). The exact covariance of the chain with
+this Λ is *not* computed here (that needs the D×D forward solve); where both fit, compare with
+:func:`sgtune.theory.tuning.tune` (``family="diagonal", family_criterion="moment"``), which is
+this formula with exact q_n and JΣ*J.
+
+Cost: O(k·M·D) per CG iteration and O(M·D) memory (the design itself plus (M, k) blocks).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._refs import cites
+from .._validation import as_float_array, check_int, check_positive
+from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError
+from .stationary import finite_population_factor
+
+__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes"]
+
+
+@dataclass(frozen=True)
+class MatrixFreeDiagonal:
+    """Result of :func:`posterior_diagonal_step_sizes`.
+
+    Attributes
+    ----------
+    diagonal : (D,) λ.
+    noise_diagonal : (D,) estimate of diag C̄(Σ*).
+    probes : number of random probes k.
+    cg_iterations : conjugate-gradient iterations of the block solve.
+    cg_residual : largest relative residual ‖Hs − v‖/‖v‖ over the probes.
+    """
+
+    diagonal: np.ndarray
+    noise_diagonal: np.ndarray
+    probes: int
+    cg_iterations: int
+    cg_residual: float
+
+
+def _chunks(m: int, size: int = 2048) -> range:
+    return range(0, m, size)
+
+
+@cites("wang2026", "Eqs. (11)–(12), diagonal part at the posterior target (matrix-free, random probes)")
+def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any, *,
+                                  batch_size: int, n_data: int | None = None,
+                                  inv_temperature: float = math.inf, without_replacement: bool = False,
+                                  probes: int = 32, seed: int = 0, cg_tol: float = 1e-8,
+                                  max_iter: int = 2000) -> MatrixFreeDiagonal:
+    r"""Diagonal Λ solving the diagonal of eq. (11) at Σ* = H⁻¹/N, from (U, w, c, γ) only.
+
+    Parameters
+    ----------
+    design : (M, D) U, rows u_n (covariates of a GLM, ∇_θ f(x_n) for Gauss–Newton).
+    weights : (M,) w_n ≥ 0 with J_n = w_n u_n u_nᵀ.
+    grad_scales : (M,) c_n with per-sample gradients g_n = c_n u_n at θ̂.
+    prior_diagonal : scalar or (D,) γ > 0 (Γ = diag γ).
+    batch_size : B.
+    n_data : N (default M).
+    probes : k random probes.
+    """
+    U = np.asarray(design, dtype=float)
+    if U.ndim != 2:
+        raise ShapeError(f"design must be (M, D), got shape {U.shape}")
+    m, d = U.shape
+    w = as_float_array(weights, "weights").reshape(-1)
+    c = as_float_array(grad_scales, "grad_scales").reshape(-1)
+    if w.shape[0] != m or c.shape[0] != m:
+        raise ShapeError(f"weights and grad_scales must have length M = {m}, got {w.shape[0]} and {c.shape[0]}")
+    if np.any(w < 0):
+        raise SgtuneError("weights must be >= 0 (Gauss–Newton / convex GLM curvature) for the matrix-free "
+                          f"posterior route; smallest is {w.min():g}")
+    gam = np.broadcast_to(as_float_array(prior_diagonal, "prior_diagonal"), (d,)).astype(float)
+    if not np.all(gam > 0):
+        raise SgtuneError("prior_diagonal must be > 0 (the posterior H⁻¹/N needs H ≻ 0); pass a prior precision")
+    n = m if n_data is None else check_int(n_data, "n_data", low=m)
+    B = check_int(batch_size, "batch_size", low=1, high=n)
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    k = check_int(probes, "probes", low=2)
+    shift = 0.0 if math.isinf(beta) else 1.0 / beta
+    if not 1.0 / n > shift:
+        raise InfeasibleTargetError(f"the posterior target is unreachable at inverse temperature {beta:g}: "
+                                    f"use an inverse temperature > N = {n}", min_inv_temperature=float(n))
+    rng = np.random.default_rng(seed)
+
+    def ut(a: np.ndarray) -> np.ndarray:  # Uᵀa, a (M, k)
+        return U.T @ a
+
+    rows = max(16, int(2**21 // max(d, 1)))  # row chunks of ≈ 16 MB: U is streamed from memory once per product
+
+    def h_mul(V: np.ndarray) -> np.ndarray:  # H V = Uᵀ diag(w) U V / M + γ∘V / N, one pass over U
+        out = gam[:, None] * V / n
+        acc = np.zeros_like(V)
+        for s in range(0, m, rows):
+            blk = U[s:s + rows]
+            acc += blk.T @ (w[s:s + rows, None] * (blk @ V))
+        return out + acc / m
+
+    # diag H and the moments that need one pass over the rows (chunked: no (M, D) temporaries)
+    u2w = np.zeros(d)
+    c2u2 = np.zeros(d)
+    for s in _chunks(m):
+        blk = U[s:s + 2048]
+        sq = blk * blk
+        u2w += sq.T @ w[s:s + 2048]
+        c2u2 += sq.T @ (c[s:s + 2048] ** 2)
+    h_diag = u2w / m + gam / n
+    gbar = ut(c[:, None]).ravel() / m
+    # probes v ~ N(0, H): v = Uᵀ(√w z₁)/√M + √γ z₂/√N
+    Vrhs = ut(np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
+        + np.sqrt(gam)[:, None] * rng.standard_normal((d, k)) / math.sqrt(n)
+    S, its, res = _block_pcg(h_mul, Vrhs, 1.0 / h_diag, cg_tol, max_iter)
+    S /= math.sqrt(n)  # columns ~ N(0, H⁻¹/N) = N(0, Σ*)
+    US = U @ S  # (M, k)
+    q = np.mean(US * US, axis=1)  # q̂_n = u_nᵀΣ*u_n
+    JS = ut(w[:, None] * US) / m  # J s_j
+    jsj = np.mean(JS * JS, axis=1)  # (JΣ*J)_ii
+    mjsj = np.zeros(d)
+    for s in _chunks(m):
+        blk = U[s:s + 2048]
+        mjsj += (blk * blk).T @ (w[s:s + 2048] ** 2 * q[s:s + 2048])
+    mjsj /= m
+    f = finite_population_factor(n, B, without_replacement)
+    cbar = (f / B) * (c2u2 / m - gbar**2 + mjsj - jsj)
+    R = cbar + h_diag / n
+    lam = 2.0 * (1.0 / n - shift) / R
+    return MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res)
+
+
+def _block_pcg(mul: Any, Bm: np.ndarray, pinv: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, int, float]:
+    """Jacobi-preconditioned CG for H X = B, one independent CG per column, run as a block."""
+    X = np.zeros_like(Bm)
+    R = Bm.copy()
+    Z = pinv[:, None] * R
+    P = Z.copy()
+    rz = np.sum(R * Z, axis=0)
+    nb = np.linalg.norm(Bm, axis=0)
+    for it in range(1, max_iter + 1):
+        HP = mul(P)
+        alpha = rz / np.sum(P * HP, axis=0)
+        X += alpha * P
+        R -= alpha * HP
+        rel = np.linalg.norm(R, axis=0) / nb
+        if rel.max() <= tol:
+            return X, it, float(rel.max())
+        Z = pinv[:, None] * R
+        rz_new = np.sum(R * Z, axis=0)
+        P = Z + (rz_new / rz) * P
+        rz = rz_new
+    raise ConvergenceError(f"matrix-free posterior solve: conjugate gradients reached relative residual "
+                           f"{rel.max():.2e} after {max_iter} iterations; use a larger prior precision",
+                           residual=float(rel.max()), method="cg")
