@@ -247,9 +247,11 @@ def posterior_scores(model: Any, X: Any, y: Any, samples: Any, prior_precision: 
     if x.ndim != 2:
         raise ShapeError(f"samples must be (n, D) but has shape {x.shape}")
     n, d = x.shape
-    Xa = np.asarray(X)
-    if Xa.ndim != 2 or Xa.shape[1] != d:
-        raise ShapeError(f"samples must have D = {Xa.shape[-1]} columns (the data's) but has shape {x.shape}")
+    from .models.base import model_dim
+
+    d_model = model_dim(model, int(np.shape(X)[1]))
+    if d != d_model:
+        raise ShapeError(f"samples must have the model's D = {d_model} columns but have {d} (shape {x.shape})")
     if prior_precision is None:
         gam = np.zeros((d, d))
     else:
@@ -261,7 +263,11 @@ def posterior_scores(model: Any, X: Any, y: Any, samples: Any, prior_precision: 
     step = max(1, n // 50)
     for i in range(n):
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, by sample
-            out[i] = -np.asarray(model.per_sample_grads(x[i], X, y), float).sum(axis=0)
+            g = np.asarray(model.per_sample_grads(x[i], X, y), float)
+        if g.ndim != 2 or g.shape[1] != d:
+            raise ShapeError(f"samples must have the model's D = {g.shape[-1] if g.ndim else '?'} columns but "
+                             f"have {d} (per_sample_grads returned shape {g.shape})")
+        out[i] = -g.sum(axis=0)
         if progress is not None and ((i + 1) % step == 0 or i + 1 == n):
             progress(i + 1, n)
     with np.errstate(invalid="ignore"):

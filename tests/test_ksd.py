@@ -228,7 +228,7 @@ def test_errors_are_one_line_and_named(rng):
         ksd(x, x, block=0)
     with pytest.raises(SgtuneError, match="has no per_sample_grads"):
         posterior_scores(object(), x, x[:, 0], x)
-    with pytest.raises(ShapeError, match="D = 2 columns"):
+    with pytest.raises(ShapeError, match="model's D = 2 columns but have 5"):
         posterior_scores(get_model("linear"), x, x[:, 0], np.zeros((3, 5)))
     with pytest.raises(ShapeError, match=r"prior_precision must be a scalar or \(D, D\)"):
         posterior_scores(get_model("linear"), x, x[:, 0], x, np.eye(3))

@@ -9,6 +9,7 @@ import numpy as np
 from .._refs import references_of
 from ..errors import ShapeError
 from ..ksd import DEFAULT_BLOCK, posterior_ksd
+from ..models.base import model_dim
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import data_options, load_data_model, load_float_npy, load_prior
 from ._render import key_values
@@ -45,14 +46,15 @@ def cli(**kw: Any) -> None:
     if kw["block"] < 1:
         raise click.BadParameter(f"must be an integer >= 1, got {kw['block']}", param_hint="--block")
     ds, model = load_data_model(kw)
-    gam = load_prior(kw, ds.dim)
+    d = model_dim(model, ds.dim)  # parameters, not covariates (differs for mlp / user models)
+    gam = load_prior(kw, d)
     samples = load_float_npy(str(kw["samples_path"]), "--samples")
     if samples.ndim == 3:
         samples = samples.reshape(-1, samples.shape[-1])
-    if samples.ndim == 1 and ds.dim == 1:
+    if samples.ndim == 1 and d == 1:
         samples = samples[:, None]
-    if samples.ndim != 2 or samples.shape[1] != ds.dim or samples.shape[0] < 1:
-        raise ShapeError(f"--samples must be (n, D) = (n, {ds.dim}) but {kw['samples_path']} has shape "
+    if samples.ndim != 2 or samples.shape[1] != d or samples.shape[0] < 1:
+        raise ShapeError(f"--samples must be (n, D) = (n, {d}) but {kw['samples_path']} has shape "
                          f"{samples.shape}")
     if not np.all(np.isfinite(samples)):
         row = int(np.argmax(~np.all(np.isfinite(samples), axis=1)))
@@ -69,7 +71,7 @@ def cli(**kw: Any) -> None:
     ref = float(np.sqrt(res.diagonal_mean / res.n_samples))
     doc = {"ksd": res.ksd, "ksd_squared": res.ksd_squared, "n_samples": res.n_samples,
            "ksd_iid_reference": ref, "kernel": "imq(c=1,beta=-1/2)", "statistic": "V", "block": res.block,
-           "dim": ds.dim, "n_data": ds.n_data, "model": model.name, "data": ds.source,
+           "dim": d, "n_data": ds.n_data, "model": model.name, "data": ds.source,
            "command": command_line(), "references": references_of(posterior_ksd)}
     emit(doc, kw["json_path"])
     info(key_values([("KSD", res.ksd), ("i.i.d. reference", ref), ("samples", res.n_samples)]), quiet)

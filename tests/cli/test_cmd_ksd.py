@@ -66,3 +66,17 @@ def test_ksd_errors_exit_1_with_one_line_and_no_file(tmp_path, rng):
     np.save(tmp_path / "ok.npy", np.zeros((5, 3)))
     r = CliRunner().invoke(main, [*base, str(tmp_path / "ok.npy"), "--block", "0"])
     assert r.exit_code == 2 and "--block" in r.stderr and not out.exists()
+
+
+def test_ksd_uses_the_models_parameter_dimension_not_the_covariates(tmp_path, rng):
+    """mlp with 5 covariates and one hidden layer of 2: D = 2·5 + 2 + 1·2 + 1 = 15 parameters."""
+    np.save(tmp_path / "s.npy", 0.1 * rng.standard_normal((20, 15)))
+    base = ["ksd", "--example", "logistic", "--model", "mlp", "--hidden-sizes", "2", "--likelihood", "bernoulli",
+            "-q", "--samples"]
+    r = CliRunner().invoke(main, [*base, str(tmp_path / "s.npy")])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["dim"] == 15 and doc["n_samples"] == 20 and doc["ksd"] > 0
+    np.save(tmp_path / "bad.npy", np.zeros((20, 5)))
+    r = CliRunner().invoke(main, [*base, str(tmp_path / "bad.npy")])
+    assert r.exit_code == 1 and "(n, D) = (n, 15)" in r.stderr
