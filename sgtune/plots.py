@@ -230,6 +230,8 @@ def _layout(covs: Mapping[str, Any], step_matrix: Any, names: Sequence[str] | No
     first = next(c for c in covs.values() if c is not None)
     d = np.asarray(first).shape[0]
     checked = {k: (None if v is None else _validated(f"{k} covariance", v, d)) for k, v in covs.items()}
+    if names is not None and len(names) != d:  # e.g. covariate names for an mlp's weights: label θ0, θ1, …
+        names = None
     pairs = most_correlated_pairs(first, n_pairs)
     n_cov = max(1, len(pairs))
     # two rows on a 6-column grid: the ellipses on top, Λ (and the PIT histogram) below

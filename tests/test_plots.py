@@ -51,6 +51,8 @@ def test_blank_figure_fails_the_image_check():
 def test_figure_lambda_renders(rng):
     s, p, _, lam = _case(rng)
     _assert_valid_nonblank_png(plots.render_png(plots.figure_lambda(s, p, lam, names=[f"x{i}" for i in range(5)])))
+    fig = plots.figure_lambda(s, p, lam, names=["a", "b"])  # names that do not fit D (mlp): θ0, θ1, … instead
+    assert fig.axes[0].get_xlabel().startswith("θ[θ")
 
 
 def test_figure_verify_renders_without_target_and_with_diagonal_lambda(rng):
