@@ -19,7 +19,7 @@ from ..models import MODEL_NAMES, GLM, Expansion, expand, get_model, prior_matri
 from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
-             "prior_precision", "prior_precision_matrix", "subsample", "seed")
+             "prior_precision", "prior_precision_matrix", "subsample", "seed", "scheduler")
 
 
 def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -31,7 +31,7 @@ def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 data_options = _compose(
-    click.argument("data", required=False, type=click.Path(dir_okay=False)),
+    click.argument("data", required=False, type=click.Path(dir_okay=True)),
     click.option("--example", type=click.Choice(sorted(EXAMPLES)), default=None,
                  help="Use a bundled example data set instead of DATA (e.g. hetero-linear: "
                       "seed 003's heteroskedastic misspecified linear regression, N=2000, D=20)."),
@@ -49,6 +49,10 @@ data_options = _compose(
     click.option("--subsample", type=int, default=None,
                  help="Fit θ̂ and the expansion on M rows drawn at random (Algorithm 1, step 1)."),
     click.option("--seed", type=int, default=0, show_default=True, help="Seed for anything random (echoed)."),
+    click.option("--scheduler", default=None, metavar="ADDRESS",
+                 help="Run the data reductions (MAP fit, expansion, C̄(Σ)) of out-of-core DATA (a folder with "
+                      "X.npy/y.npy or a .parquet file) on a Dask cluster: 'local' (2 local workers) or a "
+                      "scheduler address (tcp://host:8786). Same numbers as without it."),
 )
 
 batch_options = _compose(
@@ -103,7 +107,8 @@ def load_float_npy(path: str, name: str) -> np.ndarray:
 def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, GLM]:
     """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
     if (kw.get("data") is None) == (kw.get("example") is None):
-        raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
+        raise click.UsageError("give exactly one of DATA (a .csv, .npz or .parquet file, or a folder with X.npy "
+                               "and y.npy) or --example NAME")
     if kw.get("example"):
         ds = example(kw["example"], seed=0)
         model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
@@ -132,7 +137,7 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
     if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(kw.get("seed", 0)))
         return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data))
-    return LoadedProblem(ds, model, gam, expand(model, ds, gam))
+    return LoadedProblem(ds, model, gam, expand(model, ds, gam, scheduler=kw.get("scheduler")))
 
 
 def load_theta(path: str, dim: int) -> np.ndarray:
