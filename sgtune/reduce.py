@@ -107,8 +107,12 @@ class NpyFile:
         return out.reshape((len(index), *self.shape[1:]))
 
     def memmap(self) -> np.ndarray:
-        """The whole array as a read-only memory map (for row gathers, e.g. the sampler's minibatches)."""
-        return np.memmap(self.path, dtype="<f8", mode="r", offset=self.offset, shape=self.shape)
+        """The whole array as a copy-on-write memory map (for row gathers, e.g. the sampler's minibatches).
+
+        Copy-on-write, not read-only: the file is never modified, and numba sees the same (writable)
+        array type as for in-memory data, so the sampler's compiled code is reused, not recompiled.
+        """
+        return np.memmap(self.path, dtype="<f8", mode="c", offset=self.offset, shape=self.shape)
 
 
 @dataclass(frozen=True)
@@ -263,7 +267,7 @@ def get_client(scheduler: str) -> Any:
                                        dashboard_address=None, silence_logs=50)
                 client = Client(cluster)
             else:
-                client = Client(scheduler, timeout="10s")
+                client = Client(scheduler, timeout=os.environ.get("SGTUNE_DASK_TIMEOUT", "10s"))
         except (OSError, TimeoutError, ValueError) as exc:
             raise SchedulerError(f"--scheduler {scheduler}: cannot connect to the Dask scheduler ({exc}); "
                                  "give 'local' or an address like tcp://host:8786") from None
