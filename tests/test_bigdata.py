@@ -343,3 +343,35 @@ def test_cli_folder_errors_exit_1_without_output(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["lambda", str(good), "--model", "logistic", "--batch-size", "32",
                                   "--scheduler", "tcp://127.0.0.1:9"])
     assert r.exit_code == 1 and "cannot connect to the Dask scheduler" in r.output
+
+
+# --- minibatch-error streams too ----------------------------------------------------------------
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_streamed_minibatch_error_equals_in_memory(tmp_path, small_chunks, replacement):
+    from sgtune.theory.minibatch import minibatch_error
+
+    ds = example("logistic")
+    f = load_dataset(save_folder(tmp_path / "d", ds.X, ds.y))
+    m = get_model("logistic")
+    theta = fit_map(m, ds).theta_hat + 0.05
+    r_mem = minibatch_error(m, ds, theta, 16, prior_precision=0.5, replacement=replacement)
+    r_dir = minibatch_error(m, f, theta, 16, prior_precision=0.5, replacement=replacement)
+    for attr in ("frob2_sgld", "frob2_sglrw", "frob2_sgld_gaussian", "frob2_sglrw_gaussian", "noise_cov_trace"):
+        assert abs(getattr(r_dir, attr) / getattr(r_mem, attr) - 1) < BACKEND_RTOL, attr
+    assert rel(r_dir.expected_m_sgld, r_mem.expected_m_sgld) < BACKEND_RTOL
+    assert rel(r_dir.grad_potential, r_mem.grad_potential) < BACKEND_RTOL
+
+
+def test_cli_minibatch_error_on_a_folder(tmp_path, small_chunks):
+    ds = example("logistic")
+    np.savez(tmp_path / "d.npz", X=ds.X, y=ds.y)
+    folder = save_folder(tmp_path / "d", ds.X, ds.y)
+    docs = []
+    for data in (tmp_path / "d.npz", folder):
+        r = CliRunner().invoke(main, ["minibatch-error", str(data), "--model", "logistic", "--batch-size", "8",
+                                      "-q"])
+        assert r.exit_code == 0, r.output
+        docs.append(json.loads(r.stdout))
+    for k in ("frob2_sgld", "frob2_sglrw", "ratio"):
+        assert abs(docs[1][k] / docs[0][k] - 1) < BACKEND_RTOL
