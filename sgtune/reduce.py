@@ -30,7 +30,7 @@ import numpy as np
 from .errors import DataFormatError, SgtuneError
 
 __all__ = ["CHUNK_ROWS", "GROUP_CHUNKS", "NpyFile", "RowSource", "chunk_bounds", "reduce_rows",
-           "get_client", "map_tasks", "SchedulerError"]
+           "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError"]
 
 #: rows per chunk (fixed: results depend on the chunk boundaries at rounding level only through it)
 CHUNK_ROWS = 65536
@@ -305,3 +305,26 @@ def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], sch
     finally:
         for f in futures:
             f.release()
+
+
+def task_seeds(seed: int, n_tasks: int) -> list[int]:
+    """One independent integer seed per task: ``SeedSequence(seed).spawn(n_tasks)`` (fixed by position)."""
+    return [int(child.generate_state(1, np.uint64)[0] >> np.uint64(1))
+            for child in np.random.SeedSequence(int(seed)).spawn(int(n_tasks))]
+
+
+def _grid_task(fn: Callable[..., Any], point: dict[str, Any], seed: int) -> Any:
+    return fn(**point, seed=seed)
+
+
+def map_grid(fn: Callable[..., Any], grid: Sequence[dict[str, Any]], *, seed: int = 0,
+             scheduler: str | None = None) -> list[Any]:
+    """[fn(**point, seed=s_i) for each grid point], serially or as Dask tasks; identical results either way.
+
+    For sweeps — calibrate repetitions, batch-size or method grids: task i gets the seed
+    ``task_seeds(seed, len(grid))[i]``, fixed by its position in the grid, so neither the
+    backend nor the order in which workers finish changes any number. ``fn`` must be a
+    module-level function (shipped to workers by reference).
+    """
+    seeds = task_seeds(seed, len(grid))
+    return map_tasks(_grid_task, [(fn, dict(p), s) for p, s in zip(grid, seeds)], scheduler)
