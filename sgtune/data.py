@@ -164,8 +164,8 @@ def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = Fal
         if X.dtype.kind not in "biuf" or y.dtype.kind not in "biuf":
             raise DataFormatError(f"{p}: X and y must be numeric arrays, got {X.dtype} and {y.dtype}")
         return make_dataset(X, y, intercept=intercept, source=str(p))
-    raise DataFormatError(f"data file {p} must end in .csv, .npz or .parquet, or be a folder with X.npy and "
-                          f"y.npy; got {suffix or 'no suffix'!r}")
+    raise DataFormatError(f"data file {p} must end in .csv or .npz (or .parquet, or be a folder with X.npy and "
+                          f"y.npy), got {suffix or 'no suffix'!r}")
 
 
 # --- out of core -------------------------------------------------------------------------------
