@@ -48,13 +48,15 @@ else:
           "--prior-precision", str(args["prior"]),
           "--json", args["out"] + ".json", "-o", args["out"], "--overwrite", *extra], standalone_mode=False)
 wall = time.perf_counter() - t
-workers = 0.0
+ru = resource.getrusage(resource.RUSAGE_SELF)
+workers, cpu = 0.0, ru.ru_utime + ru.ru_stime
 if mode == "dask-local":
     from sgtune.reduce import get_client
-    peaks = get_client("local").run(lambda: __import__("resource").getrusage(0).ru_maxrss)
-    workers = max(peaks.values()) / 1024
-print(json.dumps({"wall": wall, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "workers": workers}))
+    stats = get_client("local").run(lambda: (lambda r: (r.ru_maxrss, r.ru_utime + r.ru_stime))(
+        __import__("resource").getrusage(0)))
+    workers = max(v[0] for v in stats.values()) / 1024
+    cpu += sum(v[1] for v in stats.values())
+print(json.dumps({"wall": wall, "rss": ru.ru_maxrss / 1024, "workers": workers, "cpu": cpu}))
 """
 
 
@@ -111,6 +113,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "sgtune-bench"))
     ap.add_argument("--skip-dask", action="store_true")
+    ap.add_argument("--dask-n", type=int, default=None, help="N of the Dask row: --n (default) or --mem-n")
     a = ap.parse_args()
     full = os.path.join(a.dir, f"n{a.n}_d{a.d}")
     small = os.path.join(a.dir, f"n{a.mem_n}_d{a.d}")
@@ -121,9 +124,9 @@ def main() -> None:
     print(f"data ready in {time.perf_counter() - t:.0f} s: {full} (X = {a.n * a.d * 8 / 2**30:.2f} GiB); "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     rows = []
-    plan = [("in-memory", a.mem_n, small), ("folder", a.mem_n, small), ("folder", a.n, full)]
+    plan = [("folder", a.n, full), ("in-memory", a.mem_n, small), ("folder", a.mem_n, small)]
     if not a.skip_dask:
-        plan.append(("dask-local", a.n, full))
+        plan.append(("dask-local", a.dask_n or a.n, full if not a.dask_n or a.dask_n == a.n else small))
     ref: dict[int, np.ndarray] = {}
     for mode, n, folder in plan:
         out = run(mode, {"dir": folder, "data": folder, "n": n, "batch": a.batch, "prior": a.prior,
@@ -131,14 +134,17 @@ def main() -> None:
         lam = out["lambda"]
         diff = float(np.max(np.abs(lam - ref[n])) / np.max(np.abs(ref[n]))) if n in ref else 0.0
         ref.setdefault(n, lam)
-        rows.append((mode, n, out["wall"], out["rss"], out["workers"], diff))
-        print(f"  {mode:<11} N={n:>9,d}  {out['wall']:7.1f} s  {out['rss']:7.0f} MiB", flush=True)
+        rows.append((mode, n, out["wall"], out["cpu"], out["rss"], out["workers"], diff))
+        print(f"  {mode:<11} N={n:>9,d}  {out['wall']:7.1f} s wall  {out['cpu']:7.1f} s CPU  {out['rss']:7.0f} MiB  "
+              f"Λ diff {diff:.1e}  (load {os.getloadavg()[0]:.1f})", flush=True)
     print(f"\nsgtune lambda, logistic, D = {a.d}, B = {a.batch}, G = {a.prior} (peak RSS from getrusage of each "
           f"run's process); load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'path':<11} {'N':>11} {'wall s':>8} {'peak RSS MiB':>13} {'worker RSS MiB':>15} {'Λ rel. diff':>12}")
-    for mode, n, wall, rss, wrk, diff in rows:
-        print(f"{mode:<11} {n:>11,d} {wall:>8.1f} {rss:>13.0f} {(f'{wrk:.0f}' if wrk else '-'):>15} "
+    print(f"{'path':<11} {'N':>11} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13} {'worker RSS MiB':>15} "
+          f"{'Λ rel. diff':>12}")
+    for mode, n, wall, cpu, rss, wrk, diff in rows:
+        print(f"{mode:<11} {n:>11,d} {wall:>8.1f} {cpu:>8.1f} {rss:>13.0f} {(f'{wrk:.0f}' if wrk else '-'):>15} "
               f"{diff:>12.1e}")
+    print("CPU s: user + system time of the run's process (plus its Dask workers'): robust to other load.")
     print("Λ rel. diff: max |Λ − Λ_ref| / max |Λ_ref| against the first row with the same N "
           "(in-memory for the small N, in-process folder for the full N).")
 

@@ -402,3 +402,35 @@ def test_map_grid_sweep_is_identical_serially_and_on_dask(dask_client):
     assert len(set(seeds)) == 4 and seeds == task_seeds(11, 4) and task_seeds(11, 5)[:4] == seeds
     # each task used its own seed: the chains differ between grid points with the same Λ family
     assert not np.array_equal(serial[0][1], serial[1][1])
+
+
+@pytest.mark.slow
+def test_peak_rss_of_sgtune_lambda_below_the_size_of_x(tmp_path):
+    """Slow version of test_bounded_memory_…: a real process, X = 549 MiB on disk, peak RSS < 350 MiB."""
+    import os
+    import subprocess
+    import sys
+
+    n, d = 3_000_000, 24  # D > 20: the matrix-free forward solve (C̄(Σ) streamed at each application)
+    folder = tmp_path / "big"
+    folder.mkdir()
+    r = np.random.default_rng(0)
+    theta = r.standard_normal(d) / np.sqrt(d)
+    y = np.empty(n)
+    with open(folder / "X.npy", "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False, "shape": (n, d)})
+        for a in range(0, n, 1 << 18):
+            xb = r.standard_normal((min(n, a + (1 << 18)) - a, d))
+            fh.write(xb.tobytes())
+            y[a:a + len(xb)] = (r.random(len(xb)) < 1 / (1 + np.exp(-xb @ theta))).astype(float)
+    np.save(folder / "y.npy", y)
+    code = ("import resource, sys; from sgtune.cli import main\n"
+            f"main(['lambda', {str(folder)!r}, '--model', 'logistic', '--batch-size', '500', '-q', '--json', "
+            f"{str(tmp_path / 'o.json')!r}], standalone_mode=False)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.getcwd())
+    assert p.returncode == 0, p.stderr[-2000:]
+    peak_mib = int(p.stdout.strip().splitlines()[-1]) / 1024
+    assert peak_mib < 350, peak_mib  # X alone is 549 MiB
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert doc["n_data"] == n and doc["residual"] < 1e-10
