@@ -52,7 +52,8 @@ data_options = _compose(
     click.option("--scheduler", default=None, metavar="ADDRESS",
                  help="Run the data reductions (MAP fit, expansion, C̄(Σ)) of out-of-core DATA (a folder with "
                       "X.npy/y.npy or a .parquet file) on a Dask cluster: 'local' (2 local workers) or a "
-                      "scheduler address (tcp://host:8786). Same numbers as without it."),
+                      "scheduler address (tcp://host:8786). Same numbers as without it; .csv/.npz/--example data "
+                      "are reduced in this process."),
 )
 
 batch_options = _compose(
