@@ -1,31 +1,58 @@
-"""Data sets: loading CSV/NPZ files with validation, and the bundled examples.
+"""Data sets: loading CSV/NPZ files, folders and Parquet files with validation, and the bundled examples.
 
 A :class:`Dataset` is a frozen pair (X, y) of float64 arrays, ``X`` of shape (N, D)
 and ``y`` of shape (N,). Files follow ``CLI.md``: a ``.csv`` with a header row (the
 response column is ``response``, default ``"y"``; every other column is a covariate)
 or a ``.npz`` with arrays ``X`` and ``y``. No intercept is added unless asked.
+
+Data larger than memory (issue 13): DATA may be a *folder* holding ``X.npy`` (N, D) and
+``y.npy`` (N,), or a ``.parquet`` file (extra ``[parquet]``; the response column is
+``response``, every other column a covariate). Then ``Dataset.X`` is a read-only memory map
+(the sampler gathers its minibatch rows from it), ``Dataset.y`` is in memory (8N bytes), and
+``Dataset.rows`` is the :class:`~sgtune.reduce.RowSource` every reduction streams over in
+fixed chunks (O(chunk·D + D²) memory). Validation (non-finite values, shapes) runs chunk
+by chunk and names the row. A Parquet file (read batch by batch within its row groups) and
+a folder loaded with ``--intercept`` are first written, chunk by chunk, to float64 ``.npy``
+files in a cache folder (``$SGTUNE_CACHE_DIR`` or a temporary folder, removed at exit).
 """
 from __future__ import annotations
 
+import atexit
 import csv
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from .errors import DataFormatError
+from .reduce import CHUNK_ROWS, NpyFile, RowSource, chunk_bounds
 
 __all__ = ["Dataset", "load_dataset", "make_dataset", "example", "EXAMPLES"]
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Design matrix ``X`` (N, D), response ``y`` (N,), and covariate names."""
+    """Design matrix ``X`` (N, D), response ``y`` (N,), and covariate names.
+
+    ``rows`` is set for data read out of core (a folder or a Parquet file): the file-backed
+    :class:`~sgtune.reduce.RowSource` the reductions stream over (``X`` is then a read-only
+    memory map of the same file). Datasets derived from it (``subsample``) are in memory.
+    """
 
     X: np.ndarray
     y: np.ndarray
     names: tuple[str, ...] = ()
     source: str = ""
+    rows: RowSource | None = None
+
+    @property
+    def out_of_core(self) -> bool:
+        """True when the rows live in files and reductions stream over ``rows``."""
+        return self.rows is not None
 
     @property
     def n_data(self) -> int:
@@ -40,7 +67,8 @@ class Dataset:
         if not 1 <= size <= self.n_data:
             raise DataFormatError(f"subsample size must be in [1, N={self.n_data}], got {size}")
         idx = np.sort(rng.choice(self.n_data, size=size, replace=False))
-        return Dataset(self.X[idx], self.y[idx], self.names, f"{self.source}[subsample {size}]")
+        X, y = (np.array(self.X[idx]), np.array(self.y[idx])) if self.rows is None else self.rows.read_index(idx)
+        return Dataset(X, y, self.names, f"{self.source}[subsample {size}]")
 
 
 def covariate_limit(n_rows: int, n_cols: int) -> float:
@@ -129,11 +157,18 @@ def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[
 
 
 def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = False) -> Dataset:
-    """Load and validate a ``.csv`` or ``.npz`` data file (see module docstring)."""
+    """Load and validate a ``.csv`` or ``.npz`` file, a folder with X.npy/y.npy, or a ``.parquet`` file.
+
+    Folders and Parquet files are read out of core (module docstring).
+    """
     p = Path(path)
     if not p.exists():
         raise DataFormatError(f"data file {p} does not exist")
+    if p.is_dir():
+        return _load_folder(p, intercept)
     suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        return _load_parquet(p, response, intercept)
     if suffix == ".csv":
         X, y, names = _read_csv(p, response)
         return make_dataset(X, y, intercept=intercept, names=names, source=str(p))
@@ -150,7 +185,164 @@ def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = Fal
         if X.dtype.kind not in "biuf" or y.dtype.kind not in "biuf":
             raise DataFormatError(f"{p}: X and y must be numeric arrays, got {X.dtype} and {y.dtype}")
         return make_dataset(X, y, intercept=intercept, source=str(p))
-    raise DataFormatError(f"data file {p} must end in .csv or .npz, got {suffix or 'no suffix'!r}")
+    raise DataFormatError(f"data file {p} must end in .csv or .npz (or .parquet, or be a folder with X.npy and "
+                          f"y.npy), got {suffix or 'no suffix'!r}")
+
+
+# --- out of core -------------------------------------------------------------------------------
+
+_CACHE_DIRS: list[str] = []
+
+
+def _cache_dir() -> str:
+    """A fresh folder for converted data ($SGTUNE_CACHE_DIR or the system temp; removed at exit)."""
+    base = os.environ.get("SGTUNE_CACHE_DIR") or None
+    if base is not None:
+        os.makedirs(base, exist_ok=True)
+    d = tempfile.mkdtemp(prefix="sgtune-data-", dir=base)
+    _CACHE_DIRS.append(d)
+    return d
+
+
+@atexit.register
+def _remove_cache_dirs() -> None:  # pragma: no cover (interpreter exit)
+    for d in _CACHE_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _check_finite_chunk(arr: np.ndarray, start: int, label: str, source: str) -> None:
+    """Raise naming the first row (global, 0-based) with a NaN/inf."""
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where = np.argwhere(bad)[0]
+        col = f", column {int(where[1])}" if arr.ndim == 2 else ""
+        raise DataFormatError(f"{source}: {label} has a non-finite value (NaN or inf) at row {start + int(where[0])}"
+                              f"{col}; remove or impute it")
+
+
+def _write_npy(path: str, shape: tuple[int, ...], chunks: Iterator[np.ndarray]) -> NpyFile:
+    """Write float64 chunks (in row order) to a .npy file by plain writes (no memory map)."""
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False, "shape": shape})
+        rows = 0
+        for c in chunks:
+            fh.write(np.ascontiguousarray(c, dtype="<f8").tobytes())
+            rows += c.shape[0]
+    if rows != shape[0]:  # pragma: no cover (callers count rows)
+        raise DataFormatError(f"{path}: wrote {rows} rows, expected {shape[0]}")
+    return NpyFile.open(path, "cache")
+
+
+def _out_of_core(xf: NpyFile, y: np.ndarray, yf: NpyFile | None, names: tuple[str, ...], source: str) -> Dataset:
+    if yf is None:
+        yf = _write_npy(os.path.join(_cache_dir(), "y.npy"), (y.shape[0],), iter([y]))
+    names = names or tuple(f"x{i}" for i in range(xf.shape[1]))
+    return Dataset(xf.memmap(), y, names, source, RowSource(xf, yf))
+
+
+def _load_folder(p: Path, intercept: bool) -> Dataset:
+    """A folder with X.npy (N, D) float64 and y.npy (N,): X stays on disk, validated chunk by chunk."""
+    for f in ("X.npy", "y.npy"):
+        if not (p / f).exists():
+            raise DataFormatError(f"{p}: a data folder must hold X.npy (N, D) and y.npy (N,); {f} is missing")
+    xf = NpyFile.open(p / "X.npy", "X")
+    src = str(p)
+    if len(xf.shape) != 2:
+        raise DataFormatError(f"{src}: X.npy must be a 2-D array (N, D) but has shape {xf.shape}")
+    try:
+        y_raw = np.load(p / "y.npy", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataFormatError(f"{p / 'y.npy'}: cannot read as .npy ({exc})") from None
+    if y_raw.dtype.kind not in "biuf":
+        raise DataFormatError(f"{p / 'y.npy'}: y must be numeric, got dtype {y_raw.dtype}")
+    if y_raw.ndim == 2 and 1 in y_raw.shape:
+        y_raw = y_raw.reshape(-1)
+    if y_raw.ndim != 1:
+        raise DataFormatError(f"{src}: y must be a vector (N,) but has shape {y_raw.shape}")
+    n, d = xf.shape
+    if y_raw.shape[0] != n:
+        raise DataFormatError(f"{src}: X has {n} rows but y has {y_raw.shape[0]} entries; they must match")
+    if n < 2 or d < 1:
+        raise DataFormatError(f"{src}: need at least 2 rows and 1 covariate, got X of shape {xf.shape}")
+    y = np.ascontiguousarray(y_raw, dtype=np.float64)
+    _check_finite_chunk(y, 0, "y", src)
+    yf = None
+    if y_raw.dtype == np.dtype("<f8") and y_raw.ndim == 1:
+        yf = NpyFile.open(p / "y.npy", "y")
+    elif y_raw.dtype == np.dtype("<f8"):  # (N, 1) or (1, N): same bytes as (N,)
+        yf0 = NpyFile.open(p / "y.npy", "y")
+        yf = NpyFile(yf0.path, yf0.offset, (n,))
+
+    def checked() -> Iterator[np.ndarray]:
+        for a, b in chunk_bounds(n, CHUNK_ROWS):
+            xc = xf.read_rows(a, b)
+            _check_finite_chunk(xc, a, "X", src)
+            yield np.column_stack([np.ones(b - a), xc]) if intercept else xc
+
+    if intercept:
+        xf = _write_npy(os.path.join(_cache_dir(), "X.npy"), (n, d + 1), checked())
+        names = ("intercept", *(f"x{i}" for i in range(d)))
+    else:
+        for _ in checked():
+            pass
+        names = ()
+    return _out_of_core(xf, y, yf, names, src)
+
+
+def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
+    """A Parquet file, read batch by batch (pyarrow), validated and written to a float64 .npy cache."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataFormatError(f"{p}: reading Parquet needs pyarrow; pip install 'sgtune[parquet]'") from None
+    try:
+        pf = pq.ParquetFile(p)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataFormatError(f"{p}: cannot read as Parquet ({exc})") from None
+    schema = pf.schema_arrow
+    header = list(schema.names)
+    if response not in header:
+        raise DataFormatError(f"{p}: no response column {response!r} in columns {header}; pass --response NAME")
+    for field in schema:
+        t = field.type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+            raise DataFormatError(f"{p}: column {field.name!r} has type {t}; every column must be numeric")
+    covs = [h for h in header if h != response]
+    n, d = int(pf.metadata.num_rows), len(covs)
+    if n < 2 or d < 1:
+        raise DataFormatError(f"{p}: need at least 2 rows and 1 covariate, got {n} rows and {d} covariates")
+    src = str(p)
+    y = np.empty(n)
+
+    def batches() -> Iterator[np.ndarray]:
+        start = 0
+        try:
+            it = pf.iter_batches(batch_size=CHUNK_ROWS, columns=header)
+            for batch in it:
+                m = batch.num_rows
+                cols = {}
+                for name in header:
+                    col = batch.column(name)
+                    if col.null_count:
+                        i = int(np.argmax(np.asarray(col.is_null())))
+                        raise DataFormatError(f"{src}: column {name!r} is missing (null) at row {start + i}; "
+                                              "remove or impute it")
+                    cols[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+                yc = cols[response]
+                _check_finite_chunk(yc, start, "y", src)
+                y[start:start + m] = yc
+                xc = np.column_stack([cols[c] for c in covs])
+                _check_finite_chunk(xc, start, "X", src)
+                yield np.column_stack([np.ones(m), xc]) if intercept else xc
+                start += m
+        except pa.ArrowException as exc:
+            raise DataFormatError(f"{src}: cannot read row {start} onwards ({exc})") from None
+
+    cache = _cache_dir()
+    xf = _write_npy(os.path.join(cache, "X.npy"), (n, d + int(intercept)), batches())
+    names = ("intercept", *covs) if intercept else tuple(covs)
+    return _out_of_core(xf, y, None, names, src)
 
 
 def _hetero_linear(seed: int = 0, n_data: int = 2000, dim: int = 20) -> Dataset:

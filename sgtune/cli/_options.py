@@ -22,7 +22,7 @@ from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat")
+             "likelihood", "hessian", "theta_hat", "scheduler")
 MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'mlp' (a feed-forward network: "
               "--hidden-sizes, --activation, --likelihood), or a user model path/to/file.py:NAME (NAME is an object "
               "implementing sgtune's model protocol; see the README). Default: the example's model, else required.")
@@ -37,7 +37,7 @@ def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 data_options = _compose(
-    click.argument("data", required=False, type=click.Path(dir_okay=False)),
+    click.argument("data", required=False, type=click.Path(dir_okay=True)),
     click.option("--example", type=click.Choice(sorted(EXAMPLES)), default=None,
                  help="Use a bundled example data set instead of DATA (e.g. hetero-linear: "
                       "seed 003's heteroskedastic misspecified linear regression, N=2000, D=20)."),
@@ -66,6 +66,11 @@ data_options = _compose(
     click.option("--subsample", type=int, default=None,
                  help="Fit θ̂ and the expansion on M rows drawn at random (Algorithm 1, step 1)."),
     click.option("--seed", type=int, default=0, show_default=True, help="Seed for anything random (echoed)."),
+    click.option("--scheduler", default=None, metavar="ADDRESS",
+                 help="Run the data reductions (MAP fit, expansion, C̄(Σ)) of out-of-core DATA (a folder with "
+                      "X.npy/y.npy or a .parquet file) on a Dask cluster: 'local' (2 local workers) or a "
+                      "scheduler address (tcp://host:8786). Same numbers as without it; .csv/.npz/--example data "
+                      "are reduced in this process."),
 )
 
 batch_options = _compose(
@@ -131,7 +136,8 @@ def load_float_npy(path: str, name: str) -> np.ndarray:
 def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
     if (kw.get("data") is None) == (kw.get("example") is None):
-        raise click.UsageError("give exactly one of DATA (a .csv or .npz file) or --example NAME")
+        raise click.UsageError("give exactly one of DATA (a .csv, .npz or .parquet file, or a folder with X.npy "
+                               "and y.npy) or --example NAME")
     if kw.get("example"):
         ds = example(kw["example"], seed=0)
         model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
@@ -191,9 +197,10 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
     seed = int(kw.get("seed", 0))
     if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(seed))
-        return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data,
+        return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
                                                     theta_hat=theta_hat, seed=seed))
-    return LoadedProblem(ds, model, gam, expand(model, ds, gam, theta_hat=theta_hat, seed=seed))
+    return LoadedProblem(ds, model, gam, expand(model, ds, gam, theta_hat=theta_hat, seed=seed,
+                                                scheduler=kw.get("scheduler")))
 
 
 def load_theta(path: str, dim: int) -> np.ndarray:

@@ -51,14 +51,15 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
     gam = load_prior(kw, d)
     b = check_batch_size(batch_size, ds.n_data)
     if theta_path is None:
-        theta = fit_map(model, ds, gam, seed=int(kw.get("seed", 0))).theta_hat
+        theta = fit_map(model, ds, gam, seed=int(kw.get("seed", 0)), scheduler=kw.get("scheduler")).theta_hat
         theta_source = "map"
     else:
         theta = load_theta(theta_path, d)
         theta_source = theta_path
     if step_size is not None and not step_size > 0:
         raise SgtuneError(f"--step-size must be > 0, got {step_size}")
-    res = minibatch_error(model, ds, theta, b, prior_precision=gam, replacement=not without_replacement)
+    res = minibatch_error(model, ds, theta, b, prior_precision=gam, replacement=not without_replacement,
+                          scheduler=kw.get("scheduler"))
 
     doc: dict[str, Any] = {
         "frob2_sgld": res.frob2_sgld,

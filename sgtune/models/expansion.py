@@ -4,6 +4,13 @@ Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)). Only the protocol is used: per-sample losses,
 gradients and curvature; the rank-one structure J_n = w_n u_n u_nᵀ a model declares (GLMs,
 Gauss–Newton networks) selects the O(N·D²) paths, dense J_n the general ones.
+
+Data read out of core (``Dataset.rows`` set: a folder or a Parquet file, :mod:`sgtune.data`)
+take the streamed paths: every pass over the rows (the fit's loss/gradient/curvature, the
+expansion's J, 𝓘, ḡ, and C̄(Σ) = mean_n J_nΣJ_n at each use) is a
+:func:`sgtune.reduce.reduce_rows` over fixed chunks — O(chunk·D + D²) memory, never an
+(N, D) array of gradients — serially or on a Dask cluster (``scheduler``), with the same
+numbers either way. The in-memory path is unchanged.
 """
 from __future__ import annotations
 
@@ -18,10 +25,12 @@ from .._refs import cites
 from .._validation import as_float_array, as_symmetric
 from ..data import Dataset
 from ..errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
+from ..reduce import CHUNK_ROWS, RowSource, reduce_rows
 from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
                    per_sample_curvature)
 
-__all__ = ["FitResult", "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET"]
+__all__ = ["FitResult", "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET", "Reductions",
+           "RowStream"]
 
 #: largest N·D² (float64 entries) of dense per-sample Hessians sgtune forms (≈ 800 MB)
 DENSE_HESSIAN_BUDGET = 100_000_000
@@ -56,7 +65,7 @@ class FitResult:
 @cites("wang2026", "§2.1: θ̂ = argmin (1/N)Σ l_n(θ) + R(θ)/N")
 def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: Any = None,
             tol: float = 1e-10, max_iter: int = 200, population_size: int | None = None,
-            seed: int = 0) -> FitResult:
+            seed: int = 0, scheduler: str | None = None) -> FitResult:
     r"""θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) for any protocol model, with a convergence check.
 
     Models with ``fit_method = "newton"`` (GLMs) are fitted by damped Newton with a backtracking
@@ -66,7 +75,10 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     certifies the result: converged when the Newton decrement satisfies ``gᵀH⁻¹g ≤ tol²`` with an
     undamped (positive-definite) H — a strict local minimum. Indefinite Hessians are handled by
     Levenberg damping. With ``population_size`` N (fitting on a subsample of M rows) the prior term
-    is θᵀΓθ/(2N), so θ̂ estimates the full-data MAP.
+    is θᵀΓθ/(2N), so θ̂ estimates the full-data MAP. Out-of-core data (``data.rows``) are streamed:
+    each pass is one chunked reduction (``scheduler``: None, "local" or a Dask address; module
+    docstring), the Newton start comes from the first chunk, and the model's identifiability
+    check runs on a random sample of at most :data:`IDENTIFIABILITY_SAMPLE` rows.
 
     Raises
     ------
@@ -84,11 +96,19 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     if callable(getattr(model, "check_response", None)):
         model.check_response(y, data.source or "y")
     gam = prior_matrix(prior_precision, d)
+    rows = data.rows
     if callable(getattr(model, "check_identifiable", None)):
-        model.check_identifiable(X, y, gam, data.source)
+        if rows is None:
+            model.check_identifiable(X, y, gam, data.source)
+        else:
+            _check_identifiable_sample(model, data, gam, seed)
     newton = getattr(model, "fit_method", "lbfgs") == "newton"
 
     def value_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        if rows is not None:
+            ls, gs = reduce_rows(_chunk_fit_terms, rows, model, theta, d, False,
+                                 chunk_rows=_chunk_rows(model, d), scheduler=scheduler)
+            return float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n
         losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
         g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m_rows, d))
         return float(losses.mean() + 0.5 * theta @ gam @ theta / n), g.mean(axis=0) + gam @ theta / n
@@ -103,6 +123,12 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
                  and callable(getattr(model, "hessian_vector_products", None)))
 
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        if rows is not None:  # one pass: loss, gradient and curvature sums
+            ls, gs, js = reduce_rows(_chunk_fit_terms, rows, model, theta, d, True,
+                                     chunk_rows=_chunk_rows(model, d), scheduler=scheduler)
+            J = js / m_rows
+            return (float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n,
+                    0.5 * (J + J.T) + gam / n)
         val, grad = value_grad(theta)
         if exact_hvp:
             cols = [checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(m_rows, d)).mean(axis=0)
@@ -116,7 +142,8 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         if theta.shape[0] != d:
             raise SgtuneError(f"theta0 must have length D = {d}, got {theta.shape[0]}")
     elif newton:
-        theta = np.asarray(model.newton_start(X, y, gam), dtype=float) if callable(
+        X0, y0 = (X, y) if rows is None else rows.read(0, min(m_rows, CHUNK_ROWS))  # streamed: first chunk
+        theta = np.asarray(model.newton_start(X0, y0, gam), dtype=float) if callable(
             getattr(model, "newton_start", None)) else np.zeros(d)
     else:
         theta = checked_call(model, "initial_params", X.shape[1], np.random.default_rng(seed), shape=(d,))
@@ -221,6 +248,133 @@ def _mean_curvature(cur: RankOneCurvature | DenseCurvature) -> np.ndarray:
     return 0.5 * (J + J.T)
 
 
+#: rows the streamed fit checks identifiability on (a sample that is identified proves the full data are)
+IDENTIFIABILITY_SAMPLE = 20_000
+
+
+def _check_identifiable_sample(model: Any, data: Dataset, gam: np.ndarray, seed: int) -> None:
+    """``model.check_identifiable`` on a seeded random sample of at most IDENTIFIABILITY_SAMPLE rows.
+
+    One-sided: a full-rank, non-separable sample proves the full data are too; a failure on
+    the sample is reported as such (it may, rarely, pass on the full data: then use a prior).
+    """
+    n = data.n_data
+    rows = data.rows
+    assert rows is not None
+    if n <= IDENTIFIABILITY_SAMPLE:
+        Xs, ys = rows.read(0, n)
+        model.check_identifiable(Xs, ys, gam, data.source)
+        return
+    idx = np.sort(np.random.default_rng(seed).choice(n, size=IDENTIFIABILITY_SAMPLE, replace=False))
+    Xs, ys = rows.read_index(idx)
+    try:
+        model.check_identifiable(Xs, ys, gam, data.source)
+    except DataFormatError as exc:
+        raise DataFormatError(f"{exc} (checked on a random sample of {IDENTIFIABILITY_SAMPLE} of the N = {n} rows; "
+                              "a prior precision > 0 skips the check)") from None
+
+
+def _chunk_rows(model: Any, d: int) -> int:
+    """Rows per chunk: CHUNK_ROWS for rank-one models; dense J_n chunks hold ≤ 2²² numbers."""
+    if getattr(model, "rank_one", False):
+        return CHUNK_ROWS
+    return max(1, min(CHUNK_ROWS, (1 << 22) // (d * d)))
+
+
+def _curvature_sum(cur: RankOneCurvature | DenseCurvature, dense: bool = False) -> np.ndarray:
+    """Σ_n J_n over the rows of one chunk (unsymmetrised)."""
+    if isinstance(cur, RankOneCurvature):
+        u, w = cur.features, cur.weights
+        if not dense:
+            return (u.T * w) @ u
+        return np.einsum("n,ni,nj->ij", w, u, u)
+    return cur.hessians.sum(axis=0)
+
+
+def _chunk_fit_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int,
+                     curvature: bool) -> tuple[np.ndarray, ...]:
+    """One chunk of the streamed fit: (Σ l_n, Σ g_n[, Σ J_n])."""
+    m = X.shape[0]
+    losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m,))
+    g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m, d))
+    out: tuple[np.ndarray, ...] = (np.array([losses.sum()]), g.sum(axis=0))
+    if curvature:
+        out += (_curvature_sum(per_sample_curvature(model, theta, X, y)),)
+    return out
+
+
+def _chunk_expansion_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int,
+                           resid: bool) -> tuple[np.ndarray, ...]:
+    """One chunk of the streamed expansion: (Σ g_n, Σ g_n g_nᵀ, Σ J_n, [rank-one?, residual Σ r²])."""
+    m = X.shape[0]
+    g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m, d))
+    cur = per_sample_curvature(model, theta, X, y)
+    r2 = float("nan")
+    if resid:  # residual_variance = Σ r²/max(m − D, 1) on the chunk, so this is the chunk's Σ r²
+        r2 = float(model.residual_variance(theta, X, y)) * max(m - X.shape[1], 1)
+    return (g.sum(axis=0), g.T @ g, _curvature_sum(cur),
+            np.array([float(isinstance(cur, RankOneCurvature)), r2]))
+
+
+def _chunk_jsj(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, sigma: np.ndarray,
+               dense: bool) -> tuple[np.ndarray]:
+    """Σ_n J_n Σ J_n over one chunk (rank-one: Uᵀ diag(w_n² u_nᵀΣu_n) U)."""
+    cur = per_sample_curvature(model, theta, X, y)
+    if isinstance(cur, RankOneCurvature) and not dense:
+        u, w = cur.features, cur.weights
+        q = np.einsum("ij,ij->i", u @ sigma, u)
+        return ((u.T * (w * w * q)) @ u,)
+    out = np.zeros_like(sigma)
+    for a in range(0, X.shape[0], 4096):
+        hs = _dense_block(cur, a, a + 4096)
+        out += np.einsum("nij,jk,nkl->il", hs, sigma, hs, optimize=True)
+    return (out,)
+
+
+def _chunk_kernel(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int) -> tuple[np.ndarray]:
+    """Σ_n vec(J_n) vec(J_n)ᵀ over one chunk (D²×D², for the direct solve's variance kernel)."""
+    cur = per_sample_curvature(model, theta, X, y)
+    K = np.zeros((d * d, d * d))
+    for a in range(0, X.shape[0], 4096):
+        Z = _dense_block(cur, a, a + 4096).reshape(-1, d * d)
+        K += Z.T @ Z
+    return (K,)
+
+
+def _dense_block(cur: RankOneCurvature | DenseCurvature, a: int, b: int) -> np.ndarray:
+    if isinstance(cur, RankOneCurvature):
+        u, w = cur.features[a:b], cur.weights[a:b]
+        return w[:, None, None] * u[:, :, None] * u[:, None, :]
+    return cur.hessians[a:b]
+
+
+@dataclass(frozen=True)
+class Reductions:
+    """Per-sample means an :class:`Expansion` needs, computed elsewhere (streamed over chunks).
+
+    ``curvature`` J = mean_n J_n, ``fisher`` 𝓘 = mean_n g_n g_nᵀ, ``mean_grad`` ḡ, over ``n_rows`` rows.
+    """
+
+    curvature: np.ndarray
+    fisher: np.ndarray
+    mean_grad: np.ndarray
+    n_rows: int
+
+
+@dataclass(frozen=True)
+class RowStream:
+    """Rows an :class:`Expansion` re-reads at θ̂ for C̄(Σ) and the variance kernel (out-of-core data)."""
+
+    rows: RowSource
+    model: Any
+    rank_one: bool
+    scheduler: str | None = None
+    chunk_rows: int = CHUNK_ROWS
+
+    def reduce(self, fn: Any, *args: Any) -> tuple[np.ndarray, ...]:
+        return reduce_rows(fn, self.rows, self.model, *args, chunk_rows=self.chunk_rows, scheduler=self.scheduler)
+
+
 def _dense_affordable(model: Any, n: int, d: int) -> bool:
     """Can the model's curvature be formed? Rank-one always; dense while N·D² ≤ the budget."""
     if getattr(model, "rank_one", False):
@@ -233,7 +387,9 @@ class Expansion:
     r"""Second-order expansion of the per-sample losses at θ̂ (seed 003, §3 and Thm. 4.3).
 
     Either rank-one curvature (``design`` X and ``weights`` w with J_n = w_n x_n x_nᵀ) or
-    dense ``per_sample_hessians`` (N, D, D) must be given.
+    dense ``per_sample_hessians`` (N, D, D) must be given — or, for data out of core,
+    ``grads=None`` with precomputed ``reductions`` (J, 𝓘, ḡ) and a ``stream`` over the rows,
+    which :meth:`mean_jsj` and the variance kernel re-read chunk by chunk.
 
     Attributes
     ----------
@@ -250,10 +406,12 @@ class Expansion:
     hessian_min_eigenvalue : λ_min(H).
     population_size : N when the expansion was fitted on a subsample of M < N rows
         (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
+    reductions, stream : the streamed form (out-of-core data; ``grads``, ``design`` and
+        ``per_sample_hessians`` are then None).
     """
 
     theta_hat: np.ndarray
-    grads: np.ndarray
+    grads: np.ndarray | None
     prior_precision: np.ndarray
     design: np.ndarray | None = None
     weights: np.ndarray | None = None
@@ -269,8 +427,13 @@ class Expansion:
     noise_variance: float = 1.0
     residual_variance: float = float("nan")
     population_size: int | None = None
+    reductions: Reductions | None = None
+    stream: RowStream | None = None
 
     def __post_init__(self) -> None:
+        if self.grads is None:
+            self._init_streamed()
+            return
         n, d = self.grads.shape
         if self.population_size is not None and self.population_size < n:
             raise SgtuneError(f"population_size N = {self.population_size} must be >= the {n} rows of the expansion")
@@ -285,14 +448,32 @@ class Expansion:
                 raise SgtuneError(f"per_sample_hessians must be (N, D, D) = ({n}, {d}, {d})")
             J = self.per_sample_hessians.mean(axis=0)  # type: ignore[union-attr]
         J = 0.5 * (J + J.T)
-        if not (np.all(np.isfinite(J)) and np.all(np.isfinite(self.grads))):
+        self._set_moments(J, self.grads.T @ self.grads / n, self.grads.mean(axis=0))
+
+    def _init_streamed(self) -> None:
+        r = self.reductions
+        if r is None or self.stream is None:
+            raise SgtuneError("Expansion needs grads (N, D), or precomputed reductions and a row stream")
+        if self.design is not None or self.per_sample_hessians is not None:
+            raise SgtuneError("a streamed Expansion (grads=None) takes no design or per_sample_hessians")
+        d = self.theta_hat.shape[0]
+        if r.curvature.shape != (d, d) or r.fisher.shape != (d, d) or r.mean_grad.shape != (d,):
+            raise SgtuneError(f"reductions must be (D, D), (D, D) and (D,) with D = {d}")
+        if self.population_size is not None and self.population_size < r.n_rows:
+            raise SgtuneError(f"population_size N = {self.population_size} must be >= the {r.n_rows} rows of the "
+                              "expansion")
+        J = 0.5 * (r.curvature + r.curvature.T)
+        self._set_moments(J, 0.5 * (r.fisher + r.fisher.T), r.mean_grad)
+
+    def _set_moments(self, J: np.ndarray, fisher: np.ndarray, mean_grad: np.ndarray) -> None:
+        if not (np.all(np.isfinite(J)) and np.all(np.isfinite(fisher)) and np.all(np.isfinite(mean_grad))):
             raise DataFormatError(
                 f"the expansion of model {self.model} at θ̂ overflowed (non-finite curvature or gradients): the "
                 "data or the parameters are too large in magnitude; standardise the covariates")
         object.__setattr__(self, "curvature", J)
         object.__setattr__(self, "hessian", J + self.prior_precision / self.n_data)
-        object.__setattr__(self, "fisher", self.grads.T @ self.grads / n)
-        object.__setattr__(self, "mean_grad", self.grads.mean(axis=0))
+        object.__setattr__(self, "fisher", fisher)
+        object.__setattr__(self, "mean_grad", mean_grad)
         grad_l = self.mean_grad + self.prior_precision @ self.theta_hat / self.n_data  # ∇L(θ̂)
         object.__setattr__(self, "gradient_norm", float(np.linalg.norm(grad_l)))
         # ∇L against its own sampling noise: √(N ∇Lᵀ C⁺ ∇L), C = Cov_n g_n (pseudo-inverse if singular)
@@ -303,24 +484,40 @@ class Expansion:
     @property
     def n_data(self) -> int:
         """N, the number of data points the chain runs on (scales Γ/N, the 1/N of the targets, (N−B)/(N−1))."""
-        return int(self.population_size if self.population_size is not None else self.grads.shape[0])
+        return int(self.population_size if self.population_size is not None else self.n_samples)
 
     @property
     def n_samples(self) -> int:
         """Rows the per-sample means are taken over (M < N after ``--subsample M``, else N)."""
+        if self.grads is None:
+            return int(self.reductions.n_rows)  # type: ignore[union-attr]
         return int(self.grads.shape[0])
 
     @property
     def dim(self) -> int:
-        return int(self.grads.shape[1])
+        return int(self.theta_hat.shape[0] if self.grads is None else self.grads.shape[1])
 
     @property
     def rank_one(self) -> bool:
+        if self.stream is not None:
+            return self.stream.rank_one
         return self.design is not None
 
+    def variance_kernel_sum(self) -> np.ndarray:
+        """Streamed Σ_n vec(J_n)vec(J_n)ᵀ / N (D²×D²); the in-memory path is in ``theory.stationary``."""
+        if self.stream is None:
+            raise SgtuneError("variance_kernel_sum is the streamed path; this Expansion holds its rows in memory")
+        return self.stream.reduce(_chunk_kernel, self.theta_hat, self.dim)[0] / self.n_samples
+
     def mean_jsj(self, sigma: np.ndarray) -> np.ndarray:
-        """mean_n J_n Σ J_n; rank-one path = Xᵀ diag(w_n² x_nᵀΣx_n) X / N in O(N·D²)."""
-        if self.design is not None:
+        """mean_n J_n Σ J_n; rank-one path = Xᵀ diag(w_n² x_nᵀΣx_n) X / N in O(N·D²).
+
+        Streamed expansions re-read the rows chunk by chunk (one pass, O(chunk·D + D²) memory).
+        """
+        if self.stream is not None:
+            out = self.stream.reduce(_chunk_jsj, self.theta_hat, np.asarray(sigma, dtype=float),
+                                     not self.stream.rank_one)[0] / self.n_samples
+        elif self.design is not None:
             X, w = self.design, self.weights
             q = np.einsum("ij,ij->i", X @ sigma, X)  # x_nᵀ Σ x_n
             out = (X.T * (w * w * q)) @ X / self.n_samples  # type: ignore[operator]
@@ -363,7 +560,8 @@ def _spd_inverse(a: np.ndarray, name: str, hint: str = "") -> np.ndarray:
 
 
 def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: Any = None,
-           dense_hessians: bool = False, population_size: int | None = None, seed: int = 0) -> Expansion:
+           dense_hessians: bool = False, population_size: int | None = None, seed: int = 0,
+           scheduler: str | None = None) -> Expansion:
     """Fit θ̂ (unless given) and compute g_n and J_n at θ̂ through the model protocol.
 
     The curvature keeps the structure the model declares (rank-one ``design``/``weights``, or
@@ -373,6 +571,8 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     when the gradient is larger than its own sampling noise, and refuses when H is not positive
     definite. ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows
     (seed 003 Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
+    Out-of-core data (``data.rows``) give a streamed Expansion (reductions + row stream, no
+    (N, D) arrays); ``scheduler`` (None, "local" or a Dask address) runs its passes on Dask.
 
     Raises
     ------
@@ -385,7 +585,7 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     gam = prior_matrix(prior_precision, d)
     label = model_label(model)
     if theta_hat is None:
-        theta = fit_map(model, data, gam, population_size=population_size, seed=seed).theta_hat
+        theta = fit_map(model, data, gam, population_size=population_size, seed=seed, scheduler=scheduler).theta_hat
     else:
         if callable(getattr(model, "check_response", None)):
             model.check_response(data.y, data.source or "y")
@@ -394,6 +594,10 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
             raise SgtuneError(f"theta_hat must have length D = {d} (the parameters of model {label}), "
                               f"got {theta.shape[0]}")
     n_rows = data.n_data
+    if data.rows is not None:
+        e = _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler)
+        _check_expansion_point(e, label, given=theta_hat is not None)
+        return e
     grads = checked_call(model, "per_sample_grads", theta, data.X, data.y, shape=(n_rows, d))
     if not _dense_affordable(model, n_rows, d) and dense_hessians:
         raise SgtuneError(f"dense per-sample Hessians of model {label} need N·D² = {n_rows * d * d:.3g} numbers "
@@ -414,6 +618,25 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
         e = Expansion(per_sample_hessians=cur.hessians, **common)
     _check_expansion_point(e, label, given=theta_hat is not None)
     return e
+
+
+def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.ndarray, label: str,
+                     dense_hessians: bool, population_size: int | None, scheduler: str | None) -> Expansion:
+    """One streamed pass for Σ g_n, Σ g_n g_nᵀ, Σ J_n (and Σ r²); the rows stay on disk for C̄(Σ)."""
+    d = theta.shape[0]
+    m = rows.n_rows
+    chunk = _chunk_rows(model, d)
+    resid = callable(getattr(model, "residual_variance", None))
+    gs, ggs, js, flags = reduce_rows(_chunk_expansion_terms, rows, model, theta, d, resid, chunk_rows=chunk,
+                                     scheduler=scheduler)
+    n_chunks = -(-m // chunk)
+    rank_one = bool(flags[0] == n_chunks) and not dense_hessians
+    resid_var = float(flags[1]) / max(m - rows.n_cols, 1) if resid else float("nan")
+    red = Reductions(curvature=js / m, fisher=ggs / m, mean_grad=gs / m, n_rows=m)
+    stream = RowStream(rows, model, rank_one, scheduler, chunk)
+    return Expansion(theta_hat=theta, grads=None, prior_precision=gam, model=label,
+                     noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid_var,
+                     population_size=population_size, reductions=red, stream=stream)
 
 
 def _check_expansion_point(e: Expansion, label: str, *, given: bool) -> None:

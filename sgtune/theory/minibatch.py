@@ -301,28 +301,82 @@ def minibatch_error_from_grads(per_sample_grads: Any, grad_potential: Any, batch
     n, d = U.shape
     a = as_vector(grad_potential, "grad_potential", d)
     b = check_int(batch_size, "batch_size", low=1, high=None if replacement else n)
-    coef = minibatch_moment_coefficients(n, b, replacement=replacement)
     C = U - U.mean(axis=0)
-    s = n / b
-    g2, g3, a4, b4 = coef.second, coef.third, coef.fourth_single, coef.fourth_pair
-
     C2 = C * C
     sq = C2.sum(axis=1)                        # |d_i|²
     proj = C @ a                               # aᵀd_i
-    p2_diag = C2.sum(axis=0)                   # diag P₂
     p2_frob2, P2 = _gram_frob2(C, need_matrix=return_matrices)
-    tr_p2 = float(sq.sum())
+    sums = _RowSums(sq_sq=float(sq @ sq), proj_proj=float(proj @ proj), proj_sq=float(proj @ sq),
+                    p2_diag=C2.sum(axis=0), p2_frob2=p2_frob2, P2=P2, tr_p2=float(sq.sum()),
+                    cube=np.einsum("ij,ij->j", C2, C), quart=float(np.vdot(C2, C2)))
+    return _error_from_sums(sums, a, n, b, replacement)
+
+
+@dataclass(frozen=True)
+class _RowSums:
+    """Row sums of the centred per-sample gradients d_i the error constants need (eqs. 99, 110)."""
+
+    sq_sq: float          # Σ|d_i|⁴
+    proj_proj: float      # Σ(aᵀd_i)²
+    proj_sq: float        # Σ(aᵀd_i)|d_i|²
+    p2_diag: np.ndarray   # diag P₂, P₂ = Σ d_i d_iᵀ
+    p2_frob2: float       # ‖P₂‖²_F
+    P2: np.ndarray | None
+    tr_p2: float          # Σ|d_i|²
+    cube: np.ndarray      # Σ_i d_ij³
+    quart: float          # Σ_ij d_ij⁴
+
+
+def _chunk_minibatch_sums(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, mean: np.ndarray,
+                          a: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One chunk of the streamed :func:`minibatch_error` (rows out of core, :mod:`sgtune.reduce`)."""
+    C = model.per_sample_grads(theta, X, y) - mean
+    C2 = C * C
+    sq = C2.sum(axis=1)
+    proj = C @ a
+    return (np.array([sq @ sq, proj @ proj, proj @ sq, sq.sum(), np.vdot(C2, C2)]), C2.sum(axis=0), C.T @ C,
+            np.einsum("ij,ij->j", C2, C))
+
+
+def _chunk_grad_sum(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray) -> tuple[np.ndarray]:
+    return (model.per_sample_grads(theta, X, y).sum(axis=0),)
+
+
+def _streamed_error(model: GLM, data: Dataset, th: np.ndarray, gam: np.ndarray, batch_size: int,
+                    replacement: bool, scheduler: str | None) -> MinibatchError:
+    """Two streamed passes (Σu_i, then the centred row sums); O(chunk·D + D²) memory."""
+    from ..reduce import reduce_rows
+
+    rows = data.rows
+    assert rows is not None
+    n = data.n_data
+    b = check_int(batch_size, "batch_size", low=1, high=None if replacement else n)
+    usum = reduce_rows(_chunk_grad_sum, rows, model, th, scheduler=scheduler)[0]
+    a = gam @ th + usum
+    sc, p2_diag, P2, cube = reduce_rows(_chunk_minibatch_sums, rows, model, th, usum / n, a, scheduler=scheduler)
+    P2 = 0.5 * (P2 + P2.T)
+    sums = _RowSums(sq_sq=float(sc[0]), proj_proj=float(sc[1]), proj_sq=float(sc[2]), p2_diag=p2_diag,
+                    p2_frob2=float(np.vdot(P2, P2)), P2=P2, tr_p2=float(sc[3]), cube=cube, quart=float(sc[4]))
+    return _error_from_sums(sums, a, n, b, replacement)
+
+
+def _error_from_sums(S: _RowSums, a: np.ndarray, n: int, b: int, replacement: bool) -> MinibatchError:
+    """Assemble E‖M_SGLD‖², E‖M_SGLRW‖² and G from the row sums (see minibatch_error_from_grads)."""
+    coef = minibatch_moment_coefficients(n, b, replacement=replacement)
+    s = n / b
+    g2, g3, a4, b4 = coef.second, coef.third, coef.fourth_single, coef.fourth_pair
+    p2_diag, p2_frob2, P2, tr_p2 = S.p2_diag, S.p2_frob2, S.P2, S.tr_p2
 
     # second order
     tr_g = s * s * g2 * tr_p2
-    aga = s * s * g2 * float(proj @ proj)
+    aga = s * s * g2 * S.proj_proj
     g_diag = s * s * g2 * p2_diag
     # third order (ζ = +s S)
-    e_proj_norm2 = s**3 * g3 * float(proj @ sq)                               # E[(aᵀζ)|ζ|²]
-    e_cube = s**3 * g3 * float(np.einsum("ij,ij->j", C2, C) @ a)              # Σ_j a_j E ζ_j³
+    e_proj_norm2 = s**3 * g3 * S.proj_sq                                      # E[(aᵀζ)|ζ|²]
+    e_cube = s**3 * g3 * float(S.cube @ a)                                    # Σ_j a_j E ζ_j³
     # fourth order
-    e_norm4 = s**4 * (a4 * float(sq @ sq) + b4 * (tr_p2 * tr_p2 + 2.0 * p2_frob2))
-    e_quart = s**4 * (a4 * float(np.vdot(C2, C2)) + 3.0 * b4 * float(p2_diag @ p2_diag))
+    e_norm4 = s**4 * (a4 * S.sq_sq + b4 * (tr_p2 * tr_p2 + 2.0 * p2_frob2))
+    e_quart = s**4 * (a4 * S.quart + 3.0 * b4 * float(p2_diag @ p2_diag))
     a2 = float(a @ a)
 
     full = e_norm4 + 4.0 * e_proj_norm2 + 2.0 * a2 * tr_g + 2.0 * aga
@@ -374,7 +428,7 @@ def gaussian_minibatch_error(noise_cov: Any, grad_potential: Any) -> MinibatchEr
 @cites("mensch2025", "eq. 6 (∇̂U), eq. 99, eq. 110 at θ; U = −log p(θ) − Σ_i log p(y_i|x_i,θ) (eq. 2)")
 def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
                     prior_precision: Any = 0.0, replacement: bool = True,
-                    return_matrices: bool = True) -> MinibatchError:
+                    return_matrices: bool = True, scheduler: str | None = None) -> MinibatchError:
     r"""E_𝔅‖M_SGLD‖²_F, E_𝔅‖M_SGLRW‖²_F and E_𝔅[M] at θ for a GLM (seed 000 eqs. 99, 110).
 
     ∇U(θ) = Γθ + Σ_i ∇l_i(θ) with l_i the model's per-observation loss (its negative
@@ -395,7 +449,10 @@ def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     replacement : bool
         With (default) or without replacement.
     return_matrices : bool
-        Also return E[M_SGLD] = G and E[M_SGLRW] = offdiag(G).
+        Also return E[M_SGLD] = G and E[M_SGLRW] = offdiag(G) (always, for out-of-core data).
+    scheduler : str, optional
+        Out-of-core data (``data.rows``) are streamed in two chunked passes (Σu_i, then the
+        centred row sums) in this process or on Dask ("local" or an address).
 
     Returns
     -------
@@ -414,6 +471,11 @@ def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     >>> bool(abs(r.ratio + r.diagonal_share - 1) < 1e-12)
     True
     """
+    if data.rows is not None:  # out of core: two streamed passes, never the (N, D) gradients
+        th = as_vector(theta, "theta", data.dim)
+        model.check_response(data.y, data.source or "y")
+        return _streamed_error(model, data, th, prior_matrix(prior_precision, data.dim), batch_size, replacement,
+                               scheduler)
     u, a = gradient_estimate_terms(model, data, theta, prior_precision)
     return minibatch_error_from_grads(u, a, batch_size, replacement=replacement, return_matrices=return_matrices)
 

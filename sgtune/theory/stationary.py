@@ -471,6 +471,8 @@ def _variance_kernel(e: Expansion) -> np.ndarray:
     """vec-matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ (D²×D²), accumulated in row blocks of 4096."""
     d = e.dim
     J = e.curvature
+    if e.stream is not None:  # rows out of core: streamed over chunks (sgtune.reduce)
+        return e.variance_kernel_sum() - np.kron(J, J)
     K = np.zeros((d * d, d * d))
     if e.rank_one:
         X, w = e.design, e.weights

@@ -1,0 +1,330 @@
+"""Chunked, deterministic reductions over the rows of a data set: serial or on a Dask cluster.
+
+Every O(N·D²) data reduction of sgtune (the MAP fit's Newton passes, the expansion's J, 𝓘, ḡ,
+the noise term C̄(Σ) = mean_n J_nΣJ_n) is a sum over rows. :func:`reduce_rows` computes it
+from a :class:`RowSource` — arrays in memory, or ``.npy`` files read by explicit file reads
+(never through a memory map, so touched pages do not count in the process's RSS) — in
+fixed chunks of ``chunk_rows`` rows.
+
+Memory bound: O(chunk_rows·D + D²) per process (one chunk and its per-row intermediates,
+plus the partial sums), independent of N.
+
+Determinism: chunk boundaries are fixed (multiples of ``chunk_rows`` from row 0, whatever the
+file layout or Parquet row groups), each chunk's partial sum is computed by the same NumPy
+code, chunks are combined by a left fold inside groups of :data:`GROUP_CHUNKS` consecutive
+chunks, and the group sums by a left fold in group order. The Dask backend runs one task per
+group and folds the gathered group sums in the same order, so serial and Dask results are
+the same bits whenever BLAS gives the same bits for the same chunk (it does here:
+OpenBLAS splits a matrix product over output blocks, not over the summed dimension).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import DataFormatError, SgtuneError
+
+__all__ = ["CHUNK_ROWS", "GROUP_CHUNKS", "NpyFile", "RowSource", "chunk_bounds", "reduce_rows",
+           "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError"]
+
+#: rows per chunk (fixed: results depend on the chunk boundaries at rounding level only through it)
+CHUNK_ROWS = 65536
+#: chunks per group; a Dask task reduces one group
+GROUP_CHUNKS = 8
+
+
+class SchedulerError(SgtuneError):
+    """A Dask scheduler could not be reached or used (or dask is not installed)."""
+
+
+@dataclass(frozen=True)
+class NpyFile:
+    """A C-order float64 array stored in a ``.npy`` file, read by explicit reads (no memory map).
+
+    Attributes
+    ----------
+    path : the file.
+    offset : byte offset of the data (after the .npy header).
+    shape : the array's shape.
+    """
+
+    path: str
+    offset: int
+    shape: tuple[int, ...]
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], name: str) -> "NpyFile":
+        """Read the header of ``path``; refuse anything but little-endian float64 in C order."""
+        try:
+            with open(path, "rb") as fh:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+                offset = fh.tell()
+        except FileNotFoundError:
+            raise DataFormatError(f"{path}: {name} file does not exist") from None
+        except (OSError, ValueError) as exc:
+            raise DataFormatError(f"{path}: cannot read as .npy ({exc})") from None
+        if dtype != np.dtype("<f8") or fortran:
+            raise DataFormatError(
+                f"{path}: {name} must be a C-order float64 array to be read out of core, got dtype {dtype}"
+                f"{' (Fortran order)' if fortran else ''}; save it with np.save(path, np.ascontiguousarray(a, "
+                "dtype=np.float64))")
+        size = os.path.getsize(path)
+        need = offset + 8 * int(np.prod(shape, dtype=np.int64))
+        if size < need:
+            raise DataFormatError(f"{path}: {name} is truncated ({size} bytes, the header promises {need})")
+        return cls(str(path), int(offset), tuple(int(s) for s in shape))
+
+    @property
+    def row_size(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
+
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) as a fresh float64 array (one ``np.fromfile`` at the right offset)."""
+        k = self.row_size
+        out = np.fromfile(self.path, dtype="<f8", count=(stop - start) * k, offset=self.offset + 8 * start * k)
+        if out.shape[0] != (stop - start) * k:
+            raise DataFormatError(f"{self.path}: short read at rows [{start}, {stop}); the file changed?")
+        return out.reshape((stop - start, *self.shape[1:]))
+
+    def read_index(self, index: np.ndarray) -> np.ndarray:
+        """The rows at sorted positions ``index`` (one open file, a seek and a read per row)."""
+        k = self.row_size
+        out = np.empty((len(index), k))
+        with open(self.path, "rb") as fh:
+            for i, r in enumerate(index):
+                fh.seek(self.offset + 8 * int(r) * k)
+                if fh.readinto(memoryview(out[i])) != 8 * k:
+                    raise DataFormatError(f"{self.path}: short read at row {int(r)}; the file changed?")
+        return out.reshape((len(index), *self.shape[1:]))
+
+    def memmap(self) -> np.ndarray:
+        """The whole array as a copy-on-write memory map (for row gathers, e.g. the sampler's minibatches).
+
+        Copy-on-write, not read-only: the file is never modified, and numba sees the same (writable)
+        array type as for in-memory data, so the sampler's compiled code is reused, not recompiled.
+        """
+        return np.memmap(self.path, dtype="<f8", mode="c", offset=self.offset, shape=self.shape)
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Rows (X, y) of a data set, in memory or in .npy files; picklable (cheap when file-backed)."""
+
+    X: NpyFile | np.ndarray
+    y: NpyFile | np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_cols(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def file_backed(self) -> bool:
+        return isinstance(self.X, NpyFile)
+
+    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(X[start:stop], y[start:stop]) as float64 arrays."""
+        X = self.X.read_rows(start, stop) if isinstance(self.X, NpyFile) else self.X[start:stop]
+        y = self.y.read_rows(start, stop) if isinstance(self.y, NpyFile) else self.y[start:stop]
+        return X, y
+
+    def read_index(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(X[index], y[index]) for sorted row positions, as fresh arrays."""
+        X = self.X.read_index(index) if isinstance(self.X, NpyFile) else self.X[index]
+        y = self.y.read_index(index) if isinstance(self.y, NpyFile) else self.y[index]
+        return np.array(X), np.array(y)
+
+
+def chunk_bounds(n_rows: int, chunk_rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+    """[(0, c), (c, 2c), …, (kc, N)]: the fixed chunk boundaries."""
+    if chunk_rows < 1:
+        raise SgtuneError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    return [(a, min(a + chunk_rows, n_rows)) for a in range(0, n_rows, chunk_rows)]
+
+
+Partial = tuple[np.ndarray, ...]
+
+
+def _fold(parts: Sequence[Partial]) -> Partial:
+    acc = tuple(np.array(p, dtype=float, copy=True) for p in parts[0])
+    for part in parts[1:]:
+        for a, p in zip(acc, part):
+            a += p
+    return acc
+
+
+def _reduce_group(fn: Callable[..., Partial], source: RowSource, bounds: Sequence[tuple[int, int]],
+                  args: tuple[Any, ...]) -> Partial:
+    """Left fold of fn over the chunks of one group (the unit of work of a Dask task)."""
+    acc: Partial | None = None
+    for a, b in bounds:
+        X, y = source.read(a, b)
+        part = tuple(np.asarray(p, dtype=float) for p in fn(X, y, *args))
+        acc = part if acc is None else _fold([acc, part])
+    assert acc is not None
+    return acc
+
+
+def reduce_rows(fn: Callable[..., Partial], source: RowSource, *args: Any, chunk_rows: int = CHUNK_ROWS,
+                scheduler: str | None = None) -> Partial:
+    """Σ over fixed row chunks of ``fn(X_chunk, y_chunk, *args)`` (a tuple of arrays), deterministically.
+
+    ``fn`` must be a module-level function (it is shipped to Dask workers by reference) and
+    return sums (not means) over the rows it is given. ``scheduler``: None (this process, one
+    thread per core), ``"serial"`` (this process, one thread), ``"local"`` (a local Dask
+    cluster) or a Dask scheduler address. See the module docstring for the combination order
+    (the same for every backend). In-memory sources are always reduced in this process.
+    """
+    bounds = chunk_bounds(source.n_rows, chunk_rows)
+    groups = [bounds[i:i + GROUP_CHUNKS] for i in range(0, len(bounds), GROUP_CHUNKS)]
+    if scheduler in (None, "serial") or not source.file_backed:
+        sums = _local_groups(fn, source, groups, args, threads=1 if scheduler == "serial" else None)
+    else:
+        sums = map_tasks(_reduce_group, [(fn, source, g, args) for g in groups], scheduler)
+    return _fold(sums)
+
+
+def n_threads() -> int:
+    """Threads of the in-process backend: $SGTUNE_THREADS, else the CPUs this process may use."""
+    env = os.environ.get("SGTUNE_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise SgtuneError(f"SGTUNE_THREADS must be a positive integer, got {env!r}") from None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return max(1, os.cpu_count() or 1)
+
+
+def _local_groups(fn: Callable[..., Partial], source: RowSource, groups: list[list[tuple[int, int]]],
+                  args: tuple[Any, ...], threads: int | None = None) -> list[Partial]:
+    """Group sums in this process: one thread per core over the groups, BLAS single-threaded inside.
+
+    NumPy releases the GIL in file reads, BLAS and ufuncs, so groups run in parallel; each group
+    is reduced by single-threaded BLAS (no oversubscription, and the same bits for any number
+    of threads: results are collected in group order).
+    """
+    k = min(n_threads() if threads is None else threads, len(groups))
+    if k <= 1 or len(groups) <= 1:
+        return [_reduce_group(fn, source, g, args) for g in groups]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _blas_single_thread(), ThreadPoolExecutor(max_workers=k) as pool:
+        return list(pool.map(lambda g: _reduce_group(fn, source, g, args), groups))
+
+
+class _blas_single_thread:
+    """Context: BLAS limited to one thread (threadpoolctl when installed, else a no-op)."""
+
+    def __enter__(self) -> "_blas_single_thread":
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # pragma: no cover (threadpoolctl comes with scikit-learn / the [dask] extra)
+            self._ctx = None
+            return self
+        self._ctx = threadpool_limits(limits=1, user_api="blas")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.restore_original_limits()
+
+
+# --- Dask -------------------------------------------------------------------------------------
+
+_CLIENTS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def get_client(scheduler: str) -> Any:
+    """A ``distributed.Client`` for ``scheduler`` (``"local"``: a 2-worker local cluster), cached per process."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise SchedulerError(f"--scheduler {scheduler}: dask is not installed; pip install 'sgtune[dask]'") from None
+    with _LOCK:
+        client = _CLIENTS.get(scheduler)
+        if client is not None and client.status == "running":
+            return client
+        try:
+            if scheduler == "local":
+                n = int(os.environ.get("SGTUNE_DASK_WORKERS", "2"))
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=50)
+                client = Client(cluster)
+            else:
+                client = Client(scheduler, timeout=os.environ.get("SGTUNE_DASK_TIMEOUT", "10s"))
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise SchedulerError(f"--scheduler {scheduler}: cannot connect to the Dask scheduler ({exc}); "
+                                 "give 'local' or an address like tcp://host:8786") from None
+        _CLIENTS[scheduler] = client
+        return client
+
+
+@atexit.register
+def _close_clients() -> None:  # pragma: no cover (interpreter exit)
+    for client in list(_CLIENTS.values()):
+        try:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        except Exception:
+            pass
+    _CLIENTS.clear()
+
+
+def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None) -> list[Any]:
+    """[fn(*a) for a in arg_tuples], on a Dask cluster unless ``scheduler`` is None/"serial"; in order.
+
+    Each task gets everything it needs (seeds included) in its arguments, so the results do
+    not depend on where or in which order tasks run.
+    """
+    if scheduler in (None, "serial"):
+        return [fn(*a) for a in arg_tuples]
+    client = get_client(str(scheduler))
+    futures = [client.submit(fn, *a, pure=False) for a in arg_tuples]
+    try:
+        return client.gather(futures)
+    except SgtuneError:
+        raise
+    finally:
+        for f in futures:
+            f.release()
+
+
+def task_seeds(seed: int, n_tasks: int) -> list[int]:
+    """One independent integer seed per task: ``SeedSequence(seed).spawn(n_tasks)`` (fixed by position)."""
+    return [int(child.generate_state(1, np.uint64)[0] >> np.uint64(1))
+            for child in np.random.SeedSequence(int(seed)).spawn(int(n_tasks))]
+
+
+def _grid_task(fn: Callable[..., Any], point: dict[str, Any], seed: int) -> Any:
+    return fn(**point, seed=seed)
+
+
+def map_grid(fn: Callable[..., Any], grid: Sequence[dict[str, Any]], *, seed: int = 0,
+             scheduler: str | None = None) -> list[Any]:
+    """[fn(**point, seed=s_i) for each grid point], serially or as Dask tasks; identical results either way.
+
+    For sweeps — calibrate repetitions, batch-size or method grids: task i gets the seed
+    ``task_seeds(seed, len(grid))[i]``, fixed by its position in the grid, so neither the
+    backend nor the order in which workers finish changes any number. ``fn`` must be a
+    module-level function (shipped to workers by reference).
+    """
+    seeds = task_seeds(seed, len(grid))
+    return map_tasks(_grid_task, [(fn, dict(p), s) for p, s in zip(grid, seeds)], scheduler)
