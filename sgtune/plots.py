@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import chi2
 
 from .errors import MissingExtraError, SgtuneError
 
@@ -71,7 +70,7 @@ def most_correlated_pairs(cov: Any, n_pairs: int = 3) -> list[tuple[int, int]]:
 def _ellipse(cov2: np.ndarray, level: float) -> np.ndarray:
     """Boundary points (2, 200) of {δ : δᵀC⁻¹δ ≤ χ²₂(level)} for a 2×2 PSD C (via eigh: works when singular)."""
     w, v = np.linalg.eigh(0.5 * (cov2 + cov2.T))
-    r = np.sqrt(chi2.ppf(level, 2) * np.clip(w, 0.0, None))
+    r = np.sqrt(-2.0 * np.log1p(-level) * np.clip(w, 0.0, None))  # χ²₂ quantile: −2 log(1 − level)
     t = np.linspace(0.0, 2.0 * np.pi, 200)
     return v @ (r[:, None] * np.vstack([np.cos(t), np.sin(t)]))
 
