@@ -114,6 +114,8 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         return float(losses.mean() + 0.5 * theta @ gam @ theta / n), g.mean(axis=0) + gam @ theta / n
 
     def value(theta: np.ndarray) -> float:
+        if rows is not None:  # streamed data: the loss by chunks too (never an (N,) temporary)
+            return value_grad(theta)[0]
         losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
         return float(losses.mean() + 0.5 * theta @ gam @ theta / n)
 
