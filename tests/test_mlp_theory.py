@@ -97,3 +97,13 @@ def test_neural_network_notebook_smoke():
     out = subprocess.run([sys.executable, str(ROOT / "notebooks" / "neural_network_covariance.py")],
                          cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=600)
     assert "dq-exact" in out.stdout and "MC floor" in out.stdout
+
+
+def test_block_family_defaults_to_the_network_layers():
+    net, data, e = _network_problem()
+    assert e.parameter_blocks == (tuple(range(0, 15)), tuple(range(15, 19)))  # W_1 (3×4), b_1 | W_2 (1×3), b_2
+    res = tune(e, batch_size=16, target="posterior", family="block")
+    lam = res.step_matrix
+    np.testing.assert_array_equal(lam[:15, 15:], 0.0)
+    np.testing.assert_array_equal(lam[15:, :15], 0.0)
+    assert np.all(np.linalg.eigvalsh(lam[:15, :15]) > 0) and np.all(np.linalg.eigvalsh(lam[15:, 15:]) > 0)

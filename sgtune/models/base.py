@@ -39,6 +39,8 @@ Optional
     Non-convex models are fitted by L-BFGS from ``initial_params`` (default False).
 ``newton_start(X, y, prior_precision) -> (D,)``
     Starting point of the Newton fit of a convex model (default zeros).
+``parameter_blocks(n_features) -> list[list[int]]``
+    Groups of parameter indices (an MLP's layers): the default blocks of ``tune(family="block")``.
 ``residual_variance(theta, X, y) -> float``
     Gaussian linear models only (the LR+WS comparison theory needs it).
 ``numba_spec(n_features) -> (kind, ints, floats)``

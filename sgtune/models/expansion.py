@@ -431,6 +431,7 @@ class Expansion:
     population_size: int | None = None
     reductions: Reductions | None = None
     stream: RowStream | None = None
+    parameter_blocks: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.grads is None:
@@ -608,7 +609,10 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     resid = float("nan")
     if callable(getattr(model, "residual_variance", None)):
         resid = float(model.residual_variance(theta, data.X, data.y))
-    common = dict(theta_hat=theta, grads=grads, prior_precision=gam, model=label,
+    blocks = None
+    if callable(getattr(model, "parameter_blocks", None)):  # e.g. an MLP's layers: the default Λ blocks
+        blocks = tuple(tuple(int(i) for i in b) for b in checked_call(model, "parameter_blocks", data.dim))
+    common = dict(theta_hat=theta, grads=grads, prior_precision=gam, model=label, parameter_blocks=blocks,
                   noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid,
                   population_size=population_size)
     if isinstance(cur, RankOneCurvature) and not dense_hessians:

@@ -175,6 +175,10 @@ class MLP:
             start = stop
         return out
 
+    def parameter_blocks(self, n_features: int) -> list[list[int]]:
+        """The indices of each layer's parameters (W_l then b_l): the default blocks of a block-diagonal Λ."""
+        return [list(range(a, b)) for a, b in self.layer_slices(n_features)]
+
     def unflatten(self, theta: np.ndarray, n_features: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """[(W_l (s_l, s_{l−1}), b_l (s_l,))] for l = 1..K+1 (views into θ)."""
         theta = np.asarray(theta, dtype=np.float64)
