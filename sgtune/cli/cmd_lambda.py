@@ -64,6 +64,8 @@ def cli(**kw: object) -> None:
     }
     if kw["blocks"] is not None:
         doc["blocks"] = str(kw["blocks"])
+    elif kw["family"] == "block" and prob.expansion.parameter_blocks is not None:  # the model's own (layers)
+        doc["blocks"] = [list(b) for b in prob.expansion.parameter_blocks]
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
     png = render_plot(kw, lambda: figure_lambda(  # type: ignore[arg-type]
