@@ -337,3 +337,20 @@ def test_overflowing_covariates_name_the_entry_and_standardisation(tmp_path):
     r = run(["lambda", str(data), "--model", "linear", "--batch-size", "10"])
     assert r.exit_code == 1
     assert "X[5, 1] = 1e+300 overflows float64" in r.stderr and "standardise the covariates" in r.stderr
+
+
+def test_dense_mean_jsj_operator_matches_the_loop():
+    """The cached D⁴ operator (N > D) and the einsum route (N ≤ D) against Σ_n J_nΣJ_n / N by a loop."""
+    rng = np.random.default_rng(5)
+    for n, d in ((50, 6), (4, 6)):
+        A = rng.normal(size=(n, d, d))
+        Hs = A + np.swapaxes(A, 1, 2)
+        from sgtune.models import Expansion
+
+        e = Expansion(theta_hat=np.zeros(d), grads=rng.normal(size=(n, d)), prior_precision=np.eye(d),
+                      per_sample_hessians=Hs)
+        S = rng.normal(size=(d, d))
+        S = S @ S.T
+        ref = np.mean([J @ S @ J for J in Hs], axis=0)
+        for _ in range(2):  # the second call uses the cached operator
+            np.testing.assert_allclose(e.mean_jsj(S), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())

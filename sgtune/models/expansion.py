@@ -32,6 +32,8 @@ from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, m
 __all__ = ["FitResult", "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET", "Reductions",
            "RowStream"]
 
+#: largest D⁴ (float64 entries, ≈ 100 MB) of the cached operator Σ ↦ mean_n J_nΣJ_n for dense J_n
+_JSJ_OPERATOR_BUDGET = 12_500_000
 #: largest N·D² (float64 entries) of dense per-sample Hessians sgtune forms (≈ 800 MB)
 DENSE_HESSIAN_BUDGET = 100_000_000
 
@@ -432,6 +434,7 @@ class Expansion:
     reductions: Reductions | None = None
     stream: RowStream | None = None
     parameter_blocks: tuple[tuple[int, ...], ...] | None = None
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.grads is None:
@@ -526,7 +529,16 @@ class Expansion:
             out = (X.T * (w * w * q)) @ X / self.n_samples  # type: ignore[operator]
         else:
             Hs = self.per_sample_hessians
-            out = np.einsum("nij,jk,nkl->il", Hs, sigma, Hs, optimize=True) / self.n_samples
+            n, d = Hs.shape[0], self.dim
+            if n > d and d ** 4 <= _JSJ_OPERATOR_BUDGET:  # iterative solvers call this hundreds of times
+                M = self._cache.get("jsj_operator")
+                if M is None:  # M[(i,l),(j,k)] = mean_n J_n[i,j] J_n[k,l]: one BLAS product, then D⁴ per call
+                    Z = Hs.reshape(n, d * d)
+                    M = (Z.T @ Z / n).reshape(d, d, d, d).transpose(0, 3, 1, 2).reshape(d * d, d * d)
+                    self._cache["jsj_operator"] = M
+                out = (M @ np.asarray(sigma, dtype=float).ravel()).reshape(d, d)
+            else:
+                out = np.einsum("nij,jk,nkl->il", Hs, sigma, Hs, optimize=True) / self.n_samples
         return 0.5 * (out + out.T)
 
     def gradient_cov(self) -> np.ndarray:

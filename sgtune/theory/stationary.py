@@ -482,9 +482,11 @@ def _variance_kernel(e: Expansion) -> np.ndarray:
             K += Z.T @ Z
     else:
         Hs = e.per_sample_hessians
+        G = np.zeros((d * d, d * d))  # G[(i,j),(k,l)] = Σ_n J_n[i,j] J_n[k,l]: one BLAS product per block
         for start in range(0, e.n_samples, 4096):
-            hb = Hs[start:start + 4096]
-            K += np.einsum("nij,nkl->ikjl", hb, hb).reshape(d * d, d * d)
+            Z = Hs[start:start + 4096].reshape(-1, d * d)
+            G += Z.T @ Z
+        K += G.reshape(d, d, d, d).transpose(0, 2, 1, 3).reshape(d * d, d * d)  # K[(i,k),(j,l)]
     K /= e.n_samples
     return K - np.kron(J, J)
 
