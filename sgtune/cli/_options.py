@@ -55,7 +55,9 @@ data_options = _compose(
                       "positive semi-definite even where the network is non-convex). Identical for GLMs."),
     click.option("--theta-hat", type=click.Path(dir_okay=False), default=None,
                  help="Expand at these parameters (.npy, D numbers; e.g. trained network weights) instead of "
-                      "fitting the MAP; the JSON reports gradient_norm ‖∇L(θ̂)‖ and hessian_min_eigenvalue."),
+                      "fitting the MAP; the JSON reports gradient_norm ‖∇L(θ̂)‖, gradient_noise_ratio "
+                      "√(N ∇Lᵀ C⁻¹ ∇L) (> 1 prints a warning) and hessian_min_eigenvalue; an H that is not "
+                      "positive definite is refused."),
     click.option("--noise-variance", type=float, default=1.0, show_default=True,
                  help="σ² of the linear / beta-linear models and of the mlp Gaussian likelihood."),
     click.option("--beta-power", type=float, default=None, help="β-divergence power P > 1 (beta-linear)."),
