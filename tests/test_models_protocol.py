@@ -354,3 +354,16 @@ def test_dense_mean_jsj_operator_matches_the_loop():
         ref = np.mean([J @ S @ J for J in Hs], axis=0)
         for _ in range(2):  # the second call uses the cached operator
             np.testing.assert_allclose(e.mean_jsj(S), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_network_without_weight_decay_fails_with_the_remedies():
+    """The (2, 3) diabetes network has no minimiser at finite θ without a prior: L-BFGS runs out and says so."""
+    from sklearn.datasets import load_diabetes
+
+    from sgtune.errors import ConvergenceError
+    from sgtune.models.mlp import make_mlp
+
+    X, y = load_diabetes(return_X_y=True)
+    data = make_dataset((X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std())
+    with pytest.raises(ConvergenceError, match=r"did not converge.*--prior-precision.*--theta-hat"):
+        fit_map(make_mlp("2,3"), data, max_iter=20)

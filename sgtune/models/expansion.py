@@ -180,8 +180,8 @@ def _lbfgs(value_grad: Any, theta: np.ndarray, label: str, max_iter: int) -> np.
     if not np.all(np.isfinite(x)):
         raise ConvergenceError(f"MAP fit ({label}) by L-BFGS diverged; standardise the covariates or add a "
                                "prior precision", method="lbfgs")
-    gn = float(np.linalg.norm(value_grad(x)[1]))
     if res.status == 1:  # iteration / evaluation budget exhausted
+        gn = float(np.linalg.norm(res.jac))
         grew = float(np.linalg.norm(x)) > 100 * max(norm0, 1.0)
         raise ConvergenceError(
             f"MAP fit ({label}) by L-BFGS did not converge in {res.nit} iterations (gradient norm {gn:.3g}, "
