@@ -367,3 +367,17 @@ def test_network_without_weight_decay_fails_with_the_remedies():
     data = make_dataset((X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std())
     with pytest.raises(ConvergenceError, match=r"did not converge.*--prior-precision.*--theta-hat"):
         fit_map(make_mlp("2,3"), data, max_iter=20)
+
+
+def test_unreachable_target_names_the_remedies():
+    """SGD on the diabetes network cannot reach the posterior H⁻¹/N (flat directions, little gradient noise)."""
+    from sklearn.datasets import load_diabetes
+
+    from sgtune.errors import UnstableStepSizeError
+    from sgtune.models.mlp import make_mlp
+
+    X, y = load_diabetes(return_X_y=True)
+    data = make_dataset((X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std())
+    e = expand(make_mlp("2,3"), data, 1.0, seed=0)
+    with pytest.raises(UnstableStepSizeError, match=r"out of reach of a stable chain.*SGLD"):
+        tune(e, batch_size=32, target="posterior")

@@ -329,6 +329,12 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
                                     without_replacement=without_replacement, momentum=kappa, initial_guess=guess)
     except UnstableStepSizeError as exc:
+        if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
+            raise UnstableStepSizeError(
+                f"the target covariance is out of reach of a stable chain: the step-size matrix that would give "
+                f"it sits at the edge of stability ({exc}); SGD's own gradient noise is too small in some "
+                "direction — use SGLD (a finite --inverse-temperature), a smaller batch, or a smaller target",
+                spectral_radius=exc.spectral_radius, max_stable_step=exc.max_stable_step) from None
         raise UnstableStepSizeError(
             f"method {method!r} gives a step-size matrix whose chain diverges ({exc}); the target is out of "
             "reach of this method's noise model — use method 'dq-exact'",
