@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from sgtune.cli import main
 from sgtune.errors import DataFormatError, SgtuneError, ShapeError
 from sgtune.models import Expansion
+from tests.test_tuning import synthetic_expansion as _rank_one_problem
 from sgtune.theory.adjoint import GradientEvaluator, affine_discrepancy, criterion_gradient
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import (load_blocks, momentum_tuning_residual, solve_momentum_step_matrix,
@@ -40,12 +41,8 @@ FD_RTOL = 1e-6
 
 
 def synthetic_expansion(seed: int, n: int = 80, d: int = 5, prior: float = 0.5) -> Expansion:
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d)) * rng.uniform(0.5, 2.0, d)
-    w = rng.uniform(0.2, 2.0, n)
-    g = rng.standard_normal((n, d)) * rng.uniform(0.5, 2.0, d)
-    return Expansion(theta_hat=rng.standard_normal(d), grads=g, prior_precision=prior * np.eye(d), design=X,
-                     weights=w)
+    """test_tuning's random rank-one problem, with this file's default size."""
+    return _rank_one_problem(seed, n=n, d=d, prior=prior)
 
 
 def crit_of(target: np.ndarray, cov: np.ndarray) -> float:
