@@ -15,24 +15,18 @@ Timings are the best of repeated wall-clock runs in one process; benchmarks, not
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 from sklearn.datasets import load_diabetes
 from threadpoolctl import threadpool_limits
+
+from _timing import timed
 
 from sgtune.data import make_dataset
 from sgtune.models import expand, make_mlp
 from sgtune.models.base import per_sample_curvature
 
 
-def timed(fn, repeat: int = 5):
-    best, out = math.inf, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 class HvpOnly:

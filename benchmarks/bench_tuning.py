@@ -28,6 +28,8 @@ import time
 import numpy as np
 import scipy.optimize as sopt
 
+from _timing import timed
+
 from sgtune.models import Expansion
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import closed_form_step_matrix, solve_step_matrix, tuning_residual
@@ -43,14 +45,6 @@ def logistic_expansion(n: int, d: int, seed: int = 0) -> Expansion:
     return Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d),
                      design=X, weights=p * (1 - p))
 
-
-def timed(fn, repeat: int = 3):
-    best, out = math.inf, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def tune_dq_exact(e: Expansion, S: np.ndarray, B: int) -> np.ndarray:
