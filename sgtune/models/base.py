@@ -60,8 +60,12 @@ import numpy as np
 
 from ..errors import SgtuneError
 
-__all__ = ["PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
+__all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
            "per_sample_curvature", "checked_call", "model_label"]
+
+
+#: the ways a model can give its per-sample curvature, in the order sgtune prefers them
+CURVATURE_METHODS = ("curvature", "per_sample_hessians", "hessian_vector_products")
 
 
 class ModelError(SgtuneError, ValueError):
@@ -179,8 +183,8 @@ def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.nda
             e[j] = 1.0
             hs[:, :, j] = checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(n, d))
         return DenseCurvature(0.5 * (hs + np.swapaxes(hs, 1, 2)))
-    raise ModelError(f"model {label} provides no curvature: implement curvature(), per_sample_hessians() "
-                     "or hessian_vector_products() (see sgtune.models.base)")
+    raise ModelError(f"model {label} provides no curvature: implement "
+                     f"{' or '.join(m + '()' for m in CURVATURE_METHODS)} (see sgtune.models.base)")
 
 
 def _finite(a: Any, shape: tuple[int, ...], label: str, what: str) -> np.ndarray:

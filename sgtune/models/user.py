@@ -36,12 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SgtuneError
-from .base import ModelError, model_label
+from .base import CURVATURE_METHODS, ModelError, model_label
 
 __all__ = ["load_model_file", "is_model_file_spec", "check_protocol", "UserModel"]
 
 REQUIRED = ("per_sample_losses", "per_sample_grads")
-CURVATURE = ("curvature", "per_sample_hessians", "hessian_vector_products")
 
 
 def is_model_file_spec(spec: str) -> bool:
@@ -53,8 +52,8 @@ def is_model_file_spec(spec: str) -> bool:
 def check_protocol(model: Any, where: str) -> None:
     """Raise :class:`ModelError` listing the protocol methods ``model`` lacks."""
     missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
-    if not any(callable(getattr(model, m, None)) for m in CURVATURE):
-        missing.append(" or ".join(f"{m}()" for m in CURVATURE))
+    if not any(callable(getattr(model, m, None)) for m in CURVATURE_METHODS):
+        missing.append(" or ".join(f"{m}()" for m in CURVATURE_METHODS))
     if missing:
         raise ModelError(f"{where} is not a model: it lacks {', '.join(m if m.endswith(')') else m + '()' for m in missing)}"
                          " (see sgtune.models.base for the protocol)")
