@@ -256,8 +256,9 @@ SMILE_REL = 0.06
 def _posterior_run(sampler, n_steps, seed, h, batch_size, batching="replacement", n=400, d=4):
     X, y = _isotropic_linear(n, d, 0)
     post = np.linalg.inv(X.T @ X)  # (N·H)⁻¹ with σ² = 1, no prior, β = N
+    # SGHMC: friction ≈ the posterior's angular frequency sqrt(N·H) = 20 (near critical damping mixes fastest)
     res = run_chains("linear", (X, y), h, batch_size=batch_size, n_steps=n_steps, n_chains=4, sampler=sampler,
-                     seed=seed, batching=batching, batches_per_chain=8)
+                     seed=seed, batching=batching, batches_per_chain=8, friction=20.0)
     return res, post
 
 
