@@ -124,7 +124,7 @@ def test_compiled_matches_general_path(sampler):
 
 def test_stripped_glm_reproduces_compiled_psmile():
     X, y = _logistic()
-    kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="reshuffle", inv_temperature=60.0,
+    kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="without-replacement", inv_temperature=60.0,
               initial=np.zeros(4), **SMILE_KW)
     a = run_chains("logistic", (X, y), 0.1, sampler="psmile", **kw)
     b = run_chains(StrippedGLM("logistic"), (X, y), 0.1, sampler="psmile", **kw)
