@@ -12,7 +12,7 @@ from sgtune.errors import SgtuneError
 from sgtune.models import get_model
 from sgtune.models.mlp import MLP
 from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains
-from sgtune.sampler import grads, mlp as smlp, smile_chain
+from sgtune.sampler import grads, mlp as smlp, mlp_loss, smile_chain
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 
 from tests._tolerances import bonferroni_z
@@ -97,9 +97,9 @@ def test_mlp_loss_matches_numpy_model():
             m = MLP((4, 2), act, lik, noise_variance=0.7)
             _, ints, floats = m.numba_spec(3)
             theta = smlp.init_params(ints, 3)
-            work = np.empty(smlp.work_size(ints, theta.size, 11))
+            work = np.empty(max(smlp.work_size(ints, theta.size, 11), mlp_loss.work_size(ints, 11)))
             g = np.empty(theta.size)
-            val = smlp.mlp_value_grad(theta, X, yv, idx, 11, ints, floats, np.zeros((1, 1)),
+            val = mlp_loss.mlp_value_grad(theta, X, yv, idx, 11, ints, floats, np.zeros((1, 1)),
                                       np.zeros(4, dtype=np.uint64), work, g, True)
             np.testing.assert_allclose(val, m.per_sample_losses(theta, X[idx], yv[idx]).mean(), rtol=1e-13)
             np.testing.assert_allclose(g, m.per_sample_grads(theta, X[idx], yv[idx]).mean(axis=0), rtol=1e-10,
