@@ -35,9 +35,9 @@ import numpy as np
 from .._refs import cites
 from .._validation import as_float_array, check_int, check_positive
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError
-from .stationary import finite_population_factor
+from .stationary import StationaryCov, _build_system, _Stein, _tau_from_system, finite_population_factor
 
-__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes"]
+__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
 
 
 @dataclass(frozen=True)
@@ -173,3 +173,126 @@ def _block_pcg(mul: Any, Bm: np.ndarray, pinv: np.ndarray, tol: float, max_iter:
     raise ConvergenceError(f"matrix-free posterior solve: conjugate gradients reached relative residual "
                            f"{rel.max():.2e} after {max_iter} iterations; use a larger prior precision",
                            residual=float(rel.max()), method="cg")
+
+
+@cites("wang2026", "Eqs. (11)–(12) for Σ(Λ) − Σ*, Stein-preconditioned GMRES started at the target")
+def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.ndarray,
+                               noise_at_target: np.ndarray, *, batch_size: int,
+                               inv_temperature: float = math.inf, without_replacement: bool = False,
+                               tol: float = 1e-9, max_iter: int = 40) -> StationaryCov:
+    r"""Exact stationary covariance Σ(Λ) of a tuned chain (κ = 0), solved for the correction Δ = Σ(Λ) − Σ*.
+
+    The stationary equation S = FSFᵀ + Λ𝒩(S)Λ + Q₀ (F = I − ΛH, Q₀ = ΛC₀Λ + 2Λ/β, seed 003
+    eqs. 11–12) is linear, so Δ solves
+
+        Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀,   R₀ = ΛC̄(Σ*)Λ + 2Λ/β + FΣ*Fᵀ − Σ*,
+
+    whose right-hand side needs C̄(Σ*) = ``noise_at_target`` — already computed by the tuning
+    (the one O(N·D²) pass over the data at the target) — and no further pass. Δ is found by
+    GMRES on Y with Δ = 𝒮(Y), 𝒮 the exact Stein solve of X = FXFᵀ + Y (one symmetric
+    eigendecomposition of Λ^{1/2}HΛ^{1/2}); each GMRES iteration is one application of
+    Σ ↦ mean_n J_nΣJ_n (O(N·D²) through the rank-one J_n = w_n u_nu_nᵀ, never a D²×D² operator).
+    Starting at the target instead of at zero, a tolerance ``tol`` relative to ‖R₀‖ makes Δ
+    (hence the covariance error ‖Δ‖_F/‖Σ*‖_F) accurate to ≈ ``tol`` relative: the residual that
+    remains is that of a chain whose covariance is within the target's error, not of Σ itself.
+
+    What is reported: ``relative_residual`` is GMRES's true residual (right preconditioning)
+    over ‖Σ‖_F; ``spectral_radius`` the certified bound 1 − λ_min(Σ^{-1/2}Q₀Σ^{-1/2})
+    (``spectral_radius_is_bound``, valid for the positive map when the residual is small);
+    ``tau_spectral`` from the eigenvalues of Λ^{1/2}HΛ^{1/2} (those of ΛH) of the Stein solve.
+    """
+    from ..errors import UnstableStepSizeError
+
+    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
+    S0 = np.asarray(target_cov, dtype=float)
+    Cbar = np.asarray(noise_at_target, dtype=float)
+    lam, F = system.lam, system.F
+    d = system.dim
+    stein = _Stein(system)
+    if not (getattr(stein, "real", False) and not getattr(stein, "fallback", False)):
+        raise SgtuneError("stationary_cov_from_target needs a symmetric positive-definite step matrix")
+    if not np.max(np.abs(stein.a)) < 1:
+        c = 2.0 / float(np.max(1.0 - stein.a))
+        raise UnstableStepSizeError(f"step_matrix is unstable: ΛH has an eigenvalue ≥ 2; scale it by less than "
+                                    f"{c:.4g}", spectral_radius=float(np.max(np.abs(stein.a))) ** 2,
+                                    max_stable_step=c)
+    diag = np.diag(lam)
+    is_diag = bool(np.array_equal(lam, np.diag(diag)))
+
+    def sandwich(X: np.ndarray) -> np.ndarray:  # ΛXΛ (elementwise for a diagonal Λ)
+        return diag[:, None] * X * diag[None, :] if is_diag else lam @ X @ lam
+
+    R0 = sandwich(Cbar) + F @ S0 @ F.T - S0
+    if math.isfinite(system.beta):
+        R0 = R0 + (2.0 / system.beta) * lam
+    R0 = 0.5 * (R0 + R0.T)
+
+    def noise_term(X: np.ndarray) -> np.ndarray:  # Λ𝒩(X)Λ, one pass over the data
+        return sandwich(system.noise(X))
+
+    def op(yvec: np.ndarray) -> np.ndarray:
+        Y = yvec.reshape(d, d)
+        return (Y - noise_term(stein.solve(Y))).ravel()
+
+    nr = float(np.linalg.norm(R0))
+    if nr == 0:
+        delta, rel = np.zeros((d, d)), 0.0
+    else:
+        y, rel, its = _gmres(lambda v: op(v), R0.ravel(), tol, max_iter)
+        if not rel <= tol:
+            raise ConvergenceError(f"stationary covariance from the target: GMRES reached relative residual "
+                                   f"{rel:.2e} > {tol:g} in {its} iterations; the chain is probably close to "
+                                   "unstable — reduce the step size", residual=rel, method="gmres")
+        delta = stein.solve(y.reshape(d, d))
+    res_abs = rel * nr
+    cov = S0 + delta
+    cov = 0.5 * (cov + cov.T)
+    try:
+        L = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        raise UnstableStepSizeError("step_matrix is unstable: the stationary equation has no positive-definite "
+                                    "solution (the minibatch noise makes the second moment diverge); reduce the "
+                                    "step size", spectral_radius=math.inf, max_stable_step=math.nan) from None
+    import scipy.linalg as sla
+
+    Li = sla.solve_triangular(L, np.eye(d), lower=True)
+    rho = float(1.0 - np.linalg.eigvalsh(Li @ system.Q0 @ Li.T)[0])
+    if not rho < 1:
+        raise UnstableStepSizeError(f"step_matrix is unstable (spectral-radius bound {rho:.4g} >= 1)",
+                                    spectral_radius=rho, max_stable_step=math.nan)
+    tau, tau_worst = _tau_from_system(system, cov)
+    mu = 1.0 - stein.a
+    return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(res_abs / np.linalg.norm(cov)),
+                         method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=float(2.0 / mu.min() - 1.0),
+                         augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=system.beta,
+                         batch_size=system.B, without_replacement=without_replacement, transition=F,
+                         spectral_radius_is_bound=True)
+
+
+def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, float, int]:
+    """Unrestarted GMRES from x₀ = 0 (modified Gram–Schmidt Arnoldi): x, ‖b − Ax‖/‖b‖ (Arnoldi's), iterations.
+
+    One matvec per iteration and none for an initial or a closing residual (scipy's gmres spends
+    one on each; here a matvec is an O(N·D²) pass over the data).
+    """
+    nb = float(np.linalg.norm(b))
+    V = [b / nb]
+    Hm = np.zeros((max_iter + 1, max_iter))
+    rel, k, y = 1.0, 0, np.zeros(0)
+    for k in range(1, max_iter + 1):
+        w = matvec(V[-1])
+        for i, v in enumerate(V):
+            Hm[i, k - 1] = float(v @ w)
+            w = w - Hm[i, k - 1] * v
+        Hm[k, k - 1] = float(np.linalg.norm(w))
+        e1 = np.zeros(k + 1)
+        e1[0] = nb
+        y = np.linalg.lstsq(Hm[:k + 1, :k], e1, rcond=None)[0]
+        rel = float(np.linalg.norm(e1 - Hm[:k + 1, :k] @ y)) / nb
+        if rel <= tol or Hm[k, k - 1] == 0:
+            break
+        V.append(w / Hm[k, k - 1])
+    x = np.zeros_like(b)
+    for i in range(len(y)):
+        x += y[i] * V[i]
+    return x, rel, k

@@ -30,6 +30,7 @@ from ..errors import (ConvergenceError, DataFormatError, InfeasibleTargetError, 
                       UnstableStepSizeError)
 from ..models import Expansion
 from .adjoint import GradientEvaluator, affine_discrepancy
+from .largescale import stationary_cov_from_target
 from .stationary import StationaryCov, finite_population_factor, noise_covariance, predict_stationary_cov
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
@@ -38,6 +39,8 @@ __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "clos
            "METHODS", "FAMILIES"]
 
 METHODS = ("dq-exact", "ct", "dq-const", "lr-ws")
+#: above this D the structured families default to the closed form (``family_criterion="auto"``)
+FIT_MAX_DIM = 300
 FAMILIES = ("dense", "diagonal", "scalar", "block")
 
 
@@ -206,8 +209,14 @@ def tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np
                     noise_rhs: np.ndarray, inv_temperature: float = math.inf) -> float:
     """‖ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β‖_F / ‖ΛHΣ + ΣHΛ‖_F."""
     lam, H, S, R = step_matrix, hessian, target_cov, noise_rhs
-    lhs = lam @ H @ S + S @ H @ lam.T
-    rhs = lam @ R @ lam.T
+    dg = np.diag(lam)
+    if np.array_equal(lam, np.diag(dg)):  # diagonal Λ: products by broadcasting (one D³ product, not four)
+        T = dg[:, None] * (H @ S)
+        rhs = dg[:, None] * R * dg[None, :]
+    else:
+        T = lam @ (H @ S)
+        rhs = lam @ R @ lam.T
+    lhs = T + T.T  # ΣHΛᵀ = (ΛHΣ)ᵀ for symmetric H and Σ
     if math.isfinite(inv_temperature):
         rhs = rhs + 2.0 * lam / inv_temperature
     return float(np.linalg.norm(lhs - rhs) / np.linalg.norm(lhs))
@@ -230,7 +239,7 @@ def closed_form_step_matrix(expansion: Expansion, target_cov: Any, *, batch_size
 @cites("wang2026", "Alg. 1 step 6 (DQ+exact: Eqs. 11–12; CT: Eqs. 2–3; DQ+const: Eq. 5; LR+WS: Eqs. 5–6)")
 def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", method: str = "dq-exact",
          family: str = "dense", inv_temperature: float = math.inf, without_replacement: bool = False,
-         momentum: float = 0.0, blocks: Any = None, family_criterion: str = "discrepancy") -> TuningResult:
+         momentum: float = 0.0, blocks: Any = None, family_criterion: str = "auto") -> TuningResult:
     r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ* (Algorithm 1, step 6).
 
     Methods (each is "solve eq. 11 for Λ at Σ = Σ* with a noise model R", one Lyapunov solve):
@@ -260,7 +269,14 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     (rather than a cheaper one) because it is scale free, zero only at the target, and the
     documented one; ``family_criterion="moment"`` returns the closed form instead (no
     optimisation, only blocks of HΣ* and R needed; within ~1 % of the optimum's criterion on
-    logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests). With momentum κ > 0 the dense Λ solves the
+    logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests).
+    ``family_criterion="auto"`` (the default) is ``"discrepancy"`` up to D = ``FIT_MAX_DIM``
+    (300) and, without momentum, ``"moment"`` above it, where each exact evaluation costs
+    several O(N·D²) passes over the data (D = 1000, N = 10⁴: ≈ 1 s each); the result's
+    ``criterion`` says which was used. Above D = ``FIT_MAX_DIM`` the covariance of the
+    returned Λ is solved for its correction to the target
+    (:func:`sgtune.theory.largescale.stationary_cov_from_target`, relative tolerance 1e-8 on
+    the correction, so ``covariance_error`` has ≈ 8 correct digits). With momentum κ > 0 the dense Λ solves the
     exact reduced momentum equation (:func:`solve_momentum_step_matrix`, Newton–Krylov, no
     augmented unknowns); the families use the same adjoint gradient on the augmented chain.
 
@@ -277,9 +293,12 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         raise SgtuneError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if family not in FAMILIES:
         raise SgtuneError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if family_criterion not in ("discrepancy", "moment"):
-        raise SgtuneError(f"family_criterion must be 'discrepancy' (exact minimiser) or 'moment' (closed form), "
-                          f"got {family_criterion!r}")
+    if family_criterion not in ("auto", "discrepancy", "moment"):
+        raise SgtuneError(f"family_criterion must be 'auto', 'discrepancy' (exact minimiser) or 'moment' (closed "
+                          f"form), got {family_criterion!r}")
+    large = family != "dense" and kappa == 0 and expansion.dim > FIT_MAX_DIM
+    if family_criterion == "auto":
+        family_criterion = "moment" if large else "discrepancy"
     if family != "dense" and method != "dq-exact":
         raise SgtuneError(f"family {family!r} is defined through the exact stationary covariance; use "
                           "method 'dq-exact' (the comparison theories give dense Λ only)")
@@ -303,15 +322,19 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         lam = solve_momentum_step_matrix(H, S, Cbar, momentum=kappa, inv_temperature=beta)
         residual = momentum_tuning_residual(lam, H, S, Cbar, kappa, beta)
         criterion = "exact: reduced momentum equation (Yule–Walker elimination of the momentum, Newton–Krylov)"
-    else:
+    elif family == "dense":
         R = _noise_rhs(expansion, S, B, without_replacement, method)
         lam = solve_step_matrix(H, S, R, inv_temperature=beta)
         residual = tuning_residual(lam, H, S, R, beta)
         criterion = "exact: eq. (11) with the method's noise model"
+    cbar = None
     if family != "dense":
-        Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
-        start = lam
-        if kappa == 0:
+        cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
+        Rx = cbar + H @ S @ H
+        Rx = 0.5 * (Rx + Rx.T)
+        if kappa > 0:  # the projection of the exact dense Λ (eq. 11's family part has no momentum)
+            start = lam
+        else:  # the family's part of eq. (11); no dense solve needed
             start = structured_step_matrix(H, S, Rx, family=family, blocks=part, inv_temperature=beta)
         if family_criterion == "moment":
             if kappa > 0:
@@ -326,9 +349,13 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         else:
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
-        st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
-                                    without_replacement=without_replacement, momentum=kappa, initial_guess=guess,
-                                    radius_bound=family != "dense")
+        if large:  # one O(N·D²) pass per GMRES iteration for the correction to the target, no ARPACK
+            st = stationary_cov_from_target(expansion, lam, S, cbar, batch_size=B, inv_temperature=beta,
+                                            without_replacement=without_replacement, tol=1e-8)
+        else:
+            st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
+                                        without_replacement=without_replacement, momentum=kappa,
+                                        initial_guess=guess, radius_bound=family != "dense")
     except UnstableStepSizeError as exc:
         if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
             raise UnstableStepSizeError(
