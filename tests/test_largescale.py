@@ -111,3 +111,31 @@ def test_closed_form_is_the_default_above_fit_max_dim(monkeypatch):
         assert crit_of(S := res.target_cov, fit.predicted_cov) < crit_of(S, res.predicted_cov)  # what the fit minimises
     monkeypatch.setattr(tuning, "FIT_MAX_DIM", 300)
     assert "L-BFGS" in tune(e, batch_size=B, family="diagonal").criterion
+
+
+def test_nystrom_preconditioner_changes_speed_not_the_answer():
+    """Same probes (same seed): Jacobi, partial-rank and full-rank Nyström CG give the same λ (to cg_tol);
+    on a design with a decaying spectrum (low-rank signal + small isotropic part) the Nyström one needs
+    far fewer iterations."""
+    from sgtune.theory.largescale import _nystrom_preconditioner, posterior_diagonal_step_sizes
+
+    rng = np.random.default_rng(2)
+    m, d = 400, 60
+    U = rng.standard_normal((m, 8)) @ rng.standard_normal((8, d)) * 2.0 + 0.05 * rng.standard_normal((m, d))
+    w = rng.uniform(0.05, 0.25, m)
+    c = rng.standard_normal(m)
+    gam = rng.uniform(0.5, 2.0, d)
+    out = {r: posterior_diagonal_step_sizes(U, w, c, gam, batch_size=4, probes=8, seed=3, cg_tol=1e-11,
+                                            preconditioner_rank=r) for r in (0, 12, d)}
+    for r in (12, d):
+        np.testing.assert_allclose(out[r].diagonal, out[0].diagonal, rtol=1e-8)
+        assert out[r].preconditioner_rank == r
+    assert out[12].cg_iterations * 4 < out[0].cg_iterations and out[d].cg_iterations <= 3
+    # full rank: P⁻¹ = (λ̂_min + 1)H⁻¹ (the construction's scaling), a dense check independent of CG
+    H = U.T @ (w[:, None] * U) / m + np.diag(gam) / m
+    pre = _nystrom_preconditioner(lambda V: U.T @ (w[:, None] * (U @ V)) / m, gam / m, d, rng)
+    PH = pre(np.eye(d)) @ H
+    np.testing.assert_allclose(PH, PH[0, 0] * np.eye(d), atol=1e-8 * PH[0, 0])
+    lo = pre(np.eye(d))
+    np.testing.assert_allclose(lo, lo.T, atol=1e-12 * np.abs(lo).max())
+    assert np.linalg.eigvalsh(0.5 * (lo + lo.T))[0] > 0

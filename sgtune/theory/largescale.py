@@ -51,6 +51,7 @@ class MatrixFreeDiagonal:
     probes : number of random probes k.
     cg_iterations : conjugate-gradient iterations of the block solve.
     cg_residual : largest relative residual ‖Hs − v‖/‖v‖ over the probes.
+    preconditioner_rank : rank r of the randomised Nyström preconditioner (0: Jacobi only).
     """
 
     diagonal: np.ndarray
@@ -58,6 +59,7 @@ class MatrixFreeDiagonal:
     probes: int
     cg_iterations: int
     cg_residual: float
+    preconditioner_rank: int = 0
 
 
 def _chunks(m: int, size: int = 2048) -> range:
@@ -69,7 +71,7 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
                                   batch_size: int, n_data: int | None = None,
                                   inv_temperature: float = math.inf, without_replacement: bool = False,
                                   probes: int = 32, seed: int = 0, cg_tol: float = 1e-8,
-                                  max_iter: int = 2000) -> MatrixFreeDiagonal:
+                                  max_iter: int = 2000, preconditioner_rank: int = 256) -> MatrixFreeDiagonal:
     r"""Diagonal Λ solving the diagonal of eq. (11) at Σ* = H⁻¹/N, from (U, w, c, γ) only.
 
     Parameters
@@ -81,6 +83,12 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     batch_size : B.
     n_data : N (default M).
     probes : k random probes.
+    preconditioner_rank : r of the randomised Nyström preconditioner of the probe solves
+        (Frangella, Tropp & Udell 2023, "Randomized Nyström preconditioning", SIAM J. Matrix
+        Anal. Appl. 44(2)): the top-r part of Γ^{-1/2}UᵀWUΓ^{-1/2}·N/M from one pass over U with r
+        columns, so CG needs few iterations when the curvature's spectrum decays (a Gauss–Newton
+        design); 0 keeps the Jacobi preconditioner. The preconditioner changes only the speed of
+        the solves, not what they solve (same tolerance ``cg_tol``).
     """
     U = np.asarray(design, dtype=float)
     if U.ndim != 2:
@@ -132,7 +140,12 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     # probes v ~ N(0, H): v = Uᵀ(√w z₁)/√M + √γ z₂/√N
     Vrhs = ut(np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
         + np.sqrt(gam)[:, None] * rng.standard_normal((d, k)) / math.sqrt(n)
-    S, its, res = _block_pcg(h_mul, Vrhs, 1.0 / h_diag, cg_tol, max_iter)
+    r = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
+    if r > 0:
+        pre = _nystrom_preconditioner(lambda V: h_mul(V) - gam[:, None] * V / n, gam / n, r, rng)
+    else:
+        pre = lambda R_: R_ / h_diag[:, None]  # noqa: E731 (Jacobi)
+    S, its, res = _block_pcg(h_mul, Vrhs, pre, cg_tol, max_iter)
     S /= math.sqrt(n)  # columns ~ N(0, H⁻¹/N) = N(0, Σ*)
     US = U @ S  # (M, k)
     q = np.mean(US * US, axis=1)  # q̂_n = u_nᵀΣ*u_n
@@ -147,14 +160,45 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     cbar = (f / B) * (c2u2 / m - gbar**2 + mjsj - jsj)
     R = cbar + h_diag / n
     lam = 2.0 * (1.0 / n - shift) / R
-    return MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res)
+    return MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res,
+                              preconditioner_rank=r)
 
 
-def _block_pcg(mul: Any, Bm: np.ndarray, pinv: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, int, float]:
-    """Jacobi-preconditioned CG for H X = B, one independent CG per column, run as a block."""
+def _nystrom_preconditioner(a_mul: Any, delta: np.ndarray, r: int, rng: np.random.Generator) -> Any:
+    r"""P⁻¹ for H = A + diag(δ) (A ⪰ 0 applied by ``a_mul``): randomised Nyström of Ã = δ^{-1/2}Aδ^{-1/2}.
+
+    Ã ≈ ÛΛ̂Ûᵀ (rank r, the numerically stable construction of Frangella, Tropp & Udell,
+    Alg. 2.1: Y = ÃΩ with orthonormal Ω, shift ν = √D·eps·‖Y‖, C = chol(Ωᵀ(Y + νΩ)),
+    B = (Y + νΩ)C⁻ᵀ = ÛΣVᵀ, Λ̂ = max(Σ² − ν, 0)); with H̃ = Ã + I the preconditioner is
+    P̃⁻¹ = (λ̂_r + 1)Û(Λ̂ + I)⁻¹Ûᵀ + I − ÛÛᵀ, and P⁻¹ = δ^{-1/2}P̃⁻¹δ^{-1/2} (SPD).
+    """
+    import scipy.linalg as sla
+
+    d = delta.shape[0]
+    sq = 1.0 / np.sqrt(delta)
+    omega, _ = np.linalg.qr(rng.standard_normal((d, r)))
+    Y = sq[:, None] * a_mul(sq[:, None] * omega)
+    nu = math.sqrt(d) * np.finfo(float).eps * float(np.linalg.norm(Y))
+    Y += nu * omega
+    C = np.linalg.cholesky(0.5 * (omega.T @ Y + Y.T @ omega))
+    Bm = sla.solve_triangular(C, Y.T, lower=True).T  # Y C⁻ᵀ
+    Uh, sv, _ = np.linalg.svd(Bm, full_matrices=False)
+    lam_h = np.maximum(sv * sv - nu, 0.0)
+    scale = (lam_h[-1] + 1.0) / (lam_h + 1.0)
+
+    def apply(R: np.ndarray) -> np.ndarray:
+        Rt = sq[:, None] * R
+        proj = Uh.T @ Rt
+        return sq[:, None] * (Rt + Uh @ ((scale[:, None] - 1.0) * proj))
+
+    return apply
+
+
+def _block_pcg(mul: Any, Bm: np.ndarray, pinv: Any, tol: float, max_iter: int) -> tuple[np.ndarray, int, float]:
+    """Preconditioned CG for H X = B (``pinv``: R ↦ P⁻¹R, SPD), one independent CG per column, run as a block."""
     X = np.zeros_like(Bm)
     R = Bm.copy()
-    Z = pinv[:, None] * R
+    Z = pinv(R)
     P = Z.copy()
     rz = np.sum(R * Z, axis=0)
     nb = np.linalg.norm(Bm, axis=0)
@@ -166,7 +210,7 @@ def _block_pcg(mul: Any, Bm: np.ndarray, pinv: np.ndarray, tol: float, max_iter:
         rel = np.linalg.norm(R, axis=0) / nb
         if rel.max() <= tol:
             return X, it, float(rel.max())
-        Z = pinv[:, None] * R
+        Z = pinv(R)
         rz_new = np.sum(R * Z, axis=0)
         P = Z + (rz_new / rz) * P
         rz = rz_new
