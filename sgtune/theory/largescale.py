@@ -35,7 +35,7 @@ import numpy as np
 from .._refs import cites
 from .._validation import as_float_array, check_int, check_positive
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError
-from .stationary import StationaryCov, _build_system, _Stein, _tau_from_system, finite_population_factor
+from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 
 __all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
 
@@ -291,26 +291,42 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
     res_abs = rel * nr
     cov = S0 + delta
     cov = 0.5 * (cov + cov.T)
-    try:
-        L = np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
+    import scipy.linalg as sla
+
+    try:  # λ_min(Σ^{-1/2}Q₀Σ^{-1/2}) as the smallest eigenvalue of the pencil (Q₀, Σ); fails unless Σ ≻ 0
+        qmin = float(sla.eigh(system.Q0, cov, eigvals_only=True, subset_by_index=[0, 0])[0])
+    except (np.linalg.LinAlgError, ValueError):
         raise UnstableStepSizeError("step_matrix is unstable: the stationary equation has no positive-definite "
                                     "solution (the minibatch noise makes the second moment diverge); reduce the "
                                     "step size", spectral_radius=math.inf, max_stable_step=math.nan) from None
-    import scipy.linalg as sla
-
-    Li = sla.solve_triangular(L, np.eye(d), lower=True)
-    rho = float(1.0 - np.linalg.eigvalsh(Li @ system.Q0 @ Li.T)[0])
+    rho = 1.0 - qmin
     if not rho < 1:
         raise UnstableStepSizeError(f"step_matrix is unstable (spectral-radius bound {rho:.4g} >= 1)",
                                     spectral_radius=rho, max_stable_step=math.nan)
-    tau, tau_worst = _tau_from_system(system, cov)
+    tau, tau_worst = _tau_top(system, cov)
     mu = 1.0 - stein.a
     return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(res_abs / np.linalg.norm(cov)),
                          method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=float(2.0 / mu.min() - 1.0),
                          augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=system.beta,
                          batch_size=system.B, without_replacement=without_replacement, transition=F,
                          spectral_radius_is_bound=True)
+
+
+def _tau_top(system: Any, cov: np.ndarray) -> tuple[np.ndarray, float]:
+    """τ_d and the worst τ over linear functionals, as :func:`sgtune.theory.stationary._tau_from_system`
+    (W = (I − F)⁻¹Σ, τ_d = 2W_dd/Σ_dd − 1, τ_worst = 2μ_max(sym W, Σ) − 1) with only the top
+    generalised eigenvalue computed."""
+    import scipy.linalg as sla
+
+    d = system.dim
+    W = np.linalg.solve(np.eye(d) - system.F, cov)
+    tau = 2.0 * np.diag(W) / np.diag(cov) - 1.0
+    try:
+        top = float(sla.eigh(0.5 * (W + W.T), cov, eigvals_only=True, subset_by_index=[d - 1, d - 1])[0])
+        worst = 2.0 * top - 1.0
+    except (np.linalg.LinAlgError, ValueError):
+        worst = float(np.max(tau))
+    return tau, worst
 
 
 def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, float, int]:
