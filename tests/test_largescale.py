@@ -109,6 +109,11 @@ def test_closed_form_is_the_default_above_fit_max_dim(monkeypatch):
         fit = tune(e, batch_size=B, family=family, family_criterion="discrepancy")  # still available
         assert "closed form" not in fit.criterion
         assert crit_of(S := res.target_cov, fit.predicted_cov) < crit_of(S, res.predicted_cov)  # what the fit minimises
+    beta = 200.0 * e.n_data  # SGLD, block family: the same route
+    res = tune(e, batch_size=B, family="block", blocks=[[0, 1], [2, 3, 4]], inv_temperature=beta)
+    assert "closed form" in res.criterion and res.step_matrix[0, 2] == 0 and res.step_matrix[0, 1] != 0
+    ref = predict_stationary_cov(e, res.step_matrix, batch_size=B, inv_temperature=beta, method="direct").cov
+    np.testing.assert_allclose(res.predicted_cov, ref, rtol=1e-6, atol=1e-8 * np.abs(ref).max())
     monkeypatch.setattr(tuning, "FIT_MAX_DIM", 300)
     assert "L-BFGS" in tune(e, batch_size=B, family="diagonal").criterion
 
