@@ -355,3 +355,26 @@ def test_matrix_free_posterior_diagonal_converges_to_the_closed_form():
         posterior_diagonal_step_sizes(U, w, c, 0.0, batch_size=B)
     with pytest.raises(ShapeError, match="length M = 300"):
         posterior_diagonal_step_sizes(U, w[:5], c, gam, batch_size=B)
+
+
+def test_cli_mlp_block_family_defaults_to_the_layers():
+    """`sgtune lambda --model mlp --family block` without --blocks: Λ is block-diagonal over the network's
+    layers (W_1, b_1 | W_2, b_2), the blocks are reported, and the covariance error matches the JSON's own
+    matrices."""
+    from sgtune.models.mlp import make_mlp
+
+    r = CliRunner().invoke(main, ["lambda", "--example", "logistic", "--model", "mlp", "--hidden-sizes", "2",
+                                  "--likelihood", "bernoulli", "--batch-size", "32", "--family", "block",
+                                  "--target", "posterior", "--prior-precision", "1", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    p = 5  # the logistic example's covariates
+    layers = make_mlp("2").layer_slices(p)
+    assert doc["dim"] == 15 and doc["family"] == "block"
+    assert doc["blocks"] == [list(range(a, b)) for a, b in layers] == [list(range(12)), [12, 13, 14]]
+    lam = np.array(doc["lambda"])
+    assert np.all(lam[:12, 12:] == 0) and np.all(lam[12:, :12] == 0)
+    assert np.all(np.linalg.eigvalsh(lam[:12, :12]) > 0) and np.all(np.linalg.eigvalsh(lam[12:, 12:]) > 0)
+    S = np.array(doc["target_cov"])
+    assert doc["covariance_error"] == pytest.approx(
+        np.linalg.norm(np.array(doc["predicted_cov"]) - S) / np.linalg.norm(S), rel=1e-12)

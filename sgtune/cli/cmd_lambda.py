@@ -23,7 +23,9 @@ from ._render import key_values, matrix_summary
 @click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True,
               help="dq-exact (seed 003, exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
-              help="Shape of Λ; scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F (dq-exact only).")
+              help="Shape of Λ; scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F up to D = 300 and "
+                   "above it (without momentum) return the closed form solving the family's part of eq. (11); "
+                   "the JSON's criterion says which (dq-exact only).")
 @click.option("--blocks", "blocks", default=None, metavar="FILE.json",
               help="For --family block: JSON list of lists of 0-based parameter indices, e.g. [[0,1],[2,3,4]], "
                    "covering every parameter once.")
@@ -36,7 +38,7 @@ def cli(**kw: object) -> None:
     \b
     Update: θ ← θ − Λ[(1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N] + sqrt(2Λ/β) ξ  (mean loss).
     JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius (an upper bound when
-    spectral_radius_is_bound, state dimension > 150),
+    spectral_radius_is_bound: state dimension > 150, or a scalar/diagonal/block family above D = 20),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
     covariance_error (‖predicted − target‖_F/‖target‖_F, every family), family,
     criterion (what the family minimises or solves), blocks (with --family block), ...

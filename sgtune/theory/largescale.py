@@ -35,9 +35,9 @@ import numpy as np
 from .._refs import cites
 from .._validation import as_float_array, check_int, check_positive
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError
-from .stationary import finite_population_factor
+from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 
-__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes"]
+__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class MatrixFreeDiagonal:
     probes : number of random probes k.
     cg_iterations : conjugate-gradient iterations of the block solve.
     cg_residual : largest relative residual ‖Hs − v‖/‖v‖ over the probes.
+    preconditioner_rank : rank r of the randomised Nyström preconditioner (0: Jacobi only).
     """
 
     diagonal: np.ndarray
@@ -58,6 +59,7 @@ class MatrixFreeDiagonal:
     probes: int
     cg_iterations: int
     cg_residual: float
+    preconditioner_rank: int = 0
 
 
 def _chunks(m: int, size: int = 2048) -> range:
@@ -69,7 +71,7 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
                                   batch_size: int, n_data: int | None = None,
                                   inv_temperature: float = math.inf, without_replacement: bool = False,
                                   probes: int = 32, seed: int = 0, cg_tol: float = 1e-8,
-                                  max_iter: int = 2000) -> MatrixFreeDiagonal:
+                                  max_iter: int = 2000, preconditioner_rank: int = 256) -> MatrixFreeDiagonal:
     r"""Diagonal Λ solving the diagonal of eq. (11) at Σ* = H⁻¹/N, from (U, w, c, γ) only.
 
     Parameters
@@ -81,6 +83,12 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     batch_size : B.
     n_data : N (default M).
     probes : k random probes.
+    preconditioner_rank : r of the randomised Nyström preconditioner of the probe solves
+        (Frangella, Tropp & Udell 2023, "Randomized Nyström preconditioning", SIAM J. Matrix
+        Anal. Appl. 44(2)): the top-r part of Γ^{-1/2}UᵀWUΓ^{-1/2}·N/M from one pass over U with r
+        columns, so CG needs few iterations when the curvature's spectrum decays (a Gauss–Newton
+        design); 0 keeps the Jacobi preconditioner. The preconditioner changes only the speed of
+        the solves, not what they solve (same tolerance ``cg_tol``).
     """
     U = np.asarray(design, dtype=float)
     if U.ndim != 2:
@@ -132,7 +140,12 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     # probes v ~ N(0, H): v = Uᵀ(√w z₁)/√M + √γ z₂/√N
     Vrhs = ut(np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
         + np.sqrt(gam)[:, None] * rng.standard_normal((d, k)) / math.sqrt(n)
-    S, its, res = _block_pcg(h_mul, Vrhs, 1.0 / h_diag, cg_tol, max_iter)
+    r = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
+    if r > 0:
+        pre = _nystrom_preconditioner(lambda V: h_mul(V) - gam[:, None] * V / n, gam / n, r, rng)
+    else:
+        pre = lambda R_: R_ / h_diag[:, None]  # noqa: E731 (Jacobi)
+    S, its, res = _block_pcg(h_mul, Vrhs, pre, cg_tol, max_iter)
     S /= math.sqrt(n)  # columns ~ N(0, H⁻¹/N) = N(0, Σ*)
     US = U @ S  # (M, k)
     q = np.mean(US * US, axis=1)  # q̂_n = u_nᵀΣ*u_n
@@ -147,14 +160,45 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     cbar = (f / B) * (c2u2 / m - gbar**2 + mjsj - jsj)
     R = cbar + h_diag / n
     lam = 2.0 * (1.0 / n - shift) / R
-    return MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res)
+    return MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res,
+                              preconditioner_rank=r)
 
 
-def _block_pcg(mul: Any, Bm: np.ndarray, pinv: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, int, float]:
-    """Jacobi-preconditioned CG for H X = B, one independent CG per column, run as a block."""
+def _nystrom_preconditioner(a_mul: Any, delta: np.ndarray, r: int, rng: np.random.Generator) -> Any:
+    r"""P⁻¹ for H = A + diag(δ) (A ⪰ 0 applied by ``a_mul``): randomised Nyström of Ã = δ^{-1/2}Aδ^{-1/2}.
+
+    Ã ≈ ÛΛ̂Ûᵀ (rank r, the numerically stable construction of Frangella, Tropp & Udell,
+    Alg. 2.1: Y = ÃΩ with orthonormal Ω, shift ν = √D·eps·‖Y‖, C = chol(Ωᵀ(Y + νΩ)),
+    B = (Y + νΩ)C⁻ᵀ = ÛΣVᵀ, Λ̂ = max(Σ² − ν, 0)); with H̃ = Ã + I the preconditioner is
+    P̃⁻¹ = (λ̂_r + 1)Û(Λ̂ + I)⁻¹Ûᵀ + I − ÛÛᵀ, and P⁻¹ = δ^{-1/2}P̃⁻¹δ^{-1/2} (SPD).
+    """
+    import scipy.linalg as sla
+
+    d = delta.shape[0]
+    sq = 1.0 / np.sqrt(delta)
+    omega, _ = np.linalg.qr(rng.standard_normal((d, r)))
+    Y = sq[:, None] * a_mul(sq[:, None] * omega)
+    nu = math.sqrt(d) * np.finfo(float).eps * float(np.linalg.norm(Y))
+    Y += nu * omega
+    C = np.linalg.cholesky(0.5 * (omega.T @ Y + Y.T @ omega))
+    Bm = sla.solve_triangular(C, Y.T, lower=True).T  # Y C⁻ᵀ
+    Uh, sv, _ = np.linalg.svd(Bm, full_matrices=False)
+    lam_h = np.maximum(sv * sv - nu, 0.0)
+    scale = (lam_h[-1] + 1.0) / (lam_h + 1.0)
+
+    def apply(R: np.ndarray) -> np.ndarray:
+        Rt = sq[:, None] * R
+        proj = Uh.T @ Rt
+        return sq[:, None] * (Rt + Uh @ ((scale[:, None] - 1.0) * proj))
+
+    return apply
+
+
+def _block_pcg(mul: Any, Bm: np.ndarray, pinv: Any, tol: float, max_iter: int) -> tuple[np.ndarray, int, float]:
+    """Preconditioned CG for H X = B (``pinv``: R ↦ P⁻¹R, SPD), one independent CG per column, run as a block."""
     X = np.zeros_like(Bm)
     R = Bm.copy()
-    Z = pinv[:, None] * R
+    Z = pinv(R)
     P = Z.copy()
     rz = np.sum(R * Z, axis=0)
     nb = np.linalg.norm(Bm, axis=0)
@@ -166,10 +210,149 @@ def _block_pcg(mul: Any, Bm: np.ndarray, pinv: np.ndarray, tol: float, max_iter:
         rel = np.linalg.norm(R, axis=0) / nb
         if rel.max() <= tol:
             return X, it, float(rel.max())
-        Z = pinv[:, None] * R
+        Z = pinv(R)
         rz_new = np.sum(R * Z, axis=0)
         P = Z + (rz_new / rz) * P
         rz = rz_new
     raise ConvergenceError(f"matrix-free posterior solve: conjugate gradients reached relative residual "
                            f"{rel.max():.2e} after {max_iter} iterations; use a larger prior precision",
                            residual=float(rel.max()), method="cg")
+
+
+@cites("wang2026", "Eqs. (11)–(12) for Σ(Λ) − Σ*, Stein-preconditioned GMRES started at the target")
+def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.ndarray,
+                               noise_at_target: np.ndarray, *, batch_size: int,
+                               inv_temperature: float = math.inf, without_replacement: bool = False,
+                               tol: float = 1e-9, max_iter: int = 40) -> StationaryCov:
+    r"""Exact stationary covariance Σ(Λ) of a tuned chain (κ = 0), solved for the correction Δ = Σ(Λ) − Σ*.
+
+    The stationary equation S = FSFᵀ + Λ𝒩(S)Λ + Q₀ (F = I − ΛH, Q₀ = ΛC₀Λ + 2Λ/β, seed 003
+    eqs. 11–12) is linear, so Δ solves
+
+        Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀,   R₀ = ΛC̄(Σ*)Λ + 2Λ/β + FΣ*Fᵀ − Σ*,
+
+    whose right-hand side needs C̄(Σ*) = ``noise_at_target`` — already computed by the tuning
+    (the one O(N·D²) pass over the data at the target) — and no further pass. Δ is found by
+    GMRES on Y with Δ = 𝒮(Y), 𝒮 the exact Stein solve of X = FXFᵀ + Y (one symmetric
+    eigendecomposition of Λ^{1/2}HΛ^{1/2}); each GMRES iteration is one application of
+    Σ ↦ mean_n J_nΣJ_n (O(N·D²) through the rank-one J_n = w_n u_nu_nᵀ, never a D²×D² operator).
+    Starting at the target instead of at zero, a tolerance ``tol`` relative to ‖R₀‖ makes Δ
+    (hence the covariance error ‖Δ‖_F/‖Σ*‖_F) accurate to ≈ ``tol`` relative: the residual that
+    remains is that of a chain whose covariance is within the target's error, not of Σ itself.
+
+    What is reported: ``relative_residual`` is GMRES's true residual (right preconditioning)
+    over ‖Σ‖_F; ``spectral_radius`` the certified bound 1 − λ_min(Σ^{-1/2}Q₀Σ^{-1/2})
+    (``spectral_radius_is_bound``, valid for the positive map when the residual is small);
+    ``tau_spectral`` from the eigenvalues of Λ^{1/2}HΛ^{1/2} (those of ΛH) of the Stein solve.
+    """
+    from ..errors import UnstableStepSizeError
+
+    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
+    S0 = np.asarray(target_cov, dtype=float)
+    Cbar = np.asarray(noise_at_target, dtype=float)
+    lam, F = system.lam, system.F
+    d = system.dim
+    stein = _Stein(system)
+    if not (getattr(stein, "real", False) and not getattr(stein, "fallback", False)):
+        raise SgtuneError("stationary_cov_from_target needs a symmetric positive-definite step matrix")
+    if not np.max(np.abs(stein.a)) < 1:
+        c = 2.0 / float(np.max(1.0 - stein.a))
+        raise UnstableStepSizeError(f"step_matrix is unstable: ΛH has an eigenvalue ≥ 2; scale it by less than "
+                                    f"{c:.4g}", spectral_radius=float(np.max(np.abs(stein.a))) ** 2,
+                                    max_stable_step=c)
+    diag = np.diag(lam)
+    is_diag = bool(np.array_equal(lam, np.diag(diag)))
+
+    def sandwich(X: np.ndarray) -> np.ndarray:  # ΛXΛ (elementwise for a diagonal Λ)
+        return diag[:, None] * X * diag[None, :] if is_diag else lam @ X @ lam
+
+    R0 = sandwich(Cbar) + F @ S0 @ F.T - S0
+    if math.isfinite(system.beta):
+        R0 = R0 + (2.0 / system.beta) * lam
+    R0 = 0.5 * (R0 + R0.T)
+
+    def noise_term(X: np.ndarray) -> np.ndarray:  # Λ𝒩(X)Λ, one pass over the data
+        return sandwich(system.noise(X))
+
+    def op(yvec: np.ndarray) -> np.ndarray:
+        Y = yvec.reshape(d, d)
+        return (Y - noise_term(stein.solve(Y))).ravel()
+
+    nr = float(np.linalg.norm(R0))
+    if nr == 0:
+        delta, rel = np.zeros((d, d)), 0.0
+    else:
+        y, rel, its = _gmres(lambda v: op(v), R0.ravel(), tol, max_iter)
+        if not rel <= tol:
+            raise ConvergenceError(f"stationary covariance from the target: GMRES reached relative residual "
+                                   f"{rel:.2e} > {tol:g} in {its} iterations; the chain is probably close to "
+                                   "unstable — reduce the step size", residual=rel, method="gmres")
+        delta = stein.solve(y.reshape(d, d))
+    res_abs = rel * nr
+    cov = S0 + delta
+    cov = 0.5 * (cov + cov.T)
+    import scipy.linalg as sla
+
+    try:  # λ_min(Σ^{-1/2}Q₀Σ^{-1/2}) as the smallest eigenvalue of the pencil (Q₀, Σ); fails unless Σ ≻ 0
+        qmin = float(sla.eigh(system.Q0, cov, eigvals_only=True, subset_by_index=[0, 0])[0])
+    except (np.linalg.LinAlgError, ValueError):
+        raise UnstableStepSizeError("step_matrix is unstable: the stationary equation has no positive-definite "
+                                    "solution (the minibatch noise makes the second moment diverge); reduce the "
+                                    "step size", spectral_radius=math.inf, max_stable_step=math.nan) from None
+    rho = 1.0 - qmin
+    if not rho < 1:
+        raise UnstableStepSizeError(f"step_matrix is unstable (spectral-radius bound {rho:.4g} >= 1)",
+                                    spectral_radius=rho, max_stable_step=math.nan)
+    tau, tau_worst = _tau_top(system, cov)
+    mu = 1.0 - stein.a
+    return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(res_abs / np.linalg.norm(cov)),
+                         method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=float(2.0 / mu.min() - 1.0),
+                         augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=system.beta,
+                         batch_size=system.B, without_replacement=without_replacement, transition=F,
+                         spectral_radius_is_bound=True)
+
+
+def _tau_top(system: Any, cov: np.ndarray) -> tuple[np.ndarray, float]:
+    """τ_d and the worst τ over linear functionals, as :func:`sgtune.theory.stationary._tau_from_system`
+    (W = (I − F)⁻¹Σ, τ_d = 2W_dd/Σ_dd − 1, τ_worst = 2μ_max(sym W, Σ) − 1) with only the top
+    generalised eigenvalue computed."""
+    import scipy.linalg as sla
+
+    d = system.dim
+    W = np.linalg.solve(np.eye(d) - system.F, cov)
+    tau = 2.0 * np.diag(W) / np.diag(cov) - 1.0
+    try:
+        top = float(sla.eigh(0.5 * (W + W.T), cov, eigvals_only=True, subset_by_index=[d - 1, d - 1])[0])
+        worst = 2.0 * top - 1.0
+    except (np.linalg.LinAlgError, ValueError):
+        worst = float(np.max(tau))
+    return tau, worst
+
+
+def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, float, int]:
+    """Unrestarted GMRES from x₀ = 0 (modified Gram–Schmidt Arnoldi): x, ‖b − Ax‖/‖b‖ (Arnoldi's), iterations.
+
+    One matvec per iteration and none for an initial or a closing residual (scipy's gmres spends
+    one on each; here a matvec is an O(N·D²) pass over the data).
+    """
+    nb = float(np.linalg.norm(b))
+    V = [b / nb]
+    Hm = np.zeros((max_iter + 1, max_iter))
+    rel, k, y = 1.0, 0, np.zeros(0)
+    for k in range(1, max_iter + 1):
+        w = matvec(V[-1])
+        for i, v in enumerate(V):
+            Hm[i, k - 1] = float(v @ w)
+            w = w - Hm[i, k - 1] * v
+        Hm[k, k - 1] = float(np.linalg.norm(w))
+        e1 = np.zeros(k + 1)
+        e1[0] = nb
+        y = np.linalg.lstsq(Hm[:k + 1, :k], e1, rcond=None)[0]
+        rel = float(np.linalg.norm(e1 - Hm[:k + 1, :k] @ y)) / nb
+        if rel <= tol or Hm[k, k - 1] == 0:
+            break
+        V.append(w / Hm[k, k - 1])
+    x = np.zeros_like(b)
+    for i in range(len(y)):
+        x += y[i] * V[i]
+    return x, rel, k

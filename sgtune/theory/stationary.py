@@ -169,7 +169,8 @@ def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndar
 def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size: int,
                            inv_temperature: float = math.inf, without_replacement: bool = False,
                            momentum: float = 0.0, method: str | None = None,
-                           tol: float = 1e-13, initial_guess: Any = None) -> StationaryCov:
+                           tol: float = 1e-13, initial_guess: Any = None,
+                           radius_bound: bool = False) -> StationaryCov:
     r"""Solve ΛHΣ + ΣHΛ = Λ(C̄(Σ) + HΣH)Λ + 2β⁻¹Λ for Σ (seed 003 Eqs. 11–12; momentum: Prop. B.1).
 
     Computes the exact stationary covariance of the proxy SG(L)D chain (exact for linear
@@ -200,6 +201,10 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
     initial_guess : (D, D) array, optional
         Warm start for the iterative solve (e.g. the target of a tuned Λ: if it already
         satisfies the equation to machine precision it is returned after one residual check).
+    radius_bound : bool
+        Iterative path: report the certified bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}) ≥ ρ at every state
+        dimension instead of ARPACK's ρ below ``ARPACK_MAX_DIM`` (no eigen-iteration, O(D³);
+        ``spectral_radius_is_bound`` says which; ARPACK is still used when the bound is void).
 
     Returns
     -------
@@ -239,7 +244,7 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
         if initial_guess is not None and system.momentum == 0.0:
             S0 = _as_sym(initial_guess, "initial_guess", system.dim)
         S = _solve_iterative(system, tol, S0)
-        if m <= ARPACK_MAX_DIM:
+        if m <= ARPACK_MAX_DIM and not radius_bound:
             rho = _spectral_radius_iterative(system, S)
         else:
             rho = _spectral_radius_bound(system, S)

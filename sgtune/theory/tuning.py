@@ -30,6 +30,7 @@ from ..errors import (ConvergenceError, DataFormatError, InfeasibleTargetError, 
                       UnstableStepSizeError)
 from ..models import Expansion
 from .adjoint import GradientEvaluator, affine_discrepancy
+from .largescale import stationary_cov_from_target
 from .stationary import StationaryCov, finite_population_factor, noise_covariance, predict_stationary_cov
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
@@ -38,6 +39,8 @@ __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "clos
            "METHODS", "FAMILIES"]
 
 METHODS = ("dq-exact", "ct", "dq-const", "lr-ws")
+#: above this D the structured families default to the closed form (``family_criterion="auto"``)
+FIT_MAX_DIM = 300
 FAMILIES = ("dense", "diagonal", "scalar", "block")
 
 
@@ -206,8 +209,14 @@ def tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np
                     noise_rhs: np.ndarray, inv_temperature: float = math.inf) -> float:
     """‖ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β‖_F / ‖ΛHΣ + ΣHΛ‖_F."""
     lam, H, S, R = step_matrix, hessian, target_cov, noise_rhs
-    lhs = lam @ H @ S + S @ H @ lam.T
-    rhs = lam @ R @ lam.T
+    dg = np.diag(lam)
+    if np.array_equal(lam, np.diag(dg)):  # diagonal Λ: products by broadcasting (one D³ product, not four)
+        T = dg[:, None] * (H @ S)
+        rhs = dg[:, None] * R * dg[None, :]
+    else:
+        T = lam @ (H @ S)
+        rhs = lam @ R @ lam.T
+    lhs = T + T.T  # ΣHΛᵀ = (ΛHΣ)ᵀ for symmetric H and Σ
     if math.isfinite(inv_temperature):
         rhs = rhs + 2.0 * lam / inv_temperature
     return float(np.linalg.norm(lhs - rhs) / np.linalg.norm(lhs))
@@ -230,7 +239,7 @@ def closed_form_step_matrix(expansion: Expansion, target_cov: Any, *, batch_size
 @cites("wang2026", "Alg. 1 step 6 (DQ+exact: Eqs. 11–12; CT: Eqs. 2–3; DQ+const: Eq. 5; LR+WS: Eqs. 5–6)")
 def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", method: str = "dq-exact",
          family: str = "dense", inv_temperature: float = math.inf, without_replacement: bool = False,
-         momentum: float = 0.0, blocks: Any = None, family_criterion: str = "discrepancy") -> TuningResult:
+         momentum: float = 0.0, blocks: Any = None, family_criterion: str = "auto") -> TuningResult:
     r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ* (Algorithm 1, step 6).
 
     Methods (each is "solve eq. 11 for Λ at Σ = Σ* with a noise model R", one Lyapunov solve):
@@ -260,7 +269,14 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     (rather than a cheaper one) because it is scale free, zero only at the target, and the
     documented one; ``family_criterion="moment"`` returns the closed form instead (no
     optimisation, only blocks of HΣ* and R needed; within ~1 % of the optimum's criterion on
-    logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests). With momentum κ > 0 the dense Λ solves the
+    logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests).
+    ``family_criterion="auto"`` (the default) is ``"discrepancy"`` up to D = ``FIT_MAX_DIM``
+    (300) and, without momentum, ``"moment"`` above it, where each exact evaluation costs
+    several O(N·D²) passes over the data (D = 1000, N = 10⁴: ≈ 1 s each); the result's
+    ``criterion`` says which was used. Above D = ``FIT_MAX_DIM`` the covariance of the
+    returned Λ is solved for its correction to the target
+    (:func:`sgtune.theory.largescale.stationary_cov_from_target`, relative tolerance 1e-8 on
+    the correction, so ``covariance_error`` has ≈ 8 correct digits). With momentum κ > 0 the dense Λ solves the
     exact reduced momentum equation (:func:`solve_momentum_step_matrix`, Newton–Krylov, no
     augmented unknowns); the families use the same adjoint gradient on the augmented chain.
 
@@ -277,9 +293,12 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         raise SgtuneError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if family not in FAMILIES:
         raise SgtuneError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if family_criterion not in ("discrepancy", "moment"):
-        raise SgtuneError(f"family_criterion must be 'discrepancy' (exact minimiser) or 'moment' (closed form), "
-                          f"got {family_criterion!r}")
+    if family_criterion not in ("auto", "discrepancy", "moment"):
+        raise SgtuneError(f"family_criterion must be 'auto', 'discrepancy' (exact minimiser) or 'moment' (closed "
+                          f"form), got {family_criterion!r}")
+    large = family != "dense" and kappa == 0 and expansion.dim > FIT_MAX_DIM
+    if family_criterion == "auto":
+        family_criterion = "moment" if large else "discrepancy"
     if family != "dense" and method != "dq-exact":
         raise SgtuneError(f"family {family!r} is defined through the exact stationary covariance; use "
                           "method 'dq-exact' (the comparison theories give dense Λ only)")
@@ -303,15 +322,19 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         lam = solve_momentum_step_matrix(H, S, Cbar, momentum=kappa, inv_temperature=beta)
         residual = momentum_tuning_residual(lam, H, S, Cbar, kappa, beta)
         criterion = "exact: reduced momentum equation (Yule–Walker elimination of the momentum, Newton–Krylov)"
-    else:
+    elif family == "dense":
         R = _noise_rhs(expansion, S, B, without_replacement, method)
         lam = solve_step_matrix(H, S, R, inv_temperature=beta)
         residual = tuning_residual(lam, H, S, R, beta)
         criterion = "exact: eq. (11) with the method's noise model"
+    cbar = None
     if family != "dense":
-        Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
-        start = lam
-        if kappa == 0:
+        cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
+        Rx = cbar + H @ S @ H
+        Rx = 0.5 * (Rx + Rx.T)
+        if kappa > 0:  # the projection of the exact dense Λ (eq. 11's family part has no momentum)
+            start = lam
+        else:  # the family's part of eq. (11); no dense solve needed
             start = structured_step_matrix(H, S, Rx, family=family, blocks=part, inv_temperature=beta)
         if family_criterion == "moment":
             if kappa > 0:
@@ -326,8 +349,13 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         else:
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
-        st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
-                                    without_replacement=without_replacement, momentum=kappa, initial_guess=guess)
+        if large:  # one O(N·D²) pass per GMRES iteration for the correction to the target, no ARPACK
+            st = stationary_cov_from_target(expansion, lam, S, cbar, batch_size=B, inv_temperature=beta,
+                                            without_replacement=without_replacement, tol=1e-8)
+        else:
+            st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
+                                        without_replacement=without_replacement, momentum=kappa,
+                                        initial_guess=guess, radius_bound=family != "dense")
     except UnstableStepSizeError as exc:
         if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
             raise UnstableStepSizeError(
@@ -367,9 +395,12 @@ def _noise_rhs(e: Expansion, S: np.ndarray, B: int, wor: bool, method: str) -> n
 
 
 def _scalar_line_optimum(fun: Any, t0: float) -> float:
-    """λ = e^t at the root of dφ/dt (exact, adjoint): bracket by steps of 0.25 downhill, then Brent's method.
+    """t = log λ at the root of dφ/dt (exact, adjoint): bracket downhill, then Brent's method.
 
-    One-dimensional, so a root of the exact derivative converges superlinearly with no line search.
+    One-dimensional, so a root of the exact derivative converges superlinearly with no line
+    search. The bracket's first step is 0.25; later ones go 1.5 times the secant's distance to
+    the root (at least 1/20 and at most 4 times the previous step), so a good start brackets the
+    root tightly in one or two evaluations instead of stepping on by 0.25.
     """
     memo: dict[float, float] = {}
 
@@ -385,14 +416,19 @@ def _scalar_line_optimum(fun: Any, t0: float) -> float:
     for _ in range(60):
         if np.sign(gb) != np.sign(ga):
             break
+        nxt = step
+        if gb != ga:
+            to_root = -gb * (b - a) / (gb - ga)  # secant's distance from b to the root
+            if to_root * step > 0:
+                nxt = math.copysign(min(max(1.5 * abs(to_root), abs(step) / 20), 4 * abs(step)), step)
         a, ga = b, gb
+        step = nxt
         b = b + step
         gb = g(b)
     else:
         raise ConvergenceError("scalar tuning: no sign change of the derivative along the line", method="brentq")
-    # λ to 1e-9 relative: φ is quadratic at its minimum, so φ is then exact to rounding
-    t = sopt.brentq(g, min(a, b), max(a, b), xtol=1e-9, rtol=1e-12)
-    return math.exp(t)
+    # t to 1e-8: φ is quadratic at its minimum, so φ is then within ~1e-16·φ'' of it
+    return float(sopt.brentq(g, min(a, b), max(a, b), xtol=1e-8, rtol=1e-12))
 
 
 class _Family:
@@ -468,34 +504,69 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
 
     Each evaluation is one forward and one adjoint solve (:mod:`sgtune.theory.adjoint`),
     whatever the number of parameters; the start is the projection of the exact dense Λ.
+    The solves inside the optimisation stop at relative residual ``_FIT_SOLVE_TOL`` (φ then
+    has ~10 correct digits, more than L-BFGS's stopping rule uses); the caller polishes the
+    covariance of the returned Λ to machine precision. The first L-BFGS trial step is the
+    Newton step of the separable model φ ≈ Σ_i (a_i e^{x_i} − 1)² at a ≈ 1 (Hessian 2I, as
+    for SGD where Σ(Λ) is to first order linear in Λ): x₁ = x₀ − ∇φ/2, instead of L-BFGS-B's
+    default unit-length first step, which overshoots from the closed-form start and cost one
+    evaluation more.
     """
     fam = _Family(family, e.dim, blocks)
     ev = GradientEvaluator(e, affine_discrepancy(S), batch_size=B, inv_temperature=beta,
-                           without_replacement=wor, momentum=kappa)
+                           without_replacement=wor, momentum=kappa, tol=_FIT_SOLVE_TOL)
     big = 1e8
+    memo: dict[bytes, Any] = {}  # the last evaluation (L-BFGS's final point is its last evaluation)
+
+    def evaluate(x: np.ndarray) -> Any:
+        key = x.tobytes()
+        if key not in memo:
+            memo.clear()
+            memo[key] = ev.evaluate(fam.matrix(x))
+        return memo[key]
 
     def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        out = ev.evaluate(fam.matrix(x))
+        out = evaluate(x)
         if out is None:
             return big, big * fam.unstable_gradient(x)
         return out.value, fam.pullback(x, out.gradient)
 
     x0 = fam.initial(lam_dense)
     if family == "scalar":
-        lam = _scalar_line_optimum(fun, float(x0[0]))
-        last = ev.evaluate(lam * np.eye(e.dim))
+        t = _scalar_line_optimum(fun, float(x0[0]))
+        lam = math.exp(t)
+        last = evaluate(np.array([t]))  # Brent's result is a point it evaluated
         if last is None:
             raise ConvergenceError("scalar tuning ended at an unstable step size", method="brentq")
         return lam * np.eye(e.dim), ("min ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F over Λ = λI (exact Σ(Λ); root of the "
                                      "exact derivative along the line, Brent)"), last.cov
-    res = sopt.minimize(fun, x0, jac=True, method="L-BFGS-B",
-                        options={"maxiter": 1000, "ftol": 1e-13, "gtol": 1e-9, "maxcor": 30})
-    lam = fam.matrix(res.x)
-    last = ev.evaluate(lam)
+    # variables y with x = x₀ + s·y, s = ‖∇φ(x₀)‖/2: L-BFGS-B's first trial step (unit length in y) is then
+    # x₀ − ∇φ(x₀)/2; its gradient test |∂φ/∂y| ≤ s·gtol is |∂φ/∂x| ≤ gtol
+    s = 0.5 * float(np.linalg.norm(fun(x0)[1]))
+    if not (s > 0 and math.isfinite(s)):
+        s = 1.0
+
+    def fun_y(y: np.ndarray) -> tuple[float, np.ndarray]:
+        v, g = fun(x0 + s * y)
+        return v, s * g
+
+    res = sopt.minimize(fun_y, np.zeros_like(x0), jac=True, method="L-BFGS-B",
+                        options={"maxiter": 1000, "ftol": _FIT_FTOL, "gtol": s * _FIT_GTOL, "maxcor": 30})
+    x = x0 + s * res.x
+    lam = fam.matrix(x)
+    last = evaluate(x)
     if last is None:
         raise ConvergenceError(f"{family} tuning ended at an unstable step size ({res.message})", method="L-BFGS-B")
     return lam, ("min ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F over the family (exact Σ(Λ); adjoint gradient, "
                  "L-BFGS)"), last.cov
+
+
+#: relative residual of the forward/adjoint solves inside the family fit (the result is polished after)
+_FIT_SOLVE_TOL = 1e-10
+#: L-BFGS-B stopping rules of the family fit: relative decrease of φ, and max |∂φ/∂x| over the
+#: (log-)parameters; at the optimum φ is then within ~gtol²/2 ≈ 1e-12 of its minimum
+_FIT_FTOL = 1e-11
+_FIT_GTOL = 1e-6
 
 
 # --------------------------------------------------------------------------- momentum (exact reduction)
