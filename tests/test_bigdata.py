@@ -437,3 +437,94 @@ def test_peak_rss_of_sgtune_lambda_below_the_size_of_x(tmp_path):
     assert peak_mib < 350, peak_mib  # X alone is 549 MiB
     doc = json.loads((tmp_path / "o.json").read_text())
     assert doc["n_data"] == n and doc["residual"] < 1e-10
+
+
+# --- noise-anisotropy streams; lambda's pass count -----------------------------------------------
+
+@pytest.fixture
+def tiny_reduce_chunks(monkeypatch):
+    """Chunks of 97 rows for the reductions that take sgtune.reduce.CHUNK_ROWS at call time."""
+    import sgtune.reduce as reduce_mod
+
+    monkeypatch.setattr(reduce_mod, "CHUNK_ROWS", CHUNK)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_streamed_noise_anisotropy_equals_in_memory_and_np_cov(tmp_path, tiny_reduce_chunks, replacement):
+    from sgtune.reduce import pass_counts, reset_pass_counts
+    from sgtune.theory.minibatch import noise_anisotropy
+
+    X, y = _logistic_data(1500, 6, 4)
+    X[:, 2] += 3.0  # a large mean gradient in one coordinate: the shifted sums must still cancel exactly
+    m = get_model("logistic")
+    f = load_dataset(save_folder(tmp_path / "d", X, y))
+    theta = fit_map(m, make_dataset(X, y)).theta_hat + 0.3  # away from the MAP: ū ≠ 0
+    reset_pass_counts()
+    r_dir = noise_anisotropy(m, f, theta, 16, replacement=replacement)
+    assert pass_counts() == {"_chunk_shifted_moments": 1}  # one pass, never the (N, D) gradients
+    r_mem = noise_anisotropy(m, make_dataset(X, y), theta, 16, replacement=replacement)
+    assert rel(r_dir.noise_cov, r_mem.noise_cov) < BACKEND_RTOL
+    # independent route: numpy's population covariance of the per-sample gradients
+    u = m.per_sample_grads(theta, X, y)
+    assert np.abs(u.mean(axis=0)).max() > 0.1
+    f_wor = 1.0 if replacement else (1500 - 16) / (1500 - 1)
+    ref = 1500**2 / 16 * f_wor * np.cov(u.T, bias=True)
+    assert rel(r_dir.noise_cov, ref) < BACKEND_RTOL
+    np.testing.assert_allclose(r_dir.diagonal_preconditioner, r_mem.diagonal_preconditioner, rtol=1e-10)
+
+
+def test_bounded_memory_of_the_streamed_noise_anisotropy(tmp_path, monkeypatch, rng):
+    """Peak traced allocations O(chunk·D + D²): far below one (N, D) array of gradients."""
+    import sgtune.reduce as reduce_mod
+    from sgtune.theory.minibatch import noise_anisotropy
+
+    monkeypatch.setattr(reduce_mod, "CHUNK_ROWS", 2048)
+    monkeypatch.setenv("SGTUNE_THREADS", "1")
+    n, d = 100_000, 8
+    X = rng.standard_normal((n, d))
+    y = (rng.random(n) < 0.5).astype(float)
+    f = load_dataset(save_folder(tmp_path / "d", X, y))
+    del X
+    tracemalloc.start()
+    noise_anisotropy(get_model("logistic"), f, np.zeros(d), 64)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 40 * 2048 * d * 8, peak
+    assert peak < n * d * 8 / 2
+
+
+def test_cli_noise_anisotropy_on_a_folder_with_and_without_dask(tmp_path, tiny_reduce_chunks, dask_client):
+    X, y = _logistic_data(800, 5, 5)
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    folder = save_folder(tmp_path / "d", X, y)
+    docs = []
+    for data, extra in ((tmp_path / "d.npz", []), (folder, []), (folder, ["--scheduler", "local"])):
+        r = CliRunner().invoke(main, ["noise-anisotropy", str(data), "--model", "logistic", "--batch-size", "8",
+                                      "--prior-precision", "1", "-q", *extra])
+        assert r.exit_code == 0, r.output
+        docs.append(json.loads(r.stdout))
+    assert rel(docs[1]["noise_cov"], docs[0]["noise_cov"]) < BACKEND_RTOL
+    assert docs[2]["noise_cov"] == docs[1]["noise_cov"]  # Dask: the same bits
+    assert docs[1]["condition_number"] == pytest.approx(docs[0]["condition_number"], rel=1e-9)
+
+
+def test_lambda_on_a_folder_makes_few_passes_and_no_arpack(tmp_path, small_chunks):
+    """Passes over the rows of `lambda` (D = 24 > the direct solve's 20): fit ≤ 5, expansion 1, C̄(Σ*) 1.
+
+    (It made ≈ 39 before: a Newton line search pass per iteration and ≈ 21 ARPACK operator
+    applications for the spectral radius.) The reported radius is then the certified bound.
+    """
+    from sgtune.reduce import pass_counts, reset_pass_counts
+
+    X, y = _logistic_data(3000, 24, 6)
+    m = get_model("logistic")
+    reset_pass_counts()
+    e = expand(m, load_dataset(save_folder(tmp_path / "d", X, y)), 1.0)
+    t = tune(e, batch_size=32)
+    counts = pass_counts()
+    assert counts["_chunk_fit_terms"] <= 5 and counts["_chunk_expansion_terms"] == 1, counts
+    assert counts["_chunk_jsj"] == 1, counts
+    assert t.stationary.spectral_radius_is_bound and t.spectral_radius < 1
+    t_mem = tune(expand(m, make_dataset(X, y), 1.0), batch_size=32)
+    assert rel(t.step_matrix, t_mem.step_matrix) < BACKEND_RTOL
+    assert t_mem.spectral_radius <= t.spectral_radius  # the bound bounds ARPACK's value
