@@ -528,3 +528,36 @@ def test_lambda_on_a_folder_makes_few_passes_and_no_arpack(tmp_path, small_chunk
     t_mem = tune(expand(m, make_dataset(X, y), 1.0), batch_size=32)
     assert rel(t.step_matrix, t_mem.step_matrix) < BACKEND_RTOL
     assert t_mem.spectral_radius <= t.spectral_radius  # the bound bounds ARPACK's value
+
+
+# --- calibrate repetitions over Dask ---------------------------------------------------------------
+
+def test_cli_calibrate_repeat_is_identical_serially_on_dask_and_seed_by_seed(tmp_path, dask_client):
+    """--repeat R: repetition i is the plain run with --seed SEED+i; --scheduler local gives the same numbers."""
+    X, y = _logistic_data(400, 3, 7)
+    theta = np.full(3, 0.1)
+    np.save(tmp_path / "th.npy", theta)
+    folder = save_folder(tmp_path / "d", X, y)
+    base = ["calibrate", str(folder), "--model", "logistic", "--batch-size", "16", "--chains", "2", "--steps", "400",
+            "--prior-precision", "1", "--true-theta", str(tmp_path / "th.npy"), "-q", "--seed", "5"]
+
+    def run(*extra):
+        r = CliRunner().invoke(main, [*base, *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    serial = run("--repeat", "3")
+    dask = run("--repeat", "3", "--scheduler", "local")
+    assert serial["repetitions"] == dask["repetitions"]
+    assert serial["repetition_summary"] == dask["repetition_summary"]
+    assert [r["seed"] for r in serial["repetitions"]] == [5, 6, 7]
+    alone = run("--seed", "7")  # the last repetition is exactly the run with that seed
+    rep = serial["repetitions"][2]
+    for key in ("cov_error_predicted", "cov_error_empirical", "cov_error_noise_floor", "calibration_ks"):
+        assert rep[key] == alone[key], key
+    assert serial["cov_error_empirical"] == serial["repetitions"][0]["cov_error_empirical"]
+    errs = [r["cov_error_empirical"] for r in serial["repetitions"]]
+    assert len(set(errs)) == 3  # different seeds, different chains
+    assert serial["repetition_summary"]["cov_error_empirical_mean"] == pytest.approx(np.mean(errs), rel=1e-12)
+    r = CliRunner().invoke(main, [*base, "--repeat", "0"])
+    assert r.exit_code != 0 and "--repeat" in r.output
