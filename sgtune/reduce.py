@@ -315,14 +315,29 @@ def _close_clients() -> None:  # pragma: no cover (interpreter exit)
     _CLIENTS.clear()
 
 
-def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None) -> list[Any]:
+def _call_by_value(blob: bytes, *args: Any) -> Any:
+    import cloudpickle
+
+    return cloudpickle.loads(blob)(*args)
+
+
+def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None, *,
+              by_value: bool = False) -> list[Any]:
     """[fn(*a) for a in arg_tuples], on a Dask cluster unless ``scheduler`` is None/"serial"; in order.
 
     Each task gets everything it needs (seeds included) in its arguments, so the results do
-    not depend on where or in which order tasks run.
+    not depend on where or in which order tasks run. ``by_value``: ship ``fn`` as cloudpickle
+    bytes (for functions of scripts the workers cannot import; register the script's module with
+    ``cloudpickle.register_pickle_by_value`` first unless it is ``__main__``).
     """
     if scheduler in (None, "serial"):
         return [fn(*a) for a in arg_tuples]
+    if by_value:
+        import cloudpickle
+
+        blob = cloudpickle.dumps(fn)
+        arg_tuples = [(blob, *a) for a in arg_tuples]
+        fn = _call_by_value
     client = get_client(str(scheduler))
     futures = [client.submit(fn, *a, pure=False) for a in arg_tuples]
     try:

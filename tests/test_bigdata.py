@@ -561,3 +561,24 @@ def test_cli_calibrate_repeat_is_identical_serially_on_dask_and_seed_by_seed(tmp
     assert serial["repetition_summary"]["cov_error_empirical_mean"] == pytest.approx(np.mean(errs), rel=1e-12)
     r = CliRunner().invoke(main, [*base, "--repeat", "0"])
     assert r.exit_code != 0 and "--repeat" in r.output
+
+
+def test_table1_smile_script_on_dask_equals_serial(dask_client, capsys, monkeypatch):
+    """benchmarks/table1_smile.py --scheduler local: every cell's numbers identical to the serial run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "table1_smile.py"
+    spec = importlib.util.spec_from_file_location("table1_smile_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, spec.name, mod)  # as `import table1_smile` would
+    spec.loader.exec_module(mod)
+    argv = ["--smoke", "--targets", "gaussian", "--noises", "diagonal"]
+    serial = mod.main(argv)
+    dask = mod.main([*argv, "--scheduler", "local"])
+    capsys.readouterr()
+    assert len(serial["cells"]) == len(mod.SAMPLERS) and dask["scheduler"] == "local"
+    for a, b in zip(serial["cells"], dask["cells"]):
+        a, b = dict(a), dict(b)
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b
