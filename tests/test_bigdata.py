@@ -582,3 +582,16 @@ def test_table1_smile_script_on_dask_equals_serial(dask_client, capsys, monkeypa
         a, b = dict(a), dict(b)
         a.pop("seconds"), b.pop("seconds")
         assert a == b
+
+
+@pytest.mark.parametrize("n", [3, 256, 1037, 20_000])
+def test_column_sums_are_accurate_against_fsum(rng, n):
+    """The fit's gradient sum (two-level blocked) against exact math.fsum; far below the plain running sum's error."""
+    import math
+
+    from sgtune.models.expansion import _column_sums
+
+    g = rng.standard_normal((n, 4)) + 1e3  # large common offset: the running sum loses digits
+    ref = np.array([math.fsum(c) for c in g.T])
+    err = np.max(np.abs(_column_sums(g) - ref)) / np.max(np.abs(ref))
+    assert err < 64 * np.finfo(float).eps * (1 + n / 256 + 256 / max(n, 1)) ** 0.5, err
