@@ -10,8 +10,9 @@ from ..calibrate import calibrate
 from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
-from ._io import command_line, emit, handle_errors, info
-from ._options import expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options, temperature_json
+from ._io import check_writable, command_line, emit, handle_errors, info
+from ._options import (batch_options, check_batch_size, data_options, expansion_keys, load_data_model, load_npy,
+                       load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
 from .cmd_run import progress_bar
@@ -52,8 +53,10 @@ def cli(**kw: Any) -> None:
     --plot FILE.png: target / predicted / empirical covariance ellipses, Λ, and the PIT histogram.
     """
     check_plot(kw)
-    # calibrate subsamples itself (Alg. 1 step 1), so the shared loader fits on all rows here
-    prob, B, beta = load_batch_problem({**kw, "subsample": None})
+    # calibrate fits and subsamples itself (Alg. 1 steps 1–5): load the data, model and prior only
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    prob, B, beta = _load(kw)
     n = prob.dataset.n_data
     target = kw["target"] if kw["target"] in ("sandwich", "posterior") else load_npy(kw["target"], "--target")
     theta_star = load_npy(kw["true_theta"], "--true-theta") if kw["true_theta"] else None
@@ -126,16 +129,23 @@ def _summary(r: Any, seed: int) -> dict[str, Any]:
     return out
 
 
-def _repetition(kw: dict[str, Any], seed: int, target: Any, theta_star: Any) -> dict[str, Any]:
-    """One repetition of Algorithm 1 (a Dask task: loads DATA itself, returns only the summary numbers)."""
+def _load(kw: dict[str, Any]) -> tuple[Any, int, float]:
+    """(problem: model, dataset, prior_precision; B; β) from the shared options, without fitting."""
+    from types import SimpleNamespace
+
     from ..models import model_dim
-    from ._options import check_batch_size, load_data_model, load_prior, parse_inv_temperature
 
     ds, model = load_data_model(kw)
     gam = load_prior(kw, model_dim(model, ds.dim))
     B = check_batch_size(int(kw["batch_size"]), ds.n_data)
     beta = parse_inv_temperature(kw["inverse_temperature"], ds.n_data)
-    r = calibrate(model, ds, batch_size=B, prior_precision=gam, target=target,
+    return SimpleNamespace(model=model, dataset=ds, prior_precision=gam), B, beta
+
+
+def _repetition(kw: dict[str, Any], seed: int, target: Any, theta_star: Any) -> dict[str, Any]:
+    """One repetition of Algorithm 1 (a Dask task: loads DATA itself, returns only the summary numbers)."""
+    prob, B, beta = _load(kw)
+    r = calibrate(prob.model, prob.dataset, batch_size=B, prior_precision=prob.prior_precision, target=target,
                   method=kw["method"], family=kw["family"], subsample=kw["subsample"], inv_temperature=beta,
                   without_replacement=kw["without_replacement"], momentum=kw["momentum"], n_steps=kw["steps"],
                   burn_in=kw["burn_in"], n_chains=kw["chains"], seed=seed, true_theta=theta_star)
