@@ -30,6 +30,7 @@ CHILD = r"""
 import json, resource, sys, time
 import numpy as np
 from sgtune.cli import main
+from sgtune.reduce import pass_counts
 args, mode = json.loads(sys.argv[1]), sys.argv[2]
 t = time.perf_counter()
 if mode == "in-memory":
@@ -56,7 +57,8 @@ if mode == "dask-local":
         __import__("resource").getrusage(0)))
     workers = max(v[0] for v in stats.values()) / 1024
     cpu += sum(v[1] for v in stats.values())
-print(json.dumps({"wall": wall, "rss": ru.ru_maxrss / 1024, "workers": workers, "cpu": cpu}))
+print(json.dumps({"wall": wall, "rss": ru.ru_maxrss / 1024, "workers": workers, "cpu": cpu,
+                  "passes": sum(pass_counts().values()), "by_kind": pass_counts()}))
 """
 
 
@@ -134,17 +136,21 @@ def main() -> None:
         lam = out["lambda"]
         diff = float(np.max(np.abs(lam - ref[n])) / np.max(np.abs(ref[n]))) if n in ref else 0.0
         ref.setdefault(n, lam)
-        rows.append((mode, n, out["wall"], out["cpu"], out["rss"], out["workers"], diff))
+        passes = out["passes"] if mode != "in-memory" else 0
+        rows.append((mode, n, out["wall"], out["cpu"], out["rss"], out["workers"], diff, passes))
         print(f"  {mode:<11} N={n:>9,d}  {out['wall']:7.1f} s wall  {out['cpu']:7.1f} s CPU  {out['rss']:7.0f} MiB  "
-              f"Λ diff {diff:.1e}  (load {os.getloadavg()[0]:.1f})", flush=True)
+              f"Λ diff {diff:.1e}  passes {passes} {out['by_kind'] if passes else ''} "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
     print(f"\nsgtune lambda, logistic, D = {a.d}, B = {a.batch}, G = {a.prior} (peak RSS from getrusage of each "
           f"run's process); load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'path':<11} {'N':>11} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13} {'worker RSS MiB':>15} "
-          f"{'Λ rel. diff':>12}")
-    for mode, n, wall, cpu, rss, wrk, diff in rows:
+          f"{'Λ rel. diff':>12} {'data passes':>12}")
+    for mode, n, wall, cpu, rss, wrk, diff, passes in rows:
         print(f"{mode:<11} {n:>11,d} {wall:>8.1f} {cpu:>8.1f} {rss:>13.0f} {(f'{wrk:.0f}' if wrk else '-'):>15} "
-              f"{diff:>12.1e}")
+              f"{diff:>12.1e} {(passes or '-'):>12}")
     print("CPU s: user + system time of the run's process (plus its Dask workers'): robust to other load.")
+    print("data passes: chunked reductions over the rows on disk (sgtune.reduce.pass_counts); target: "
+          "folder at the full N within 180 s wall and 1 GiB peak RSS.")
     print("Λ rel. diff: max |Λ − Λ_ref| / max |Λ_ref| against the first row with the same N "
           "(in-memory for the small N, in-process folder for the full N).")
 

@@ -1,6 +1,9 @@
 """Table 1 of seed 001 (SMILE) reproduced: b² of SMILE-naive, SGLD, SGHMC, pSMILE-naive on the appendix-C targets.
 
-Run: ``python benchmarks/table1_smile.py [--steps N] [--chains C] [--smoke] [--out table1.json]``.
+Run: ``python benchmarks/table1_smile.py [--steps N] [--chains C] [--smoke] [--out table1.json]
+[--scheduler local|tcp://host:8786]``. With ``--scheduler`` each (target, noise, sampler) cell is
+one Dask task (``sgtune.reduce.map_tasks``) with the same seeds as the serial run, so every b²,
+step and bootstrap sd is identical; only the timings differ.
 
 For each target (ill-conditioned Gaussian, Rosenbrock product, Neal's funnel; D = 10) and
 injected noise (isotropic 256I, diagonal 256Λ, correlated, spatially varying) and sampler,
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 
 import numpy as np
@@ -108,6 +112,25 @@ def findings(res: dict) -> list[tuple[str, str, float]]:
     return rows
 
 
+def cell(tg: str, nz: str, sampler: str, steps: int, chains: int, seed: int, exps: tuple[int, ...],
+         n_fine: int) -> dict:
+    """One cell of the table: the appendix-C step search for (target, noise, sampler); a Dask task.
+
+    Seeds depend on ``seed`` only (target ``seed``, chains ``seed + 10``), never on where or when the
+    cell runs.
+    """
+    t = make_target(tg, nz, seed=seed)
+    g = grid_search_b2(t, sampler, n_steps=steps, n_chains=chains, seed=seed + 10, exponents=exps, n_fine=n_fine)
+    return {"b2": g.b2.value, "bootstrap_std": g.b2.bootstrap_std, "best_step": g.best_step,
+            "b2_in_sample": g.best_b2_in_sample, "seconds": g.seconds}
+
+
+def _print_cell(key: tuple, r: dict) -> None:
+    tg, nz, s = key
+    print(f"  {tg}/{nz}/{s}: b² = {r['b2']:.4f} ± {r['bootstrap_std']:.4f} at Δt = {r['best_step']:.3g}"
+          f" (in-sample {r['b2_in_sample']:.4f}; {r['seconds']:.0f} s)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=200_000, help="steps per chain (paper: 10^6)")
@@ -118,6 +141,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--noises", default=",".join(NOISES))
     ap.add_argument("--out", default=None, help="write the results as JSON")
     ap.add_argument("--progress", action="store_true", help="print every cell as it finishes")
+    ap.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="run the cells as Dask tasks: 'local' (a local cluster) or tcp://host:8786; same numbers")
     args = ap.parse_args(argv)
     exps: tuple[int, ...] = (-6, -5, -4, -3, -2, -1, 0)
     n_fine = 15
@@ -127,17 +152,25 @@ def main(argv: list[str] | None = None) -> dict:
     targets, noises = args.targets.split(","), args.noises.split(",")
     wall0, cpu0 = time.perf_counter(), time.process_time()
     res: dict = {}
-    for tg in targets:
-        for nz in noises:
-            t = make_target(tg, nz, seed=args.seed)
-            for s in SAMPLERS:
-                g = grid_search_b2(t, s, n_steps=steps, n_chains=chains, seed=args.seed + 10, exponents=exps,
-                                   n_fine=n_fine)
-                res[(tg, nz, s)] = {"b2": g.b2.value, "bootstrap_std": g.b2.bootstrap_std, "best_step": g.best_step,
-                                    "b2_in_sample": g.best_b2_in_sample, "seconds": g.seconds}
-                if args.progress:
-                    print(f"  {tg}/{nz}/{s}: b² = {g.b2.value:.4f} ± {g.b2.bootstrap_std:.4f} at Δt = {g.best_step:.3g}"
-                          f" (in-sample {g.best_b2_in_sample:.4f}; {g.seconds:.0f} s)", flush=True)
+    keys = [(tg, nz, s) for tg in targets for nz in noises for s in SAMPLERS]
+    if args.scheduler is None:
+        for key in keys:
+            res[key] = cell(*key, steps, chains, args.seed, exps, n_fine)
+            if args.progress:
+                _print_cell(key, res[key])
+    else:
+        from sgtune.reduce import map_tasks
+
+        if __name__ != "__main__" and __name__ in sys.modules:  # imported (e.g. by the tests): ship cell() by
+            import cloudpickle                                   # value, the workers may not import this file
+
+            cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        out_cells = map_tasks(cell, [(*key, steps, chains, args.seed, exps, n_fine) for key in keys], args.scheduler,
+                              by_value=True)
+        for key, r in zip(keys, out_cells):
+            res[key] = r
+            if args.progress:
+                _print_cell(key, r)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
 
     print(f"\nTable 1 (seed 001): b² ± bootstrap sd, {chains} chains × {steps} steps, grid 10^{exps[0]}..10^{exps[-1]}"
@@ -161,12 +194,14 @@ def main(argv: list[str] | None = None) -> dict:
         for text, v, z in findings(res):
             print(f"  {text:<60} {v:<13} z = {z:+.1f}")
     print(f"\nGrid: {len(targets) * len(noises) * len(SAMPLERS)} cells, {wall:.0f} s wall, {cpu:.0f} s CPU "
-          f"(all threads) on this machine")
+          f"(all threads{' of this process; the Dask workers are not counted' if args.scheduler else ''}) "
+          "on this machine")
     print("\nCost per chain-step (1 chain; baseline = the pure-Python twin, same run):")
     print(f"{'sampler':<14}{'numba ns':>12}{'python ns':>14}{'speed-up':>10}")
     for s, fast, slow in per_step_cost(200 if args.smoke else 2000):
         print(f"{s:<14}{fast:>12.0f}{slow:>14.0f}{slow / fast:>10.0f}")
     out = {"steps": steps, "chains": chains, "seed": args.seed, "exponents": list(exps), "n_fine": n_fine,
+           "scheduler": args.scheduler,
            "wall_seconds": wall, "cpu_seconds": cpu,
            "cells": [{"target": k[0], "noise": k[1], "sampler": k[2], **v} for k, v in res.items()]}
     if args.out:

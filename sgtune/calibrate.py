@@ -70,7 +70,8 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
               subsample: int | None = None, inv_temperature: float = math.inf, without_replacement: bool = False,
               momentum: float = 0.0, n_steps: int | None = None, burn_in: int | None = None, n_chains: int = 8,
               seed: int = 0, true_theta: Any = None,
-              progress: Callable[[int, int], None] | None = None, keep_draws: int = 0) -> CalibrationResult:
+              progress: Callable[[int, int], None] | None = None, keep_draws: int = 0,
+              scheduler: str | None = None) -> CalibrationResult:
     r"""Run Algorithm 1: fit θ̂ and Ĵ, Î on M rows, tune Λ for the target, run SG(L)D on all N rows.
 
     Reports the covariance error ‖S* − Ŝ‖_F/‖S*‖_F both *predicted* (Ŝ = the exact stationary
@@ -81,15 +82,17 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     distance to Unif(0, 1). Run length defaults to T = max(20 000, 1000·τ) with τ the tuned
     chain's worst-case integrated autocorrelation time. ``keep_draws`` > 0 keeps at least about
     that many thinned draws (pooled over chains) in ``chains.trace`` (e.g. for the KSD).
+    ``scheduler`` (None, "local" or a Dask address) runs the fit's and the expansion's passes over
+    out-of-core data (``data.rows``) on Dask, with the same numbers.
     """
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)
     rng = np.random.default_rng(seed)
     if subsample is not None:
         m = check_int(subsample, "subsample", low=d + 1, high=data.n_data)
-        e = expand(model, data.subsample(m, rng), gam, population_size=data.n_data, seed=seed)
+        e = expand(model, data.subsample(m, rng), gam, population_size=data.n_data, seed=seed, scheduler=scheduler)
     else:
-        e = expand(model, data, gam, seed=seed)
+        e = expand(model, data, gam, seed=seed, scheduler=scheduler)
     t = tune(e, batch_size=batch_size, target=target, method=method, family=family,
              inv_temperature=inv_temperature, without_replacement=without_replacement, momentum=momentum)
     steps_default, burn_default = default_run_length(t.tau_worst)

@@ -30,7 +30,8 @@ import numpy as np
 from .errors import DataFormatError, SgtuneError
 
 __all__ = ["CHUNK_ROWS", "GROUP_CHUNKS", "NpyFile", "RowSource", "chunk_bounds", "reduce_rows",
-           "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError"]
+           "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError", "pass_counts",
+           "reset_pass_counts"]
 
 #: rows per chunk (fixed: results depend on the chunk boundaries at rounding level only through it)
 CHUNK_ROWS = 65536
@@ -177,6 +178,26 @@ def _reduce_group(fn: Callable[..., Partial], source: RowSource, bounds: Sequenc
     return acc
 
 
+_PASSES: dict[str, int] = {}
+_PASS_LOCK = threading.Lock()
+
+
+def pass_counts() -> dict[str, int]:
+    """Passes over out-of-core rows made by :func:`reduce_rows` in this process, by chunk function name.
+
+    (In-memory sources are not counted: they are not re-read from disk.) For benchmarks and tests
+    of the number of data passes a command makes.
+    """
+    with _PASS_LOCK:
+        return dict(_PASSES)
+
+
+def reset_pass_counts() -> None:
+    """Zero the counters of :func:`pass_counts`."""
+    with _PASS_LOCK:
+        _PASSES.clear()
+
+
 def reduce_rows(fn: Callable[..., Partial], source: RowSource, *args: Any, chunk_rows: int = CHUNK_ROWS,
                 scheduler: str | None = None) -> Partial:
     """Σ over fixed row chunks of ``fn(X_chunk, y_chunk, *args)`` (a tuple of arrays), deterministically.
@@ -188,6 +209,10 @@ def reduce_rows(fn: Callable[..., Partial], source: RowSource, *args: Any, chunk
     (the same for every backend). In-memory sources are always reduced in this process.
     """
     bounds = chunk_bounds(source.n_rows, chunk_rows)
+    if source.file_backed:
+        name = getattr(fn, "__name__", "reduction")
+        with _PASS_LOCK:
+            _PASSES[name] = _PASSES.get(name, 0) + 1
     groups = [bounds[i:i + GROUP_CHUNKS] for i in range(0, len(bounds), GROUP_CHUNKS)]
     if scheduler in (None, "serial") or not source.file_backed:
         sums = _local_groups(fn, source, groups, args, threads=1 if scheduler == "serial" else None)
@@ -263,8 +288,10 @@ def get_client(scheduler: str) -> Any:
         try:
             if scheduler == "local":
                 n = int(os.environ.get("SGTUNE_DASK_WORKERS", "2"))
+                # the scheduler's HTTP server on a free port: the default 8787 may belong to another cluster
+                # (distributed then warns and moves; a fixed port is of no use to a per-process cluster)
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=50)
+                                       dashboard_address=":0", silence_logs=50)
                 client = Client(cluster)
             else:
                 client = Client(scheduler, timeout=os.environ.get("SGTUNE_DASK_TIMEOUT", "10s"))
@@ -288,14 +315,29 @@ def _close_clients() -> None:  # pragma: no cover (interpreter exit)
     _CLIENTS.clear()
 
 
-def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None) -> list[Any]:
+def _call_by_value(blob: bytes, *args: Any) -> Any:
+    import cloudpickle
+
+    return cloudpickle.loads(blob)(*args)
+
+
+def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None, *,
+              by_value: bool = False) -> list[Any]:
     """[fn(*a) for a in arg_tuples], on a Dask cluster unless ``scheduler`` is None/"serial"; in order.
 
     Each task gets everything it needs (seeds included) in its arguments, so the results do
-    not depend on where or in which order tasks run.
+    not depend on where or in which order tasks run. ``by_value``: ship ``fn`` as cloudpickle
+    bytes (for functions of scripts the workers cannot import; register the script's module with
+    ``cloudpickle.register_pickle_by_value`` first unless it is ``__main__``).
     """
     if scheduler in (None, "serial"):
         return [fn(*a) for a in arg_tuples]
+    if by_value:
+        import cloudpickle
+
+        blob = cloudpickle.dumps(fn)
+        arg_tuples = [(blob, *a) for a in arg_tuples]
+        fn = _call_by_value
     client = get_client(str(scheduler))
     futures = [client.submit(fn, *a, pure=False) for a in arg_tuples]
     try:

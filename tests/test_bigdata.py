@@ -264,7 +264,10 @@ def test_iterative_path_above_the_direct_dimension(tmp_path, small_chunks):
     c_mem = predict_stationary_cov(e_mem, lam, batch_size=16)
     c_dir = predict_stationary_cov(e_dir, lam, batch_size=16)
     assert rel(c_dir.cov, c_mem.cov) < BACKEND_RTOL
-    assert abs(c_dir.spectral_radius - c_mem.spectral_radius) < 1e-8
+    # streamed: the certified bound (no data pass) instead of ARPACK; it must bound the exact radius
+    assert c_dir.spectral_radius_is_bound and not c_mem.spectral_radius_is_bound
+    assert c_mem.spectral_radius <= c_dir.spectral_radius < 1
+    assert c_dir.spectral_radius - c_mem.spectral_radius < 1e-3  # and be tight here
 
 
 def test_dask_gives_the_same_bits_as_in_process(tmp_path, small_chunks, dask_client):
@@ -434,3 +437,161 @@ def test_peak_rss_of_sgtune_lambda_below_the_size_of_x(tmp_path):
     assert peak_mib < 350, peak_mib  # X alone is 549 MiB
     doc = json.loads((tmp_path / "o.json").read_text())
     assert doc["n_data"] == n and doc["residual"] < 1e-10
+
+
+# --- noise-anisotropy streams; lambda's pass count -----------------------------------------------
+
+@pytest.fixture
+def tiny_reduce_chunks(monkeypatch):
+    """Chunks of 97 rows for the reductions that take sgtune.reduce.CHUNK_ROWS at call time."""
+    import sgtune.reduce as reduce_mod
+
+    monkeypatch.setattr(reduce_mod, "CHUNK_ROWS", CHUNK)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_streamed_noise_anisotropy_equals_in_memory_and_np_cov(tmp_path, tiny_reduce_chunks, replacement):
+    from sgtune.reduce import pass_counts, reset_pass_counts
+    from sgtune.theory.minibatch import noise_anisotropy
+
+    X, y = _logistic_data(1500, 6, 4)
+    X[:, 2] += 3.0  # a large mean gradient in one coordinate: the shifted sums must still cancel exactly
+    m = get_model("logistic")
+    f = load_dataset(save_folder(tmp_path / "d", X, y))
+    theta = fit_map(m, make_dataset(X, y)).theta_hat + 0.3  # away from the MAP: ū ≠ 0
+    reset_pass_counts()
+    r_dir = noise_anisotropy(m, f, theta, 16, replacement=replacement)
+    assert pass_counts() == {"_chunk_shifted_moments": 1}  # one pass, never the (N, D) gradients
+    r_mem = noise_anisotropy(m, make_dataset(X, y), theta, 16, replacement=replacement)
+    assert rel(r_dir.noise_cov, r_mem.noise_cov) < BACKEND_RTOL
+    # independent route: numpy's population covariance of the per-sample gradients
+    u = m.per_sample_grads(theta, X, y)
+    assert np.abs(u.mean(axis=0)).max() > 0.1
+    f_wor = 1.0 if replacement else (1500 - 16) / (1500 - 1)
+    ref = 1500**2 / 16 * f_wor * np.cov(u.T, bias=True)
+    assert rel(r_dir.noise_cov, ref) < BACKEND_RTOL
+    np.testing.assert_allclose(r_dir.diagonal_preconditioner, r_mem.diagonal_preconditioner, rtol=1e-10)
+
+
+def test_bounded_memory_of_the_streamed_noise_anisotropy(tmp_path, monkeypatch, rng):
+    """Peak traced allocations O(chunk·D + D²): far below one (N, D) array of gradients."""
+    import sgtune.reduce as reduce_mod
+    from sgtune.theory.minibatch import noise_anisotropy
+
+    monkeypatch.setattr(reduce_mod, "CHUNK_ROWS", 2048)
+    monkeypatch.setenv("SGTUNE_THREADS", "1")
+    n, d = 100_000, 8
+    X = rng.standard_normal((n, d))
+    y = (rng.random(n) < 0.5).astype(float)
+    f = load_dataset(save_folder(tmp_path / "d", X, y))
+    del X
+    tracemalloc.start()
+    noise_anisotropy(get_model("logistic"), f, np.zeros(d), 64)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 40 * 2048 * d * 8, peak
+    assert peak < n * d * 8 / 2
+
+
+def test_cli_noise_anisotropy_on_a_folder_with_and_without_dask(tmp_path, tiny_reduce_chunks, dask_client):
+    X, y = _logistic_data(800, 5, 5)
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    folder = save_folder(tmp_path / "d", X, y)
+    docs = []
+    for data, extra in ((tmp_path / "d.npz", []), (folder, []), (folder, ["--scheduler", "local"])):
+        r = CliRunner().invoke(main, ["noise-anisotropy", str(data), "--model", "logistic", "--batch-size", "8",
+                                      "--prior-precision", "1", "-q", *extra])
+        assert r.exit_code == 0, r.output
+        docs.append(json.loads(r.stdout))
+    assert rel(docs[1]["noise_cov"], docs[0]["noise_cov"]) < BACKEND_RTOL
+    assert docs[2]["noise_cov"] == docs[1]["noise_cov"]  # Dask: the same bits
+    assert docs[1]["condition_number"] == pytest.approx(docs[0]["condition_number"], rel=1e-9)
+
+
+def test_lambda_on_a_folder_makes_few_passes_and_no_arpack(tmp_path, small_chunks):
+    """Passes over the rows of `lambda` (D = 24 > the direct solve's 20): fit ≤ 5, expansion 1, C̄(Σ*) 1.
+
+    (It made ≈ 39 before: a Newton line search pass per iteration and ≈ 21 ARPACK operator
+    applications for the spectral radius.) The reported radius is then the certified bound.
+    """
+    from sgtune.reduce import pass_counts, reset_pass_counts
+
+    X, y = _logistic_data(3000, 24, 6)
+    m = get_model("logistic")
+    reset_pass_counts()
+    e = expand(m, load_dataset(save_folder(tmp_path / "d", X, y)), 1.0)
+    t = tune(e, batch_size=32)
+    counts = pass_counts()
+    assert counts["_chunk_fit_terms"] <= 5 and counts["_chunk_expansion_terms"] == 1, counts
+    assert counts["_chunk_jsj"] == 1, counts
+    assert t.stationary.spectral_radius_is_bound and t.spectral_radius < 1
+    t_mem = tune(expand(m, make_dataset(X, y), 1.0), batch_size=32)
+    assert rel(t.step_matrix, t_mem.step_matrix) < BACKEND_RTOL
+    assert t_mem.spectral_radius <= t.spectral_radius  # the bound bounds ARPACK's value
+
+
+# --- calibrate repetitions over Dask ---------------------------------------------------------------
+
+def test_cli_calibrate_repeat_is_identical_serially_on_dask_and_seed_by_seed(tmp_path, dask_client):
+    """--repeat R: repetition i is the plain run with --seed SEED+i; --scheduler local gives the same numbers."""
+    X, y = _logistic_data(400, 3, 7)
+    theta = np.full(3, 0.1)
+    np.save(tmp_path / "th.npy", theta)
+    folder = save_folder(tmp_path / "d", X, y)
+    base = ["calibrate", str(folder), "--model", "logistic", "--batch-size", "16", "--chains", "2", "--steps", "400",
+            "--prior-precision", "1", "--true-theta", str(tmp_path / "th.npy"), "-q", "--seed", "5"]
+
+    def run(*extra):
+        r = CliRunner().invoke(main, [*base, *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    serial = run("--repeat", "3")
+    dask = run("--repeat", "3", "--scheduler", "local")
+    assert serial["repetitions"] == dask["repetitions"]
+    assert serial["repetition_summary"] == dask["repetition_summary"]
+    assert [r["seed"] for r in serial["repetitions"]] == [5, 6, 7]
+    alone = run("--seed", "7")  # the last repetition is exactly the run with that seed
+    rep = serial["repetitions"][2]
+    for key in ("cov_error_predicted", "cov_error_empirical", "cov_error_noise_floor", "calibration_ks"):
+        assert rep[key] == alone[key], key
+    assert serial["cov_error_empirical"] == serial["repetitions"][0]["cov_error_empirical"]
+    errs = [r["cov_error_empirical"] for r in serial["repetitions"]]
+    assert len(set(errs)) == 3  # different seeds, different chains
+    assert serial["repetition_summary"]["cov_error_empirical_mean"] == pytest.approx(np.mean(errs), rel=1e-12)
+    r = CliRunner().invoke(main, [*base, "--repeat", "0"])
+    assert r.exit_code != 0 and "--repeat" in r.output
+
+
+def test_table1_smile_script_on_dask_equals_serial(dask_client, capsys, monkeypatch):
+    """benchmarks/table1_smile.py --scheduler local: every cell's numbers identical to the serial run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "table1_smile.py"
+    spec = importlib.util.spec_from_file_location("table1_smile_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, spec.name, mod)  # as `import table1_smile` would
+    spec.loader.exec_module(mod)
+    argv = ["--smoke", "--targets", "gaussian", "--noises", "diagonal"]
+    serial = mod.main(argv)
+    dask = mod.main([*argv, "--scheduler", "local"])
+    capsys.readouterr()
+    assert len(serial["cells"]) == len(mod.SAMPLERS) and dask["scheduler"] == "local"
+    for a, b in zip(serial["cells"], dask["cells"]):
+        a, b = dict(a), dict(b)
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b
+
+
+@pytest.mark.parametrize("n", [3, 256, 1037, 20_000])
+def test_column_sums_are_accurate_against_fsum(rng, n):
+    """The fit's gradient sum (two-level blocked) against exact math.fsum; far below the plain running sum's error."""
+    import math
+
+    from sgtune.models.expansion import _column_sums
+
+    g = rng.standard_normal((n, 4)) + 1e3  # large common offset: the running sum loses digits
+    ref = np.array([math.fsum(c) for c in g.T])
+    err = np.max(np.abs(_column_sums(g) - ref)) / np.max(np.abs(ref))
+    assert err < 64 * np.finfo(float).eps * (1 + n / 256 + 256 / max(n, 1)) ** 0.5, err

@@ -10,8 +10,9 @@ from ..calibrate import calibrate
 from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
-from ._io import command_line, emit, handle_errors, info
-from ._options import expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options, temperature_json
+from ._io import check_writable, command_line, emit, handle_errors, info
+from ._options import (batch_options, check_batch_size, data_options, expansion_keys, load_data_model, load_npy,
+                       load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
 from .cmd_run import progress_bar
@@ -29,6 +30,9 @@ from .cmd_run import progress_bar
 @click.option("--chains", type=int, default=8, show_default=True, help="Independent chains.")
 @click.option("--true-theta", type=click.Path(dir_okay=False), default=None,
               help="Data-generating θ* (.npy): adds the PIT values and their KS distance to Unif(0,1).")
+@click.option("--repeat", type=int, default=1, show_default=True,
+              help="Repetitions R of Algorithm 1; repetition i is exactly this command with --seed SEED+i. "
+                   "With --scheduler they run as Dask tasks (same numbers as serially).")
 @output_options
 @plot_option
 @handle_errors
@@ -41,16 +45,25 @@ def cli(**kw: Any) -> None:
     calibration_ks and pit (with --true-theta). -o writes Λ.
     Non-Gaussian posteriors (every model but linear) add ksd, ksd_n_samples and
     ksd_iid_reference: the kernel Stein discrepancy of the chains against p(θ|𝒟) (see `sgtune ksd`).
+    --repeat R > 1 adds repetitions (one entry per seed SEED+i: seed, cov_error_predicted,
+    cov_error_empirical, cov_error_noise_floor[, calibration_ks]) and repetition_summary (mean and
+    standard deviation over the R of the empirical error[, and of the KS distance]); the other keys
+    are repetition 0's. --scheduler ADDRESS|local maps the repetitions over a Dask cluster (the workers
+    read DATA themselves: give a path they can see) and streams out-of-core DATA's reductions there.
     --plot FILE.png: target / predicted / empirical covariance ellipses, Λ, and the PIT histogram.
     """
     check_plot(kw)
-    # calibrate subsamples itself (Alg. 1 step 1), so the shared loader fits on all rows here
-    prob, B, beta = load_batch_problem({**kw, "subsample": None})
+    # calibrate fits and subsamples itself (Alg. 1 steps 1–5): load the data, model and prior only
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    prob, B, beta = _load(kw)
     n = prob.dataset.n_data
     target = kw["target"] if kw["target"] in ("sandwich", "posterior") else load_npy(kw["target"], "--target")
     theta_star = load_npy(kw["true_theta"], "--true-theta") if kw["true_theta"] else None
     if kw["chains"] < 1:
         raise click.BadParameter(f"must be >= 1, got {kw['chains']}", param_hint="--chains")
+    if kw["repeat"] < 1:
+        raise click.BadParameter(f"must be >= 1, got {kw['repeat']}", param_hint="--repeat")
     state = {"last": 0}
     with progress_bar(kw["quiet"], "calibrate", 1) as bar:
         def progress(done: int, total: int) -> None:
@@ -63,7 +76,8 @@ def cli(**kw: Any) -> None:
                       without_replacement=kw["without_replacement"], momentum=kw["momentum"],
                       n_steps=kw["steps"], burn_in=kw["burn_in"], n_chains=kw["chains"], seed=kw["seed"],
                       true_theta=theta_star, progress=progress,
-                      keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
+                      keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
+                      scheduler=None if kw["repeat"] > 1 else kw.get("scheduler"))
     t, c = r.tuning, r.chains
     doc: dict[str, Any] = {
         **expansion_keys(r.expansion), "lambda": t.step_matrix, "target_cov": t.target_cov, "predicted_cov": t.predicted_cov,
@@ -80,6 +94,15 @@ def cli(**kw: Any) -> None:
     if r.calibration_ks is not None:
         doc["calibration_ks"] = r.calibration_ks
         doc["pit"] = r.pit
+    if kw["repeat"] > 1:
+        from ..reduce import map_tasks
+
+        task_kw = {k: v for k, v in kw.items() if k not in ("json_path", "output", "plot")}
+        rest = map_tasks(_repetition, [(task_kw, kw["seed"] + i, target, theta_star)
+                                       for i in range(1, kw["repeat"])], kw.get("scheduler"))
+        reps = [_summary(r, kw["seed"]), *rest]
+        doc["repetitions"] = reps
+        doc["repetition_summary"] = _repetition_summary(reps)
     doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
     png = render_plot(kw, lambda: figure_calibrate(
         t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=prob.dataset.names,
@@ -96,3 +119,46 @@ def cli(**kw: Any) -> None:
     if "ksd" in doc:
         rows.append(("KSD (i.i.d. reference)", f"{doc['ksd']:.4g} ({doc['ksd_iid_reference']:.4g})"))
     info(key_values(rows), kw["quiet"])
+
+
+def _summary(r: Any, seed: int) -> dict[str, Any]:
+    out = {"seed": seed, "cov_error_predicted": r.cov_error_predicted, "cov_error_empirical": r.cov_error_empirical,
+           "cov_error_noise_floor": r.cov_error_noise_floor}
+    if r.calibration_ks is not None:
+        out["calibration_ks"] = r.calibration_ks
+    return out
+
+
+def _load(kw: dict[str, Any]) -> tuple[Any, int, float]:
+    """(problem: model, dataset, prior_precision; B; β) from the shared options, without fitting."""
+    from types import SimpleNamespace
+
+    from ..models import model_dim
+
+    ds, model = load_data_model(kw)
+    gam = load_prior(kw, model_dim(model, ds.dim))
+    B = check_batch_size(int(kw["batch_size"]), ds.n_data)
+    beta = parse_inv_temperature(kw["inverse_temperature"], ds.n_data)
+    return SimpleNamespace(model=model, dataset=ds, prior_precision=gam), B, beta
+
+
+def _repetition(kw: dict[str, Any], seed: int, target: Any, theta_star: Any) -> dict[str, Any]:
+    """One repetition of Algorithm 1 (a Dask task: loads DATA itself, returns only the summary numbers)."""
+    prob, B, beta = _load(kw)
+    r = calibrate(prob.model, prob.dataset, batch_size=B, prior_precision=prob.prior_precision, target=target,
+                  method=kw["method"], family=kw["family"], subsample=kw["subsample"], inv_temperature=beta,
+                  without_replacement=kw["without_replacement"], momentum=kw["momentum"], n_steps=kw["steps"],
+                  burn_in=kw["burn_in"], n_chains=kw["chains"], seed=seed, true_theta=theta_star)
+    return _summary(r, seed)
+
+
+def _repetition_summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    import numpy as np
+
+    out: dict[str, Any] = {"repetitions": len(reps)}
+    for key in ("cov_error_empirical", "calibration_ks"):
+        vals = np.array([r[key] for r in reps if key in r], dtype=float)
+        if len(vals):
+            out[f"{key}_mean"] = float(vals.mean())
+            out[f"{key}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+    return out

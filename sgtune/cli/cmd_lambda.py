@@ -38,7 +38,8 @@ def cli(**kw: object) -> None:
     \b
     Update: θ ← θ − Λ[(1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N] + sqrt(2Λ/β) ξ  (mean loss).
     JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius (an upper bound when
-    spectral_radius_is_bound: state dimension > 150, or a scalar/diagonal/block family above D = 20),
+    spectral_radius_is_bound: state dimension > 150, a scalar/diagonal/block family above D = 20, or
+    data read out of core),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
     covariance_error (‖predicted − target‖_F/‖target‖_F, every family), family,
     criterion (what the family minimises or solves), blocks (with --family block), ...

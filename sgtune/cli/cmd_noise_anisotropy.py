@@ -41,6 +41,8 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
     residual_condition_number_diagonal (κ after the diagonal rescaling),
     residual_condition_number_cholesky (after exact whitening: 1), eigenvalues.
     Non-finite condition numbers are reported as the string "inf".
+    DATA as a folder (X.npy, y.npy) or .parquet file is streamed in one pass over
+    row chunks (memory O(chunk·D + D²); --scheduler runs the chunks on Dask).
     -o/--output writes noise_cov as .npy.
     """
     check_writable(output, overwrite, "--output")
@@ -51,12 +53,14 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
         theta_path = kw["theta_hat"]
     b = check_batch_size(batch_size, ds.n_data)
     if theta_path is None:
-        theta = fit_map(model, ds, load_prior(kw, d), seed=int(kw.get("seed", 0))).theta_hat
+        theta = fit_map(model, ds, load_prior(kw, d), seed=int(kw.get("seed", 0)),
+                        scheduler=kw.get("scheduler")).theta_hat
         theta_source = "map"
     else:
         theta = load_theta(theta_path, d)
         theta_source = theta_path
-    res = noise_anisotropy(model, ds, theta, b, replacement=not without_replacement)
+    res = noise_anisotropy(model, ds, theta, b, replacement=not without_replacement,
+                           scheduler=kw.get("scheduler"))
     doc = {
         "noise_cov": res.noise_cov,
         "condition_number": _num(res.condition_number),

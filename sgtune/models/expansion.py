@@ -34,6 +34,8 @@ __all__ = ["FitResult", "fit_map", "Expansion", "expand", "prior_matrix", "DENSE
 
 #: largest D⁴ (float64 entries, ≈ 100 MB) of the cached operator Σ ↦ mean_n J_nΣJ_n for dense J_n
 _JSJ_OPERATOR_BUDGET = 12_500_000
+#: streamed C̄(Σ) results an Expansion remembers (exact Σ match; each saves a pass over the rows)
+_JSJ_RECENT = 4
 #: largest N·D² (float64 entries) of dense per-sample Hessians sgtune forms (≈ 800 MB)
 DENSE_HESSIAN_BUDGET = 100_000_000
 
@@ -79,8 +81,10 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     Levenberg damping. With ``population_size`` N (fitting on a subsample of M rows) the prior term
     is θᵀΓθ/(2N), so θ̂ estimates the full-data MAP. Out-of-core data (``data.rows``) are streamed:
     each pass is one chunked reduction (``scheduler``: None, "local" or a Dask address; module
-    docstring), the Newton start comes from the first chunk, and the model's identifiability
-    check runs on a random sample of at most :data:`IDENTIFIABILITY_SAMPLE` rows.
+    docstring), Newton starts from the MAP of a random sample of at most
+    :data:`IDENTIFIABILITY_SAMPLE` rows (the model's identifiability check runs on the same sample),
+    and each line-search trial point's pass also gives its gradient and curvature (an accepted
+    point costs no second pass).
 
     Raises
     ------
@@ -99,12 +103,15 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         model.check_response(y, data.source or "y")
     gam = prior_matrix(prior_precision, d)
     rows = data.rows
+    newton = getattr(model, "fit_method", "lbfgs") == "newton"
+    sample = None
+    if rows is not None and (newton or callable(getattr(model, "check_identifiable", None))):
+        sample = _sample_rows(data, seed)
     if callable(getattr(model, "check_identifiable", None)):
         if rows is None:
             model.check_identifiable(X, y, gam, data.source)
         else:
-            _check_identifiable_sample(model, data, gam, seed)
-    newton = getattr(model, "fit_method", "lbfgs") == "newton"
+            _check_identifiable_sample(model, data, gam, sample)
 
     def value_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
         if rows is not None:
@@ -113,11 +120,11 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
             return float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n
         losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
         g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m_rows, d))
-        return float(losses.mean() + 0.5 * theta @ gam @ theta / n), g.mean(axis=0) + gam @ theta / n
+        return float(losses.mean() + 0.5 * theta @ gam @ theta / n), _column_sums(g) / m_rows + gam @ theta / n
 
     def value(theta: np.ndarray) -> float:
-        if rows is not None:  # streamed data: the loss by chunks too (never an (N,) temporary)
-            return value_grad(theta)[0]
+        if rows is not None:  # streamed data: the loss by chunks too (never an (N,) temporary), and with the
+            return objective(theta)[0]  # gradient and curvature: an accepted trial point is the next iterate
         losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
         return float(losses.mean() + 0.5 * theta @ gam @ theta / n)
 
@@ -126,13 +133,21 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     exact_hvp = (not newton and getattr(model, "rank_one", False)
                  and callable(getattr(model, "hessian_vector_products", None)))
 
+    last: dict[bytes, tuple[float, np.ndarray, np.ndarray]] = {}
+
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        if rows is not None:  # one pass: loss, gradient and curvature sums
+        if rows is not None:  # one pass: loss, gradient and curvature sums (remembered for the last θ)
+            key = np.asarray(theta, dtype=float).tobytes()
+            if key in last:
+                return last[key]
             ls, gs, js = reduce_rows(_chunk_fit_terms, rows, model, theta, d, True,
                                      chunk_rows=_chunk_rows(model, d), scheduler=scheduler)
             J = js / m_rows
-            return (float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n,
-                    0.5 * (J + J.T) + gam / n)
+            out = (float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n,
+                   0.5 * (J + J.T) + gam / n)
+            last.clear()
+            last[key] = out
+            return out
         val, grad = value_grad(theta)
         if exact_hvp:
             cols = [checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(m_rows, d)).mean(axis=0)
@@ -145,9 +160,10 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         theta = as_float_array(theta0, "theta0").reshape(-1).copy()
         if theta.shape[0] != d:
             raise SgtuneError(f"theta0 must have length D = {d}, got {theta.shape[0]}")
+    elif newton and sample is not None:  # streamed: Newton on a random sample first, so few passes remain
+        theta = _sample_start(model, sample, gam, n, d, label, max_iter)
     elif newton:
-        X0, y0 = (X, y) if rows is None else rows.read(0, min(m_rows, CHUNK_ROWS))  # streamed: first chunk
-        theta = np.asarray(model.newton_start(X0, y0, gam), dtype=float) if callable(
+        theta = np.asarray(model.newton_start(X, y, gam), dtype=float) if callable(
             getattr(model, "newton_start", None)) else np.zeros(d)
     else:
         theta = checked_call(model, "initial_params", X.shape[1], np.random.default_rng(seed), shape=(d,))
@@ -195,7 +211,9 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
             label: str) -> FitResult:
     """Damped Newton with a backtracking line search and Levenberg damping (see :func:`fit_map`).
 
-    ``objective(θ)`` gives (L, ∇L, H); the line search calls only ``value(θ)`` = L.
+    ``objective(θ)`` gives (L, ∇L, H); the line search calls only ``value(θ)`` = L. Converged
+    (Newton decrement ≤ tol, undamped): returns θ plus the final Newton step (quadratically closer
+    to θ̂; ``grad_norm`` and ``loss`` are those at θ, before the step).
     """
     val, grad, hess = objective(theta)
     for it in range(1, max_iter + 1):
@@ -209,9 +227,14 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
         step = -np.linalg.solve(chol.T, np.linalg.solve(chol, grad))
         decrement2 = float(-grad @ step)
         if decrement2 <= tol**2 and damping == 0.0:
-            return FitResult(theta, it - 1, float(np.linalg.norm(grad)), val)
+            # converged; the step already computed takes θ to O(decrement²) of θ̂ at no cost, so fits that
+            # stop at different iterates (in memory, streamed from a sample's MAP) agree to rounding level
+            return FitResult(theta + step, it - 1, float(np.linalg.norm(grad)), val)
         t = 1.0
-        while True:
+        # a predicted decrease below the loss's rounding cannot be line-searched (the Armijo test then compares
+        # rounding errors and halves the step at random); that deep in the quadratic region take the full step
+        full = damping == 0.0 and decrement2 <= 1e3 * np.finfo(float).eps * max(1.0, abs(val))
+        while not full:
             cand = theta + t * step
             try:
                 cval = value(cand)
@@ -222,7 +245,9 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
             t *= 0.5
             if t < 1e-12:
                 break
-        if t < 1e-12:
+        if full:
+            cand, cval = theta + step, val
+        elif t < 1e-12:
             if decrement2 <= (1e3 * tol) ** 2:  # stalled at rounding level: accept
                 return FitResult(theta, it, float(np.linalg.norm(grad)), val)
             raise ConvergenceError(
@@ -242,6 +267,24 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
         "(--prior-precision) or rescale the covariates", residual=float(np.linalg.norm(grad)), method="newton")
 
 
+#: rows per block of :func:`_column_sums`
+_SUM_BLOCK = 256
+
+
+def _column_sums(g: np.ndarray) -> np.ndarray:
+    """Σ_n g_n of an (N, D) array by two-level blocked summation: error O(ε(b + N/b)), b = 256.
+
+    NumPy's sum along axis 0 of a C-order array is a plain running sum, O(εN): at N = 10⁶ that is
+    a gradient floor of 1e-10, which sets how closely fits on different paths (in memory, streamed)
+    agree. Sums of row blocks, then of the block sums, cost twice the plain sum (a transposed copy
+    for NumPy's pairwise sum costs eight times).
+    """
+    n = g.shape[0]
+    k = n // _SUM_BLOCK
+    out = g[:k * _SUM_BLOCK].reshape(k, _SUM_BLOCK, -1).sum(axis=1).sum(axis=0) if k else np.zeros(g.shape[1])
+    return out + g[k * _SUM_BLOCK:].sum(axis=0)
+
+
 def _mean_curvature(cur: RankOneCurvature | DenseCurvature) -> np.ndarray:
     """J = mean_n J_n from either structure (rank-one: Uᵀ diag(w) U / n, one BLAS call)."""
     if isinstance(cur, RankOneCurvature):
@@ -256,21 +299,56 @@ def _mean_curvature(cur: RankOneCurvature | DenseCurvature) -> np.ndarray:
 IDENTIFIABILITY_SAMPLE = 20_000
 
 
-def _check_identifiable_sample(model: Any, data: Dataset, gam: np.ndarray, seed: int) -> None:
+def _sample_rows(data: Dataset, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random sample of at most IDENTIFIABILITY_SAMPLE rows of out-of-core data (all rows if fewer)."""
+    n = data.n_data
+    rows = data.rows
+    assert rows is not None
+    if n <= IDENTIFIABILITY_SAMPLE:
+        return rows.read(0, n)
+    idx = np.sort(np.random.default_rng(seed).choice(n, size=IDENTIFIABILITY_SAMPLE, replace=False))
+    return rows.read_index(idx)
+
+
+def _sample_start(model: Any, sample: tuple[np.ndarray, np.ndarray], gam: np.ndarray, n: int, d: int,
+                  label: str, max_iter: int) -> np.ndarray:
+    """Newton start for streamed data: the MAP of the random sample (prior Γ/N as for the full data).
+
+    Each full-data Newton iteration is a pass over the rows; from the sample's MAP (O(√(D/M)) from
+    θ̂) quadratic convergence needs about three. Any failure on the sample (separable, not
+    converged) falls back to the model's ``newton_start`` on it: the full-data Newton decides.
+    """
+    Xs, ys = sample
+    m = Xs.shape[0]
+
+    def value(th: np.ndarray) -> float:
+        return float(checked_call(model, "per_sample_losses", th, Xs, ys, shape=(m,)).mean() + 0.5 * th @ gam @ th / n)
+
+    def objective(th: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        g = checked_call(model, "per_sample_grads", th, Xs, ys, shape=(m, d)).mean(axis=0) + gam @ th / n
+        return value(th), g, _mean_curvature(per_sample_curvature(model, th, Xs, ys)) + gam / n
+
+    start = np.asarray(model.newton_start(Xs, ys, gam), dtype=float) if callable(
+        getattr(model, "newton_start", None)) else np.zeros(d)
+    try:
+        theta = _newton(objective, value, start, d, 1e-8, max_iter, label).theta_hat
+    except (ConvergenceError, ModelError):
+        return start
+    return theta if np.all(np.isfinite(theta)) else start
+
+
+def _check_identifiable_sample(model: Any, data: Dataset, gam: np.ndarray,
+                               sample: tuple[np.ndarray, np.ndarray]) -> None:
     """``model.check_identifiable`` on a seeded random sample of at most IDENTIFIABILITY_SAMPLE rows.
 
     One-sided: a full-rank, non-separable sample proves the full data are too; a failure on
     the sample is reported as such (it may, rarely, pass on the full data: then use a prior).
     """
     n = data.n_data
-    rows = data.rows
-    assert rows is not None
+    Xs, ys = sample
     if n <= IDENTIFIABILITY_SAMPLE:
-        Xs, ys = rows.read(0, n)
         model.check_identifiable(Xs, ys, gam, data.source)
         return
-    idx = np.sort(np.random.default_rng(seed).choice(n, size=IDENTIFIABILITY_SAMPLE, replace=False))
-    Xs, ys = rows.read_index(idx)
     try:
         model.check_identifiable(Xs, ys, gam, data.source)
     except DataFormatError as exc:
@@ -301,7 +379,7 @@ def _chunk_fit_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray
     m = X.shape[0]
     losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m,))
     g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m, d))
-    out: tuple[np.ndarray, ...] = (np.array([losses.sum()]), g.sum(axis=0))
+    out: tuple[np.ndarray, ...] = (np.array([losses.sum()]), _column_sums(g))
     if curvature:
         out += (_curvature_sum(per_sample_curvature(model, theta, X, y)),)
     return out
@@ -316,7 +394,7 @@ def _chunk_expansion_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.n
     r2 = float("nan")
     if resid:  # residual_variance = Σ r²/max(m − D, 1) on the chunk, so this is the chunk's Σ r²
         r2 = float(model.residual_variance(theta, X, y)) * max(m - X.shape[1], 1)
-    return (g.sum(axis=0), g.T @ g, _curvature_sum(cur),
+    return (_column_sums(g), g.T @ g, _curvature_sum(cur),
             np.array([float(isinstance(cur, RankOneCurvature)), r2]))
 
 
@@ -454,7 +532,7 @@ class Expansion:
                 raise SgtuneError(f"per_sample_hessians must be (N, D, D) = ({n}, {d}, {d})")
             J = self.per_sample_hessians.mean(axis=0)  # type: ignore[union-attr]
         J = 0.5 * (J + J.T)
-        self._set_moments(J, self.grads.T @ self.grads / n, self.grads.mean(axis=0))
+        self._set_moments(J, self.grads.T @ self.grads / n, _column_sums(self.grads) / n)
 
     def _init_streamed(self) -> None:
         r = self.reductions
@@ -518,11 +596,22 @@ class Expansion:
     def mean_jsj(self, sigma: np.ndarray) -> np.ndarray:
         """mean_n J_n Σ J_n; rank-one path = Xᵀ diag(w_n² x_nᵀΣx_n) X / N in O(N·D²).
 
-        Streamed expansions re-read the rows chunk by chunk (one pass, O(chunk·D + D²) memory).
+        Streamed expansions re-read the rows chunk by chunk (one pass, O(chunk·D + D²) memory) and
+        remember the last few results, so asking again at the same Σ costs no pass.
         """
         if self.stream is not None:
-            out = self.stream.reduce(_chunk_jsj, self.theta_hat, np.asarray(sigma, dtype=float),
-                                     not self.stream.rank_one)[0] / self.n_samples
+            sigma = np.asarray(sigma, dtype=float)
+            # each call is a pass over the data: remember the last few (tune and the stationary solve ask for
+            # C̄ at the same Σ — the target — up to three times: the noise term, the warm start, the residual)
+            recent = self._cache.setdefault("jsj_recent", [])
+            for s_prev, out_prev in recent:
+                if s_prev.shape == sigma.shape and np.array_equal(s_prev, sigma):
+                    return out_prev.copy()
+            out = self.stream.reduce(_chunk_jsj, self.theta_hat, sigma, not self.stream.rank_one)[0] / self.n_samples
+            out = 0.5 * (out + out.T)
+            recent.insert(0, (sigma.copy(), out.copy()))
+            del recent[_JSJ_RECENT:]
+            return out
         elif self.design is not None:
             X, w = self.design, self.weights
             q = np.einsum("ij,ij->i", X @ sigma, X)  # x_nᵀ Σ x_n

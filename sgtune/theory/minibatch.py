@@ -338,6 +338,33 @@ def _chunk_minibatch_sums(X: np.ndarray, y: np.ndarray, model: Any, theta: np.nd
             np.einsum("ij,ij->j", C2, C))
 
 
+def _chunk_shifted_moments(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int,
+                           shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk of the streamed :func:`noise_anisotropy`: (Σ(u_i − c), Σ(u_i − c)(u_i − c)ᵀ)."""
+    C = checked_call(model, "per_sample_grads", theta, X, y, shape=(X.shape[0], d)) - shift
+    return C.sum(axis=0), C.T @ C
+
+
+def _streamed_scatter(model: Any, data: Dataset, th: np.ndarray, d: int, scheduler: str | None) -> np.ndarray:
+    """Σ_i (u_i − ū)(u_i − ū)ᵀ in one streamed pass (O(chunk·D + D²) memory).
+
+    Shifted sums: with c the mean gradient of the first chunk (fixed rows, so the same c on every
+    backend), Σ(u−ū)(u−ū)ᵀ = Σ(u−c)(u−c)ᵀ − N(ū−c)(ū−c)ᵀ; c ≈ ū keeps the cancellation small.
+    """
+    from .. import reduce
+
+    rows = data.rows
+    assert rows is not None
+    n, chunk = rows.n_rows, reduce.CHUNK_ROWS
+    X0, y0 = rows.read(0, min(n, chunk))
+    shift = checked_call(model, "per_sample_grads", th, X0, y0, shape=(X0.shape[0], d)).mean(axis=0)
+    s1, s2 = reduce.reduce_rows(_chunk_shifted_moments, rows, model, th, d, shift, chunk_rows=chunk,
+                                scheduler=scheduler)
+    delta = s1 / n
+    out = s2 - n * np.outer(delta, delta)
+    return 0.5 * (out + out.T)
+
+
 def _chunk_grad_sum(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray) -> tuple[np.ndarray]:
     return (model.per_sample_grads(theta, X, y).sum(axis=0),)
 
@@ -685,7 +712,7 @@ def clipped_sgld_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
 
 @cites("smile2025", "appendix A (anisotropic minibatch noise; pSMILE diagonal preconditioner)")
 def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
-                     replacement: bool = True) -> NoiseAnisotropy:
+                     replacement: bool = True, scheduler: str | None = None) -> NoiseAnisotropy:
     r"""V = Cov_𝔅[(N/B)Σ_{i∈𝔅}∇log p(y_i|x_i,θ)] = (N²/B)·f·Cov_i ∇log p_i, its condition number and the pSMILE preconditioner.
 
     f = 1 with replacement and (N−B)/(N−1) without (Cov_i is the population covariance).
@@ -701,6 +728,11 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     theta : (D,) array
     batch_size : int
     replacement : bool
+    scheduler : str, optional
+        For data read out of core (``data.rows``: a folder or Parquet file): None (this process),
+        "local" or a Dask scheduler address. Such data are streamed in one pass over fixed row
+        chunks, Σ(u_i − c)(u_i − c)ᵀ and Σ(u_i − c) with c the first chunk's mean gradient, so
+        memory is O(chunk·D + D²) and the (N, D) gradients are never formed.
 
     Returns
     -------
@@ -713,10 +745,14 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     n, d = data.n_data, model_dim(model, data.dim)
     th = as_vector(theta, "theta", d)
     b = check_int(batch_size, "batch_size", low=1, high=None if replacement else n)
-    u = checked_call(model, "per_sample_grads", th, data.X, data.y, shape=(n, d))
     coef = minibatch_moment_coefficients(n, b, replacement=replacement)
-    C = u - u.mean(axis=0)
-    V = (n / b) ** 2 * coef.second * (C.T @ C)
+    if data.rows is not None:
+        scatter = _streamed_scatter(model, data, th, d, scheduler)
+    else:
+        u = checked_call(model, "per_sample_grads", th, data.X, data.y, shape=(n, d))
+        C = u - u.mean(axis=0)
+        scatter = C.T @ C
+    V = (n / b) ** 2 * coef.second * scatter
     V = 0.5 * (V + V.T)
     lam = np.linalg.eigvalsh(V)
     cond = _condition(lam)

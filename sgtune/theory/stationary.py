@@ -55,7 +55,8 @@ THEORIES = ("dq-exact", "ct", "dq-const", "lr-ws")
 
 #: largest state dimension solved with the dense Kronecker operator
 DIRECT_MAX_DIM = 20
-#: largest state dimension whose spectral radius is computed by ARPACK; above it a certified
+#: largest state dimension whose spectral radius is computed by ARPACK; above it, and for data read
+#: out of core (``expansion.stream``: every operator application is a pass over the rows), a certified
 #: upper bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}) is reported (``spectral_radius_is_bound``)
 ARPACK_MAX_DIM = 150
 #: residual above which a result warns (AccuracyWarning) / raises (ConvergenceError)
@@ -78,7 +79,7 @@ class StationaryCov:
     tau_spectral : 2/μ_min(ΛH) − 1, seed 003 Prop. 4.4 (no momentum only; else nan).
     spectral_radius_is_bound : True when ``spectral_radius`` is the certified upper bound
         1 − λ_min(S^{-1/2}Q₀S^{-1/2}) (valid for a positive map with S = P(S) + Q₀, S, Q₀ ≻ 0),
-        used for state dimensions above ``ARPACK_MAX_DIM``.
+        used for state dimensions above ``ARPACK_MAX_DIM`` and for out-of-core (streamed) expansions.
     augmented_cov : full second moment of (d, ν) with momentum (2D, 2D), else equal to ``cov``.
     transition : the proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
     """
@@ -244,7 +245,9 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
         if initial_guess is not None and system.momentum == 0.0:
             S0 = _as_sym(initial_guess, "initial_guess", system.dim)
         S = _solve_iterative(system, tol, S0)
-        if m <= ARPACK_MAX_DIM and not radius_bound:
+        # ARPACK applies the operator tens of times: for rows read out of core each application is a
+        # pass over the data, so streamed expansions take the certified bound (no pass) at every size
+        if m <= ARPACK_MAX_DIM and not radius_bound and expansion.stream is None:
             rho = _spectral_radius_iterative(system, S)
         else:
             rho = _spectral_radius_bound(system, S)
