@@ -54,6 +54,10 @@ def cli(**kw: Any) -> None:
     """
     check_plot(kw)
     # calibrate fits and subsamples itself (Alg. 1 steps 1–5): load the data, model and prior only
+    if kw.get("theta_hat"):
+        raise click.BadParameter(f"calibrate fits θ̂ itself (Algorithm 1, on --subsample rows), so it cannot "
+                                 f"expand at {kw['theta_hat']}; drop --theta-hat, or use `sgtune verify "
+                                 f"--theta-hat` to check a Λ at given weights", param_hint="--theta-hat")
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     prob, B, beta = _load(kw)
