@@ -20,14 +20,23 @@ from ..data import Dataset, make_dataset
 from ..errors import ConvergenceError, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from ..models import fit_map, get_model, prior_matrix
 from ..models.base import model_label
-from . import grads, kernels
-from .kernels import BATCH_FNS, BATCHINGS, COV_BLOCK, LAM_DENSE, LAM_DIAG, SAMPLERS, step_fn_for
+from scipy.special import ndtri
+
+from . import grads, kernels, smile_chain
+from .kernels import BATCH_FNS, BATCHINGS, COV_BLOCK, LAM_DENSE, LAM_DIAG, step_fn_for
 from .rng import chain_states
+from .smile_chain import MCLMC_SAMPLERS
 from .specs import ORACLES, numba_spec_of
 
 __all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim"]
 
 ProgressCallback = Callable[[int, int], None]
+
+#: every sampler of :func:`run_chains`: the SG(L)D family and SGHMC (:mod:`.kernels`), then the MCLMC
+#: samplers (:mod:`.smile_chain`)
+SAMPLERS: tuple[str, ...] = kernels.SAMPLERS + tuple(MCLMC_SAMPLERS)
+#: samplers that sample exp(log p_β) with their own velocity and take a scalar step size
+DYNAMICS_SAMPLERS: tuple[str, ...] = ("sghmc", *MCLMC_SAMPLERS)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,17 @@ class ChainResult:
         Step at which a chain diverged (non-finite state), −1 if it did not.
     clip_fraction : float
         SGLRW / clipped SGLD: fraction of coordinate updates whose probability/drift was clipped.
+    step_size_final : (C,) or None
+        MCLMC samplers: ε at the end of each chain (the tuned one for smile/psmile).
+    rejection_fraction : (C,) or None
+        MCLMC samplers: fraction of steps rejected by the energy-error guardrail (0 untuned).
+    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim : (C,) or None
+        MCLMC samplers: mean ΔE, mean |ΔE| and mean ΔE²/D per step (all steps, burn-in included).
+    step_size_trace : (C, T') or None
+        MCLMC samplers with ``thin``: ε at the draws kept in ``trace``.
+    preconditioner, gradient_sd : (C, D) or None
+        pSMILE: the final diagonal preconditioner p = √D σ/|σ| and the EMA standard deviation σ of
+        the minibatch ∇log p_β (its bias-corrected EMA variance; before ``precond_start`` steps p = 1).
     """
 
     mean: np.ndarray
@@ -83,6 +103,14 @@ class ChainResult:
     seconds: float
     compile_seconds: float
     settings: dict[str, Any] = field(default_factory=dict)
+    step_size_final: np.ndarray | None = None
+    rejection_fraction: np.ndarray | None = None
+    energy_error_mean: np.ndarray | None = None
+    energy_error_abs_mean: np.ndarray | None = None
+    energy_error_var_per_dim: np.ndarray | None = None
+    step_size_trace: np.ndarray | None = None
+    preconditioner: np.ndarray | None = None
+    gradient_sd: np.ndarray | None = None
 
     @property
     def n_diverged(self) -> int:
@@ -102,19 +130,41 @@ class ChainResult:
 
 # --------------------------------------------------------------------------- public API
 @cites("wang2026", "§2.1 (SG(L)D, mean-loss scaling) and eq. (B.1) (momentum)")
+@cites("smile2025", "eqs. (1)–(3), Algorithm 1, section 3.2 (pSMILE), appendix F.2 (integrator)")
 def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *, batch_size: int,
                n_steps: int, n_chains: int = 4, burn_in: int | None = None, prior_precision: Any = 0.0,
-               initial: Any = None, inv_temperature: float = math.inf, momentum: float = 0.0,
+               initial: Any = None, inv_temperature: float | None = None, momentum: float = 0.0,
                sampler: str = "sgld", batching: str = "replacement", decay: float = 0.0, thin: int = 0,
                observables: Any = None, epoch_moments: bool = False, batches_per_chain: int | None = None,
                seed: int = 0, progress: ProgressCallback | None = None, backend: str = "numba",
-               noise_variance: float = 1.0, beta_power: float | None = None) -> ChainResult:
+               noise_variance: float = 1.0, beta_power: float | None = None, friction: float = 1.0,
+               ema_rate: float = 0.01, precond_rate: float = 0.01, guardrail: float = 0.98,
+               adapt_a: float = 0.1, adapt_delta: float = 0.02, tune_start: int = 10,
+               precond_start: int = 100) -> ChainResult:
     r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a model.
 
     G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
     with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (seed 003, eq. B.1).
     ``sampler="sglrw"`` / ``"clipped-sgld"`` run seed 000's eqs. (12) / (18) instead
     (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels` for the exact rules.
+
+    The other samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) (the
+    posterior at β = N, their default) with minibatch gradients ∇log p_β ≈ −β G_t, and take a
+    *scalar* ``step_matrix`` (a diagonal or dense Λ, momentum κ and decay are SG(L)D options and
+    are rejected):
+
+    - ``"sghmc"`` (vanilla SGHMC, Chen et al. 2014, no noise estimate): velocity v,
+      v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = ``step_matrix`` (× the decay
+      schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at stationarity, so h is a time step
+      in the units where θ's posterior standard deviation is ~1/sqrt(β H) (h ≲ 1/sqrt(β λ_max(H))).
+    - ``"smile-naive"``, ``"psmile-naive"``, ``"smile"``, ``"psmile"`` (seed 001, eqs. 1–3,
+      Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
+      (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
+      ``step_matrix`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
+      coordinates); for ``smile``/``psmile`` the initial ε, adapted by the energy-variance tuner.
+      β enters only the target (ε does not scale with it). The ``p`` prefix adds the diagonal
+      preconditioner from EMAs (rate ``precond_rate``) of the minibatch gradient. The result adds
+      ``step_size_final``, ``rejection_fraction``, ``energy_error_mean`` (and the others below).
 
     Parameters
     ----------
@@ -143,12 +193,13 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
         Starting point(s); default θ̂, the MAP fitted here by :func:`sgtune.models.fit_map` (with
         ``seed`` for a non-convex model's start); a model that cannot be fitted (no
         ``per_sample_losses``, or no ``initial_params`` for a non-convex one) needs it.
-    inv_temperature : float
-        β; ``inf`` is SGD (no injected noise).
+    inv_temperature : float, optional
+        β; ``inf`` is SGD (no injected noise). Default: ``inf`` for sgld/sglrw/clipped-sgld, N
+        (the posterior) for sghmc and the SMILE samplers (which need a finite β).
     momentum : float
         κ in [0, 1).
-    sampler : {"sgld", "sglrw", "clipped-sgld"}
-        Update rule.
+    sampler : {"sgld", "sglrw", "clipped-sgld", "sghmc", "smile-naive", "psmile-naive", "smile", "psmile"}
+        Update rule (above).
     batching : {"replacement", "without-replacement", "reshuffle"}
         Minibatch scheme; reshuffling draws a fresh permutation per chain and epoch.
     decay : float
@@ -171,6 +222,13 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
         numba spec.
     noise_variance, beta_power : float
         Used when ``model`` is a name.
+    friction : float
+        SGHMC's friction γ > 0.
+    ema_rate, guardrail, adapt_a, adapt_delta, tune_start : float, float, float, float, int
+        smile/psmile tuner (Algorithm 1): EMA rate β of |ΔE| (0.01), guardrail quantile κ (0.98),
+        adaptation band a (0.1) and factor δ (0.02), steps before it acts (10).
+    precond_rate, precond_start : float, int
+        pSMILE: EMA rate α (0.01) and the steps before the preconditioner leaves 1 (100).
 
     Returns
     -------
@@ -212,7 +270,19 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     kind, ints, floats = spec if spec is not None else ("python", np.zeros(1, dtype=np.int64), np.zeros(1))
     if backend == "numpy":
         kind = "python"
-    return _run(X=ds.X, y=ds.y, kind=kind, ints=ints, floats=floats, mat=prior, dim=d, py_model=model,
+    if inv_temperature is None:
+        inv_temperature = float(n) if sampler in DYNAMICS_SAMPLERS else math.inf
+    dyn = _dynamics_options(sampler, step_matrix, inv_temperature, momentum, decay, backend, friction, ema_rate,
+                            precond_rate, guardrail, adapt_a, adapt_delta, tune_start, precond_start)
+    if sampler in MCLMC_SAMPLERS:
+        if kind == "python":
+            if not callable(getattr(model, "per_sample_losses", None)):
+                raise SgtuneError(f"sampler {sampler!r} needs the minibatch loss for its energy error: model {label} "
+                                  "has per_sample_grads but no per_sample_losses(theta, X, y); add it")
+        elif ORACLES[kind].value_grad_fn is None:
+            raise SgtuneError(f"sampler {sampler!r} needs a loss for its energy error, which numba oracle {kind!r} "
+                              "does not have; use backend='numpy' with a model that has per_sample_losses")
+    return _run(dyn=dyn, X=ds.X, y=ds.y, kind=kind, ints=ints, floats=floats, mat=prior, dim=d, py_model=model,
                 prior_kind=prior_kind, prior=prior, step_matrix=step_matrix, initial=initial,
                 batch_size=int(batch_size), n_steps=n_steps, n_chains=n_chains, burn_in=burn_in,
                 inv_temperature=inv_temperature, momentum=momentum, sampler=sampler, batching=batching,
@@ -286,7 +356,10 @@ def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chai
                 chol = chol * np.sign(np.diag(chol) + (np.diag(chol) == 0))
     if backend == "numpy":
         raise SgtuneError("backend must be 'numba' or 'python' for quadratic chains, got 'numpy'")
-    return _run(X=np.ascontiguousarray(A), y=mu, kind=kind, ints=np.zeros(1, dtype=np.int64), floats=mpar,
+    if sampler not in kernels.SAMPLERS or sampler == "sghmc":
+        raise SgtuneError(f"quadratic chains run sgld, sglrw or clipped-sgld, got sampler {sampler!r}; SMILE and "
+                          "SGHMC on analytic targets run in sgtune.sampler.smile.run_smile_ensemble")
+    return _run(dyn={}, X=np.ascontiguousarray(A), y=mu, kind=kind, ints=np.zeros(1, dtype=np.int64), floats=mpar,
                 mat=np.ascontiguousarray(chol), dim=d, py_model=None, prior_kind=grads.PRIOR_NONE,
                 prior=np.zeros((1, 1)),
                 step_matrix=step_matrix, initial=mu if initial is None else initial, batch_size=1,
@@ -336,6 +409,65 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
     return np.ascontiguousarray(lam), kind, np.ascontiguousarray(fac), inject
 
 
+def _dynamics_options(sampler: str, step_matrix: Any, inv_temperature: float, momentum: float, decay: float,
+                      backend: str, friction: float, ema_rate: float, precond_rate: float, guardrail: float,
+                      adapt_a: float, adapt_delta: float, tune_start: int, precond_start: int) -> dict[str, Any]:
+    """Validate the options of sghmc and the SMILE samplers (empty dict for the SG(L)D family)."""
+    if sampler not in DYNAMICS_SAMPLERS:
+        return {}
+    what = "h (its time step)" if sampler == "sghmc" else "ε (the distance moved per step)"
+    arr = np.asarray(step_matrix, dtype=float) if not isinstance(step_matrix, str) else np.array([np.nan, np.nan])
+    if arr.size != 1:
+        raise SgtuneError(f"sampler {sampler!r} takes a scalar step size {what}, got step_matrix of shape {arr.shape}; "
+                          "pass a number (a diagonal or dense Λ is for sampler='sgld'; psmile estimates a "
+                          "diagonal preconditioner itself)")
+    h = float(arr.reshape(-1)[0])
+    if not (h > 0 and math.isfinite(h)):
+        raise SgtuneError(f"sampler {sampler!r} needs a finite step size > 0, got {h}")
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    if math.isinf(beta):
+        raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
+                          "temperature, got inf; pass inv_temperature=N (the posterior, the default) or a number")
+    if momentum != 0.0:
+        alt = "its friction γ (friction=...)" if sampler == "sghmc" else "its own unit velocity u"
+        raise SgtuneError(f"momentum κ = {momentum} is an SG(L)D option; sampler {sampler!r} has {alt} — "
+                          "drop momentum (or use sampler='sgld')")
+    if decay != 0.0 and sampler != "sghmc":
+        raise SgtuneError(f"decay = {decay} schedules SG(L)D's Λ; sampler {sampler!r} has no schedule "
+                          "(smile/psmile tune ε themselves) — drop decay")
+    if backend == "python":
+        raise SgtuneError(f"backend 'python' (the pure-Python twin) runs sgld, sglrw and clipped-sgld, not "
+                          f"{sampler!r}; use backend='numba' or 'numpy'")
+    if sampler == "sghmc":
+        return {"friction": check_positive(friction, "friction")}
+    for name, val in (("ema_rate", ema_rate), ("precond_rate", precond_rate), ("guardrail", guardrail),
+                      ("adapt_a", adapt_a), ("adapt_delta", adapt_delta)):
+        v = check_positive(val, name)
+        if not v < 1.0:
+            raise SgtuneError(f"{name} must lie in (0, 1), got {v}")
+    if not guardrail > 1.0 - 2.0 * adapt_a / 3.0:
+        raise SgtuneError(f"guardrail = {guardrail} must exceed the step-decrease quantile 1 − 2a/3 = "
+                          f"{1 - 2 * adapt_a / 3:.4g}; raise guardrail or adapt_a")
+    ts = check_int(tune_start, "tune_start", low=2)
+    ps = check_int(precond_start, "precond_start", low=2)
+    pre, tuned = MCLMC_SAMPLERS[sampler]
+    params = np.zeros(smile_chain.N_PARAMS)
+    params[smile_chain.Q_ALPHA] = precond_rate
+    params[smile_chain.Q_BETA] = ema_rate
+    params[smile_chain.Q_ZK] = ndtri(guardrail)
+    params[smile_chain.Q_ZLO] = ndtri(adapt_a / 3.0)
+    params[smile_chain.Q_ZHI] = ndtri(1.0 - 2.0 * adapt_a / 3.0)
+    params[smile_chain.Q_DELTA] = adapt_delta
+    params[smile_chain.Q_TUNE_START] = ts
+    params[smile_chain.Q_PRE_START] = ps
+    params[smile_chain.Q_INV_TEMP] = beta
+    params[smile_chain.Q_PRECOND] = float(pre)
+    params[smile_chain.Q_TUNED] = float(tuned)
+    return {"params": params, "step_size": h,
+            "settings": {"ema_rate": ema_rate, "precond_rate": precond_rate, "guardrail": guardrail,
+                         "adapt_a": adapt_a, "adapt_delta": adapt_delta, "tune_start": ts, "precond_start": ps}}
+
+
 def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, label: str) -> np.ndarray:
     """θ̂ = ``fit_map(model, ds, Γ, seed=seed)`` as the chains' start (the default ``initial``)."""
     needs = ["per_sample_losses"]
@@ -371,7 +503,7 @@ def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n
     return d
 
 
-def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: np.ndarray, mat: np.ndarray,
+def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: np.ndarray, mat: np.ndarray,
          dim: int, py_model: Any, prior_kind: int, prior: np.ndarray, step_matrix: Any, initial: Any,
          batch_size: int, n_steps: int, n_chains: int, burn_in: int | None, inv_temperature: float,
          momentum: float, sampler: str, batching: str, decay: float, thin: int, observables: Any,
@@ -397,7 +529,9 @@ def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: n
     gamma = check_positive(decay, "decay", strict=False)
     thin = check_int(thin, "thin", low=0)
     seed = check_int(seed, "seed", low=0)
-    lam, lam_kind, fac, inject = step_factors(step_matrix, d, inv_temperature, sampler)
+    mclmc = sampler in MCLMC_SAMPLERS
+    lam, lam_kind, fac, inject = step_factors(step_matrix, d, inv_temperature,
+                                              "sgld" if sampler in DYNAMICS_SAMPLERS else sampler)
     init = as_float_array(initial, "initial")
     if init.shape == (d,):
         init = np.tile(init, (C, 1))
@@ -441,10 +575,18 @@ def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: n
     obs_sum = np.zeros((C, obs.shape[0]))
     state = (theta, mom, rng_state, perm, epoch_pos, diverged, clip_count)
     hp = np.array([kappa, 1.0 if inject else 0.0])
+    if sampler == "sghmc":
+        hp = np.array([float(inv_temperature), float(dyn["friction"])])
     upd = (lam, fac, hp)
     sched = (int(batch_size), gamma)
-    step_fn = step_fn_for(sampler, lam_kind)
+    step_fn = None if mclmc else step_fn_for(sampler, lam_kind)
     batch_fn = BATCH_FNS[batching]
+    sm: tuple[Any, ...] = ()
+    if mclmc:
+        sm = (np.full(C, float(dyn["step_size"])), np.zeros((C, 4)), np.ones((C, d)), np.zeros((C, d)),
+              np.zeros((C, d)), np.zeros(C, dtype=np.int64), np.zeros((C, 4)), np.zeros((C, n_trace)),
+              np.zeros((C, d)), np.zeros((C, 2)), dyn["params"])
+        smile_chain.init_velocity(state)
 
     def outputs(last: bool) -> tuple[Any, ...]:
         return (int(seg_len), acc_n, acc_mean, acc_m2, blk, blk_n, bool(last), int(thin), trace, pos_n, pos_mean,
@@ -453,10 +595,18 @@ def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: n
     if kind == "python":
         from .general import GeneralPath
 
-        path = GeneralPath(py_model, X, y, d, batch_fn, step_fn, state, prior_kind, prior, gamma, upd, int(batch_size))
+        path = GeneralPath(py_model, X, y, d, batch_fn, step_fn, state, prior_kind, prior, gamma, upd, int(batch_size),
+                           sm=sm)
 
         def call(t0: int, steps: int) -> None:
             path.run(t0, steps, int(T0), outputs, T)
+    elif mclmc:
+        oracle = ORACLES[kind]
+        ora = (X, y, ints, floats, mat, int(prior_kind), prior, int(oracle.work_size(ints, d, int(batch_size))))
+
+        def call(t0: int, steps: int) -> None:
+            smile_chain.smile_chains(batch_fn, oracle.value_grad_fn, state, int(t0), int(steps), int(T0), ora,
+                                     int(batch_size), sm, outputs(t0 + steps == T))
     else:
         oracle = ORACLES[kind]
         ora = (X, y, ints, floats, mat, int(prior_kind), prior, int(oracle.work_size(ints, d, int(batch_size))))
@@ -505,6 +655,22 @@ def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: n
     settings = {**settings, "sampler": sampler, "batching": batching, "inv_temperature": float(inv_temperature),
                 "momentum": kappa, "decay": gamma, "step_kind": "dense" if lam_kind == LAM_DENSE else "diagonal",
                 "batches_per_chain": S, "thin": thin, "backend": backend if kind != "python" else "numpy"}
+    extra: dict[str, Any] = {}
+    if sampler == "sghmc":
+        settings["friction"] = float(dyn["friction"])
+    if mclmc:
+        settings.update(dyn["settings"])
+        step_, tune_, ipre_, gbar_, gvar_, pcount_, stats_, step_trace_ = sm[:8]
+        pre = MCLMC_SAMPLERS[sampler][0]
+        n_done = np.where(diverged >= 0, np.maximum(diverged, 1), T).astype(float)
+        extra = {"step_size_final": step_.copy(), "rejection_fraction": stats_[:, 0] / n_done,
+                 "energy_error_mean": stats_[:, 1] / n_done, "energy_error_abs_mean": stats_[:, 2] / n_done,
+                 "energy_error_var_per_dim": stats_[:, 3] / n_done / d,
+                 "step_size_trace": step_trace_ if thin > 0 else None}
+        if pre:
+            corr = 1.0 - (1.0 - float(dyn["params"][smile_chain.Q_ALPHA])) ** np.maximum(pcount_, 1)
+            extra["preconditioner"] = 1.0 / ipre_
+            extra["gradient_sd"] = np.sqrt(gvar_ / corr[:, None])
     return ChainResult(mean=summary[0], cov=summary[1], mean_standard_error=summary[2],
                        cov_standard_error=summary[3], ess=summary[4], n_batches=summary[5],
                        chain_means=chain_means, chain_covs=chain_covs, batch_covs=summary[6],
@@ -512,7 +678,7 @@ def _run(*, X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: n
                        epoch_position_mean=pmean, epoch_position_var=pvar, diverged_at=diverged,
                        clip_fraction=float(clip_count.sum() / coord_updates), final_state=theta,
                        n_steps=T, burn_in=T0, n_chains=C, seed=seed, seconds=seconds,
-                       compile_seconds=compile_seconds, settings=settings)
+                       compile_seconds=compile_seconds, settings=settings, **extra)
 
 
 def _full(m2_upper: np.ndarray) -> np.ndarray:

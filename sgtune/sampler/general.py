@@ -16,6 +16,12 @@ and streaming outputs). A GLM run here therefore gives the same chain as the com
 to the rounding of the gradient (tested to 1e-12), and the result goes through the same
 :class:`~sgtune.sampler.driver.ChainResult` summary.
 
+The SMILE samplers (:mod:`~sgtune.sampler.smile_chain`) evaluate the gradient three times per step
+on the step's minibatch, at the start (with the batch-mean loss from ``per_sample_losses``, which
+they need for the energy error), at the half step and at the end (with the loss); after each
+evaluation :func:`~sgtune.sampler.smile_chain.general_phase` runs the same jitted integrator phase as
+the compiled chain.
+
 The model's output is validated on the first call (shape and finiteness); a wrong one raises a
 one-line :class:`~sgtune.errors.SgtuneError` naming the model and the function.
 """
@@ -26,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import SgtuneError, ShapeError
-from . import kernels
+from . import kernels, smile_chain
 from ..models.base import model_label
 
 __all__ = ["GeneralPath"]
@@ -37,7 +43,7 @@ class GeneralPath:
 
     def __init__(self, model: Any, X: np.ndarray, y: np.ndarray, dim: int, batch_fn: Any, step_fn: Any,
                  state: tuple[np.ndarray, ...], prior_kind: int, prior: np.ndarray, decay: float,
-                 upd: tuple[np.ndarray, np.ndarray, np.ndarray], batch_size: int) -> None:
+                 upd: tuple[np.ndarray, np.ndarray, np.ndarray], batch_size: int, sm: tuple[Any, ...] = ()) -> None:
         self.label = model_label(model)
         self.per_sample: Callable[..., Any] = model.per_sample_grads
         self.batched: Callable[..., Any] | None = getattr(model, "batched_grads", None)
@@ -50,7 +56,10 @@ class GeneralPath:
         n_chains = state[0].shape[0]
         self.idx = np.zeros((n_chains, max(self.batch_size, 1)), dtype=np.int64)
         self.grads = np.zeros((n_chains, dim))
-        self.checked_batched = self.checked_single = False
+        self.checked_batched = self.checked_single = self.checked_loss = False
+        self.sm = sm
+        self.per_sample_losses: Callable[..., Any] | None = getattr(model, "per_sample_losses", None)
+        self.values = np.zeros(n_chains)
 
     def run(self, t0: int, n_steps: int, burn_in: int, outputs: Callable[[bool], tuple[Any, ...]],
             total_steps: int) -> None:
@@ -63,9 +72,36 @@ class GeneralPath:
             live = np.flatnonzero(diverged < 0)
             if live.size == 0:
                 return
+            if self.sm:
+                out = last if t == total_steps else mid
+                for phase in range(3):
+                    live = np.flatnonzero(diverged < 0)
+                    self._gradients(live, nb)
+                    if phase != 1:
+                        self._losses(live, nb)
+                    smile_chain.general_phase(phase, self.state, t, burn_in, self.grads, self.values,
+                                              self.prior_kind, self.prior, self.sm, out)
+                continue
             self._gradients(live, nb)
             kernels.advance(self.step_fn, self.state, t, burn_in, self.grads, self.prior_kind, self.prior,
                             self.decay, self.upd, last if t == total_steps else mid)
+
+    def _losses(self, live: np.ndarray, nb: int) -> None:
+        """Batch-mean loss of every live chain at its current θ into ``values``."""
+        theta = self.state[0]
+        idx = self.idx[live, :nb]
+        assert self.per_sample_losses is not None  # checked by the driver
+        for k, c in enumerate(live):
+            rows = idx[k]
+            v = np.asarray(self.per_sample_losses(theta[c], self.X[rows], self.y[rows]), dtype=float)
+            if not self.checked_loss:
+                if v.shape != (nb,):
+                    raise ShapeError(f"model {self.label}.per_sample_losses returned shape {v.shape}, expected ({nb},)")
+                if not np.all(np.isfinite(v)):
+                    raise SgtuneError(f"model {self.label}.per_sample_losses returned non-finite values at the "
+                                      "start; check the model's loss at the initial θ")
+                self.checked_loss = True
+            self.values[c] = v.mean()
 
     def _gradients(self, live: np.ndarray, nb: int) -> None:
         theta = self.state[0]

@@ -33,7 +33,8 @@ from .rng import fill_normals, stable_symmetric
 
 __all__ = ["MODEL_IDS", "LINEAR", "LOGISTIC", "POISSON", "BETA_LINEAR", "QUAD_GAUSS", "QUAD_STABLE",
            "model_params", "glm_d1", "glm_d1_vector", "row_dot", "rows4_dot", "minibatch_gradient",
-           "quadratic_gradient", "add_prior", "glm_grad", "quad_gauss_grad", "quad_stable_grad", "GRAD_FNS"]
+           "quadratic_gradient", "add_prior", "glm_grad", "quad_gauss_grad", "quad_stable_grad", "GRAD_FNS",
+           "glm_rho", "minibatch_value_gradient", "glm_value_grad", "prior_value"]
 
 LINEAR, LOGISTIC, POISSON, BETA_LINEAR, QUAD_GAUSS, QUAD_STABLE = 0, 1, 2, 3, 4, 5
 MODEL_IDS: dict[str, int] = {"linear": LINEAR, "logistic": LOGISTIC, "poisson": POISSON,
@@ -67,6 +68,24 @@ def glm_d1(model, eta, y, mpar):  # type: ignore[no-untyped-def]
     s2 = mpar[0]
     r = y - eta
     return -mpar[2] * math.exp(-(mpar[1] - 1.0) * r * r / (2.0 * s2)) * r / s2
+
+
+@njit
+def glm_rho(model, eta, y, mpar):  # type: ignore[no-untyped-def]
+    """ρ(η, y) of the GLM ``model`` up to an additive constant (mirror of ``GLM.derivatives(...)[0]``;
+    beta-linear omits its constant ``integral_term``). Only differences on one batch are used (SMILE's ΔE).
+    """
+    if model == LINEAR:
+        r = eta - y
+        return 0.5 * r * r / mpar[0]
+    if model == LOGISTIC:
+        # log(1 + e^η) = max(η, 0) + log1p(e^{−|η|})
+        return (eta if eta > 0.0 else 0.0) + math.log1p(math.exp(-abs(eta))) - y * eta
+    if model == POISSON:
+        return math.exp(eta) - y * eta
+    s2 = mpar[0]
+    r = y - eta
+    return -mpar[2] * math.exp(-(mpar[1] - 1.0) * r * r / (2.0 * s2)) / (mpar[1] - 1.0)
 
 
 @njit
@@ -207,6 +226,71 @@ def minibatch_gradient(theta, X, y, idx, start, stop, model, mpar, prior_kind, p
 
 
 @njit
+def minibatch_value_gradient(theta, X, y, idx, nb, model, mpar, eta, grad, want):  # type: ignore[no-untyped-def]
+    """grad ← (1/|S|) Σ_{n∈S} ρ'(x_nᵀθ, y_n) x_n (no prior), S = idx[:nb]; returns (1/|S|) Σ ρ(x_nᵀθ, y_n)
+    when ``want`` (else 0).
+
+    The same two passes as :func:`minibatch_gradient` (which the SGLD chain keeps using, untouched),
+    with the loss summed from the linear predictors before they are overwritten by the weights ρ'.
+    """
+    d = theta.shape[0]
+    k = 0
+    while k + 4 <= nb:
+        rows4_dot(X[idx[k]], X[idx[k + 1]], X[idx[k + 2]], X[idx[k + 3]], theta, eta, k)
+        k += 4
+    while k < nb:
+        eta[k] = row_dot(X, idx[k], theta)
+        k += 1
+    val = 0.0
+    if want:
+        for k in range(nb):
+            val += glm_rho(model, eta[k], y[idx[k]], mpar)
+    for k in range(nb):
+        eta[k] = glm_d1(model, eta[k], y[idx[k]], mpar)
+    for j in range(d):
+        grad[j] = 0.0
+    k = 0
+    while k + 4 <= nb:
+        r0 = X[idx[k]]
+        r1 = X[idx[k + 1]]
+        r2 = X[idx[k + 2]]
+        r3 = X[idx[k + 3]]
+        g0 = eta[k]
+        g1 = eta[k + 1]
+        g2 = eta[k + 2]
+        g3 = eta[k + 3]
+        for j in range(d):
+            grad[j] += (g0 * r0[j] + g1 * r1[j]) + (g2 * r2[j] + g3 * r3[j])
+        k += 4
+    while k < nb:
+        r0 = X[idx[k]]
+        g0 = eta[k]
+        for j in range(d):
+            grad[j] += g0 * r0[j]
+        k += 1
+    inv = 1.0 / nb
+    for j in range(d):
+        grad[j] *= inv
+    return val * inv
+
+
+@njit
+def prior_value(prior_kind, prior, theta):  # type: ignore[no-untyped-def]
+    """½ θᵀ(Γ/N)θ with ``prior`` = Γ/N read as in :func:`add_prior` (0 for kind 0)."""
+    if prior_kind == PRIOR_SCALAR:
+        acc = 0.0
+        for j in range(theta.shape[0]):
+            acc += theta[j] * theta[j]
+        return 0.5 * prior[0, 0] * acc
+    if prior_kind == PRIOR_DENSE:
+        acc = 0.0
+        for i in range(theta.shape[0]):
+            acc += theta[i] * row_dot(prior, i, theta)
+        return 0.5 * acc
+    return 0.0
+
+
+@njit
 def quadratic_gradient(theta, A, mu, model, noise_chol, mpar, st, buf, grad):  # type: ignore[no-untyped-def]
     """grad ← A(θ − μ) + ε, ε ~ N(0, LLᵀ) (model 4) or scale·S_α i.i.d. (model 5)."""
     d = theta.shape[0]
@@ -276,6 +360,12 @@ def quad_gauss_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  #
 def quad_stable_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """A(θ − μ) + scale·S_α i.i.d. with X = A, y = μ, floats = [σ², p, c, α, scale], work ≥ D."""
     quadratic_gradient(theta, X, y, QUAD_STABLE, mat, floats, st, work, grad)
+
+
+@component
+def glm_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
+    """:func:`glm_grad` that also returns the minibatch mean loss (1/|S|) Σ ρ(x_nᵀθ, y_n) when ``want``."""
+    return minibatch_value_gradient(theta, X, y, idx, nb, ints[0], floats, work, grad, want)
 
 
 #: gradient component per oracle kind (the MLP's lives in :mod:`sgtune.sampler.mlp`)

@@ -82,12 +82,13 @@ import numpy as np
 from ._jit import component, njit, njit_parallel, prange
 from .grads import add_prior, row_dot
 from .rng import fill_normals, fill_randbelow, randbelow, uniform
+from .smile import sghmc_step
 
 __all__ = ["SAMPLERS", "BATCHINGS", "BATCH_FNS", "STEP_FNS", "LAM_DIAG", "LAM_DENSE", "COV_BLOCK", "chains",
            "draw_batches", "advance", "batch_schedule", "step_fn_for", "sgld_diag_step", "sgld_dense_step",
-           "sglrw_step", "clipped_sgld_step"]
+           "sglrw_step", "clipped_sgld_step", "sghmc_data_step"]
 
-SAMPLERS = ("sgld", "sglrw", "clipped-sgld")
+SAMPLERS = ("sgld", "sglrw", "clipped-sgld", "sghmc")
 BATCHINGS = ("replacement", "without-replacement", "reshuffle")
 LAM_DIAG, LAM_DENSE = 1, 2
 #: states per covariance block (K of ``blk``); 32 × D doubles stay in L1 for D ≤ 100
@@ -310,9 +311,24 @@ def clipped_sgld_step(th, m, grad, st, s, rs, hp, lam, fac, ld, fd, xi, buf):  #
     return clips
 
 
+@component
+def sghmc_data_step(th, m, grad, st, s, rs, hp, lam, fac, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
+    """Vanilla SGHMC (Chen et al. 2014, no noise estimate) on log p_β = −β(L + θᵀΓθ/(2N)):
+    with g = −β G_t = ∇log p_β, h = s Λ₁₁ (scalar Λ), γ = hp[1] (hp = [β, γ]) and m the velocity v,
+    v ← v + h(g − γv) + sqrt(2γh) ξ,  θ ← θ + h v (:func:`sgtune.sampler.smile.sghmc_step`).
+    """
+    beta = hp[0]
+    for j in range(th.shape[0]):
+        buf[j] = -beta * grad[j]
+    fill_normals(st, xi)
+    sghmc_step(th, m, buf, xi, s * ld[0], hp[1])
+    return 0
+
+
 #: (sampler name, Λ kind) -> update-step component
 STEP_FNS = {("sgld", LAM_DIAG): sgld_diag_step, ("sgld", LAM_DENSE): sgld_dense_step,
-            ("sglrw", LAM_DIAG): sglrw_step, ("clipped-sgld", LAM_DIAG): clipped_sgld_step}
+            ("sglrw", LAM_DIAG): sglrw_step, ("clipped-sgld", LAM_DIAG): clipped_sgld_step,
+            ("sghmc", LAM_DIAG): sghmc_data_step}
 
 
 def step_fn_for(sampler: str, lam_kind: int):  # type: ignore[no-untyped-def]

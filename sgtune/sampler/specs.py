@@ -37,12 +37,19 @@ __all__ = ["Oracle", "ORACLES", "numba_spec_of"]
 
 @dataclass(frozen=True)
 class Oracle:
-    """A compiled gradient: component, work size (ints, D, B) -> W, and D from (ints, p)."""
+    """A compiled gradient: component, work size (ints, D, B) -> W, and D from (ints, p).
+
+    ``value_grad_fn`` (optional) is the gradient component with one more argument ``want`` that also
+    returns the minibatch mean loss when ``want`` is true (the SMILE chains need the log-density
+    difference for the energy error; :mod:`sgtune.sampler.smile_chain`); ``None`` when the oracle has
+    no loss (the quadratic ones).
+    """
 
     grad_fn: Any
     work_size: Callable[[np.ndarray, int, int], int]
     n_params: Callable[[np.ndarray, int], int]
     check: Callable[[np.ndarray, np.ndarray, str], None]
+    value_grad_fn: Any = None
 
 
 def _check_glm(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
@@ -58,8 +65,9 @@ def _check_none(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
 
 
 ORACLES: dict[str, Oracle] = {
-    "glm": Oracle(grads.glm_grad, lambda ints, d, b: max(b, 1), lambda ints, p: p, _check_glm),
-    "mlp": Oracle(mlp.mlp_grad, mlp.work_size, lambda ints, p: mlp.n_params(ints), mlp.check_spec),
+    "glm": Oracle(grads.glm_grad, lambda ints, d, b: max(b, 1), lambda ints, p: p, _check_glm, grads.glm_value_grad),
+    "mlp": Oracle(mlp.mlp_grad, mlp.work_size, lambda ints, p: mlp.n_params(ints), mlp.check_spec,
+                  mlp.mlp_value_grad),
     "quadratic-gaussian": Oracle(grads.quad_gauss_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
     "quadratic-stable": Oracle(grads.quad_stable_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
 }
