@@ -94,7 +94,7 @@ def _tiny():
 def test_ensemble_start_members_beat_their_glorot_start():
     X, y = _tiny()
     sp = bnn.standardised_split(X, y, seed=0)
-    st = bnn.ensemble_start(sp, 3, hidden_sizes=(4,), max_iter=200, seed=1)
+    st = bnn.ensemble_start(sp, 3, hidden_sizes=(4,), max_iter=50, seed=1)
     assert st.members.shape == (3, make_mlp((4,)).n_params(3)) and st.gradient_evals > 0
     model = make_mlp((4,))
     glorot = [np.mean((sp.y_val - model.output(model.initial_params(3, r), sp.X_val)) ** 2)
@@ -108,9 +108,10 @@ def test_tiny_comparison_runs_with_equal_budget():
     rows, starts = bnn.compare_samplers(("sgld",), splits=(0,), n_chains=2, gradient_budget=600, tune_budget=200,
                                         batch_size=8, draws_per_chain=10, hidden_sizes=(4,), start_iter=50,
                                         step_grids={"sgld": (1e-3, 1e-2)}, data=(X, y))
-    (r,) = rows
+    start, r = rows
+    assert start.sampler == bnn.START_ROW and start.gradient_evals_per_chain == 0
     assert r.gradient_evals_per_chain == 600 and r.n_steps == 600 and r.n_diverged == 0
     assert r.step in (1e-3, 1e-2) and len(r.val_lppd) == 2
     assert math.isfinite(r.test_lppd) and r.test_rmse > 0
     s = bnn.summarise(rows)
-    assert s["sgld"]["n_splits"] == 1 and s["sgld"]["lppd_sd"] == 0.0
+    assert s["sgld"]["n_splits"] == 1 and s["sgld"]["lppd_sd"] == 0.0 and bnn.START_ROW in s
