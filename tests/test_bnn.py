@@ -1,5 +1,9 @@
 """The BNN comparison's pure pieces (sgtune.bnn): splits, LPPD/RMSE, the equal gradient budget, a tiny run."""
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +119,31 @@ def test_tiny_comparison_runs_with_equal_budget():
     assert math.isfinite(r.test_lppd) and r.test_rmse > 0
     s = bnn.summarise(rows)
     assert s["sgld"]["n_splits"] == 1 and s["sgld"]["lppd_sd"] == 0.0 and bnn.START_ROW in s
+
+
+# ----------------------------------------------------------------------------- notebook and benchmark at smoke size
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env():
+    # PYTHONPATH: run this checkout's sgtune even when another one is installed
+    return {**os.environ, "SGTUNE_SMOKE": "1", "MPLBACKEND": "Agg",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.notebook
+def test_bnn_notebook_smoke():
+    out = subprocess.run([sys.executable, str(ROOT / "notebooks" / "bnn_smile.py")], cwd=ROOT, env=_env(),
+                         check=True, capture_output=True, text=True, timeout=300).stdout
+    assert "best test LPPD:" in out and bnn.START_ROW in out
+    # the analytic companion: pSMILE's EMA matches the predicted noise sd (median over 737 coordinates)
+    line = next(s for s in out.splitlines() if s.startswith("pSMILE's EMA"))
+    median = float(line.split("median")[1].split(",")[0])
+    assert 0.8 < median < 1.25, line
+
+
+def test_bnn_benchmark_script_smoke():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bnn_smile.py"), "--smoke", "--samplers",
+                          "psmile,sgld"], cwd=ROOT, env=_env(), check=True, capture_output=True, text=True,
+                         timeout=300).stdout
+    assert "| psmile" in out and "| sgld" in out and "| deep-ensemble start" in out and "test LPPD" in out
