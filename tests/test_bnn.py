@@ -103,8 +103,10 @@ def test_ensemble_start_members_beat_their_glorot_start():
     model = make_mlp((4,))
     glorot = [np.mean((sp.y_val - model.output(model.initial_params(3, r), sp.X_val)) ** 2)
               for r in (np.random.default_rng(s) for s in np.random.SeedSequence(1).spawn(3))]
-    assert st.noise_variance <= np.mean(glorot)
-    assert 0.0 < st.noise_variance < 1.0  # the signal explains part of the (standardised) variance
+    assert st.val_msr <= np.mean(glorot)
+    # σ² is the training mean squared residual; the signal explains part of the (standardised) variance
+    trn = np.mean([np.mean((sp.y_train - model.output(th, sp.X_train)) ** 2) for th in st.members])
+    assert st.noise_variance == pytest.approx(trn, rel=1e-12) and 0.0 < st.noise_variance < 1.0
 
 
 def test_tiny_comparison_runs_with_equal_budget():
