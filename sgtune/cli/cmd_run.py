@@ -1,4 +1,4 @@
-"""``sgtune run``: run numba SG(L)D / SGLRW / clipped-SGLD chains from the MAP and summarise them."""
+"""``sgtune run``: run numba SG(L)D / SGLRW / clipped-SGLD / SGHMC / SMILE chains from the MAP and summarise them."""
 from __future__ import annotations
 
 import math
@@ -12,6 +12,7 @@ from .._json import dumps
 from .._refs import references_of
 from ..errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
+from ..sampler.driver import DYNAMICS_SAMPLERS
 from ..trace_io import require_arviz, to_inference_data, write_netcdf
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
@@ -64,6 +65,43 @@ def resolve_step(kw: dict[str, Any], dim: int) -> Any:
     return arr
 
 
+SAMPLER_HELP = ("sgld: SG(L)D/SGD (any Λ); sglrw: seed 000 eq. 12; clipped-sgld: seed 000 eq. 18 (diagonal Λ, β < ∞); "
+                "sghmc: vanilla SGHMC (time step h = --step-size, --friction γ); smile-naive, psmile-naive: "
+                "MCLMC with minibatch gradients, no injected noise (ε = --step-size, the distance moved per step; "
+                "psmile: diagonal preconditioner from gradient EMAs); smile, psmile: the same with the "
+                "energy-variance step-size tuner (--step-size is the initial ε). sghmc and the SMILE samplers "
+                "need a scalar --step-size, no --momentum, and sample exp(−β(L + θᵀΓθ/(2N))) with β = N unless "
+                "--inverse-temperature is given.")
+
+sampler_options = _compose(
+    click.option("--sampler", type=click.Choice(SAMPLERS), default="sgld", show_default=True, help=SAMPLER_HELP),
+    click.option("--friction", type=float, default=1.0, show_default=True, help="SGHMC's friction γ > 0."),
+)
+
+
+def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
+    """β from --inverse-temperature; left at its default, N for sghmc and the SMILE samplers (they need β < ∞)."""
+    ctx = click.get_current_context(silent=True)
+    default = ctx is not None and ctx.get_parameter_source("inverse_temperature") in (
+        click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    if sampler in DYNAMICS_SAMPLERS and default:
+        return float(n_data)
+    return parse_inv_temperature(kw["inverse_temperature"], n_data)
+
+
+def smile_json(res: ChainResult) -> dict[str, Any]:
+    """The keys SMILE runs add (per chain): step_size_final, rejection_fraction, energy_error_mean, …"""
+    if res.step_size_final is None:
+        return {}
+    out: dict[str, Any] = {"step_size_final": res.step_size_final, "rejection_fraction": res.rejection_fraction,
+                           "energy_error_mean": res.energy_error_mean,
+                           "energy_error_abs_mean": res.energy_error_abs_mean,
+                           "energy_error_var_per_dim": res.energy_error_var_per_dim}
+    if res.preconditioner is not None:
+        out["preconditioner"] = res.preconditioner
+    return out
+
+
 def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sampler: str, batching: str,
                    steps: int, burn_in: int | None, inv_temperature: float, decay: float = 0.0,
                    thin: int = 0) -> ChainResult:
@@ -84,7 +122,7 @@ def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sample
                           inv_temperature=inv_temperature, momentum=float(kw["momentum"]), sampler=sampler,
                           batching=batching, decay=decay, thin=thin,
                           batches_per_chain=kw.get("batches_per_chain"), seed=int(kw["seed"]),
-                          progress=None if quiet else progress)
+                          progress=None if quiet else progress, friction=float(kw.get("friction") or 1.0))
 
 
 def resolve_trace_format(kw: dict[str, Any]) -> bool:
@@ -125,8 +163,7 @@ def chain_json(res: ChainResult) -> dict[str, Any]:
 @data_options
 @batch_options
 @step_options
-@click.option("--sampler", type=click.Choice(SAMPLERS), default="sgld", show_default=True,
-              help="sgld: SG(L)D/SGD (any Λ); sglrw: seed 000 eq. 12; clipped-sgld: seed 000 eq. 18 (diagonal Λ, β < ∞).")
+@sampler_options
 @click.option("--batching", type=click.Choice(BATCHINGS), default=None,
               help="Minibatches: replacement (default), without-replacement (per step) or reshuffle (per epoch).")
 @chain_options
@@ -146,7 +183,13 @@ def cli(**kw: Any) -> None:
     Update: θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ,  G_t = (1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N;
     momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ.
     Standard errors are batch means over chain segments (K batches, reported).
+    sghmc: v ← v + h(−βG_t − γv) + sqrt(2γh) ξ, θ ← θ + h v (h = --step-size).
+    smile-naive/psmile-naive/smile/psmile: MCLMC (seed 001), minimal-norm integrator on one
+    minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile).
     JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, ...
+    SMILE runs add (one entry per chain) step_size_final, rejection_fraction,
+    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
+    psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.
     -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at
     (and draws (C, T', D) with --thin). -o trace.nc (or --format netcdf) writes an ArviZ
     InferenceData instead: posterior theta (chain, draw, theta_dim) of the --thin draws,
@@ -162,7 +205,7 @@ def cli(**kw: Any) -> None:
     prob = load_problem(kw)
     n, d = prob.dataset.n_data, prob.dim
     step = resolve_step(kw, d)
-    beta = parse_inv_temperature(kw["inverse_temperature"], n)
+    beta = sampler_temperature(kw, str(kw["sampler"]), n)
     batching = resolve_batching(kw)
     res = execute_chains(prob, step, kw, sampler=str(kw["sampler"]), batching=batching, steps=int(kw["steps"]),
                          burn_in=kw["burn_in"], inv_temperature=beta, decay=float(kw["decay"]),
@@ -171,12 +214,17 @@ def cli(**kw: Any) -> None:
            "batching": batching, "batch_size": int(kw["batch_size"]), "n_data": n, "dim": d,
            "inverse_temperature": temperature_json(beta), "momentum": float(kw["momentum"]),
            "decay": float(kw["decay"]), "model": prob.model.name, "seed": int(kw["seed"]),
-           "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains)}
+           "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains),
+           **smile_json(res)}
+    if kw["sampler"] == "sghmc":
+        doc["friction"] = float(kw["friction"])
     arrays = {"mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
               "chain_means": res.chain_means, "chain_covs": res.chain_covs, "diverged_at": res.diverged_at,
               "seed": np.array(int(kw["seed"]))}
     if res.trace is not None:
         arrays["draws"] = res.trace
+    if res.step_size_trace is not None:
+        arrays["step_size_trace"] = res.step_size_trace
     if netcdf:
         dumps(doc)  # a document that cannot be written fails before the trace file exists
         write_netcdf(to_inference_data(res, names=prob.dataset.names, theta_hat=prob.expansion.theta_hat,

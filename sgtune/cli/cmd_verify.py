@@ -12,10 +12,11 @@ from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
-                       parse_inv_temperature, temperature_json)
+                       temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
-from .cmd_run import chain_json, chain_options, progress_bar, resolve_step, step_options
+from .cmd_run import (chain_json, chain_options, progress_bar, resolve_step, sampler_options, sampler_temperature,
+                      smile_json, step_options)
 
 
 @click.command("verify")
@@ -26,6 +27,7 @@ from .cmd_run import chain_json, chain_options, progress_bar, resolve_step, step
 @click.option("--method", type=click.Choice(METHODS), default=None, help="Tuning method (default dq-exact).")
 @click.option("--family", type=click.Choice(FAMILIES), default=None, help="Tuning family (default dense).")
 @step_options
+@sampler_options
 @chain_options
 @click.option("--alpha", type=float, default=1e-3, show_default=True,
               help="Family-wise level: reject when max|z| exceeds the Bonferroni t-quantile 1 − α/(2k).")
@@ -53,6 +55,10 @@ def cli(**kw: Any) -> None:
     p(θ|𝒟) ∝ exp(−N·L), with ksd_n_samples and ksd_iid_reference (≈ what independent
     posterior draws score); it sees non-Gaussian shape errors the covariance test cannot
     (it does not change `passed`).
+    --sampler sghmc|smile-naive|psmile-naive|smile|psmile (with --step-size): mode
+    `posterior`, the prediction is the posterior covariance (βH)⁻¹ at θ̂ (β = N by default;
+    exact for linear regression, Laplace otherwise); SMILE runs add step_size_final,
+    rejection_fraction, energy_error_mean, ...
     --plot FILE.png: predicted (and target) vs empirical covariance ellipses and Λ.
     Example:  sgtune verify --example hetero-linear --batch-size 64 --plot verify.png
     """
@@ -66,7 +72,7 @@ def cli(**kw: Any) -> None:
     prob = load_problem(kw)
     n, d = prob.dataset.n_data, prob.dim
     B = check_batch_size(int(kw["batch_size"]), n)
-    beta = parse_inv_temperature(kw["inverse_temperature"], n)
+    beta = sampler_temperature(kw, str(kw["sampler"]), n)
     step = resolve_step(kw, d) if covariance_mode else None
     target: Any = None
     if not covariance_mode:
@@ -89,19 +95,22 @@ def cli(**kw: Any) -> None:
             n_chains=int(kw["chains"]), batches_per_chain=kw["batches_per_chain"], alpha=float(kw["alpha"]),
             relative_tolerance=float(kw["relative_tolerance"]), inflate_prediction=float(kw["inflate_prediction"]),
             seed=int(kw["seed"]), progress=None if quiet else progress,
-            keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
+            keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
+            sampler=str(kw["sampler"]), friction=float(kw["friction"]))
     t = rep.test
     doc = {**expansion_keys(prob.expansion), 
         "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,
         "threshold": t.threshold, "argmax": list(t.argmax), "n_tests": t.n_tests, "dof": t.dof, "alpha": t.alpha,
         "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error,
         "inflate_prediction": float(kw["inflate_prediction"]), "mode": rep.mode, "lambda": rep.step_matrix,
-        "spectral_radius": rep.stationary.spectral_radius, "tau_worst": rep.stationary.tau_worst,
+        **({} if rep.mode == "posterior" else {"spectral_radius": rep.stationary.spectral_radius,
+                                               "tau_worst": rep.stationary.tau_worst}),
         "theta_hat": prob.expansion.theta_hat, **chain_json(rep.chains),
         "batch_size": B, "n_data": n, "dim": d, "inverse_temperature": temperature_json(beta),
         "momentum": float(kw["momentum"]), "without_replacement": bool(kw["without_replacement"]),
         "model": prob.model.name, "seed": int(kw["seed"]), "data": prob.dataset.source,
         "command": command_line(), "references": references_of(verify_stationary_cov),
+        "sampler": kw["sampler"], **smile_json(rep.chains),
     }
     if rep.tuning is not None:
         doc.update({"target_cov": rep.tuning.target_cov, "method": rep.tuning.method, "family": rep.tuning.family,

@@ -13,9 +13,21 @@ from ..data import Dataset
 from ..diagnostics import CovarianceTest, compare_covariance
 from ..errors import SgtuneError
 from ..models import GLM, Expansion
-from .driver import ChainResult, ProgressCallback, run_chains
+from .driver import DYNAMICS_SAMPLERS, ChainResult, ProgressCallback, run_chains
 
-__all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length"]
+__all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction"]
+
+
+@dataclass(frozen=True)
+class PosteriorPrediction:
+    """The prediction for samplers of the posterior itself (sghmc, the SMILE samplers): Σ = (β H)⁻¹,
+    H = J + Γ/N at θ̂ (exact for a linear model, the Laplace approximation otherwise); no Λ, so no
+    spectral radius or autocorrelation time (NaN)."""
+
+    cov: np.ndarray
+    step_matrix: np.ndarray
+    spectral_radius: float = math.nan
+    tau_worst: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,7 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           burn_in: int | None = None, n_chains: int = 16, batches_per_chain: int | None = None,
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
                           seed: int = 0, progress: ProgressCallback | None = None,
-                          keep_draws: int = 0) -> VerificationReport:
+                          keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0) -> VerificationReport:
     r"""Test Σ̂ (chains) = Σ(Λ) (eqs. 11–12) entrywise with batch-means z-scores and a Bonferroni t-threshold.
 
     With ``step_matrix`` given, Σ(Λ) comes from :func:`sgtune.theory.stationary.predict_stationary_cov`;
@@ -67,6 +79,13 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     that many thinned post-burn-in draws (pooled over chains) in ``chains.trace`` (e.g. for
     :func:`sgtune.ksd.chain_ksd`); the draws do not change the chains.
 
+    ``sampler`` = ``"sghmc"`` or a SMILE sampler (:func:`~sgtune.sampler.driver.run_chains`) samples
+    the tempered posterior itself: ``step_matrix`` is then its scalar step size (h or ε), β = ``inf``
+    means N, and the prediction is the posterior covariance (β H)⁻¹ with H = J + Γ/N at θ̂ (mode
+    ``"posterior"``; exact for linear regression up to the sampler's own bias: SMILE-naive's
+    stationary law is exact only for isotropic minibatch noise, seed 001 appendix A, and SGHMC
+    without a noise estimate is hot unless the minibatch noise is small).
+
     Returns
     -------
     VerificationReport
@@ -76,7 +95,16 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
 
     f = check_positive(inflate_prediction, "inflate_prediction")
     tuning = None
-    if step_matrix is None:
+    if sampler in DYNAMICS_SAMPLERS:
+        if step_matrix is None or target is not None:
+            raise SgtuneError(f"sampler {sampler!r} samples the posterior with a scalar step size: give step_matrix "
+                              "(--step-size) and no tuning target")
+        beta = data.n_data if math.isinf(inv_temperature) else check_positive(inv_temperature, "inv_temperature")
+        inv_temperature = float(beta)
+        stationary: Any = PosteriorPrediction(np.linalg.inv(beta * expansion.hessian), np.asarray(step_matrix, float))
+        lam = step_matrix
+        mode = "posterior"
+    elif step_matrix is None:
         tuning = tune(expansion, batch_size=batch_size, target="sandwich" if target is None else target,
                       method=method, family=family, inv_temperature=inv_temperature,
                       without_replacement=without_replacement, momentum=momentum)
@@ -97,8 +125,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                         prior_precision=prior_precision, initial=expansion.theta_hat,
                         inv_temperature=inv_temperature, momentum=momentum,
                         batching="without-replacement" if without_replacement else "replacement",
-                        batches_per_chain=batches_per_chain, seed=seed, progress=progress,
-                        thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0)
+                        batches_per_chain=batches_per_chain, seed=seed, progress=progress, sampler=sampler,
+                        friction=friction, thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0)
     if chains.n_batches < 2:
         raise SgtuneError("verification needs at least 2 batches for standard errors; use more chains")
     if np.any(chains.cov_standard_error[np.triu_indices(expansion.dim)] <= 0):

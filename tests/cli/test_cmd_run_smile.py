@@ -1,0 +1,68 @@
+"""``sgtune run`` / ``verify`` with --sampler sghmc and the SMILE samplers: keys, defaults, errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+from sgtune.cli import main
+
+BASE = ["run", "--example", "hetero-linear", "--batch-size", "64", "--steps", "1500", "--chains", "2", "-q"]
+
+
+def test_run_psmile_keys_and_step_size_trace(tmp_path):
+    out = tmp_path / "t.npz"
+    r = CliRunner().invoke(main, [*BASE, "--sampler", "psmile", "--step-size", "0.01", "--thin", "10", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["sampler"] == "psmile" and doc["inverse_temperature"] == doc["n_data"]  # β = N by default
+    for key in ("step_size_final", "rejection_fraction", "energy_error_mean", "energy_error_abs_mean",
+                "energy_error_var_per_dim"):
+        assert len(doc[key]) == 2, key
+    assert np.array(doc["preconditioner"]).shape == (2, 20)
+    assert all(0.0 <= f < 1.0 for f in doc["rejection_fraction"]) and doc["step_size_final"] != [0.01, 0.01]
+    with np.load(out) as z:
+        assert z["step_size_trace"].shape == (2, 135) and z["draws"].shape == (2, 135, 20)
+        np.testing.assert_allclose(z["step_size_trace"][:, -1], doc["step_size_final"], rtol=1e-15)
+
+
+def test_run_sghmc_friction_and_explicit_temperature():
+    r = CliRunner().invoke(main, [*BASE, "--sampler", "sghmc", "--step-size", "0.002", "--friction", "20",
+                                  "--inverse-temperature", "2N"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["friction"] == 20.0 and doc["inverse_temperature"] == 2 * doc["n_data"]
+    assert "step_size_final" not in doc
+
+
+def test_run_smile_refuses_sgld_options(tmp_path):
+    lam = tmp_path / "lam.npy"
+    np.save(lam, np.full(20, 0.01))
+    for extra, needle in ((["--step-size", "0.01", "--momentum", "0.5"], "momentum"),
+                          (["--step-size", "0.01", "--inverse-temperature", "inf"], "finite inverse temperature"),
+                          (["--lambda", str(lam)], "scalar step size"),
+                          (["--step-size", "0.01", "--decay", "0.5"], "decay")):
+        r = CliRunner().invoke(main, [*BASE, "--sampler", "smile", *extra])
+        assert r.exit_code == 1 and needle in r.stderr and r.stdout == "", (extra, r.stderr)
+
+
+def test_verify_posterior_mode_with_sghmc():
+    r = CliRunner().invoke(main, ["verify", "--example", "hetero-linear", "--batch-size", "2000",
+                                  "--without-replacement", "--sampler", "sghmc", "--step-size", "0.002",
+                                  "--friction", "50", "--steps", "6000", "--chains", "4", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "posterior" and doc["passed"] and doc["sampler"] == "sghmc"
+    # the prediction is (N·H)⁻¹: a 1.5× inflated one is rejected
+    r2 = CliRunner().invoke(main, ["verify", "--example", "hetero-linear", "--batch-size", "2000",
+                                   "--without-replacement", "--sampler", "sghmc", "--step-size", "0.002",
+                                   "--friction", "50", "--steps", "6000", "--chains", "4", "-q",
+                                   "--inflate-prediction", "1.5"])
+    assert r2.exit_code == 3
+
+
+def test_verify_smile_needs_a_step_size():
+    r = CliRunner().invoke(main, ["verify", "--example", "hetero-linear", "--batch-size", "64", "--sampler", "smile",
+                                  "-q"])
+    assert r.exit_code == 1 and "scalar step size" in r.stderr
