@@ -58,8 +58,11 @@ def main() -> None:
 
     def log(r: bnn.ComparisonRow) -> None:
         vals = " ".join(f"{v:.3f}" for v in r.val_lppd)
+        eps = r.settings.get("step_size_final")
+        extra = "" if eps is None else f"  final ε (median over chains) {np.median(eps):.3g}"
         print(f"  split {r.split} {r.sampler:<20} step {r.step:<8.3g} LPPD {r.test_lppd:8.4f} RMSE {r.test_rmse:7.3f} "
-              f"diverged {r.n_diverged}  cpu {r.cpu_seconds:6.1f}s  validation LPPD over the grid: [{vals}]",
+              f"diverged {r.n_diverged}  cpu {r.cpu_seconds:6.1f}s  RMS move from start "
+              f"{r.settings.get('rms_move', float('nan')):.3g}{extra}  validation LPPD over the grid: [{vals}]",
               flush=True)
 
     rows, starts = bnn.compare_samplers(samplers, splits=splits, n_chains=chains, gradient_budget=budget,

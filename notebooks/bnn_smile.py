@@ -43,9 +43,9 @@ from sgtune.theory.minibatch import noise_anisotropy
 SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"
 SAMPLERS = ("psmile", "smile", "sghmc", "sgld")
 CHAINS = 2 if SMOKE else 10
-BUDGET = 600 if SMOKE else 30_000
+BUDGET = 300 if SMOKE else 30_000
 SPLITS = (0,) if SMOKE else (0, 1, 2)
-DRAWS = 10 if SMOKE else 100
+DRAWS = 5 if SMOKE else 100
 GRIDS = {s: bnn.DEFAULT_STEP_GRIDS[s][1:3] for s in SAMPLERS} if SMOKE else None
 
 # %% [markdown]
@@ -99,7 +99,7 @@ print(f"D = {sig.size}, rank V = {rank} (N_train = {ds.X.shape[0]}), κ(V) = {an
 print(f"noise sd σ_j: min {sig.min():.3g}, median {np.median(sig):.3g}, max {sig.max():.3g} "
       f"(max/min {sig.max() / sig.min():.3g})")
 n_ch = 2 if SMOKE else 8
-res = run_chains(model, ds, 1e-3, batch_size=32, n_steps=600 if SMOKE else 3000, n_chains=n_ch,
+res = run_chains(model, ds, 1e-3, batch_size=32, n_steps=500 if SMOKE else 3000, n_chains=n_ch,
                  prior_precision=10.0, initial=np.tile(theta0, (n_ch, 1)), inv_temperature=ds.X.shape[0],
                  sampler="psmile-naive", seed=11)
 ratio = res.gradient_sd.mean(axis=0) / sig

@@ -267,7 +267,12 @@ def ensemble_start(split: Split, n_members: int, *, hidden_sizes: Sequence[int] 
 # ----------------------------------------------------------------------------- one sampler run
 @dataclass(frozen=True)
 class SamplerRun:
-    """Predictions of one sampler run: test (or validation) outputs of the pooled thinned draws and run facts."""
+    """Predictions of one sampler run: test (or validation) outputs of the pooled thinned draws and run facts.
+
+    ``settings`` holds ``rms_move`` (√ of the mean over kept draws and coordinates of (θ − θ_start)²,
+    how far the chains went) and, for the SMILE samplers, ``step_size_final``,
+    ``rejection_fraction``, ``energy_error_mean`` (per chain).
+    """
 
     sampler: str
     step: float
@@ -306,11 +311,15 @@ def run_sampler(sampler: str, step: float, X: np.ndarray, y: np.ndarray, X_eval:
     trace = res.trace
     assert trace is not None  # thin > 0
     ok = res.diverged_at < 0
-    draws = trace[ok][:, -k:, :].reshape(-1, trace.shape[2])
+    kept = trace[ok][:, -k:, :]
+    start = init[ok] if init.ndim == 2 else np.broadcast_to(init, (int(ok.sum()), init.shape[-1]))
+    move = float(np.sqrt(np.nanmean((kept - start[:, None, :]) ** 2))) if kept.size else math.nan
+    draws = kept.reshape(-1, trace.shape[2])
     draws = draws[np.all(np.isfinite(draws), axis=1)]
     preds = np.stack([model.output(th, X_eval) for th in draws]) if len(draws) else np.empty((0, X_eval.shape[0]))
     extra = {key: getattr(res, key) for key in ("step_size_final", "rejection_fraction", "energy_error_mean")
              if getattr(res, key, None) is not None}
+    extra["rms_move"] = move  # RMS per coordinate of θ_draw − θ_start: how far the kept draws are from the start
     return SamplerRun(sampler, float(step), steps, steps * GRADS_PER_STEP[sampler], preds, int(res.n_diverged),
                       cpu, extra)
 

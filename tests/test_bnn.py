@@ -119,6 +119,7 @@ def test_tiny_comparison_runs_with_equal_budget():
     assert r.gradient_evals_per_chain == 600 and r.n_steps == 600 and r.n_diverged == 0
     assert r.step in (1e-3, 1e-2) and len(r.val_lppd) == 2
     assert math.isfinite(r.test_lppd) and r.test_rmse > 0
+    assert 0.0 < r.settings["rms_move"] < 10.0
     s = bnn.summarise(rows)
     assert s["sgld"]["n_splits"] == 1 and s["sgld"]["lppd_sd"] == 0.0 and bnn.START_ROW in s
 
