@@ -12,7 +12,7 @@ from sgtune.errors import SgtuneError
 from sgtune.models import get_model
 from sgtune.models.mlp import MLP
 from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains
-from sgtune.sampler import grads, mlp as smlp, smile_chain
+from sgtune.sampler import grads, mlp as smlp, mlp_loss, smile_chain
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 
 from tests._tolerances import bonferroni_z
@@ -97,9 +97,9 @@ def test_mlp_loss_matches_numpy_model():
             m = MLP((4, 2), act, lik, noise_variance=0.7)
             _, ints, floats = m.numba_spec(3)
             theta = smlp.init_params(ints, 3)
-            work = np.empty(smlp.work_size(ints, theta.size, 11))
+            work = np.empty(max(smlp.work_size(ints, theta.size, 11), mlp_loss.work_size(ints, 11)))
             g = np.empty(theta.size)
-            val = smlp.mlp_value_grad(theta, X, yv, idx, 11, ints, floats, np.zeros((1, 1)),
+            val = mlp_loss.mlp_value_grad(theta, X, yv, idx, 11, ints, floats, np.zeros((1, 1)),
                                       np.zeros(4, dtype=np.uint64), work, g, True)
             np.testing.assert_allclose(val, m.per_sample_losses(theta, X[idx], yv[idx]).mean(), rtol=1e-13)
             np.testing.assert_allclose(g, m.per_sample_grads(theta, X[idx], yv[idx]).mean(axis=0), rtol=1e-10,
@@ -124,7 +124,7 @@ def test_compiled_matches_general_path(sampler):
 
 def test_stripped_glm_reproduces_compiled_psmile():
     X, y = _logistic()
-    kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="reshuffle", inv_temperature=60.0,
+    kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="without-replacement", inv_temperature=60.0,
               initial=np.zeros(4), **SMILE_KW)
     a = run_chains("logistic", (X, y), 0.1, sampler="psmile", **kw)
     b = run_chains(StrippedGLM("logistic"), (X, y), 0.1, sampler="psmile", **kw)
@@ -282,3 +282,39 @@ def test_posterior_covariance_slow(sampler, h, B, batching):
     res, post = _posterior_run(sampler, 200000, 12, h, B, batching)
     z, thr = _check_posterior(res, post, SMILE_REL / 2)
     assert res.n_diverged == 0 and z <= thr, (z, thr, np.diag(res.cov) / np.diag(post))
+
+
+def test_full_batch_chain_is_the_analytic_mn_integrator():
+    """Independent route: with B = N (every step sees all the data) on a linear model, the data chain's
+    integrator must be :func:`sgtune.sampler.smile.mn_step` on the Gaussian target with precision
+    β(H + Γ/N) centred at the posterior mean — same θ path and the same energy errors (eq. 2)."""
+    from sgtune.sampler.rng import chain_states, fill_normals
+    from sgtune.sampler.smile import mn_step
+    from sgtune.sampler.targets import GAUSSIAN, noisy_logp_grad
+
+    r = np.random.default_rng(3)
+    n, d, beta, gam, eps, steps = 60, 3, 45.0, 2.0, 0.05, 40
+    X = r.standard_normal((n, d))
+    y = X @ np.array([0.5, -1.0, 0.3]) + r.standard_normal(n)
+    A = X.T @ X / n + gam / n * np.eye(d)
+    centre = np.linalg.solve(A, X.T @ y / n)
+    start = centre + np.array([0.1, -0.2, 0.05])
+    res = run_chains("linear", (X, y), eps, batch_size=n, batching="without-replacement", n_steps=steps,
+                     n_chains=1, seed=4, inv_temperature=beta, prior_precision=gam, initial=start, burn_in=0,
+                     thin=1, sampler="smile-naive")
+    st = chain_states(4, 1)[0]
+    u = np.empty(d)
+    fill_normals(st, u)
+    u /= np.linalg.norm(u)
+    th = start - centre
+    prec = beta * A
+    w = np.zeros(d)
+    ones = np.ones(d)
+    grad = np.empty(d)
+    des = []
+    for t in range(steps):
+        lp0 = noisy_logp_grad(GAUSSIAN, prec, 0.1, 0.0, w, th, grad)
+        des.append(mn_step(GAUSSIAN, prec, 0.1, 0.0, w, th, u, ones, eps, grad, lp0))
+        np.testing.assert_allclose(res.trace[0, t], th + centre, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(res.energy_error_mean[0], np.mean(des), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(res.energy_error_var_per_dim[0], np.mean(np.square(des)) / d, rtol=1e-6)

@@ -5,7 +5,9 @@ Public API: :func:`run_chains` (GLM chains on data), :func:`run_quadratic_chains
 Chains run in one numba kernel composed from a batch schedule, a gradient and an update step
 (:mod:`sgtune.sampler.kernels`; models reach their gradient through a numba spec,
 :mod:`sgtune.sampler.specs`), with a pure-Python twin in :mod:`sgtune.sampler.twins`; models with
-only NumPy gradients run on :mod:`sgtune.sampler.general`.
+only NumPy gradients run on :mod:`sgtune.sampler.general`. ``run_chains(sampler=...)`` also runs
+SGHMC and the SMILE samplers (:mod:`sgtune.sampler.smile_chain`) on every model; the SMILE
+samplers on seed 001's analytic targets are :func:`sgtune.sampler.smile.run_smile_ensemble`.
 """
 from __future__ import annotations
 

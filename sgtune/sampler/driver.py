@@ -418,23 +418,24 @@ def _dynamics_options(sampler: str, step_matrix: Any, inv_temperature: float, mo
     what = "h (its time step)" if sampler == "sghmc" else "ε (the distance moved per step)"
     arr = np.asarray(step_matrix, dtype=float) if not isinstance(step_matrix, str) else np.array([np.nan, np.nan])
     if arr.size != 1:
-        raise SgtuneError(f"sampler {sampler!r} takes a scalar step size {what}, got step_matrix of shape {arr.shape}; "
-                          "pass a number (a diagonal or dense Λ is for sampler='sgld'; psmile estimates a "
-                          "diagonal preconditioner itself)")
+        raise SgtuneError(f"sampler {sampler!r} takes a scalar step size {what}, got step_matrix (--lambda) of shape "
+                          f"{arr.shape}; pass a number (--step-size) — a diagonal or dense Λ is for sampler 'sgld', "
+                          "and psmile estimates a diagonal preconditioner itself")
     h = float(arr.reshape(-1)[0])
     if not (h > 0 and math.isfinite(h)):
         raise SgtuneError(f"sampler {sampler!r} needs a finite step size > 0, got {h}")
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
     if math.isinf(beta):
         raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
-                          "temperature, got inf; pass inv_temperature=N (the posterior, the default) or a number")
+                          "temperature (--inverse-temperature), got inf; pass inv_temperature=N (the posterior, the "
+                          "default) or a number")
     if momentum != 0.0:
         alt = "its friction γ (friction=...)" if sampler == "sghmc" else "its own unit velocity u"
-        raise SgtuneError(f"momentum κ = {momentum} is an SG(L)D option; sampler {sampler!r} has {alt} — "
-                          "drop momentum (or use sampler='sgld')")
+        raise SgtuneError(f"momentum κ = {momentum} (--momentum) is an SG(L)D option; sampler {sampler!r} has {alt} — "
+                          "drop it (or use sampler 'sgld')")
     if decay != 0.0 and sampler != "sghmc":
-        raise SgtuneError(f"decay = {decay} schedules SG(L)D's Λ; sampler {sampler!r} has no schedule "
-                          "(smile/psmile tune ε themselves) — drop decay")
+        raise SgtuneError(f"decay = {decay} (--decay) schedules SG(L)D's Λ; sampler {sampler!r} has no schedule "
+                          "(smile/psmile tune ε themselves) — drop it")
     if backend == "python":
         raise SgtuneError(f"backend 'python' (the pure-Python twin) runs sgld, sglrw and clipped-sgld, not "
                           f"{sampler!r}; use backend='numba' or 'numpy'")

@@ -39,10 +39,10 @@ import numpy as np
 
 from ..errors import SgtuneError
 from ._jit import component, njit
-from .grads import glm_d1, glm_rho
+from .grads import glm_d1
 
 __all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
-           "tanh_poly", "init_params", "layer_shapes", "mlp_loss", "mlp_value_grad"]
+           "tanh_poly", "init_params", "layer_shapes"]
 
 TANH, RELU, SOFTPLUS = 0, 1, 2
 ACTIVATIONS: dict[str, int] = {"tanh": TANH, "relu": RELU, "softplus": SOFTPLUS}
@@ -387,49 +387,3 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
                              work[d_nxt:d_nxt + n_in * m], n_in * m)
         d_cur, d_nxt = d_nxt, d_cur
         w0 -= ints[l - 1] * (ints[l - 2] + 1)  # to layer l − 1
-
-
-@njit
-def mlp_loss(theta, X, y, idx, nb, ints, floats, work):  # type: ignore[no-untyped-def]
-    """Minibatch mean loss (1/|S|) Σ_{n∈S} ρ(f(x_n; θ), y_n) (up to a constant; a forward pass only).
-
-    Work layout (m = nb): a_0 (n_0 × m), then z_l, a_l (n_l × m) per hidden layer, then f (m):
-    within :func:`work_size`. Same helpers and summation order as the forward pass of :func:`mlp_grad`.
-    """
-    n_layers = ints.shape[0] - 3
-    code = ints[n_layers + 1]
-    lik = ints[n_layers + 2]
-    m = nb
-    n0 = ints[0]
-    a0 = work[0:n0 * m].reshape((n0, m))
-    for b in range(m):
-        row = X[idx[b]]
-        for i in range(n0):
-            a0[i, b] = row[i]
-    off = n0 * m
-    a_in = a0
-    w0 = 0
-    for l in range(1, n_layers):
-        n_in = ints[l - 1]
-        n_out = ints[l]
-        z = work[off:off + n_out * m].reshape((n_out, m))
-        _affine(theta, w0, n_out, n_in, a_in, z)
-        _activate(code, work[off:off + n_out * m], work[off + n_out * m:off + 2 * n_out * m], n_out * m)
-        a_in = work[off + n_out * m:off + 2 * n_out * m].reshape((n_out, m))
-        off += 2 * n_out * m
-        w0 += n_out * (n_in + 1)
-    f = work[off:off + m].reshape((1, m))
-    _affine(theta, w0, 1, ints[n_layers - 1], a_in, f)
-    val = 0.0
-    for b in range(m):
-        val += glm_rho(lik, f[0, b], y[idx[b]], floats)
-    return val / m
-
-
-@component
-def mlp_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
-    """:func:`mlp_grad`, plus the minibatch mean loss (:func:`mlp_loss`, a second forward pass) when ``want``."""
-    mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad)
-    if want:
-        return mlp_loss(theta, X, y, idx, nb, ints, floats, work)
-    return 0.0

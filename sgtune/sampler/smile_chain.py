@@ -37,14 +37,14 @@ import math
 import numpy as np
 
 from ._jit import njit, njit_parallel, prange
-from .grads import add_prior, prior_value
+from .grads import add_prior, minibatch_value_gradient, prior_value
 from .kernels import _diverges, _finish, _record
 from .rng import fill_normals
 from .smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, tuner_update
 
 __all__ = ["MCLMC_SAMPLERS", "Q_ALPHA", "Q_BETA", "Q_ZK", "Q_ZLO", "Q_ZHI", "Q_DELTA", "Q_TUNE_START",
            "Q_PRE_START", "Q_INV_TEMP", "Q_PRECOND", "Q_TUNED", "N_PARAMS", "to_logp", "init_velocity",
-           "step_begin", "step_mid", "step_end", "smile_chains", "general_phase"]
+           "step_begin", "step_mid", "step_end", "smile_chains", "general_phase", "value_gradient_cost"]
 
 #: the MCLMC samplers of this module: (preconditioned, tuned)
 MCLMC_SAMPLERS: dict[str, tuple[bool, bool]] = {"smile-naive": (False, False), "psmile-naive": (True, False),
@@ -220,3 +220,17 @@ def general_phase(phase, state, t, burn_in, grads, values, prior_kind, prior, sm
                 _record(c, t - burn_in, th, epoch_pos[c], out, buf)
                 _record_step(c, t - burn_in, sm, thin)
             _finish(c, out, diverged, buf)
+
+
+@njit
+def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[no-untyped-def]
+    """Evaluate the GLM minibatch gradient (and the loss when ``want``) on the fixed batch ``idx`` ``n_iter``
+    times (benchmark helper, as :func:`sgtune.sampler.grads.gradient_cost`); returns a checksum."""
+    b = idx.shape[0]
+    eta = np.empty(b)
+    grad = np.empty(theta.shape[0])
+    mpar = np.array([1.0, 1.5, 1.0, 2.0, 0.0])
+    acc = 0.0
+    for _ in range(n_iter):
+        acc += minibatch_value_gradient(theta, X, y, idx, b, model, mpar, eta, grad, want) + grad[0]
+    return acc

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import SgtuneError
 from ..models.base import checked_call, model_label
-from . import grads, mlp
+from . import grads, mlp, mlp_loss
 
 __all__ = ["Oracle", "ORACLES", "numba_spec_of"]
 
@@ -66,8 +66,8 @@ def _check_none(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
 
 ORACLES: dict[str, Oracle] = {
     "glm": Oracle(grads.glm_grad, lambda ints, d, b: max(b, 1), lambda ints, p: p, _check_glm, grads.glm_value_grad),
-    "mlp": Oracle(mlp.mlp_grad, mlp.work_size, lambda ints, p: mlp.n_params(ints), mlp.check_spec,
-                  mlp.mlp_value_grad),
+    "mlp": Oracle(mlp.mlp_grad, lambda ints, d, b: max(mlp.work_size(ints, d, b), mlp_loss.work_size(ints, b)),
+                  lambda ints, p: mlp.n_params(ints), mlp.check_spec, mlp_loss.mlp_value_grad),
     "quadratic-gaussian": Oracle(grads.quad_gauss_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
     "quadratic-stable": Oracle(grads.quad_stable_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
 }

@@ -101,7 +101,9 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                               "(--step-size) and no tuning target")
         beta = data.n_data if math.isinf(inv_temperature) else check_positive(inv_temperature, "inv_temperature")
         inv_temperature = float(beta)
-        stationary: Any = PosteriorPrediction(np.linalg.inv(beta * expansion.hessian), np.asarray(step_matrix, float))
+        arr = np.asarray(step_matrix, dtype=float)  # the scalar step as the diagonal h·1 (reports, plots)
+        stationary: Any = PosteriorPrediction(np.linalg.inv(beta * expansion.hessian),
+                                              np.full(expansion.dim, arr.reshape(-1)[0]) if arr.size == 1 else arr)
         lam = step_matrix
         mode = "posterior"
     elif step_matrix is None:

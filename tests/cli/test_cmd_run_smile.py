@@ -47,13 +47,15 @@ def test_run_smile_refuses_sgld_options(tmp_path):
         assert r.exit_code == 1 and needle in r.stderr and r.stdout == "", (extra, r.stderr)
 
 
-def test_verify_posterior_mode_with_sghmc():
+def test_verify_posterior_mode_with_sghmc(tmp_path):
+    png = tmp_path / "v.png"
     r = CliRunner().invoke(main, ["verify", "--example", "hetero-linear", "--batch-size", "2000",
                                   "--without-replacement", "--sampler", "sghmc", "--step-size", "0.002",
-                                  "--friction", "50", "--steps", "6000", "--chains", "4", "-q"])
+                                  "--friction", "50", "--steps", "6000", "--chains", "4", "-q", "--plot", str(png)])
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["mode"] == "posterior" and doc["passed"] and doc["sampler"] == "sghmc"
+    assert png.read_bytes()[:4] == b"\x89PNG" and doc["lambda"] == [0.002] * 20
     # the prediction is (N·H)⁻¹: a 1.5× inflated one is rejected
     r2 = CliRunner().invoke(main, ["verify", "--example", "hetero-linear", "--batch-size", "2000",
                                    "--without-replacement", "--sampler", "sghmc", "--step-size", "0.002",
