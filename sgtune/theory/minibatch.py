@@ -43,7 +43,7 @@ import numpy as np
 from scipy.linalg.blas import dsyrk
 
 from .._refs import cites
-from .._validation import as_float_array, as_square, as_vector, check_int, check_positive
+from .._validation import as_float_array, as_square, as_symmetric, as_vector, check_int, check_positive
 from ..data import Dataset
 from ..errors import ShapeError, SgtuneError
 from ..models import GLM, checked_call, model_dim, prior_matrix
@@ -65,6 +65,7 @@ __all__ = [
     "sglrw_drift",
     "clipped_sgld_drift",
     "noise_anisotropy",
+    "residual_anisotropy",
 ]
 
 
@@ -770,6 +771,42 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     except np.linalg.LinAlgError:
         res_chol = math.inf
     return NoiseAnisotropy(V, cond, p, res_diag, res_chol, lam)
+
+
+@cites("smile2025", "appendix A / section 3.2: noise of the gradient in θ' = θ ⊙ p is P⁻¹VP⁻¹")
+def residual_anisotropy(noise_cov: Any, preconditioner: Any) -> float:
+    r"""κ(P⁻¹VP⁻¹) = λ_max/λ_min, P = diag(p): the anisotropy left by a given diagonal preconditioner.
+
+    In pSMILE's coordinates θ' = θ ⊙ p (seed 001, section 3.2 and appendix A; THEORY §5) the
+    minibatch gradient is g' = g / p, whose covariance is P⁻¹VP⁻¹. Its condition number is 1 for
+    isotropic noise; for the ideal diagonal preconditioner p ∝ √diag V it is the condition number
+    of the correlation matrix of V (``NoiseAnisotropy.residual_condition_number_diagonal``), and
+    for p = 1 that of V itself. Use it to score a preconditioner a sampler converged to (e.g.
+    ``ChainResult.preconditioner`` of pSMILE) against that ideal. κ is invariant to the scale of p.
+
+    Parameters
+    ----------
+    noise_cov : (D, D) array
+        V, symmetric positive semi-definite (e.g. ``noise_anisotropy(...).noise_cov``).
+    preconditioner : (D,) array
+        p > 0.
+
+    Returns
+    -------
+    float
+        κ(P⁻¹VP⁻¹); ``inf`` when P⁻¹VP⁻¹ is singular.
+
+    References
+    ----------
+    Seed 001 (SMILE), section 3.2 and appendix A; THEORY §5 (last bullet).
+    """
+    V = as_symmetric(noise_cov, "noise_cov", rtol=1e-10)
+    d = V.shape[0]
+    p = as_vector(preconditioner, "preconditioner", d)
+    if not np.all(p > 0):
+        raise SgtuneError(f"preconditioner must be positive in every coordinate, got min {float(p.min()):.3g}; "
+                          "pass p > 0 (e.g. ChainResult.preconditioner of a pSMILE chain)")
+    return _condition(np.linalg.eigvalsh(V / np.outer(p, p)))
 
 
 # ----------------------------------------------------------------------------- helpers
