@@ -42,6 +42,9 @@ METHODS = ("dq-exact", "ct", "dq-const", "lr-ws")
 #: above this D the structured families default to the closed form (``family_criterion="auto"``)
 FIT_MAX_DIM = 300
 FAMILIES = ("dense", "diagonal", "scalar", "block")
+#: a dq-exact Λ whose chain has spectral radius ρ ≥ 1 − this is reported as "out of reach" (it would need
+#: more than 1/EDGE_OF_STABILITY steps to mix, and at ρ ≈ 1 rounding alone decides the sign of 1 − ρ)
+EDGE_OF_STABILITY = 1e-9
 
 
 @dataclass(frozen=True)
@@ -358,15 +361,16 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
                                         initial_guess=guess, radius_bound=family != "dense")
     except UnstableStepSizeError as exc:
         if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
-            raise UnstableStepSizeError(
-                f"the target covariance is out of reach of a stable chain: the step-size matrix that would give "
-                f"it sits at the edge of stability ({exc}); SGD's own gradient noise is too small in some "
-                "direction — use SGLD (a finite --inverse-temperature), a smaller batch, or a smaller target",
-                spectral_radius=exc.spectral_radius, max_stable_step=exc.max_stable_step) from None
+            raise _out_of_reach(str(exc), exc.spectral_radius, exc.max_stable_step) from None
         raise UnstableStepSizeError(
             f"method {method!r} gives a step-size matrix whose chain diverges ({exc}); the target is out of "
             "reach of this method's noise model — use method 'dq-exact'",
             spectral_radius=exc.spectral_radius, max_stable_step=exc.max_stable_step) from None
+    if method == "dq-exact" and not st.spectral_radius < 1.0 - EDGE_OF_STABILITY:
+        # at the edge itself rounding decides whether ρ prints as 1 − 1e-13 or 1 + 1e-13: one answer for both
+        raise _out_of_reach(f"spectral radius {st.spectral_radius:.15g} is within {EDGE_OF_STABILITY:g} of 1, "
+                            f"a chain that needs more than {1 / EDGE_OF_STABILITY:.0e} steps to mix",
+                            st.spectral_radius, math.nan)
     err = float(np.linalg.norm(st.cov - S) / np.linalg.norm(S))
     return TuningResult(step_matrix=lam, target_cov=S, predicted_cov=st.cov, residual=residual,
                         covariance_error=err, method=method, family=family, criterion=criterion,
@@ -375,6 +379,15 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
 
 
 # --------------------------------------------------------------------------- internals
+def _out_of_reach(why: str, rho: float, max_stable: float) -> UnstableStepSizeError:
+    """The error of a dq-exact Λ that sits at (or beyond) the edge of stability."""
+    return UnstableStepSizeError(
+        f"the target covariance is out of reach of a stable chain: the step-size matrix that would give "
+        f"it sits at the edge of stability ({why}); SGD's own gradient noise is too small in some "
+        "direction — use SGLD (a finite --inverse-temperature), a smaller batch, or a smaller target",
+        spectral_radius=rho, max_stable_step=max_stable)
+
+
 def _noise_rhs(e: Expansion, S: np.ndarray, B: int, wor: bool, method: str) -> np.ndarray:
     H, J = e.hessian, e.curvature
     f = finite_population_factor(e.n_data, B, wor)
