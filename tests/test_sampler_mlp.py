@@ -141,14 +141,28 @@ def test_relu_derivative_at_zero_is_zero():
     np.testing.assert_array_equal(g[:9], 0.0)  # W_1 (6) and b_1 (3)
 
 
-def test_tanh_poly_matches_math_tanh():
+def test_tanh_tab_matches_math_tanh():
+    # a dense grid, every table point and the points halfway between two (largest |s|), tiny and huge |x|
+    j = np.arange(mlp.TANH_TABLE.size) / 16.0
     x = np.concatenate([np.linspace(-25, 25, 20001), np.geomspace(1e-300, 1.0, 3001), [0.0, -0.0, 19.5, 19.6],
-                        -np.geomspace(1e-12, 30.0, 2001)])
+                        -np.geomspace(1e-12, 30.0, 2001), j, -j, j + 1 / 32, np.nextafter(j + 1 / 32, 0.0),
+                        [np.inf, -np.inf, 1e308]])
     ref = np.tanh(x)
-    got = np.array([mlp.tanh_poly(v) for v in x])
+    got = np.array([mlp.tanh_tab(v) for v in x])
     ulp = np.abs(got - ref) / np.spacing(np.maximum(np.abs(ref), np.finfo(float).tiny))
-    assert ulp.max() <= 8, (x[np.argmax(ulp)], ulp.max())
-    assert math.isnan(mlp.tanh_poly(math.nan))
+    assert ulp.max() <= 4, (x[np.argmax(ulp)], ulp.max())
+    assert np.array_equal(np.signbit(got), np.signbit(ref))  # tanh(−0) = −0
+    assert math.isnan(mlp.tanh_tab(math.nan))
+
+
+def test_tanh_table_is_correctly_rounded():
+    # the table against mpmath at 200 bits (an independent arbitrary-precision tanh)
+    import mpmath
+
+    with mpmath.workprec(200):
+        ref = np.array([float(mpmath.tanh(mpmath.mpf(k) / 16)) for k in range(mlp.TANH_TABLE.size)])
+    np.testing.assert_array_equal(mlp.TANH_TABLE, ref)
+    assert mlp.TANH_TABLE.size == 313 and mlp.TANH_TABLE[-1] == 1.0  # up to the clamp 19.5 = 312/16
 
 
 def test_mlp_layout_and_sizes():
