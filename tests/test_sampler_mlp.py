@@ -97,7 +97,14 @@ def test_mlp_gradient_matches_central_differences(widths, act, lik):
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max())
 
 
-@pytest.mark.parametrize("widths, act, lik", CASES[:3], ids=lambda c: str(c))  # every activation and likelihood
+# every activation and likelihood; and layers wide enough for every block path of the kernel's passes
+# (blocks of 8, 4 and single rows: fan-ins 10 = 8 + 1 + 1, 12 = 8 + 4, 9 = 8 + 1, 17 = 2·8 + 1 and
+# fan-outs ≥ 8 and < 8 for Wᵀδ) with a batch of 14 = 8 + 4 + 1 + 1 rows
+WIDE = [((10, 12, 9, 17, 1), "tanh", "gaussian"), ((12, 8, 5, 1), "softplus", "bernoulli"),
+        ((9, 16, 1), "relu", "poisson")]
+
+
+@pytest.mark.parametrize("widths, act, lik", CASES[:3] + WIDE, ids=lambda c: str(c))
 def test_mlp_gradient_matches_jax(widths, act, lik):
     import jax  # in the [dev] extra: a missing jax fails here instead of skipping
 

@@ -272,8 +272,9 @@ def _row_sum(a, o):  # type: ignore[no-untyped-def]
 
 
 @njit
-def _backprop_layer(delta, at_in, gW, gb):  # type: ignore[no-untyped-def]
-    """gb ← Σ_b δ[:, b]; gW (n_out × n_in) ← Σ_b δ[:, b] a_in[:, b]ᵀ, a_in given batch-major (m × n_in).
+def _backprop_layer(delta, at_in, grad, w0):  # type: ignore[no-untyped-def]
+    """gb ← Σ_b δ[:, b]; gW (n_out × n_in) ← Σ_b δ[:, b] a_in[:, b]ᵀ, a_in given batch-major (m × n_in),
+    gW = grad[w0 : w0 + n_out n_in] (row-major) and gb after it.
 
     Overwrites gW and gb (no zero fill needed). Blocks of eight batch rows (then four, then one)
     in the outer loop, all rows of gW inside it (the block's rows of a_in stay in cache): each
@@ -284,47 +285,50 @@ def _backprop_layer(delta, at_in, gW, gb):  # type: ignore[no-untyped-def]
     n_out, m = delta.shape
     n_in = at_in.shape[1]
     for o in range(n_out):
-        gb[o] = _row_sum(delta, o)
+        grad[w0 + n_out * n_in + o] = _row_sum(delta, o)
     b = 0
     if m >= 8:
         for o in range(n_out):
+            gW = grad[w0 + o * n_in:w0 + (o + 1) * n_in]  # row o of W_l's gradient (a 1-D slice: no reshape)
             d0, d1, d2, d3 = delta[o, 0], delta[o, 1], delta[o, 2], delta[o, 3]
             d4, d5, d6, d7 = delta[o, 4], delta[o, 5], delta[o, 6], delta[o, 7]
             for i in range(n_in):
-                gW[o, i] = ((((((d0 * at_in[0, i] + d1 * at_in[1, i]) + d2 * at_in[2, i]) + d3 * at_in[3, i])
+                gW[i] = ((((((d0 * at_in[0, i] + d1 * at_in[1, i]) + d2 * at_in[2, i]) + d3 * at_in[3, i])
                               + d4 * at_in[4, i]) + d5 * at_in[5, i]) + d6 * at_in[6, i]) + d7 * at_in[7, i]
         b = 8
     else:
-        for o in range(n_out):
-            for i in range(n_in):
-                gW[o, i] = 0.0
+        for j in range(w0, w0 + n_out * n_in):
+            grad[j] = 0.0
     while b + 8 <= m:
         for o in range(n_out):
+            gW = grad[w0 + o * n_in:w0 + (o + 1) * n_in]
             d0, d1, d2, d3 = delta[o, b], delta[o, b + 1], delta[o, b + 2], delta[o, b + 3]
             d4, d5, d6, d7 = delta[o, b + 4], delta[o, b + 5], delta[o, b + 6], delta[o, b + 7]
             for i in range(n_in):
-                gW[o, i] = (((((((gW[o, i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i])
+                gW[i] = (((((((gW[i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i])
                                + d3 * at_in[b + 3, i]) + d4 * at_in[b + 4, i]) + d5 * at_in[b + 5, i])
                             + d6 * at_in[b + 6, i]) + d7 * at_in[b + 7, i]
         b += 8
     while b + 4 <= m:
         for o in range(n_out):
+            gW = grad[w0 + o * n_in:w0 + (o + 1) * n_in]
             d0, d1, d2, d3 = delta[o, b], delta[o, b + 1], delta[o, b + 2], delta[o, b + 3]
             for i in range(n_in):
-                gW[o, i] = (((gW[o, i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i]) \
+                gW[i] = (((gW[i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i]) \
                     + d3 * at_in[b + 3, i]
         b += 4
     while b < m:
         for o in range(n_out):
+            gW = grad[w0 + o * n_in:w0 + (o + 1) * n_in]
             d0 = delta[o, b]
             for i in range(n_in):
-                gW[o, i] += d0 * at_in[b, i]
+                gW[i] += d0 * at_in[b, i]
         b += 1
 
 
 @njit
-def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-untyped-def]
-    """out (n_in × m) ← (W_lᵀ δ) ⊙ φ'(z_{l−1}).
+def _delta_back(theta, w0, n_out, n_in, delta, dphi, out, out_flat):  # type: ignore[no-untyped-def]
+    """out (n_in × m) ← (W_lᵀ δ) ⊙ φ'(z_{l−1}); ``dphi`` and ``out_flat`` are flat (n_in m) views.
 
     Same pattern as :func:`_affine` with the roles of the layer's inputs and outputs swapped:
     blocks of eight rows of δ (then four, then one) outside, all rows of out inside, each entry a
@@ -332,7 +336,13 @@ def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-un
     """
     m = delta.shape[1]
     o = 0
-    if n_out >= 8:
+    if n_out < 8:  # the first row of δ starts the chain
+        for i in range(n_in):
+            u0 = theta[w0 + i]
+            for b in range(m):
+                out[i, b] = u0 * delta[0, b]
+        o = 1
+    else:
         for i in range(n_in):
             k = w0 + i
             u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
@@ -341,10 +351,6 @@ def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-un
                 out[i, b] = ((((((u0 * delta[0, b] + u1 * delta[1, b]) + u2 * delta[2, b]) + u3 * delta[3, b])
                                + u4 * delta[4, b]) + u5 * delta[5, b]) + u6 * delta[6, b]) + u7 * delta[7, b]
         o = 8
-    else:
-        for i in range(n_in):
-            for b in range(m):
-                out[i, b] = 0.0
     while o + 8 <= n_out:
         for i in range(n_in):
             k = w0 + o * n_in + i
@@ -369,78 +375,86 @@ def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-un
             for b in range(m):
                 out[i, b] += u0 * delta[o, b]
         o += 1
-    for i in range(n_in):
-        for b in range(m):
-            out[i, b] *= dphi[i, b]
+    for k in range(n_in * m):
+        out_flat[k] *= dphi[k]
 
 
 @component_fma
 def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """Data term of G for the minibatch ``idx[:nb]`` (module docstring); ``work`` ≥ :func:`work_size`.
 
-    Work layout (m = nb): a_0 (n_0 × m) and aᵀ_0 (m × n_0); per hidden layer l: a_l, φ'(z_l)
-    (n_l × m) and aᵀ_l (m × n_l); f (m); two δ buffers (max n × m). Every entry of ``grad`` is
-    overwritten.
+    Work layout (m = nb): first R·m slots as one (R × m) feature-major array, R = n_0 + 2 Σ_hidden n_l
+    + 1 + 2 max n, holding a_0 (n_0 rows), per hidden layer a_l and φ'(z_l) (n_l rows each), f (1 row)
+    and two δ buffers (max n rows each); then the batch-major copies aᵀ_0 (m × n_0) and aᵀ_l (m × n_l).
+    Views of the first part are row slices (no reshape: each ``reshape`` of a runtime shape is a
+    library call, ≈17 ns). Every entry of ``grad`` is overwritten.
     """
     n_layers = ints.shape[0] - 3
     code = ints[n_layers + 1]
     lik = ints[n_layers + 2]
     m = nb
     n0 = ints[0]
+    maxw = 1
+    n_rows = n0 + 1
+    for l in range(n_layers + 1):
+        if ints[l] > maxw:
+            maxw = ints[l]
+        if 1 <= l < n_layers:
+            n_rows += 2 * ints[l]
+    n_rows += 2 * maxw
+    fm = work[0:n_rows * m].reshape((n_rows, m))
+    bm0 = n_rows * m  # start of the batch-major copies
     # ---- a_0 feature-major (forward) and batch-major (first layer's weight gradient)
-    a0 = work[0:n0 * m].reshape((n0, m))
-    at0 = work[n0 * m:2 * n0 * m].reshape((m, n0))
+    a0 = fm[0:n0]
+    at0 = work[bm0:bm0 + n0 * m].reshape((m, n0))
     for b in range(m):
         row = X[idx[b]]
         for i in range(n0):
             a0[i, b] = row[i]
             at0[b, i] = row[i]
     # ---- forward
-    off = 2 * n0 * m  # next free slot of work
+    r = n0  # next free row of fm
+    bt = bm0 + n0 * m  # next free slot of the batch-major part
     a_in = a0
     w0 = 0  # offset of W_l in θ
     for l in range(1, n_layers):
         n_in = ints[l - 1]
         n_out = ints[l]
-        a = work[off:off + n_out * m].reshape((n_out, m))
+        a = fm[r:r + n_out]
         _affine(theta, w0, n_out, n_in, a_in, a)
-        _activate(code, work[off:off + n_out * m], work[off + n_out * m:off + 2 * n_out * m], n_out * m)
-        _transpose(a, work[off + 2 * n_out * m:off + 3 * n_out * m].reshape((m, n_out)))
-        off += 3 * n_out * m
+        _activate(code, work[r * m:(r + n_out) * m], work[(r + n_out) * m:(r + 2 * n_out) * m], n_out * m)
+        _transpose(a, work[bt:bt + m * n_out].reshape((m, n_out)))
+        r += 2 * n_out
+        bt += m * n_out
         w0 += n_out * (n_in + 1)
         a_in = a
     n_in = ints[n_layers - 1]
-    f = work[off:off + m].reshape((1, m))
+    f = fm[r:r + 1]
     _affine(theta, w0, 1, n_in, a_in, f)
-    off += m
+    r += 1
     # ---- backward
-    maxw = 1
-    for l in range(n_layers + 1):
-        if ints[l] > maxw:
-            maxw = ints[l]
-    d_cur = off
-    d_nxt = off + maxw * m
+    d_cur = r
+    d_nxt = r + maxw
     inv = 1.0 / m
     for b in range(m):
-        work[d_cur + b] = glm_d1(lik, f[0, b], y[idx[b]], floats) * inv
+        fm[d_cur, b] = glm_d1(lik, f[0, b], y[idx[b]], floats) * inv
     for l in range(n_layers, 0, -1):
         n_in = ints[l - 1]
         n_out = ints[l]
-        delta = work[d_cur:d_cur + n_out * m].reshape((n_out, m))
-        gW = grad[w0:w0 + n_out * n_in].reshape((n_out, n_in))
-        gb = grad[w0 + n_out * n_in:w0 + n_out * (n_in + 1)]
+        delta = fm[d_cur:d_cur + n_out]
         if l == 1:
-            _backprop_layer(delta, at0, gW, gb)
+            _backprop_layer(delta, at0, grad, w0)
             break
-        # layer l−1's block (a, φ', aᵀ): after a_0, aᵀ_0 and the blocks of layers 1..l−2
-        ap = 2 * n0 * m
+        # layer l−1's rows (a, φ') and its batch-major copy: after those of layers 1..l−2
+        ap = n0
+        bt = bm0 + n0 * m
         for k in range(1, l - 1):
-            ap += 3 * ints[k] * m
-        dp = ap + n_in * m
-        atp = dp + n_in * m
-        _backprop_layer(delta, work[atp:atp + m * n_in].reshape((m, n_in)), gW, gb)
+            ap += 2 * ints[k]
+            bt += m * ints[k]
+        dp = ap + n_in
+        _backprop_layer(delta, work[bt:bt + m * n_in].reshape((m, n_in)), grad, w0)
         # δ_{l−1} = (W_lᵀ δ_l) ⊙ φ'(z_{l−1})
-        _delta_back(theta, w0, n_out, n_in, delta, work[dp:dp + n_in * m].reshape((n_in, m)),
-                    work[d_nxt:d_nxt + n_in * m].reshape((n_in, m)))
+        _delta_back(theta, w0, n_out, n_in, delta, work[dp * m:(dp + n_in) * m], fm[d_nxt:d_nxt + n_in],
+                    work[d_nxt * m:(d_nxt + n_in) * m])
         d_cur, d_nxt = d_nxt, d_cur
         w0 -= ints[l - 1] * (ints[l - 2] + 1)  # to layer l − 1
