@@ -81,7 +81,7 @@ def work_size(ints: np.ndarray, d: int, batch_size: int) -> int:
     """Per-chain work length for batches of up to B points (layout in :func:`mlp_grad`)."""
     w = [int(v) for v in ints[:-2]]
     hidden = sum(w[1:-1])
-    return max(batch_size, 1) * (2 * w[0] + 3 * hidden + 1 + 2 * max(w))
+    return max(batch_size, 1) * (w[0] + 3 * hidden + 1 + 2 * max(w) + w[1]) + w[0] * w[1]
 
 
 def check_spec(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
@@ -327,6 +327,64 @@ def _backprop_layer(delta, at_in, grad, w0):  # type: ignore[no-untyped-def]
 
 
 @njit
+def _backprop_first(delta, a0, dt, gwt, grad, w0):  # type: ignore[no-untyped-def]
+    """The first layer's gW (n_1 × n_0) and gb from δ_1 (n_1 × m) and the feature-major input a_0 (n_0 × m).
+
+    The input width n_0 is the data's p, often not a multiple of the vector width (p = 10: a loop
+    over it runs 8 elements vectorised and 2 scalar), so here the vector dimension is the layer's
+    output instead: δ_1 is transposed into ``dt`` (m × n_1), gWᵀ (n_0 × n_1) accumulated in ``gwt``
+    as ``gwt[i, :] = ((dt[b, :] a_0[i, b] + dt[b+1, :] a_0[i, b+1]) + …`` (blocks of eight batch
+    rows outside, then four, then one; each entry a left-to-right chain over b) and copied
+    transposed into ``grad``; gb = the same chains over b of dt's rows. (Measured: 0.81 → 0.63 µs for
+    n_0 = 10, n_1 = 16, B = 32.)
+    """
+    n1, m = delta.shape
+    n0 = a0.shape[0]
+    _transpose(delta, dt)
+    gb = grad[w0 + n1 * n0:w0 + n1 * (n0 + 1)]
+    for o in range(n1):
+        gb[o] = 0.0
+    for i in range(n0):
+        for o in range(n1):
+            gwt[i, o] = 0.0
+    b = 0
+    while b + 8 <= m:
+        for o in range(n1):
+            gb[o] = (((((((gb[o] + dt[b, o]) + dt[b + 1, o]) + dt[b + 2, o]) + dt[b + 3, o]) + dt[b + 4, o])
+                      + dt[b + 5, o]) + dt[b + 6, o]) + dt[b + 7, o]
+        for i in range(n0):
+            x0, x1, x2, x3 = a0[i, b], a0[i, b + 1], a0[i, b + 2], a0[i, b + 3]
+            x4, x5, x6, x7 = a0[i, b + 4], a0[i, b + 5], a0[i, b + 6], a0[i, b + 7]
+            g = gwt[i]
+            for o in range(n1):
+                g[o] = (((((((g[o] + x0 * dt[b, o]) + x1 * dt[b + 1, o]) + x2 * dt[b + 2, o]) + x3 * dt[b + 3, o])
+                          + x4 * dt[b + 4, o]) + x5 * dt[b + 5, o]) + x6 * dt[b + 6, o]) + x7 * dt[b + 7, o]
+        b += 8
+    while b + 4 <= m:
+        for o in range(n1):
+            gb[o] = (((gb[o] + dt[b, o]) + dt[b + 1, o]) + dt[b + 2, o]) + dt[b + 3, o]
+        for i in range(n0):
+            x0, x1, x2, x3 = a0[i, b], a0[i, b + 1], a0[i, b + 2], a0[i, b + 3]
+            g = gwt[i]
+            for o in range(n1):
+                g[o] = (((g[o] + x0 * dt[b, o]) + x1 * dt[b + 1, o]) + x2 * dt[b + 2, o]) + x3 * dt[b + 3, o]
+        b += 4
+    while b < m:
+        for o in range(n1):
+            gb[o] += dt[b, o]
+        for i in range(n0):
+            x0 = a0[i, b]
+            g = gwt[i]
+            for o in range(n1):
+                g[o] += x0 * dt[b, o]
+        b += 1
+    for o in range(n1):
+        r = w0 + o * n0
+        for i in range(n0):
+            grad[r + i] = gwt[i, o]
+
+
+@njit
 def _delta_back(theta, w0, n_out, n_in, delta, dphi, out, out_flat):  # type: ignore[no-untyped-def]
     """out (n_in × m) ← (W_lᵀ δ) ⊙ φ'(z_{l−1}); ``dphi`` and ``out_flat`` are flat (n_in m) views.
 
@@ -385,7 +443,8 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
 
     Work layout (m = nb): first R·m slots as one (R × m) feature-major array, R = n_0 + 2 Σ_hidden n_l
     + 1 + 2 max n, holding a_0 (n_0 rows), per hidden layer a_l and φ'(z_l) (n_l rows each), f (1 row)
-    and two δ buffers (max n rows each); then the batch-major copies aᵀ_0 (m × n_0) and aᵀ_l (m × n_l).
+    and two δ buffers (max n rows each); then the first layer's scratch δ_1ᵀ (m × n_1) and gW_1ᵀ
+    (n_0 × n_1) (:func:`_backprop_first`); then the batch-major copies aᵀ_l (m × n_l) of the hidden layers.
     Views of the first part are row slices (no reshape: each ``reshape`` of a runtime shape is a
     library call, ≈17 ns). Every entry of ``grad`` is overwritten.
     """
@@ -402,19 +461,18 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
         if 1 <= l < n_layers:
             n_rows += 2 * ints[l]
     n_rows += 2 * maxw
+    n1 = ints[1]
     fm = work[0:n_rows * m].reshape((n_rows, m))
-    bm0 = n_rows * m  # start of the batch-major copies
-    # ---- a_0 feature-major (forward) and batch-major (first layer's weight gradient)
+    bm0 = n_rows * m + m * n1 + n0 * n1  # start of the batch-major copies (after the first layer's scratch)
+    # ---- a_0, feature-major
     a0 = fm[0:n0]
-    at0 = work[bm0:bm0 + n0 * m].reshape((m, n0))
     for b in range(m):
         row = X[idx[b]]
         for i in range(n0):
             a0[i, b] = row[i]
-            at0[b, i] = row[i]
     # ---- forward
     r = n0  # next free row of fm
-    bt = bm0 + n0 * m  # next free slot of the batch-major part
+    bt = bm0  # next free slot of the batch-major part
     a_in = a0
     w0 = 0  # offset of W_l in θ
     for l in range(1, n_layers):
@@ -443,11 +501,13 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
         n_out = ints[l]
         delta = fm[d_cur:d_cur + n_out]
         if l == 1:
-            _backprop_layer(delta, at0, grad, w0)
+            s0 = n_rows * m
+            _backprop_first(delta, a0, work[s0:s0 + m * n1].reshape((m, n1)),
+                            work[s0 + m * n1:s0 + m * n1 + n0 * n1].reshape((n0, n1)), grad, w0)
             break
         # layer l−1's rows (a, φ') and its batch-major copy: after those of layers 1..l−2
         ap = n0
-        bt = bm0 + n0 * m
+        bt = bm0
         for k in range(1, l - 1):
             ap += 2 * ints[k]
             bt += m * ints[k]
