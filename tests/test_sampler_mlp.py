@@ -229,3 +229,31 @@ def test_kernel_codes_agree_with_the_model():
         kind, ints, floats = numba_spec_of(get_model(name, noise_variance=0.4), 5)
         assert kind == "glm" and ints.tolist() == [GLM_IDS[name]]
         np.testing.assert_array_equal(floats, model_params(0.4))
+
+
+def test_mlp_chains_bitwise_deterministic_regardless_of_threads_and_chunks():
+    # the kernel fuses multiply-adds (FMA contraction, no reassociation): still one fixed order of
+    # operations per entry, so the same seed gives identical bits with 1 or 2 threads and in chunks
+    from sgtune.models.mlp import MLP
+    from sgtune.sampler import run_chains
+    from sgtune.sampler._jit import get_num_threads, set_num_threads
+
+    r = np.random.default_rng(5)
+    X = r.standard_normal((300, 10))
+    y = np.tanh(X[:, 0]) + 0.1 * r.standard_normal(300)
+    model = MLP((12, 9), "tanh", "gaussian", noise_variance=0.5)
+    kw = dict(batch_size=14, n_steps=300, n_chains=3, inv_temperature=300.0, seed=4, thin=9,
+              initial=model.initial_params(10, np.random.default_rng(0)))
+    before = get_num_threads()
+    try:
+        set_num_threads(1)
+        one = run_chains(model, (X, y), 1e-2, **kw)
+        set_num_threads(max(2, before))
+        many = run_chains(model, (X, y), 1e-2, **kw)
+    finally:
+        set_num_threads(before)
+    chunked = run_chains(model, (X, y), 1e-2, progress=lambda done, total: None, **kw)
+    assert np.all(np.isfinite(one.final_state)) and not np.array_equal(one.final_state[0], one.final_state[1])
+    for other in (many, chunked):
+        np.testing.assert_array_equal(one.final_state, other.final_state)
+        np.testing.assert_array_equal(one.trace, other.trace)
