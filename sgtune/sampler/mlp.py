@@ -137,22 +137,22 @@ def tanh_tab(x):  # type: ignore[no-untyped-def]
     (correctly rounded) and tanh s from its Taylor series s − s³/3 + 2s⁵/15 − 17s⁷/315 + 62s⁹/2835
     (remainder 1382 s¹¹/155925 < 1e-17 s). Both terms have the sign of a for j ≥ 1 (or |tanh s| ≤
     tanh a / 2), so the numerator does not cancel; measured ≤ 3 ulps against correctly rounded tanh
-    (the test checks ≤ 4 against ``math.tanh`` on a dense grid). NaN propagates; the table index is
-    computed from the clamped value, so a NaN or inf never indexes out of range. The caller's loop over
+    (the test checks ≤ 4 against ``math.tanh`` on a dense grid). NaN propagates through s; the table
+    index is computed from a clamp that maps NaN to 19.5, so a NaN or inf never indexes out of range. The caller's loop over
     elements vectorises (the table read becomes a gather).
     """
     ax = abs(x)
-    axc = ax if ax < _TANH_CLAMP else _TANH_CLAMP  # NaN → the clamp (index in range), restored below
-    j = int(axc * 16.0 + 0.5)
-    s = axc - j * _TANH_STEP
+    ai = ax if ax < _TANH_CLAMP else _TANH_CLAMP  # NaN → the clamp: the index is always in range
+    axc = _TANH_CLAMP if _TANH_CLAMP < ax else ax  # NaN stays NaN (and propagates to the result)
+    j = np.uint64(ai * 16.0 + 0.5)  # unsigned: no negative-index wraparound in the gather
+    s = axc - np.float64(j) * _TANH_STEP
     s2 = s * s
     p = -17.0 / 315.0 + s2 * (62.0 / 2835.0)
     p = 2.0 / 15.0 + s2 * p
     p = -1.0 / 3.0 + s2 * p
     ts = s + (s * s2) * p
     ta = TANH_TABLE[j]
-    t = math.copysign((ta + ts) / (1.0 + ta * ts), x)  # odd (tanh(−0) = −0); an intrinsic, vectorises
-    return x if x != x else t
+    return math.copysign((ta + ts) / (1.0 + ta * ts), x)  # odd (tanh(−0) = −0); an intrinsic, vectorises
 
 
 @njit
