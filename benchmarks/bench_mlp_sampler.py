@@ -179,8 +179,9 @@ def main() -> None:
         print(f"| {name} | {val[0]:.2f} | {base[0] / val[0]:.1f}× | {val[1]:.2f} | {base[1] / val[1]:.1f}× |")
     kern = rows[1][1]
     assert not isinstance(base, str) and not isinstance(kern, str)
-    print(f"\nissue 9 target, sgtune numba kernel ≥ 5× faster than the NumPy loop: {base[0] / kern[0]:.2f}× (wall), "
-          f"{base[1] / kern[1]:.2f}× (CPU) — {kern[0]:.2f} vs {base[0]:.2f} µs wall, {kern[1]:.2f} vs {base[1]:.2f} µs CPU")
+    print(f"\nissue 9 target, sgtune numba kernel ≥ 5× faster than the NumPy loop: "
+          f"{base[0] / kern[0]:.2f}× (wall), {base[1] / kern[1]:.2f}× (CPU) — "
+          f"{kern[0]:.2f} vs {base[0]:.2f} µs wall, {kern[1]:.2f} vs {base[1]:.2f} µs CPU")
 
 
 class _PerSampleOnly:

@@ -59,7 +59,8 @@ import os
 
 import numba
 
-__all__ = ["njit", "njit_fma", "njit_parallel", "prange", "component", "component_fma", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
+__all__ = ["njit", "njit_fma", "njit_parallel", "prange", "component", "component_fma", "NJIT_OPTIONS",
+           "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}

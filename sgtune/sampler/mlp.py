@@ -138,8 +138,8 @@ def tanh_tab(x):  # type: ignore[no-untyped-def]
     (remainder 1382 s¹¹/155925 < 1e-17 s). Both terms have the sign of a for j ≥ 1 (or |tanh s| ≤
     tanh a / 2), so the numerator does not cancel; measured ≤ 3 ulps against correctly rounded tanh
     (the test checks ≤ 4 against ``math.tanh`` on a dense grid). NaN propagates through s; the table
-    index is computed from a clamp that maps NaN to 19.5, so a NaN or inf never indexes out of range. The caller's loop over
-    elements vectorises (the table read becomes a gather).
+    index is computed from a clamp that maps NaN to 19.5, so a NaN or inf never indexes out of range.
+    The caller's loop over elements vectorises (the table read becomes a gather).
     """
     ax = abs(x)
     ai = ax if ax < _TANH_CLAMP else _TANH_CLAMP  # NaN → the clamp: the index is always in range
@@ -169,7 +169,7 @@ def _sigmoid(z):  # type: ignore[no-untyped-def]
 
 @njit
 def _activate(code, a, dphi, n):  # type: ignore[no-untyped-def]
-    """a[:n] ← φ(a[:n]) in place and dphi[:n] ← φ'(z) (tanh' = 1 − φ², relu'(z) = [z > 0], softplus' = sigmoid).
+    """a[:n] ← φ(a[:n]) in place, dphi[:n] ← φ'(z) (tanh' = 1 − φ², relu'(z) = [z > 0], softplus' = sigmoid).
 
     One pass per activation, the branch outside the loops so each loop vectorises on its own.
     """
