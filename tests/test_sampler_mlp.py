@@ -98,10 +98,11 @@ def test_mlp_gradient_matches_central_differences(widths, act, lik):
 
 
 # every activation and likelihood; and layers wide enough for every block path of the kernel's passes
-# (blocks of 8, 4 and single rows: fan-ins 10 = 8 + 1 + 1, 12 = 8 + 4, 9 = 8 + 1, 17 = 2·8 + 1 and
-# fan-outs ≥ 8 and < 8 for Wᵀδ) with a batch of 14 = 8 + 4 + 1 + 1 rows
+# (blocks of 8, 4 and single rows: fan-ins 10 = 8 + 1 + 1, 12 = 8 + 4, 9 = 8 + 1, 17 = 2·8 + 1; for Wᵀδ
+# fan-outs 17, 9, 5 (⊙ φ' in its own pass), 8 and 16 (fused into the last block of 8) and 1) with a batch
+# of 14 = 8 + 4 + 1 + 1 rows
 WIDE = [((10, 12, 9, 17, 1), "tanh", "gaussian"), ((12, 8, 5, 1), "softplus", "bernoulli"),
-        ((9, 16, 1), "relu", "poisson")]
+        ((9, 16, 16, 1), "relu", "poisson")]
 
 
 @pytest.mark.parametrize("widths, act, lik", CASES[:3] + WIDE, ids=lambda c: str(c))
