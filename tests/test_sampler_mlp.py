@@ -97,7 +97,15 @@ def test_mlp_gradient_matches_central_differences(widths, act, lik):
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max())
 
 
-@pytest.mark.parametrize("widths, act, lik", CASES[:3], ids=lambda c: str(c))  # every activation and likelihood
+# every activation and likelihood; and layers wide enough for every block path of the kernel's passes
+# (blocks of 8, 4 and single rows: fan-ins 10 = 8 + 1 + 1, 12 = 8 + 4, 9 = 8 + 1, 17 = 2·8 + 1; for Wᵀδ
+# fan-outs 17, 9, 5 (⊙ φ' in its own pass), 8 and 16 (fused into the last block of 8) and 1) with a batch
+# of 14 = 8 + 4 + 1 + 1 rows
+WIDE = [((10, 12, 9, 17, 1), "tanh", "gaussian"), ((12, 8, 5, 1), "softplus", "bernoulli"),
+        ((9, 16, 16, 1), "relu", "poisson")]
+
+
+@pytest.mark.parametrize("widths, act, lik", CASES[:3] + WIDE, ids=lambda c: str(c))
 def test_mlp_gradient_matches_jax(widths, act, lik):
     import jax  # in the [dev] extra: a missing jax fails here instead of skipping
 
@@ -141,14 +149,28 @@ def test_relu_derivative_at_zero_is_zero():
     np.testing.assert_array_equal(g[:9], 0.0)  # W_1 (6) and b_1 (3)
 
 
-def test_tanh_poly_matches_math_tanh():
+def test_tanh_tab_matches_math_tanh():
+    # a dense grid, every table point and the points halfway between two (largest |s|), tiny and huge |x|
+    j = np.arange(mlp.TANH_TABLE.size) / 16.0
     x = np.concatenate([np.linspace(-25, 25, 20001), np.geomspace(1e-300, 1.0, 3001), [0.0, -0.0, 19.5, 19.6],
-                        -np.geomspace(1e-12, 30.0, 2001)])
+                        -np.geomspace(1e-12, 30.0, 2001), j, -j, j + 1 / 32, np.nextafter(j + 1 / 32, 0.0),
+                        [np.inf, -np.inf, 1e308]])
     ref = np.tanh(x)
-    got = np.array([mlp.tanh_poly(v) for v in x])
+    got = np.array([mlp.tanh_tab(v) for v in x])
     ulp = np.abs(got - ref) / np.spacing(np.maximum(np.abs(ref), np.finfo(float).tiny))
-    assert ulp.max() <= 8, (x[np.argmax(ulp)], ulp.max())
-    assert math.isnan(mlp.tanh_poly(math.nan))
+    assert ulp.max() <= 4, (x[np.argmax(ulp)], ulp.max())
+    assert np.array_equal(np.signbit(got), np.signbit(ref))  # tanh(−0) = −0
+    assert math.isnan(mlp.tanh_tab(math.nan))
+
+
+def test_tanh_table_is_correctly_rounded():
+    # the table against mpmath at 200 bits (an independent arbitrary-precision tanh)
+    import mpmath
+
+    with mpmath.workprec(200):
+        ref = np.array([float(mpmath.tanh(mpmath.mpf(k) / 16)) for k in range(mlp.TANH_TABLE.size)])
+    np.testing.assert_array_equal(mlp.TANH_TABLE, ref)
+    assert mlp.TANH_TABLE.size == 313 and mlp.TANH_TABLE[-1] == 1.0  # up to the clamp 19.5 = 312/16
 
 
 def test_mlp_layout_and_sizes():
@@ -208,3 +230,31 @@ def test_kernel_codes_agree_with_the_model():
         kind, ints, floats = numba_spec_of(get_model(name, noise_variance=0.4), 5)
         assert kind == "glm" and ints.tolist() == [GLM_IDS[name]]
         np.testing.assert_array_equal(floats, model_params(0.4))
+
+
+def test_mlp_chains_bitwise_deterministic_regardless_of_threads_and_chunks():
+    # the kernel fuses multiply-adds (FMA contraction, no reassociation): still one fixed order of
+    # operations per entry, so the same seed gives identical bits with 1 or 2 threads and in chunks
+    from sgtune.models.mlp import MLP
+    from sgtune.sampler import run_chains
+    from sgtune.sampler._jit import get_num_threads, set_num_threads
+
+    r = np.random.default_rng(5)
+    X = r.standard_normal((300, 10))
+    y = np.tanh(X[:, 0]) + 0.1 * r.standard_normal(300)
+    model = MLP((12, 9), "tanh", "gaussian", noise_variance=0.5)
+    kw = dict(batch_size=14, n_steps=300, n_chains=3, inv_temperature=300.0, seed=4, thin=9,
+              initial=model.initial_params(10, np.random.default_rng(0)))
+    before = get_num_threads()
+    try:
+        set_num_threads(1)
+        one = run_chains(model, (X, y), 1e-2, **kw)
+        set_num_threads(max(2, before))
+        many = run_chains(model, (X, y), 1e-2, **kw)
+    finally:
+        set_num_threads(before)
+    chunked = run_chains(model, (X, y), 1e-2, progress=lambda done, total: None, **kw)
+    assert np.all(np.isfinite(one.final_state)) and not np.array_equal(one.final_state[0], one.final_state[1])
+    for other in (many, chunked):
+        np.testing.assert_array_equal(one.final_state, other.final_state)
+        np.testing.assert_array_equal(one.trace, other.trace)

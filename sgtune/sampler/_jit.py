@@ -11,6 +11,14 @@ loops over chains with :data:`prange`. Options:
 - ``error_model="numpy"``: division by zero gives inf/nan instead of raising (and costs
   no branch per division); the kernels detect non-finite states themselves.
 
+``njit_fma`` / :func:`component_fma` (the MLP gradient, :mod:`sgtune.sampler.mlp`) add one
+fastmath flag, ``contract``: LLVM may fuse a multiply and the add that consumes it into one FMA
+(one rounding instead of two). No reassociation: the order of every sum stays the one written
+in the source, so results are still deterministic and independent of the thread count; they
+differ from the unfused evaluation by rounding only (≈1e-16 relative), and between a machine
+with FMA and one without. The MLP gradient is a long series of multiply-add chains, where
+fusion halves the floating-point instructions (measured in ``benchmarks/bench_mlp_sampler.py``).
+
 What LLVM vectorises under these options (checked with ``inspect_asm`` on numba 0.68):
 elementwise loops (axpy, copies) go through the loop vectoriser; floating-point reductions
 (dot products) do not, because that needs reassociation (fastmath), and numba leaves the SLP
@@ -51,10 +59,13 @@ import os
 
 import numba
 
-__all__ = ["njit", "njit_parallel", "prange", "component", "NJIT_OPTIONS", "get_num_threads", "set_num_threads",
+__all__ = ["njit", "njit_fma", "njit_parallel", "prange", "component", "component_fma", "NJIT_OPTIONS",
+           "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
+#: NJIT_OPTIONS with FMA contraction only (module docstring)
+NJIT_FMA_OPTIONS: dict[str, object] = {**NJIT_OPTIONS, "fastmath": {"contract"}}
 
 _SAMPLER_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,22 +142,28 @@ except (ImportError, AttributeError):  # pragma: no cover - numba internals chan
     pass
 
 njit = numba.njit(**NJIT_OPTIONS)
+njit_fma = numba.njit(**NJIT_FMA_OPTIONS)
 njit_parallel = numba.njit(parallel=True, **NJIT_OPTIONS)
 prange = numba.prange
 get_num_threads = numba.get_num_threads
 set_num_threads = numba.set_num_threads
 
 
-def component(fn):  # type: ignore[no-untyped-def]
+def component(fn, _jit=njit):  # type: ignore[no-untyped-def]
     """``njit`` with a stable dispatcher uuid, for functions passed to composed kernels (module docstring).
 
     Relies on numba's private ``Dispatcher._set_uuid`` (present since numba 0.4x); without it the
     component still works and only the cross-process cache hits are lost.
     """
-    disp = njit(fn)
+    disp = _jit(fn)
     stamp = package_stamp(fn.__code__.co_filename).hex()[:16]
     try:
         disp._set_uuid(f"sgtune.sampler:{fn.__module__}.{fn.__qualname__}:{stamp}")
     except (AttributeError, AssertionError):  # pragma: no cover - numba internals changed
         pass
     return disp
+
+
+def component_fma(fn):  # type: ignore[no-untyped-def]
+    """:func:`component` compiled with ``njit_fma`` (FMA contraction, module docstring)."""
+    return component(fn, njit_fma)

@@ -27,22 +27,26 @@ Implementation: the whole minibatch goes through each layer at once, activations
 feature-major (n_l × |S|) so that every inner loop is an elementwise pass over the batch
 (``z[o, :] += W[o, i] · a[i, :]``), which LLVM vectorises without reassociation (IEEE order,
 no fastmath; see :mod:`sgtune.sampler._jit`); the weight gradients use a batch-major copy of
-each activation (``gW[o, :] += δ[o, b] · a[:, b]``). tanh is :func:`tanh_poly`, a call-free
-evaluation (so the activation loop vectorises too) accurate to a few ulps. All buffers live in
-the chain's work vector (:func:`work_size`); nothing is allocated per step.
+each activation (``gW[o, :] += δ[o, b] · a[:, b]``). Sums over several rows are written as
+left-to-right chains (one load and store of the accumulator per pass). The activation pass
+stores φ'(z) next to φ(z), so the backward pass needs no second look at z. tanh is
+:func:`tanh_tab`, a call-free evaluation (table + addition theorem, so the activation loop
+vectorises too) accurate to a few ulps. All buffers live in the chain's work vector
+(:func:`work_size`); nothing is allocated per step.
 """
 from __future__ import annotations
 
+import decimal
 import math
 
 import numpy as np
 
 from ..errors import SgtuneError
-from ._jit import component, njit
+from ._jit import component_fma, njit_fma as njit
 from .grads import glm_d1
 
 __all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
-           "tanh_poly", "init_params", "layer_shapes"]
+           "tanh_tab", "TANH_TABLE", "init_params", "layer_shapes"]
 
 TANH, RELU, SOFTPLUS = 0, 1, 2
 ACTIVATIONS: dict[str, int] = {"tanh": TANH, "relu": RELU, "softplus": SOFTPLUS}
@@ -77,7 +81,7 @@ def work_size(ints: np.ndarray, d: int, batch_size: int) -> int:
     """Per-chain work length for batches of up to B points (layout in :func:`mlp_grad`)."""
     w = [int(v) for v in ints[:-2]]
     hidden = sum(w[1:-1])
-    return max(batch_size, 1) * (w[0] + 3 * hidden + 1 + 2 * max(w))
+    return max(batch_size, 1) * (w[0] + 3 * hidden + 1 + 2 * max(w) + w[1]) + w[0] * w[1]
 
 
 def check_spec(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
@@ -108,46 +112,47 @@ def init_params(ints: np.ndarray, seed: int = 0) -> np.ndarray:
     return np.concatenate(parts)
 
 
-@njit
-def tanh_poly(x):  # type: ignore[no-untyped-def]
-    """tanh(x) = e/(e + 2), e = expm1(2|x|) (sign restored), without library calls.
+def _tanh_table(step: float, x_max: float) -> np.ndarray:
+    """tanh(j·step), j = 0..ceil(x_max/step), correctly rounded (40-digit :mod:`decimal` arithmetic)."""
+    ctx = decimal.Context(prec=40)
+    out = []
+    for j in range(int(math.ceil(x_max / step)) + 1):
+        e = ctx.exp(ctx.multiply(decimal.Decimal(2 * j), decimal.Decimal(step)))  # e^{2 j step}, exact argument
+        out.append(float(ctx.divide(e - 1, e + 1)))
+    return np.array(out)
 
-    expm1(2|x|) for |x| ≤ 19.5: Taylor series of degree 16 at r = 2|x|/64 (|r| ≤ 0.61, remainder
-    r¹⁶/17! < 2e-18 relatively), then six doublings expm1(2r) = e(r)(e(r) + 2) — positive terms only,
-    so no cancellation near 0; the relative error grows at most 2× per doubling (≤ 64 ulps in e)
-    and tanh = e/(e + 2) damps it by 2/(e + 2): a few ulps overall (tested against ``math.tanh``).
+
+_TANH_STEP = 1.0 / 16.0
+#: tanh(j/16), j = 0..312 (the table of :func:`tanh_tab`)
+TANH_TABLE = _tanh_table(_TANH_STEP, _TANH_CLAMP)
+
+
+@njit
+def tanh_tab(x):  # type: ignore[no-untyped-def]
+    """tanh(x) from a table and the addition theorem, without library calls (a few ulps).
+
+    |x| (clamped to 19.5, where tanh rounds to 1) = a + s with a = j/16 the nearest table point
+    (j = round(16|x|), so a is exact and s = |x| − a is exact by Sterbenz, |s| ≤ 1/32); then
+    tanh(a + s) = (tanh a + tanh s)/(1 + tanh a · tanh s), tanh a from :data:`TANH_TABLE`
+    (correctly rounded) and tanh s from its Taylor series s − s³/3 + 2s⁵/15 − 17s⁷/315 + 62s⁹/2835
+    (remainder 1382 s¹¹/155925 < 1e-17 s). Both terms have the sign of a for j ≥ 1 (or |tanh s| ≤
+    tanh a / 2), so the numerator does not cancel; measured ≤ 3 ulps against correctly rounded tanh
+    (the test checks ≤ 4 against ``math.tanh`` on a dense grid). NaN propagates through s; the table
+    index is computed from a clamp that maps NaN to 19.5, so a NaN or inf never indexes out of range.
+    The caller's loop over elements vectorises (the table read becomes a gather).
     """
     ax = abs(x)
-    if ax > _TANH_CLAMP:
-        ax = _TANH_CLAMP
-    r = ax * (2.0 / 64.0)
-    # expm1(r) = r(1 + r(1/2! + r(1/3! + … + r/16!))) in Horner form (positive terms), written out
-    # so the caller's loop over elements is the innermost loop and vectorises
-    p = 4.779477332387385e-14
-    p = 7.647163731819816e-13 + r * p  # 1/15!
-    p = 1.1470745597729725e-11 + r * p  # 1/14!
-    p = 1.6059043836821613e-10 + r * p  # 1/13!
-    p = 2.08767569878681e-09 + r * p  # 1/12!
-    p = 2.505210838544172e-08 + r * p  # 1/11!
-    p = 2.755731922398589e-07 + r * p  # 1/10!
-    p = 2.7557319223985893e-06 + r * p  # 1/9!
-    p = 2.48015873015873e-05 + r * p  # 1/8!
-    p = 0.0001984126984126984 + r * p  # 1/7!
-    p = 0.001388888888888889 + r * p  # 1/6!
-    p = 0.008333333333333333 + r * p  # 1/5!
-    p = 0.041666666666666664 + r * p  # 1/4!
-    p = 0.16666666666666666 + r * p  # 1/3!
-    p = 0.5 + r * p  # 1/2!
-    p = 1.0 + r * p  # 1/1!
-    e = r * p
-    e = e * (e + 2.0)  # six doublings: expm1(2^6 r) = expm1(2|x|)
-    e = e * (e + 2.0)
-    e = e * (e + 2.0)
-    e = e * (e + 2.0)
-    e = e * (e + 2.0)
-    e = e * (e + 2.0)
-    t = e / (e + 2.0)
-    return t if x >= 0.0 else -t
+    ai = ax if ax < _TANH_CLAMP else _TANH_CLAMP  # NaN → the clamp: the index is always in range
+    axc = _TANH_CLAMP if _TANH_CLAMP < ax else ax  # NaN stays NaN (and propagates to the result)
+    j = np.uint64(ai * 16.0 + 0.5)  # unsigned: no negative-index wraparound in the gather
+    s = axc - np.float64(j) * _TANH_STEP
+    s2 = s * s
+    p = -17.0 / 315.0 + s2 * (62.0 / 2835.0)
+    p = 2.0 / 15.0 + s2 * p
+    p = -1.0 / 3.0 + s2 * p
+    ts = s + (s * s2) * p
+    ta = TANH_TABLE[j]
+    return math.copysign((ta + ts) / (1.0 + ta * ts), x)  # odd (tanh(−0) = −0); an intrinsic, vectorises
 
 
 @njit
@@ -163,31 +168,26 @@ def _sigmoid(z):  # type: ignore[no-untyped-def]
 
 
 @njit
-def _activate(code, z, a, n):  # type: ignore[no-untyped-def]
-    """a[:n] ← φ(z[:n]) (branch outside the loops, so each loop vectorises on its own)."""
+def _activate(code, a, dphi, n):  # type: ignore[no-untyped-def]
+    """a[:n] ← φ(a[:n]) in place, dphi[:n] ← φ'(z) (tanh' = 1 − φ², relu'(z) = [z > 0], softplus' = sigmoid).
+
+    One pass per activation, the branch outside the loops so each loop vectorises on its own.
+    """
     if code == TANH:
         for k in range(n):
-            a[k] = tanh_poly(z[k])
+            t = tanh_tab(a[k])
+            a[k] = t
+            dphi[k] = 1.0 - t * t
     elif code == RELU:
         for k in range(n):
-            a[k] = z[k] if z[k] > 0.0 else 0.0
+            z = a[k]
+            a[k] = z if z > 0.0 else 0.0
+            dphi[k] = 1.0 if z > 0.0 else 0.0
     else:
         for k in range(n):
-            a[k] = _softplus(z[k])
-
-
-@njit
-def _scale_by_derivative(code, z, a, dl, n):  # type: ignore[no-untyped-def]
-    """dl[:n] *= φ'(z[:n]) (tanh' = 1 − a², relu'(z) = [z > 0], softplus' = sigmoid)."""
-    if code == TANH:
-        for k in range(n):
-            dl[k] *= 1.0 - a[k] * a[k]
-    elif code == RELU:
-        for k in range(n):
-            dl[k] = dl[k] if z[k] > 0.0 else 0.0
-    else:
-        for k in range(n):
-            dl[k] *= _sigmoid(z[k])
+            z = a[k]
+            a[k] = _softplus(z)
+            dphi[k] = _sigmoid(z)
 
 
 @njit
@@ -195,195 +195,346 @@ def _affine(theta, w0, n_out, n_in, a_in, z):  # type: ignore[no-untyped-def]
     """z (n_out × m) ← W a_in + b 1ᵀ with W = θ[w0 : w0 + n_out n_in] (row-major), b after it.
 
     Every inner loop runs over the batch on 2-D views, so its indices are plain loop counters
-    (no wraparound branch) and LLVM vectorises it; four input rows per pass,
-    ``z[o, :] += (W[o,i] a[i, :] + W[o,i+1] a[i+1, :]) + (W[o,i+2] a[i+2, :] + W[o,i+3] a[i+3, :])``,
-    load and store z once per four products (a fixed summation order).
+    (no wraparound branch) and LLVM vectorises it. Blocks of eight input rows (then four, then
+    one) in the outer loop, all output rows inside it (the block's input rows stay in cache):
+    ``z[o, :] = ((z[o, :] + W[o,i] a[i, :]) + W[o,i+1] a[i+1, :]) + … + W[o,i+7] a[i+7, :]``,
+    the first block starting from the bias. Each element of z is a left-to-right chain over i
+    (a fixed order; one FMA per term under contraction), loaded and stored once per block.
     """
     m = z.shape[1]
-    for o in range(n_out):
-        bias = theta[w0 + n_out * n_in + o]
-        for b in range(m):
-            z[o, b] = bias
-        r = w0 + o * n_in
-        i = 0
-        while i + 4 <= n_in:
-            u0 = theta[r + i]
-            u1 = theta[r + i + 1]
-            u2 = theta[r + i + 2]
-            u3 = theta[r + i + 3]
+    nbias = w0 + n_out * n_in
+    i = 0
+    if n_in >= 8:
+        for o in range(n_out):
+            r = w0 + o * n_in
+            c = theta[nbias + o]
+            u0, u1, u2, u3 = theta[r], theta[r + 1], theta[r + 2], theta[r + 3]
+            u4, u5, u6, u7 = theta[r + 4], theta[r + 5], theta[r + 6], theta[r + 7]
             for b in range(m):
-                z[o, b] += (u0 * a_in[i, b] + u1 * a_in[i + 1, b]) + (u2 * a_in[i + 2, b] + u3 * a_in[i + 3, b])
-            i += 4
-        while i < n_in:
-            u0 = theta[r + i]
+                z[o, b] = (((((((c + u0 * a_in[0, b]) + u1 * a_in[1, b]) + u2 * a_in[2, b]) + u3 * a_in[3, b])
+                             + u4 * a_in[4, b]) + u5 * a_in[5, b]) + u6 * a_in[6, b]) + u7 * a_in[7, b]
+        i = 8
+    else:
+        for o in range(n_out):
+            c = theta[nbias + o]
+            for b in range(m):
+                z[o, b] = c
+    while i + 8 <= n_in:
+        for o in range(n_out):
+            r = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[r], theta[r + 1], theta[r + 2], theta[r + 3]
+            u4, u5, u6, u7 = theta[r + 4], theta[r + 5], theta[r + 6], theta[r + 7]
+            for b in range(m):
+                z[o, b] = (((((((z[o, b] + u0 * a_in[i, b]) + u1 * a_in[i + 1, b]) + u2 * a_in[i + 2, b])
+                              + u3 * a_in[i + 3, b]) + u4 * a_in[i + 4, b]) + u5 * a_in[i + 5, b])
+                           + u6 * a_in[i + 6, b]) + u7 * a_in[i + 7, b]
+        i += 8
+    while i + 4 <= n_in:
+        for o in range(n_out):
+            r = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[r], theta[r + 1], theta[r + 2], theta[r + 3]
+            for b in range(m):
+                z[o, b] = (((z[o, b] + u0 * a_in[i, b]) + u1 * a_in[i + 1, b]) + u2 * a_in[i + 2, b]) \
+                    + u3 * a_in[i + 3, b]
+        i += 4
+    while i < n_in:
+        for o in range(n_out):
+            u0 = theta[w0 + o * n_in + i]
             for b in range(m):
                 z[o, b] += u0 * a_in[i, b]
-            i += 1
+        i += 1
 
 
 @njit
 def _transpose(a, at):  # type: ignore[no-untyped-def]
-    """at (m × n) ← aᵀ for a (n × m)."""
-    for o in range(a.shape[0]):
-        for b in range(a.shape[1]):
+    """at (m × n) ← aᵀ for a (n × m), four rows of a per pass (measured: 0.127 → 0.067 µs for 16 × 32)."""
+    n, m = a.shape
+    o = 0
+    while o + 4 <= n:
+        for b in range(m):
             at[b, o] = a[o, b]
+            at[b, o + 1] = a[o + 1, b]
+            at[b, o + 2] = a[o + 2, b]
+            at[b, o + 3] = a[o + 3, b]
+        o += 4
+    while o < n:
+        for b in range(m):
+            at[b, o] = a[o, b]
+        o += 1
 
 
 @njit
 def _backprop_layer(delta, at_in, gW, gb):  # type: ignore[no-untyped-def]
-    """gb += Σ_b δ[:, b]; gW (n_out × n_in) += Σ_b δ[:, b] a_in[:, b]ᵀ, a_in given batch-major (m × n_in).
+    """gb ← Σ_b δ[:, b]; gW (n_out × n_in) ← Σ_b δ[:, b] a_in[:, b]ᵀ, a_in given batch-major (m × n_in).
 
-    Four batch rows per pass over a row of gW (same pattern as :func:`~sgtune.sampler.grads.minibatch_gradient`).
+    Overwrites gW and gb (no zero fill needed). Blocks of eight batch rows (then four, then one)
+    in the outer loop, all rows of gW inside it (the block's rows of a_in stay in cache): each
+    entry of gW is a left-to-right chain over b,
+    ``gW[o, :] = ((gW[o, :] + δ[o,b] a[b, :]) + δ[o,b+1] a[b+1, :]) + …``, and gb[o] the same chain
+    of the block's δ[o, b] (scalar adds beside the vector work, on values already loaded).
+    (Measured: this loop order takes 35 % less time than the output row outermost, for 16 × 16
+    layers and B = 32; the bias sums in the same pass instead of their own: 0.77 → 0.62 µs.)
     """
     n_out, m = delta.shape
     n_in = at_in.shape[1]
-    for o in range(n_out):
-        acc = 0.0
-        for b in range(m):
-            acc += delta[o, b]
-        gb[o] += acc
-        b = 0
-        while b + 4 <= m:
-            d0 = delta[o, b]
-            d1 = delta[o, b + 1]
-            d2 = delta[o, b + 2]
-            d3 = delta[o, b + 3]
+    b = 0
+    if m >= 8:
+        for o in range(n_out):
+            d0, d1, d2, d3 = delta[o, 0], delta[o, 1], delta[o, 2], delta[o, 3]
+            d4, d5, d6, d7 = delta[o, 4], delta[o, 5], delta[o, 6], delta[o, 7]
+            gb[o] = ((((((d0 + d1) + d2) + d3) + d4) + d5) + d6) + d7
             for i in range(n_in):
-                gW[o, i] += (d0 * at_in[b, i] + d1 * at_in[b + 1, i]) + (d2 * at_in[b + 2, i] + d3 * at_in[b + 3, i])
-            b += 4
-        while b < m:
+                gW[o, i] = ((((((d0 * at_in[0, i] + d1 * at_in[1, i]) + d2 * at_in[2, i]) + d3 * at_in[3, i])
+                              + d4 * at_in[4, i]) + d5 * at_in[5, i]) + d6 * at_in[6, i]) + d7 * at_in[7, i]
+        b = 8
+    else:
+        for o in range(n_out):
+            gb[o] = 0.0
+            for i in range(n_in):
+                gW[o, i] = 0.0
+    while b + 8 <= m:
+        for o in range(n_out):
+            d0, d1, d2, d3 = delta[o, b], delta[o, b + 1], delta[o, b + 2], delta[o, b + 3]
+            d4, d5, d6, d7 = delta[o, b + 4], delta[o, b + 5], delta[o, b + 6], delta[o, b + 7]
+            gb[o] = (((((((gb[o] + d0) + d1) + d2) + d3) + d4) + d5) + d6) + d7
+            for i in range(n_in):
+                gW[o, i] = (((((((gW[o, i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i])
+                               + d3 * at_in[b + 3, i]) + d4 * at_in[b + 4, i]) + d5 * at_in[b + 5, i])
+                            + d6 * at_in[b + 6, i]) + d7 * at_in[b + 7, i]
+        b += 8
+    while b + 4 <= m:
+        for o in range(n_out):
+            d0, d1, d2, d3 = delta[o, b], delta[o, b + 1], delta[o, b + 2], delta[o, b + 3]
+            gb[o] = (((gb[o] + d0) + d1) + d2) + d3
+            for i in range(n_in):
+                gW[o, i] = (((gW[o, i] + d0 * at_in[b, i]) + d1 * at_in[b + 1, i]) + d2 * at_in[b + 2, i]) \
+                    + d3 * at_in[b + 3, i]
+        b += 4
+    while b < m:
+        for o in range(n_out):
             d0 = delta[o, b]
+            gb[o] += d0
             for i in range(n_in):
                 gW[o, i] += d0 * at_in[b, i]
-            b += 1
+        b += 1
 
 
 @njit
-def _backprop_input(delta, X, idx, gW, gb):  # type: ignore[no-untyped-def]
-    """As :func:`_backprop_layer` for the first layer, reading the input rows X[idx[b]] directly."""
-    n_out, m = delta.shape
-    n_in = gW.shape[1]
-    for o in range(n_out):
-        acc = 0.0
-        for b in range(m):
-            acc += delta[o, b]
-        gb[o] += acc
-        b = 0
-        while b + 4 <= m:
-            d0 = delta[o, b]
-            d1 = delta[o, b + 1]
-            d2 = delta[o, b + 2]
-            d3 = delta[o, b + 3]
-            r0 = X[idx[b]]
-            r1 = X[idx[b + 1]]
-            r2 = X[idx[b + 2]]
-            r3 = X[idx[b + 3]]
-            for i in range(n_in):
-                gW[o, i] += (d0 * r0[i] + d1 * r1[i]) + (d2 * r2[i] + d3 * r3[i])
-            b += 4
-        while b < m:
-            d0 = delta[o, b]
-            r0 = X[idx[b]]
-            for i in range(n_in):
-                gW[o, i] += d0 * r0[i]
-            b += 1
+def _backprop_first(delta, a0, dt, gwt, grad, w0):  # type: ignore[no-untyped-def]
+    """The first layer's gW (n_1 × n_0) and gb from δ_1 (n_1 × m) and the feature-major input a_0 (n_0 × m).
+
+    The input width n_0 is the data's p, often not a multiple of the vector width (p = 10: a loop
+    over it runs 8 elements vectorised and 2 scalar), so here the vector dimension is the layer's
+    output instead: δ_1 is transposed into ``dt`` (m × n_1), gWᵀ (n_0 × n_1) accumulated in ``gwt``
+    as ``gwt[i, :] = ((dt[b, :] a_0[i, b] + dt[b+1, :] a_0[i, b+1]) + …`` (blocks of eight batch
+    rows outside, then four, then one; each entry a left-to-right chain over b) and copied
+    transposed into ``grad``; gb = the same chains over b of dt's rows. (Measured: 0.81 → 0.63 µs for
+    n_0 = 10, n_1 = 16, B = 32.)
+    """
+    n1, m = delta.shape
+    n0 = a0.shape[0]
+    _transpose(delta, dt)
+    gb = grad[w0 + n1 * n0:w0 + n1 * (n0 + 1)]
+    for o in range(n1):
+        gb[o] = 0.0
+    for i in range(n0):
+        for o in range(n1):
+            gwt[i, o] = 0.0
+    b = 0
+    while b + 8 <= m:
+        for o in range(n1):
+            gb[o] = (((((((gb[o] + dt[b, o]) + dt[b + 1, o]) + dt[b + 2, o]) + dt[b + 3, o]) + dt[b + 4, o])
+                      + dt[b + 5, o]) + dt[b + 6, o]) + dt[b + 7, o]
+        for i in range(n0):
+            x0, x1, x2, x3 = a0[i, b], a0[i, b + 1], a0[i, b + 2], a0[i, b + 3]
+            x4, x5, x6, x7 = a0[i, b + 4], a0[i, b + 5], a0[i, b + 6], a0[i, b + 7]
+            g = gwt[i]
+            for o in range(n1):
+                g[o] = (((((((g[o] + x0 * dt[b, o]) + x1 * dt[b + 1, o]) + x2 * dt[b + 2, o]) + x3 * dt[b + 3, o])
+                          + x4 * dt[b + 4, o]) + x5 * dt[b + 5, o]) + x6 * dt[b + 6, o]) + x7 * dt[b + 7, o]
+        b += 8
+    while b + 4 <= m:
+        for o in range(n1):
+            gb[o] = (((gb[o] + dt[b, o]) + dt[b + 1, o]) + dt[b + 2, o]) + dt[b + 3, o]
+        for i in range(n0):
+            x0, x1, x2, x3 = a0[i, b], a0[i, b + 1], a0[i, b + 2], a0[i, b + 3]
+            g = gwt[i]
+            for o in range(n1):
+                g[o] = (((g[o] + x0 * dt[b, o]) + x1 * dt[b + 1, o]) + x2 * dt[b + 2, o]) + x3 * dt[b + 3, o]
+        b += 4
+    while b < m:
+        for o in range(n1):
+            gb[o] += dt[b, o]
+        for i in range(n0):
+            x0 = a0[i, b]
+            g = gwt[i]
+            for o in range(n1):
+                g[o] += x0 * dt[b, o]
+        b += 1
+    for o in range(n1):
+        r = w0 + o * n0
+        for i in range(n0):
+            grad[r + i] = gwt[i, o]
 
 
 @njit
-def _delta_back(theta, w0, n_out, n_in, delta, out):  # type: ignore[no-untyped-def]
-    """out (n_in × m) ← W_lᵀ δ (before the activation derivative), four rows of δ per pass."""
+def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-untyped-def]
+    """out (n_in × m) ← (W_lᵀ δ) ⊙ φ'(z_{l−1}) (``dphi``, n_in × m).
+
+    Same pattern as :func:`_affine` with the roles of the layer's inputs and outputs swapped:
+    blocks of eight rows of δ (then four, then one) outside, all rows of out inside, each entry a
+    left-to-right chain over o. The product with φ' is fused into the last block of eight when
+    that block ends the chain (fan-outs that are multiples of 8) and into the single row of the
+    output layer, else it is one more pass. (Measured, 16 × 16, B = 32: 0.57 → 0.44 µs.)
+    """
     m = delta.shape[1]
-    for i in range(n_in):
-        for b in range(m):
-            out[i, b] = 0.0
     o = 0
-    while o + 4 <= n_out:
-        r0 = w0 + o * n_in
+    scaled = False
+    if n_out == 1:  # the output layer: one row of δ
         for i in range(n_in):
-            u0 = theta[r0 + i]
-            u1 = theta[r0 + n_in + i]
-            u2 = theta[r0 + 2 * n_in + i]
-            u3 = theta[r0 + 3 * n_in + i]
+            u0 = theta[w0 + i]
             for b in range(m):
-                out[i, b] += (u0 * delta[o, b] + u1 * delta[o + 1, b]) + (u2 * delta[o + 2, b] + u3 * delta[o + 3, b])
+                out[i, b] = (u0 * delta[0, b]) * dphi[i, b]
+        return
+    if n_out < 8:  # the first row of δ starts the chain
+        for i in range(n_in):
+            u0 = theta[w0 + i]
+            for b in range(m):
+                out[i, b] = u0 * delta[0, b]
+        o = 1
+    else:
+        last = n_out == 8
+        for i in range(n_in):
+            k = w0 + i
+            u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
+            u4, u5, u6, u7 = theta[k + 4 * n_in], theta[k + 5 * n_in], theta[k + 6 * n_in], theta[k + 7 * n_in]
+            if last:
+                for b in range(m):
+                    out[i, b] = (((((((u0 * delta[0, b] + u1 * delta[1, b]) + u2 * delta[2, b]) + u3 * delta[3, b])
+                                    + u4 * delta[4, b]) + u5 * delta[5, b]) + u6 * delta[6, b])
+                                 + u7 * delta[7, b]) * dphi[i, b]
+            else:
+                for b in range(m):
+                    out[i, b] = ((((((u0 * delta[0, b] + u1 * delta[1, b]) + u2 * delta[2, b]) + u3 * delta[3, b])
+                                   + u4 * delta[4, b]) + u5 * delta[5, b]) + u6 * delta[6, b]) + u7 * delta[7, b]
+        scaled = last
+        o = 8
+    while o + 8 <= n_out:
+        last = o + 8 == n_out
+        for i in range(n_in):
+            k = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
+            u4, u5, u6, u7 = theta[k + 4 * n_in], theta[k + 5 * n_in], theta[k + 6 * n_in], theta[k + 7 * n_in]
+            if last:
+                for b in range(m):
+                    out[i, b] = ((((((((out[i, b] + u0 * delta[o, b]) + u1 * delta[o + 1, b]) + u2 * delta[o + 2, b])
+                                     + u3 * delta[o + 3, b]) + u4 * delta[o + 4, b]) + u5 * delta[o + 5, b])
+                                  + u6 * delta[o + 6, b]) + u7 * delta[o + 7, b]) * dphi[i, b]
+            else:
+                for b in range(m):
+                    out[i, b] = (((((((out[i, b] + u0 * delta[o, b]) + u1 * delta[o + 1, b]) + u2 * delta[o + 2, b])
+                                    + u3 * delta[o + 3, b]) + u4 * delta[o + 4, b]) + u5 * delta[o + 5, b])
+                                 + u6 * delta[o + 6, b]) + u7 * delta[o + 7, b]
+        scaled = last
+        o += 8
+    while o + 4 <= n_out:
+        for i in range(n_in):
+            k = w0 + o * n_in + i
+            u0, u1, u2, u3 = theta[k], theta[k + n_in], theta[k + 2 * n_in], theta[k + 3 * n_in]
+            for b in range(m):
+                out[i, b] = (((out[i, b] + u0 * delta[o, b]) + u1 * delta[o + 1, b]) + u2 * delta[o + 2, b]) \
+                    + u3 * delta[o + 3, b]
         o += 4
     while o < n_out:
-        r0 = w0 + o * n_in
         for i in range(n_in):
-            u0 = theta[r0 + i]
+            u0 = theta[w0 + o * n_in + i]
             for b in range(m):
                 out[i, b] += u0 * delta[o, b]
         o += 1
+    if not scaled:
+        for i in range(n_in):
+            for b in range(m):
+                out[i, b] *= dphi[i, b]
 
 
-@component
+@component_fma
 def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """Data term of G for the minibatch ``idx[:nb]`` (module docstring); ``work`` ≥ :func:`work_size`.
 
-    Work layout (m = nb): a_0 (n_0 × m); per hidden layer l: z_l, a_l (n_l × m) and aᵀ_l (m × n_l);
-    f (m); two δ buffers (max n × m).
+    Work layout (m = nb): first R·m slots as one (R × m) feature-major array, R = n_0 + 2 Σ_hidden n_l
+    + 1 + 2 max n, holding a_0 (n_0 rows), per hidden layer a_l and φ'(z_l) (n_l rows each), f (1 row)
+    and two δ buffers (max n rows each); then the first layer's scratch δ_1ᵀ (m × n_1) and gW_1ᵀ
+    (n_0 × n_1) (:func:`_backprop_first`); then the batch-major copies aᵀ_l (m × n_l) of the hidden layers.
+    Views of the first part are row slices (no reshape: each ``reshape`` of a runtime shape is a
+    library call, ≈17 ns). Every entry of ``grad`` is overwritten.
     """
     n_layers = ints.shape[0] - 3
     code = ints[n_layers + 1]
     lik = ints[n_layers + 2]
     m = nb
     n0 = ints[0]
-    for j in range(theta.shape[0]):
-        grad[j] = 0.0
+    maxw = 1
+    n_rows = n0 + 1
+    for l in range(n_layers + 1):
+        if ints[l] > maxw:
+            maxw = ints[l]
+        if 1 <= l < n_layers:
+            n_rows += 2 * ints[l]
+    n_rows += 2 * maxw
+    n1 = ints[1]
+    fm = work[0:n_rows * m].reshape((n_rows, m))
+    bm0 = n_rows * m + m * n1 + n0 * n1  # start of the batch-major copies (after the first layer's scratch)
     # ---- a_0, feature-major
-    a0 = work[0:n0 * m].reshape((n0, m))
+    a0 = fm[0:n0]
     for b in range(m):
         row = X[idx[b]]
         for i in range(n0):
             a0[i, b] = row[i]
     # ---- forward
-    off = n0 * m  # next free slot of work
+    r = n0  # next free row of fm
+    bt = bm0  # next free slot of the batch-major part
     a_in = a0
     w0 = 0  # offset of W_l in θ
     for l in range(1, n_layers):
         n_in = ints[l - 1]
         n_out = ints[l]
-        z = work[off:off + n_out * m].reshape((n_out, m))
-        _affine(theta, w0, n_out, n_in, a_in, z)
-        a = work[off + n_out * m:off + 2 * n_out * m].reshape((n_out, m))
-        _activate(code, work[off:off + n_out * m], work[off + n_out * m:off + 2 * n_out * m], n_out * m)
-        _transpose(a, work[off + 2 * n_out * m:off + 3 * n_out * m].reshape((m, n_out)))
-        off += 3 * n_out * m
+        a = fm[r:r + n_out]
+        _affine(theta, w0, n_out, n_in, a_in, a)
+        _activate(code, work[r * m:(r + n_out) * m], work[(r + n_out) * m:(r + 2 * n_out) * m], n_out * m)
+        _transpose(a, work[bt:bt + m * n_out].reshape((m, n_out)))
+        r += 2 * n_out
+        bt += m * n_out
         w0 += n_out * (n_in + 1)
         a_in = a
     n_in = ints[n_layers - 1]
-    f = work[off:off + m].reshape((1, m))
+    f = fm[r:r + 1]
     _affine(theta, w0, 1, n_in, a_in, f)
-    off += m
+    r += 1
     # ---- backward
-    maxw = 1
-    for l in range(n_layers + 1):
-        if ints[l] > maxw:
-            maxw = ints[l]
-    d_cur = off
-    d_nxt = off + maxw * m
+    d_cur = r
+    d_nxt = r + maxw
     inv = 1.0 / m
     for b in range(m):
-        work[d_cur + b] = glm_d1(lik, f[0, b], y[idx[b]], floats) * inv
+        fm[d_cur, b] = glm_d1(lik, f[0, b], y[idx[b]], floats) * inv
     for l in range(n_layers, 0, -1):
         n_in = ints[l - 1]
         n_out = ints[l]
-        delta = work[d_cur:d_cur + n_out * m].reshape((n_out, m))
-        gW = grad[w0:w0 + n_out * n_in].reshape((n_out, n_in))
-        gb = grad[w0 + n_out * n_in:w0 + n_out * (n_in + 1)]
+        delta = fm[d_cur:d_cur + n_out]
         if l == 1:
-            _backprop_input(delta, X, idx, gW, gb)
+            s0 = n_rows * m
+            _backprop_first(delta, a0, work[s0:s0 + m * n1].reshape((m, n1)),
+                            work[s0 + m * n1:s0 + m * n1 + n0 * n1].reshape((n0, n1)), grad, w0)
             break
-        # layer l−1's z, a, aᵀ: after a_0 and the blocks of layers 1..l−2
-        zp = n0 * m
+        # layer l−1's rows (a, φ') and its batch-major copy: after those of layers 1..l−2
+        ap = n0
+        bt = bm0
         for k in range(1, l - 1):
-            zp += 3 * ints[k] * m
-        ap = zp + n_in * m
-        atp = ap + n_in * m
-        _backprop_layer(delta, work[atp:atp + m * n_in].reshape((m, n_in)), gW, gb)
+            ap += 2 * ints[k]
+            bt += m * ints[k]
+        dp = ap + n_in
+        _backprop_layer(delta, work[bt:bt + m * n_in].reshape((m, n_in)),
+                        grad[w0:w0 + n_out * n_in].reshape((n_out, n_in)), grad[w0 + n_out * n_in:w0 + n_out * (n_in + 1)])
         # δ_{l−1} = (W_lᵀ δ_l) ⊙ φ'(z_{l−1})
-        _delta_back(theta, w0, n_out, n_in, delta, work[d_nxt:d_nxt + n_in * m].reshape((n_in, m)))
-        _scale_by_derivative(code, work[zp:zp + n_in * m], work[ap:ap + n_in * m],
-                             work[d_nxt:d_nxt + n_in * m], n_in * m)
+        _delta_back(theta, w0, n_out, n_in, delta, fm[dp:dp + n_in], fm[d_nxt:d_nxt + n_in])
         d_cur, d_nxt = d_nxt, d_cur
         w0 -= ints[l - 1] * (ints[l - 2] + 1)  # to layer l − 1
