@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import time
 
 import numpy as np
@@ -29,15 +28,7 @@ from sgtune.sampler import run_chains
 from sgtune.sampler.grads import LOGISTIC
 from sgtune.sampler.smile_chain import value_gradient_cost
 
-N, D, B = 10_000, 50, 32
-
-
-def problem(seed: int = 0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((N, D)) / math.sqrt(D)
-    theta = rng.standard_normal(D)
-    y = (rng.random(N) < 1 / (1 + np.exp(-X @ theta))).astype(float)
-    return X, y
+from bench_sampler import B, D, N, problem  # the same logistic problem as the SGLD benchmark
 
 
 def sgtune_us(X, y, sampler: str, chains: int, steps: int, repeats: int) -> tuple[float, float]:

@@ -253,12 +253,7 @@ def matrix_free_table(quick: bool) -> None:
 
 def cpu(fn, repeat: int = 1):
     """(best CPU seconds of ``repeat`` calls by time.process_time, the last result)."""
-    best, out = math.inf, None
-    for _ in range(repeat):
-        t = time.process_time()
-        out = fn()
-        best = min(best, time.process_time() - t)
-    return best, out
+    return timed(fn, repeat, clock=time.process_time)
 
 
 def gn_mlp_rows(quick: bool) -> None:
