@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg as sla
 
 from .._refs import cites
 from .._validation import as_float_array, check_int, check_positive
-from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError
+from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError, UnstableStepSizeError
 from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 
 __all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
@@ -172,8 +173,6 @@ def _nystrom_preconditioner(a_mul: Any, delta: np.ndarray, r: int, rng: np.rando
     B = (Y + νΩ)C⁻ᵀ = ÛΣVᵀ, Λ̂ = max(Σ² − ν, 0)); with H̃ = Ã + I the preconditioner is
     P̃⁻¹ = (λ̂_r + 1)Û(Λ̂ + I)⁻¹Ûᵀ + I − ÛÛᵀ, and P⁻¹ = δ^{-1/2}P̃⁻¹δ^{-1/2} (SPD).
     """
-    import scipy.linalg as sla
-
     d = delta.shape[0]
     sq = 1.0 / np.sqrt(delta)
     omega, _ = np.linalg.qr(rng.standard_normal((d, r)))
@@ -245,8 +244,6 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
     (``spectral_radius_is_bound``, valid for the positive map when the residual is small);
     ``tau_spectral`` from the eigenvalues of Λ^{1/2}HΛ^{1/2} (those of ΛH) of the Stein solve.
     """
-    from ..errors import UnstableStepSizeError
-
     system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
     S0 = np.asarray(target_cov, dtype=float)
     Cbar = np.asarray(noise_at_target, dtype=float)
@@ -291,8 +288,6 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
     res_abs = rel * nr
     cov = S0 + delta
     cov = 0.5 * (cov + cov.T)
-    import scipy.linalg as sla
-
     try:  # λ_min(Σ^{-1/2}Q₀Σ^{-1/2}) as the smallest eigenvalue of the pencil (Q₀, Σ); fails unless Σ ≻ 0
         qmin = float(sla.eigh(system.Q0, cov, eigvals_only=True, subset_by_index=[0, 0])[0])
     except (np.linalg.LinAlgError, ValueError):
@@ -316,8 +311,6 @@ def _tau_top(system: Any, cov: np.ndarray) -> tuple[np.ndarray, float]:
     """τ_d and the worst τ over linear functionals, as :func:`sgtune.theory.stationary._tau_from_system`
     (W = (I − F)⁻¹Σ, τ_d = 2W_dd/Σ_dd − 1, τ_worst = 2μ_max(sym W, Σ) − 1) with only the top
     generalised eigenvalue computed."""
-    import scipy.linalg as sla
-
     d = system.dim
     W = np.linalg.solve(np.eye(d) - system.F, cov)
     tau = 2.0 * np.diag(W) / np.diag(cov) - 1.0
