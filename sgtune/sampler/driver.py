@@ -25,6 +25,7 @@ from scipy.special import ndtri
 from . import grads, kernels, smile_chain
 from .kernels import BATCH_FNS, BATCHINGS, COV_BLOCK, LAM_DENSE, LAM_DIAG, step_fn_for
 from .rng import chain_states
+from .smile import check_tuner_settings
 from .smile_chain import MCLMC_SAMPLERS
 from .specs import ORACLES, numba_spec_of
 
@@ -441,16 +442,8 @@ def _dynamics_options(sampler: str, step_matrix: Any, inv_temperature: float, mo
                           f"{sampler!r}; use backend='numba' or 'numpy'")
     if sampler == "sghmc":
         return {"friction": check_positive(friction, "friction")}
-    for name, val in (("ema_rate", ema_rate), ("precond_rate", precond_rate), ("guardrail", guardrail),
-                      ("adapt_a", adapt_a), ("adapt_delta", adapt_delta)):
-        v = check_positive(val, name)
-        if not v < 1.0:
-            raise SgtuneError(f"{name} must lie in (0, 1), got {v}")
-    if not guardrail > 1.0 - 2.0 * adapt_a / 3.0:
-        raise SgtuneError(f"guardrail = {guardrail} must exceed the step-decrease quantile 1 − 2a/3 = "
-                          f"{1 - 2 * adapt_a / 3:.4g}; raise guardrail or adapt_a")
-    ts = check_int(tune_start, "tune_start", low=2)
-    ps = check_int(precond_start, "precond_start", low=2)
+    ts, ps = check_tuner_settings(ema_rate, precond_rate, guardrail, adapt_a, adapt_delta, tune_start,
+                                  precond_start)
     pre, tuned = MCLMC_SAMPLERS[sampler]
     params = np.zeros(smile_chain.N_PARAMS)
     params[smile_chain.Q_ALPHA] = precond_rate

@@ -55,7 +55,7 @@ from .targets import AnalyticTarget, noise_vector, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
            "GridSearchResult", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
-           "sgld_step", "sghmc_step", "ensemble_chains"]
+           "sgld_step", "sghmc_step", "ensemble_chains", "random_unit_vector", "check_tuner_settings"]
 
 SMILE_NAIVE, PSMILE_NAIVE, SMILE, PSMILE, SGLD, SGHMC = 0, 1, 2, 3, 4, 5
 METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE_NAIVE, "smile": SMILE,
@@ -106,6 +106,18 @@ def momentum_map(u, g, ipre, eps, ndim):  # type: ignore[no-untyped-def]
         u[i] *= inv
     # log(cosh δ + uₑ sinh δ) = δ − log 2 + log((1 + uₑ) + e^{−2δ}(1 − uₑ))
     return (ndim - 1) * (delta - math.log(2.0) + math.log(den))
+
+
+@njit
+def random_unit_vector(st, u):  # type: ignore[no-untyped-def]
+    """u ← a uniform draw on the unit sphere: len(u) normals from stream ``st``, normalised."""
+    fill_normals(st, u)
+    nrm = 0.0
+    for i in range(u.shape[0]):
+        nrm += u[i] * u[i]
+    nrm = math.sqrt(nrm)
+    for i in range(u.shape[0]):
+        u[i] /= nrm
 
 
 @njit
@@ -263,13 +275,7 @@ def ensemble_chains(method, target_id, prec, q, noise_chol, spatial_sd, theta, m
         p = ipre[c]
         pcount = 0
         if mclmc:
-            fill_normals(st, u)
-            nrm = 0.0
-            for i in range(d):
-                nrm += u[i] * u[i]
-            nrm = math.sqrt(nrm)
-            for i in range(d):
-                u[i] /= nrm
+            random_unit_vector(st, u)
         else:
             for i in range(d):
                 u[i] = 0.0
@@ -373,6 +379,22 @@ class SmileEnsembleResult:
         return out
 
 
+def check_tuner_settings(ema_rate: float, precond_rate: float, guardrail: float, adapt_a: float, adapt_delta: float,
+                         tune_start: int, precond_start: int, *, guardrail_name: str = "guardrail") -> tuple[int, int]:
+    """Validate the EMA rates, guardrail quantile κ and adaptation (a, δ) of Algorithm 1 and the pSMILE
+    preconditioner (each in (0, 1), κ above the step-decrease quantile 1 − 2a/3); returns the
+    validated (tune_start, precond_start). ``guardrail_name`` is the caller's name for κ in messages."""
+    for name, val in (("ema_rate", ema_rate), ("precond_rate", precond_rate), (guardrail_name, guardrail),
+                      ("adapt_a", adapt_a), ("adapt_delta", adapt_delta)):
+        v = check_positive(val, name)
+        if not v < 1.0:
+            raise SgtuneError(f"{name} must lie in (0, 1), got {v}")
+    if not guardrail > 1.0 - 2.0 * adapt_a / 3.0:
+        raise SgtuneError(f"{guardrail_name} = {guardrail} must exceed the step-decrease quantile 1 − 2a/3 = "
+                          f"{1 - 2 * adapt_a / 3:.4g}; raise {guardrail_name} or adapt_a")
+    return check_int(tune_start, "tune_start", low=2), check_int(precond_start, "precond_start", low=2)
+
+
 @cites("smile2025", "eqs. (1)–(3), (6), (7), Algorithm 1, section 3.2 (pSMILE), appendix F.2 (integrator)")
 def run_smile_ensemble(target: AnalyticTarget, sampler: str, step_size: float, *, n_steps: int,
                        n_chains: int = 10, burn_in: int | None = None, seed: int = 0, thin: int = 0,
@@ -427,16 +449,8 @@ def run_smile_ensemble(target: AnalyticTarget, sampler: str, step_size: float, *
         raise SgtuneError(f"burn_in must be < n_steps = {ns}, got {bi}; lower burn_in or raise n_steps")
     th_ = check_int(thin, "thin", low=0)
     fr = check_positive(friction, "friction")
-    for name, val in (("ema_rate", ema_rate), ("precond_rate", precond_rate), ("kappa", kappa),
-                      ("adapt_a", adapt_a), ("adapt_delta", adapt_delta)):
-        v = check_positive(val, name)
-        if not v < 1.0:
-            raise SgtuneError(f"{name} must lie in (0, 1), got {v}")
-    if not kappa > 1.0 - 2.0 * adapt_a / 3.0:
-        raise SgtuneError(f"kappa = {kappa} must exceed the step-decrease quantile 1 − 2a/3 = "
-                          f"{1 - 2 * adapt_a / 3:.4g}; raise kappa or adapt_a")
-    ts = check_int(tune_start, "tune_start", low=2)
-    ps = check_int(precond_start, "precond_start", low=2)
+    ts, ps = check_tuner_settings(ema_rate, precond_rate, kappa, adapt_a, adapt_delta, tune_start, precond_start,
+                                  guardrail_name="kappa")
     if backend not in ("numba", "python"):
         raise SgtuneError(f"backend must be 'numba' or 'python', got {backend!r}")
     d = target.dim

@@ -39,8 +39,8 @@ import numpy as np
 from ._jit import njit, njit_parallel, prange
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .kernels import _diverges, _finish, _record
-from .rng import fill_normals
-from .smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, tuner_update
+from .smile import (MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector,
+                    tuner_update)
 
 __all__ = ["MCLMC_SAMPLERS", "Q_ALPHA", "Q_BETA", "Q_ZK", "Q_ZLO", "Q_ZHI", "Q_DELTA", "Q_TUNE_START",
            "Q_PRE_START", "Q_INV_TEMP", "Q_PRECOND", "Q_TUNED", "N_PARAMS", "to_logp", "init_velocity",
@@ -67,16 +67,8 @@ def to_logp(beta, value, grad, prior_kind, prior, th):  # type: ignore[no-untype
 def init_velocity(state):  # type: ignore[no-untyped-def]
     """u of every live chain: D normals from its stream, normalised (uniform on the sphere)."""
     theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state
-    d = theta.shape[1]
     for c in range(theta.shape[0]):
-        u = mom[c]
-        fill_normals(rng_state[c], u)
-        nrm = 0.0
-        for i in range(d):
-            nrm += u[i] * u[i]
-        nrm = math.sqrt(nrm)
-        for i in range(d):
-            u[i] /= nrm
+        random_unit_vector(rng_state[c], mom[c])
 
 
 @njit
