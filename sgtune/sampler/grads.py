@@ -32,9 +32,10 @@ from ._jit import component, njit
 from .rng import fill_normals, stable_symmetric
 
 __all__ = ["MODEL_IDS", "LINEAR", "LOGISTIC", "POISSON", "BETA_LINEAR", "QUAD_GAUSS", "QUAD_STABLE",
-           "model_params", "glm_d1", "glm_d1_vector", "row_dot", "rows4_dot", "minibatch_gradient",
-           "quadratic_gradient", "add_prior", "glm_grad", "quad_gauss_grad", "quad_stable_grad", "GRAD_FNS",
-           "glm_rho", "minibatch_value_gradient", "glm_value_grad", "prior_value"]
+           "model_params", "glm_d1", "glm_d1_vector", "row_dot", "rows4_dot", "linear_predictors",
+           "weighted_row_mean", "minibatch_gradient", "quadratic_gradient", "add_prior", "glm_grad",
+           "quad_gauss_grad", "quad_stable_grad", "GRAD_FNS", "glm_rho", "minibatch_value_gradient",
+           "glm_value_grad", "prior_value"]
 
 LINEAR, LOGISTIC, POISSON, BETA_LINEAR, QUAD_GAUSS, QUAD_STABLE = 0, 1, 2, 3, 4, 5
 MODEL_IDS: dict[str, int] = {"linear": LINEAR, "logistic": LOGISTIC, "poisson": POISSON,
@@ -170,18 +171,8 @@ def rows4_dot(r0, r1, r2, r3, v, out, k):  # type: ignore[no-untyped-def]
 
 
 @njit
-def minibatch_gradient(theta, X, y, idx, start, stop, model, mpar, prior_kind, prior, eta, grad):  # type: ignore[no-untyped-def]
-    """grad ← (1/|S|) Σ_{n∈S} ρ'(x_nᵀθ, y_n) x_n + Γθ/N,  S = idx[start:stop].
-
-    Two passes over the rows, four rows at a time: first the linear predictors η_k = x_{n_k}ᵀθ
-    into ``eta`` (:func:`rows4_dot`; independent row loads overlap in the memory system), then
-    the weights w_k = ρ'(η_k) (overwriting ``eta``) and grad += w_k x_k + … + w_{k+3} x_{k+3}
-    as one elementwise loop (the loop vectoriser handles it; four rows per load/store of grad),
-    while the rows are in L1. ``prior`` is Γ/N: read as ``prior[0, 0]·I`` when ``prior_kind`` = 1,
-    dense when 2, ignored when 0.
-    """
-    d = theta.shape[0]
-    nb = stop - start
+def linear_predictors(theta, X, idx, start, nb, eta):  # type: ignore[no-untyped-def]
+    """eta[k] ← x_nᵀθ for the rows n = idx[start + k], k < nb (four rows per pass while they are in L1)."""
     k = 0
     while k + 4 <= nb:
         rows4_dot(X[idx[start + k]], X[idx[start + k + 1]], X[idx[start + k + 2]], X[idx[start + k + 3]],
@@ -190,8 +181,12 @@ def minibatch_gradient(theta, X, y, idx, start, stop, model, mpar, prior_kind, p
     while k < nb:
         eta[k] = row_dot(X, idx[start + k], theta)
         k += 1
-    for k in range(nb):
-        eta[k] = glm_d1(model, eta[k], y[idx[start + k]], mpar)
+
+
+@njit
+def weighted_row_mean(X, idx, start, nb, eta, grad):  # type: ignore[no-untyped-def]
+    """grad ← (1/nb) Σ_{k<nb} eta[k] x_n, n = idx[start + k] (four rows per pass, a fixed summation order)."""
+    d = grad.shape[0]
     for j in range(d):
         grad[j] = 0.0
     k = 0
@@ -216,6 +211,25 @@ def minibatch_gradient(theta, X, y, idx, start, stop, model, mpar, prior_kind, p
     inv = 1.0 / nb
     for j in range(d):
         grad[j] *= inv
+
+
+@njit
+def minibatch_gradient(theta, X, y, idx, start, stop, model, mpar, prior_kind, prior, eta, grad):  # type: ignore[no-untyped-def]
+    """grad ← (1/|S|) Σ_{n∈S} ρ'(x_nᵀθ, y_n) x_n + Γθ/N,  S = idx[start:stop].
+
+    Two passes over the rows, four rows at a time: first the linear predictors η_k = x_{n_k}ᵀθ
+    into ``eta`` (:func:`rows4_dot`; independent row loads overlap in the memory system), then
+    the weights w_k = ρ'(η_k) (overwriting ``eta``) and grad += w_k x_k + … + w_{k+3} x_{k+3}
+    as one elementwise loop (the loop vectoriser handles it; four rows per load/store of grad),
+    while the rows are in L1. ``prior`` is Γ/N: read as ``prior[0, 0]·I`` when ``prior_kind`` = 1,
+    dense when 2, ignored when 0.
+    """
+    d = theta.shape[0]
+    nb = stop - start
+    linear_predictors(theta, X, idx, start, nb, eta)
+    for k in range(nb):
+        eta[k] = glm_d1(model, eta[k], y[idx[start + k]], mpar)
+    weighted_row_mean(X, idx, start, nb, eta, grad)
     if prior_kind == PRIOR_SCALAR:
         g0 = prior[0, 0]
         for j in range(d):
@@ -230,17 +244,11 @@ def minibatch_value_gradient(theta, X, y, idx, nb, model, mpar, eta, grad, want)
     """grad ← (1/|S|) Σ_{n∈S} ρ'(x_nᵀθ, y_n) x_n (no prior), S = idx[:nb]; returns (1/|S|) Σ ρ(x_nᵀθ, y_n)
     when ``want`` (else 0).
 
-    The same two passes as :func:`minibatch_gradient` (which the SGLD chain keeps using, untouched),
-    with the loss summed from the linear predictors before they are overwritten by the weights ρ'.
+    The same two passes as :func:`minibatch_gradient` (:func:`linear_predictors`, then
+    :func:`weighted_row_mean`), with the loss summed from the linear predictors before they are
+    overwritten by the weights ρ'.
     """
-    d = theta.shape[0]
-    k = 0
-    while k + 4 <= nb:
-        rows4_dot(X[idx[k]], X[idx[k + 1]], X[idx[k + 2]], X[idx[k + 3]], theta, eta, k)
-        k += 4
-    while k < nb:
-        eta[k] = row_dot(X, idx[k], theta)
-        k += 1
+    linear_predictors(theta, X, idx, 0, nb, eta)
     val = 0.0
     if want and model == LOGISTIC:  # ρ and ρ' share e^{−|η|}: one exp per row instead of two
         for k in range(nb):
@@ -255,31 +263,8 @@ def minibatch_value_gradient(theta, X, y, idx, nb, model, mpar, eta, grad, want)
                 val += glm_rho(model, eta[k], y[idx[k]], mpar)
         for k in range(nb):
             eta[k] = glm_d1(model, eta[k], y[idx[k]], mpar)
-    for j in range(d):
-        grad[j] = 0.0
-    k = 0
-    while k + 4 <= nb:
-        r0 = X[idx[k]]
-        r1 = X[idx[k + 1]]
-        r2 = X[idx[k + 2]]
-        r3 = X[idx[k + 3]]
-        g0 = eta[k]
-        g1 = eta[k + 1]
-        g2 = eta[k + 2]
-        g3 = eta[k + 3]
-        for j in range(d):
-            grad[j] += (g0 * r0[j] + g1 * r1[j]) + (g2 * r2[j] + g3 * r3[j])
-        k += 4
-    while k < nb:
-        r0 = X[idx[k]]
-        g0 = eta[k]
-        for j in range(d):
-            grad[j] += g0 * r0[j]
-        k += 1
-    inv = 1.0 / nb
-    for j in range(d):
-        grad[j] *= inv
-    return val * inv
+    weighted_row_mean(X, idx, 0, nb, eta, grad)
+    return val * (1.0 / nb)
 
 
 @njit
