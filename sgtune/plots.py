@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._files import atomic_path
 from .errors import MissingExtraError, SgtuneError
 
 __all__ = ["require_matplotlib", "most_correlated_pairs", "draw_covariance_ellipses", "draw_step_matrix",
@@ -289,13 +289,5 @@ def render_png(fig: Any, *, dpi: int = 110) -> bytes:
 
 def write_png(path: str | os.PathLike[str], png: bytes) -> None:
     """Write PNG bytes atomically (temporary file in the same folder + rename)."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(png)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(png)

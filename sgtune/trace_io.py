@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import warnings
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._files import atomic_path
 from .errors import MissingExtraError, SgtuneError
 
 __all__ = ["require_arviz", "to_inference_data", "write_netcdf", "netcdf_attrs"]
@@ -111,13 +110,5 @@ def to_inference_data(result: Any, *, names: Sequence[str] | None = None, theta_
 
 def write_netcdf(idata: Any, path: str | os.PathLike[str]) -> None:
     """``idata.to_netcdf`` into a temporary file in the same folder, then rename (no partial file)."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         idata.to_netcdf(tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -12,6 +11,7 @@ from typing import Any, Callable, TypeVar
 import click
 import numpy as np
 
+from .._files import atomic_path
 from .._json import dumps
 from ..errors import AccuracyWarning, SgtuneError
 
@@ -58,16 +58,8 @@ def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option:
 
 
 def _atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str) -> None:
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as fh:
-            write(fh)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, mode) as fh:
+        write(fh)
 
 
 def save_array(path: str | os.PathLike[str], array: np.ndarray) -> None:
