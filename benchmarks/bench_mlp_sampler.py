@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from _timing import best_wall_cpu
+
 from sgtune.models.mlp import MLP
 from sgtune.sampler import run_chains
 
@@ -36,17 +38,6 @@ def problem(seed: int = 0):
     X = rng.standard_normal((N, P))
     y = np.sin(X[:, 0]) + 0.5 * X[:, 1] * X[:, 2] + 0.1 * rng.standard_normal(N)
     return X, y
-
-
-def best(fn, repeats: int) -> tuple[float, float]:
-    """(best wall, best CPU) seconds over ``repeats`` calls."""
-    walls, cpus = [], []
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    return min(walls), min(cpus)
 
 
 def sgtune_us(model, X, y, steps: int, chains: int, backend: str, repeats: int) -> tuple[float, float]:
@@ -103,7 +94,7 @@ def numpy_loop_us(model, X, y, steps: int) -> tuple[float, float]:
             theta[:] += noise * rng.standard_normal(theta.size)
 
     run(steps // 10 or 1)  # warm-up
-    wall, cpu = best(lambda: run(steps), 3)
+    wall, cpu = best_wall_cpu(lambda: run(steps), 3)
     return 1e6 * wall / steps, 1e6 * cpu / steps
 
 
@@ -144,7 +135,7 @@ def jax_us(model, X, y, steps: int) -> tuple[float, float] | str:
 
     th0 = jnp.asarray(model.initial_params(P, np.random.default_rng(1)))
     run(th0, jax.random.PRNGKey(0)).block_until_ready()  # compile
-    wall, cpu = best(lambda: run(th0, jax.random.PRNGKey(1)).block_until_ready(), 3)
+    wall, cpu = best_wall_cpu(lambda: run(th0, jax.random.PRNGKey(1)).block_until_ready(), 3)
     return 1e6 * wall / steps, 1e6 * cpu / steps
 
 

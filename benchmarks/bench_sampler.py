@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from _timing import best_wall_cpu
+
 from sgtune.sampler import run_chains
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.grads import LOGISTIC, gradient_cost
@@ -42,19 +44,9 @@ CPU: dict[str, float] = {}
 
 
 def best_of(fn, repeats: int) -> float:
-    """Best wall time; the best CPU time (all threads, process_time) is left in CPU["last"].
-
-    Both minima are taken separately: on a loaded machine the fastest wall run need not be
-    the one that used the least CPU.
-    """
-    walls, cpus = [], []
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    CPU["last"] = min(cpus)
-    return min(walls)
+    """Best wall time; the best CPU time (all threads, process_time) is left in CPU["last"]."""
+    wall, CPU["last"] = best_wall_cpu(fn, repeats)
+    return wall
 
 
 def numba_us(X, y, chains: int, steps: int, lam: float, beta: float, moments: bool, repeats: int) -> float:
