@@ -85,13 +85,18 @@ batch_options = _compose(
                  help="Heavy-ball momentum κ in [0, 1) (seed 003 eq. B.1)."),
 )
 
-output_options = _compose(
-    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-                 help="Write the main array to this .npy file."),
+#: --json, --overwrite, -q: the output options of every command (those without a main array use only these)
+json_output_options = _compose(
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                  help="Write the JSON document to FILE instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
     click.option("-q", "--quiet", is_flag=True, help="No human-readable output on stderr."),
+)
+
+output_options = _compose(
+    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                 help="Write the main array to this .npy file."),
+    json_output_options,
 )
 
 

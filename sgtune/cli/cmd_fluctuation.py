@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import DataFormatError
 from ._io import check_writable, emit, handle_errors, info
+from ._options import json_output_options
 
 _SCHEMES = ("nld", "hfhr", "gaul", "general")
 
@@ -50,10 +51,7 @@ def _need(value: Any, option: str, scheme: str) -> Any:
 @click.option("--budget", type=float, default=None,
               help="nld only: also report the variance-optimal J with ‖D^{-1/2}JD^{-1/2}‖₂ ≤ BUDGET "
                    "and the spectral-gap-optimal J (Lelièvre–Nier–Pavliotis).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the JSON document to FILE instead of stdout.")
-@click.option("--overwrite", is_flag=True, help="Allow --json to replace an existing file.")
-@click.option("-q", "--quiet", is_flag=True, help="No table on stderr.")
+@json_output_options
 @handle_errors
 def cli(scheme: str, hessian: str, observable: str, antisymmetric: str | None,
         diffusion: str | None, alpha: float | None, gamma: float | None, a_param: float | None,

@@ -11,7 +11,7 @@ from ..errors import ShapeError
 from ..ksd import DEFAULT_BLOCK, posterior_ksd
 from ..models.base import model_dim
 from ._io import check_writable, command_line, emit, handle_errors, info
-from ._options import data_options, load_data_model, load_float_npy, load_prior
+from ._options import data_options, json_output_options, load_data_model, load_float_npy, load_prior
 from ._render import key_values
 from .cmd_run import progress_bar
 
@@ -23,10 +23,7 @@ from .cmd_run import progress_bar
 @click.option("--block", type=int, default=DEFAULT_BLOCK, show_default=True,
               help="Rows per block of the O(n²D) double sum (memory ~ 5·block² floats; the value does not "
                    "change the result beyond rounding).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the JSON document to FILE instead of stdout.")
-@click.option("--overwrite", is_flag=True, help="Allow replacing an existing --json file.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
+@json_output_options
 @handle_errors
 def cli(**kw: Any) -> None:
     """Kernel Stein discrepancy of the rows of --samples against p(θ|𝒟) ∝ exp(−N·L(θ)).

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import DataFormatError
 from ..theory.reshuffle import reshuffle_bias
 from ._io import check_writable, emit, handle_errors, info
+from ._options import json_output_options
 
 
 def _read_vector(path: str, column: str | None) -> np.ndarray:
@@ -78,10 +79,7 @@ def _read_vector(path: str, column: str | None) -> np.ndarray:
               help="Rescaled step h = ηN/σ² (seed 002 eq. 8); 0 < h < 2.")
 @click.option("--sigma2", type=float, default=None,
               help="σ² of the model U(θ) = Σ(θ − x_i)²/(2σ²) (default: unbiased sample variance).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the JSON document to FILE instead of stdout.")
-@click.option("--overwrite", is_flag=True, help="Allow replacing an existing --json file.")
-@click.option("-q", "--quiet", is_flag=True, help="No human-readable table on stderr.")
+@json_output_options
 @handle_errors
 def cli(data_path: str, column: str | None, batch_size: int, step: float, sigma2: float | None,
         json_path: str | None, overwrite: bool, quiet: bool) -> None:
