@@ -54,7 +54,8 @@ from scipy.special import logsumexp
 
 from ._refs import cites
 from ._validation import as_float_array, check_int, check_positive
-from .errors import MissingExtraError, SgtuneError, ShapeError, UnstableStepSizeError
+from .errors import SgtuneError, ShapeError, UnstableStepSizeError
+from .experiments import load_diabetes_arrays
 from .models import make_mlp
 from .sampler import run_chains
 
@@ -82,16 +83,6 @@ DEFAULT_STEP_GRIDS: dict[str, tuple[float, ...]] = {
 
 
 # ----------------------------------------------------------------------------- data
-def load_diabetes_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's diabetes data as raw arrays (N = 442, p = 10; shipped with the package, no download)."""
-    try:
-        from sklearn.datasets import load_diabetes
-    except ImportError:
-        raise MissingExtraError("the diabetes data need scikit-learn: pip install 'sgtune[data]'") from None
-    X, y = load_diabetes(return_X_y=True)
-    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class Split:
     """One seeded train / validation / test split, standardised with the training statistics.

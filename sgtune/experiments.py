@@ -28,8 +28,8 @@ from .sampler import run_chains
 from .theory.stationary import predict_comparison_cov, predict_stationary_cov
 from .theory.tuning import tune
 
-__all__ = ["true_parameter", "contaminated_linear", "poisson_regression_data", "diabetes", "randhie",
-           "covariance_error_floor", "MethodRun", "evaluate_method", "repeat_experiment", "SummaryRow",
+__all__ = ["true_parameter", "contaminated_linear", "poisson_regression_data", "diabetes", "load_diabetes_arrays",
+           "randhie", "covariance_error_floor", "MethodRun", "evaluate_method", "repeat_experiment", "SummaryRow",
            "summarize", "batch_size_sweep", "ForwardRow", "forward_prediction_errors", "REFERENCE_METHODS",
            "TUNED_METHODS"]
 
@@ -103,13 +103,20 @@ def diabetes(*, standardise_response: bool = True) -> Dataset:
     The offline stand-in for the Boston housing data of seed 003 §6.1 (not shippable). Covariates
     and (by default) the response are centred and scaled to unit variance; an intercept is added.
     """
+    X, y = load_diabetes_arrays()
+    y = (y - y.mean()) / y.std() if standardise_response else y
+    return make_dataset(_standardise(X), y, intercept=True, source="sklearn:diabetes")
+
+
+def load_diabetes_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's diabetes data as raw float64 arrays (N = 442, p = 10; shipped with the package,
+    no download)."""
     try:
         from sklearn.datasets import load_diabetes
     except ImportError:
         raise MissingExtraError("the diabetes data need scikit-learn: pip install 'sgtune[data]'") from None
     X, y = load_diabetes(return_X_y=True)
-    y = (y - y.mean()) / y.std() if standardise_response else y
-    return make_dataset(_standardise(np.asarray(X, float)), y, intercept=True, source="sklearn:diabetes")
+    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
 def randhie() -> Dataset:
