@@ -30,7 +30,7 @@ from ..errors import (ConvergenceError, DataFormatError, InfeasibleTargetError, 
                       UnstableStepSizeError)
 from ..models import Expansion
 from .adjoint import GradientEvaluator, affine_discrepancy
-from .largescale import stationary_cov_from_target
+from .largescale import stationary_cov_from_target_momentum
 from .stationary import StationaryCov, finite_population_factor, noise_covariance, predict_stationary_cov
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
@@ -274,14 +274,18 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     optimisation, only blocks of HΣ* and R needed; within ~1 % of the optimum's criterion on
     logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests).
     ``family_criterion="auto"`` (the default) is ``"discrepancy"`` up to D = ``FIT_MAX_DIM``
-    (300) and, without momentum, ``"moment"`` above it, where each exact evaluation costs
+    (300) and ``"moment"`` above it, where each exact evaluation costs
     several O(N·D²) passes over the data (D = 1000, N = 10⁴: ≈ 1 s each); the result's
     ``criterion`` says which was used. Above D = ``FIT_MAX_DIM`` the covariance of the
     returned Λ is solved for its correction to the target
-    (:func:`sgtune.theory.largescale.stationary_cov_from_target`, relative tolerance 1e-8 on
-    the correction, so ``covariance_error`` has ≈ 8 correct digits). With momentum κ > 0 the dense Λ solves the
+    (:func:`sgtune.theory.largescale.stationary_cov_from_target_momentum`, relative tolerance
+    1e-8 on the correction, so ``covariance_error`` has ≈ 8 correct digits; D×D unknowns with
+    or without momentum). With momentum κ > 0 the dense Λ solves the
     exact reduced momentum equation (:func:`solve_momentum_step_matrix`, Newton–Krylov, no
-    augmented unknowns); the families use the same adjoint gradient on the augmented chain.
+    augmented unknowns); the families' ``"discrepancy"`` fit uses the same adjoint gradient on
+    the augmented chain, started from the projection of that dense Λ, and their ``"moment"``
+    closed form is the family's part of the reduced momentum equation
+    (:func:`structured_momentum_step_matrix`; no dense momentum solve).
 
     Returns
     -------
@@ -299,7 +303,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     if family_criterion not in ("auto", "discrepancy", "moment"):
         raise SgtuneError(f"family_criterion must be 'auto', 'discrepancy' (exact minimiser) or 'moment' (closed "
                           f"form), got {family_criterion!r}")
-    large = family != "dense" and kappa == 0 and expansion.dim > FIT_MAX_DIM
+    large = family != "dense" and expansion.dim > FIT_MAX_DIM
     if family_criterion == "auto":
         family_criterion = "moment" if large else "discrepancy"
     if family != "dense" and method != "dq-exact":
@@ -319,7 +323,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
                           "family 'block'")
     H = expansion.hessian
     guess = S
-    if kappa > 0:  # the exact momentum equation (as before, whatever the method)
+    if kappa > 0 and (family == "dense" or family_criterion == "discrepancy"):  # the exact momentum equation
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
         Cbar = Rx - H @ S @ H
         lam = solve_momentum_step_matrix(H, S, Cbar, momentum=kappa, inv_temperature=beta)
@@ -335,15 +339,18 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
         Rx = cbar + H @ S @ H
         Rx = 0.5 * (Rx + Rx.T)
-        if kappa > 0:  # the projection of the exact dense Λ (eq. 11's family part has no momentum)
+        if kappa > 0 and family_criterion == "moment":  # the family's part of the reduced momentum equation
+            start = structured_momentum_step_matrix(H, S, cbar, family=family, momentum=kappa, blocks=part,
+                                                    inv_temperature=beta)
+        elif kappa > 0:  # the projection of the exact dense Λ (start of the fit)
             start = lam
         else:  # the family's part of eq. (11); no dense solve needed
             start = structured_step_matrix(H, S, Rx, family=family, blocks=part, inv_temperature=beta)
         if family_criterion == "moment":
-            if kappa > 0:
-                raise SgtuneError("family_criterion 'moment' is defined without momentum; use 'discrepancy'")
             lam = start
-            criterion = "closed form: the family's part of eq. (11) at the target (one-step moment matching)"
+            criterion = ("closed form: the family's part of the reduced momentum equation at the target "
+                         "(Yule–Walker moment matching)" if kappa > 0 else
+                         "closed form: the family's part of eq. (11) at the target (one-step moment matching)")
         else:
             lam, criterion, guess = _fit_family(expansion, S, start, family, B, beta, without_replacement, kappa,
                                                 part)
@@ -353,8 +360,9 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
         if large:  # one O(N·D²) pass per GMRES iteration for the correction to the target, no ARPACK
-            st = stationary_cov_from_target(expansion, lam, S, cbar, batch_size=B, inv_temperature=beta,
-                                            without_replacement=without_replacement, tol=1e-8)
+            st = stationary_cov_from_target_momentum(expansion, lam, S, cbar, batch_size=B, momentum=kappa,
+                                                     inv_temperature=beta,
+                                                     without_replacement=without_replacement, tol=1e-8)
         else:
             st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
                                         without_replacement=without_replacement, momentum=kappa,
