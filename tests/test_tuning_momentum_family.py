@@ -222,6 +222,17 @@ def test_tune_above_fit_max_dim_uses_the_closed_form_and_the_correction_solve(fa
     assert ref.spectral_radius <= res.spectral_radius < 1
 
 
+@pytest.mark.parametrize("criterion", ["moment", "discrepancy"])
+def test_mid_dimension_covariance_uses_the_tight_correction_solve(criterion, monkeypatch):
+    """Above AUGMENTED_MAX_DIM (and below FIT_MAX_DIM) Σ(Λ) of a momentum family comes from the D×D solve at 1e-12."""
+    e = logistic_expansion(3000, 16, seed=7)
+    monkeypatch.setattr(tuning, "AUGMENTED_MAX_DIM", 8)
+    res = tune(e, batch_size=32, family="diagonal", momentum=0.7, inv_temperature=3e5, family_criterion=criterion)
+    assert res.stationary.spectral_radius_is_bound  # the correction route's certified bound
+    ref = predict_stationary_cov(e, res.step_matrix, batch_size=32, momentum=0.7, inv_temperature=3e5).cov
+    assert np.linalg.norm(res.predicted_cov - ref) < 1e-11 * np.linalg.norm(ref)
+
+
 def test_auto_switches_at_fit_max_dim_without_monkeypatching():
     """The real threshold: D = 301 > FIT_MAX_DIM gets the closed form with momentum (no fit)."""
     e = logistic_expansion(600, tuning.FIT_MAX_DIM + 1, seed=1)

@@ -42,6 +42,10 @@ METHODS = ("dq-exact", "ct", "dq-const", "lr-ws")
 #: above this D the structured families default to the closed form (``family_criterion="auto"``)
 FIT_MAX_DIM = 300
 FAMILIES = ("dense", "diagonal", "scalar", "block")
+#: with momentum, a structured family's Σ(Λ) above this D comes from the D×D correction solve
+#: (:func:`sgtune.theory.largescale.stationary_cov_from_target_momentum`, tolerance 1e-12) instead of the
+#: augmented (2D)² solve, whose Stein preconditioner is an eigendecomposition of the 2D×2D transition
+AUGMENTED_MAX_DIM = 50
 #: a dq-exact Λ whose chain has spectral radius ρ ≥ 1 − this is reported as "out of reach" (it would need
 #: more than 1/EDGE_OF_STABILITY steps to mix, and at ρ ≈ 1 rounding alone decides the sign of 1 − ρ)
 EDGE_OF_STABILITY = 1e-9
@@ -359,10 +363,11 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
         else:
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
-        if large:  # one O(N·D²) pass per GMRES iteration for the correction to the target, no ARPACK
+        if large or (kappa > 0 and family != "dense" and expansion.dim > AUGMENTED_MAX_DIM):
+            # one O(N·D²) pass per GMRES iteration for the correction to the target, D×D unknowns, no ARPACK
             st = stationary_cov_from_target_momentum(expansion, lam, S, cbar, batch_size=B, momentum=kappa,
-                                                     inv_temperature=beta,
-                                                     without_replacement=without_replacement, tol=1e-8)
+                                                     inv_temperature=beta, without_replacement=without_replacement,
+                                                     tol=1e-8 if large else 1e-12)
         else:
             st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
                                         without_replacement=without_replacement, momentum=kappa,
