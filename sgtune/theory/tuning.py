@@ -341,8 +341,9 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     cbar = None
     if family != "dense":
         cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
-        Rx = cbar + H @ S @ H
-        Rx = 0.5 * (Rx + Rx.T)
+        if kappa == 0:
+            Rx = cbar + H @ S @ H
+            Rx = 0.5 * (Rx + Rx.T)
         if kappa > 0 and family_criterion == "moment":  # the family's part of the reduced momentum equation
             start = structured_momentum_step_matrix(H, S, cbar, family=family, momentum=kappa, blocks=part,
                                                     inv_temperature=beta)
@@ -359,7 +360,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
             lam, criterion, guess = _fit_family(expansion, S, start, family, B, beta, without_replacement, kappa,
                                                 part)
         if kappa > 0:
-            residual = momentum_tuning_residual(lam, H, S, Rx - H @ S @ H, kappa, beta)
+            residual = momentum_tuning_residual(lam, H, S, cbar, kappa, beta)
         else:
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
