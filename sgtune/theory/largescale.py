@@ -491,12 +491,10 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
     if not rho < 1:
         raise UnstableStepSizeError(f"step_matrix is unstable with momentum {kappa:g} (spectral-radius bound "
                                     f"{rho:.4g} >= 1)", spectral_radius=rho, max_stable_step=math.nan)
-    T = np.zeros((2 * d, 2 * d))  # (d, ν) = T(x, y), T = blockdiag(V, V⁻ᵀ)
-    T[:d, :d] = V
-    T[d:, d:] = Vi.T
-    Saug = T @ Saug_t @ T.T
-    Saug = 0.5 * (Saug + Saug.T)
-    Saug[:d, :d] = cov
+    # (d, ν) = T(x, y), T = blockdiag(V, V⁻ᵀ): the augmented moment block by block (T is block diagonal)
+    Sdn = V @ Sxy @ Vi
+    Snn = Vi.T @ Syy @ Vi
+    Saug = np.block([[cov, Sdn], [Sdn.T, 0.5 * (Snn + Snn.T)]])
     I = np.eye(d)
     F = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
     return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(rel * nr / np.linalg.norm(cov)),
