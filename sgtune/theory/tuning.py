@@ -289,7 +289,10 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     augmented unknowns); the families' ``"discrepancy"`` fit uses the same adjoint gradient on
     the augmented chain, started from the projection of that dense Λ, and their ``"moment"``
     closed form is the family's part of the reduced momentum equation
-    (:func:`structured_momentum_step_matrix`; no dense momentum solve).
+    (:func:`structured_momentum_step_matrix`; no dense momentum solve). With momentum, a
+    structured family's covariance above D = ``AUGMENTED_MAX_DIM`` (50) comes from the same
+    D×D correction solve at tolerance 1e-12 (the augmented solve needs an eigendecomposition of
+    the 2D×2D transition).
 
     Returns
     -------
@@ -905,14 +908,11 @@ def _momentum_blocks(H: np.ndarray, HS: np.ndarray, Mn: np.ndarray, kappa: float
         t = 1.0
         while True:  # damped: keep every block positive definite and decrease the residual
             cand = [L + t * 0.5 * (s + s.T) for L, s in zip(lb, step)]
-            try:
-                for L in cand:
-                    np.linalg.cholesky(L)
-                if sum(float(np.sum(f * f)) for f in phi(cand)) < res**2 * scale**2 or t < 1e-4:
-                    break
-            except np.linalg.LinAlgError:
-                if t < 1e-4:
-                    raise infeasible(part[0]) from None
+            bad = [b for b, L in zip(part, cand) if np.linalg.eigvalsh(L)[0] <= 0]
+            if not bad and (sum(float(np.sum(f * f)) for f in phi(cand)) < res**2 * scale**2 or t < 1e-4):
+                break
+            if bad and t < 1e-4:
+                raise infeasible(bad[0])
             t *= 0.5
         lb = cand
     if not res <= 1e-13:
