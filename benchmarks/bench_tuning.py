@@ -20,7 +20,10 @@ Prints tables (run: ``python benchmarks/bench_tuning.py [--quick]``):
 6. (``--targets``) the issue-10 targets in CPU seconds (``time.process_time``) with the target
    column and the baseline measured in the same run: the tuning module of commit 6e4dc99 (before
    this round: L-BFGS-B from its default first step, solves to 1e-12, ARPACK spectral radius,
-   and the fit at every D).
+   and the fit at every D); then (6b) the diagonal family with momentum κ = 0.5 at D = 100, 300, 1000:
+   the closed form of the reduced momentum equation's diagonal with the D×D correction solve for
+   its covariance, against the tuning module of commit 9ab1be6 (dense momentum solve, then the
+   L-BFGS fit on the augmented chain).
 
 All timings are wall-clock medians of repeated runs in the same process; they are
 benchmarks, not tests.
@@ -335,6 +338,41 @@ def targets_table(quick: bool) -> None:
                   f"{goal_txt:>7} | {r_new.criterion[:48]}", flush=True)
     print("(cov_err = ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F with the exact Σ(Λ) of the returned Λ. Structured families above "
           "D = 300 return the closed form (family part of eq. 11) — the fit's criterion is not what they optimise.)")
+    momentum_family_rows(quick)
+
+
+def momentum_family_rows(quick: bool) -> None:
+    """Issue 10 item 2 at large D: diagonal Λ with momentum κ = 0.5, closed form vs main's augmented fit."""
+    from threadpoolctl import threadpool_limits
+
+    from sgtune.theory import tuning as new
+
+    old = load_old_tuning("9ab1be6")  # main before the momentum closed form: dense momentum solve + augmented fit
+    print("\n## 6b. diagonal Λ with momentum κ = 0.5, sandwich target, logistic N = 10⁴, B = 32, CPU seconds "
+          "(one BLAS thread); baseline = tuning module of 9ab1be6 (dense momentum solve + L-BFGS fit on the "
+          "augmented chain) in the same run")
+    print(f"{'case':>34} | {'old CPU s':>9} {'old cov_err':>12} | {'new CPU s':>9} {'new cov_err':>12} "
+          f"{'residual':>9} | {'target':>7} | criterion")
+    cases = [(100, "moment", None), (300, "moment", None), (300, "auto", None)]
+    cases += [(300, "auto", 10.0)] if quick else [(1000, "auto", 10.0)]
+    with threadpool_limits(limits=1, user_api="blas"):
+        old_done: dict[int, str] = {}
+        for d, crit, goal in cases:
+            e = logistic_expansion(10_000, d)
+            t_new, r_new = cpu(lambda: new.tune(e, batch_size=32, family="diagonal", momentum=0.5,
+                                                family_criterion=crit))
+            if d > 300:  # the fit: D = 300 takes ≈ 20 CPU s, its cost grows faster than D³
+                old_done[d] = f"{'skip':>9} {'(> 60 s)':>12}"
+            elif d not in old_done:
+                t_old, r_old = cpu(lambda: old.tune(e, batch_size=32, family="diagonal", momentum=0.5))
+                old_done[d] = f"{t_old:9.3g} {r_old.covariance_error:12.6e}"
+            name = f"diagonal D={d} κ=0.5 {crit}"
+            goal_txt = "—" if goal is None else f"≤ {goal:g}"
+            print(f"{name:>34} | {old_done[d]} | {t_new:9.3g} {r_new.covariance_error:12.6e} "
+                  f"{r_new.residual:9.1e} | {goal_txt:>7} | {r_new.criterion[:48]}", flush=True)
+    print("(old = main's fit of ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F; new 'moment' = the closed form of the reduced momentum "
+          "equation's diagonal, 'auto' = the fit up to D = 300 and the closed form above; new covariance from the D×D "
+          "correction solve. residual: the full reduced momentum equation at the target, which no diagonal Λ zeroes.)")
 
 
 if __name__ == "__main__":

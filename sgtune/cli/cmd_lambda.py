@@ -24,7 +24,8 @@ from ._render import key_values, matrix_summary
               help="dq-exact (seed 003, exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
               help="Shape of Λ; scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F up to D = 300 and "
-                   "above it (without momentum) return the closed form solving the family's part of eq. (11); "
+                   "above it return the closed form solving the family's part of eq. (11) (with --momentum: of the "
+                   "reduced momentum equation); "
                    "the JSON's criterion says which (dq-exact only).")
 @click.option("--blocks", "blocks", default=None, metavar="FILE.json",
               help="For --family block: JSON list of lists of 0-based parameter indices, e.g. [[0,1],[2,3,4]], "

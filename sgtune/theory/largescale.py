@@ -38,7 +38,8 @@ from .._validation import as_float_array, check_int, check_positive
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError, UnstableStepSizeError
 from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 
-__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
+__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target",
+           "stationary_cov_from_target_momentum"]
 
 
 @dataclass(frozen=True)
@@ -349,3 +350,185 @@ def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.nd
     for i in range(len(y)):
         x += y[i] * V[i]
     return x, rel, k
+
+
+# --------------------------------------------------------------------------- momentum (issue 10, large D)
+@cites("sgtune", "Prop. B.1 (momentum) with Λ fixed: Yule–Walker lag-0 equation, linear in Σ, solved for Σ(Λ) − Σ*")
+def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target_cov: np.ndarray,
+                                        noise_at_target: np.ndarray, *, batch_size: int, momentum: float,
+                                        inv_temperature: float = math.inf, without_replacement: bool = False,
+                                        tol: float = 1e-9, max_iter: int = 40) -> StationaryCov:
+    r"""Exact stationary covariance Σ(Λ) of a heavy-ball chain (momentum κ), solved for Δ = Σ(Λ) − Σ* in D×D.
+
+    Derivation. Eliminating the momentum (see :func:`sgtune.theory.tuning.solve_momentum_step_matrix`)
+    gives the VARMA(2,1) recursion d_t = A₁d_{t−1} − κd_{t−2} + w_t, A₁ = (1+κ)I − ΛH, whose
+    Yule–Walker equations at lag 1 give Γ₁ = E d_t d_{t−1}ᵀ explicitly,
+
+        Γ₁ = [A₁Σ − κΣA₁ᵀ − κ(1−κ)Q]/c,   c = 1 − κ²,  Q = 2Λ/β,
+
+    and at lag 0 the reduced equation 𝓛(Σ) = ΛC̄(Σ)Λ + (1−κ)²Q + (2κ/(1+κ))QHΛ with
+
+        𝓛(Σ) = (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c.
+
+    With Λ fixed this is LINEAR in Σ (C̄(Σ) = C₀ + 𝒩(Σ), eq. 12), i.e. the θ-block of the
+    augmented (2D)² stationary equation of Prop. B.1 written in D×D unknowns only. 𝓛 is
+    diagonal in the modal basis of ΛH: with Λ = LLᵀ, LᵀHL = U diag(μ) Uᵀ and V = LU (so
+    ΛH = V diag(μ) V⁻¹, Λ = VVᵀ), Σ = VΣ̃Vᵀ gives 𝓛(Σ) = V(𝔡 ∘ Σ̃)Vᵀ with
+
+        𝔡_ij = (1−κ)(μ_i + μ_j) + [κ(μ_i² + μ_j²) − (1+κ²)μ_iμ_j]/c
+
+    (at κ = 0 the Stein denominator 1 − (1−μ_i)(1−μ_j); 𝔡_ii > 0 ⇔ 0 < μ_i < 2(1+κ), the
+    heavy-ball stability condition). So, as for κ = 0 (:func:`stationary_cov_from_target`),
+    Δ solves 𝓛(Δ) − Λ𝒩(Δ)Λ = R₀ with R₀ = (RHS − LHS of the reduced equation at Σ*), which
+    needs C̄(Σ*) = ``noise_at_target`` and no pass over the data; GMRES on Y with Δ = 𝓛⁻¹(Y)
+    (right preconditioning by the exact modal solve), one O(N·D²) noise pass per iteration,
+    tolerance ``tol`` relative to ‖R₀‖_F.
+
+    What else is returned. τ from G = Σ_{k≥0}Γ_k: Γ_k = A₁Γ_{k−1} − κΓ_{k−2} (k ≥ 2) sums to
+    ΛH·G = Γ₁ − κΣ + ΛHΣ (τ_d = 2G_dd/Σ_dd − 1, τ_worst = 2μ_max(sym G, Σ) − 1). The augmented
+    moment of (d, ν) from Λν_t = d_{t−1} − d_t + ξ_t: S_dν = (Γ₁ − Σ + Q)Λ⁻¹,
+    S_νν = Λ⁻¹(2Σ − Γ₁ − Γ₁ᵀ − Q)Λ⁻¹. ``spectral_radius`` is the certified bound on ρ of the
+    augmented second-moment map P from two steps of it: with S₂ = S + P(S) = 2S − Q₀ and
+    Q₂ = Q₀ + P(Q₀) (P(S) = S − Q₀), P(S₂) = S₂ − Q₂, so ρ(P) ≤ 1 − λ_min(S₂^{-1/2}Q₂S₂^{-1/2}) —
+    non-void without injected noise (Q₀ alone is singular then). It is computed in the modal
+    coordinates d = Vx, ν = V⁻ᵀy, where F = [[I−ΛH, −κΛ], [H, κI]] is a 2×2 block per mode
+    (elementwise products) and the pencil's eigenvalue is unchanged.
+    """
+    from .._validation import check_probability  # (local: keeps this addition apart from the module's imports)
+
+    kappa = check_probability(momentum, "momentum")
+    if kappa == 0.0:
+        return stationary_cov_from_target(expansion, step_matrix, target_cov, noise_at_target,
+                                          batch_size=batch_size, inv_temperature=inv_temperature,
+                                          without_replacement=without_replacement, tol=tol, max_iter=max_iter)
+    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
+    S0 = np.asarray(target_cov, dtype=float)
+    Cbar = np.asarray(noise_at_target, dtype=float)
+    lam, H = system.lam, system.H
+    d = system.dim
+    c = 1.0 - kappa * kappa
+    inj = 0.0 if math.isinf(system.beta) else 2.0 / system.beta
+    try:
+        L = np.linalg.cholesky(0.5 * (lam + lam.T))
+    except np.linalg.LinAlgError:
+        raise SgtuneError("stationary_cov_from_target_momentum needs a symmetric positive-definite step "
+                          "matrix") from None
+    mu, U = np.linalg.eigh(L.T @ H @ L)
+    V = L @ U
+    Vi = U.T @ sla.solve_triangular(L, np.eye(d), lower=True)
+    # heavy-ball modes z² − (1+κ−μ)z + κ = 0 are stable iff 0 < μ < 2(1+κ)
+    z = np.abs(np.roots([1.0, -(1 + kappa - mu.max()), kappa])).max() if mu.max() > 0 else math.inf
+    if not (mu.min() > 0 and mu.max() < 2 * (1 + kappa)):
+        zmin = np.abs(np.roots([1.0, -(1 + kappa - mu.min()), kappa])).max()
+        c_max = 2 * (1 + kappa) / mu.max() if mu.max() > 0 else 0.0
+        raise UnstableStepSizeError(f"step_matrix is unstable with momentum {kappa:g}: ΛH has an eigenvalue "
+                                    f"outside (0, {2 * (1 + kappa):g}); scale it by less than {c_max:.4g}",
+                                    spectral_radius=float(max(z, zmin)) ** 2, max_stable_step=c_max)
+    den = ((1 - kappa) * (mu[:, None] + mu[None, :])
+           + (kappa * (mu[:, None] ** 2 + mu[None, :] ** 2) - (1 + kappa**2) * np.outer(mu, mu)) / c)
+    diag = np.diag(lam)
+    is_diag = bool(np.array_equal(lam, np.diag(diag)))
+
+    def sandwich(X: np.ndarray) -> np.ndarray:  # ΛXΛ (elementwise for a diagonal Λ)
+        return diag[:, None] * X * diag[None, :] if is_diag else lam @ X @ lam
+
+    def modal(X: np.ndarray) -> np.ndarray:  # X̃ = V⁻¹XV⁻ᵀ
+        return Vi @ X @ Vi.T
+
+    def back(Xt: np.ndarray) -> np.ndarray:  # X = VX̃Vᵀ
+        X = V @ Xt @ V.T
+        return 0.5 * (X + X.T)
+
+    def linv(Y: np.ndarray) -> np.ndarray:  # 𝓛⁻¹(Y)
+        return back(modal(Y) / den)
+
+    # R₀ = RHS − LHS of the reduced equation at Σ*: ΛC̄Λ + (1−κ)²Q + (2κ/(1+κ))ΛHΛ·(2/β) − 𝓛(Σ*)
+    R0 = sandwich(Cbar) - back(den * modal(S0))
+    if inj:
+        R0 = R0 + (1 - kappa) ** 2 * inj * lam + (2 * kappa / (1 + kappa)) * inj * back(np.diag(mu))
+    R0 = 0.5 * (R0 + R0.T)
+
+    def op(yvec: np.ndarray) -> np.ndarray:
+        Y = yvec.reshape(d, d)
+        return (Y - sandwich(system.noise(linv(Y)))).ravel()
+
+    nr = float(np.linalg.norm(R0))
+    if nr == 0:
+        delta, rel = np.zeros((d, d)), 0.0
+    else:
+        y, rel, its = _gmres(op, R0.ravel(), tol, max_iter)
+        if not rel <= tol:
+            raise ConvergenceError(f"stationary covariance from the target (momentum {kappa:g}): GMRES reached "
+                                   f"relative residual {rel:.2e} > {tol:g} in {its} iterations; the chain is "
+                                   "probably close to unstable — reduce the step size", residual=rel,
+                                   method="gmres")
+        delta = linv(y.reshape(d, d))
+    cov = S0 + delta
+    cov = 0.5 * (cov + cov.T)
+    # modal coordinates (x, y), d = Vx, ν = V⁻ᵀy: Σ̃, Γ̃₁ (A₁ acts as the row scaling a = 1+κ−μ), Q̃ = (2/β)I
+    St = modal(cov)
+    St = 0.5 * (St + St.T)
+    a = 1 + kappa - mu
+    G1t = (a[:, None] * St - kappa * St * a[None, :]) / c
+    if inj:
+        G1t -= (kappa * (1 - kappa) * inj / c) * np.eye(d)
+    Qt = inj * np.eye(d)
+    Sxy = G1t - St + Qt
+    Syy = 2 * St - G1t - G1t.T - Qt
+    Saug_t = np.block([[St, Sxy], [Sxy.T, 0.5 * (Syy + Syy.T)]])
+    # τ: G̃ = diag(1/μ)(Γ̃₁ − κΣ̃) + Σ̃, G = VG̃Vᵀ
+    Gt = (G1t - kappa * St) / mu[:, None] + St
+    Gm = V @ Gt @ V.T
+    tau = 2.0 * np.diag(Gm) / np.diag(cov) - 1.0
+    try:
+        top = float(sla.eigh(0.5 * (Gt + Gt.T), St, eigvals_only=True, subset_by_index=[d - 1, d - 1])[0])
+        tau_worst = 2.0 * top - 1.0
+    except (np.linalg.LinAlgError, ValueError):
+        raise UnstableStepSizeError("step_matrix is unstable: the stationary equation has no positive-definite "
+                                    "solution (the minibatch noise makes the second moment diverge); reduce the "
+                                    "step size", spectral_radius=math.inf, max_stable_step=math.nan) from None
+    rho = _momentum_radius_bound(system, V, mu, kappa, inj, Saug_t)
+    if not rho < 1:
+        raise UnstableStepSizeError(f"step_matrix is unstable with momentum {kappa:g} (spectral-radius bound "
+                                    f"{rho:.4g} >= 1)", spectral_radius=rho, max_stable_step=math.nan)
+    # (d, ν) = T(x, y), T = blockdiag(V, V⁻ᵀ): the augmented moment block by block (T is block diagonal)
+    Sdn = V @ Sxy @ Vi
+    Snn = Vi.T @ Syy @ Vi
+    Saug = np.block([[cov, Sdn], [Sdn.T, 0.5 * (Snn + Snn.T)]])
+    I = np.eye(d)
+    F = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
+    return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(rel * nr / np.linalg.norm(cov)),
+                         method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=math.nan,
+                         augmented_cov=Saug, step_matrix=lam, momentum=kappa, inv_temperature=system.beta,
+                         batch_size=system.B, without_replacement=without_replacement, transition=F,
+                         spectral_radius_is_bound=True)
+
+
+def _momentum_radius_bound(system: Any, V: np.ndarray, mu: np.ndarray, kappa: float, inj: float,
+                           S: np.ndarray) -> float:
+    """1 − λ_min(Q₂, S₂) with S₂ = 2S − Q₀, Q₂ = Q₀ + P(Q₀), all in the modal coordinates of
+    :func:`stationary_cov_from_target_momentum` (F̃ = [[I−μ, −κI], [μ, κI]], Ẽ = [−Vᵀ; Vᵀ])."""
+    d = system.dim
+    C0t = V.T @ (system.noise_scale * system.expansion.gradient_cov()) @ V
+    C0t = 0.5 * (C0t + C0t.T)
+
+    def e_sand(X: np.ndarray) -> np.ndarray:  # Ẽ X Ẽᵀ for X already in the modal basis (VᵀXV)
+        return np.block([[X, -X], [-X, X]])
+
+    Q0 = e_sand(C0t)
+    Q0[:d, :d] += inj * np.eye(d)
+    one_m = 1.0 - mu
+
+    def f_sand(X: np.ndarray) -> np.ndarray:  # F̃XF̃ᵀ, F̃ = [[diag(1−μ), −κI], [diag(μ), κI]]
+        rows = np.vstack([one_m[:, None] * X[:d] - kappa * X[d:], mu[:, None] * X[:d] + kappa * X[d:]])
+        return np.hstack([rows[:, :d] * one_m[None, :] - kappa * rows[:, d:],
+                          rows[:, :d] * mu[None, :] + kappa * rows[:, d:]])
+
+    noise = V.T @ system.noise(V @ Q0[:d, :d] @ V.T) @ V  # x-block of Q̃₀ back in θ coordinates: V X̃ Vᵀ
+    Q2 = Q0 + f_sand(Q0) + e_sand(0.5 * (noise + noise.T))
+    S2 = 2.0 * S - Q0
+    try:
+        lo = float(sla.eigh(0.5 * (Q2 + Q2.T), 0.5 * (S2 + S2.T), eigvals_only=True, subset_by_index=[0, 0])[0])
+    except (np.linalg.LinAlgError, ValueError):
+        return math.inf
+    return 1.0 - lo

@@ -30,18 +30,22 @@ from ..errors import (ConvergenceError, DataFormatError, InfeasibleTargetError, 
                       UnstableStepSizeError)
 from ..models import Expansion
 from .adjoint import GradientEvaluator, affine_discrepancy
-from .largescale import stationary_cov_from_target
+from .largescale import stationary_cov_from_target_momentum
 from .stationary import StationaryCov, finite_population_factor, noise_covariance, predict_stationary_cov
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
            "target_covariance", "solve_momentum_step_matrix", "momentum_tuning_residual", "load_blocks",
-           "structured_step_matrix",
+           "structured_step_matrix", "structured_momentum_step_matrix",
            "METHODS", "FAMILIES"]
 
 METHODS = ("dq-exact", "ct", "dq-const", "lr-ws")
 #: above this D the structured families default to the closed form (``family_criterion="auto"``)
 FIT_MAX_DIM = 300
 FAMILIES = ("dense", "diagonal", "scalar", "block")
+#: with momentum, a structured family's Σ(Λ) above this D comes from the D×D correction solve
+#: (:func:`sgtune.theory.largescale.stationary_cov_from_target_momentum`, tolerance 1e-12) instead of the
+#: augmented (2D)² solve, whose Stein preconditioner is an eigendecomposition of the 2D×2D transition
+AUGMENTED_MAX_DIM = 50
 #: a dq-exact Λ whose chain has spectral radius ρ ≥ 1 − this is reported as "out of reach" (it would need
 #: more than 1/EDGE_OF_STABILITY steps to mix, and at ρ ≈ 1 rounding alone decides the sign of 1 − ρ)
 EDGE_OF_STABILITY = 1e-9
@@ -274,14 +278,21 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     optimisation, only blocks of HΣ* and R needed; within ~1 % of the optimum's criterion on
     logistic D = 20–50 with B = 32, ≈ 50 % above it under strong minibatch noise — see tests).
     ``family_criterion="auto"`` (the default) is ``"discrepancy"`` up to D = ``FIT_MAX_DIM``
-    (300) and, without momentum, ``"moment"`` above it, where each exact evaluation costs
+    (300) and ``"moment"`` above it, where each exact evaluation costs
     several O(N·D²) passes over the data (D = 1000, N = 10⁴: ≈ 1 s each); the result's
     ``criterion`` says which was used. Above D = ``FIT_MAX_DIM`` the covariance of the
     returned Λ is solved for its correction to the target
-    (:func:`sgtune.theory.largescale.stationary_cov_from_target`, relative tolerance 1e-8 on
-    the correction, so ``covariance_error`` has ≈ 8 correct digits). With momentum κ > 0 the dense Λ solves the
+    (:func:`sgtune.theory.largescale.stationary_cov_from_target_momentum`, relative tolerance
+    1e-8 on the correction, so ``covariance_error`` has ≈ 8 correct digits; D×D unknowns with
+    or without momentum). With momentum κ > 0 the dense Λ solves the
     exact reduced momentum equation (:func:`solve_momentum_step_matrix`, Newton–Krylov, no
-    augmented unknowns); the families use the same adjoint gradient on the augmented chain.
+    augmented unknowns); the families' ``"discrepancy"`` fit uses the same adjoint gradient on
+    the augmented chain, started from the projection of that dense Λ, and their ``"moment"``
+    closed form is the family's part of the reduced momentum equation
+    (:func:`structured_momentum_step_matrix`; no dense momentum solve). With momentum, a
+    structured family's covariance above D = ``AUGMENTED_MAX_DIM`` (50) comes from the same
+    D×D correction solve at tolerance 1e-12 (the augmented solve needs an eigendecomposition of
+    the 2D×2D transition).
 
     Returns
     -------
@@ -299,7 +310,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     if family_criterion not in ("auto", "discrepancy", "moment"):
         raise SgtuneError(f"family_criterion must be 'auto', 'discrepancy' (exact minimiser) or 'moment' (closed "
                           f"form), got {family_criterion!r}")
-    large = family != "dense" and kappa == 0 and expansion.dim > FIT_MAX_DIM
+    large = family != "dense" and expansion.dim > FIT_MAX_DIM
     if family_criterion == "auto":
         family_criterion = "moment" if large else "discrepancy"
     if family != "dense" and method != "dq-exact":
@@ -319,7 +330,7 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
                           "family 'block'")
     H = expansion.hessian
     guess = S
-    if kappa > 0:  # the exact momentum equation (as before, whatever the method)
+    if kappa > 0 and (family == "dense" or family_criterion == "discrepancy"):  # the exact momentum equation
         Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
         Cbar = Rx - H @ S @ H
         lam = solve_momentum_step_matrix(H, S, Cbar, momentum=kappa, inv_temperature=beta)
@@ -333,28 +344,34 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
     cbar = None
     if family != "dense":
         cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
-        Rx = cbar + H @ S @ H
-        Rx = 0.5 * (Rx + Rx.T)
-        if kappa > 0:  # the projection of the exact dense Λ (eq. 11's family part has no momentum)
+        if kappa == 0:
+            Rx = cbar + H @ S @ H
+            Rx = 0.5 * (Rx + Rx.T)
+        if kappa > 0 and family_criterion == "moment":  # the family's part of the reduced momentum equation
+            start = structured_momentum_step_matrix(H, S, cbar, family=family, momentum=kappa, blocks=part,
+                                                    inv_temperature=beta)
+        elif kappa > 0:  # the projection of the exact dense Λ (start of the fit)
             start = lam
         else:  # the family's part of eq. (11); no dense solve needed
             start = structured_step_matrix(H, S, Rx, family=family, blocks=part, inv_temperature=beta)
         if family_criterion == "moment":
-            if kappa > 0:
-                raise SgtuneError("family_criterion 'moment' is defined without momentum; use 'discrepancy'")
             lam = start
-            criterion = "closed form: the family's part of eq. (11) at the target (one-step moment matching)"
+            criterion = ("closed form: the family's part of the reduced momentum equation at the target "
+                         "(Yule–Walker moment matching)" if kappa > 0 else
+                         "closed form: the family's part of eq. (11) at the target (one-step moment matching)")
         else:
             lam, criterion, guess = _fit_family(expansion, S, start, family, B, beta, without_replacement, kappa,
                                                 part)
         if kappa > 0:
-            residual = momentum_tuning_residual(lam, H, S, Rx - H @ S @ H, kappa, beta)
+            residual = momentum_tuning_residual(lam, H, S, cbar, kappa, beta)
         else:
             residual = tuning_residual(lam, H, S, Rx, beta)
     try:
-        if large:  # one O(N·D²) pass per GMRES iteration for the correction to the target, no ARPACK
-            st = stationary_cov_from_target(expansion, lam, S, cbar, batch_size=B, inv_temperature=beta,
-                                            without_replacement=without_replacement, tol=1e-8)
+        if large or (kappa > 0 and family != "dense" and expansion.dim > AUGMENTED_MAX_DIM):
+            # one O(N·D²) pass per GMRES iteration for the correction to the target, D×D unknowns, no ARPACK
+            st = stationary_cov_from_target_momentum(expansion, lam, S, cbar, batch_size=B, momentum=kappa,
+                                                     inv_temperature=beta, without_replacement=without_replacement,
+                                                     tol=1e-8 if large else 1e-12)
         else:
             st = predict_stationary_cov(expansion, lam, batch_size=B, inv_temperature=beta,
                                         without_replacement=without_replacement, momentum=kappa,
@@ -721,6 +738,195 @@ def solve_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: Any, *,
     W = np.linalg.solve(cy, LU.T)  # Λ = LU Y⁻¹ UᵀLᵀ
     lam = W.T @ W
     return 0.5 * (lam + lam.T)
+
+
+@cites("sgtune", "Prop. B.1 (momentum) reduced equation at Σ = Σ*: its diagonal / trace / block-diagonal part")
+def structured_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: Any, *, family: str, momentum: float,
+                                    blocks: Any = None, inv_temperature: float = math.inf,
+                                    max_iter: int = 50) -> np.ndarray:
+    r"""Closed form: the structured Λ solving the family's part of the reduced momentum equation at Σ*.
+
+    The reduced equation (:func:`solve_momentum_step_matrix`; c = 1 − κ², M = C̄(Σ*), Q = 2Λ/β)
+
+        (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c − (4κ/(β(1+κ)))ΛHΛ
+            = ΛMΛ + (1−κ)²(2/β)Λ
+
+    cannot hold for a structured Λ in general; the family's part of it can (the momentum
+    analogue of :func:`structured_step_matrix`, to which it reduces at κ = 0).
+
+    Diagonal, Λ = diag(λ). Entry ii of each term: (ΛHΣ)_ii = λ_i(HΣ)_ii;
+    (ΛHΛHΣ)_ii = λ_i Σ_j H_ij λ_j (HΣ)_ji = λ_i (Kλ)_i with K_ij = H_ij(ΣH)_ij (and the same for
+    its transpose); (ΛHΣHΛ)_ii = λ_i²(HΣH)_ii; (ΛHΛ)_ii = λ_i²H_ii; (ΛMΛ)_ii = λ_i²M_ii. Every
+    term carries a factor λ_i, so dividing by λ_i > 0 leaves an equation LINEAR in λ:
+
+        [diag(r) − (2κ/c)K] λ = 2(1−κ) diag(HΣ) − 2(1−κ)²/β,
+        r_i = (1+κ²)(HΣH)_ii/c + 4κH_ii/(β(1+κ)) + M_ii,
+
+    one dense D×D solve (at κ = 0: λ_i = 2((HΣ)_ii − 1/β)/R_ii, R = M + HΣH).
+
+    Scalar, Λ = λI (trace part). With tr(HHΣ) = tr(HΣH) the κ terms combine,
+    (2κ − 1 − κ²)/c = −(1−κ)/(1+κ), and dividing by λ:
+
+        λ = 2(1−κ)(tr HΣ − (1−κ)D/β) / [tr M + ((1−κ)/(1+κ)) tr(HΣH) + 4κ tr H/(β(1+κ))].
+
+    Block, Λ = blockdiag(Λ_b). Block bb of ΛHΛHΣ is Λ_b P_b with P_b = Σ_c H_bc Λ_c (HΣ)_cb, so the
+    block-diagonal part reads Φ_b(Λ) = Λ_b G_b + G_bᵀΛ_b − Λ_b R̃_b Λ_b = 0 with
+    G_b = (1−κ)(HΣ)_bb + (κ/c)P_b − ((1−κ)²/β)I and R̃_b = (1+κ²)(HΣH)_bb/c + 4κH_bb/(β(1+κ)) + M_bb:
+    coupled between blocks through P_b (for κ > 0). With P frozen, Y_b = Λ_b⁻¹ solves the Lyapunov
+    equation G_bY_b + Y_bG_bᵀ = R̃_b (two such sweeps from the diagonal solution start); then Newton's
+    method on Φ with exact Jacobian–vector products (dΦ_b = dΛ_bW_b + W_bᵀdΛ_b + (κ/c)(Λ_b dP_b +
+    dP_bᵀΛ_b), W_b = G_b − R̃_bΛ_b), GMRES preconditioned by the per-block Lyapunov solve with W_b,
+    to a relative residual of 1e-13. Singleton blocks give the diagonal solution.
+
+    Meaning: started at Σ*, the family's blocks of the lag-0 Yule–Walker balance of the
+    momentum chain hold (one-step moment matching of the heavy-ball chain). It needs H, Σ*,
+    M and the products HΣ*, HΣ*H only — no augmented (2D) unknowns, no dense momentum solve.
+
+    Raises
+    ------
+    InfeasibleTargetError
+        When the solution has a non-positive entry (diagonal, scalar) or a block that is not
+        positive definite: no member of the family matches the target with this momentum.
+    """
+    H = np.asarray(hessian, dtype=float)
+    S = np.asarray(target_cov, dtype=float)
+    Mn = np.asarray(noise_cov, dtype=float)
+    kappa = check_probability(momentum, "momentum")
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    d = H.shape[0]
+    c = 1.0 - kappa * kappa
+    shift = 0.0 if math.isinf(beta) else 1.0 / beta
+    HS = H @ S
+    hsh = np.einsum("ij,ij->i", HS, H)  # (HΣH)_ii (H symmetric)
+    remedy = "use a smaller momentum, a larger inverse temperature or a larger target"
+    if family == "scalar":
+        den = (np.trace(Mn) + (1 - kappa) / (1 + kappa) * float(hsh.sum())
+               + 4 * kappa * shift * np.trace(H) / (1 + kappa))
+        lam = 2 * (1 - kappa) * (np.trace(HS) - (1 - kappa) * d * shift) / den
+        if not lam > 0:
+            raise InfeasibleTargetError(f"scalar family with momentum {kappa:g}: the target is unreachable at "
+                                        f"inverse temperature {beta:g}; {remedy}",
+                                        min_inv_temperature=(1 - kappa) * d / np.trace(HS))
+        return lam * np.eye(d)
+    r = (1 + kappa**2) * hsh / c + 4 * kappa * shift * np.diag(H) / (1 + kappa) + np.diag(Mn)
+    rhs = 2 * (1 - kappa) * np.diag(HS) - 2 * (1 - kappa) ** 2 * shift
+    A = np.diag(r) - (2 * kappa / c) * H * HS.T  # K_ij = H_ij (ΣH)_ij
+    lam_d = np.linalg.solve(A, rhs)
+    if not np.all(lam_d > 0):
+        i = int(np.argmin(np.where(np.isfinite(lam_d), lam_d, -np.inf)))
+        raise InfeasibleTargetError(f"{family} family with momentum {kappa:g}: coordinate {i} of the target is "
+                                    f"unreachable (its step size solves to {lam_d[i]:.3g} ≤ 0) at inverse "
+                                    f"temperature {beta:g}; {remedy}",
+                                    min_inv_temperature=(1 - kappa) / HS[i, i])
+    if family == "diagonal":
+        return np.diag(lam_d)
+    if family != "block":
+        raise SgtuneError(f"family must be 'scalar', 'diagonal' or 'block', got {family!r}")
+    part = load_blocks(blocks, d)
+    return _momentum_blocks(H, HS, Mn, kappa, shift, part, np.diag(lam_d), max_iter)
+
+
+def _momentum_blocks(H: np.ndarray, HS: np.ndarray, Mn: np.ndarray, kappa: float, shift: float,
+                     part: tuple[np.ndarray, ...], lam0: np.ndarray, max_iter: int) -> np.ndarray:
+    """Block family of :func:`structured_momentum_step_matrix`: Lyapunov sweeps, then Newton–Krylov."""
+    import scipy.linalg as sla
+
+    c = 1.0 - kappa * kappa
+    idx = [np.ix_(b, b) for b in part]
+    HSH = HS @ H
+    Rt = [(1 + kappa**2) * HSH[ix] / c + 4 * kappa * shift * H[ix] / (1 + kappa) + Mn[ix] for ix in idx]
+    Rt = [0.5 * (x + x.T) for x in Rt]
+    g0 = [(1 - kappa) * HS[ix] - (1 - kappa) ** 2 * shift * np.eye(len(b)) for ix, b in zip(idx, part)]
+    sizes = [len(b) for b in part]
+    offs = np.concatenate([[0], np.cumsum([n * n for n in sizes])])
+
+    def p_blocks(lb: list[np.ndarray]) -> list[np.ndarray]:  # P_b = [H Λ HΣ]_bb for block-diagonal Λ
+        HL = np.empty_like(H)
+        for b, L in zip(part, lb):
+            HL[:, b] = H[:, b] @ L
+        return [HL[b] @ HS[:, b] for b in part]
+
+    def g_blocks(lb: list[np.ndarray]) -> list[np.ndarray]:
+        return [g + (kappa / c) * p for g, p in zip(g0, p_blocks(lb))]
+
+    def phi(lb: list[np.ndarray]) -> list[np.ndarray]:
+        return [L @ G + G.T @ L - L @ R @ L for L, G, R in zip(lb, g_blocks(lb), Rt)]
+
+    def pack(xs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([x.ravel() for x in xs])
+
+    def unpack(v: np.ndarray) -> list[np.ndarray]:
+        return [v[offs[i]:offs[i + 1]].reshape(n, n) for i, n in enumerate(sizes)]
+
+    def infeasible(b: np.ndarray) -> InfeasibleTargetError:
+        return InfeasibleTargetError(f"block family with momentum {kappa:g}: block {b.tolist()[:8]} has no "
+                                     "positive-definite solution of its part of the reduced momentum equation at "
+                                     "this target/temperature; use a smaller momentum or a larger target")
+
+    lb = [lam0[ix] for ix in idx]
+    for _ in range(2):  # Lyapunov sweeps with P frozen: G_b Y_b + Y_b G_bᵀ = R̃_b, Λ_b = Y_b⁻¹
+        new = []
+        for b, G, R in zip(part, g_blocks(lb), Rt):
+            Y = sla.solve_continuous_lyapunov(G, R)
+            try:
+                ci = np.linalg.inv(np.linalg.cholesky(0.5 * (Y + Y.T)))
+            except np.linalg.LinAlgError:
+                raise infeasible(b) from None
+            new.append(ci.T @ ci)
+        lb = new
+    scale = math.sqrt(sum(float(np.sum((L @ G) ** 2)) for L, G in zip(lb, g_blocks(lb))))
+    res = math.inf
+    for _ in range(max_iter):
+        F = phi(lb)
+        res = math.sqrt(sum(float(np.sum(f * f)) for f in F)) / scale
+        if res <= 1e-14:
+            break
+        Gs = g_blocks(lb)
+        Ws = [G - R @ L for G, R, L in zip(Gs, Rt, lb)]
+        eigs = []
+        for W in Ws:  # Wᵀ = V diag(w) V⁻¹: X ↦ solution of WᵀX + XW = Q by elementwise division
+            w, V = np.linalg.eig(W.T)
+            eigs.append((w, V, np.linalg.inv(V)))
+
+        def precond(v: np.ndarray, eigs: list = eigs) -> np.ndarray:
+            out = []
+            for Q, (w, V, Vi) in zip(unpack(v), eigs):
+                X = V @ ((Vi @ Q @ Vi.T) / (w[:, None] + w[None, :])) @ V.T
+                out.append(X.real)
+            return pack(out)
+
+        def jvp(v: np.ndarray, lb: list = lb, Ws: list = Ws) -> np.ndarray:
+            dl = unpack(v)
+            dp = p_blocks(dl)
+            return pack([dL @ W + W.T @ dL + (kappa / c) * (L @ dP + dP.T @ L)
+                         for dL, W, L, dP in zip(dl, Ws, lb, dp)])
+
+        n_all = int(offs[-1])
+        op = LinearOperator((n_all, n_all), matvec=lambda v: jvp(precond(v)), dtype=float)
+        y, _info = gmres(op, -pack(F), rtol=1e-12, atol=0.0, restart=60, maxiter=20)
+        step = unpack(precond(y))
+        t = 1.0
+        while True:  # damped: keep every block positive definite and decrease the residual
+            cand = [L + t * 0.5 * (s + s.T) for L, s in zip(lb, step)]
+            bad = [b for b, L in zip(part, cand) if np.linalg.eigvalsh(L)[0] <= 0]
+            if not bad and (sum(float(np.sum(f * f)) for f in phi(cand)) < res**2 * scale**2 or t < 1e-4):
+                break
+            if bad and t < 1e-4:
+                raise infeasible(bad[0])
+            t *= 0.5
+        lb = cand
+    if not res <= 1e-13:
+        raise ConvergenceError(f"block momentum tuning (Newton–Krylov on the block-diagonal part of the reduced "
+                               f"equation) stopped at relative residual {res:.2e}; try a smaller momentum",
+                               residual=res, method="newton-krylov")
+    out = np.zeros_like(H)
+    for ix, b, L in zip(idx, part, lb):
+        try:
+            np.linalg.cholesky(L)
+        except np.linalg.LinAlgError:
+            raise infeasible(b) from None
+        out[ix] = 0.5 * (L + L.T)
+    return out
 
 
 @cites("sgtune", "block-diagonal step-size family (per-layer learning-rate matrices)")
