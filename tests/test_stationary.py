@@ -336,3 +336,75 @@ def test_stein_fallback_for_a_real_defective_transition(rng):
     Q = np.array([[2.0, 0.5], [0.5, 1.0]])
     X = stein.solve(Q)
     np.testing.assert_allclose(X - F @ X @ F.T, Q, atol=1e-13)  # the Stein equation itself
+
+
+# --------------------------------------------------------------------------- spectral radius: ARPACK is checked
+def _heavy_ball_case(d: int):
+    """Logistic-type rank-one problem, scalar Λ from the momentum closed form, κ = 0.6, a third of the data per
+    batch without replacement: every underdamped mode has |z|² = κ, so the Perron root (≈ 0.60) sits just above
+    a cluster of eigenvalues of modulus κ — where scipy's ARPACK returned −2.7 − 2.2i (not an eigenvalue: the
+    map's norm is 1.98) at D = 20 and the non-Perron 0.59987 at D = 10."""
+    from sgtune.models import Expansion
+    from sgtune.theory.stationary import _build_system
+    from sgtune.theory.tuning import structured_momentum_step_matrix
+
+    rng = np.random.default_rng(d)
+    n = 3000
+    X = rng.standard_normal((n, d)) * np.linspace(0.5, 1.5, d)
+    eta = X @ (rng.standard_normal(d) / math.sqrt(d))
+    p = 1 / (1 + np.exp(-eta))
+    y = (rng.random(n) < 1 / (1 + np.exp(-1.3 * eta))).astype(float)
+    e = Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d), design=X,
+                  weights=p * (1 - p))
+    S = e.sandwich_cov()
+    M = noise_covariance(e, S, batch_size=1000, without_replacement=True)
+    lam = structured_momentum_step_matrix(e.hessian, S, M, family="scalar", momentum=0.6, inv_temperature=3e5)
+    return e, lam, _build_system(e, lam, 1000, 3e5, True, 0.6)
+
+
+@pytest.mark.parametrize("d", [10, 20])
+def test_momentum_radius_is_the_perron_root_not_arpacks_answer(d):
+    """The iterative path's radius equals the largest |eigenvalue| of the dense m²×m² operator (independent)."""
+    from sgtune.theory.stationary import _full_operator
+
+    e, lam, system = _heavy_ball_case(d)
+    exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(system)))))
+    res = predict_stationary_cov(e, lam, batch_size=1000, momentum=0.6, inv_temperature=3e5,
+                                 without_replacement=True, method="iterative")
+    assert not res.spectral_radius_is_bound
+    assert res.spectral_radius == pytest.approx(exact, rel=1e-9)
+
+
+def test_perron_check_rejects_what_is_not_a_perron_pair():
+    """A complex or negative value, a non-PSD eigenvector or a large residual is not accepted from ARPACK."""
+    from sgtune.theory.stationary import _full_operator, _perron_or_nan
+
+    _, _, system = _heavy_ball_case(10)
+    m = system.F.shape[0]
+    w, V = np.linalg.eig(_full_operator(system))
+    k = int(np.argmax(np.abs(w)))
+    assert _perron_or_nan(system, complex(w[k]), V[:, k]) == pytest.approx(abs(w[k]), rel=1e-12)
+    assert math.isnan(_perron_or_nan(system, complex(-2.7, -2.2), V[:, k]))  # ARPACK's spurious value
+    assert math.isnan(_perron_or_nan(system, complex(w[k]) * 1.01, V[:, k]))  # residual too large
+    # a real eigenvalue of the cluster whose eigenvector is not positive semidefinite
+    real = [i for i in np.argsort(-np.abs(w)) if abs(w[i].imag) < 1e-12 and i != k]
+    assert math.isnan(_perron_or_nan(system, complex(w[real[0]]), V[:, real[0]]))
+    assert m == 20
+
+
+def test_bracketed_power_iteration_brackets_the_perron_root():
+    """The Collatz–Wielandt bracket of the power iteration contains the dense radius; once closed (no cluster,
+    κ = 0) it is that radius; not closed (the heavy-ball cluster) it is reported as an upper bound."""
+    from sgtune.theory.stationary import _bracketed_power_radius, _build_system, _full_operator, _solve_iterative
+
+    e, lam, system = _heavy_ball_case(10)
+    exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(system)))))
+    S = _solve_iterative(system, 1e-12, None)
+    rho, is_bound = _bracketed_power_radius(system, S, max_iter=20)
+    assert is_bound and exact <= rho
+    rho, is_bound = _bracketed_power_radius(system, S)  # the cluster at κ: slow, but a valid bound
+    assert is_bound and exact <= rho <= 1.01 * exact
+    plain = _build_system(e, 2 * lam, 1000, 3e5, True, 0.0)  # no momentum: a separated Perron root
+    exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(plain)))))
+    rho, is_bound = _bracketed_power_radius(plain, _solve_iterative(plain, 1e-12, None))
+    assert not is_bound and rho == pytest.approx(exact, rel=2e-7)

@@ -59,6 +59,9 @@ DIRECT_MAX_DIM = 20
 #: out of core (``expansion.stream``: every operator application is a pass over the rows), a certified
 #: upper bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}) is reported (``spectral_radius_is_bound``)
 ARPACK_MAX_DIM = 150
+#: largest state dimension whose spectral radius may fall back to the dense m²×m² eigenvalues
+#: (when ARPACK's answer is not the Perron pair of the positive map)
+DENSE_RADIUS_MAX_DIM = 50
 #: residual above which a result warns (AccuracyWarning) / raises (ConvergenceError)
 WARN_RESIDUAL = 1e-10
 FAIL_RESIDUAL = 1e-6
@@ -248,13 +251,12 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
         # ARPACK applies the operator tens of times: for rows read out of core each application is a
         # pass over the data, so streamed expansions take the certified bound (no pass) at every size
         if m <= ARPACK_MAX_DIM and not radius_bound and expansion.stream is None:
-            rho = _spectral_radius_iterative(system, S)
+            rho, is_bound = _spectral_radius_iterative(system, S)
         else:
             rho = _spectral_radius_bound(system, S)
             is_bound = True
             if not rho < 1:  # void bound: Q₀ singular (momentum without injected noise) — compute ρ instead
-                rho = _spectral_radius_iterative(system, S)
-                is_bound = False
+                rho, is_bound = _spectral_radius_iterative(system, S)
     if not rho < 1:
         _raise_unstable(system, rho)
     res = _relative_residual(system, S)
@@ -596,28 +598,96 @@ def _solve_iterative(system: _System, tol: float, S0: np.ndarray | None = None) 
     return 0.5 * (S + S.T)
 
 
-def _spectral_radius_iterative(system: _System, S: np.ndarray) -> float:
-    """Perron root of the positive map P by ARPACK on the m²-dimensional operator."""
+def _spectral_radius_iterative(system: _System, S: np.ndarray) -> tuple[float, bool]:
+    r"""Perron root ρ(P) of the positive map P, and whether the value is only an upper bound.
+
+    ARPACK (implicitly restarted Arnoldi on the m²-dimensional operator) first. Its answer is
+    accepted only when it is the Perron pair the theory guarantees for a positive map: a real,
+    non-negative eigenvalue whose eigenvector (as an m×m matrix) is positive semidefinite, with a
+    small residual. ARPACK can return a value that is not an eigenvalue at all for these
+    nonsymmetric operators (scipy issues #8307, #6827, #23163; seen here with momentum:
+    −2.7 − 2.2i for a map of norm 1.98 whose ρ is 0.60, and a false "unstable" error), or a
+    non-Perron member of a tight cluster (0.59987 for ρ = 0.60149, again with momentum). With
+    momentum ARPACK is not tried: every underdamped mode of the heavy-ball transition has |z|² = κ
+    exactly, so the Perron root sits just above a cluster of eigenvalues of modulus κ. When the
+    check fails, or with momentum, ρ comes from the dense m²×m² eigenvalues for m ≤ ``DENSE_RADIUS_MAX_DIM``, else
+    from the power iteration on positive-definite iterates with the Collatz–Wielandt bracket of a
+    cone-preserving map, λ_min(X^{-1/2}P(X)X^{-1/2}) ≤ ρ ≤ λ_max(X^{-1/2}P(X)X^{-1/2}) for X ≻ 0
+    (its midpoint once the bracket has closed to 1e-7 relative; else its upper end, flagged as a bound).
+    """
     m = system.F.shape[0]
     if not np.all(np.isfinite(S)):
-        return math.inf
+        return math.inf, False
+    if system.momentum > 0:  # no ARPACK: its underdamped modes put a cluster of eigenvalues of modulus κ at ρ
+        if m <= DENSE_RADIUS_MAX_DIM:
+            return _dense_symmetric_radius(system), False
+        return _bracketed_power_radius(system, S)
     op = LinearOperator((m * m, m * m), matvec=lambda v: system.apply(v.reshape(m, m)).ravel(),
                         dtype=float)
     try:
-        vals = eigs(op, k=1, which="LM", v0=S.ravel() / np.linalg.norm(S), tol=1e-8,
-                    maxiter=max(200, 20 * m), return_eigenvectors=False)
-        return float(np.max(np.abs(vals)))
-    except Exception:  # ARPACK non-convergence: fall back to power iteration on PSD iterates
-        X = S / np.linalg.norm(S)
-        r = 0.0
-        for _ in range(2000):
-            Y = system.apply(X)
-            r_new = float(np.linalg.norm(Y))
-            X = Y / r_new
-            if abs(r_new - r) < 1e-10 * r_new:
-                break
-            r = r_new
-        return r_new
+        vals, vecs = eigs(op, k=1, which="LM", v0=S.ravel() / np.linalg.norm(S), tol=1e-8,
+                          maxiter=max(200, 20 * m))
+        rho = _perron_or_nan(system, complex(vals[0]), vecs[:, 0])
+        if math.isfinite(rho):
+            return rho, False
+    except Exception:  # ARPACK non-convergence: the fallbacks below
+        pass
+    if m <= DENSE_RADIUS_MAX_DIM:
+        return _dense_symmetric_radius(system), False
+    return _bracketed_power_radius(system, S)
+
+
+def _dense_symmetric_radius(system: _System) -> float:
+    """ρ(P) from the dense eigenvalues of P restricted to symmetric matrices (m(m+1)/2 unknowns).
+
+    P maps symmetric matrices to symmetric matrices and its Perron eigenvector is symmetric, so
+    the restriction has the same spectral radius at an eighth of the cost of the m²×m² matrix.
+    """
+    m = system.F.shape[0]
+    P = _full_operator(system)
+    iu, ju = np.triu_indices(m)
+    rows = iu * m + ju  # vech(Y): the upper triangle of vec(Y)
+    cols = P[:, iu * m + ju] + np.where(iu != ju, 1.0, 0.0)[None, :] * P[:, ju * m + iu]  # vec(X) = Dup vech(X)
+    return float(np.max(np.abs(np.linalg.eigvals(cols[rows]))))
+
+
+def _perron_or_nan(system: _System, lam: complex, vec: np.ndarray) -> float:
+    """λ if (λ, vec) is a Perron pair of P (real λ ≥ 0, PSD eigenvector, small residual), else nan."""
+    m = system.F.shape[0]
+    if not (abs(lam.imag) <= 1e-8 * max(abs(lam), 1e-300) and lam.real >= 0):
+        return math.nan
+    v = vec * np.exp(-1j * np.angle(vec[np.argmax(np.abs(vec))]))  # the phase that makes it real
+    V = v.real.reshape(m, m)
+    V = 0.5 * (V + V.T)
+    if np.trace(V) < 0:
+        V = -V
+    nv = float(np.linalg.norm(V))
+    if nv == 0 or np.linalg.eigvalsh(V)[0] < -1e-6 * nv:
+        return math.nan
+    res = float(np.linalg.norm(system.apply(V) - lam.real * V))
+    return float(lam.real) if res <= 1e-6 * max(lam.real, 1e-300) * nv else math.nan
+
+
+def _bracketed_power_radius(system: _System, S: np.ndarray, max_iter: int = 2000,
+                            rtol: float = 1e-7) -> tuple[float, bool]:
+    """Power iteration X ← P(X)/‖P(X)‖ from the stationary S ≻ 0 with the Collatz–Wielandt bracket."""
+    X = S / np.linalg.norm(S)
+    lo, hi = 0.0, math.inf
+    for k in range(max_iter):
+        Y = system.apply(X)
+        if k % 10 == 0 or k == max_iter - 1:
+            try:
+                ev = sla.eigh(0.5 * (Y + Y.T), 0.5 * (X + X.T), eigvals_only=True)
+                lo, hi = max(lo, float(ev[0])), min(hi, float(ev[-1]))
+            except (np.linalg.LinAlgError, ValueError):  # X lost definiteness: no bracket from this iterate
+                pass
+            if hi - lo <= rtol * hi:
+                return 0.5 * (lo + hi), False
+        nrm = float(np.linalg.norm(Y))
+        if not nrm > 0:
+            return 0.0, False
+        X = Y / nrm
+    return hi, True
 
 
 def stationary_cov_evaluator(expansion: Expansion, *, batch_size: int, inv_temperature: float = math.inf,
@@ -691,7 +761,7 @@ def _radius_scaled(system: _System, c: float, kernel: np.ndarray | None = None) 
     if m <= DIRECT_MAX_DIM:
         return float(np.max(np.abs(np.linalg.eigvals(_full_operator(sysc, kernel)))))
     X = _Stein(sysc).solve(np.eye(m))
-    return _spectral_radius_iterative(sysc, X)
+    return _spectral_radius_iterative(sysc, X)[0]
 
 
 def _max_stable_multiplier(system: _System, rtol: float) -> float:
