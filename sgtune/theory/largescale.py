@@ -38,7 +38,8 @@ from .._validation import as_float_array, check_int, check_positive
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError, UnstableStepSizeError
 from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 
-__all__ = ["MatrixFreeDiagonal", "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
+__all__ = ["CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error", "posterior_diagonal_step_sizes",
+           "stationary_cov_from_target"]
 
 
 @dataclass(frozen=True)
@@ -349,3 +350,344 @@ def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.nd
     for i in range(len(y)):
         x += y[i] * V[i]
     return x, rel, k
+
+
+# --------------------------------------------------------------------------- covariance error at large D
+#: bases of the low-rank part of the representation Δ̂ = diag(d) + VCVᵀ
+ERROR_BASES = ("mixed", "curvature", "posterior")
+
+
+@dataclass(frozen=True)
+class CovarianceErrorEstimate:
+    """Result of :func:`posterior_covariance_error`.
+
+    Attributes
+    ----------
+    covariance_error : ê = ‖Δ̂‖_F / ‖Σ*‖_F, the relative Frobenius error of the represented
+        stationary covariance Σ̂ = Σ* + Δ̂ (‖Σ*‖_F from random probes).
+    standard_error : probe standard error of ê (delta method on the probe mean of ‖Σ*z‖²).
+    correction_norm : ‖Δ̂‖_F (exact for the representation).
+    target_norm : probe estimate of ‖Σ*‖_F.
+    rank : r, columns of the basis V (0 < r ≤ D; r = D means V = I and no separate diagonal).
+    basis : ``"curvature"`` or ``"posterior"`` (how V was built).
+    probes : k.
+    solve_residual : relative residual of the projected (Galerkin) system.
+    solve_iterations : GMRES iterations of the projected system.
+    cg_iterations, cg_residual : of the block conjugate-gradient solves with H.
+    diagonal : (D,) d.
+    basis_vectors : (D, r) V (orthonormal columns).
+    core : (r, r) symmetric C.
+    """
+
+    covariance_error: float
+    standard_error: float
+    correction_norm: float
+    target_norm: float
+    rank: int
+    basis: str
+    probes: int
+    solve_residual: float
+    solve_iterations: int
+    cg_iterations: int
+    cg_residual: float
+    diagonal: np.ndarray
+    basis_vectors: np.ndarray
+    core: np.ndarray
+
+
+class _RankOneCurvature:
+    """J = UᵀWU/M and H = J + diag(g) applied in row chunks of ≈ 16 MB (no D×D and no (M, D) temporary)."""
+
+    def __init__(self, U: np.ndarray, w: np.ndarray, g: np.ndarray) -> None:
+        self.U, self.w, self.g = U, w, g
+        self.m = U.shape[0]
+        self.rows = max(16, int(2**21 // max(U.shape[1], 1)))
+
+    def j_mul(self, V: np.ndarray) -> np.ndarray:
+        U, w, s = self.U, self.w, self.rows
+        acc = np.zeros_like(V)
+        for i in range(0, self.m, s):
+            blk = U[i:i + s]
+            acc += blk.T @ (w[i:i + s, None] * (blk @ V))
+        return acc / self.m
+
+    def h_mul(self, V: np.ndarray) -> np.ndarray:
+        return self.j_mul(V) + self.g[:, None] * V
+
+    def sq_mul(self, d: np.ndarray) -> np.ndarray:
+        """(U∘U)d, i.e. u_nᵀ diag(d) u_n for every row."""
+        U, s = self.U, self.rows
+        return np.concatenate([(U[i:i + s] * U[i:i + s]) @ d for i in range(0, self.m, s)])
+
+    def sq_tmul(self, a: np.ndarray) -> np.ndarray:
+        """(U∘U)ᵀa = diag(Uᵀ diag(a) U)."""
+        U, s = self.U, self.rows
+        out = np.zeros(U.shape[1])
+        for i in range(0, self.m, s):
+            blk = U[i:i + s]
+            out += (blk * blk).T @ a[i:i + s]
+        return out
+
+    def rows_mul(self, V: np.ndarray) -> np.ndarray:
+        """UV, (M, r)."""
+        U, s = self.U, self.rows
+        return np.concatenate([U[i:i + s] @ V for i in range(0, self.m, s)])
+
+
+@cites("wang2026", "Eqs. (11)–(12): Σ(Λ) − Σ* for diagonal Λ at the posterior target, projected on "
+                   "diag + low rank (matrix-free); relative Frobenius error by random probes")
+@cites("sgtune", "Galerkin projection of the correction equation; Hutchinson-type probe estimates")
+def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any,
+                               step_sizes: Any, *, batch_size: int, n_data: int | None = None,
+                               inv_temperature: float = math.inf, without_replacement: bool = False,
+                               rank: int = 64, basis: str = "mixed", probes: int = 32, seed: int = 0,
+                               cg_tol: float = 1e-8, max_iter: int = 2000, preconditioner_rank: int = 256,
+                               solve_tol: float = 1e-8, solve_max_iter: int = 500) -> CovarianceErrorEstimate:
+    r"""Covariance error ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F of a diagonal Λ at Σ* = H⁻¹/N, matrix-free (rank-one J_n).
+
+    The stationary covariance Σ(Λ) of SG(L)D (seed 003 eqs. 11–12, κ = 0) is Σ* + Δ, where the
+    correction Δ solves the linear equation (F = I − ΛH, HΣ* = I/N exactly)
+
+        𝓛(Δ) := Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀ = Λ(C̄(Σ*) + H/N)Λ − 2(1/N − 1/β)Λ,
+
+    𝒩(X) = (f/B)(mean_n J_nXJ_n − JXJ), C̄(Σ*) = (f/B)(𝓘 − ḡḡᵀ + 𝒩(Σ*)·B/f) (eq. 12), with
+    J_n = w_n u_nu_nᵀ, 𝓘 = Uᵀdiag(c²)U/M, H = J + Γ/N. Nothing D×D is formed (memory
+    O(M·D + M·r + D·(r + k)); each operator application is a few passes over U).
+
+    **What is approximated.**
+
+    1. *The representation*: Δ is sought as Δ̂ = diag(d) + VCVᵀ (V: D×r orthonormal, C
+       symmetric), by Galerkin projection: the diagonal and the V-compression (Vᵀ·V) of
+       𝓛(Δ̂) − R₀ vanish. With r = D (V = I) this is the exact Δ; otherwise Δ̂ is exact only when Δ
+       has that form. ``basis="posterior"``: V spans the top-r eigen-space of Σ* (the largest
+       posterior variances; one block solve H⁻¹Ω with r columns); ``"curvature"``: the top-r
+       eigen-space of J (two passes of subspace iteration, cheap). Measured against the dense
+       exact Σ(Λ) (benchmarks/bench_tuning.py, table 5): Δ is generally *not* low rank —
+       the representation captures only part of ‖Δ‖_F unless r is a sizable fraction of D or the
+       correction really is diagonal plus low rank, and the error is then *under*-estimated.
+    2. *Probe estimates*, each unbiased: with s_j ~ N(0, Σ*) (s = H⁻¹v/√N, v ~ N(0, H), block
+       preconditioned CG), q_n = u_nᵀΣ*u_n ≈ mean_j (u_nᵀs_j)², diag Σ* ≈ mean_j s_j² and
+       the compression of ΓΣ*Γ/N² ≈ mean_j (Γs_j)(Γs_j)ᵀ/N² in R₀ (the only parts of C̄(Σ*)
+       that need Σ*: JΣ*J = (J − Γ/N)/N + ΓΣ*Γ/N² exactly); and the one part of 𝓛 whose
+       diagonal costs M²·D exactly, diag(J diag(d) J) = (J∘J)d, by k Rademacher probes ρ_j:
+       mean_j (Jρ_j)∘(J(ρ_j∘d)) (its diagonal part J_ii²d_i is exact; only off-diagonal
+       cross terms carry noise). The projected solution is a smooth function of these, so it
+       is consistent (error O(k^{-1/2})), not unbiased.
+    3. *The norm*: ‖Δ̂‖_F is exact for the representation; ‖Σ*‖²_F = E‖Σ*z‖² (z ~ N(0, I),
+       Σ*z = H⁻¹z/N, one more block of k solves) is estimated without bias, and its probe
+       standard error gives ``standard_error`` of ê = ‖Δ̂‖_F/‖Σ*‖_F (delta method).
+
+    Not certified here: stability of the chain (use :func:`stationary_cov_from_target` where
+    D×D fits); the result assumes the chain with this Λ is second-moment stable.
+
+    Parameters
+    ----------
+    design, weights, grad_scales, prior_diagonal, batch_size, n_data, inv_temperature,
+    without_replacement, probes, seed, cg_tol, max_iter, preconditioner_rank :
+        as :func:`posterior_diagonal_step_sizes`.
+    step_sizes : (D,) the diagonal λ of Λ (e.g. ``posterior_diagonal_step_sizes(...).diagonal``).
+    rank : r ≥ 1 (r ≥ D: V = I, exact representation).
+    basis : ``"posterior"`` or ``"curvature"``.
+    solve_tol, solve_max_iter : relative tolerance and iteration cap of the projected GMRES solve.
+
+    Returns
+    -------
+    CovarianceErrorEstimate
+    """
+    U = np.asarray(design, dtype=float)
+    if U.ndim != 2:
+        raise ShapeError(f"design must be (M, D), got shape {U.shape}")
+    m, d = U.shape
+    U = as_float_array(U, "design")
+    w = as_float_array(weights, "weights").reshape(-1)
+    c = as_float_array(grad_scales, "grad_scales").reshape(-1)
+    if w.shape[0] != m or c.shape[0] != m:
+        raise ShapeError(f"weights and grad_scales must have length M = {m}, got {w.shape[0]} and {c.shape[0]}")
+    if np.any(w < 0):
+        raise SgtuneError(f"weights must be >= 0 (Gauss–Newton / convex GLM curvature); smallest is {w.min():g}")
+    gam = np.broadcast_to(as_float_array(prior_diagonal, "prior_diagonal"), (d,)).astype(float)
+    if not np.all(gam > 0):
+        raise SgtuneError("prior_diagonal must be > 0 (the posterior H⁻¹/N needs H ≻ 0); pass a prior precision")
+    lam = as_float_array(step_sizes, "step_sizes").reshape(-1) if np.ndim(step_sizes) else None
+    if lam is None or lam.shape[0] != d:
+        raise ShapeError(f"step_sizes must be the (D,) = ({d},) diagonal of Λ, got shape {np.shape(step_sizes)}")
+    if not np.all(lam > 0):
+        i = int(np.argmin(lam))
+        raise SgtuneError(f"step_sizes must be > 0; step_sizes[{i}] = {lam[i]:g} — pass the diagonal of an SPD Λ")
+    n = m if n_data is None else check_int(n_data, "n_data", low=m)
+    B = check_int(batch_size, "batch_size", low=1, high=n)
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    k = check_int(probes, "probes", low=2)
+    r = min(check_int(rank, "rank", low=1), d)
+    if basis not in ERROR_BASES:
+        raise SgtuneError(f"basis must be one of {', '.join(ERROR_BASES)}, got {basis!r}")
+    shift = 0.0 if math.isinf(beta) else 1.0 / beta
+    f = finite_population_factor(n, B, without_replacement)
+    fb = f / B
+    g = gam / n
+    op = _RankOneCurvature(U, w, g)
+    jd = op.sq_tmul(w) / m
+    h = jd + g
+    lh = lam * h
+    if not np.all(lh < 2):
+        i = int(np.argmax(lh))
+        raise UnstableStepSizeError(f"step_sizes are unstable: λ_i H_ii = {lh[i]:.4g} ≥ 2 at i = {i} (a stable "
+                                    f"chain needs the eigenvalues of ΛH below 2); scale them by less than "
+                                    f"{2 / lh.max():.4g}", spectral_radius=math.nan, max_stable_step=2 / lh.max())
+    rng = np.random.default_rng(seed)
+
+    # one block solve H X = [v_1..v_k, z_1..z_k]: s_j ~ N(0, Σ*), Σ*z_j
+    vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
+        + np.sqrt(g)[:, None] * rng.standard_normal((d, k))
+    zs = rng.standard_normal((d, k))
+    pr = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
+    if pr > 0:
+        pre = _nystrom_preconditioner(op.j_mul, g, pr, rng)
+    else:
+        pre = lambda R_: R_ / h[:, None]  # noqa: E731 (Jacobi)
+    X, its, cg_res = _block_pcg(op.h_mul, np.hstack([vrhs, zs]), pre, cg_tol, max_iter)
+    S = X[:, :k] / math.sqrt(n)
+    sig_z = X[:, k:] / n
+    US = op.rows_mul(S)
+    q_hat = np.mean(US * US, axis=1)
+    dsig = np.mean(S * S, axis=1)
+
+    # the basis V
+    if r == d:
+        V = np.eye(d)
+    else:
+        rp = {"posterior": r, "curvature": 0, "mixed": r // 2}[basis]
+        parts = []
+        if r - rp > 0:  # top eigen-space of J: two passes of subspace iteration
+            Q = np.linalg.qr(op.j_mul(rng.standard_normal((d, r - rp))))[0]
+            Y = op.j_mul(Q)
+            parts.append(Y / np.linalg.norm(Y, axis=0))
+        if rp > 0:  # top eigen-space of Σ* = H⁻¹/N: one block solve
+            Y, its2, res2 = _block_pcg(op.h_mul, rng.standard_normal((d, rp)), pre, max(cg_tol, 1e-6), max_iter)
+            its, cg_res = its + its2, max(cg_res, res2)
+            parts.append(Y / np.linalg.norm(Y, axis=0))
+        V = np.linalg.qr(np.hstack(parts) if len(parts) > 1 else parts[0])[0]
+    rad = rng.choice([-1.0, 1.0], size=(d, k))  # Rademacher probes of (J∘J)d
+    PJ = op.j_mul(rad)
+
+    def jj(dv: np.ndarray) -> np.ndarray:  # ≈ (J∘J)d = diag(J diag(d) J), unbiased
+        return np.mean(PJ * op.j_mul(rad * dv[:, None]), axis=1)
+
+    def gsg(A: np.ndarray) -> np.ndarray:  # ≈ Aᵀ(ΓΣ*Γ/N²)A from s_j ~ N(0, Σ*), unbiased
+        GS = A.T @ (g[:, None] * S)
+        return GS @ GS.T / k
+
+    dv, C, rel, nit = _projected_correction(op, c, lam, V, n=n, fb=fb, shift=shift, q_target=q_hat,
+                                            diag_target=dsig, gsg=gsg, jj=jj, solve_tol=solve_tol,
+                                            solve_max_iter=solve_max_iter)
+    # ‖diag(d) + VCVᵀ‖²_F with orthonormal V
+    corr2 = float(dv @ dv + 2.0 * dv @ np.sum((V @ C) * V, axis=1) + np.sum(C * C))
+    t = np.sum(sig_z * sig_z, axis=0)  # ‖Σ*z_j‖², unbiased for ‖Σ*‖²_F
+    tn2, tse = float(np.mean(t)), float(np.std(t, ddof=1) / math.sqrt(k))
+    corr = math.sqrt(max(corr2, 0.0))
+    err = corr / math.sqrt(tn2)
+    return CovarianceErrorEstimate(covariance_error=err, standard_error=0.5 * err * tse / tn2, correction_norm=corr,
+                                   target_norm=math.sqrt(tn2), rank=r, basis=basis if r < d else "identity",
+                                   probes=k, solve_residual=rel, solve_iterations=nit, cg_iterations=its,
+                                   cg_residual=cg_res, diagonal=dv, basis_vectors=V, core=C)
+
+
+def _projected_correction(op: _RankOneCurvature, c: np.ndarray, lam: np.ndarray, V: np.ndarray, *, n: int,
+                          fb: float, shift: float, q_target: np.ndarray, diag_target: np.ndarray, gsg: Any,
+                          jj: Any, solve_tol: float, solve_max_iter: int
+                          ) -> tuple[np.ndarray, np.ndarray, float, int]:
+    r"""Galerkin solution Δ̂ = diag(d) + VCVᵀ of 𝓛(Δ) = R₀ (see :func:`posterior_covariance_error`).
+
+    ``q_target`` (M,) u_nᵀΣ*u_n, ``diag_target`` (D,) diag Σ*, ``gsg(A)`` = Aᵀ(ΓΣ*Γ/N²)A and
+    ``jj(d)`` = (J∘J)d are the target-dependent inputs (probe estimates in the public function,
+    exact values in tests). V = I (r = D) drops the separate diagonal. Returns d, C, the
+    relative residual of the projected system and the GMRES iterations.
+    """
+    import scipy.sparse.linalg as spla
+
+    U, w, g, m = op.U, op.w, op.g, op.m
+    d, r = V.shape
+    with_diag = r < d
+    jd = op.sq_tmul(w) / m
+    h = jd + g
+    lh = lam * h
+    w2 = w * w
+    HV = op.h_mul(V)
+    JV = HV - g[:, None] * V
+    LV = lam[:, None] * V
+    HLV = op.h_mul(LV)
+    JLV = HLV - g[:, None] * LV
+    UV = op.rows_mul(V)
+    ULV = op.rows_mul(LV)
+    GV = HLV.T @ V  # VᵀΛHV
+    JLVtV = JLV.T @ V
+    Fr = np.eye(r) - GV
+
+    def apply(dv: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(diag 𝓛(X), Vᵀ𝓛(X)V) for X = diag(dv) + VCVᵀ."""
+        HVC, UVC, JVC = HV @ C, UV @ C, JV @ C
+        q = np.sum(UVC * UV, axis=1)  # u_nᵀXu_n
+        core = GV @ C + C @ GV.T - GV @ C @ GV.T  # Vᵀ(X − FXFᵀ)V for the VCVᵀ part: C − F_r C F_rᵀ
+        if with_diag:
+            jjd = jj(dv)
+            q = q + op.sq_mul(dv)
+            dg = 2.0 * lam * (h * dv + np.sum(HVC * V, axis=1)) - lam**2 * (
+                jjd + (2.0 * g * jd + g * g) * dv + np.sum(HVC * HV, axis=1)
+                + fb * (op.sq_tmul(w2 * q) / m - jjd - np.sum(JVC * JV, axis=1)))
+            A = HLV.T @ (dv[:, None] * V)
+            core = core + A + A.T - HLV.T @ (dv[:, None] * HLV) + fb * (JLV.T @ (dv[:, None] * JLV))
+        else:
+            dg = np.zeros(0)
+        core = core - fb * (ULV.T @ ((w2 * q)[:, None] * ULV) / m - JLVtV @ C @ JLVtV.T)
+        return dg, 0.5 * (core + core.T)
+
+    # right-hand side: diag R₀ and VᵀR₀V, R₀ = Λ(C̄(Σ*) + H/N)Λ − 2(1/N − 1/β)Λ,
+    # C̄(Σ*) = (f/B)[Uᵀdiag(c² + w²q*)U/M − ḡḡᵀ − (J − Γ/N)/N − ΓΣ*Γ/N²]
+    gbar = U.T @ c / m
+    a_n = c * c + w2 * q_target
+    gLV = gbar @ LV
+    core_rhs = fb * (ULV.T @ (a_n[:, None] * ULV) / m - np.outer(gLV, gLV) - LV.T @ (JLV - g[:, None] * LV) / n
+                     - gsg(LV)) + LV.T @ HLV / n - 2.0 * (1.0 / n - shift) * (V.T @ LV)
+    core_rhs = 0.5 * (core_rhs + core_rhs.T)
+    if with_diag:
+        diag_rhs = lam**2 * (fb * (op.sq_tmul(a_n) / m - gbar**2 - (jd - g) / n - g * g * diag_target) + h / n) \
+            - 2.0 * (1.0 / n - shift) * lam
+    else:
+        diag_rhs = np.zeros(0)
+    nd = diag_rhs.shape[0]
+    pd = (2.0 * lh - lh * lh)[:nd]  # diagonal of Δ − FΔFᵀ for a diagonal Δ (> 0 when λ_i H_ii < 2)
+
+    def matvec(x: np.ndarray) -> np.ndarray:
+        C = x[nd:].reshape(r, r)
+        dg, core = apply(x[:nd], 0.5 * (C + C.T))
+        return np.concatenate([dg, core.ravel()])
+
+    def precond(x: np.ndarray) -> np.ndarray:  # the diagonal and the projected Stein solve
+        Y = x[nd:].reshape(r, r)
+        Cs = sla.solve_discrete_lyapunov(Fr, 0.5 * (Y + Y.T), method="bilinear")
+        return np.concatenate([x[:nd] / pd, Cs.ravel()])
+
+    size = nd + r * r
+    rhs = np.concatenate([diag_rhs, core_rhs.ravel()])
+    nrhs = float(np.linalg.norm(rhs))
+    count = [0]
+
+    def counted(x: np.ndarray) -> np.ndarray:
+        count[0] += 1
+        return matvec(x)
+
+    if nrhs == 0:
+        return np.zeros(d), np.zeros((r, r)), 0.0, 0
+    A_op = spla.LinearOperator((size, size), matvec=counted, dtype=float)
+    M_op = spla.LinearOperator((size, size), matvec=precond, dtype=float)
+    restart = min(size, 60)
+    sol, _ = spla.gmres(A_op, rhs, M=M_op, rtol=solve_tol, atol=0.0, restart=restart,
+                        maxiter=max(1, solve_max_iter // restart))
+    rel = float(np.linalg.norm(matvec(sol) - rhs) / nrhs)
+    if not rel <= max(10 * solve_tol, 1e-6):
+        raise ConvergenceError(f"posterior_covariance_error: the projected stationary equation reached relative "
+                               f"residual {rel:.2e} > {solve_tol:g} after {count[0]} GMRES iterations; the chain is "
+                               "probably close to unstable — reduce the step sizes", residual=rel, method="gmres")
+    dv = sol[:nd] if with_diag else np.zeros(d)
+    C = sol[nd:].reshape(r, r)
+    return dv, 0.5 * (C + C.T), rel, count[0]
