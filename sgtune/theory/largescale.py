@@ -27,7 +27,7 @@ Cost: O(k·M·D) per CG iteration and O(M·D) memory (the design itself plus (M,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,12 @@ class MatrixFreeDiagonal:
     cg_iterations : conjugate-gradient iterations of the block solve.
     cg_residual : largest relative residual ‖Hs − v‖/‖v‖ over the probes.
     preconditioner_rank : rank r of the randomised Nyström preconditioner (0: Jacobi only).
+    covariance_error : with ``error_estimate=True``, the estimate ê of ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F from
+        :func:`posterior_covariance_error` (else nan).
+    covariance_error_se : its probe standard error (jackknife; nan without the estimate).
+    covariance_error_representation : representation of Σ(Λ) − Σ* behind it (``"target"``:
+        diag(d) + αΣ*; ``""`` without the estimate).
+    covariance_error_rank : rank of the representation's low-rank part (0 for ``"target"``).
     """
 
     diagonal: np.ndarray
@@ -62,6 +68,10 @@ class MatrixFreeDiagonal:
     cg_iterations: int
     cg_residual: float
     preconditioner_rank: int = 0
+    covariance_error: float = math.nan
+    covariance_error_se: float = math.nan
+    covariance_error_representation: str = ""
+    covariance_error_rank: int = 0
 
 
 def _chunks(m: int, size: int = 2048) -> range:
@@ -73,7 +83,8 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
                                   batch_size: int, n_data: int | None = None,
                                   inv_temperature: float = math.inf, without_replacement: bool = False,
                                   probes: int = 32, seed: int = 0, cg_tol: float = 1e-8,
-                                  max_iter: int = 2000, preconditioner_rank: int = 256) -> MatrixFreeDiagonal:
+                                  max_iter: int = 2000, preconditioner_rank: int = 256,
+                                  error_estimate: bool = False) -> MatrixFreeDiagonal:
     r"""Diagonal Λ solving the diagonal of eq. (11) at Σ* = H⁻¹/N, from (U, w, c, γ) only.
 
     Parameters
@@ -91,6 +102,9 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
         columns, so CG needs few iterations when the curvature's spectrum decays (a Gauss–Newton
         design); 0 keeps the Jacobi preconditioner. The preconditioner changes only the speed of
         the solves, not what they solve (same tolerance ``cg_tol``).
+    error_estimate : also estimate the covariance error of the returned Λ
+        (:func:`posterior_covariance_error`, representation ``"target"``, max(k, 8) fresh probes,
+        seed + 1); Λ itself is unchanged.
     """
     U = np.asarray(design, dtype=float)
     if U.ndim != 2:
@@ -162,8 +176,15 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     cbar = (f / B) * (c2u2 / m - gbar**2 + mjsj - jsj)
     R = cbar + h_diag / n
     lam = 2.0 * (1.0 / n - shift) / R
-    return MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res,
-                              preconditioner_rank=r)
+    out = MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res,
+                             preconditioner_rank=r)
+    if error_estimate:
+        est = posterior_covariance_error(U, w, c, gam, lam, batch_size=B, n_data=n, inv_temperature=beta,
+                                         without_replacement=without_replacement, probes=max(k, 8), seed=seed + 1,
+                                         cg_tol=cg_tol, max_iter=max_iter, preconditioner_rank=r)
+        out = replace(out, covariance_error=est.covariance_error, covariance_error_se=est.standard_error,
+                      covariance_error_representation=est.representation, covariance_error_rank=est.rank)
+    return out
 
 
 def _nystrom_preconditioner(a_mul: Any, delta: np.ndarray, r: int, rng: np.random.Generator) -> Any:
@@ -496,8 +517,9 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
        The projected solution is a smooth function of these: consistent (error O(k^{-1/2})),
        not unbiased.
     3. *The norm*: ‖Δ̂‖_F from the representation (‖d‖² + 2α d·diag Σ* + α²‖Σ*‖²_F, or exactly
-       for diag + VCVᵀ); ‖Σ*‖²_F = E‖Σ*z‖² (z ~ N(0, I), Σ*z = H⁻¹z/N, one more block of k
-       solves) without bias. ``standard_error``: for ``"target"`` a delete-one-group jackknife
+       for diag + VCVᵀ); ‖Σ*‖²_F without bias, for ``"target"`` as E(s_aᵀs_b)² over pairs of
+       independent probes (no further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
+       Σ*z = H⁻¹z/N, one more block of k solves). ``standard_error``: for ``"target"`` a delete-one-group jackknife
        over 4 groups of all the probes (s_j, z_j, ρ_j; the whole computation repeated); for
        ``"low-rank"`` the probe error of ‖Σ*‖_F only (delta method) — it does *not* include the
        noise of the probed operator and right-hand side, which dominates there (measured: ê
@@ -571,7 +593,7 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
     # one block solve H X = [v_1..v_k, z_1..z_k]: s_j ~ N(0, Σ*), Σ*z_j
     vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
         + np.sqrt(g)[:, None] * rng.standard_normal((d, k))
-    zs = rng.standard_normal((d, k))
+    zs = rng.standard_normal((d, k if representation == "low-rank" else 0))
     pr = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
     if pr > 0:
         pre = _nystrom_preconditioner(op.j_mul, g, pr, rng)
@@ -594,8 +616,6 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
 
     jj = make_jj()
 
-    t = np.sum(sig_z * sig_z, axis=0)  # ‖Σ*z_j‖², unbiased for ‖Σ*‖²_F
-    tn2, tse = float(np.mean(t)), float(np.std(t, ddof=1) / math.sqrt(k))
     if representation == "target":
         pd = 2.0 * lh - lh * lh
 
@@ -604,12 +624,13 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
             mom = _target_moments(op, c, lam, Sg, n=n, fb=fb, shift=shift)
             block = _diag_block(op, lam, fb, make_jj(cols))
             dv_, alpha_, rel_, nit_ = _bordered_solve(block, pd, mom, solve_tol, solve_max_iter)
-            tn2_ = float(np.mean(t[cols]))
+            tn2_ = _pair_norm2(Sg)
             # ‖diag(d) + αΣ*‖²_F = ‖d‖² + 2α d·diag Σ* + α²‖Σ*‖²_F
             c2 = float(dv_ @ dv_ + 2.0 * alpha_ * dv_ @ np.mean(Sg * Sg, axis=1) + alpha_**2 * tn2_)
             return math.sqrt(max(c2, 0.0) / tn2_), math.sqrt(max(c2, 0.0)), dv_, alpha_, rel_, nit_
 
         err, corr, dv, alpha, rel, nit = target_error(np.arange(k))
+        tn2 = _pair_norm2(S)
         # standard error: delete-one-group jackknife over 4 groups of the probes (s_j, z_j, ρ_j); the whole
         # chain — moments, bordered solve, norm — is recomputed without each group
         groups = np.array_split(np.random.default_rng(seed + 1).permutation(k), 4)
@@ -624,6 +645,8 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
                                        cg_residual=cg_res, diagonal=dv, basis_vectors=np.zeros((d, 0)),
                                        core=np.zeros((0, 0)), representation="target", target_coefficient=alpha)
 
+    t = np.sum(sig_z * sig_z, axis=0)  # ‖Σ*z_j‖², unbiased for ‖Σ*‖²_F
+    tn2, tse = float(np.mean(t)), float(np.std(t, ddof=1) / math.sqrt(k))
     # the basis V
     if r == d:
         V = np.eye(d)
@@ -855,3 +878,10 @@ def _bordered_solve(diag_block: Any, pd: np.ndarray, mom: dict[str, Any], tol: f
                                f"residual {rel:.2e} > {tol:g} after {count[0]} GMRES iterations; the chain is "
                                "probably close to unstable — reduce the step sizes", residual=rel, method="gmres")
     return sol[:d], float(sol[d]), rel, count[0]
+
+
+def _pair_norm2(S: np.ndarray) -> float:
+    """‖Σ*‖²_F = E(s_aᵀs_b)² for independent s_a, s_b ~ N(0, Σ*): the mean over the pairs across two halves."""
+    half = S.shape[1] // 2
+    P = S[:, :half].T @ S[:, half:]
+    return float(np.mean(P * P))
