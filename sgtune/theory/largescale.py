@@ -516,9 +516,9 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
        k Rademacher probes ρ_j: mean_j (Jρ_j)∘(J(ρ_j∘d)) (its diagonal part J_ii²d_i is exact).
        The projected solution is a smooth function of these: consistent (error O(k^{-1/2})),
        not unbiased.
-    3. *The norm*: ‖Δ̂‖_F from the representation (‖d‖² + 2α d·diag Σ* + α²‖Σ*‖²_F, or exactly
-       for diag + VCVᵀ); ‖Σ*‖²_F without bias, for ``"target"`` as E(s_aᵀs_b)² over pairs of
-       independent probes (no further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
+    3. *The norm*: ‖Δ̂‖_F from the representation (‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F, or
+       exactly for diag + VCVᵀ); ‖Σ*‖²_F and ‖Σ* − diag Σ*‖²_F without bias, for ``"target"`` as
+       E(s_aᵀs_b)² and E[(s_aᵀs_b)² − Σ_i s_ai²s_bi²] over pairs of independent probes (no further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
        Σ*z = H⁻¹z/N, one more block of k solves). ``standard_error``: for ``"target"`` a delete-one-group jackknife
        over 4 groups of all the probes (s_j, z_j, ρ_j; the whole computation repeated); for
        ``"low-rank"`` the probe error of ‖Σ*‖_F only (delta method) — it does *not* include the
@@ -625,8 +625,10 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
             block = _diag_block(op, lam, fb, make_jj(cols))
             dv_, alpha_, rel_, nit_ = _bordered_solve(block, pd, mom, solve_tol, solve_max_iter)
             tn2_ = _pair_norm2(Sg)
-            # ‖diag(d) + αΣ*‖²_F = ‖d‖² + 2α d·diag Σ* + α²‖Σ*‖²_F
-            c2 = float(dv_ @ dv_ + 2.0 * alpha_ * dv_ @ np.mean(Sg * Sg, axis=1) + alpha_**2 * tn2_)
+            # ‖diag(d) + αΣ*‖²_F = ‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F (the off-diagonal part by probe
+            # pairs, so the large diagonal of Σ* is not subtracted from a noisy ‖Σ*‖²_F)
+            c2 = float(np.sum((dv_ + alpha_ * np.mean(Sg * Sg, axis=1)) ** 2)
+                       + alpha_**2 * max(_pair_norm2(Sg, off_diagonal=True), 0.0))
             return math.sqrt(max(c2, 0.0) / tn2_), math.sqrt(max(c2, 0.0)), dv_, alpha_, rel_, nit_
 
         err, corr, dv, alpha, rel, nit = target_error(np.arange(k))
@@ -880,8 +882,13 @@ def _bordered_solve(diag_block: Any, pd: np.ndarray, mom: dict[str, Any], tol: f
     return sol[:d], float(sol[d]), rel, count[0]
 
 
-def _pair_norm2(S: np.ndarray) -> float:
-    """‖Σ*‖²_F = E(s_aᵀs_b)² for independent s_a, s_b ~ N(0, Σ*): the mean over the pairs across two halves."""
+def _pair_norm2(S: np.ndarray, off_diagonal: bool = False) -> float:
+    """‖Σ*‖²_F = E(s_aᵀs_b)² for independent s_a, s_b ~ N(0, Σ*): the mean over the pairs across two halves;
+    ``off_diagonal``: ‖Σ* − diag Σ*‖²_F = E[(s_aᵀs_b)² − Σ_i s_ai²s_bi²] (both unbiased)."""
     half = S.shape[1] // 2
-    P = S[:, :half].T @ S[:, half:]
-    return float(np.mean(P * P))
+    A, B = S[:, :half], S[:, half:]
+    P = A.T @ B
+    out = float(np.mean(P * P))
+    if off_diagonal:
+        out -= float(np.mean((A * A).T @ (B * B)))
+    return out
