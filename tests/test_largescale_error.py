@@ -170,7 +170,8 @@ def test_input_validation_is_one_line_errors():
         (dict(step_sizes=lam, probes=4), SgtuneError, "probes must be >= 8 for representation 'target'"),
         (dict(step_sizes=lam, representation="dense"), SgtuneError, "representation must be one of target, low-rank"),
         (dict(step_sizes=lam, rank=0), SgtuneError, "rank must be >= 1"),
-        (dict(step_sizes=lam, representation="low-rank", basis="random"), SgtuneError, "basis must be one of mixed, curvature, posterior"),
+        (dict(step_sizes=lam, representation="low-rank", basis="random"), SgtuneError,
+         "basis must be one of mixed, curvature, posterior"),
         (dict(step_sizes=np.full(e.dim, 1e3)), UnstableStepSizeError, "step_sizes are unstable"),
     ]
     for extra, exc, msg in cases:

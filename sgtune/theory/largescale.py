@@ -38,8 +38,8 @@ from .._validation import as_float_array, check_int, check_positive
 from ..errors import ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError, UnstableStepSizeError
 from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 
-__all__ = ["CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error", "posterior_diagonal_step_sizes",
-           "stationary_cov_from_target"]
+__all__ = ["CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
+           "posterior_diagonal_step_sizes", "stationary_cov_from_target"]
 
 
 @dataclass(frozen=True)
@@ -464,7 +464,7 @@ class _RankOneCurvature:
 
 
 @cites("wang2026", "Eqs. (11)–(12): Σ(Λ) − Σ* for diagonal Λ at the posterior target, projected on "
-                   "diag + low rank (matrix-free); relative Frobenius error by random probes")
+                   "diag + αΣ* or diag + low rank (matrix-free); relative Frobenius error by random probes")
 @cites("sgtune", "Galerkin projection of the correction equation; Hutchinson-type probe estimates")
 def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any,
                                step_sizes: Any, *, batch_size: int, n_data: int | None = None,
@@ -518,7 +518,8 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
        not unbiased.
     3. *The norm*: ‖Δ̂‖_F from the representation (‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F, or
        exactly for diag + VCVᵀ); ‖Σ*‖²_F and ‖Σ* − diag Σ*‖²_F without bias, for ``"target"`` as
-       E(s_aᵀs_b)² and E[(s_aᵀs_b)² − Σ_i s_ai²s_bi²] over pairs of independent probes (no further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
+       E(s_aᵀs_b)² and E[(s_aᵀs_b)² − Σ_i s_ai²s_bi²] over pairs of independent probes (no
+       further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
        Σ*z = H⁻¹z/N, one more block of k solves). ``standard_error``: for ``"target"`` a delete-one-group jackknife
        over 4 groups of all the probes (s_j, z_j, ρ_j; the whole computation repeated); for
        ``"low-rank"`` the probe error of ‖Σ*‖_F only (delta method) — it does *not* include the
