@@ -282,3 +282,15 @@ def test_pair_estimate_of_the_target_norm_is_unbiased():
                       for s in range(400)])
         assert np.std(t) > 1e-3 * exact
         assert abs(t.mean() - exact) < 3.5 * t.std(ddof=1) / math.sqrt(len(t))
+
+
+def test_target_estimate_warns_when_the_probes_do_not_determine_it():
+    """A full-rank design with a strong prior (Σ* nearly diagonal): the jackknife standard error is
+    large and an AccuracyWarning says so (the estimate itself is then far from the dense error)."""
+    from sgtune.errors import AccuracyWarning
+
+    e, U, w, c, gam = _problem(m=200, d=12, seed=0, prior=200.0)
+    lam = _lam(U, w, c, gam, 8)
+    with pytest.warns(AccuracyWarning, match="jackknife standard error"):
+        est = posterior_covariance_error(U, w, c, gam, lam, batch_size=8, probes=32, seed=0)
+    assert est.standard_error > 0.2 * est.covariance_error
