@@ -607,21 +607,16 @@ def _spectral_radius_iterative(system: _System, S: np.ndarray) -> tuple[float, b
     small residual. ARPACK can return a value that is not an eigenvalue at all for these
     nonsymmetric operators (scipy issues #8307, #6827, #23163; seen here with momentum:
     −2.7 − 2.2i for a map of norm 1.98 whose ρ is 0.60, and a false "unstable" error), or a
-    non-Perron member of a tight cluster (0.59987 for ρ = 0.60149, again with momentum). With
-    momentum ARPACK is not tried: every underdamped mode of the heavy-ball transition has |z|² = κ
-    exactly, so the Perron root sits just above a cluster of eigenvalues of modulus κ. When the
-    check fails, or with momentum, ρ comes from the dense m²×m² eigenvalues for m ≤ ``DENSE_RADIUS_MAX_DIM``, else
-    from the power iteration on positive-definite iterates with the Collatz–Wielandt bracket of a
+    non-Perron member of a tight cluster (0.59987 for ρ = 0.60149, again with momentum: every
+    underdamped heavy-ball mode has |z|² = κ exactly, so with little minibatch noise the Perron root
+    sits just above a cluster of eigenvalues of modulus κ). When the check fails, ρ comes from the
+    dense m²×m² eigenvalues for m ≤ ``DENSE_RADIUS_MAX_DIM``, else from the power iteration on positive-definite iterates with the Collatz–Wielandt bracket of a
     cone-preserving map, λ_min(X^{-1/2}P(X)X^{-1/2}) ≤ ρ ≤ λ_max(X^{-1/2}P(X)X^{-1/2}) for X ≻ 0
     (its midpoint once the bracket has closed to 1e-7 relative; else its upper end, flagged as a bound).
     """
     m = system.F.shape[0]
     if not np.all(np.isfinite(S)):
         return math.inf, False
-    if system.momentum > 0:  # no ARPACK: its underdamped modes put a cluster of eigenvalues of modulus κ at ρ
-        if m <= DENSE_RADIUS_MAX_DIM:
-            return _dense_symmetric_radius(system), False
-        return _bracketed_power_radius(system, S)
     op = LinearOperator((m * m, m * m), matvec=lambda v: system.apply(v.reshape(m, m)).ravel(),
                         dtype=float)
     try:
