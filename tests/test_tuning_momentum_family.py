@@ -223,9 +223,10 @@ def test_tune_above_fit_max_dim_uses_the_closed_form_and_the_correction_solve(fa
     assert res.stationary.spectral_radius_is_bound and res.momentum == kappa
     ref = predict_stationary_cov(e, res.step_matrix, batch_size=32, momentum=kappa)
     S = res.target_cov
-    assert np.linalg.norm(res.predicted_cov - ref.cov) < COV_RTOL * np.linalg.norm(ref.cov)
+    # tune solves the correction to tuning.LARGE_COV_TOL relative to the target's residual (≈ ‖Δ‖), so Σ to about it
+    assert np.linalg.norm(res.predicted_cov - ref.cov) < tuning.LARGE_COV_TOL * np.linalg.norm(ref.cov)
     err = np.linalg.norm(ref.cov - S) / np.linalg.norm(S)
-    assert res.covariance_error == pytest.approx(err, rel=1e-6)
+    assert res.covariance_error == pytest.approx(err, rel=10 * tuning.LARGE_COV_TOL)
     assert ref.spectral_radius <= res.spectral_radius < 1
 
 
@@ -249,7 +250,7 @@ def test_auto_switches_at_fit_max_dim_without_monkeypatching():
     # the returned covariance solves the reduced (Yule–Walker) equation of its own chain
     M = noise_covariance(e, res.predicted_cov, batch_size=32)
     lhs, rhs = _momentum_terms(res.step_matrix, e.hessian, res.predicted_cov, M, 0.5, math.inf)
-    assert np.linalg.norm(lhs - rhs) < 1e-8 * np.linalg.norm(lhs)
+    assert np.linalg.norm(lhs - rhs) < tuning.LARGE_COV_TOL * np.linalg.norm(lhs)  # the correction's tolerance
 
 
 # --------------------------------------------------------------------------- CLI
