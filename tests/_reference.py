@@ -64,3 +64,17 @@ def covariance_z_scores(samples: np.ndarray, mean: np.ndarray, cov: np.ndarray) 
     est = prod.mean(axis=0)
     se = prod.std(axis=0, ddof=1) / math.sqrt(n)
     return (est - cov[iu]) / se
+
+
+def logistic_expansion(n: int, d: int, seed: int = 0):
+    """The misspecified logistic-regression problem of benchmarks/bench_tuning.py (rank-one J_n = w_n x_nx_nᵀ,
+    covariate scales 0.5–1.5, true link steeper by 1.3), for tests at sizes the benchmark also uses."""
+    from sgtune.models import Expansion
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * np.linspace(0.5, 1.5, d)
+    eta = X @ (rng.standard_normal(d) / math.sqrt(d))
+    p = 1 / (1 + np.exp(-eta))
+    y = (rng.random(n) < 1 / (1 + np.exp(-1.3 * eta))).astype(float)  # misspecified link
+    return Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d),
+                     design=X, weights=p * (1 - p))

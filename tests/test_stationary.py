@@ -15,7 +15,7 @@ from sgtune.symbolic import stationary as sym
 from sgtune.theory.stationary import (iterate_average_cov, max_stable_step, noise_covariance,
                                       predict_stationary_cov)
 
-from _reference import covariance_z_scores, simulate_chains
+from _reference import covariance_z_scores, logistic_expansion, simulate_chains
 from _tolerances import ENUMERATION_RTOL, SOLVER_RTOL, SYMBOLIC_RTOL, bonferroni_z
 
 
@@ -344,18 +344,10 @@ def _heavy_ball_case(d: int):
     batch without replacement: every underdamped mode has |z|² = κ, so the Perron root (≈ 0.60) sits just above
     a cluster of eigenvalues of modulus κ — where scipy's ARPACK returned −2.7 − 2.2i (not an eigenvalue: the
     map's norm is 1.98) at D = 20 and the non-Perron 0.59987 at D = 10."""
-    from sgtune.models import Expansion
     from sgtune.theory.stationary import _build_system
     from sgtune.theory.tuning import structured_momentum_step_matrix
 
-    rng = np.random.default_rng(d)
-    n = 3000
-    X = rng.standard_normal((n, d)) * np.linspace(0.5, 1.5, d)
-    eta = X @ (rng.standard_normal(d) / math.sqrt(d))
-    p = 1 / (1 + np.exp(-eta))
-    y = (rng.random(n) < 1 / (1 + np.exp(-1.3 * eta))).astype(float)
-    e = Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d), design=X,
-                  weights=p * (1 - p))
+    e = logistic_expansion(3000, d, seed=d)
     S = e.sandwich_cov()
     M = noise_covariance(e, S, batch_size=1000, without_replacement=True)
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="scalar", momentum=0.6, inv_temperature=3e5)

@@ -24,6 +24,7 @@ from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import (load_blocks, momentum_tuning_residual, solve_momentum_step_matrix,
                                   solve_step_matrix, tune)
 
+from _reference import logistic_expansion
 from _tolerances import SOLVER_RTOL, TUNING_RESIDUAL
 
 @pytest.fixture(autouse=True)
@@ -291,21 +292,10 @@ def test_structured_closed_form_zeroes_the_family_part_of_eq_11(beta):
     np.testing.assert_allclose(one, solve_step_matrix(H, S, R, inv_temperature=beta), rtol=1e-9)
 
 
-def _logistic_like(n, d, seed=0):
-    """The benchmark's misspecified logistic problem (benchmarks/bench_tuning.py), restated."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d)) * np.linspace(0.5, 1.5, d)
-    eta = X @ (rng.standard_normal(d) / math.sqrt(d))
-    p = 1 / (1 + np.exp(-eta))
-    y = (rng.random(n) < 1 / (1 + np.exp(-1.3 * eta))).astype(float)
-    return Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d),
-                     design=X, weights=p * (1 - p))
-
-
 def test_moment_criterion_versus_the_optimum():
     """The closed form is never better than the minimiser in the criterion; close to it for small noise
     (logistic, B = 32: within 1 %), far from it for strong minibatch noise (synthetic, B = 8: ≈ +50 %)."""
-    for e, B, worst in ((synthetic_expansion(7, n=80, d=5), 8, 2.0), (_logistic_like(2000, 12), 32, 1.01)):
+    for e, B, worst in ((synthetic_expansion(7, n=80, d=5), 8, 2.0), (logistic_expansion(2000, 12), 32, 1.01)):
         opt = tune(e, batch_size=B, family="diagonal")
         mom = tune(e, batch_size=B, family="diagonal", family_criterion="moment")
         assert "closed form" in mom.criterion and "L-BFGS" in opt.criterion

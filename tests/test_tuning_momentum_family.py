@@ -19,11 +19,11 @@ from click.testing import CliRunner
 
 from sgtune.cli import main
 from sgtune.errors import InfeasibleTargetError, UnstableStepSizeError
-from sgtune.models import Expansion
 from sgtune.theory import tuning
 from sgtune.theory.largescale import stationary_cov_from_target_momentum
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from tests.test_tuning_families import crit_of
+from _reference import logistic_expansion
 from sgtune.theory.tuning import (_momentum_terms, solve_momentum_step_matrix, structured_momentum_step_matrix,
                                   structured_step_matrix, tune)
 
@@ -40,17 +40,6 @@ def _one_blas_thread():
 
     with threadpool_limits(limits=1, user_api="blas"):
         yield
-
-
-def logistic_expansion(n: int, d: int, seed: int = 0) -> Expansion:
-    """A small misspecified logistic-regression problem (benchmarks/bench_tuning.py's generator)."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d)) * np.linspace(0.5, 1.5, d)
-    eta = X @ (rng.standard_normal(d) / math.sqrt(d))
-    p = 1 / (1 + np.exp(-eta))
-    y = (rng.random(n) < 1 / (1 + np.exp(-1.3 * eta))).astype(float)  # misspecified link
-    return Expansion(theta_hat=np.zeros(d), grads=(p - y)[:, None] * X, prior_precision=np.eye(d),
-                     design=X, weights=p * (1 - p))
 
 
 @pytest.fixture(scope="module")
