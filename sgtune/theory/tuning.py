@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.optimize as sopt
 from scipy.sparse.linalg import LinearOperator, gmres
 
@@ -198,8 +199,6 @@ def structured_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *, fam
         raise SgtuneError(f"family must be 'scalar', 'diagonal' or 'block', got {family!r}")
     part = load_blocks(blocks, d)
     out = np.zeros((d, d))
-    import scipy.linalg as sla
-
     for b in part:
         A = HS[np.ix_(b, b)] - shift * np.eye(len(b))
         Y = sla.solve_continuous_lyapunov(A, R[np.ix_(b, b)])
@@ -334,20 +333,19 @@ def tune(expansion: Expansion, *, batch_size: int, target: Any = "sandwich", met
                           "family 'block'")
     H = expansion.hessian
     guess = S
+    cbar = None  # C̄(Σ*) (eq. 12): one O(N·D²) pass, shared by every route that needs it
+    if kappa > 0 or family != "dense":
+        cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
     if kappa > 0 and (family == "dense" or family_criterion == "discrepancy"):  # the exact momentum equation
-        Rx = _noise_rhs(expansion, S, B, without_replacement, "dq-exact")
-        Cbar = Rx - H @ S @ H
-        lam = solve_momentum_step_matrix(H, S, Cbar, momentum=kappa, inv_temperature=beta)
-        residual = momentum_tuning_residual(lam, H, S, Cbar, kappa, beta)
+        lam = solve_momentum_step_matrix(H, S, cbar, momentum=kappa, inv_temperature=beta)
+        residual = momentum_tuning_residual(lam, H, S, cbar, kappa, beta)
         criterion = "exact: reduced momentum equation (Yule–Walker elimination of the momentum, Newton–Krylov)"
     elif family == "dense":
         R = _noise_rhs(expansion, S, B, without_replacement, method)
         lam = solve_step_matrix(H, S, R, inv_temperature=beta)
         residual = tuning_residual(lam, H, S, R, beta)
         criterion = "exact: eq. (11) with the method's noise model"
-    cbar = None
     if family != "dense":
-        cbar = noise_covariance(expansion, S, batch_size=B, without_replacement=without_replacement)
         if kappa == 0:
             Rx = cbar + H @ S @ H
             Rx = 0.5 * (Rx + Rx.T)
@@ -833,8 +831,6 @@ def structured_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: An
 def _momentum_blocks(H: np.ndarray, HS: np.ndarray, Mn: np.ndarray, kappa: float, shift: float,
                      part: tuple[np.ndarray, ...], lam0: np.ndarray, max_iter: int) -> np.ndarray:
     """Block family of :func:`structured_momentum_step_matrix`: Lyapunov sweeps, then Newton–Krylov."""
-    import scipy.linalg as sla
-
     c = 1.0 - kappa * kappa
     idx = [np.ix_(b, b) for b in part]
     HSH = HS @ H
