@@ -76,8 +76,25 @@ class MatrixFreeDiagonal:
     covariance_error_rank: int = 0
 
 
-def _chunks(m: int, size: int = 2048) -> range:
-    return range(0, m, size)
+def _rank_one_inputs(design: Any, weights: Any, grad_scales: Any,
+                     prior_diagonal: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(U, w, c, γ) of the matrix-free posterior route, validated: U (M, D), w ≥ 0 and c of length M, γ > 0."""
+    U = np.asarray(design, dtype=float)
+    if U.ndim != 2:
+        raise ShapeError(f"design must be (M, D), got shape {U.shape}")
+    U = as_float_array(U, "design")
+    m, d = U.shape
+    w = as_float_array(weights, "weights").reshape(-1)
+    c = as_float_array(grad_scales, "grad_scales").reshape(-1)
+    if w.shape[0] != m or c.shape[0] != m:
+        raise ShapeError(f"weights and grad_scales must have length M = {m}, got {w.shape[0]} and {c.shape[0]}")
+    if np.any(w < 0):
+        raise SgtuneError("weights must be >= 0 (Gauss–Newton / convex GLM curvature) for the matrix-free "
+                          f"posterior route; smallest is {w.min():g}")
+    gam = np.broadcast_to(as_float_array(prior_diagonal, "prior_diagonal"), (d,)).astype(float)
+    if not np.all(gam > 0):
+        raise SgtuneError("prior_diagonal must be > 0 (the posterior H⁻¹/N needs H ≻ 0); pass a prior precision")
+    return U, w, c, gam
 
 
 @cites("wang2026", "Eqs. (11)–(12), diagonal part at the posterior target (matrix-free, random probes)")
@@ -108,20 +125,8 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
         (:func:`posterior_covariance_error`, representation ``"target"``, max(k, 8) fresh probes,
         seed + 1); Λ itself is unchanged.
     """
-    U = np.asarray(design, dtype=float)
-    if U.ndim != 2:
-        raise ShapeError(f"design must be (M, D), got shape {U.shape}")
+    U, w, c, gam = _rank_one_inputs(design, weights, grad_scales, prior_diagonal)
     m, d = U.shape
-    w = as_float_array(weights, "weights").reshape(-1)
-    c = as_float_array(grad_scales, "grad_scales").reshape(-1)
-    if w.shape[0] != m or c.shape[0] != m:
-        raise ShapeError(f"weights and grad_scales must have length M = {m}, got {w.shape[0]} and {c.shape[0]}")
-    if np.any(w < 0):
-        raise SgtuneError("weights must be >= 0 (Gauss–Newton / convex GLM curvature) for the matrix-free "
-                          f"posterior route; smallest is {w.min():g}")
-    gam = np.broadcast_to(as_float_array(prior_diagonal, "prior_diagonal"), (d,)).astype(float)
-    if not np.all(gam > 0):
-        raise SgtuneError("prior_diagonal must be > 0 (the posterior H⁻¹/N needs H ≻ 0); pass a prior precision")
     n = m if n_data is None else check_int(n_data, "n_data", low=m)
     B = check_int(batch_size, "batch_size", low=1, high=n)
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
@@ -131,49 +136,26 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
         raise InfeasibleTargetError(f"the posterior target is unreachable at inverse temperature {beta:g}: "
                                     f"use an inverse temperature > N = {n}", min_inv_temperature=float(n))
     rng = np.random.default_rng(seed)
-
-    def ut(a: np.ndarray) -> np.ndarray:  # Uᵀa, a (M, k)
-        return U.T @ a
-
-    rows = max(16, int(2**21 // max(d, 1)))  # row chunks of ≈ 16 MB: U is streamed from memory once per product
-
-    def h_mul(V: np.ndarray) -> np.ndarray:  # H V = Uᵀ diag(w) U V / M + γ∘V / N, one pass over U
-        out = gam[:, None] * V / n
-        acc = np.zeros_like(V)
-        for s in range(0, m, rows):
-            blk = U[s:s + rows]
-            acc += blk.T @ (w[s:s + rows, None] * (blk @ V))
-        return out + acc / m
-
+    op = _RankOneCurvature(U, w, gam / n)  # H = UᵀWU/M + Γ/N, row chunks: U is streamed once per product
     # diag H and the moments that need one pass over the rows (chunked: no (M, D) temporaries)
-    u2w = np.zeros(d)
-    c2u2 = np.zeros(d)
-    for s in _chunks(m):
-        blk = U[s:s + 2048]
-        sq = blk * blk
-        u2w += sq.T @ w[s:s + 2048]
-        c2u2 += sq.T @ (c[s:s + 2048] ** 2)
-    h_diag = u2w / m + gam / n
-    gbar = ut(c[:, None]).ravel() / m
+    h_diag = op.sq_tmul(w) / m + gam / n
+    c2u2 = op.sq_tmul(c**2)
+    gbar = U.T @ c / m
     # probes v ~ N(0, H): v = Uᵀ(√w z₁)/√M + √γ z₂/√N
-    Vrhs = ut(np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
+    Vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
         + np.sqrt(gam)[:, None] * rng.standard_normal((d, k)) / math.sqrt(n)
     r = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
     if r > 0:
-        pre = _nystrom_preconditioner(lambda V: h_mul(V) - gam[:, None] * V / n, gam / n, r, rng)
+        pre = _nystrom_preconditioner(op.j_mul, gam / n, r, rng)
     else:
         pre = lambda R_: R_ / h_diag[:, None]  # noqa: E731 (Jacobi)
-    S, its, res = _block_pcg(h_mul, Vrhs, pre, cg_tol, max_iter)
+    S, its, res = _block_pcg(op.h_mul, Vrhs, pre, cg_tol, max_iter)
     S /= math.sqrt(n)  # columns ~ N(0, H⁻¹/N) = N(0, Σ*)
-    US = U @ S  # (M, k)
+    US = op.rows_mul(S)  # (M, k)
     q = np.mean(US * US, axis=1)  # q̂_n = u_nᵀΣ*u_n
-    JS = ut(w[:, None] * US) / m  # J s_j
+    JS = U.T @ (w[:, None] * US) / m  # J s_j
     jsj = np.mean(JS * JS, axis=1)  # (JΣ*J)_ii
-    mjsj = np.zeros(d)
-    for s in _chunks(m):
-        blk = U[s:s + 2048]
-        mjsj += (blk * blk).T @ (w[s:s + 2048] ** 2 * q[s:s + 2048])
-    mjsj /= m
+    mjsj = op.sq_tmul(w * w * q) / m
     f = finite_population_factor(n, B, without_replacement)
     cbar = (f / B) * (c2u2 / m - gbar**2 + mjsj - jsj)
     R = cbar + h_diag / n
@@ -731,20 +713,8 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
     -------
     CovarianceErrorEstimate
     """
-    U = np.asarray(design, dtype=float)
-    if U.ndim != 2:
-        raise ShapeError(f"design must be (M, D), got shape {U.shape}")
+    U, w, c, gam = _rank_one_inputs(design, weights, grad_scales, prior_diagonal)
     m, d = U.shape
-    U = as_float_array(U, "design")
-    w = as_float_array(weights, "weights").reshape(-1)
-    c = as_float_array(grad_scales, "grad_scales").reshape(-1)
-    if w.shape[0] != m or c.shape[0] != m:
-        raise ShapeError(f"weights and grad_scales must have length M = {m}, got {w.shape[0]} and {c.shape[0]}")
-    if np.any(w < 0):
-        raise SgtuneError(f"weights must be >= 0 (Gauss–Newton / convex GLM curvature); smallest is {w.min():g}")
-    gam = np.broadcast_to(as_float_array(prior_diagonal, "prior_diagonal"), (d,)).astype(float)
-    if not np.all(gam > 0):
-        raise SgtuneError("prior_diagonal must be > 0 (the posterior H⁻¹/N needs H ≻ 0); pass a prior precision")
     lam = as_float_array(step_sizes, "step_sizes").reshape(-1) if np.ndim(step_sizes) else None
     if lam is None or lam.shape[0] != d:
         raise ShapeError(f"step_sizes must be the (D,) = ({d},) diagonal of Λ, got shape {np.shape(step_sizes)}")
