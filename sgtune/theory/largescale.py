@@ -263,12 +263,7 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
         raise UnstableStepSizeError(f"step_matrix is unstable: ΛH has an eigenvalue ≥ 2; scale it by less than "
                                     f"{c:.4g}", spectral_radius=float(np.max(np.abs(stein.a))) ** 2,
                                     max_stable_step=c)
-    diag = np.diag(lam)
-    is_diag = bool(np.array_equal(lam, np.diag(diag)))
-
-    def sandwich(X: np.ndarray) -> np.ndarray:  # ΛXΛ (elementwise for a diagonal Λ)
-        return diag[:, None] * X * diag[None, :] if is_diag else lam @ X @ lam
-
+    sandwich = _sandwich_by(lam)
     R0 = sandwich(Cbar) + F @ S0 @ F.T - S0
     if math.isfinite(system.beta):
         R0 = R0 + (2.0 / system.beta) * lam
@@ -311,6 +306,14 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
                          augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=system.beta,
                          batch_size=system.B, without_replacement=without_replacement, transition=F,
                          spectral_radius_is_bound=True)
+
+
+def _sandwich_by(lam: np.ndarray) -> Any:
+    """X ↦ ΛXΛ for a symmetric Λ (elementwise when Λ is diagonal: no D³ products)."""
+    diag = np.diag(lam)
+    if np.array_equal(lam, np.diag(diag)):
+        return lambda X: diag[:, None] * X * diag[None, :]
+    return lambda X: lam @ X @ lam
 
 
 def _tau_top(system: Any, cov: np.ndarray) -> tuple[np.ndarray, float]:
@@ -429,12 +432,7 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
                                     spectral_radius=float(max(z, zmin)) ** 2, max_stable_step=c_max)
     den = ((1 - kappa) * (mu[:, None] + mu[None, :])
            + (kappa * (mu[:, None] ** 2 + mu[None, :] ** 2) - (1 + kappa**2) * np.outer(mu, mu)) / c)
-    diag = np.diag(lam)
-    is_diag = bool(np.array_equal(lam, np.diag(diag)))
-
-    def sandwich(X: np.ndarray) -> np.ndarray:  # ΛXΛ (elementwise for a diagonal Λ)
-        return diag[:, None] * X * diag[None, :] if is_diag else lam @ X @ lam
-
+    sandwich = _sandwich_by(lam)
     def modal(X: np.ndarray) -> np.ndarray:  # X̃ = V⁻¹XV⁻ᵀ
         return Vi @ X @ Vi.T
 
@@ -498,8 +496,7 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
     Sdn = V @ Sxy @ Vi
     Snn = Vi.T @ Syy @ Vi
     Saug = np.block([[cov, Sdn], [Sdn.T, 0.5 * (Snn + Snn.T)]])
-    I = np.eye(d)
-    F = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
+    F = np.block([[system.F, -kappa * lam], [H, kappa * np.eye(d)]])  # system.F = I − ΛH (built without κ)
     return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(rel * nr / np.linalg.norm(cov)),
                          method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=math.nan,
                          augmented_cov=Saug, step_matrix=lam, momentum=kappa, inv_temperature=system.beta,
