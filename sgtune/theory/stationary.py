@@ -610,8 +610,10 @@ def _spectral_radius_iterative(system: _System, S: np.ndarray) -> tuple[float, b
     non-Perron member of a tight cluster (0.59987 for ρ = 0.60149, again with momentum: every
     underdamped heavy-ball mode has |z|² = κ exactly, so with little minibatch noise the Perron root
     sits just above a cluster of eigenvalues of modulus κ). When the check fails, ρ comes from the
-    dense m²×m² eigenvalues for m ≤ ``DENSE_RADIUS_MAX_DIM``, else from the power iteration on positive-definite iterates with the Collatz–Wielandt bracket of a
-    cone-preserving map, λ_min(X^{-1/2}P(X)X^{-1/2}) ≤ ρ ≤ λ_max(X^{-1/2}P(X)X^{-1/2}) for X ≻ 0
+    dense eigenvalues of P on symmetric matrices for m ≤ ``DENSE_RADIUS_MAX_DIM``
+    (:func:`_dense_symmetric_radius`), else from the power iteration on positive-definite iterates
+    with the Collatz–Wielandt bracket of a cone-preserving map,
+    λ_min(X^{-1/2}P(X)X^{-1/2}) ≤ ρ ≤ λ_max(X^{-1/2}P(X)X^{-1/2}) for X ≻ 0
     (its midpoint once the bracket has closed to 1e-7 relative; else its upper end, flagged as a bound).
     """
     m = system.F.shape[0]
