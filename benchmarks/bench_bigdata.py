@@ -30,11 +30,11 @@ CHILD = r"""
 import json, resource, sys, time
 import numpy as np
 from sgtune.cli import main
-from sgtune.reduce import pass_counts
+from sgtune.io.reduce import pass_counts
 args, mode = json.loads(sys.argv[1]), sys.argv[2]
 t = time.perf_counter()
 if mode == "in-memory":
-    from sgtune.data import make_dataset
+    from sgtune.io.data import make_dataset
     from sgtune.models import expand, get_model
     from sgtune.theory.tuning import tune
     X = np.load(args["dir"] + "/X.npy")[: args["n"]]
@@ -52,7 +52,7 @@ wall = time.perf_counter() - t
 ru = resource.getrusage(resource.RUSAGE_SELF)
 workers, cpu = 0.0, ru.ru_utime + ru.ru_stime
 if mode == "dask-local":
-    from sgtune.reduce import get_client
+    from sgtune.io.reduce import get_client
     stats = get_client("local").run(lambda: (lambda r: (r.ru_maxrss, r.ru_utime + r.ru_stime))(
         __import__("resource").getrusage(0)))
     workers = max(v[0] for v in stats.values()) / 1024
@@ -149,7 +149,7 @@ def main() -> None:
         print(f"{mode:<11} {n:>11,d} {wall:>8.1f} {cpu:>8.1f} {rss:>13.0f} {(f'{wrk:.0f}' if wrk else '-'):>15} "
               f"{diff:>12.1e} {(passes or '-'):>12}")
     print("CPU s: user + system time of the run's process (plus its Dask workers'): robust to other load.")
-    print("data passes: chunked reductions over the rows on disk (sgtune.reduce.pass_counts); target: "
+    print("data passes: chunked reductions over the rows on disk (sgtune.io.reduce.pass_counts); target: "
           "folder at the full N within 180 s wall and 1 GiB peak RSS.")
     print("Λ rel. diff: max |Λ − Λ_ref| / max |Λ_ref| against the first row with the same N "
           "(in-memory for the small N, in-process folder for the full N).")

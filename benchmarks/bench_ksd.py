@@ -4,7 +4,7 @@ Compares, in the same run and on the same draws (D = 20, standard normal target)
 
 - ``pairwise loop``: a Python double loop over pairs with the closed-form Stein kernel (small n only);
 - ``dense broadcast``: the whole (n, n, D) difference tensor at once (``imq_stein_kernel``), O(n²D) memory;
-- ``sgtune blocked``: ``sgtune.ksd.ksd`` — BLAS Gram products in block × block tiles, symmetric half only,
+- ``sgtune blocked``: ``sgtune.diagnostics.ksd.ksd`` — BLAS Gram products in block × block tiles, symmetric half only,
   O(block²) memory.
 
 All three must agree to 1e-12 (checked here). Prints seconds and the speed-up over the dense baseline.
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from sgtune.ksd import imq_stein_kernel, ksd
+from sgtune.diagnostics.mcse.ksd import imq_stein_kernel, ksd
 
 D = 20
 

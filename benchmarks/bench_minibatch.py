@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from sgtune.data import make_dataset
+from sgtune.io.data import make_dataset
 from sgtune.models import get_model
 from sgtune.theory.minibatch import gradient_estimate_terms, minibatch_error
 

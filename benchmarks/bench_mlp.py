@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from _timing import timed
 
-from sgtune.data import make_dataset
+from sgtune.io.data import make_dataset
 from sgtune.models import expand, make_mlp
 from sgtune.models.base import per_sample_curvature
 

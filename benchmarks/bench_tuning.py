@@ -307,7 +307,7 @@ def covariance_error_rows(e: Expansion, lam: np.ndarray, name: str, B: int, head
 
     import warnings
 
-    from sgtune.errors import AccuracyWarning
+    from sgtune.core.errors import AccuracyWarning
 
     warnings.simplefilter("ignore", AccuracyWarning)  # the table shows the standard error instead
     t_ex, err = cpu(exact)
@@ -370,7 +370,7 @@ def gn_mlp_rows(quick: bool) -> None:
     print(f"\n## 5b. Gauss–Newton MLP (tanh, {p}-{h}-1, bernoulli), D = {d}, N = {n}: diagonal Λ at the posterior "
           f"target (CPU s; design ∇f by back-propagation {t_design:.3g} CPU s, {U.nbytes / 1024**3:.2f} GiB)")
     print(f"{'preconditioner':>22} | {'CPU s':>8} {'CG its':>7} | {'target':>7} | {'max |Δλ|/λ vs Nyström':>21}")
-    from sgtune.errors import ConvergenceError
+    from sgtune.core.errors import ConvergenceError
 
     cap = 300  # the Jacobi baseline's CG iterations (≈ 0.5 CPU s each at this size)
     base = None
@@ -393,7 +393,7 @@ def gn_mlp_rows(quick: bool) -> None:
 
     import warnings
 
-    from sgtune.errors import AccuracyWarning
+    from sgtune.core.errors import AccuracyWarning
 
     warnings.simplefilter("ignore", AccuracyWarning)  # the row shows the standard error instead
     t_lam, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, batch_size=32, probes=16))

@@ -3,12 +3,12 @@
 Run: ``python benchmarks/bnn_smile.py [--budget G] [--chains C] [--splits 0,1,2]
 [--samplers psmile,smile,sghmc,sgld] [--smoke] [--out bnn.json]``.
 
-Setting (:mod:`sgtune.bnn`, after seed 001's Table 2 / appendix E.1): scikit-learn's diabetes
+Setting (:mod:`sgtune.workflows.bnn`, after seed 001's Table 2 / appendix E.1): scikit-learn's diabetes
 data (N = 442, p = 10; shipped, no download), 70/10/20 train/validation/test splits standardised on
 the training rows; a tanh network with three hidden layers of width 16 (D = 737); Gaussian
 likelihood with σ² fixed at the training mean squared residual of the starting members; prior
 N(0, Γ⁻¹I) with Γ = 10 (``--prior-precision``; the paper's Γ = 1 makes this small-data posterior
-overfit, see :mod:`sgtune.bnn`); 10 chains per sampler, each from its own L-BFGS fit
+overfit, see :mod:`sgtune.workflows.bnn`); 10 chains per sampler, each from its own L-BFGS fit
 (deep-ensemble start, the same for every sampler); minibatch B = 32; every sampler spends G minibatch gradient
 evaluations per chain (SGLD/SGHMC G steps, the SMILE family G/3 steps of the 3-gradient MN
 integrator); half the steps are burn-in, 100 thinned draws per chain. Each sampler's step size
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from sgtune import bnn
+from sgtune.workflows import bnn
 
 
 def main() -> None:

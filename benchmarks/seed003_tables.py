@@ -10,7 +10,7 @@ Writes Markdown tables to stdout (and, with ``--out DIR``, one ``.md`` and one `
 (steps·16/B, at least 2000), as the paper does (it runs 100 epochs, i.e. 31 250 steps at B = 16
 with N = 5000, and discards half). Every covariance error comes with the exact forward-solve error
 (no Monte Carlo), the empirical error ± its MCSE, and two noise floors (batch means, and the
-Gaussian-chain floor of :func:`sgtune.experiments.covariance_error_floor`), plus the Gaussian floor
+Gaussian-chain floor of :func:`sgtune.workflows.experiments.covariance_error_floor`), plus the Gaussian floor
 at the paper's own run length — the error an exact Λ would show from Monte Carlo noise alone.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sgtune.experiments import (SummaryRow, batch_size_sweep, contaminated_linear, covariance_error_floor, diabetes,
+from sgtune.workflows.experiments import (SummaryRow, batch_size_sweep, contaminated_linear, covariance_error_floor, diabetes,
                                 forward_prediction_errors, poisson_regression_data, randhie, repeat_experiment,
                                 summarize, true_parameter)
 from sgtune.models import expand, get_model

@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/table1_smile.py [--steps N] [--chains C] [--smoke] [--out table1.json]
 [--scheduler local|tcp://host:8786]``. With ``--scheduler`` each (target, noise, sampler) cell is
-one Dask task (``sgtune.reduce.map_tasks``) with the same seeds as the serial run, so every b²,
+one Dask task (``sgtune.io.reduce.map_tasks``) with the same seeds as the serial run, so every b²,
 step and bootstrap sd is identical; only the timings differ.
 
 For each target (ill-conditioned Gaussian, Rosenbrock product, Neal's funnel; D = 10) and
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
             if args.progress:
                 _print_cell(key, res[key])
     else:
-        from sgtune.reduce import map_tasks
+        from sgtune.io.reduce import map_tasks
 
         if __name__ != "__main__" and __name__ in sys.modules:  # imported (e.g. by the tests): ship cell() by
             import cloudpickle                                   # value, the workers may not import this file

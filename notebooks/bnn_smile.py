@@ -5,7 +5,7 @@
 # width 16, 10 chains from deep-ensemble starts, 3 train-test splits) the stochastic microcanonical
 # samplers beat SGHMC in test LPPD and RMSE, and that the noise preconditioner (pSMILE) beats plain
 # SMILE. This notebook runs that comparison with sgtune on a data set a package ships —
-# scikit-learn's diabetes data (N = 442, p = 10, no download) — using `sgtune.bnn`:
+# scikit-learn's diabetes data (N = 442, p = 10, no download) — using `sgtune.workflows.bnn`:
 #
 # - network `make_mlp("16,16,16")` (tanh, D = 737), Gaussian likelihood with σ² fixed at the
 #   training mean squared residual of the starting members, prior N(0, Γ⁻¹I) with Γ = 10 (the
@@ -34,8 +34,8 @@ import os
 
 import numpy as np
 
-from sgtune import bnn
-from sgtune.data import make_dataset
+from sgtune.workflows import bnn
+from sgtune.io.data import make_dataset
 from sgtune.models import make_mlp
 from sgtune.sampler import run_chains
 from sgtune.theory.minibatch import noise_anisotropy

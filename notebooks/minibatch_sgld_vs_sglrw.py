@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import digamma
 
-from sgtune.data import make_dataset
+from sgtune.io.data import make_dataset
 from sgtune.models import get_model
 from sgtune.theory.minibatch import posterior_minibatch_error
 

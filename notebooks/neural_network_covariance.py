@@ -27,7 +27,7 @@ import time
 import numpy as np
 from sklearn.datasets import load_diabetes
 
-from sgtune.data import make_dataset
+from sgtune.io.data import make_dataset
 from sgtune.models import expand
 from sgtune.models.mlp import make_mlp
 from sgtune.sampler import run_chains

@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from sgtune.experiments import (batch_size_sweep, contaminated_linear, covariance_error_floor, diabetes,
+from sgtune.workflows.experiments import (batch_size_sweep, contaminated_linear, covariance_error_floor, diabetes,
                                 forward_prediction_errors, poisson_regression_data, randhie, repeat_experiment,
                                 summarize, true_parameter)
 from sgtune.models import expand, get_model

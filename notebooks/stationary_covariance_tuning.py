@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from sgtune.data import example
+from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_comparison_cov

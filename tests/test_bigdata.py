@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import sgtune.data as data_mod
+import sgtune.io.data as data_mod
 import sgtune.models.expansion as exp_mod
 from sgtune.cli import main
-from sgtune.data import example, load_dataset, make_dataset
-from sgtune.errors import DataFormatError
+from sgtune.io.data import example, load_dataset, make_dataset
+from sgtune.core.errors import DataFormatError
 from sgtune.models import expand, fit_map, get_model
-from sgtune.reduce import (GROUP_CHUNKS, NpyFile, RowSource, SchedulerError, chunk_bounds, get_client,
+from sgtune.io.reduce import (GROUP_CHUNKS, NpyFile, RowSource, SchedulerError, chunk_bounds, get_client,
                            reduce_rows)
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_stationary_cov
@@ -393,7 +393,7 @@ def _sweep_point(batch_size, method, seed):
 
 
 def test_map_grid_sweep_is_identical_serially_and_on_dask(dask_client):
-    from sgtune.reduce import map_grid, task_seeds
+    from sgtune.io.reduce import map_grid, task_seeds
 
     grid = [{"batch_size": b, "method": m} for b in (16, 64) for m in ("dq-exact", "ct")]
     serial = map_grid(_sweep_point, grid, seed=11)
@@ -443,15 +443,15 @@ def test_peak_rss_of_sgtune_lambda_below_the_size_of_x(tmp_path):
 
 @pytest.fixture
 def tiny_reduce_chunks(monkeypatch):
-    """Chunks of 97 rows for the reductions that take sgtune.reduce.CHUNK_ROWS at call time."""
-    import sgtune.reduce as reduce_mod
+    """Chunks of 97 rows for the reductions that take sgtune.io.reduce.CHUNK_ROWS at call time."""
+    import sgtune.io.reduce as reduce_mod
 
     monkeypatch.setattr(reduce_mod, "CHUNK_ROWS", CHUNK)
 
 
 @pytest.mark.parametrize("replacement", [True, False])
 def test_streamed_noise_anisotropy_equals_in_memory_and_np_cov(tmp_path, tiny_reduce_chunks, replacement):
-    from sgtune.reduce import pass_counts, reset_pass_counts
+    from sgtune.io.reduce import pass_counts, reset_pass_counts
     from sgtune.theory.minibatch import noise_anisotropy
 
     X, y = _logistic_data(1500, 6, 4)
@@ -475,7 +475,7 @@ def test_streamed_noise_anisotropy_equals_in_memory_and_np_cov(tmp_path, tiny_re
 
 def test_bounded_memory_of_the_streamed_noise_anisotropy(tmp_path, monkeypatch, rng):
     """Peak traced allocations O(chunk·D + D²): far below one (N, D) array of gradients."""
-    import sgtune.reduce as reduce_mod
+    import sgtune.io.reduce as reduce_mod
     from sgtune.theory.minibatch import noise_anisotropy
 
     monkeypatch.setattr(reduce_mod, "CHUNK_ROWS", 2048)
@@ -514,7 +514,7 @@ def test_lambda_on_a_folder_makes_few_passes_and_no_arpack(tmp_path, small_chunk
     (It made ≈ 39 before: a Newton line search pass per iteration and ≈ 21 ARPACK operator
     applications for the spectral radius.) The reported radius is then the certified bound.
     """
-    from sgtune.reduce import pass_counts, reset_pass_counts
+    from sgtune.io.reduce import pass_counts, reset_pass_counts
 
     X, y = _logistic_data(3000, 24, 6)
     m = get_model("logistic")

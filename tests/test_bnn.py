@@ -1,4 +1,4 @@
-"""The BNN comparison's pure pieces (sgtune.bnn): splits, LPPD/RMSE, the equal gradient budget, a tiny run."""
+"""The BNN comparison's pure pieces (sgtune.workflows.bnn): splits, LPPD/RMSE, the equal gradient budget, a tiny run."""
 import math
 import os
 import subprocess
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from sgtune import bnn
-from sgtune.errors import SgtuneError, ShapeError
+from sgtune.workflows import bnn
+from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.models import make_mlp
 
 

@@ -1,4 +1,4 @@
-"""Algorithm 1 end to end (`sgtune.calibrate`, `sgtune calibrate`)."""
+"""Algorithm 1 end to end (`sgtune.workflows.calibrate`, `sgtune calibrate`)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 from scipy.stats import kstwo
 
-from sgtune.calibrate import calibrate, ks_uniform, pit_values
+from sgtune.workflows.calibrate import calibrate, ks_uniform, pit_values
 from sgtune.cli import main
-from sgtune.data import make_dataset
-from sgtune.errors import SgtuneError
+from sgtune.io.data import make_dataset
+from sgtune.core.errors import SgtuneError
 from sgtune.models import get_model
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgtune.data import example, load_dataset, make_dataset
-from sgtune.errors import DataFormatError
+from sgtune.io.data import example, load_dataset, make_dataset
+from sgtune.core.errors import DataFormatError
 
 
 def write(tmp_path, name, text):

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.diagnostics import (autocorrelation, batch_means_se, bonferroni_threshold, compare_covariance,
+from sgtune.diagnostics.mcse import (autocorrelation, batch_means_se, bonferroni_threshold, compare_covariance,
                                 covariance_batch_means, effective_sample_size)
-from sgtune.errors import ShapeError, SgtuneError
+from sgtune.core.errors import ShapeError, SgtuneError
 
 
 def _ar1(rng, phi, chains, n, dim=1):

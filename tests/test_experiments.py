@@ -7,8 +7,8 @@ import scipy.linalg as sla
 from scipy.stats import kstest, t as student_t
 
 from _tolerances import SOLVER_RTOL, bonferroni_z
-from sgtune.errors import SgtuneError
-from sgtune.experiments import (MethodRun, batch_size_sweep, contaminated_linear, covariance_error_floor,
+from sgtune.core.errors import SgtuneError
+from sgtune.workflows.experiments import (MethodRun, batch_size_sweep, contaminated_linear, covariance_error_floor,
                                 diabetes, evaluate_method, forward_prediction_errors, poisson_regression_data,
                                 randhie, repeat_experiment, summarize, true_parameter)
 from sgtune.models import expand, get_model

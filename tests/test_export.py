@@ -1,4 +1,4 @@
-"""sgtune.export: the NumPy step and the optax transformation reproduce the predicted stationary covariance.
+"""sgtune.io.export: the NumPy step and the optax transformation reproduce the predicted stationary covariance.
 
 Linear regression (the proxy chain is exact there, seed 003 §4), many independent chains run
 to stationarity; the final states' second moments about θ̂ are z-tested entrywise against
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.errors import NotPositiveDefiniteError, SgtuneError, ShapeError
-from sgtune.export import SGMCMCState, StepMatrix, numpy_step, optax_transform, step_matrix
+from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError
+from sgtune.io.export import SGMCMCState, StepMatrix, numpy_step, optax_transform, step_matrix
 from sgtune.models import Expansion
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune

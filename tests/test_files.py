@@ -1,9 +1,9 @@
-"""sgtune._files.atomic_path: the one atomic-output mechanism behind -o, --json, --plot and NetCDF traces."""
+"""sgtune.io._files.atomic_path: the one atomic-output mechanism behind -o, --json, --plot and NetCDF traces."""
 from __future__ import annotations
 
 import pytest
 
-from sgtune._files import atomic_path
+from sgtune.io._files import atomic_path
 
 
 def test_success_renames_into_place(tmp_path):

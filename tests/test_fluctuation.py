@@ -18,7 +18,7 @@ import scipy.linalg as sla
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sgtune.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from sgtune.theory.fluctuation import (
     NotAntisymmetricError,
     augmented_position_fluctuation,

@@ -7,9 +7,9 @@ import sympy as sp
 from scipy.stats import chi2
 
 from _tolerances import MC_ALPHA, bonferroni_z
-from sgtune.data import make_dataset
-from sgtune.errors import ShapeError, SgtuneError
-from sgtune.ksd import (chain_ksd, chain_ksd_summary, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
+from sgtune.io.data import make_dataset
+from sgtune.core.errors import ShapeError, SgtuneError
+from sgtune.diagnostics.mcse.ksd import (chain_ksd, chain_ksd_summary, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
                         posterior_scores)
 from sgtune.models import get_model
 
@@ -243,8 +243,8 @@ def test_posterior_is_gaussian_only_for_the_linear_model():
 
 def test_keep_draws_does_not_change_the_chains_and_bounds_the_trace():
     """verify/calibrate keep thinned draws for the KSD; the chains' moments are bit-identical without them."""
-    from sgtune.calibrate import calibrate
-    from sgtune.data import example
+    from sgtune.workflows.calibrate import calibrate
+    from sgtune.io.data import example
     from sgtune.models import expand
     from sgtune.sampler.verify import verify_stationary_cov
 

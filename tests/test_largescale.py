@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.errors import SgtuneError, UnstableStepSizeError
+from sgtune.core.errors import SgtuneError, UnstableStepSizeError
 from sgtune.theory import tuning
 from sgtune.theory.largescale import _gmres, stationary_cov_from_target
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.errors import SgtuneError, ShapeError, UnstableStepSizeError
+from sgtune.core.errors import SgtuneError, ShapeError, UnstableStepSizeError
 from sgtune.models import Expansion
 from sgtune.theory.largescale import (_projected_correction, _RankOneCurvature, posterior_covariance_error,
                                       posterior_diagonal_step_sizes)
@@ -287,7 +287,7 @@ def test_pair_estimate_of_the_target_norm_is_unbiased():
 def test_target_estimate_warns_when_the_probes_do_not_determine_it():
     """A full-rank design with a strong prior (Σ* nearly diagonal): the jackknife standard error is
     large and an AccuracyWarning says so (the estimate itself is then far from the dense error)."""
-    from sgtune.errors import AccuracyWarning
+    from sgtune.core.errors import AccuracyWarning
 
     e, U, w, c, gam = _problem(m=200, d=12, seed=0, prior=200.0)
     lam = _lam(U, w, c, gam, 8)

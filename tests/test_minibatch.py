@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from sgtune.data import make_dataset
-from sgtune.errors import ShapeError, SgtuneError
+from sgtune.io.data import make_dataset
+from sgtune.core.errors import ShapeError, SgtuneError
 from sgtune.models import get_model
 from sgtune.theory.minibatch import (clipped_sgld_drift, gaussian_minibatch_error, gradient_estimate_terms,
                                      increment_moments, minibatch_error, minibatch_error_from_grads,

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sgtune.data import make_dataset
-from sgtune.diagnostics import compare_covariance
+from sgtune.io.data import make_dataset
+from sgtune.diagnostics.mcse import compare_covariance
 from sgtune.models import expand
 from sgtune.models.mlp import make_mlp
 from sgtune.sampler import run_chains

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.integrate import quad
 
-from sgtune.data import example, make_dataset
-from sgtune.errors import ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
+from sgtune.io.data import example, make_dataset
+from sgtune.core.errors import ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
 from sgtune.models import MODEL_NAMES, expand, fit_map, get_model, prior_matrix
 
 # central differences with step 1e-5 on O(1) functions: truncation ~1e-10, rounding ~1e-11

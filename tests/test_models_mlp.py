@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from sgtune.data import make_dataset
-from sgtune.errors import SgtuneError, ShapeError
+from sgtune.io.data import make_dataset
+from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.models import GLM, DenseCurvature, RankOneCurvature, expand, fit_map, get_model
 from sgtune.models.mlp import MLP, make_mlp
 
@@ -375,7 +375,7 @@ def test_hidden_sizes_forms():
 
 
 def test_check_response_delegates_to_the_glm():
-    from sgtune.errors import DataFormatError
+    from sgtune.core.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match="logistic regression needs y in"):
         make_mlp("2", likelihood="bernoulli").check_response(np.array([0.0, 2.0]))
@@ -385,7 +385,7 @@ def test_check_response_delegates_to_the_glm():
 
 
 def test_no_hidden_layer_identifiability_is_the_glms():
-    from sgtune.errors import DataFormatError
+    from sgtune.core.errors import DataFormatError
 
     r = np.random.default_rng(0)
     X = r.standard_normal((20, 2))

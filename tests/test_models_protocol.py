@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from sgtune.cli import main
-from sgtune.data import example, make_dataset
-from sgtune.errors import AccuracyWarning, NotPositiveDefiniteError
+from sgtune.io.data import example, make_dataset
+from sgtune.core.errors import AccuracyWarning, NotPositiveDefiniteError
 from sgtune.models import (DenseCurvature, ModelError, RankOneCurvature, checked_call, expand, fit_map, get_model,
                            per_sample_curvature)
 from sgtune.models.user import load_model_file
@@ -360,7 +360,7 @@ def test_network_without_weight_decay_fails_with_the_remedies():
     """The (2, 3) diabetes network has no minimiser at finite θ without a prior: L-BFGS runs out and says so."""
     from sklearn.datasets import load_diabetes
 
-    from sgtune.errors import ConvergenceError
+    from sgtune.core.errors import ConvergenceError
     from sgtune.models.mlp import make_mlp
 
     X, y = load_diabetes(return_X_y=True)
@@ -373,7 +373,7 @@ def test_unreachable_target_names_the_remedies():
     """SGD on the diabetes network cannot reach the posterior H⁻¹/N (flat directions, little gradient noise)."""
     from sklearn.datasets import load_diabetes
 
-    from sgtune.errors import UnstableStepSizeError
+    from sgtune.core.errors import UnstableStepSizeError
     from sgtune.models.mlp import make_mlp
 
     X, y = load_diabetes(return_X_y=True)

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from scipy.stats import chi2
 
-from sgtune import plots
+from sgtune.io import plots
 from sgtune.cli import main
-from sgtune.errors import MissingExtraError
+from sgtune.core.errors import MissingExtraError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,7 @@ import pytest
 
 import sgtune.symbolic
 import sgtune.theory
-from sgtune._refs import REFERENCES
+from sgtune.core._refs import REFERENCES
 
 MODULES = [f"sgtune.theory.{m.name}" for m in pkgutil.iter_modules(sgtune.theory.__path__)]
 

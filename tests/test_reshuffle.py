@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import linalg
 
-from sgtune.errors import ShapeError, SgtuneError, UnstableStepSizeError
+from sgtune.core.errors import ShapeError, SgtuneError, UnstableStepSizeError
 from sgtune.theory.reshuffle import (gaussian_reshuffle_bias, rel_err_rm, rel_err_rr_average,
                                      rel_err_rr_position, rel_err_ula, reshuffle_bias, w2_gaussian_1d)
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.data import make_dataset
-from sgtune.errors import SgtuneError, ShapeError
+from sgtune.io.data import make_dataset
+from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.models import fit_map, get_model
 from sgtune.models.mlp import MLP
 from sgtune.sampler import run_chains

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgtune.errors import SgtuneError, ShapeError
+from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.sampler.gnld import run_sg_gnld, sg_gnld_time_average
 from sgtune.theory.fluctuation import (
     blr_gradient_noise_moments,

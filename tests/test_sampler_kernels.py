@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sgtune.diagnostics import covariance_batch_means
-from sgtune.errors import NotPositiveDefiniteError, SgtuneError, UnstableStepSizeError
+from sgtune.diagnostics.mcse import covariance_batch_means
+from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError, UnstableStepSizeError
 from sgtune.sampler import kernels, run_chains, run_quadratic_chains
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.rng import chain_states

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.errors import SgtuneError
+from sgtune.core.errors import SgtuneError
 from sgtune.sampler import mlp
 from sgtune.sampler.grads import model_params
 from sgtune.sampler.specs import numba_spec_of

@@ -1,6 +1,6 @@
 """Moments of the chains against exact values, with MCSE-based z-scores.
 
-Every check uses :func:`sgtune.diagnostics.compare_covariance`: z_ij = (Σ̂ − Σ)/se_ij over
+Every check uses :func:`sgtune.diagnostics.mcse.compare_covariance`: z_ij = (Σ̂ − Σ)/se_ij over
 i ≤ j with batch-means standard errors from K batches, rejected above the two-sided
 Bonferroni Student-t quantile t_{K−1}(1 − α/(2k)), α = 1e-3 (family-wise false-rejection
 probability ≤ 1e-3 per test when the prediction is exact). Means use the same rule.
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy.linalg import solve_discrete_lyapunov
 
-from sgtune.data import example
-from sgtune.diagnostics import bonferroni_threshold, compare_covariance
+from sgtune.io.data import example
+from sgtune.diagnostics.mcse import bonferroni_threshold, compare_covariance
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains, run_quadratic_chains
 

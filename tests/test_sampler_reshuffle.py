@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from sgtune.errors import SgtuneError, UnstableStepSizeError
+from sgtune.core.errors import SgtuneError, UnstableStepSizeError
 from sgtune.sampler import reshuffle as smp
 from sgtune.theory.reshuffle import reshuffle_bias
 

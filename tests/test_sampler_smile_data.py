@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.errors import SgtuneError
+from sgtune.core.errors import SgtuneError
 from sgtune.models import get_model
 from sgtune.models.mlp import MLP
 from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains

@@ -22,8 +22,8 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.data import make_dataset
-from sgtune.errors import SgtuneError
+from sgtune.io.data import make_dataset
+from sgtune.core.errors import SgtuneError
 from sgtune.models import fit_map, get_model
 from sgtune.sampler import run_chains
 from sgtune.theory.minibatch import noise_anisotropy, residual_anisotropy

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sgtune.errors import SgtuneError
+from sgtune.core.errors import SgtuneError
 from sgtune.sampler import smile
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble, tuner_update

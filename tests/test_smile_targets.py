@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.errors import SgtuneError
+from sgtune.core.errors import SgtuneError
 from sgtune.sampler.targets import NOISE_KINDS, make_target, noise_vector, noisy_logp_grad, target_logp_grad
 from sgtune.sampler.smile_twin import logp_grad_twin
 from tests._tolerances import bonferroni_z

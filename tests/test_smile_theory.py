@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from sgtune.errors import SgtuneError
+from sgtune.core.errors import SgtuneError
 from sgtune.theory.smile import (
     b2_chains,
     b2_per_coordinate,

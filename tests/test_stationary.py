@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from sgtune.data import example, make_dataset
-from sgtune.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from sgtune.io.data import example, make_dataset
+from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from sgtune.models import expand, get_model
 from sgtune.symbolic import stationary as sym
 from sgtune.theory.stationary import (iterate_average_cov, max_stable_step, noise_covariance,

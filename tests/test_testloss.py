@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from _tolerances import bonferroni_z
-from sgtune.errors import SgtuneError, ShapeError
-from sgtune.experiments import contaminated_linear, true_parameter
+from sgtune.core.errors import SgtuneError, ShapeError
+from sgtune.workflows.experiments import contaminated_linear, true_parameter
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_stationary_cov

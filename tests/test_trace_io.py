@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from sgtune.cli import main
-from sgtune.data import example
-from sgtune.errors import MissingExtraError, SgtuneError
+from sgtune.io.data import example
+from sgtune.core.errors import MissingExtraError, SgtuneError
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
-from sgtune.trace_io import netcdf_attrs, require_arviz, to_inference_data, write_netcdf
+from sgtune.io.trace_io import netcdf_attrs, require_arviz, to_inference_data, write_netcdf
 
 BASE = ["run", "--example", "logistic", "--batch-size", "64", "--step-size", "0.05", "--steps", "3000",
         "--chains", "4", "--seed", "3", "-q"]

@@ -8,8 +8,8 @@ import pytest
 import scipy.optimize as sopt
 from hypothesis import given, settings, strategies as st
 
-from sgtune.data import example, make_dataset
-from sgtune.errors import InfeasibleTargetError, NotPositiveDefiniteError, SgtuneError
+from sgtune.io.data import example, make_dataset
+from sgtune.core.errors import InfeasibleTargetError, NotPositiveDefiniteError, SgtuneError
 from sgtune.models import Expansion, expand, get_model
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import closed_form_step_matrix, solve_step_matrix, tune

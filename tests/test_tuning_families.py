@@ -16,7 +16,7 @@ import scipy.optimize as sopt
 from click.testing import CliRunner
 
 from sgtune.cli import main
-from sgtune.errors import DataFormatError, SgtuneError, ShapeError
+from sgtune.core.errors import DataFormatError, SgtuneError, ShapeError
 from sgtune.models import Expansion
 from tests.test_tuning import synthetic_expansion as _rank_one_problem
 from sgtune.theory.adjoint import GradientEvaluator, affine_discrepancy, criterion_gradient
@@ -85,7 +85,7 @@ def test_adjoint_gradient_matches_finite_differences(d, kappa, beta, direct):
 
 
 def test_criterion_gradient_public_wrapper_and_unstable_step():
-    from sgtune.errors import UnstableStepSizeError
+    from sgtune.core.errors import UnstableStepSizeError
 
     e = synthetic_expansion(3, d=3)
     S = e.sandwich_cov()
@@ -233,7 +233,7 @@ def test_momentum_tuning_reaches_the_target_exactly(kappa, beta):
 
 
 def test_momentum_infeasible_sgld_target():
-    from sgtune.errors import InfeasibleTargetError
+    from sgtune.core.errors import InfeasibleTargetError
 
     e = synthetic_expansion(2)
     with pytest.raises(InfeasibleTargetError, match="inverse temperature >"):

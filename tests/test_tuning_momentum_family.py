@@ -18,7 +18,7 @@ import scipy.optimize as sopt
 from click.testing import CliRunner
 
 from sgtune.cli import main
-from sgtune.errors import InfeasibleTargetError, UnstableStepSizeError
+from sgtune.core.errors import InfeasibleTargetError, UnstableStepSizeError
 from sgtune.theory import tuning
 from sgtune.theory.largescale import stationary_cov_from_target_momentum
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov

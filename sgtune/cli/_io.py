@@ -11,9 +11,9 @@ from typing import Any, Callable, TypeVar
 import click
 import numpy as np
 
-from .._files import atomic_path
-from .._json import dumps
-from ..errors import AccuracyWarning, SgtuneError
+from ..io._files import atomic_path
+from ..io._json import dumps
+from ..core.errors import AccuracyWarning, SgtuneError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,7 +29,7 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
 def handle_errors(fn: F) -> F:
     """Turn an :class:`SgtuneError` into a one-line exit-1 message (click's ``ClickException``).
 
-    :class:`~sgtune.errors.AccuracyWarning` s raised while the command runs are printed as one
+    :class:`~sgtune.core.errors.AccuracyWarning` s raised while the command runs are printed as one
     ``warning: …`` line each on stderr.
     """
 

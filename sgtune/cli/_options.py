@@ -13,8 +13,8 @@ from typing import Any, Callable
 import click
 import numpy as np
 
-from ..data import EXAMPLES, Dataset, example, load_dataset
-from ..errors import DataFormatError, SgtuneError, ShapeError
+from ..io.data import EXAMPLES, Dataset, example, load_dataset
+from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, Expansion, expand, get_model, model_dim, prior_matrix
 from ..models.base import ModelError
 from ..models.user import is_model_file_spec, load_model_file

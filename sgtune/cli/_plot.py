@@ -23,7 +23,7 @@ plot_option = click.option(
 def check_plot(kw: dict[str, Any]) -> None:
     """Before any work: the --plot file may be written and matplotlib is importable."""
     if kw.get("plot_path"):
-        from ..plots import require_matplotlib
+        from ..io.plots import require_matplotlib
 
         check_writable(kw["plot_path"], bool(kw.get("overwrite")), "--plot")
         require_matplotlib()
@@ -33,7 +33,7 @@ def render_plot(kw: dict[str, Any], build: Callable[[], Any]) -> bytes | None:
     """PNG bytes of ``build()`` when --plot was given (nothing is written yet), else None."""
     if not kw.get("plot_path"):
         return None
-    from ..plots import render_png
+    from ..io.plots import render_png
 
     return render_png(build())
 
@@ -41,6 +41,6 @@ def render_plot(kw: dict[str, Any], build: Callable[[], Any]) -> bytes | None:
 def write_plot(kw: dict[str, Any], png: bytes | None) -> None:
     """Write the rendered figure atomically to the --plot path."""
     if png is not None:
-        from ..plots import write_png
+        from ..io.plots import write_png
 
         write_png(kw["plot_path"], png)

@@ -5,10 +5,10 @@ from typing import Any
 
 import click
 
-from .._refs import references_of
-from ..calibrate import calibrate
-from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
-from ..plots import figure_calibrate
+from ..core._refs import references_of
+from ..workflows.calibrate import calibrate
+from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
+from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (batch_options, check_batch_size, data_options, expansion_keys, load_data_model, load_npy,
@@ -99,7 +99,7 @@ def cli(**kw: Any) -> None:
         doc["calibration_ks"] = r.calibration_ks
         doc["pit"] = r.pit
     if kw["repeat"] > 1:
-        from ..reduce import map_tasks
+        from ..io.reduce import map_tasks
 
         task_kw = {k: v for k, v in kw.items() if k not in ("json_path", "output", "plot")}
         rest = map_tasks(_repetition, [(task_kw, kw["seed"] + i, target, theta_star)

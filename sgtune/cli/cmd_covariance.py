@@ -5,8 +5,8 @@ import math
 
 import click
 
-from .._refs import references_of
-from ..errors import SgtuneError
+from ..core._refs import references_of
+from ..core.errors import SgtuneError
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
 from ._io import command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,

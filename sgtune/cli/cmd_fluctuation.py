@@ -7,7 +7,7 @@ from typing import Any
 import click
 import numpy as np
 
-from ..errors import DataFormatError
+from ..core.errors import DataFormatError
 from ._io import check_writable, emit, handle_errors, info
 from ._options import json_output_options
 

@@ -6,9 +6,9 @@ from typing import Any
 import click
 import numpy as np
 
-from .._refs import references_of
-from ..errors import ShapeError
-from ..ksd import DEFAULT_BLOCK, posterior_ksd
+from ..core._refs import references_of
+from ..core.errors import ShapeError
+from ..diagnostics.ksd import DEFAULT_BLOCK, posterior_ksd
 from ..models.base import model_dim
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import data_options, json_output_options, load_data_model, load_float_npy, load_prior

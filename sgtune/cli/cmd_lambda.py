@@ -5,8 +5,8 @@ import math
 
 import click
 
-from .._refs import references_of
-from ..plots import figure_lambda
+from ..core._refs import references_of
+from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._io import command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,

@@ -5,8 +5,8 @@ from typing import Any
 
 import click
 
-from .._refs import references_of
-from ..errors import SgtuneError
+from ..core._refs import references_of
+from ..core.errors import SgtuneError
 from ..models import fit_map, model_dim
 from ..theory.minibatch import minibatch_error
 from ._io import check_writable, emit, handle_errors, info

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .._refs import references_of
+from ..core._refs import references_of
 from ..models import fit_map, model_dim
 from ..theory.minibatch import noise_anisotropy
 from ._io import check_writable, emit, handle_errors, info

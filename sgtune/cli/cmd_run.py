@@ -8,12 +8,12 @@ from typing import Any, Callable
 import click
 import numpy as np
 
-from .._json import dumps
-from .._refs import references_of
-from ..errors import SgtuneError
+from ..io._json import dumps
+from ..core._refs import references_of
+from ..core.errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.driver import DYNAMICS_SAMPLERS
-from ..trace_io import require_arviz, to_inference_data, write_netcdf
+from ..io.trace_io import require_arviz, to_inference_data, write_netcdf
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)

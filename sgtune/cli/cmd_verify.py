@@ -5,9 +5,9 @@ from typing import Any
 
 import click
 
-from .._refs import references_of
-from ..ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
-from ..plots import figure_verify
+from ..core._refs import references_of
+from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
+from ..io.plots import figure_verify
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import MissingExtraError, SgtuneError
+from ..core.errors import MissingExtraError, SgtuneError
 
 __all__ = ["from_jax", "JaxModel"]
 

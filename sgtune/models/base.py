@@ -27,7 +27,7 @@ Optional
 ``n_params(n_features) -> int``
     D, the length of θ, for data with ``n_features`` columns (default: D = n_features).
 ``check_response(y, source)``
-    Raise :class:`~sgtune.errors.DataFormatError` when y is outside the model's domain.
+    Raise :class:`~sgtune.core.errors.DataFormatError` when y is outside the model's domain.
 ``check_identifiable(X, y, prior_precision, source)``
     Raise when the minimiser does not exist or is not unique (GLMs: separable logistic data,
     rank-deficient designs).
@@ -58,7 +58,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import SgtuneError
+from ..core.errors import SgtuneError
 
 __all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
            "per_sample_curvature", "checked_call", "model_label"]

@@ -5,10 +5,10 @@ R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)). Only the protocol is used
 gradients and curvature; the rank-one structure J_n = w_n u_n u_nᵀ a model declares (GLMs,
 Gauss–Newton networks) selects the O(N·D²) paths, dense J_n the general ones.
 
-Data read out of core (``Dataset.rows`` set: a folder or a Parquet file, :mod:`sgtune.data`)
+Data read out of core (``Dataset.rows`` set: a folder or a Parquet file, :mod:`sgtune.io.data`)
 take the streamed paths: every pass over the rows (the fit's loss/gradient/curvature, the
 expansion's J, 𝓘, ḡ, and C̄(Σ) = mean_n J_nΣJ_n at each use) is a
-:func:`sgtune.reduce.reduce_rows` over fixed chunks — O(chunk·D + D²) memory, never an
+:func:`sgtune.io.reduce.reduce_rows` over fixed chunks — O(chunk·D + D²) memory, never an
 (N, D) array of gradients — serially or on a Dask cluster (``scheduler``), with the same
 numbers either way. The in-memory path is unchanged.
 """
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .._refs import cites
-from .._validation import as_float_array, as_symmetric
-from ..data import Dataset
-from ..errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
-from ..reduce import CHUNK_ROWS, RowSource, reduce_rows
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_symmetric
+from ..io.data import Dataset
+from ..core.errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
+from ..io.reduce import CHUNK_ROWS, RowSource, reduce_rows
 from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
                    per_sample_curvature)
 
@@ -671,7 +671,7 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     The curvature keeps the structure the model declares (rank-one ``design``/``weights``, or
     dense ``per_sample_hessians``; ``dense_hessians`` forces dense). ``theta_hat`` expands at
     given parameters (e.g. trained weights of a non-convex model, which has no unique MAP): the
-    expansion then reports ‖∇L(θ̂)‖ and λ_min(H), warns (:class:`~sgtune.errors.AccuracyWarning`)
+    expansion then reports ‖∇L(θ̂)‖ and λ_min(H), warns (:class:`~sgtune.core.errors.AccuracyWarning`)
     when the gradient is larger than its own sampling noise, and refuses when H is not positive
     definite. ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows
     (seed 003 Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_positive
-from ..errors import DataFormatError, SgtuneError
+from ..core._validation import check_positive
+from ..core.errors import DataFormatError, SgtuneError
 from .base import RankOneCurvature
 
 __all__ = ["GLM", "get_model", "MODEL_NAMES", "GLM_IDS"]

@@ -32,8 +32,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import expit
 
-from .._refs import cites
-from ..errors import SgtuneError, ShapeError
+from ..core._refs import cites
+from ..core.errors import SgtuneError, ShapeError
 from . import expansion
 from .base import DenseCurvature, RankOneCurvature
 from .glm import GLM, GLM_IDS, get_model
@@ -210,7 +210,7 @@ class MLP:
         return np.concatenate(parts)
 
     def check_response(self, y: np.ndarray, source: str = "y") -> None:
-        """Raise :class:`~sgtune.errors.DataFormatError` when y is outside the likelihood's domain."""
+        """Raise :class:`~sgtune.core.errors.DataFormatError` when y is outside the likelihood's domain."""
         self.glm.check_response(y, source)
 
     def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SgtuneError
+from ..core.errors import SgtuneError
 from .base import CURVATURE_METHODS, ModelError, model_label
 
 __all__ = ["load_model_file", "is_model_file_spec", "check_protocol", "UserModel"]

@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._refs import cites
-from .._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
-from ..data import Dataset, make_dataset
-from ..errors import ConvergenceError, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
+from ..io.data import Dataset, make_dataset
+from ..core.errors import ConvergenceError, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from ..models import fit_map, get_model, prior_matrix
 from ..models.base import model_label
 from scipy.special import ndtri

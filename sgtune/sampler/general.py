@@ -23,7 +23,7 @@ evaluation :func:`~sgtune.sampler.smile_chain.general_phase` runs the same jitte
 the compiled chain.
 
 The model's output is validated on the first call (shape and finiteness); a wrong one raises a
-one-line :class:`~sgtune.errors.SgtuneError` naming the model and the function.
+one-line :class:`~sgtune.core.errors.SgtuneError` naming the model and the function.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import SgtuneError, ShapeError
+from ..core.errors import SgtuneError, ShapeError
 from . import kernels, smile_chain
 from ..models.base import model_label
 

@@ -26,9 +26,9 @@ import numpy as np
 from numba import njit, prange
 from numba.typed import List
 
-from .._refs import cites
-from .._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
-from ..errors import SgtuneError, ShapeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
+from ..core.errors import SgtuneError, ShapeError
 
 __all__ = [
     "GnldRun",

@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from ..errors import SgtuneError
+from ..core.errors import SgtuneError
 from ._jit import component_fma, njit_fma as njit
 from .grads import glm_d1
 

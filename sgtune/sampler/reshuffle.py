@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_vector, check_int, check_positive
-from ..errors import SgtuneError, UnstableStepSizeError
+from ..core._validation import as_vector, check_int, check_positive
+from ..core.errors import SgtuneError, UnstableStepSizeError
 from ._jit import njit, njit_parallel, prange
 from .rng import Xoshiro256PP, chain_states, normal, randbelow
 

@@ -45,9 +45,9 @@ from typing import Any, Callable
 import numpy as np
 from scipy.special import ndtri
 
-from .._refs import cites
-from .._validation import check_int, check_positive
-from ..errors import SgtuneError
+from ..core._refs import cites
+from ..core._validation import check_int, check_positive
+from ..core.errors import SgtuneError
 from ..theory.smile import B2Estimate, b2_chains, bootstrap_b2
 from ._jit import njit, njit_parallel, prange
 from .rng import chain_states, fill_normals

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import SgtuneError
+from ..core.errors import SgtuneError
 from ..models.base import checked_call, model_label
 from . import grads, mlp, mlp_loss
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SgtuneError
+from ..core.errors import SgtuneError
 from ..theory.smile import funnel_second_moments, gaussian_second_moments, rosenbrock_second_moments
 from ._jit import njit
 

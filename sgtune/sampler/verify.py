@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from .._refs import cites
-from .._validation import check_positive
-from ..data import Dataset
-from ..diagnostics import CovarianceTest, compare_covariance
-from ..errors import SgtuneError
+from ..core._refs import cites
+from ..core._validation import check_positive
+from ..io.data import Dataset
+from ..diagnostics.mcse import CovarianceTest, compare_covariance
+from ..core.errors import SgtuneError
 from ..models import GLM, Expansion
 from .driver import DYNAMICS_SAMPLERS, ChainResult, ProgressCallback, run_chains
 
@@ -71,13 +71,13 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     otherwise Λ is first tuned to ``target`` (default ``"sandwich"``) with
     :func:`sgtune.theory.tuning.tune` and Σ(Λ) is the tuned chain's exact prediction.
     The chains start at θ̂ and run SG(L)D with that Λ. The decision is
-    :func:`sgtune.diagnostics.compare_covariance`: max_{i≤j} |z_ij| ≤ t_{K−1}(1 − α/(2k)).
+    :func:`sgtune.diagnostics.mcse.compare_covariance`: max_{i≤j} |z_ij| ≤ t_{K−1}(1 − α/(2k)).
     For linear regression the prediction is exact, so a correct Σ passes with probability
     ≥ 1 − α; for other GLMs the proxy carries an O(λ/B) error — pass a
     ``relative_tolerance`` for it. ``inflate_prediction`` multiplies the prediction (a
     deliberately wrong prediction, to see the test reject). ``keep_draws`` > 0 keeps about
     that many thinned post-burn-in draws (pooled over chains) in ``chains.trace`` (e.g. for
-    :func:`sgtune.ksd.chain_ksd`); the draws do not change the chains.
+    :func:`sgtune.diagnostics.ksd.chain_ksd`); the draws do not change the chains.
 
     ``sampler`` = ``"sghmc"`` or a SMILE sampler (:func:`~sgtune.sampler.driver.run_chains`) samples
     the tempered posterior itself: ``step_matrix`` is then its scalar step size (h or ε), β = ``inf``

@@ -29,7 +29,7 @@ def derive(name: str) -> dict[str, Any]:
     try:
         target = DERIVATIONS[name]
     except KeyError:
-        from ..errors import SgtuneError
+        from ..core.errors import SgtuneError
         raise SgtuneError(
             f"unknown derivation {name!r}; choose one of {', '.join(sorted(DERIVATIONS))}") from None
     module, func = target.split(":")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .._refs import cites
+from ..core._refs import cites
 
 __all__ = ["nld", "hfhr", "gaul", "poisson_sigma2"]
 

@@ -30,7 +30,7 @@ from typing import Any
 import sympy as sp
 from sympy.utilities.iterables import multiset_partitions
 
-from .._refs import cites
+from ..core._refs import cites
 
 __all__ = ["clip_factor", "moment_coefficients", "falling_ratio", "isotropic_diagonal_share",
            "minibatch_moments"]

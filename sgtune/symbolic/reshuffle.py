@@ -38,7 +38,7 @@ import functools
 
 import sympy as sp
 
-from .._refs import cites
+from ..core._refs import cites
 
 __all__ = [
     "SYMBOLS",

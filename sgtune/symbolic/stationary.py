@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .._refs import cites
+from ..core._refs import cites
 
 # symbols shared with the tests
 lam, B, N, beta, Gamma = sp.symbols("lambda B N beta Gamma", positive=True)

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, gmres
 
-from .._refs import cites
+from ..core._refs import cites
 from ..models import Expansion
 from .stationary import DIRECT_MAX_DIM, _build_system, _full_operator, _Stein, _System, _variance_kernel
 
@@ -151,7 +151,7 @@ def criterion_gradient(expansion: Expansion, step_matrix: Any, criterion: Criter
     UnstableStepSizeError
         When the chain with Λ is not second-moment stable.
     """
-    from ..errors import UnstableStepSizeError
+    from ..core.errors import UnstableStepSizeError
     from .stationary import max_stable_step
 
     ev = GradientEvaluator(expansion, criterion, batch_size=batch_size, inv_temperature=inv_temperature,

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .._refs import cites
-from .._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
-from ..errors import NotPositiveDefiniteError, SgtuneError, ShapeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
+from ..core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError
 
 __all__ = [
     "FluctuationResult",
@@ -104,7 +104,7 @@ class FluctuationResult:
     hessian: np.ndarray = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (arrays stay arrays; ``sgtune._json.dumps`` turns them into lists)."""
+        """Plain dict (arrays stay arrays; ``sgtune.io._json.dumps`` turns them into lists)."""
         return asdict(self)
 
 
@@ -913,7 +913,7 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
     >>> bool(abs(out["long_run_scaled_variance"] - 2.0) < 1e-9)
     True
     """
-    from ..errors import UnstableStepSizeError
+    from ..core.errors import UnstableStepSizeError
 
     m = as_spd(hessian, "hessian")
     n = m.shape[0]

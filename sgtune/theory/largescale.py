@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
-from .._refs import cites
-from .._validation import as_float_array, check_int, check_positive, check_probability
-from ..errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError,
+from ..core._refs import cites
+from ..core._validation import as_float_array, check_int, check_positive, check_probability
+from ..core.errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError,
                       UnstableStepSizeError)
 from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
 

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 from scipy.linalg.blas import dsyrk
 
-from .._refs import cites
-from .._validation import as_float_array, as_square, as_symmetric, as_vector, check_int, check_positive
-from ..data import Dataset
-from ..errors import ShapeError, SgtuneError
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_square, as_symmetric, as_vector, check_int, check_positive
+from ..io.data import Dataset
+from ..core.errors import ShapeError, SgtuneError
 from ..models import GLM, checked_call, model_dim, prior_matrix
 
 __all__ = [
@@ -330,7 +330,7 @@ class _RowSums:
 
 def _chunk_minibatch_sums(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, mean: np.ndarray,
                           a: np.ndarray) -> tuple[np.ndarray, ...]:
-    """One chunk of the streamed :func:`minibatch_error` (rows out of core, :mod:`sgtune.reduce`)."""
+    """One chunk of the streamed :func:`minibatch_error` (rows out of core, :mod:`sgtune.io.reduce`)."""
     C = model.per_sample_grads(theta, X, y) - mean
     C2 = C * C
     sq = C2.sum(axis=1)
@@ -352,7 +352,7 @@ def _streamed_scatter(model: Any, data: Dataset, th: np.ndarray, d: int, schedul
     Shifted sums: with c the mean gradient of the first chunk (fixed rows, so the same c on every
     backend), Σ(u−ū)(u−ū)ᵀ = Σ(u−c)(u−c)ᵀ − N(ū−c)(ū−c)ᵀ; c ≈ ū keeps the cancellation small.
     """
-    from .. import reduce
+    from ..io import reduce
 
     rows = data.rows
     assert rows is not None
@@ -373,7 +373,7 @@ def _chunk_grad_sum(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray)
 def _streamed_error(model: GLM, data: Dataset, th: np.ndarray, gam: np.ndarray, batch_size: int,
                     replacement: bool, scheduler: str | None) -> MinibatchError:
     """Two streamed passes (Σu_i, then the centred row sums); O(chunk·D + D²) memory."""
-    from ..reduce import reduce_rows
+    from ..io.reduce import reduce_rows
 
     rows = data.rows
     assert rows is not None
@@ -493,7 +493,7 @@ def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     Examples
     --------
     >>> from sgtune.models import get_model
-    >>> from sgtune.data import example
+    >>> from sgtune.io.data import example
     >>> ds = example("logistic")
     >>> r = minibatch_error(get_model("logistic"), ds, np.zeros(ds.dim), 32)
     >>> bool(abs(r.ratio + r.diagonal_share - 1) < 1e-12)

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .._refs import cites
-from .._validation import as_float_array, as_spd, check_int, check_positive
-from ..errors import ShapeError, SgtuneError, UnstableStepSizeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_spd, check_int, check_positive
+from ..core.errors import ShapeError, SgtuneError, UnstableStepSizeError
 
 __all__ = [
     "ReshuffleBias",

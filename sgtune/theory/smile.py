@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
-from .._refs import cites
-from .._validation import as_float_array, as_vector, check_int, check_positive
-from ..errors import ShapeError, SgtuneError
+from ..core._refs import cites
+from ..core._validation import as_float_array, as_vector, check_int, check_positive
+from ..core.errors import ShapeError, SgtuneError
 
 __all__ = [
     "GammaFit",

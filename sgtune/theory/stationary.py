@@ -31,9 +31,9 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, eigs, gmres
 
-from .._refs import cites
-from .._validation import as_float_array, check_int, check_positive, check_probability, is_symmetric
-from ..errors import (AccuracyWarning, ConvergenceError, NotPositiveDefiniteError, SgtuneError,
+from ..core._refs import cites
+from ..core._validation import as_float_array, check_int, check_positive, check_probability, is_symmetric
+from ..core.errors import (AccuracyWarning, ConvergenceError, NotPositiveDefiniteError, SgtuneError,
                       ShapeError, UnstableStepSizeError)
 from ..models import Expansion
 
@@ -225,7 +225,7 @@ def predict_stationary_cov(expansion: Expansion, step_matrix: Any, *, batch_size
     Examples
     --------
     >>> import numpy as np
-    >>> from sgtune.data import example
+    >>> from sgtune.io.data import example
     >>> from sgtune.models import get_model, expand
     >>> e = expand(get_model("linear"), example("hetero-linear"))
     >>> res = predict_stationary_cov(e, 0.05, batch_size=32)
@@ -481,7 +481,7 @@ def _variance_kernel(e: Expansion) -> np.ndarray:
     """vec-matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ (D²×D²), accumulated in row blocks of 4096."""
     d = e.dim
     J = e.curvature
-    if e.stream is not None:  # rows out of core: streamed over chunks (sgtune.reduce)
+    if e.stream is not None:  # rows out of core: streamed over chunks (sgtune.io.reduce)
         return e.variance_kernel_sum() - np.kron(J, J)
     K = np.zeros((d * d, d * d))
     if e.rank_one:

@@ -18,10 +18,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._refs import cites
-from .._validation import as_float_array, check_int
-from ..data import Dataset
-from ..errors import ConvergenceError, ShapeError, SgtuneError, UnstableStepSizeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, check_int
+from ..io.data import Dataset
+from ..core.errors import ConvergenceError, ShapeError, SgtuneError, UnstableStepSizeError
 from ..models import expand, get_model
 from .stationary import THEORIES, predict_comparison_cov
 

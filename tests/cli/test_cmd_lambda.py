@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from sgtune.cli import main
-from sgtune.data import example
+from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.theory.stationary import predict_stationary_cov
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ._files import atomic_path
-from .errors import MissingExtraError, SgtuneError
+from ..core.errors import MissingExtraError, SgtuneError
 
 __all__ = ["require_matplotlib", "most_correlated_pairs", "draw_covariance_ellipses", "draw_step_matrix",
            "draw_pit_histogram", "draw_marginal_sd_ratios", "figure_lambda", "figure_verify", "figure_calibrate", "render_png", "write_png",

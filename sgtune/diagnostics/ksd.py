@@ -29,9 +29,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._refs import cites
-from ._validation import as_float_array, check_int
-from .errors import ShapeError, SgtuneError
+from ..core._refs import cites
+from ..core._validation import as_float_array, check_int
+from ..core.errors import ShapeError, SgtuneError
 
 __all__ = ["KSDResult", "imq_stein_kernel", "ksd", "posterior_scores", "posterior_ksd", "chain_ksd",
            "chain_ksd_summary", "posterior_is_gaussian", "DEFAULT_BLOCK", "CHAIN_KSD_MAX_DRAWS"]
@@ -247,7 +247,7 @@ def posterior_scores(model: Any, X: Any, y: Any, samples: Any, prior_precision: 
     if x.ndim != 2:
         raise ShapeError(f"samples must be (n, D) but has shape {x.shape}")
     n, d = x.shape
-    from .models.base import model_dim
+    from ..models.base import model_dim
 
     d_model = model_dim(model, int(np.shape(X)[1]))
     if d != d_model:

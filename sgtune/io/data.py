@@ -9,7 +9,7 @@ Data larger than memory (issue 13): DATA may be a *folder* holding ``X.npy`` (N,
 ``y.npy`` (N,), or a ``.parquet`` file (extra ``[parquet]``; the response column is
 ``response``, every other column a covariate). Then ``Dataset.X`` is a read-only memory map
 (the sampler gathers its minibatch rows from it), ``Dataset.y`` is in memory (8N bytes), and
-``Dataset.rows`` is the :class:`~sgtune.reduce.RowSource` every reduction streams over in
+``Dataset.rows`` is the :class:`~sgtune.io.reduce.RowSource` every reduction streams over in
 fixed chunks (O(chunk·D + D²) memory). Validation (non-finite values, shapes) runs chunk
 by chunk and names the row. A Parquet file (read batch by batch within its row groups) and
 a folder loaded with ``--intercept`` are first written, chunk by chunk, to float64 ``.npy``
@@ -28,7 +28,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import DataFormatError
+from ..core.errors import DataFormatError
 from .reduce import CHUNK_ROWS, NpyFile, RowSource, chunk_bounds
 
 __all__ = ["Dataset", "load_dataset", "make_dataset", "example", "EXAMPLES"]
@@ -39,7 +39,7 @@ class Dataset:
     """Design matrix ``X`` (N, D), response ``y`` (N,), and covariate names.
 
     ``rows`` is set for data read out of core (a folder or a Parquet file): the file-backed
-    :class:`~sgtune.reduce.RowSource` the reductions stream over (``X`` is then a read-only
+    :class:`~sgtune.io.reduce.RowSource` the reductions stream over (``X`` is then a read-only
     memory map of the same file). Datasets derived from it (``subsample``) are in memory.
     """
 

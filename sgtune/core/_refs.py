@@ -41,7 +41,7 @@ REGISTRY: dict[str, list[tuple[str, str]]] = {}
 def cites(key: str, where: str) -> Callable[[F], F]:
     """Register that the decorated function implements ``where`` of reference ``key``."""
     if key not in REFERENCES:
-        raise KeyError(f"unknown reference key {key!r}; add it to sgtune._refs.REFERENCES")
+        raise KeyError(f"unknown reference key {key!r}; add it to sgtune.core._refs.REFERENCES")
 
     def deco(fn: F) -> F:
         name = f"{fn.__module__}.{fn.__qualname__}"

@@ -18,15 +18,15 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from scipy.stats import kstwo, norm, t as student_t
 
-from ._refs import cites
-from ._validation import check_int, check_positive
+from ..core._refs import cites
+from ..core._validation import check_int, check_positive
 from .calibrate import ks_uniform, pit_values
-from .data import Dataset, make_dataset
-from .errors import ConvergenceError, MissingExtraError, SgtuneError, UnstableStepSizeError
-from .models import GLM, Expansion, expand
-from .sampler import run_chains
-from .theory.stationary import predict_comparison_cov, predict_stationary_cov
-from .theory.tuning import tune
+from ..io.data import Dataset, make_dataset
+from ..core.errors import ConvergenceError, MissingExtraError, SgtuneError, UnstableStepSizeError
+from ..models import GLM, Expansion, expand
+from ..sampler import run_chains
+from ..theory.stationary import predict_comparison_cov, predict_stationary_cov
+from ..theory.tuning import tune
 
 __all__ = ["true_parameter", "contaminated_linear", "poisson_regression_data", "diabetes", "load_diabetes_arrays",
            "randhie", "covariance_error_floor", "MethodRun", "evaluate_method", "repeat_experiment", "SummaryRow",

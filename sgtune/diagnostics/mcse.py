@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ._validation import as_float_array, check_int, check_positive
-from .errors import ShapeError, SgtuneError
+from ..core._validation import as_float_array, check_int, check_positive
+from ..core.errors import ShapeError, SgtuneError
 
 __all__ = ["autocorrelation", "effective_sample_size", "batch_means_se", "covariance_batch_means",
            "bonferroni_threshold", "CovarianceTest", "compare_covariance"]

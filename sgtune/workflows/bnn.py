@@ -52,12 +52,12 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from ._refs import cites
-from ._validation import as_float_array, check_int, check_positive
-from .errors import SgtuneError, ShapeError, UnstableStepSizeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, check_int, check_positive
+from ..core.errors import SgtuneError, ShapeError, UnstableStepSizeError
 from .experiments import load_diabetes_arrays
-from .models import make_mlp
-from .sampler import run_chains
+from ..models import make_mlp
+from ..sampler import run_chains
 
 __all__ = ["GRADS_PER_STEP", "DEFAULT_STEP_GRIDS", "START_ROW", "Split", "load_diabetes_arrays", "standardised_split",
            "gaussian_lppd", "predictive_rmse", "steps_for_budget", "EnsembleStart", "ensemble_start",
@@ -285,7 +285,7 @@ def run_sampler(sampler: str, step: float, X: np.ndarray, y: np.ndarray, X_eval:
     One chain per row of ``initial`` (C, D); posterior at β = N (``run_chains``' mean-loss scaling);
     burn-in = half the steps; ``draws_per_chain`` thinned draws per chain are pushed through the
     network on ``X_eval``. Diverged chains (non-finite state) are dropped from the predictions and
-    counted; if every chain diverges, :class:`~sgtune.errors.UnstableStepSizeError` propagates.
+    counted; if every chain diverges, :class:`~sgtune.core.errors.UnstableStepSizeError` propagates.
     """
     steps = steps_for_budget(sampler, gradient_budget)
     burn = steps // 2

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ._files import atomic_path
-from .errors import MissingExtraError, SgtuneError
+from ..core.errors import MissingExtraError, SgtuneError
 
 __all__ = ["require_arviz", "to_inference_data", "write_netcdf", "netcdf_attrs"]
 
@@ -97,7 +97,7 @@ def to_inference_data(result: Any, *, names: Sequence[str] | None = None, theta_
         coords={"chain": np.flatnonzero(ok), "draw": draws, "theta_dim": list(names),
                 "theta_dim_col": list(names)},
         dims={"theta": ["theta_dim"], "theta_hat": ["theta_dim"], "step_matrix": ["theta_dim", "theta_dim_col"]})
-    from . import __version__
+    from .. import __version__
 
     meta = netcdf_attrs({
         **result.settings, "n_steps": result.n_steps, "burn_in": result.burn_in, "n_chains": result.n_chains,

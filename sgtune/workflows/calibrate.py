@@ -12,13 +12,13 @@ from typing import Any, Callable
 import numpy as np
 from scipy.stats import kstest
 
-from ._refs import cites
-from ._validation import as_vector, check_int
-from .data import Dataset
-from .models import Expansion, expand, model_dim, prior_matrix
-from .sampler import ChainResult, run_chains
-from .sampler.verify import default_run_length
-from .theory.tuning import TuningResult, tune
+from ..core._refs import cites
+from ..core._validation import as_vector, check_int
+from ..io.data import Dataset
+from ..models import Expansion, expand, model_dim, prior_matrix
+from ..sampler import ChainResult, run_chains
+from ..sampler.verify import default_run_length
+from ..theory.tuning import TuningResult, tune
 
 __all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform"]
 

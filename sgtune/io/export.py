@@ -23,9 +23,9 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ._refs import cites
-from ._validation import as_float_array, check_positive, check_probability
-from .errors import MissingExtraError, NotPositiveDefiniteError, SgtuneError, ShapeError
+from ..core._refs import cites
+from ..core._validation import as_float_array, check_positive, check_probability
+from ..core.errors import MissingExtraError, NotPositiveDefiniteError, SgtuneError, ShapeError
 
 __all__ = ["StepMatrix", "step_matrix", "numpy_step", "optax_transform", "SGMCMCState"]
 
@@ -86,7 +86,7 @@ def step_matrix(value: Any, *, kind: str | None = None, blocks: Any = None) -> S
     else ``dense``); ``kind="block"`` needs ``blocks`` (lists of indices partitioning 0..D−1) and
     keeps only Λ's diagonal blocks, which must be symmetric positive definite.
     """
-    from .theory.tuning import load_blocks
+    from .blocks import load_blocks
 
     if hasattr(value, "step_matrix") and hasattr(value, "family"):  # a TuningResult
         if kind is None:
@@ -201,7 +201,7 @@ def optax_transform(lam: StepMatrix | Any, *, momentum: float = 0.0, inv_tempera
         import optax
         from jax.flatten_util import ravel_pytree
     except ImportError:  # pragma: no cover - exercised only without the extra
-        raise MissingExtraError("sgtune.export.optax_transform needs jax and optax: pip install 'sgtune[jax]'") \
+        raise MissingExtraError("sgtune.io.export.optax_transform needs jax and optax: pip install 'sgtune[jax]'") \
             from None
     L = lam if isinstance(lam, StepMatrix) else step_matrix(lam)
     kappa = check_probability(momentum, "momentum")

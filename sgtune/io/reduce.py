@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import DataFormatError, SgtuneError
+from ..core.errors import DataFormatError, SgtuneError
 
 __all__ = ["CHUNK_ROWS", "GROUP_CHUNKS", "NpyFile", "RowSource", "chunk_bounds", "reduce_rows",
            "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError", "pass_counts",

@@ -1,0 +1,93 @@
+"""The package layout is the architecture: the root holds only ``__init__.py`` and subpackages, and no
+module imports from a layer above its own (ast-based, so function-level imports count too)."""
+from __future__ import annotations
+
+import ast
+import importlib
+import warnings
+from pathlib import Path
+
+import pytest
+
+import sgtune
+
+PKG = Path(sgtune.__file__).parent
+# layer of each subpackage; a module may import its own subpackage and any strictly lower layer
+LAYERS = {"core": 0, "io": 1, "models": 2, "symbolic": 2, "diagnostics": 3, "theory": 3, "sampler": 4,
+          "workflows": 5, "cli": 6}
+
+
+def _imports(path: Path, pkg: str) -> list[tuple[int, str]]:
+    """(line, absolute sgtune module) for every import in ``path``, a module of package ``pkg``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
+            out += [(node.lineno, m) for m in names if m.startswith("sgtune")]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("sgtune")]
+    return out
+
+
+def test_root_holds_only_init_and_subpackages():
+    files = sorted(p.name for p in PKG.iterdir() if p.is_file())
+    assert files == ["__init__.py", "py.typed"]
+    dirs = sorted(p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert dirs == sorted(LAYERS)
+
+
+def _violations(path: Path, pkg: str) -> list[str]:
+    """Imports in ``path`` (a module of ``pkg``, e.g. ``sgtune.theory``) that reach a layer not below it."""
+    sub = pkg.split(".")[1]
+    own, bad = LAYERS[sub], []
+    for line, mod in _imports(path, pkg):
+        parts = mod.split(".")
+        if len(parts) < 2 or parts[1] == sub or mod == "sgtune.__version__":
+            continue
+        if parts[1] not in LAYERS:
+            bad.append(f"{path.name}:{line} imports {mod}, which is not a subpackage")
+        elif LAYERS[parts[1]] >= own:
+            bad.append(f"{path.name}:{line} ({sub}, layer {own}) imports {mod} (layer {LAYERS[parts[1]]})")
+    return bad
+
+
+def test_no_import_climbs_a_layer():
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if len(rel.parts) > 1:  # sgtune/__init__.py holds lazy re-exports only
+            bad += [f"{rel.parent}/{v}" for v in _violations(path, ".".join(("sgtune", *rel.parent.parts)))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_climbing_and_sideways_imports(tmp_path):
+    f = tmp_path / "probe.py"
+    f.write_text("from ..sampler import run_chains\nimport sgtune.cli\nfrom .. import theory\n"
+                 "from ..core import errors\nfrom . import stationary\n"
+                 "def g():\n    from ..workflows.calibrate import calibrate\n")
+    bad = _violations(f, "sgtune.diagnostics")
+    assert len(bad) == 4 and all(w in " ".join(bad) for w in ("sampler", "cli", "theory", "workflows"))
+    assert _violations(f, "sgtune.cli") == []
+
+
+@pytest.mark.parametrize("old", sorted(sgtune._MOVED))
+def test_moved_modules_still_import_with_a_deprecation_warning(old):
+    with pytest.warns(DeprecationWarning, match=sgtune._MOVED[old].replace(".", r"\.")):
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(sgtune._MOVED[old])
+
+
+def test_root_api_is_lazy_and_complete():
+    for name in sgtune.__all__:
+        assert getattr(sgtune, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        sgtune.nope  # noqa: B018
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from sgtune.diagnostics import compare_covariance  # the pre-move import path of the mcse names
+    assert compare_covariance.__module__ == "sgtune.diagnostics.mcse"
