@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from sgtune.diagnostics.mcse.ksd import imq_stein_kernel, ksd
+from sgtune.diagnostics.ksd import imq_stein_kernel, ksd
 
 D = 20
 

@@ -9,7 +9,7 @@ from scipy.stats import chi2
 from _tolerances import MC_ALPHA, bonferroni_z
 from sgtune.io.data import make_dataset
 from sgtune.core.errors import ShapeError, SgtuneError
-from sgtune.diagnostics.mcse.ksd import (chain_ksd, chain_ksd_summary, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
+from sgtune.diagnostics.ksd import (chain_ksd, chain_ksd_summary, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
                         posterior_scores)
 from sgtune.models import get_model
 

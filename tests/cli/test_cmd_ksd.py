@@ -7,7 +7,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from sgtune.cli import main
-from sgtune.diagnostics.mcse.ksd import imq_stein_kernel
+from sgtune.diagnostics.ksd import imq_stein_kernel
 
 
 def _linear_npz(tmp_path, rng, n_data=300, dim=3):
