@@ -400,3 +400,22 @@ def test_bracketed_power_iteration_brackets_the_perron_root():
     exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(plain)))))
     rho, is_bound = _bracketed_power_radius(plain, _solve_iterative(plain, 1e-12, None))
     assert not is_bound and rho == pytest.approx(exact, rel=2e-7)
+
+
+def test_equilibration_steps_match_the_second_moment_recursion():
+    """Iterate S_t = F S_{t−1} Fᵀ + Q₀ from S_0 = 0 (a scalar SGD chain, 𝒫(S) = (1−λh)²S) and count the steps
+    until |S_t − Σ| ≤ 1 % Σ: the closed form must give the first such t."""
+    import math
+
+    from sgtune.theory.stationary import equilibration_steps
+
+    for lam_h in (0.3, 0.05, 1e-3):
+        rho = (1 - lam_h) ** 2
+        q0 = 0.7
+        sigma = q0 / (1 - rho)
+        s, t = 0.0, 0
+        while abs(s - sigma) > 0.01 * sigma:
+            s, t = rho * s + q0, t + 1
+        assert equilibration_steps(rho) == t
+    assert equilibration_steps(1.0) == math.inf and equilibration_steps(0.0) == 1.0
+    assert equilibration_steps(1 - 3e-8) > 1e8  # the near-unit radius of an ill-conditioned fit is not hidden

@@ -85,12 +85,16 @@ batch_options = _compose(
                  help="Heavy-ball momentum κ in [0, 1) (seed 003 eq. B.1)."),
 )
 
-#: --json, --overwrite, -q: the output options of every command (those without a main array use only these)
+#: --json, --overwrite, -q, --strict: the output options of every command (those without a main array use
+#: only these)
 json_output_options = _compose(
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                  help="Write the JSON document to FILE instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
-    click.option("-q", "--quiet", is_flag=True, help="No human-readable output on stderr."),
+    click.option("-q", "--quiet", is_flag=True, help="No human-readable output on stderr (warnings still are)."),
+    click.option("--strict", is_flag=True,
+                 help="Exit 4 (after writing the outputs) when the answer or the chain should not be trusted: "
+                      "a prediction that does not apply, an unhealthy chain."),
 )
 
 output_options = _compose(

@@ -56,7 +56,7 @@ def _need(value: Any, option: str, scheme: str) -> Any:
 def cli(scheme: str, hessian: str, observable: str, antisymmetric: str | None,
         diffusion: str | None, alpha: float | None, gamma: float | None, a_param: float | None,
         preconditioner: str | None, budget: float | None, json_path: str | None,
-        overwrite: bool, quiet: bool) -> None:
+        overwrite: bool, quiet: bool, strict: bool = False) -> None:
     """Fluctuation constant σ² of SG non-reversible Langevin vs its reversible baseline.
 
     \b

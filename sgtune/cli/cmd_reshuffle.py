@@ -82,7 +82,7 @@ def _read_vector(path: str, column: str | None) -> np.ndarray:
 @json_output_options
 @handle_errors
 def cli(data_path: str, column: str | None, batch_size: int, step: float, sigma2: float | None,
-        json_path: str | None, overwrite: bool, quiet: bool) -> None:
+        json_path: str | None, overwrite: bool, quiet: bool, strict: bool = False) -> None:
     """Exact asymptotic variance error of ULA, SGLD-RM and SGLD-RR (seed 002, section 4).
 
     \b

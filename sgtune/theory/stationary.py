@@ -39,6 +39,7 @@ from ..models import Expansion
 
 __all__ = [
     "StationaryCov",
+    "equilibration_steps",
     "noise_covariance",
     "predict_stationary_cov",
     "iterate_average_cov",
@@ -374,6 +375,27 @@ def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]
     (``tau_worst`` exact, ``tau_spectral`` Prop. 4.4).
     """
     return stationary.tau, stationary.tau_worst
+
+
+@cites("wang2026", "Prop. 4.2 / Thm. 4.3: S_t = 𝒫(S_{t−1}) + Q₀, so S_t − Σ = 𝒫^t(S_0 − Σ)")
+def equilibration_steps(spectral_radius: float, tol: float = 0.01) -> float:
+    """Steps from θ̂ until the chain's second moments are within ``tol`` of their stationary values.
+
+    The second moment of the proxy chain obeys S_t = 𝒫(S_{t−1}) + Q₀ (seed 003, Eqs. 11–12), so
+    S_t − Σ = 𝒫^t(S_0 − Σ) and, started at θ̂ (S_0 = 0), the relative deviation decays like ρ(𝒫)^t:
+    t = ⌈ln(1/tol) / (−ln ρ)⌉. This is a burn-in for the *covariance*: it differs from τ_worst, the
+    integrated autocorrelation time (which sets how many draws an estimate needs), because the slowest
+    eigen-direction of 𝒫 may carry little of the autocorrelation of any single linear functional.
+    Returns ``inf`` for ρ ≥ 1 (no stationary law).
+    """
+    rho = float(spectral_radius)
+    if not 0.0 < tol < 1.0:
+        raise SgtuneError(f"tol must be in (0, 1), got {tol}")
+    if not math.isfinite(rho) or rho >= 1.0:
+        return math.inf
+    if rho <= 0.0:
+        return 1.0
+    return float(math.ceil(math.log(1.0 / tol) / -math.log1p(rho - 1.0)))
 
 
 @cites("wang2026", "Prop. 4.4 (deterministic bound 2/μ_max(ΛH)) and Eqs. (11)–(12) (noise)")

@@ -1,0 +1,47 @@
+"""The warning channel every command shares: stderr even with -q, the JSON's ``warnings``, --strict → exit 4."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import click
+from click.testing import CliRunner
+
+from sgtune.cli._io import EXIT_UNTRUSTED, emit, handle_errors, untrusted, warn
+from sgtune.cli._options import json_output_options
+from sgtune.core.errors import AccuracyWarning
+
+
+@click.command()
+@json_output_options
+@click.option("--bad", is_flag=True)
+@handle_errors
+def probe(json_path, overwrite, quiet, strict, bad):
+    warn("first thing")
+    warnings.warn("from the library", AccuracyWarning)
+    warn("first thing")  # repeated: shown and listed once
+    if bad:
+        untrusted("the prediction does not apply")
+    emit({"answer": 1}, json_path)
+
+
+def _run(*args):
+    return CliRunner().invoke(probe, list(args))
+
+
+def test_warnings_reach_stderr_under_quiet_and_the_json():
+    r = _run("-q")
+    assert r.exit_code == 0
+    assert r.stderr.splitlines() == ["warning: first thing", "warning: from the library"]
+    assert json.loads(r.stdout) == {"answer": 1, "warnings": ["first thing", "from the library"]}
+
+
+def test_untrusted_result_is_written_and_exits_4_only_under_strict(tmp_path):
+    r = _run("--bad")
+    assert r.exit_code == 0 and "the prediction does not apply" in json.loads(r.stdout)["warnings"]
+    out = tmp_path / "doc.json"
+    r = _run("--bad", "--strict", "-q", "--json", str(out))
+    assert r.exit_code == EXIT_UNTRUSTED == 4
+    assert "--strict" in r.stderr and "the prediction does not apply" in r.stderr
+    assert json.loads(out.read_text())["warnings"][-1] == "the prediction does not apply"
+    assert _run("--strict").exit_code == 0  # strict alone changes nothing for a trusted result
