@@ -71,10 +71,12 @@ class _MovedModuleLoader(importlib.abc.Loader):
     def create_module(self, spec: Any) -> Any:
         warnings.warn(f"{spec.name} moved to {self.new}; import it from there "
                       "(the old name will be removed in a future release)", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.spec = module.__spec__  # the import system overwrites __spec__ with the old name's spec
+        return module
 
-    def exec_module(self, module: Any) -> None:  # already executed under its new name
-        return None
+    def exec_module(self, module: Any) -> None:  # already executed under its new name: restore its spec
+        module.__spec__ = self.spec
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder):

@@ -80,6 +80,7 @@ def test_moved_modules_still_import_with_a_deprecation_warning(old):
     with pytest.warns(DeprecationWarning, match=sgtune._MOVED[old].replace(".", r"\.")):
         mod = importlib.import_module(old)
     assert mod is importlib.import_module(sgtune._MOVED[old])
+    assert mod.__spec__.name == sgtune._MOVED[old]  # relative imports inside it keep resolving
 
 
 def test_root_api_is_lazy_and_complete():
