@@ -8,6 +8,7 @@ import click
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
+from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows
 from ._io import command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
@@ -48,6 +49,7 @@ def cli(**kw: object) -> None:
            "inverse_temperature": temperature_json(beta), "momentum": st.momentum, "model": prob.model.name,
            "data": prob.dataset.source, "seed": kw["seed"], "command": command_line(),
            "references": references_of(predict_stationary_cov)}
+    doc["applicability"] = applicability_report(prob, st, seed=int(kw["seed"]))  # type: ignore[arg-type]
     if kw["average_window"] is not None:
         doc["iterate_average_cov"] = iterate_average_cov(st, int(kw["average_window"]))  # type: ignore[arg-type]
         doc["average_window"] = kw["average_window"]
@@ -56,4 +58,4 @@ def cli(**kw: object) -> None:
     emit(doc, kw["json_path"], arrays={kw["output"] or None: st.cov})  # type: ignore[arg-type, dict-item]
     info(matrix_summary("Σ", st.cov) + "\n" + key_values([
         ("spectral radius", st.spectral_radius), ("relative residual", st.relative_residual),
-        ("tau (worst)", st.tau_worst)]), bool(kw["quiet"]))
+        *applicability_rows(doc["applicability"], st.tau_worst)]) + "\n" + EQUILIBRATION_NOTE, bool(kw["quiet"]))

@@ -8,6 +8,7 @@ import click
 from ..core._refs import references_of
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
+from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows
 from ._io import command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
@@ -66,6 +67,8 @@ def cli(**kw: object) -> None:
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
         "command": command_line(), "references": references_of(tune),
     }
+    doc["applicability"] = applicability_report(prob, res.stationary, target_cov=res.target_cov,
+                                                backward_error=res.residual, seed=int(kw["seed"]))  # type: ignore[arg-type]
     if kw["blocks"] is not None:
         doc["blocks"] = str(kw["blocks"])
     elif kw["family"] == "block" and prob.expansion.parameter_blocks is not None:  # the model's own (layers)
@@ -81,4 +84,5 @@ def cli(**kw: object) -> None:
     info(matrix_summary("Λ", res.step_matrix) + "\n" + key_values([
         ("method", res.method), ("family", res.family), ("residual", res.residual),
         ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),
-        ("tau (worst)", res.tau_worst)]), bool(kw["quiet"]))
+        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + EQUILIBRATION_NOTE,
+        bool(kw["quiet"]))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from .base import (DenseCurvature, ModelError, PerSampleModel, RankOneCurvature, checked_call, model_dim,
                    model_label, per_sample_curvature)
-from .expansion import DENSE_HESSIAN_BUDGET, Expansion, FitResult, expand, fit_map, prior_matrix
+from .expansion import DENSE_HESSIAN_BUDGET, Expansion, FitResult, expand, expansion_at, fit_map, prior_matrix
 from .glm import GLM, GLM_IDS, MODEL_NAMES, get_model
 from .mlp import MLP, make_mlp
 
 __all__ = ["PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "checked_call", "model_dim",
            "model_label", "per_sample_curvature", "GLM", "GLM_IDS", "MODEL_NAMES", "get_model", "FitResult",
-           "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET", "MLP", "make_mlp"]
+           "fit_map", "Expansion", "expand", "expansion_at", "prior_matrix", "DENSE_HESSIAN_BUDGET", "MLP", "make_mlp"]

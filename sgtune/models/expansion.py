@@ -29,7 +29,7 @@ from ..io.reduce import CHUNK_ROWS, RowSource, reduce_rows
 from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
                    per_sample_curvature)
 
-__all__ = ["FitResult", "fit_map", "Expansion", "expand", "prior_matrix", "DENSE_HESSIAN_BUDGET", "Reductions",
+__all__ = ["FitResult", "fit_map", "Expansion", "expand", "expansion_at", "prior_matrix", "DENSE_HESSIAN_BUDGET", "Reductions",
            "RowStream"]
 
 #: largest D⁴ (float64 entries, ≈ 100 MB) of the cached operator Σ ↦ mean_n J_nΣJ_n for dense J_n
@@ -697,11 +697,35 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
         if theta.shape[0] != d:
             raise SgtuneError(f"theta_hat must have length D = {d} (the parameters of model {label}), "
                               f"got {theta.shape[0]}")
-    n_rows = data.n_data
     if data.rows is not None:
         e = _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler)
-        _check_expansion_point(e, label, given=theta_hat is not None)
-        return e
+    else:
+        e = _expand_in_memory(model, data, theta, gam, label, dense_hessians, population_size)
+    _check_expansion_point(e, label, given=theta_hat is not None)
+    return e
+
+
+def expansion_at(model: Any, data: Dataset, prior_precision: Any, theta: Any, *, dense_hessians: bool = False,
+                 population_size: int | None = None, scheduler: str | None = None) -> Expansion:
+    """The expansion's quantities (g_n, J_n, H, 𝓘, ḡ) at any θ: no fit, no check that θ is a minimum.
+
+    The applicability report evaluates the curvature and the gradient noise at points of the
+    predicted stationary spread through this (the same model calls and chunked passes as
+    :func:`expand`); H may be indefinite there.
+    """
+    d = model_dim(model, data.dim)
+    gam = prior_matrix(prior_precision, d)
+    theta = as_float_array(theta, "theta").reshape(-1)
+    label = model_label(model)
+    if data.rows is not None:
+        return _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler)
+    return _expand_in_memory(model, data, theta, gam, label, dense_hessians, population_size)
+
+
+def _expand_in_memory(model: Any, data: Dataset, theta: np.ndarray, gam: np.ndarray, label: str,
+                      dense_hessians: bool, population_size: int | None) -> Expansion:
+    d = theta.shape[0]
+    n_rows = data.n_data
     grads = checked_call(model, "per_sample_grads", theta, data.X, data.y, shape=(n_rows, d))
     if not _dense_affordable(model, n_rows, d) and dense_hessians:
         raise SgtuneError(f"dense per-sample Hessians of model {label} need N·D² = {n_rows * d * d:.3g} numbers "
@@ -722,8 +746,7 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
         u, w = cur.features, cur.weights
         e = Expansion(per_sample_hessians=w[:, None, None] * u[:, :, None] * u[:, None, :], **common)
     else:
-        e = Expansion(per_sample_hessians=cur.hessians, **common)
-    _check_expansion_point(e, label, given=theta_hat is not None)
+        return Expansion(per_sample_hessians=cur.hessians, **common)
     return e
 
 

@@ -1,0 +1,50 @@
+"""The ``applicability`` JSON object and its warnings, shared by every command that predicts a chain."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..theory.applicability import COLUMN_SCALE_RATIO, applicability
+from ._io import untrusted, warn
+
+#: above this D the statistical linearisation takes fewer draws (each is a pass over the data)
+LARGE_DIM = 200
+
+EQUILIBRATION_NOTE = ("equilibration: steps from θ̂ until every second moment is within 1 % of stationary; τ (worst) "
+                      "is how far apart draws must be to count as independent once there")
+
+
+def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, backward_error: float | None = None,
+                         seed: int = 0) -> dict[str, Any]:
+    """Run :func:`sgtune.theory.applicability.applicability` for a loaded problem; warn (and mark the result
+    untrusted, so ``--strict`` exits 4) for each reason; return the JSON object."""
+    small = prob.dim <= LARGE_DIM
+    data = prob.dataset
+    if prob.expansion.n_samples != data.n_data:  # --subsample M: the rows the expansion used (same seeded draw)
+        import numpy as np
+
+        data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
+    a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
+                      backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    for reason in a.reasons:
+        untrusted(f"not applicable: {reason}")
+    csr = a.conditioning.get("column_scale_ratio")
+    if csr is not None and csr > COLUMN_SCALE_RATIO:
+        warn(f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> {COLUMN_SCALE_RATIO:.0e}): "
+             "standardise them (subtract the mean, divide by the standard deviation) for a better-conditioned fit")
+    doc = a.to_dict()
+    if a.linearised_cov is not None:
+        doc["statistically_linearised_cov"] = a.linearised_cov
+    return doc
+
+
+def applicability_rows(doc: dict[str, Any], tau_worst: float) -> list[tuple[str, Any]]:
+    """Rows for the human table: the verdict, equilibration next to τ, the predicted deviation."""
+    eq = doc["equilibration_steps"]
+    rows: list[tuple[str, Any]] = [
+        ("applicable", "yes" if doc["applicable"] else "NO (see the warnings)"),
+        ("equilibration steps", eq if isinstance(eq, str) else f"{eq:.4g}"),
+        ("tau (worst)", tau_worst),
+        ("non-quadratic deviation", doc["predicted_deviation"]),
+        ("mean shift (sd)", doc["mean_shift"]),
+    ]
+    return rows

@@ -1,0 +1,281 @@
+"""Does the linearised chain describe the chain that runs? The applicability report.
+
+sgtune's stationary covariance (seed 003, Eqs. 11–12) is exact for the *proxy* chain: the quadratic
+expansion of the loss at θ̂ with the exact minibatch noise. The chain that runs sees the loss itself.
+Over the predicted spread Σ the curvature H(θ) and the gradient noise Cov_n ∇l_n(θ) change; when
+they change enough, the prediction is wrong although every solve converged.
+
+This module measures that with the model's own calls, at points of the predicted spread:
+
+* ``curvature_change`` — the largest relative change of the curvature, ‖H^{-1/2}(H(θ) − H)H^{-1/2}‖₂,
+  and of the gradient-noise covariance (relative Frobenius change against its linearised value)
+  at θ̂ ± 2 sd along the leading eigenvectors of Σ and at random draws from N(θ̂, Σ);
+* ``predicted_deviation`` — a second prediction that keeps the non-quadratic part of the loss to the
+  order that matters for the covariance: the *statistically linearised* chain (the Gaussian-closure
+  or "equivalent linearisation" of random-vibration theory). Under θ ~ N(θ̂, Σ), Stein's lemma gives
+  the best linear drift E[∇L(θ)(θ − θ̂)ᵀ]Σ⁻¹ = E[∇²L(θ)] =: H_eff, and the expected gradient noise is
+  C_eff = E[Cov_n ∇l_n(θ)]. Solving the stationary equation with (H_eff, C_eff) and iterating Σ to a
+  fixed point gives Σ_SL; ``predicted_deviation`` = max_ij |Σ_SL − Σ|_ij / √(Σ_ii Σ_jj), the same
+  entry-wise scale as ``sgtune verify --relative-tolerance``. For a quadratic loss Σ_SL = Σ exactly
+  (the expectations use antithetic pairs and a control variate that is exact for the proxy, so the
+  estimate has no Monte Carlo noise there); a fixed-point iteration that runs away (Σ_SL growing
+  without bound, H_eff losing definiteness) means the spread is not local;
+* ``equilibration_steps`` (:func:`~sgtune.theory.stationary.equilibration_steps`) against
+  ``tau_worst``: when the spectral radius of the second-moment map is close to 1 while τ is not, the
+  multiplicative (state-dependent) minibatch noise is close to critical — the stationary law is heavy
+  tailed and its sample covariance converges far more slowly than τ suggests;
+* ``conditioning`` — condition numbers of H, of the target and of Λ, the solve's backward error,
+  and the covariates' column scales.
+
+The thresholds (module constants below) were chosen from measurements against long ``verify`` runs
+on real and simulated problems; the table is in the documentation (``docs``: applicability).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+
+from ..core._refs import cites
+from ..core.errors import SgtuneError
+from ..io.data import Dataset
+from ..models import Expansion, expansion_at
+from .stationary import StationaryCov, equilibration_steps, finite_population_factor
+
+__all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
+           "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO"]
+
+#: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
+MAX_DEVIATION = 0.05
+#: largest equilibration_steps / max(τ_worst, 1) of an applicable answer (≈ 1.2 for additive noise)
+MAX_EQUILIBRATION_RATIO = 10.0
+#: covariate column scales (RMS) differing by more than this factor warn and suggest standardising
+COLUMN_SCALE_RATIO = 1e3
+#: Σ_SL growing beyond this multiple of ‖Σ‖ (or H_eff indefinite) means the spread is not local
+RUNAWAY_FACTOR = 20.0
+
+
+@dataclass(frozen=True)
+class Applicability:
+    """Result of :func:`applicability` (``to_dict`` is the JSON object ``applicability``)."""
+
+    applicable: bool
+    reasons: tuple[str, ...]
+    curvature_change: dict[str, float]
+    equilibration_steps: float
+    tau_worst: float
+    conditioning: dict[str, Any]
+    predicted_deviation: float
+    mean_shift: float
+    linearised_cov: np.ndarray | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object (non-finite numbers as the string ``"inf"``, as elsewhere in sgtune's JSON)."""
+        ratio = self.equilibration_steps / max(self.tau_worst, 1.0) if math.isfinite(self.tau_worst) else math.inf
+        return {"applicable": self.applicable, "reasons": list(self.reasons),
+                "curvature_change": self.curvature_change, "equilibration_steps": _num(self.equilibration_steps),
+                "equilibration_ratio": _num(ratio),
+                "predicted_deviation": _num(self.predicted_deviation), "mean_shift": _num(self.mean_shift),
+                "conditioning": self.conditioning,
+                "thresholds": {"predicted_deviation": MAX_DEVIATION,
+                               "equilibration_ratio": MAX_EQUILIBRATION_RATIO,
+                               "column_scale_ratio": COLUMN_SCALE_RATIO}}
+
+
+def _num(x: float) -> float | str:
+    return float(x) if math.isfinite(x) else "inf"
+
+
+def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
+    w, v = np.linalg.eigh(0.5 * (a + a.T))
+    return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+
+
+def _entrywise_deviation(a: np.ndarray, ref: np.ndarray) -> float:
+    s = np.sqrt(np.clip(np.diag(ref), 1e-300, None))
+    return float(np.max(np.abs(a - ref) / np.outer(s, s)))
+
+
+def _cond(a: np.ndarray) -> float:
+    w = np.abs(np.linalg.eigvals(a))
+    return float(w.max() / w.min()) if w.min() > 0 else math.inf
+
+
+class _NotLocal(Exception):
+    pass
+
+
+def _lin_noise(e: Expansion, S: np.ndarray) -> np.ndarray:
+    """Cov_n of the proxy's per-sample gradients averaged over d with E[ddᵀ] = S: C0 + mean J_nSJ_n − JSJ."""
+    J = e.curvature
+    c = e.gradient_cov() + e.mean_jsj(S) - J @ S @ J
+    return 0.5 * (c + c.T)
+
+
+def _solve(e: Expansion, st: StationaryCov, H: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Stationary covariance of the linear chain with curvature H and constant gradient noise C (Eq. 11)."""
+    d = e.dim
+    lam, kappa, beta = st.step_matrix, st.momentum, st.inv_temperature
+    f = finite_population_factor(e.n_data, st.batch_size, st.without_replacement) / st.batch_size
+    I = np.eye(d)
+    if kappa == 0.0:
+        F = I - lam @ H
+        Q = f * lam @ C @ lam.T
+        if math.isfinite(beta):
+            Q = Q + 2.0 * lam / beta
+    else:
+        F = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
+        E = np.vstack([-lam, I])
+        Q = f * E @ C @ E.T
+        if math.isfinite(beta):
+            Q[:d, :d] += 2.0 * lam / beta
+    if not np.max(np.abs(np.linalg.eigvals(F))) < 1.0:
+        raise _NotLocal("the chain is unstable under the curvature averaged over the predicted spread")
+    S = sla.solve_discrete_lyapunov(F, 0.5 * (Q + Q.T))
+    return 0.5 * (S[:d, :d] + S[:d, :d].T)
+
+
+@cites("sgtune", "statistical (equivalent) linearisation of Eq. (11): H_eff = E∇²L, C_eff = E Cov_n ∇l_n "
+                 "under N(θ̂, Σ), by Stein's lemma")
+def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
+                                 n_pairs: int = 16, max_iter: int = 6, seed: int = 0,
+                                 with_shift: bool = True) -> dict[str, Any]:
+    """Σ_SL, the stationary covariance of the statistically linearised chain (module docstring).
+
+    Returns a dict with ``cov`` (Σ_SL or None when the iteration runs away), ``reason`` (why not
+    local, else None), ``curvature_change``, ``noise_change``, ``mean_shift`` (max_i |m_i|/sd_i of
+    the drift's mean shift m = −H_eff⁻¹E[∇L]) and ``points`` (model evaluations).
+    """
+    e = expansion
+    d = e.dim
+    gam = e.prior_precision
+    sigma0 = stationary.cov
+    sd0 = np.sqrt(np.clip(np.diag(sigma0), 1e-300, None))
+    H0 = e.hessian
+    Hm = np.linalg.inv(_sqrtm_psd(H0))
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n_pairs, d))
+    w, V = np.linalg.eigh(sigma0)
+    lead = V[:, ::-1][:, : min(d, 4)] * np.sqrt(np.clip(w[::-1][: min(d, 4)], 0, None)) * 2.0  # ±2 sd axes
+    out: dict[str, Any] = {"cov": None, "reason": None, "curvature_change": 0.0, "noise_change": 0.0,
+                           "mean_shift": 0.0, "points": 0}
+    points = [0]
+
+    def at(theta: np.ndarray) -> Expansion:
+        points[0] += 1
+        try:
+            ei = expansion_at(model, data, gam, theta, population_size=e.population_size)
+        except SgtuneError as exc:
+            raise _NotLocal(f"the model cannot be evaluated over the predicted spread ({exc})") from None
+        if not (np.all(np.isfinite(ei.hessian)) and np.all(np.isfinite(ei.fisher))):
+            raise _NotLocal("the model overflows over the predicted spread")
+        return ei
+
+    def pair_terms(center: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+        """Mean H, mean Cov_n g, mean ∇L over center ± each row of dirs; largest pointwise changes."""
+        Hs, Cs, gs = np.zeros((d, d)), np.zeros((d, d)), np.zeros(d)
+        dH = dC = 0.0
+        for v in dirs:
+            ep, em = at(center + v), at(center - v)
+            for ei in (ep, em):
+                Hs += ei.hessian
+                gs += ei.mean_grad + gam @ ei.theta_hat / e.n_data
+                dH = max(dH, float(np.linalg.norm(Hm @ (ei.hessian - H0) @ Hm, 2)))
+            cpair = 0.5 * (ep.gradient_cov() + em.gradient_cov())
+            Cs += cpair
+            clin = _lin_noise(e, np.outer(v, v))
+            dC = max(dC, float(np.linalg.norm(cpair - clin) / max(np.linalg.norm(clin), 1e-300)))
+        n = 2 * len(dirs)
+        return Hs / n, 2 * Cs / n, gs / n, dH, dC
+
+    try:
+        *_, dH, dC = pair_terms(e.theta_hat, lead.T)
+        out["curvature_change"], out["noise_change"] = dH, dC
+        sigma, shift, ec = sigma0, np.zeros(d), e
+        for _ in range(max_iter):
+            dirs = Z @ _sqrtm_psd(sigma)
+            H_eff, C_pts, g_eff, dH, dC = pair_terms(e.theta_hat + shift, dirs)
+            out["curvature_change"] = max(out["curvature_change"], dH)
+            out["noise_change"] = max(out["noise_change"], dC)
+            S_hat = dirs.T @ dirs / len(dirs)
+            # control variate: the proxy expanded at the current centre, averaged exactly and over the same draws
+            C_eff = _lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
+            H_eff = 0.5 * (H_eff + H_eff.T)
+            if not np.linalg.eigvalsh(H_eff)[0] > 0:
+                raise _NotLocal("the curvature averaged over the predicted spread is not positive definite")
+            new = _solve(e, stationary, H_eff, C_eff)
+            if not np.all(np.isfinite(new)) or np.trace(new) > RUNAWAY_FACTOR * np.trace(sigma0):
+                raise _NotLocal("the spread feeds back on itself: over the predicted spread the curvature is "
+                                "weaker than at θ̂, which widens the spread further")
+            change = _entrywise_deviation(new, sigma)
+            sigma = new
+            if with_shift:  # Newton step on E[∇L(θ̂ + m + d)] = 0, at most half a standard deviation per step
+                step = -np.linalg.solve(H_eff, g_eff)
+                shift = shift + step / max(1.0, 2.0 * float(np.max(np.abs(step) / np.sqrt(np.diag(sigma)))))
+                ec = at(e.theta_hat + shift)
+            out["mean_shift"] = float(np.max(np.abs(shift - np.linalg.solve(H_eff, g_eff) * (not with_shift)) / sd0))
+            if change < 1e-3:
+                break
+        out["cov"] = sigma
+    except _NotLocal as exc:
+        out["reason"] = str(exc)
+    out["points"] = points[0]
+    return out
+
+
+@cites("sgtune", "applicability of seed 003's Eqs. (11)–(12) to the chain on the loss itself (module docstring)")
+def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
+                  target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
+                  seed: int = 0) -> Applicability:
+    """The applicability report of a prediction (``stationary``) for ``model`` on ``data``.
+
+    Parameters
+    ----------
+    model, data, expansion : the problem (``expansion`` at θ̂, from :func:`sgtune.models.expand`).
+    stationary : the prediction for the chain's Λ (:func:`~sgtune.theory.stationary.predict_stationary_cov`).
+    target_cov : the tuning target, when Λ was tuned (its condition number is reported).
+    backward_error : the tuning or solve residual (reported).
+    n_pairs : antithetic pairs of draws per fixed-point step (the model is evaluated 2·n_pairs times each).
+    seed : seed of the draws.
+    """
+    sl = statistically_linearised_cov(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed)
+    reasons: list[str] = []
+    dev = math.inf if sl["cov"] is None else _entrywise_deviation(sl["cov"], stationary.cov)
+    eq = equilibration_steps(stationary.spectral_radius)
+    tau = float(stationary.tau_worst)
+    ratio = eq / max(tau, 1.0) if math.isfinite(tau) else math.inf
+    cond = {"hessian": _cond(expansion.hessian), "step_matrix": _cond(stationary.step_matrix),
+            "backward_error": float(stationary.relative_residual if backward_error is None else backward_error)}
+    if target_cov is not None:
+        cond["target"] = _cond(np.asarray(target_cov, dtype=float))
+    cond = {k: (_num(v) if isinstance(v, float) else v) for k, v in cond.items()}
+    X = getattr(data, "X", None)
+    if X is not None and X.size:
+        rms = np.sqrt(np.mean(np.asarray(X, dtype=float) ** 2, axis=0))
+        rms = rms[rms > 0]
+        cond["column_scale_ratio"] = float(rms.max() / rms.min()) if rms.size else 1.0
+    else:
+        cond["column_scale_ratio"] = None  # out-of-core rows: not computed (no extra pass)
+    help_ = ("a larger prior precision (--prior-precision), the posterior target with SGLD (--target posterior "
+             "--inverse-temperature N), a smaller target or a larger batch")
+    csr = cond["column_scale_ratio"]
+    if csr is not None and csr > COLUMN_SCALE_RATIO:
+        help_ = f"standardised covariates (their column scales differ by a factor {csr:.3g}), " + help_
+    if sl["reason"] is not None:
+        reasons.append(f"the predicted spread is not local: {sl['reason']}; what would help: {help_}")
+    elif dev > MAX_DEVIATION:
+        reasons.append(f"the loss is not quadratic over the predicted spread: keeping its curvature and gradient "
+                       f"noise there changes the prediction by {dev:.1%} (> {MAX_DEVIATION:.0%}); `sgtune lambda "
+                       f"--refine ROUNDS` corrects Λ on short chains, or: {help_}")
+    if ratio > MAX_EQUILIBRATION_RATIO:
+        reasons.append(f"the second moments need {eq:.3g} steps from θ̂ to come within 1 % of stationarity, "
+                       f"{ratio:.3g}× τ_worst: the state-dependent minibatch noise is close to critical, so the "
+                       f"chain's covariance is heavy-tailed and slow to estimate; what would help: {help_}")
+    return Applicability(applicable=not reasons, reasons=tuple(reasons),
+                         curvature_change={"curvature": sl["curvature_change"], "gradient_noise": sl["noise_change"],
+                                           "points": sl["points"]},
+                         equilibration_steps=eq, tau_worst=tau, conditioning=cond, predicted_deviation=dev,
+                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"])
