@@ -137,3 +137,22 @@ def test_cli_applicable_answer_is_quiet():
     assert r.exit_code == 0 and r.stderr == ""
     doc = json.loads(r.stdout)
     assert doc["applicability"]["applicable"] is True and doc["warnings"] == []
+
+
+def test_refine_checks_a_local_answer_on_chains_and_refuses_a_nonlocal_one(tmp_path):
+    r = CliRunner().invoke(main, ["lambda", "--example", "logistic", "--batch-size", "32", "--refine", "2", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    first = doc["refine"][0]
+    assert set(first) == {"round", "steps", "chains", "error", "mcse", "lambda_change", "converged"}
+    # the chain's measured error is what the rounds report: converged means within max(2 %, 3 MCSE)
+    assert first["converged"] == (first["error"] <= max(0.02, 3 * first["mcse"]))
+    assert doc["applicability"]["applicable"] is first["converged"]
+    ds = _breast_cancer(True)
+    csv = tmp_path / "bc.csv"
+    np.savetxt(csv, np.c_[ds.X[:, 1:], ds.y], delimiter=",", comments="",
+               header=",".join([f"x{i}" for i in range(ds.dim - 1)] + ["y"]))
+    r = CliRunner().invoke(main, ["lambda", str(csv), "--model", "logistic", "--intercept", "--prior-precision", "1",
+                                  "--batch-size", "32", "--refine", "3", "-q", "--strict"])
+    assert r.exit_code == 4
+    assert "--refine not run" in r.stderr

@@ -14,7 +14,7 @@ EQUILIBRATION_NOTE = ("equilibration: steps from θ̂ until every second moment 
 
 
 def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, backward_error: float | None = None,
-                         seed: int = 0) -> dict[str, Any]:
+                         seed: int = 0, quiet_reasons: bool = False) -> dict[str, Any]:
     """Run :func:`sgtune.theory.applicability.applicability` for a loaded problem; warn (and mark the result
     untrusted, so ``--strict`` exits 4) for each reason; return the JSON object."""
     small = prob.dim <= LARGE_DIM
@@ -25,7 +25,7 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
     a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
                       backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
-    for reason in a.reasons:
+    for reason in () if quiet_reasons else a.reasons:
         untrusted(f"not applicable: {reason}")
     csr = a.conditioning.get("column_scale_ratio")
     if csr is not None and csr > COLUMN_SCALE_RATIO:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import click
 
@@ -9,7 +10,7 @@ from ..core._refs import references_of
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows
-from ._io import command_line, emit, handle_errors, info
+from ._io import command_line, emit, handle_errors, info, untrusted
 from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
                        temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -31,6 +32,10 @@ from ._render import key_values, matrix_summary
 @click.option("--blocks", "blocks", default=None, metavar="FILE.json",
               help="For --family block: JSON list of lists of 0-based parameter indices, e.g. [[0,1],[2,3,4]], "
                    "covering every parameter once.")
+@click.option("--refine", "refine_rounds", type=click.IntRange(min=1), default=None, metavar="ROUNDS",
+              help="Correct Λ on short chains (up to ROUNDS rounds) until the chain's covariance matches the target "
+                   "within Monte Carlo error; JSON key refine (one entry per round). Not done when the spread is "
+                   "not local.")
 @output_options
 @plot_option
 @handle_errors
@@ -67,8 +72,11 @@ def cli(**kw: object) -> None:
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
         "command": command_line(), "references": references_of(tune),
     }
-    doc["applicability"] = applicability_report(prob, res.stationary, target_cov=res.target_cov,
-                                                backward_error=res.residual, seed=int(kw["seed"]))  # type: ignore[arg-type]
+    if kw["refine_rounds"] is not None:
+        res, doc = _refine(prob, res, doc, int(kw["refine_rounds"]), int(kw["seed"]))  # type: ignore[arg-type]
+    else:
+        doc["applicability"] = applicability_report(prob, res.stationary, target_cov=res.target_cov,
+                                                    backward_error=res.residual, seed=int(kw["seed"]))  # type: ignore[arg-type]
     if kw["blocks"] is not None:
         doc["blocks"] = str(kw["blocks"])
     elif kw["family"] == "block" and prob.expansion.parameter_blocks is not None:  # the model's own (layers)
@@ -86,3 +94,35 @@ def cli(**kw: object) -> None:
         ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),
         *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + EQUILIBRATION_NOTE,
         bool(kw["quiet"]))
+
+
+def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) -> tuple[Any, dict[str, Any]]:
+    """``--refine``: chains correct Λ unless the spread is not local; the applicability follows the chains."""
+    from ..workflows.refine import refine
+
+    app = applicability_report(prob, res.stationary, target_cov=res.target_cov, backward_error=res.residual,
+                               seed=seed, quiet_reasons=True)
+    nonlocal_ = [r for r in app["reasons"] if not r.startswith("the loss is not quadratic")]
+    if nonlocal_:
+        doc["refine"] = []
+        for r in app["reasons"]:
+            untrusted(f"not applicable (--refine not run: the chain's covariance is no trustworthy measurement): {r}")
+        doc["applicability"] = app
+        return res, doc
+    new, rounds_ = refine(prob.model, prob.dataset, prob.expansion, res, rounds=rounds,
+                          prior_precision=prob.prior_precision, seed=seed)
+    doc["refine"] = [r.to_dict() for r in rounds_]
+    last = rounds_[-1]
+    doc.update({"lambda": new.step_matrix, "predicted_cov": new.predicted_cov, "spectral_radius": new.spectral_radius,
+                "tau_worst": new.tau_worst, "tau": new.tau})
+    app = applicability_report(prob, new.stationary, target_cov=res.target_cov, backward_error=new.residual,
+                               seed=seed, quiet_reasons=True)
+    if last.converged:
+        app.update(applicable=True, reasons=[], verified_by_refine=True)
+    else:
+        reason = (f"--refine {rounds}: the chain's covariance is still {last.error:.1%} (MCSE {last.mcse:.1%}) from "
+                  "the target after the last round; more rounds, a larger batch or a smaller target may help")
+        app.update(applicable=False, reasons=[reason], verified_by_refine=False)
+        untrusted(f"not applicable: {reason}")
+    doc["applicability"] = app
+    return new, doc

@@ -1,0 +1,123 @@
+"""Repair a tuned Λ on short real chains where the chain stays local but the loss is not quadratic.
+
+The tuning map target ↦ Λ(target) ↦ Σ_proxy(Λ) is the identity for the linearised chain (seed 003,
+Algorithm 1), so the theory's own sensitivity of the stationary covariance to the tuning target is the
+identity, and the Newton step for the chain's map target ↦ Σ_chain is the defect correction
+
+    target_{k+1} = target_k + (Σ* − Σ̂_k),    Λ_{k+1} = tune(target_{k+1}),
+
+applied here in its positive-definite form target_{k+1} = G target_k Gᵀ with G = Σ*^{1/2} Σ̂_k^{-1/2}
+(G Σ̂_k Gᵀ = Σ*; to first order in Σ̂_k − Σ* the two agree), where Σ̂_k is the covariance measured on chains run with Λ_k (batch-means standard errors). Rounds stop
+when the measured covariance matches Σ* within Monte Carlo error (or the rounds are spent). A chain
+whose spread is not local (the applicability report's runaway or near-critical cases) is not refined:
+its sample covariance is not a trustworthy measurement.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import SgtuneError
+from ..io.data import Dataset
+from ..models import Expansion
+from ..sampler import run_chains
+from ..theory.stationary import equilibration_steps
+from ..theory.tuning import TuningResult, tune
+
+__all__ = ["RefineRound", "refine", "MC_TARGET"]
+
+#: relative Monte Carlo standard error (entry-wise, largest) each round's chains aim for
+MC_TARGET = 0.01
+#: a round has converged when the largest entry-wise error is below max(CONVERGED, 3 × its MCSE)
+CONVERGED = 0.02
+MAX_STEPS = 2_000_000
+
+
+@dataclass(frozen=True)
+class RefineRound:
+    """One round: the chains at the current Λ and the correction applied after them."""
+
+    round: int
+    steps: int
+    chains: int
+    error: float          # max_ij |Σ̂ − Σ*|_ij / √(Σ*_ii Σ*_jj)
+    mcse: float           # the same scale, of the standard errors of Σ̂
+    lambda_change: float  # ‖Λ_{k+1} − Λ_k‖_F / ‖Λ_k‖_F (0 after the last round)
+    converged: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "steps": self.steps, "chains": self.chains, "error": self.error,
+                "mcse": self.mcse, "lambda_change": self.lambda_change, "converged": self.converged}
+
+
+def _power(a: np.ndarray, p: float) -> np.ndarray:
+    w, v = np.linalg.eigh(0.5 * (a + a.T))
+    return (v * np.clip(w, 1e-300, None) ** p) @ v.T
+
+
+def _power_general(g: np.ndarray, p: float) -> np.ndarray:
+    if p == 1.0:
+        return g
+    w, v = np.linalg.eig(g)
+    return np.real((v * w.astype(complex) ** p) @ np.linalg.inv(v))
+
+
+def _scaled(a: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    s = np.sqrt(np.diag(ref))
+    return np.abs(a) / np.outer(s, s)
+
+
+def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult, *, rounds: int,
+           prior_precision: Any = 0.0, n_chains: int = 8, seed: int = 0,
+           progress: Any = None) -> tuple[TuningResult, list[RefineRound]]:
+    """Correct ``tuned`` (a :func:`~sgtune.theory.tuning.tune` result) on chains; see the module docstring.
+
+    Returns the last tuning result (its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
+    *proxy's* covariance for that Λ, not Σ*) and the rounds.
+    """
+    if rounds < 1:
+        raise SgtuneError(f"--refine must be >= 1 round, got {rounds}")
+    sigma_star = tuned.target_cov
+    st = tuned.stationary
+    current, target = tuned, sigma_star
+    out: list[RefineRound] = []
+    for k in range(rounds):
+        tau = max(1.0, float(current.tau_worst))
+        # chains long enough for an MC_TARGET relative error of a variance: Var ≈ 2τ Σ²/(C·T)
+        steps = int(min(MAX_STEPS, max(20_000, math.ceil(2.0 * tau / (n_chains * MC_TARGET ** 2)))))
+        burn = int(min(steps, max(steps // 10, 20 * tau, equilibration_steps(current.spectral_radius))))
+        ch = run_chains(model, data, current.step_matrix, batch_size=st.batch_size, n_steps=steps + burn,
+                        n_chains=n_chains, burn_in=burn, prior_precision=prior_precision,
+                        initial=expansion.theta_hat, inv_temperature=st.inv_temperature, momentum=st.momentum,
+                        batching="without-replacement" if st.without_replacement else "replacement",
+                        seed=seed + 1000 * k, progress=progress)
+        err = float(_scaled(ch.cov - sigma_star, sigma_star).max())
+        mcse = float(_scaled(ch.cov_standard_error, sigma_star).max())
+        converged = err <= max(CONVERGED, 3.0 * mcse)
+        if converged or k == rounds - 1:
+            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, converged))
+            break
+        nxt = None
+        for damping in (1.0, 0.5, 0.25):  # keep Λ tunable: a shorter step when the corrected target is not
+            G = _power(sigma_star, 0.5) @ _power(ch.cov, -0.5)  # G Σ̂ Gᵀ = Σ*: the congruence that maps the
+            G = _power_general(G, damping)                       # chain's covariance onto the target
+            cand = G @ target @ G.T
+            cand = 0.5 * (cand + cand.T)
+            try:
+                nxt = tune(expansion, batch_size=st.batch_size, target=cand, method=current.method,
+                           family=current.family, inv_temperature=st.inv_temperature,
+                           without_replacement=st.without_replacement, momentum=st.momentum)
+            except SgtuneError:
+                continue
+            target = cand
+            break
+        if nxt is None:
+            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, False))
+            break
+        change = float(np.linalg.norm(nxt.step_matrix - current.step_matrix) / np.linalg.norm(current.step_matrix))
+        out.append(RefineRound(k + 1, steps, n_chains, err, mcse, change, False))
+        current = nxt
+    return current, out
