@@ -156,3 +156,11 @@ def test_refine_checks_a_local_answer_on_chains_and_refuses_a_nonlocal_one(tmp_p
                                   "--batch-size", "32", "--refine", "3", "-q", "--strict"])
     assert r.exit_code == 4
     assert "--refine not run" in r.stderr
+
+
+def test_calibrate_reports_applicability_on_the_subsample_it_fitted():
+    r = CliRunner().invoke(main, ["calibrate", "--example", "hetero-linear", "--batch-size", "32", "--subsample", "500",
+                                  "--steps", "5000", "-q"])
+    assert r.exit_code == 0, r.stderr
+    app = json.loads(r.stdout)["applicability"]
+    assert app["applicable"] is True and app["predicted_deviation"] < 1e-9  # the same rows: exact for a linear model

@@ -108,6 +108,13 @@ def cli(**kw: Any) -> None:
         doc["repetitions"] = reps
         doc["repetition_summary"] = _repetition_summary(reps)
     doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
+    from types import SimpleNamespace
+
+    from ._applicability import applicability_report
+
+    doc["applicability"] = applicability_report(
+        SimpleNamespace(model=prob.model, dataset=prob.dataset, expansion=r.expansion, dim=r.expansion.dim),
+        t.stationary, target_cov=t.target_cov, backward_error=t.residual, seed=int(kw["seed"]))
     png = render_plot(kw, lambda: figure_calibrate(
         t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=prob.dataset.names,
         title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
