@@ -1,0 +1,80 @@
+"""Sphinx configuration of the sgtune documentation.
+
+Build: ``python -m sphinx -W --keep-going -b html docs docs/_build/html`` (``tests/test_docs.py`` does
+this). The user's-guide pages are MyST notebooks executed at build time; the reproductions are the
+notebooks of ``notebooks/`` stored with outputs by ``python docs/make_reproductions.py``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# document (and execute) the package of this tree, not whichever checkout is installed
+sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
+
+import sgtune  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+
+project = "sgtune"
+author = "the sgtune developers"
+copyright = "the sgtune developers"
+release = version = sgtune.__version__
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "sphinx_click",
+    "sgtune_docstrings",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+root_doc = "index"
+
+# MyST: $…$ maths, ::: fences, auto-anchored headings for cross-page links
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# notebooks: the user's guide pages are executed on every build (small examples); the reproductions
+# are stored with their outputs (docs/make_reproductions.py; tests/test_docs.py checks they are current)
+nb_execution_mode = "force"
+nb_execution_excludepatterns = ["reproductions/*"]
+nb_execution_timeout = 300
+nb_execution_raise_on_error = True
+nb_execution_in_temp = True
+nb_merge_streams = True
+
+# API reference from the numpydoc docstrings
+autosummary_generate = True
+autosummary_imported_members = False
+# ignore-module-all: a package documents only what it defines, so a re-exported name has one target
+autodoc_default_options = {"members": True, "show-inheritance": True, "ignore-module-all": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_preserve_defaults = True
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"sgtune {version}"
+html_static_path = ["_static"]
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "secondary_sidebar_items": ["page-toc"],
+    "footer_start": ["copyright"],
+    "footer_end": [],
+}
+html_sidebars = {"index": [], "getting_started": []}
