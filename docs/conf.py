@@ -44,6 +44,8 @@ root_doc = "index"
 # MyST: $…$ maths, ::: fences, auto-anchored headings for cross-page links
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
+# keep "--option" as typed (the CLI reference is a contract): no en dashes, no curly quotes
+smartquotes = False
 
 # notebooks: the user's guide pages are executed on every build (small examples); the reproductions
 # are stored with their outputs (docs/make_reproductions.py; tests/test_docs.py checks they are current)

@@ -50,6 +50,16 @@ def process_docstring(app: Sphinx, what: str, name: str, obj: Any, options: Any,
             lines[i] = _escape_bars(line)
 
 
+def process_click_text(app: Sphinx, ctx: Any, lines: list[str]) -> None:
+    """Keep wildcards such as ``e_cov_*`` in the command help literal.
+
+    In reStructuredText a ``*`` opens emphasis and a word ending in ``_`` is a link reference.
+    """
+    for i, line in enumerate(lines):
+        line = re.sub(r"(?<!\\)\*", r"\\*", line)
+        lines[i] = re.sub(r"(?<=\w)_(?=\W|$)", r"\\_", line)
+
+
 def skip_foreign(app: Sphinx, what: str, name: str, obj: Any, skip: bool, options: Any) -> bool | None:
     """Skip members imported from other packages (``scipy.stats.kstest`` in a module's namespace)."""
     module = getattr(obj, "__module__", None)
@@ -72,12 +82,17 @@ class _DocstringWarnings(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        location = str(getattr(record, "location", "") or "")
+        location = getattr(record, "location", None)  # not yet translated to text: a node, a tuple or a str
+        if hasattr(location, "source") or hasattr(location, "document"):
+            location = sphinx_logging.get_node_location(location) or ""
+        location = str(location or "")
         kind = getattr(record, "type", None)
         subtype = getattr(record, "subtype", None)
         if kind in _TOLERATED or f"{kind}.{subtype}" in _TOLERATED:
             if "docstring of " in location or "<autosummary>" in location or "/api/generated/" in location:
-                self.collected.append(record.getMessage())
+                entry = f"{location}: {record.getMessage()}"
+                if entry not in self.collected:
+                    self.collected.append(entry)
                 return False
         return True
 
@@ -87,8 +102,9 @@ _FILTER = _DocstringWarnings()
 
 def _install_filter(app: Sphinx) -> None:
     logger = logging.getLogger(sphinx_logging.NAMESPACE)
-    for handler in logger.handlers:
-        handler.addFilter(_FILTER)
+    for handler in logger.handlers:  # first, so that Sphinx neither counts nor raises these
+        if isinstance(handler, sphinx_logging.WarningStreamHandler) and _FILTER not in handler.filters:
+            handler.filters.insert(0, _FILTER)
 
 
 def _report(app: Sphinx, exception: Exception | None) -> None:
@@ -103,6 +119,9 @@ def _report(app: Sphinx, exception: Exception | None) -> None:
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", process_docstring)
     app.connect("autodoc-skip-member", skip_foreign)
+    app.connect("sphinx-click-process-description", process_click_text)
+    app.connect("sphinx-click-process-epilog", process_click_text)
+    app.connect("sphinx-click-process-options", process_click_text)
     app.connect("builder-inited", _install_filter)
     app.connect("build-finished", _report)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
