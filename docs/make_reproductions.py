@@ -59,6 +59,11 @@ def build(name: str) -> Path:
     setup = nbformat.v4.new_code_cell(SETUP.format(path=f"notebooks/{name}.py"))
     setup.metadata["tags"] = ["remove-cell"]
     nb.cells.insert(0, setup)
+    first_text = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown")
+    nb.cells.insert(first_text + 1, nbformat.v4.new_markdown_cell(
+        f"*Run at smoke size (`SGTUNE_SMOKE=1`) when these pages were made: the numbers below show the "
+        f"code path, not the result. The full-size results are listed in {{doc}}`index`; the script is "
+        f"`notebooks/{name}.py`.*"))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata.pop("jupytext", None)
     # figures and result files go to notebooks/figures/ (ignored by git), as when the scripts run
