@@ -231,8 +231,11 @@ def test_theta_hat_reports_gradient_and_warns_away_from_the_map(tmp_path, logist
     r3 = run(["lambda", str(logistic_npz), "--model", "logistic", "--batch-size", "32", "--theta-hat", str(far)])
     assert r3.exit_code == 0
     warn = [ln for ln in r3.stderr.splitlines() if ln.startswith("warning:")]
-    assert len(warn) == 1 and "not small" in warn[0]
+    assert sum("not small" in w for w in warn) == 1 and "not small" in warn[0]
     doc3 = json.loads(r3.stdout)
+    # the chain drifts from the given θ̂ towards the MAP, 20 se away: the applicability report says so too
+    assert doc3["applicability"]["applicable"] is False
+    assert all(w.startswith("warning: not applicable") for w in warn[1:]) and len(warn) >= 2
     assert doc3["gradient_noise_ratio"] > 1 and doc3["gradient_norm"] > 1e-3
 
 
