@@ -7,6 +7,7 @@ import click
 
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
+from ..theory.mcerror import mc_error
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
 from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows
 from ._io import command_line, emit, handle_errors, info
@@ -31,7 +32,9 @@ def cli(**kw: object) -> None:
     \b
     JSON keys: cov, spectral_radius, spectral_radius_is_bound, tau_worst, tau,
     tau_spectral (Prop. 4.4's 2/μ_min(ΛH) − 1; without momentum), theta_hat,
-    relative_residual, iterate_average_cov (with --average-window).
+    relative_residual, iterate_average_cov (with --average-window),
+    mean_mc_variance (lim T·Cov(x̄_T), D×D), cov_mc_error_constant (lim T·E‖Ŝ_T − Σ‖²_F / ‖Σ‖²_F,
+    Gaussian fourth moments): a run of T steps and C chains has RMS relative error √(c/(T·C)).
     """
     if (kw["step_size"] is None) == (kw["lambda_file"] is None):
         raise click.UsageError("give exactly one of --step-size L or --lambda FILE.npy")
@@ -50,6 +53,8 @@ def cli(**kw: object) -> None:
            "data": prob.dataset.source, "seed": kw["seed"], "command": command_line(),
            "references": references_of(predict_stationary_cov)}
     doc["applicability"] = applicability_report(prob, st, seed=int(kw["seed"]))  # type: ignore[arg-type]
+    mce = mc_error(st)  # Monte Carlo error of a stationary run (issue 20)
+    doc["mean_mc_variance"], doc["cov_mc_error_constant"] = mce.mean_mc_variance, mce.cov_mc_error_constant
     if kw["average_window"] is not None:
         doc["iterate_average_cov"] = iterate_average_cov(st, int(kw["average_window"]))  # type: ignore[arg-type]
         doc["average_window"] = kw["average_window"]
