@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "run": "sgtune.cli.cmd_run",
     "verify": "sgtune.cli.cmd_verify",
     "reshuffle": "sgtune.cli.cmd_reshuffle",
+    "plan": "sgtune.cli.cmd_plan",
 }
 
 

@@ -1,0 +1,227 @@
+"""``sgtune plan``: the cheapest SG(L)D configuration and run length that meet a tolerance, before running."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import click
+
+from ..core._refs import references_of
+from ..core.errors import SgtuneError
+from ..theory.mcerror import mc_error
+from ..theory.stationary import predict_stationary_cov
+from ..theory.tuning import FAMILIES, tune
+from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
+from ._applicability import applicability_report
+from ._io import _atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
+from ._options import data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
+    parse_inv_temperature, temperature_json
+from ._plot import check_plot, render_plot, write_plot
+
+#: CSV columns (then the notes' extra columns, when any candidate has them)
+CSV_COLUMNS = ("index", "recommended", "pareto", "batch_size", "family", "momentum", "batching",
+               "inverse_temperature", "chains", "feasible", "covariance_error", "cov_mc_error_constant",
+               "burn_in_steps", "steps", "gradient_evaluations", "predicted_seconds", "predicted_rms_error",
+               "spectral_radius", "tau_worst", "seconds_per_step", "bounds", "approximate", "reason")
+
+
+def _list(value: str, name: str) -> list[str]:
+    out = [v.strip() for v in str(value).split(",") if v.strip()]
+    if not out:
+        raise click.UsageError(f"{name} needs at least one value (comma-separated)")
+    return out
+
+
+def _floats(value: str, name: str) -> list[float]:
+    try:
+        return [float(v) for v in _list(value, name)]
+    except ValueError:
+        raise click.UsageError(f"{name} must be comma-separated numbers, got {value!r}") from None
+
+
+def _ints(value: str, name: str) -> list[int]:
+    try:
+        return [int(v) for v in _list(value, name)]
+    except ValueError:
+        raise click.UsageError(f"{name} must be comma-separated integers, got {value!r}") from None
+
+
+@click.command("plan")
+@data_options
+@click.option("--target", default="sandwich", show_default=True,
+              help="Target covariance Σ* of θ: 'sandwich' (J⁻¹𝓘J⁻¹/N), 'posterior' (H⁻¹/N) or a (D, D) .npy file.")
+@click.option("--tolerance", type=float, required=True, metavar="E",
+              help="Required RMS relative error of the run's covariance estimate, ‖Ŝ − Σ*‖_F/‖Σ*‖_F (e.g. 0.1).")
+@click.option("--batch-sizes", default=None, metavar="B1,B2,…",
+              help="Batch sizes to consider (default " + ",".join(map(str, DEFAULT_BATCH_SIZES)) + ", up to N).")
+@click.option("--families", default="dense,diagonal,scalar", show_default=True,
+              help="Step-size families: " + ", ".join(FAMILIES) + " (block needs a model with parameter blocks).")
+@click.option("--momentum", "momenta", default="0", show_default=True, metavar="K1,K2,…",
+              help="Heavy-ball momenta κ in [0, 1) to consider.")
+@click.option("--batching", "batchings", default="replacement", show_default=True,
+              help="Batching schemes: " + ", ".join(BATCHINGS) + " (reshuffle: seed 002's Gaussian-case correction "
+                   "of the without-replacement prediction; marked approximate).")
+@click.option("--inverse-temperature", "inverse_temperatures", default="inf", show_default=True,
+              help="β values: 'inf' (SGD), 'N', 'cN' or numbers, comma-separated.")
+@click.option("--chains", type=click.IntRange(min=1), default=4, show_default=True,
+              help="C independent chains (run in parallel); the error falls like 1/√(T·C).")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default="gradients", show_default=True,
+              help="What 'recommended' minimises among the feasible candidates: gradient evaluations or the "
+                   "predicted wall seconds on this machine.")
+@click.option("--no-timing", is_flag=True,
+              help="Skip the short sampler runs that time a step (predicted_seconds is then 'inf').")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, metavar="PLAN.csv",
+              help="Write the candidate table as CSV.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+              help="Draw gradient evaluations and seconds against the batch size per family, the Pareto front "
+                   "circled and the recommendation starred. Needs matplotlib: pip install 'sgtune[plot]'.")
+@json_output_options
+@handle_errors
+def cli(**kw: Any) -> None:
+    """Plan the cheapest run that estimates the target covariance within a tolerance (issue 20).
+
+    \b
+    For each batch size B, family, momentum κ, batching and β of the grid, Λ is tuned to Σ* and, for
+    the linearised chain, the plan computes the bias b = ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F, the Monte Carlo constant
+    c = lim T·E‖Ŝ_T − Σ(Λ)‖²_F/‖Σ*‖²_F (Gaussian fourth moments), the burn-in (steps until every second
+    moment is within 1 % of stationary) and the steps T = ⌈c/(C(E² − b²))⌉ so that the predicted RMS
+    relative error √(b² + c/(T·C)) is E; cost = C·B·(burn-in + T) gradient evaluations.
+    JSON keys: candidates (each: batch_size, family, momentum, batching, inverse_temperature, chains,
+    covariance_error, cov_mc_error_constant, burn_in_steps, steps, gradient_evaluations,
+    predicted_seconds, feasible, reason when not, predicted_rms_error, bounds, approximate, notes),
+    recommended (index), lambda (its Λ), pareto_front, applicability (of the recommendation), …
+    Numbers that do not exist for an infeasible candidate are the string "inf".
+    Example:  sgtune plan --example logistic --tolerance 0.1 --plot plan.png -o plan.csv
+    """
+    check_writable(kw["output"], bool(kw["overwrite"]), "--output")
+    check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    check_plot(kw)
+    tol = kw["tolerance"]
+    if not (tol > 0 and math.isfinite(tol)):
+        raise SgtuneError(f"--tolerance must be a number > 0 (a relative RMS error such as 0.1), got {tol}")
+    prob = load_problem(kw)
+    n = prob.dataset.n_data
+    bs = _ints(kw["batch_sizes"], "--batch-sizes") if kw["batch_sizes"] else None
+    families = _list(kw["families"], "--families")
+    momenta = _floats(kw["momenta"], "--momentum")
+    batchings = _list(kw["batchings"], "--batching")
+    betas = [parse_inv_temperature(v, n) for v in _list(kw["inverse_temperatures"], "--inverse-temperature")]
+    target: Any = kw["target"]
+    if target not in ("sandwich", "posterior"):
+        target = load_float_npy(str(target), "--target")
+    p = plan_run(prob.model, prob.dataset, prob.expansion, target=target, tolerance=tol, batch_sizes=bs,
+                 families=families, momenta=momenta, batchings=batchings, inverse_temperatures=betas,
+                 chains=int(kw["chains"]), objective=str(kw["objective"]), prior_precision=prob.prior_precision,
+                 time_steps=not kw["no_timing"], seed=int(kw["seed"]))
+    rows = [c.to_dict() for c in p.candidates]
+    front = p.pareto_front()
+    table = _table(p, rows, front)
+    if p.recommended is None:
+        info(table, bool(kw["quiet"]))
+        best = min((c.covariance_error for c in p.candidates), default=math.inf)
+        raise SgtuneError(f"no candidate reaches --tolerance {tol:g}: the smallest bias is {best:.3g}; loosen the "
+                          "tolerance, include the dense family, or change the target")
+    best = p.candidates[p.recommended]
+    st = best.stationary
+    if st is None:  # the large-D dense path skipped the forward solve: its Σ(Λ) is Σ* by construction
+        st = predict_stationary_cov(prob.expansion, best.step_matrix, batch_size=best.batch_size,
+                                    inv_temperature=best.inverse_temperature,
+                                    without_replacement=best.batching != "replacement", momentum=best.momentum,
+                                    initial_guess=p.target_cov, radius_bound=True)
+    app = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
+    if rows[p.recommended]["approximate"]:
+        untrusted("the recommended candidate's bias and Monte Carlo constant are approximations "
+                  f"({', '.join(rows[p.recommended]['approximate'])}); check them with sgtune verify")
+    doc = {**expansion_keys(prob.expansion),
+           "candidates": rows, "recommended": p.recommended, "recommended_candidate": rows[p.recommended],
+           "lambda": best.step_matrix, "pareto_front": front, "tolerance": tol, "objective": p.objective,
+           "chains": p.chains, "target": kw["target"], "target_cov": p.target_cov,
+           "theta_hat": prob.expansion.theta_hat, "applicability": app,
+           "batch_sizes": sorted({c.batch_size for c in p.candidates}), "families": families,
+           "momentum": momenta, "batching": batchings,
+           "inverse_temperature": [temperature_json(b) for b in betas],
+           "tuning_seconds": p.tuning_seconds, "timing_seconds": p.timing_seconds,
+           "n_data": n, "model": prob.model.name, "data": prob.dataset.source, "seed": kw["seed"],
+           "command": command_line(),
+           "references": references_of(tune) + references_of(mc_error) + references_of(predict_stationary_cov)}
+    csv_text = _csv(rows, p.recommended, front) if kw["output"] else None
+    png = render_plot(kw, lambda: _figure(rows, p, front, prob, tol))
+    emit(doc, kw["json_path"])
+    if csv_text is not None:
+        _atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
+    write_plot(kw, png)
+    info(table, bool(kw["quiet"]))
+
+
+def _figure(rows: list[dict[str, Any]], p: Plan, front: list[int], prob: Any, tol: float) -> Any:
+    from ..io.plan_plot import figure_plan
+
+    return figure_plan(rows, recommended=p.recommended, front=front,
+                       title=f"sgtune plan: {prob.model.name}, N = {prob.dataset.n_data}, D = {prob.dim}, "
+                             f"tolerance {tol:g}, C = {p.chains} chains")
+
+
+def _csv(rows: list[dict[str, Any]], recommended: int | None, front: list[int]) -> str:
+    extras = sorted({k for r in rows for k in r if k not in CSV_COLUMNS and k != "notes"})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*CSV_COLUMNS, *extras])
+    for i, r in enumerate(rows):
+        vals = {**r, "index": i, "recommended": int(i == recommended), "pareto": int(i in front),
+                "bounds": ";".join(r["bounds"]), "approximate": ";".join(r["approximate"]),
+                "reason": r.get("reason", "")}
+        w.writerow([vals.get(k, "") for k in (*CSV_COLUMNS, *extras)])
+    return buf.getvalue()
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def _short_reason(reason: str) -> str:
+    if reason.startswith("bias"):
+        return "bias ≥ E"
+    if reason.startswith("no stable chain"):
+        return "not reachable"
+    if reason.startswith("reshuffle"):
+        return "no RR theory"
+    return reason[:24]
+
+
+_BATCH = {"replacement": "with-repl", "without-replacement": "w/o-repl", "reshuffle": "reshuffle"}
+
+
+def _table(p: Plan, rows: list[dict[str, Any]], front: list[int]) -> str:
+    head = (f"{'':2}{'#':>3} {'B':>5} {'family':<8} {'κ':>4} {'batching':<10} {'β':>7} {'bias':>8} {'c':>9} "
+            f"{'burn-in':>8} {'steps T':>9} {'gradients':>11} {'seconds':>8}  note")
+    lines = [f"plan: tolerance E = {p.tolerance:g} (RMS relative error of the covariance), C = {p.chains} chains, "
+             f"objective {p.objective}", head]
+    for i, r in enumerate(rows):
+        mark = "*" if i == p.recommended else ("+" if i in front else " ")
+        beta = r["inverse_temperature"]
+        note = "" if r["feasible"] else _short_reason(r.get("reason", ""))
+        if r["bounds"]:
+            note = (note + " ≤burn-in").strip()
+        if r["approximate"]:
+            note = (note + " ~approx").strip()
+        lines.append(
+            f"{mark:2}{i:>3} {r['batch_size']:>5} {r['family']:<8} {r['momentum']:>4g} {_BATCH[r['batching']]:<10} "
+            f"{_fmt(beta, '7.3g'):>7} {_fmt(r['covariance_error'], '8.2g'):>8} "
+            f"{_fmt(r['cov_mc_error_constant'], '9.4g'):>9} {_fmt(r['burn_in_steps'], 'd'):>8} "
+            f"{_fmt(r['steps'], 'd'):>9} {_fmt(r['gradient_evaluations'], '11.4g'):>11} "
+            f"{_fmt(r['predicted_seconds'], '8.3g'):>8}  {note}")
+    if p.recommended is not None:
+        r = rows[p.recommended]
+        lines.append(f"* recommended: #{p.recommended}, B = {r['batch_size']}, {r['family']}, κ = {r['momentum']:g}, "
+                     f"{r['batching']}, {_run_summary(r)}; + Pareto front (gradients vs seconds)")
+        for note in p.candidates[p.recommended].notes:
+            lines.append(f"  note ({note['source'].split(':')[0]}): {note['text']}")
+    return "\n".join(lines)
+
+
+def _run_summary(r: dict[str, Any]) -> str:
+    return (f"{r['chains']} chains × ({r['burn_in_steps']} burn-in + {r['steps']} steps) = "
+            f"{_fmt(r['gradient_evaluations'], '.4g')} gradient evaluations, predicted RMS error "
+            f"{_fmt(r['predicted_rms_error'], '.3g')}")

@@ -1,0 +1,455 @@
+r"""``sgtune plan``: the cheapest SG(L)D run that meets an accuracy, computed before running it.
+
+For every configuration of a grid — batch size B, step-size family, momentum κ, batching scheme,
+inverse temperature β — with C independent chains, the planner tunes Λ to the target Σ*
+(:func:`sgtune.theory.tuning.tune`) and reads off, exactly for the linearised chain:
+
+- the **bias** b = ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F (zero for the dense family; the structured families cannot
+  reach every target);
+- the **Monte Carlo constant** c = lim T·E‖Ŝ_T − Σ(Λ)‖²_F/‖Σ*‖²_F (:mod:`sgtune.theory.mcerror`,
+  Gaussian fourth moments);
+- the **burn-in** t₀ = :func:`~sgtune.theory.stationary.equilibration_steps` of the second-moment map's
+  spectral radius (the steps from θ̂ until every second moment is within 1 % of stationary, as in the
+  applicability report).
+
+The predicted RMS relative error of the covariance pooled over C chains of T steps after burn-in is
+sqrt(b² + c/(T·C)), so the tolerance E needs T = ⌈c/(C·(E² − b²))⌉ steps (never fewer than
+``MIN_TAU_MULTIPLE`` integrated autocorrelation times, where the asymptotic formula starts to hold), and
+the run costs C·B·(t₀ + T) gradient evaluations. A configuration with b ≥ E is infeasible at any length.
+``predicted_seconds`` multiplies the steps by the measured wall time per chain-step of sgtune's own
+sampler on this machine (a short timed run per batch size, Λ kind and momentum): with an exactly tuned
+Λ the gradient evaluations per unit of precision barely depend on B (c/B scales like the gradient noise),
+so the per-step overhead decides the wall time.
+
+Large D: above ``FAST_DENSE_DIM`` the dense SGD family skips the forward solve (its Σ(Λ) is Σ* by
+construction) and the burn-in comes from the certified bound on the spectral radius
+(1 − λ_min(Σ*^{-1/2}Q₀Σ*^{-1/2})). The structured families take the closed form of
+:func:`sgtune.theory.tuning.structured_step_matrix` (``family_criterion="moment"``) rather than the
+discrepancy fit, which costs an adjoint solve per optimiser step; their bias is exact either way. Each candidate's ``bounds`` lists the numbers that are upper bounds rather than values.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core._validation import check_int, check_positive
+from ..core.errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
+from ..io.data import Dataset
+from ..models import Expansion
+from ..sampler import run_chains
+from ..theory.mcerror import cov_error_constant, mc_error
+from ..theory.stationary import ARPACK_MAX_DIM, equilibration_steps, finite_population_factor, noise_covariance
+from ..theory.tuning import FAMILIES, solve_step_matrix, target_covariance, tune, tuning_residual
+
+__all__ = ["Candidate", "Plan", "plan_run", "BATCHINGS", "OBJECTIVES", "DEFAULT_BATCH_SIZES",
+           "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM", "FAST_DENSE_DIM"]
+
+BATCHINGS = ("replacement", "without-replacement", "reshuffle")
+OBJECTIVES = ("gradients", "seconds")
+DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 128, 256)
+DEFAULT_FAMILIES = ("dense", "diagonal", "scalar")
+#: the planned run is never shorter than this many τ_worst (finite-T corrections to c are O(τ/T))
+MIN_TAU_MULTIPLE = 50
+#: with ``family_criterion=None``, structured families above this D use the closed form instead of the fit
+PLAN_FIT_MAX_DIM = 50
+#: the dense SGD family above this D skips the forward solve and bounds the spectral radius
+FAST_DENSE_DIM = ARPACK_MAX_DIM
+#: wall-clock budget of the sampler timings' measured work (seconds, all configurations together; compilation
+#: and the fixed cost of the short probing runs come on top)
+TIME_BUDGET = 0.5
+
+@dataclass
+class Candidate:
+    """One configuration of the grid and what the plan predicts for it (``to_dict``: the JSON entry)."""
+
+    batch_size: int
+    family: str
+    momentum: float
+    batching: str
+    inverse_temperature: float
+    chains: int
+    feasible: bool = False
+    reason: str | None = None
+    covariance_error: float = math.inf
+    cov_mc_error_constant: float = math.inf
+    burn_in_steps: float = math.inf
+    steps: float = math.inf
+    gradient_evaluations: float = math.inf
+    predicted_seconds: float = math.inf
+    seconds_per_step: float = math.nan
+    seconds_per_run: float = 0.0
+    predicted_rms_error: float = math.inf
+    spectral_radius: float = math.nan
+    tau_worst: float = math.nan
+    bounds: list[str] = field(default_factory=list)
+    approximate: list[str] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)
+    step_matrix: np.ndarray | None = field(default=None, repr=False)
+    stationary: Any = field(default=None, repr=False)
+
+    @property
+    def lam_kind(self) -> str:
+        """How the sampler applies Λ (it decides the per-step cost): ``dense`` or ``diagonal``."""
+        return "dense" if self.family in ("dense", "block") else "diagonal"
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(x: float) -> Any:
+            if isinstance(x, (int, np.integer)):
+                return int(x)
+            return float(x) if math.isfinite(x) else "inf"
+
+        out: dict[str, Any] = {
+            "batch_size": self.batch_size, "family": self.family, "momentum": self.momentum,
+            "batching": self.batching,
+            "inverse_temperature": "inf" if math.isinf(self.inverse_temperature) else self.inverse_temperature,
+            "chains": self.chains, "covariance_error": num(self.covariance_error),
+            "cov_mc_error_constant": num(self.cov_mc_error_constant),
+            "burn_in_steps": _int_or_inf(self.burn_in_steps), "steps": _int_or_inf(self.steps),
+            "gradient_evaluations": _int_or_inf(self.gradient_evaluations),
+            "predicted_seconds": num(self.predicted_seconds), "feasible": self.feasible,
+            "predicted_rms_error": num(self.predicted_rms_error),
+            "spectral_radius": num(self.spectral_radius) if math.isfinite(self.spectral_radius) else "inf",
+            "tau_worst": num(self.tau_worst) if math.isfinite(self.tau_worst) else "inf",
+            "seconds_per_step": num(self.seconds_per_step) if math.isfinite(self.seconds_per_step) else "inf",
+            "bounds": list(self.bounds), "approximate": list(self.approximate), "notes": list(self.notes),
+        }
+        out.update({k: num(v) for k, v in self.extra.items()})
+        if not self.feasible:
+            out["reason"] = self.reason or "infeasible"
+        return out
+
+
+def _int_or_inf(x: float) -> Any:
+    return int(x) if math.isfinite(x) else "inf"
+
+
+@dataclass
+class Plan:
+    """Result of :func:`plan_run`."""
+
+    candidates: list[Candidate]
+    recommended: int | None
+    objective: str
+    tolerance: float
+    chains: int
+    target_cov: np.ndarray
+    timing_seconds: float
+    tuning_seconds: float
+
+    @property
+    def best(self) -> Candidate | None:
+        return None if self.recommended is None else self.candidates[self.recommended]
+
+    def pareto_front(self) -> list[int]:
+        """Indices of the feasible candidates not beaten on both gradient evaluations and seconds."""
+        feas = [i for i, c in enumerate(self.candidates) if c.feasible]
+        front = []
+        for i in feas:
+            a = self.candidates[i]
+            dominated = any(
+                (b.gradient_evaluations <= a.gradient_evaluations and b.predicted_seconds <= a.predicted_seconds)
+                and (b.gradient_evaluations < a.gradient_evaluations or b.predicted_seconds < a.predicted_seconds)
+                for j in feas for b in [self.candidates[j]] if j != i)
+            if not dominated:
+                front.append(i)
+        return front
+
+
+# --------------------------------------------------------------------------- public API
+def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any = "sandwich", tolerance: float,
+             batch_sizes: Any = None, families: Any = DEFAULT_FAMILIES, momenta: Any = (0.0,),
+             batchings: Any = ("replacement",), inverse_temperatures: Any = (math.inf,), chains: int = 4,
+             objective: str = "gradients", prior_precision: Any = 0.0, time_steps: bool = True,
+             time_budget: float = TIME_BUDGET, seed: int = 0, notes: bool = True,
+             family_criterion: str | None = "moment",
+             progress: Callable[[str], None] | None = None) -> Plan:
+    r"""Evaluate the grid and recommend the cheapest feasible configuration (module docstring).
+
+    Parameters
+    ----------
+    model, dataset, expansion
+        The problem (as loaded by the CLI: the model, its data and the expansion at θ̂).
+    target : "sandwich", "posterior" or (D, D) array
+        Σ*.
+    tolerance : float
+        E, the RMS relative error ‖Ŝ − Σ*‖_F/‖Σ*‖_F the run must reach.
+    batch_sizes : iterable of int, optional
+        Default ``DEFAULT_BATCH_SIZES`` up to N.
+    families, momenta, batchings, inverse_temperatures : iterables
+        The rest of the grid (β = ``inf`` is SGD).
+    chains : int
+        C, independent chains run in parallel.
+    objective : {"gradients", "seconds"}
+        What ``recommended`` minimises among the feasible candidates.
+    prior_precision : float or (D, D)
+        Γ, for the timed sampler runs.
+    time_steps : bool
+        Time sgtune's sampler (``predicted_seconds``); False leaves it infinite (tests, or no sampler).
+    time_budget : float
+        Seconds of sampler timing in all (compilation not counted).
+    seed : int
+        Seed of the timed runs.
+    notes : bool
+        Add the seeds' other theories where they apply (:mod:`sgtune.workflows.plan_notes`).
+    family_criterion : {"moment", "auto", "discrepancy", None}
+        How the structured families' Λ is chosen (:func:`~sgtune.theory.tuning.tune`): ``"moment"``
+        (default) the closed form of eq. (11)'s family part — fast, and its bias (exact, whatever Λ) is
+        often as small as the discrepancy fit's; None: ``"auto"`` up to D = ``PLAN_FIT_MAX_DIM``, else
+        ``"moment"``.
+    progress : callable(str), optional
+        Called with a short message per candidate.
+
+    Returns
+    -------
+    Plan
+    """
+    E = check_positive(tolerance, "tolerance")
+    C = check_int(chains, "chains", low=1)
+    if objective not in OBJECTIVES:
+        raise SgtuneError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    n = expansion.n_data
+    Bs = _batch_sizes(batch_sizes, n)
+    fams = _choices(families, FAMILIES, "family")
+    bats = _choices(batchings, BATCHINGS, "batching")
+    moms = [float(k) for k in momenta]
+    for k in moms:
+        if not 0.0 <= k < 1.0:
+            raise SgtuneError(f"momentum must lie in [0, 1), got {k}")
+    betas = [check_positive(b, "inverse_temperature", allow_inf=True) for b in inverse_temperatures]
+    S_star = target_covariance(expansion, target)
+    ctx = _Context(expansion, S_star)
+    cands: list[Candidate] = []
+    t0 = time.perf_counter()
+    for beta in betas:
+        for bat in bats:
+            for kappa in moms:
+                for fam in fams:
+                    for B in Bs:
+                        cand = Candidate(batch_size=B, family=fam, momentum=kappa, batching=bat,
+                                         inverse_temperature=beta, chains=C)
+                        if progress is not None:
+                            progress(f"B = {B}, {fam}, κ = {kappa:g}, {bat}, β = {beta:g}")
+                        _evaluate(ctx, cand, E, family_criterion)
+                        if notes:
+                            from .plan_notes import add_notes
+
+                            add_notes(ctx, model, dataset, cand, E)
+                        cands.append(cand)
+    tuning_seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    if time_steps:
+        _time_candidates(model, dataset, expansion, cands, prior_precision, time_budget, seed)
+    timing_seconds = time.perf_counter() - t1
+    for c in cands:
+        if c.feasible and math.isfinite(c.seconds_per_step):
+            c.predicted_seconds = c.chains * (c.burn_in_steps + c.steps) * c.seconds_per_step + c.seconds_per_run
+    key = (lambda c: (c.gradient_evaluations, c.predicted_seconds)) if objective == "gradients" else \
+        (lambda c: (c.predicted_seconds, c.gradient_evaluations))
+    feasible = [i for i, c in enumerate(cands) if c.feasible]
+    rec = min(feasible, key=lambda i: key(cands[i])) if feasible else None
+    return Plan(candidates=cands, recommended=rec, objective=objective, tolerance=E, chains=C, target_cov=S_star,
+                timing_seconds=timing_seconds, tuning_seconds=tuning_seconds)
+
+
+# --------------------------------------------------------------------------- internals
+class _Context:
+    """What every candidate shares: the expansion, Σ*, and the B-independent noise bracket at Σ*."""
+
+    def __init__(self, expansion: Expansion, target_cov: np.ndarray) -> None:
+        self.expansion = expansion
+        self.target_cov = target_cov
+        self.target_norm2 = float(np.sum(target_cov * target_cov))
+        self._bracket: np.ndarray | None = None
+        self._hsh: np.ndarray | None = None
+
+    def noise_at_target(self, B: int, without_replacement: bool) -> np.ndarray:
+        """C̄(Σ*) = (f/B)·K, K = 𝓘 − ḡḡᵀ + mean J_nΣ*J_n − JΣ*J computed once (one pass over the data)."""
+        e = self.expansion
+        if self._bracket is None:
+            self._bracket = noise_covariance(e, self.target_cov, batch_size=1)
+        return self._bracket * (finite_population_factor(e.n_data, B, without_replacement) / B)
+
+    def hsh(self) -> np.ndarray:
+        if self._hsh is None:
+            H = self.expansion.hessian
+            self._hsh = H @ self.target_cov @ H
+        return self._hsh
+
+
+def _batch_sizes(batch_sizes: Any, n: int) -> list[int]:
+    if batch_sizes is None:
+        out = [b for b in DEFAULT_BATCH_SIZES if b <= n]
+        return out or [n]
+    out = sorted({check_int(b, "batch size", low=1) for b in batch_sizes})
+    too_big = [b for b in out if b > n]
+    if too_big:
+        raise SgtuneError(f"batch sizes must be in [1, N = {n}], got {too_big}")
+    return out
+
+
+def _choices(values: Any, allowed: tuple[str, ...], name: str) -> list[str]:
+    out = [str(v) for v in values]
+    bad = [v for v in out if v not in allowed]
+    if bad or not out:
+        raise SgtuneError(f"{name} must be among {', '.join(allowed)}, got {', '.join(bad) or 'nothing'}")
+    return list(dict.fromkeys(out))
+
+
+def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | None = None) -> None:
+    """Fill bias, c, burn-in, steps and gradient evaluations of one candidate (or its reason)."""
+    e = ctx.expansion
+    B, fam, kappa, beta = cand.batch_size, cand.family, cand.momentum, cand.inverse_temperature
+    wor = cand.batching != "replacement"
+    if cand.batching == "reshuffle" and kappa > 0:
+        cand.reason = "reshuffle: seed 002's theory of random reshuffling covers SG(L)D without momentum only"
+        return
+    if fam == "block" and getattr(e, "parameter_blocks", None) is None:
+        cand.reason = "family 'block' needs the model's parameter blocks (use sgtune lambda --blocks)"
+        return
+    try:
+        if fam == "dense" and kappa == 0.0 and e.dim > FAST_DENSE_DIM:
+            _dense_fast(ctx, cand, wor)
+        else:
+            crit = "auto" if e.dim <= PLAN_FIT_MAX_DIM else "moment"
+            if family_criterion is not None:
+                crit = family_criterion
+            res = tune(e, batch_size=B, target=ctx.target_cov, family=fam, inv_temperature=beta,
+                       without_replacement=wor, momentum=kappa, family_criterion=crit)
+            st = res.stationary
+            mce = mc_error(st, reference_cov=ctx.target_cov)
+            cand.step_matrix, cand.stationary = res.step_matrix, st
+            cand.covariance_error = res.covariance_error
+            cand.cov_mc_error_constant = mce.cov_mc_error_constant
+            cand.spectral_radius, cand.tau_worst = st.spectral_radius, st.tau_worst
+            if st.spectral_radius_is_bound:
+                cand.bounds.append("burn_in_steps")
+    except (UnstableStepSizeError, InfeasibleTargetError, ConvergenceError) as exc:
+        cand.reason = f"no stable chain reaches the target with this configuration: {_first_line(exc)}"
+        return
+    cand.burn_in_steps = equilibration_steps(cand.spectral_radius)
+    if cand.batching == "reshuffle":
+        from .plan_notes import reshuffle_adjust
+
+        reshuffle_adjust(ctx, cand)
+    finish_candidate(cand, E)
+
+
+def finish_candidate(cand: Candidate, E: float) -> None:
+    """Steps, gradient evaluations, feasibility from bias, c and burn-in (the formulas of the module)."""
+    b, c, C = cand.covariance_error, cand.cov_mc_error_constant, cand.chains
+    if not math.isfinite(cand.burn_in_steps):
+        cand.reason = "the chain has no stationary law (spectral radius of the second-moment map ≥ 1)"
+        cand.feasible = False
+        return
+    if not b < E:
+        cand.reason = (f"bias {b:.3g} ≥ tolerance {E:g}: the {cand.family} family's stationary covariance is "
+                       "that far from the target at any run length; use a richer family")
+        cand.feasible = False
+        return
+    T = math.ceil(c / (C * (E * E - b * b)))
+    floor = math.ceil(MIN_TAU_MULTIPLE * max(cand.tau_worst, 1.0)) if math.isfinite(cand.tau_worst) else 0
+    cand.steps = float(max(T, floor, 1))
+    cand.gradient_evaluations = float(C * cand.batch_size * (cand.burn_in_steps + cand.steps))
+    cand.predicted_rms_error = math.sqrt(b * b + c / (cand.steps * C))
+    cand.feasible = True
+    cand.reason = None
+
+
+def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
+    """Dense SGD/SGLD without momentum at large D: Σ(Λ) = Σ* by construction, no forward solve.
+
+    Λ solves eq. (11) at Σ* exactly (the Lyapunov reduction), so the chain's stationary covariance is
+    the target up to the tuning residual; c comes from F = I − ΛH and S = Σ*; the spectral radius of
+    the second-moment map is bounded by 1 − λ_min(Σ*^{-1/2}Q₀Σ*^{-1/2}) (P(Σ*) = Σ* − Q₀ for a positive
+    map P), so the burn-in is an upper bound; τ_worst is Prop. 4.4's 2/μ_min(ΛH) − 1.
+    """
+    e, S = ctx.expansion, ctx.target_cov
+    B, beta = cand.batch_size, cand.inverse_temperature
+    H = e.hessian
+    cbar = ctx.noise_at_target(B, wor)
+    R = cbar + ctx.hsh()
+    R = 0.5 * (R + R.T)
+    lam = solve_step_matrix(H, S, R, inv_temperature=beta)
+    residual = tuning_residual(lam, H, S, R, beta)
+    d = e.dim
+    F = np.eye(d) - lam @ H
+    value, _ = cov_error_constant(F, S, step_matrix=lam)
+    f = finite_population_factor(e.n_data, B, wor)
+    Q0 = lam @ (e.gradient_cov() * (f / B)) @ lam
+    if math.isfinite(beta):
+        Q0 = Q0 + 2.0 * lam / beta
+    Ls = np.linalg.cholesky(S)
+    Li = np.linalg.inv(Ls)
+    rho = float(1.0 - np.linalg.eigvalsh(Li @ (0.5 * (Q0 + Q0.T)) @ Li.T)[0])
+    Ll = np.linalg.cholesky(lam)
+    mu_min = float(np.linalg.eigvalsh(Ll.T @ H @ Ll)[0])
+    cand.step_matrix = lam
+    cand.covariance_error = residual  # Σ(Λ) = Σ* up to the residual of eq. (11)
+    cand.cov_mc_error_constant = value / ctx.target_norm2
+    cand.spectral_radius = rho
+    cand.tau_worst = 2.0 / mu_min - 1.0
+    cand.bounds += ["burn_in_steps", "spectral_radius"]
+
+
+def _first_line(exc: BaseException) -> str:
+    s = str(exc)
+    return s.splitlines()[0] if s else type(exc).__name__
+
+
+def _time_candidates(model: Any, dataset: Dataset, expansion: Expansion, cands: list[Candidate],
+                     prior_precision: Any, budget: float, seed: int) -> None:
+    """seconds_per_step of each feasible candidate from short runs of sgtune's sampler, cached per
+    (B, Λ kind, momentum > 0, SGLD noise, batching): wall seconds per chain-step with C chains in parallel."""
+    keys: dict[tuple[Any, ...], Candidate] = {}
+    for c in cands:
+        if c.feasible and c.step_matrix is not None:
+            keys.setdefault(_timing_key(c), c)
+    if not keys:
+        return
+    per = max(budget / len(keys), 0.01)
+    cache: dict[tuple[Any, ...], tuple[float, float]] = {}
+    for key, c in keys.items():
+        cache[key] = _time_one(model, dataset, expansion, c, prior_precision, per, seed)
+    for c in cands:
+        if c.feasible and c.step_matrix is not None:
+            c.seconds_per_step, c.seconds_per_run = cache[_timing_key(c)]
+
+
+def _timing_key(c: Candidate) -> tuple[Any, ...]:
+    return (c.batch_size, c.lam_kind, c.momentum > 0, math.isfinite(c.inverse_temperature), c.batching, c.chains)
+
+
+def _time_one(model: Any, dataset: Dataset, expansion: Expansion, c: Candidate, prior_precision: Any,
+              per: float, seed: int) -> tuple[float, float]:
+    """(wall seconds per chain-step, fixed seconds per run) of sgtune's sampler for this configuration.
+
+    A run has a fixed cost (thread-pool wake-up: ≈ 16 ms here) besides its steps, so the per-step time is a
+    difference between a 16-step run and a longer one (4096 steps, or as many as take about ``per`` seconds
+    when that is too little work to resolve).
+    """
+    lam = c.step_matrix
+    if c.lam_kind == "diagonal":
+        lam = np.diag(lam).copy()
+    beta = c.inverse_temperature
+
+    def run(steps: int) -> float:
+        res = run_chains(model, dataset, lam, batch_size=c.batch_size, n_steps=steps, n_chains=c.chains, burn_in=0,
+                         prior_precision=prior_precision, initial=expansion.theta_hat, inv_temperature=beta,
+                         momentum=c.momentum, batching=c.batching, seed=seed)
+        return float(res.seconds)
+
+    k0 = 16
+    base = run(k0)  # res.seconds excludes the compilation (or cache load) the first call does
+    k = 4096
+    t = run(k)
+    if t - base < 0.5 * per:  # too little work to resolve against the fixed cost: one longer run
+        rate = max(t - base, 1e-4) / (k - k0)
+        k = int(min(2_000_000, max(2 * k, k0 + per / rate)))
+        t = run(k)
+    per_step = max(t - base, 1e-9) / ((k - k0) * c.chains)
+    return per_step, max(base - k0 * c.chains * per_step, 0.0)
