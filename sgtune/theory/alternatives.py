@@ -80,25 +80,30 @@ class ReshuffleChange:
     noise_ratio : (D,) v_j = β n_j/h_j (``inf`` for SGD).
     variance_change : (D,) Var_RR/Var_RM − 1 per direction (epoch average of RR).
     n_batches : R = ⌊N/B⌋ batches per epoch.
-    transform : (D, D) G with Σ_RR ≈ G Σ Gᵀ (each direction's standard deviation rescaled).
+    basis : (D, D) V = LU, the modal directions (θ − θ̂ = V a).
     """
 
     h: np.ndarray
     noise_ratio: np.ndarray
     variance_change: np.ndarray
     n_batches: int
-    transform: np.ndarray
+    basis: np.ndarray
 
     def reshuffled_cov(self, cov: np.ndarray) -> np.ndarray:
-        """Σ_RR ≈ G Σ Gᵀ from the fresh-batch Σ."""
-        out = self.transform @ cov @ self.transform.T
+        """Σ_RR ≈ G Σ Gᵀ from the fresh-batch Σ, G = V diag(√(1 + change)) V⁻¹ (each modal standard deviation
+        rescaled, the modal correlations kept)."""
+        V = self.basis
+        A = np.linalg.solve(V, np.linalg.solve(V, cov).T).T  # V⁻¹ Σ V⁻ᵀ
+        s = np.sqrt(np.clip(1.0 + self.variance_change, 0.0, None))
+        out = V @ (s[:, None] * A * s[None, :]) @ V.T
         return 0.5 * (out + out.T)
 
 
 @cites("shaw2025", "§4: SGLD-RM and SGLD-RR variances of the Gaussian model problem, per modal direction "
                    "(THEORY §4.2, noise ratio and epoch average corrected)")
 def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *, n_data: int, batch_size: int,
-                              inv_temperature: float = math.inf) -> ReshuffleChange:
+                              inv_temperature: float = math.inf,
+                              modes: ModalDirections | None = None) -> ReshuffleChange:
     r"""Var_RR/Var_RM − 1 per modal direction: random reshuffling vs fresh batches (seed 002, Gaussian case).
 
     Parameters
@@ -109,6 +114,7 @@ def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *,
         (batches without replacement, i.e. with the factor (N−B)/(N−1)).
     n_data, batch_size : N and B; R = ⌊N/B⌋.
     inv_temperature : β (``inf``: SGD, where only the gradient noise drives the variance).
+    modes : the :func:`modal_directions` of (H, Λ), when already computed.
 
     Returns
     -------
@@ -126,13 +132,14 @@ def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *,
     n = check_int(n_data, "n_data", low=2)
     B = check_int(batch_size, "batch_size", low=1, high=n)
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
-    modes = modal_directions(hessian, step_matrix)
+    if modes is None:
+        modes = modal_directions(hessian, step_matrix)
     C = as_float_array(noise_cov, "noise_cov", ndim=2)
     V, h = modes.basis, modes.h
     if not (np.all(h > 0) and np.all(h < 2)):
         raise SgtuneError(f"reshuffle_variance_change needs a stable chain without momentum: every h_j in (0, 2), "
                           f"got [{h.min():.4g}, {h.max():.4g}]")
-    nj = np.einsum("ij,ik,kj->j", V, C, V)
+    nj = np.sum(V * (C @ V), axis=0)  # (VᵀC̄V)_jj
     R = n // B
     change = np.zeros_like(h)
     ratio = np.full_like(h, math.inf) if math.isinf(beta) else beta * nj / h
@@ -143,8 +150,7 @@ def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *,
             lin = (R - 1) * hj / (2.0 - hj)
             x = 0.0 if math.isinf(beta) else (R - 1) * hj / (beta * max(nj[j], 1e-300))
             change[j] = (x * (1.0 + eu) + br) / (x * (1.0 + eu) + lin) - 1.0
-    G = (V * np.sqrt(np.clip(1.0 + change, 0.0, None))) @ np.linalg.inv(V)
-    return ReshuffleChange(h=h, noise_ratio=ratio, variance_change=change, n_batches=R, transform=G)
+    return ReshuffleChange(h=h, noise_ratio=ratio, variance_change=change, n_batches=R, basis=V)
 
 
 @cites("mensch2025", "§4, Lemma 4.3 / eq. 110: SGLRW's E[M] = offdiag(G) removes SGLD's diagonal inflation "

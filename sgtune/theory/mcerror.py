@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg as sla
 
 from ..core._refs import cites
 from ..core._validation import as_float_array, check_probability
@@ -100,7 +101,8 @@ class MCError:
 
 # --------------------------------------------------------------------------- public API
 @cites("wang2026", "§4 / Prop. B.2: lag-k autocovariance (I − ΛH)^k Σ of the proxy chain, summed over k")
-def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None = None) -> np.ndarray:
+def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None = None,
+                        _check: bool = True) -> np.ndarray:
     r"""lim T·Cov(x̄_T) = P[(I−F)⁻¹S + S(I−F)⁻ᵀ − S]Pᵀ, the sum of all lag autocovariances of the positions.
 
     Parameters
@@ -124,7 +126,7 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
     >>> bool(np.isclose(mean_asymptotic_cov(F, S)[0, 0], 1 / (1 - 0.5) ** 2))
     True
     """
-    F, S, d = _check_pair(transition, second_moment, dim)
+    F, S, d = _check_pair(transition, second_moment, dim, check_stable=_check)
     m = F.shape[0]
     W = np.linalg.solve(np.eye(m) - F, S)
     out = (W + W.T - S)[:d, :d]
@@ -175,7 +177,7 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     F0 = as_float_array(transition, "transition", ndim=2)
     if dim is None:
         dim = F0.shape[0] // 2 if kappa > 0 else F0.shape[0]
-    F, S, d = _check_pair(F0, second_moment, dim)
+    F, S, d = _check_pair(F0, second_moment, dim, check_stable=False)  # each route checks ρ(F) < 1 itself
     if method is not None and method not in MC_METHODS:
         raise SgtuneError(f"method must be one of {', '.join(MC_METHODS)} or None, got {method!r}")
     lam = None if step_matrix is None else as_float_array(step_matrix, "step_matrix", ndim=2)
@@ -195,6 +197,7 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
         total = _eig_sum(F, S, d, strict=method == "eig")
         if total is not None:
             return _finish(total, g0), "eig"
+    _check_radius(np.linalg.eigvals(F))
     if F.shape[0] > KRON_MAX_DIM:
         raise ConvergenceError(
             f"the transition's eigenvectors are ill conditioned (cond > {EIG_COND_MAX:g}) and the state dimension "
@@ -237,9 +240,9 @@ def mc_error(stationary: StationaryCov, *, reference_cov: Any = None, method: st
     """
     st = stationary
     d = st.cov.shape[0]
-    mean_var = mean_asymptotic_cov(st.transition, st.augmented_cov, dim=d)
     value, used = cov_error_constant(st.transition, st.augmented_cov, dim=d, step_matrix=st.step_matrix,
-                                     momentum=st.momentum, method=method)
+                                     momentum=st.momentum, method=method)  # checks ρ(F) < 1 on its route
+    mean_var = mean_asymptotic_cov(st.transition, st.augmented_cov, dim=d, _check=False)
     ref = st.cov if reference_cov is None else as_float_array(reference_cov, "reference_cov", ndim=2)
     if ref.shape != (d, d):
         raise ShapeError(f"reference_cov must be (D, D) = ({d}, {d}) but has shape {ref.shape}")
@@ -251,7 +254,8 @@ def mc_error(stationary: StationaryCov, *, reference_cov: Any = None, method: st
 
 
 # --------------------------------------------------------------------------- internals
-def _check_pair(transition: Any, second_moment: Any, dim: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+def _check_pair(transition: Any, second_moment: Any, dim: int | None,
+                check_stable: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
     F = as_float_array(transition, "transition", ndim=2)
     S = as_float_array(second_moment, "second_moment", ndim=2)
     m = F.shape[0]
@@ -260,10 +264,15 @@ def _check_pair(transition: Any, second_moment: Any, dim: int | None) -> tuple[n
     d = m if dim is None else int(dim)
     if not 1 <= d <= m:
         raise ShapeError(f"dim must be in [1, {m}], got {dim}")
-    rho = float(np.max(np.abs(np.linalg.eigvals(F)))) if m else 0.0
+    if check_stable:
+        _check_radius(np.linalg.eigvals(F) if m else np.zeros(0))
+    return F, 0.5 * (S + S.T), d
+
+
+def _check_radius(mu: np.ndarray) -> None:
+    rho = float(np.max(np.abs(mu))) if mu.size else 0.0
     if not rho < 1.0:
         raise SgtuneError(f"the transition has spectral radius {rho:.6g} >= 1: the chain has no stationary law")
-    return F, 0.5 * (S + S.T), d
 
 
 def _finish(total_from_zero: float, g0: float) -> float:
@@ -292,18 +301,24 @@ def _structured_form(F: np.ndarray, S: np.ndarray, d: int, lam: np.ndarray | Non
             return None
         G = L.T @ H @ L
     else:
-        G = np.linalg.solve(L, (I - F) @ L)  # L⁻¹ΛHL = LᵀHL
+        G = sla.solve_triangular(L, (I - F) @ L, lower=True)  # L⁻¹ΛHL = LᵀHL
     gs = float(np.max(np.abs(G)))
     if float(np.max(np.abs(G - G.T))) > 1e-8 * max(gs, 1e-300):
         return None  # H not symmetric: ΛH is not similar to a symmetric matrix
     h, U = np.linalg.eigh(0.5 * (G + G.T))
     LU = L @ U
     if kappa == 0.0:
+        _check_radius(1.0 - h)
+    else:  # eigenvalues of each block [[1 − h, −κ], [h, κ]]: roots of z² − (1 − h + κ)z + κ
+        tr = 1.0 - h + kappa
+        disc = np.sqrt((tr * tr - 4 * kappa).astype(complex))
+        _check_radius(np.concatenate([(tr + disc) / 2, (tr - disc) / 2]))
+    if kappa == 0.0:
         # M = V⁻¹ S V with V = LU, V⁻¹ = UᵀL⁻¹; δ = h (1 − μ = h exactly)
-        M = U.T @ np.linalg.solve(L, S @ LU)
+        M = U.T @ sla.solve_triangular(L, S @ LU, lower=True)
         return "symmetric", _diagonal_sum(h, M)
     # a-columns only: M_aa = UᵀL⁻¹S_dd LU, M_ba = UᵀLᵀS_νd LU
-    Maa = U.T @ np.linalg.solve(L, S[:d, :d] @ LU)
+    Maa = U.T @ sla.solve_triangular(L, S[:d, :d] @ LU, lower=True)
     Mba = U.T @ (L.T @ (S[d:, :d] @ LU))
     return "blocks", _two_by_two_sum(h, kappa, Maa, Mba)
 
@@ -365,6 +380,7 @@ def _eig_sum(F: np.ndarray, S: np.ndarray, d: int, strict: bool) -> float | None
     """The ``eig`` route (complex 1×1 blocks); None when the eigenvectors are ill conditioned."""
     m = F.shape[0]
     delta, V = np.linalg.eig(np.eye(m) - F)
+    _check_radius(1.0 - delta)
     cond = float(np.linalg.cond(V))
     if not cond <= EIG_COND_MAX:
         if strict:

@@ -35,15 +35,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import scipy.linalg as sla
 
 from ..core._validation import check_int, check_positive
 from ..core.errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
 from ..io.data import Dataset
 from ..models import Expansion
 from ..sampler import run_chains
+from ..theory.alternatives import modal_directions
 from ..theory.mcerror import cov_error_constant, mc_error
 from ..theory.stationary import ARPACK_MAX_DIM, equilibration_steps, finite_population_factor, noise_covariance
-from ..theory.tuning import FAMILIES, solve_step_matrix, target_covariance, tune, tuning_residual
+from ..theory.largescale import stationary_cov_from_target_momentum
+from ..theory.tuning import (FAMILIES, LARGE_COV_TOL, solve_step_matrix, structured_momentum_step_matrix,
+                             structured_step_matrix, target_covariance, tune, tuning_residual)
 
 __all__ = ["Candidate", "Plan", "plan_run", "BATCHINGS", "OBJECTIVES", "DEFAULT_BATCH_SIZES",
            "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM", "FAST_DENSE_DIM"]
@@ -91,6 +95,7 @@ class Candidate:
     extra: dict[str, float] = field(default_factory=dict)
     step_matrix: np.ndarray | None = field(default=None, repr=False)
     stationary: Any = field(default=None, repr=False)
+    modes: Any = field(default=None, repr=False)  # ModalDirections of (H, Λ) when already computed
 
     @property
     def lam_kind(self) -> str:
@@ -312,14 +317,15 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
         cand.reason = "family 'block' needs the model's parameter blocks (use sgtune lambda --blocks)"
         return
     try:
+        crit0 = family_criterion if family_criterion is not None else (
+            "auto" if e.dim <= PLAN_FIT_MAX_DIM else "moment")
         if fam == "dense" and kappa == 0.0 and e.dim > FAST_DENSE_DIM:
             _dense_fast(ctx, cand, wor)
+        elif fam in ("diagonal", "scalar") and crit0 == "moment" and e.dim > FAST_DENSE_DIM:
+            _structured_fast(ctx, cand, wor)
         else:
-            crit = "auto" if e.dim <= PLAN_FIT_MAX_DIM else "moment"
-            if family_criterion is not None:
-                crit = family_criterion
             res = tune(e, batch_size=B, target=ctx.target_cov, family=fam, inv_temperature=beta,
-                       without_replacement=wor, momentum=kappa, family_criterion=crit)
+                       without_replacement=wor, momentum=kappa, family_criterion=crit0)
             st = res.stationary
             mce = mc_error(st, reference_cov=ctx.target_cov)
             cand.step_matrix, cand.stationary = res.step_matrix, st
@@ -384,16 +390,43 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
     if math.isfinite(beta):
         Q0 = Q0 + 2.0 * lam / beta
     Ls = np.linalg.cholesky(S)
-    Li = np.linalg.inv(Ls)
-    rho = float(1.0 - np.linalg.eigvalsh(Li @ (0.5 * (Q0 + Q0.T)) @ Li.T)[0])
-    Ll = np.linalg.cholesky(lam)
-    mu_min = float(np.linalg.eigvalsh(Ll.T @ H @ Ll)[0])
+    W = sla.solve_triangular(Ls, sla.solve_triangular(Ls, 0.5 * (Q0 + Q0.T), lower=True).T, lower=True)
+    rho = float(1.0 - np.linalg.eigvalsh(0.5 * (W + W.T))[0])  # L⁻¹Q₀L⁻ᵀ
+    cand.modes = modal_directions(H, lam)
+    mu_min = float(cand.modes.h[0])
     cand.step_matrix = lam
     cand.covariance_error = residual  # Σ(Λ) = Σ* up to the residual of eq. (11)
     cand.cov_mc_error_constant = value / ctx.target_norm2
     cand.spectral_radius = rho
     cand.tau_worst = 2.0 / mu_min - 1.0
     cand.bounds += ["burn_in_steps", "spectral_radius"]
+
+
+def _structured_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
+    """Scalar / diagonal family at large D: :func:`~sgtune.theory.tuning.tune`'s closed form and its forward
+    solve for Σ(Λ) − Σ* (matrix-free GMRES, relative tolerance ``LARGE_COV_TOL``), with the noise at the
+    target shared across batch sizes (one pass over the data for the whole grid instead of one per B)."""
+    e, S = ctx.expansion, ctx.target_cov
+    B, beta, kappa = cand.batch_size, cand.inverse_temperature, cand.momentum
+    cbar = ctx.noise_at_target(B, wor)
+    if kappa > 0:
+        lam = structured_momentum_step_matrix(e.hessian, S, cbar, family=cand.family, momentum=kappa,
+                                              inv_temperature=beta)
+    else:
+        R = cbar + ctx.hsh()
+        lam = structured_step_matrix(e.hessian, S, 0.5 * (R + R.T), family=cand.family, inv_temperature=beta)
+    st = stationary_cov_from_target_momentum(e, lam, S, cbar, batch_size=B, momentum=kappa, inv_temperature=beta,
+                                             without_replacement=wor, tol=LARGE_COV_TOL)
+    if not st.spectral_radius < 1.0:
+        raise UnstableStepSizeError(f"the {cand.family} closed form gives an unstable chain (spectral radius "
+                                    f"{st.spectral_radius:.4g})", spectral_radius=st.spectral_radius)
+    mce = mc_error(st, reference_cov=S)
+    cand.step_matrix, cand.stationary = lam, st
+    cand.covariance_error = float(np.linalg.norm(st.cov - S) / math.sqrt(ctx.target_norm2))
+    cand.cov_mc_error_constant = mce.cov_mc_error_constant
+    cand.spectral_radius, cand.tau_worst = st.spectral_radius, st.tau_worst
+    if st.spectral_radius_is_bound:
+        cand.bounds.append("burn_in_steps")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -429,8 +462,8 @@ def _time_one(model: Any, dataset: Dataset, expansion: Expansion, c: Candidate, 
     """(wall seconds per chain-step, fixed seconds per run) of sgtune's sampler for this configuration.
 
     A run has a fixed cost (thread-pool wake-up: ≈ 16 ms here) besides its steps, so the per-step time is a
-    difference between a 16-step run and a longer one (4096 steps, or as many as take about ``per`` seconds
-    when that is too little work to resolve).
+    difference between a 16-step run and a longer one, grown from 64 steps until its extra work takes about
+    ``per`` seconds.
     """
     lam = c.step_matrix
     if c.lam_kind == "diagonal":
@@ -440,16 +473,16 @@ def _time_one(model: Any, dataset: Dataset, expansion: Expansion, c: Candidate, 
     def run(steps: int) -> float:
         res = run_chains(model, dataset, lam, batch_size=c.batch_size, n_steps=steps, n_chains=c.chains, burn_in=0,
                          prior_precision=prior_precision, initial=expansion.theta_hat, inv_temperature=beta,
-                         momentum=c.momentum, batching=c.batching, seed=seed)
-        return float(res.seconds)
+                         momentum=c.momentum, batching=c.batching, seed=seed, batches_per_chain=1)
+        return float(res.seconds)  # one batch per chain: no (K, D, D) accumulators to allocate at large D
 
     k0 = 16
     base = run(k0)  # res.seconds excludes the compilation (or cache load) the first call does
-    k = 4096
+    k = 64
     t = run(k)
-    if t - base < 0.5 * per:  # too little work to resolve against the fixed cost: one longer run
+    while t - base < 0.5 * per and k < 2_000_000:  # too little work to resolve against the fixed cost
         rate = max(t - base, 1e-4) / (k - k0)
-        k = int(min(2_000_000, max(2 * k, k0 + per / rate)))
+        k = int(min(2_000_000, max(4 * k, k0 + per / rate)))
         t = run(k)
     per_step = max(t - base, 1e-9) / ((k - k0) * c.chains)
     return per_step, max(base - k0 * c.chains * per_step, 0.0)

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import SgtuneError
-from ..theory.alternatives import nonreversible_gain, reshuffle_variance_change, sglrw_variance_change
+from ..theory.alternatives import (modal_directions, nonreversible_gain, reshuffle_variance_change,
+                                   sglrw_variance_change)
 from ..theory.minibatch import minibatch_error
-from ..theory.stationary import finite_population_factor, noise_covariance
+from ..theory.stationary import finite_population_factor
 
 __all__ = ["add_notes", "reshuffle_adjust", "SGLRW_RATIO_MAX_DIM"]
 
@@ -40,11 +41,14 @@ def _stationary_cov(ctx: Any, cand: Any) -> np.ndarray:
 
 
 def _reshuffle(ctx: Any, cand: Any) -> Any:
+    """Seed 002's change at the candidate's Λ; the gradient noise C̄ is taken at the target (exact for the dense
+    family, whose Σ(Λ) is Σ*; for the others one more approximation in an approximate note)."""
     e = ctx.expansion
-    cov = _stationary_cov(ctx, cand)
-    cbar = noise_covariance(e, cov, batch_size=cand.batch_size, without_replacement=True)
+    cbar = ctx.noise_at_target(cand.batch_size, True)
+    if cand.modes is None:
+        cand.modes = modal_directions(e.hessian, cand.step_matrix)
     return reshuffle_variance_change(e.hessian, cand.step_matrix, cbar, n_data=e.n_data, batch_size=cand.batch_size,
-                                     inv_temperature=cand.inverse_temperature)
+                                     inv_temperature=cand.inverse_temperature, modes=cand.modes)
 
 
 def reshuffle_adjust(ctx: Any, cand: Any) -> None:
