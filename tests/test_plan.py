@@ -188,3 +188,35 @@ def test_nonreversible_gain(rng):
     assert g.max_step_multiple == pytest.approx(np.min(2 * mu.real / np.abs(mu) ** 2), rel=1e-10)
     assert np.allclose(g.antisymmetric, -g.antisymmetric.T)
     assert g.available == (g.max_step_multiple > 1)
+
+
+def test_evidence_benchmark_smoke(tmp_path):
+    """benchmarks/plan_evidence.py --smoke: plans, runs every chosen configuration, writes its JSON and figure."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "MPLBACKEND": "Agg"}
+    js, png = tmp_path / "ev.json", tmp_path / "ev.png"
+    args = [sys.executable, str(root / "benchmarks" / "plan_evidence.py"), "--smoke", "--json", str(js)]
+    if _has_matplotlib():
+        args += ["--plot", str(png)]
+    out = subprocess.run(args, cwd=root / "benchmarks", env=env, check=True, capture_output=True, text=True,
+                         timeout=300).stdout
+    assert "recommended" in out and "measured RMS" in out and "baseline: B = 32, scalar" in out
+    doc = json.loads(js.read_text())
+    assert doc["smoke"] and len(doc["rows"]) >= 3
+    assert all(r["measured_rms"] > 0 and r["predicted_rms"] > 0 for r in doc["rows"])
+    if _has_matplotlib():
+        assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
