@@ -7,13 +7,16 @@ Prints two tables (run: ``python benchmarks/bench_plan.py [--quick]``):
    decomposition, O(D³) and O(D²) memory) against two baselines measured in the same run: the truncated
    lag sum with explicit matrix powers (O(K·D³), K ≈ 40·τ terms; skipped where projected > 60 s) and the
    Kronecker form of the Stein equations (m² unknowns, an m²×m² solve: the naive D²×D² route; m ≤ 40),
-   with the relative difference of each baseline to sgtune's value;
+   with the relative difference of each baseline to sgtune's value (``terms``: lags summed by the brute force,
+   or projected from the spectral radius where it is skipped);
 2. ``plan_run`` (the work behind ``sgtune plan``) on N = 5000 rows at D = 100, 300 and 1000 for the dense
    and the diagonal family over the default batch sizes (8 … 256): seconds for the expansion, the
    tuning/error constants of every candidate, the sampler timings, and in total (target: ≤ 30 s at
    D = 1000 on CI-class hardware), with the recommendation.
 
-Wall-clock seconds (best of ``--repeat`` for table 1); benchmarks, not tests.
+Wall-clock seconds (best of ``--repeat`` for table 1), and CPU seconds of the whole process for table 2
+(``time.process_time``, all threads: less sensitive than wall time to other jobs on a shared machine); the
+load average is printed first. Benchmarks, not tests.
 """
 from __future__ import annotations
 
@@ -42,15 +45,15 @@ def synthetic(D: int, N: int, seed: int = 0):
     return make_dataset(X, y), get_model("linear")
 
 
-def brute(F: np.ndarray, S: np.ndarray, d: int, tol: float = 1e-13) -> float:
-    """Σ_k [(tr A_k)² + tr(A_kA_k)] with explicit powers, until a term is below tol of the sum."""
+def brute(F: np.ndarray, S: np.ndarray, d: int, tol: float = 1e-13) -> tuple[float, int]:
+    """Σ_k [(tr A_k)² + tr(A_kA_k)] with explicit powers, until a term is below tol of the sum (value, terms)."""
     total, Ak, k = 0.0, S.copy(), 0
     while True:
         A = Ak[:d, :d]
         g = np.trace(A) ** 2 + np.sum(A * A.T)
         total += g if k == 0 else 2 * g
         if k > 10 and abs(g) < tol * abs(total):
-            return total
+            return total, k + 1
         Ak = F @ Ak
         k += 1
 
@@ -88,7 +91,7 @@ def table_constant(dims: list[int], repeat: int) -> None:
             # projected brute-force cost: terms × one m×m product (≈ 2m³ flops at ~5 GFLOP/s)
             proj = terms * 2 * m ** 3 / 5e9
             if proj < 60:
-                t_b, vb = timed(lambda: brute(F, S, D), 1)
+                t_b, (vb, terms) = timed(lambda: brute(F, S, D), 1)
                 b_s, b_d = f"{t_b:9.3g}", f"{abs(vb / val - 1):9.1e}"
             else:
                 b_s, b_d = f"{'(>60 s)':>9}", f"{'':>9}"
@@ -102,23 +105,27 @@ def table_constant(dims: list[int], repeat: int) -> None:
 
 def table_plan(dims: list[int], N: int) -> None:
     print(f"\n2. plan_run (sgtune plan) on N = {N}: dense and diagonal families, batch sizes 8–256, tolerance 0.1")
-    print(f"{'D':>5} {'cands':>5} {'expand s':>9} {'tuning s':>9} {'timing s':>9} {'total s':>8}  recommendation")
+    print(f"{'D':>5} {'cands':>5} {'expand s':>9} {'tuning s':>9} {'timing s':>9} {'total s':>8} {'CPU s':>7}  "
+          "recommendation")
     for D in dims:
         ds, model = synthetic(D, N)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         e = expand(model, ds, 1.0)
         t_e = time.perf_counter() - t0
         p = plan_run(model, ds, e, tolerance=0.1, families=("dense", "diagonal"), prior_precision=1.0)
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
         b = p.best
         rec = "none feasible" if b is None else (
             f"B = {b.batch_size} {b.family}: {b.chains} × ({int(b.burn_in_steps)} + {int(b.steps)}) steps, "
             f"{b.gradient_evaluations:.3g} gradients, {b.predicted_seconds:.3g} s predicted")
         print(f"{D:>5} {len(p.candidates):>5} {t_e:9.3g} {p.tuning_seconds:9.3g} {p.timing_seconds:9.3g} "
-              f"{total:8.3g}  {rec}", flush=True)
+              f"{total:8.3g} {cpu:7.3g}  {rec}", flush=True)
 
 
 def main() -> None:
+    import os
+
+    print("load average (1, 5, 15 min):", ", ".join(f"{x:.2f}" for x in os.getloadavg()), "on", os.cpu_count(), "CPUs")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     ap.add_argument("--repeat", type=int, default=3)
