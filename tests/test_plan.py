@@ -109,6 +109,21 @@ def test_large_d_dense_path_agrees_with_the_forward_solve(logistic, monkeypatch)
         assert "burn_in_steps" in b.bounds and "burn_in_steps" not in a.bounds
 
 
+def test_large_d_structured_path_agrees_with_tune(logistic, monkeypatch):
+    """The shared-noise path of the diagonal/scalar families (D > FAST_DENSE_DIM) forced at D = 5 against
+    tune(family_criterion="moment"): the same closed-form Λ and bias; the covariance correction is solved to
+    LARGE_COV_TOL = 1e-6 relative."""
+    m, ds, e = logistic
+    monkeypatch.setattr(planmod, "FAST_DENSE_DIM", 0)
+    p = plan_run(m, ds, e, tolerance=0.3, batch_sizes=(16,), families=("diagonal", "scalar"), momenta=(0.0, 0.5),
+                 time_steps=False, notes=False)
+    for c in p.candidates:
+        ref = tune(e, batch_size=16, family=c.family, momentum=c.momentum, family_criterion="moment")
+        np.testing.assert_allclose(c.step_matrix, ref.step_matrix, rtol=1e-10)
+        assert c.covariance_error == pytest.approx(ref.covariance_error, rel=1e-4)
+        assert c.feasible
+
+
 def test_bad_grid_values(logistic):
     m, ds, e = logistic
     with pytest.raises(Exception, match="batch sizes must be in"):
