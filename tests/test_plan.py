@@ -112,7 +112,7 @@ def test_large_d_dense_path_agrees_with_the_forward_solve(logistic, monkeypatch)
 def test_large_d_structured_path_agrees_with_tune(logistic, monkeypatch):
     """The shared-noise path of the diagonal/scalar families (D > FAST_DENSE_DIM) forced at D = 5 against
     tune(family_criterion="moment"): the same closed-form Λ and bias; the covariance correction is solved to
-    LARGE_COV_TOL = 1e-6 relative."""
+    PLAN_COV_TOL = 1e-4 relative (the correction is ~10 % of Σ*, so the bias agrees to ~1e-4 relative or better)."""
     m, ds, e = logistic
     monkeypatch.setattr(planmod, "FAST_DENSE_DIM", 0)
     p = plan_run(m, ds, e, tolerance=0.3, batch_sizes=(16,), families=("diagonal", "scalar"), momenta=(0.0, 0.5),
@@ -120,7 +120,7 @@ def test_large_d_structured_path_agrees_with_tune(logistic, monkeypatch):
     for c in p.candidates:
         ref = tune(e, batch_size=16, family=c.family, momentum=c.momentum, family_criterion="moment")
         np.testing.assert_allclose(c.step_matrix, ref.step_matrix, rtol=1e-10)
-        assert c.covariance_error == pytest.approx(ref.covariance_error, rel=1e-4)
+        assert c.covariance_error == pytest.approx(ref.covariance_error, rel=planmod.PLAN_COV_TOL)
         assert c.feasible
 
 

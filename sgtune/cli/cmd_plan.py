@@ -20,6 +20,8 @@ from ._options import data_options, expansion_keys, json_output_options, load_fl
     parse_inv_temperature, temperature_json
 from ._plot import check_plot, render_plot, write_plot
 
+#: above this D the applicability report is skipped unless --applicability asks for it
+APPLICABILITY_MAX_DIM = 200
 #: CSV columns (then the notes' extra columns, when any candidate has them)
 CSV_COLUMNS = ("index", "recommended", "pareto", "batch_size", "family", "momentum", "batching",
                "inverse_temperature", "chains", "feasible", "covariance_error", "cov_mc_error_constant",
@@ -70,6 +72,10 @@ def _ints(value: str, name: str) -> list[int]:
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="gradients", show_default=True,
               help="What 'recommended' minimises among the feasible candidates: gradient evaluations or the "
                    "predicted wall seconds on this machine.")
+@click.option("--applicability/--no-applicability", "applicability", default=None,
+              help="Check the recommended candidate's applicability (the report of sgtune lambda). Default: on up "
+                   f"to D = {APPLICABILITY_MAX_DIM}, off above (it costs about as much as the whole plan at "
+                   "D = 1000).")
 @click.option("--no-timing", is_flag=True,
               help="Skip the short sampler runs that time a step (predicted_seconds is then 'inf').")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, metavar="PLAN.csv",
@@ -91,7 +97,8 @@ def cli(**kw: Any) -> None:
     JSON keys: candidates (each: batch_size, family, momentum, batching, inverse_temperature, chains,
     covariance_error, cov_mc_error_constant, burn_in_steps, steps, gradient_evaluations,
     predicted_seconds, feasible, reason when not, predicted_rms_error, bounds, approximate, notes),
-    recommended (index), lambda (its Λ), pareto_front, applicability (of the recommendation), …
+    recommended (index), lambda (its Λ), pareto_front, applicability (of the recommendation; with
+    checked = false and no verdict when skipped above D = 200), …
     Numbers that do not exist for an infeasible candidate are the string "inf".
     Example:  sgtune plan --example logistic --tolerance 0.1 --plot plan.png -o plan.csv
     """
@@ -124,13 +131,20 @@ def cli(**kw: Any) -> None:
         raise SgtuneError(f"no candidate reaches --tolerance {tol:g}: the smallest bias is {best:.3g}; loosen the "
                           "tolerance, include the dense family, or change the target")
     best = p.candidates[p.recommended]
-    st = best.stationary
-    if st is None:  # the large-D dense path skipped the forward solve: its Σ(Λ) is Σ* by construction
-        st = predict_stationary_cov(prob.expansion, best.step_matrix, batch_size=best.batch_size,
-                                    inv_temperature=best.inverse_temperature,
-                                    without_replacement=best.batching != "replacement", momentum=best.momentum,
-                                    initial_guess=p.target_cov, radius_bound=True)
-    app = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
+    check = kw["applicability"] if kw["applicability"] is not None else prob.dim <= APPLICABILITY_MAX_DIM
+    if check:
+        st = best.stationary
+        if st is None:  # the large-D dense path skipped the forward solve: its Σ(Λ) is Σ* by construction
+            st = predict_stationary_cov(prob.expansion, best.step_matrix, batch_size=best.batch_size,
+                                        inv_temperature=best.inverse_temperature,
+                                        without_replacement=best.batching != "replacement", momentum=best.momentum,
+                                        initial_guess=p.target_cov, radius_bound=True)
+        app: dict[str, Any] = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
+        app["checked"] = True
+    else:
+        app = {"checked": False, "reasons": [],
+               "note": f"not checked above D = {APPLICABILITY_MAX_DIM} (pass --applicability, or run sgtune covariance "
+                       "with the recommended Λ)"}
     if rows[p.recommended]["approximate"]:
         untrusted("the recommended candidate's bias and Monte Carlo constant are approximations "
                   f"({', '.join(rows[p.recommended]['approximate'])}); check them with sgtune verify")

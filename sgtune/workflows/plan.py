@@ -46,7 +46,7 @@ from ..theory.alternatives import modal_directions
 from ..theory.mcerror import cov_error_constant, mc_error
 from ..theory.stationary import ARPACK_MAX_DIM, equilibration_steps, finite_population_factor, noise_covariance
 from ..theory.largescale import stationary_cov_from_target_momentum
-from ..theory.tuning import (FAMILIES, LARGE_COV_TOL, solve_step_matrix, structured_momentum_step_matrix,
+from ..theory.tuning import (FAMILIES, structured_momentum_step_matrix,
                              structured_step_matrix, target_covariance, tune, tuning_residual)
 
 __all__ = ["Candidate", "Plan", "plan_run", "BATCHINGS", "OBJECTIVES", "DEFAULT_BATCH_SIZES",
@@ -62,6 +62,9 @@ MIN_TAU_MULTIPLE = 50
 PLAN_FIT_MAX_DIM = 50
 #: the dense SGD family above this D skips the forward solve and bounds the spectral radius
 FAST_DENSE_DIM = ARPACK_MAX_DIM
+#: relative GMRES tolerance of the structured families' Σ(Λ) − Σ* at large D (the bias to ≈ 4 digits; each
+#: further digit costs about one O(N·D²) pass over the data per candidate)
+PLAN_COV_TOL = 1e-4
 #: wall-clock budget of the sampler timings' measured work (seconds, all configurations together; compilation
 #: and the fixed cost of the short probing runs come on top)
 TIME_BUDGET = 0.5
@@ -240,7 +243,7 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
                         if progress is not None:
                             progress(f"B = {B}, {fam}, κ = {kappa:g}, {bat}, β = {beta:g}")
                         _evaluate(ctx, cand, E, family_criterion)
-                        if notes:
+                        if notes and cand.feasible:
                             from .plan_notes import add_notes
 
                             add_notes(ctx, model, dataset, cand, E)
@@ -271,6 +274,7 @@ class _Context:
         self.target_norm2 = float(np.sum(target_cov * target_cov))
         self._bracket: np.ndarray | None = None
         self._hsh: np.ndarray | None = None
+        self._modes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def noise_at_target(self, B: int, without_replacement: bool) -> np.ndarray:
         """C̄(Σ*) = (f/B)·K, K = 𝓘 − ḡḡᵀ + mean J_nΣ*J_n − JΣ*J computed once (one pass over the data)."""
@@ -278,6 +282,15 @@ class _Context:
         if self._bracket is None:
             self._bracket = noise_covariance(e, self.target_cov, batch_size=1)
         return self._bracket * (finite_population_factor(e.n_data, B, without_replacement) / B)
+
+    def target_modes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(L, μ, U): Σ* = LLᵀ and LᵀHL = U diag(μ) Uᵀ, shared by every dense candidate (B-independent)."""
+        if self._modes is None:
+            L = np.linalg.cholesky(self.target_cov)
+            M = L.T @ self.expansion.hessian @ L
+            mu, U = np.linalg.eigh(0.5 * (M + M.T))
+            self._modes = (L, mu, U)
+        return self._modes
 
     def hsh(self) -> np.ndarray:
         if self._hsh is None:
@@ -322,7 +335,7 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
         if fam == "dense" and kappa == 0.0 and e.dim > FAST_DENSE_DIM:
             _dense_fast(ctx, cand, wor)
         elif fam in ("diagonal", "scalar") and crit0 == "moment" and e.dim > FAST_DENSE_DIM:
-            _structured_fast(ctx, cand, wor)
+            _structured_fast(ctx, cand, wor, E)
         else:
             res = tune(e, batch_size=B, target=ctx.target_cov, family=fam, inv_temperature=beta,
                        without_replacement=wor, momentum=kappa, family_criterion=crit0)
@@ -380,7 +393,7 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
     cbar = ctx.noise_at_target(B, wor)
     R = cbar + ctx.hsh()
     R = 0.5 * (R + R.T)
-    lam = solve_step_matrix(H, S, R, inv_temperature=beta)
+    lam = _lyapunov_step_matrix(ctx, R, beta)
     residual = tuning_residual(lam, H, S, R, beta)
     d = e.dim
     F = np.eye(d) - lam @ H
@@ -389,7 +402,7 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
     Q0 = lam @ (e.gradient_cov() * (f / B)) @ lam
     if math.isfinite(beta):
         Q0 = Q0 + 2.0 * lam / beta
-    Ls = np.linalg.cholesky(S)
+    Ls = ctx.target_modes()[0]
     W = sla.solve_triangular(Ls, sla.solve_triangular(Ls, 0.5 * (Q0 + Q0.T), lower=True).T, lower=True)
     rho = float(1.0 - np.linalg.eigvalsh(0.5 * (W + W.T))[0])  # L⁻¹Q₀L⁻ᵀ
     cand.modes = modal_directions(H, lam)
@@ -402,10 +415,35 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
     cand.bounds += ["burn_in_steps", "spectral_radius"]
 
 
-def _structured_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
+def _lyapunov_step_matrix(ctx: _Context, R: np.ndarray, beta: float) -> np.ndarray:
+    """:func:`~sgtune.theory.tuning.solve_step_matrix` with the target's factorisation shared across candidates:
+    Λ = L Z⁻¹ Lᵀ, Z = U [Uᵀ(LᵀRL)U / (μ_i + μ_j − 2/β)] Uᵀ (THEORY §1.3)."""
+    L, mu, U = ctx.target_modes()
+    shift = 0.0 if math.isinf(beta) else 1.0 / beta
+    if not mu[0] > shift:
+        bmin = 1.0 / mu[0] if mu[0] > 0 else math.inf
+        raise InfeasibleTargetError(
+            f"target covariance is unreachable at inverse temperature {beta:g}: the injected noise alone gives more "
+            f"variance than the target; use an inverse temperature > {bmin:.6g} (= 1/μ_min(HΣ)) or a larger target",
+            min_inv_temperature=bmin)
+    LU = L @ U
+    Rt = LU.T @ R @ LU
+    Zt = 0.5 * (Rt + Rt.T) / ((mu[:, None] - shift) + (mu[None, :] - shift))
+    try:
+        cz = np.linalg.cholesky(Zt)
+    except np.linalg.LinAlgError:
+        raise SgtuneError("the noise model R = C̄ + HΣH is not positive definite at the target, so no SPD step-size "
+                          "matrix exists") from None
+    W = sla.solve_triangular(cz, LU.T, lower=True)  # cz⁻¹UᵀLᵀ
+    lam = W.T @ W
+    return 0.5 * (lam + lam.T)
+
+
+def _structured_fast(ctx: _Context, cand: Candidate, wor: bool, E: float) -> None:
     """Scalar / diagonal family at large D: :func:`~sgtune.theory.tuning.tune`'s closed form and its forward
-    solve for Σ(Λ) − Σ* (matrix-free GMRES, relative tolerance ``LARGE_COV_TOL``), with the noise at the
-    target shared across batch sizes (one pass over the data for the whole grid instead of one per B)."""
+    solve for Σ(Λ) − Σ* (matrix-free GMRES, relative tolerance ``PLAN_COV_TOL``), with the noise at the
+    target shared across batch sizes (one pass over the data for the whole grid instead of one per B). A
+    candidate whose bias already exceeds the tolerance gets no Monte Carlo constant (it stays ``inf``)."""
     e, S = ctx.expansion, ctx.target_cov
     B, beta, kappa = cand.batch_size, cand.inverse_temperature, cand.momentum
     cbar = ctx.noise_at_target(B, wor)
@@ -416,14 +454,14 @@ def _structured_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
         R = cbar + ctx.hsh()
         lam = structured_step_matrix(e.hessian, S, 0.5 * (R + R.T), family=cand.family, inv_temperature=beta)
     st = stationary_cov_from_target_momentum(e, lam, S, cbar, batch_size=B, momentum=kappa, inv_temperature=beta,
-                                             without_replacement=wor, tol=LARGE_COV_TOL)
+                                             without_replacement=wor, tol=PLAN_COV_TOL)
     if not st.spectral_radius < 1.0:
         raise UnstableStepSizeError(f"the {cand.family} closed form gives an unstable chain (spectral radius "
                                     f"{st.spectral_radius:.4g})", spectral_radius=st.spectral_radius)
-    mce = mc_error(st, reference_cov=S)
     cand.step_matrix, cand.stationary = lam, st
     cand.covariance_error = float(np.linalg.norm(st.cov - S) / math.sqrt(ctx.target_norm2))
-    cand.cov_mc_error_constant = mce.cov_mc_error_constant
+    if cand.covariance_error < E:
+        cand.cov_mc_error_constant = mc_error(st, reference_cov=S).cov_mc_error_constant
     cand.spectral_radius, cand.tau_worst = st.spectral_radius, st.tau_worst
     if st.spectral_radius_is_bound:
         cand.bounds.append("burn_in_steps")

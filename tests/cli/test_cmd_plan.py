@@ -37,6 +37,7 @@ def test_plan_json_csv_and_recommendation(tmp_path, logistic_expansion):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert {"candidates", "recommended", "lambda", "warnings", "applicability", "pareto_front"} <= set(doc)
+    assert doc["applicability"]["checked"] is True and doc["applicability"]["applicable"] is True  # D = 5
     cands = doc["candidates"]
     assert len(cands) == 4 and all(CANDIDATE_KEYS <= set(c) for c in cands)
     assert all("reason" in c for c in cands if not c["feasible"])
