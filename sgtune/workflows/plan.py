@@ -67,7 +67,7 @@ FAST_DENSE_DIM = ARPACK_MAX_DIM
 PLAN_COV_TOL = 1e-4
 #: wall-clock budget of the sampler timings' measured work (seconds, all configurations together; compilation
 #: and the fixed cost of the short probing runs come on top)
-TIME_BUDGET = 0.5
+TIME_BUDGET = 0.3
 
 @dataclass
 class Candidate:
