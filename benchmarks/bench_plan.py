@@ -27,7 +27,6 @@ import math
 import time
 
 import numpy as np
-import scipy.linalg as sla
 
 from _timing import timed
 
