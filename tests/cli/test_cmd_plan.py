@@ -103,3 +103,12 @@ def test_covariance_reports_the_monte_carlo_constants(logistic_expansion):
     cov = np.array(doc["cov"])
     assert doc["cov_mc_error_constant"] == pytest.approx(c_bf / np.sum(cov ** 2), rel=1e-6)
     np.testing.assert_allclose(doc["mean_mc_variance"], mean_bf, rtol=1e-6, atol=1e-9 * np.abs(mean_bf).max())
+
+
+def test_plan_skipped_applicability_is_not_silent():
+    r = run(["plan", "--example", "logistic", "--tolerance", "0.2", "--batch-sizes", "32", "--families", "dense",
+             "--no-applicability", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["applicability"]["checked"] is False
+    assert any("not checked" in w for w in doc["warnings"]) and "warning: applicability" in r.stderr
