@@ -2,7 +2,11 @@
 
 Conventions (``../shared/CLI.md``): one JSON document on stdout (or ``--json FILE``),
 human tables and progress on stderr, exit 0 ok / 1 domain error / 2 usage error /
-3 verification failed, never a partial output file.
+3 verification failed / 4 untrusted under ``--strict`` (130 interrupted), never a partial
+output file. Every failure ends with one ``Error: …`` line on stderr, never a traceback: the
+group's :meth:`LazyGroup.main` prints usage errors on one line, turns Ctrl-C into one line, a
+failed write to stdout into one line (a closed pipe into a quiet exit 1), and anything
+unexpected into one "internal error" line (``SGTUNE_DEBUG=1`` re-raises it with its traceback).
 
 To add a command: create ``sgtune/cli/cmd_<name>.py`` defining a click command
 called ``cli`` and add one line to :data:`COMMANDS`.
@@ -10,6 +14,9 @@ called ``cli`` and add one line to :data:`COMMANDS`.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any, NoReturn
 
 import click
 
@@ -42,6 +49,52 @@ class LazyGroup(click.Group):
             return None
         return importlib.import_module(module).cli
 
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """click's ``main`` with sgtune's failure discipline: one ``Error: …`` line on stderr for
+        every failure (module docstring). ``standalone_mode=False`` keeps click's behaviour."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # bare `sgtune`: the help text, as click does
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _fail(exc.format_message() + hint, exc.exit_code)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort as exc:  # click's form of KeyboardInterrupt / EOFError
+            if isinstance(exc.__cause__, EOFError):
+                _fail("unexpected end of input", 1)
+            _fail("interrupted (Ctrl-C); outputs not yet renamed into place were removed", EXIT_INTERRUPTED)
+        except KeyboardInterrupt:
+            _fail("interrupted (Ctrl-C); outputs not yet renamed into place were removed", EXIT_INTERRUPTED)
+        except MemoryError as exc:
+            _fail(f"out of memory{f' ({exc})' if str(exc) else ''}; use a smaller problem (e.g. --subsample, "
+                  "fewer --chains or --steps) or a machine with more memory", 1)
+        except OSError as exc:  # the system refused a file or device (reading DATA, a full disk, …)
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or exc}", 1)
+        except Exception as exc:  # a bug: still one line for the user, the traceback on request
+            if os.environ.get("SGTUNE_DEBUG"):
+                raise
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            _fail(f"internal error ({type(exc).__name__}{': ' + text if text else ''}); this is a bug in "
+                  "sgtune, please report it with the command line (SGTUNE_DEBUG=1 shows the traceback)", 1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_INTERRUPTED = 130
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    """The one line a failed command ends with, and its exit status."""
+    click.echo(f"Error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sgtune")
@@ -52,4 +105,13 @@ def main() -> None:
     Conventions: mean loss L(θ) = (1/N) Σ_n l_n(θ) + R(θ)/N, batch size B,
     inverse temperature β (inf = SGD, N = canonical SGLD), step-size matrix Λ.
     Every command writes one JSON document to stdout (or --json FILE).
+
+    \b
+    Exit status:
+      0    success
+      1    domain or runtime error (one line on stderr naming the option and the fix)
+      2    usage error (a missing, unknown or out-of-range option)
+      3    verification failed (verify: the prediction was rejected)
+      4    with --strict: the answer or the chain should not be trusted (outputs written)
+      130  interrupted (Ctrl-C)
     """
