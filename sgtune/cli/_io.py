@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextvars
+import errno
 import functools
 import os
+import re
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +16,7 @@ from typing import Any, Callable, TypeVar
 import click
 import numpy as np
 
-from ..io._files import atomic_path
+from ..io._files import atomic_path, not_regular_reason
 from ..io._json import dumps
 from ..core.errors import AccuracyWarning, SgtuneError
 
@@ -30,6 +33,8 @@ class _Report:
 
     warnings: list[str] = field(default_factory=list)
     untrusted: list[str] = field(default_factory=list)
+    #: library parameter name -> the option that sets it in this command (see :func:`in_option_names`)
+    options: dict[str, str] = field(default_factory=dict)
 
 
 _REPORT: contextvars.ContextVar[_Report | None] = contextvars.ContextVar("sgtune_report", default=None)
@@ -42,6 +47,7 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
     text = str(message).splitlines()[0] if str(message) else category.__name__
     report = _REPORT.get()
     if report is not None:
+        text = in_option_names(text, report.options)
         if text in report.warnings:
             return
         report.warnings.append(text)
@@ -61,6 +67,98 @@ def untrusted(reason: str) -> None:
         report.untrusted.append(reason)
 
 
+#: The library's messages name Python parameters (``step_matrix must be …``); on the command line they
+#: should name the option the user typed. Library name -> the command parameters (click ``name``) that
+#: set it, by preference: the first the command has and the user gave, else the first it has.
+PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "step_matrix": ("lambda_file", "lambda_path", "step_size"),
+    "step_size": ("step_size",),
+    "inv_temperature": ("inverse_temperature",),
+    "inverse_temperature": ("inverse_temperature",),
+    "batch_size": ("batch_size",),
+    "n_steps": ("steps",),
+    "n_chains": ("chains",),
+    "burn_in": ("burn_in",),
+    "batches_per_chain": ("batches_per_chain",),
+    "thin": ("thin",),
+    "momentum": ("momentum",),
+    "decay": ("decay",),
+    "friction": ("friction",),
+    "noise_variance": ("noise_variance",),
+    "beta_power": ("beta_power",),
+    "prior_precision": ("prior_precision_matrix", "prior_precision"),
+    "theta_hat": ("theta_hat",),
+    "theta": ("theta_path",),
+    "true_theta": ("true_theta",),
+    "subsample": ("subsample",),
+    "seed": ("seed",),
+    "samples": ("samples_path",),
+    "target": ("target",),
+    "target_cov": ("target",),
+    "relative_tolerance": ("relative_tolerance",),
+    "inflate_prediction": ("inflate_prediction",),
+    "average_window": ("average_window",),
+    "observable": ("observable",),
+    "antisymmetric": ("antisymmetric",),
+    "diffusion": ("diffusion",),
+    "preconditioner": ("preconditioner",),
+    "alpha": ("alpha",),
+    "gamma": ("gamma",),
+    "budget": ("budget",),
+    "sigma2": ("sigma2",),
+    "step": ("step",),
+    "block": ("block",),
+    "blocks": ("blocks",),
+    "hidden_sizes": ("hidden_sizes",),
+    "repeat": ("repeat",),
+    "refine_rounds": ("refine_rounds",),
+}
+
+_REPEATED = re.compile(r"(--[\w-]+) \(\1((?: [^()]*)?)\)")
+_SUBJECT = re.compile(r" (must|contains|has|is|needs|should)\b")
+_IDENT = re.compile(r"(?<![\w\-.'\"])([A-Za-z_][A-Za-z0-9_]*)(?![\w(=])")
+
+
+def _command_options(kwargs: dict[str, Any]) -> dict[str, str]:
+    """:data:`PARAM_OPTIONS` resolved for the running click command: library name -> ``--option``."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    spelled: dict[str, str] = {}
+    for param in ctx.command.params:
+        if param.name is None:
+            continue
+        longs = [o for o in param.opts if o.startswith("--")]
+        spelled[param.name] = longs[0] if longs else (param.opts[0] if isinstance(param, click.Option)
+                                                      else param.human_readable_name.upper())
+    out: dict[str, str] = {}
+    for name, candidates in PARAM_OPTIONS.items():
+        present = [c for c in candidates if c in spelled]
+        given = [c for c in present if kwargs.get(c) is not None]
+        if present:
+            out[name] = spelled[(given or present)[0]]
+    return out
+
+
+def in_option_names(message: str, options: dict[str, str]) -> str:
+    """``message`` with the library's parameter names replaced by the command's options
+    (``step_matrix must …`` -> ``--lambda must …``). Names with an underscore are replaced
+    wherever they stand as a word; plain words (``momentum``, ``seed``) only as the subject of a
+    message that opens "momentum must / contains / has / is …", where they cannot be prose."""
+    if not options:
+        return message
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name in options and ("_" in name or (m.start() == 0 and _SUBJECT.match(message, m.end()))):
+            return options[name]
+        return name
+
+    out = _IDENT.sub(sub, message)
+    # "step_matrix (--lambda)" -> "--lambda (--lambda)" -> "--lambda"; "--beta-power (--beta-power P)" -> "--beta-power P"
+    return _REPEATED.sub(r"\1\2", out)
+
+
 def handle_errors(fn: F) -> F:
     """Turn an :class:`SgtuneError` into a one-line exit-1 message (click's ``ClickException``).
 
@@ -72,7 +170,7 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        report = _Report()
+        report = _Report(options=_command_options(kwargs))
         token = _REPORT.set(report)
         try:
             with warnings.catch_warnings():
@@ -80,7 +178,11 @@ def handle_errors(fn: F) -> F:
                 warnings.showwarning = _show_warning
                 out = fn(*args, **kwargs)
         except SgtuneError as exc:
-            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise click.ClickException(in_option_names(text, report.options)) from None
+        except EOFError as exc:  # np.load & co. on a truncated file; click would print a bare "Aborted!"
+            raise click.ClickException(f"an input file ended unexpectedly ({exc or 'EOFError'}); check the files "
+                                       "given to the options") from None
         finally:
             _REPORT.reset(token)
         if kwargs.get("strict") and report.untrusted:
@@ -92,19 +194,41 @@ def handle_errors(fn: F) -> F:
 
 
 def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option: str) -> None:
-    """Refuse (exit 1) to overwrite an existing file unless ``--overwrite``; check the folder exists."""
+    """Refuse (exit 1, before any work) an output ``path`` that cannot be written as promised.
+
+    An existing file needs ``--overwrite``; a directory, symbolic link (never followed: its target
+    would stay, the link would be replaced), FIFO or device is refused even then; the folder must
+    exist and accept new files (checked by creating and removing an empty temporary file there).
+    """
     if path is None:
         return
     p = Path(path)
+    what = not_regular_reason(p)
+    if what is not None:
+        raise click.ClickException(f"{option} {p} is {what}, not a regular file; give the path of a new or "
+                                   "regular file (outputs are written beside it and renamed into place)")
     if p.exists() and not overwrite:
         raise click.ClickException(f"{option} {p} already exists; pass --overwrite to replace it")
-    if not p.parent.exists():
-        raise click.ClickException(f"{option} {p}: folder {p.parent} does not exist")
+    folder = p.parent
+    if not folder.exists():
+        raise click.ClickException(f"{option} {p}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise click.ClickException(f"{option} {p}: {folder} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{p.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise click.ClickException(f"{option} {p}: cannot create files in {folder} ({exc.strerror or exc}); "
+                                   "choose a writable folder") from None
 
 
 def _atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str) -> None:
-    with atomic_path(path) as tmp, open(tmp, mode) as fh:
-        write(fh)
+    try:
+        with atomic_path(path) as tmp, open(tmp, mode) as fh:
+            write(fh)
+    except OSError as exc:  # the folder filled up, vanished, became read-only, … since check_writable
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def save_array(path: str | os.PathLike[str], array: np.ndarray) -> None:
@@ -138,9 +262,26 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
         else:
             save_array(path, array)
     if json_path is None:
-        click.echo(text)
+        try:
+            click.echo(text)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # the reader went away (| head): the group's main exits quietly
+                raise
+            _discard_stdout()
+            raise click.ClickException(f"cannot write the JSON to stdout: {exc.strerror or exc}") from None
     else:
         _atomic_write(json_path, lambda fh: fh.write(text + "\n"), "w")
+
+
+def _discard_stdout() -> None:
+    """After a failed write to stdout: drop what is still buffered, so the interpreter's final flush
+    does not fail again ("Exception ignored … OSError") after the one-line error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):  # no real file descriptor (e.g. CliRunner's stdout)
+        pass
 
 
 def info(message: str, quiet: bool = False) -> None:
