@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -65,9 +66,10 @@ data_options = _compose(
                  help="Γ = G·I, the prior precision (regulariser R(θ) = ½θᵀΓθ, mean loss adds R/N)."),
     click.option("--prior-precision-matrix", type=click.Path(exists=False, dir_okay=False), default=None,
                  help="Γ from a (D, D) .npy file (overrides --prior-precision)."),
-    click.option("--subsample", type=int, default=None,
-                 help="Fit θ̂ and the expansion on M rows drawn at random (Algorithm 1, step 1)."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed for anything random (echoed)."),
+    click.option("--subsample", type=click.IntRange(min=1), default=None,
+                 help="Fit θ̂ and the expansion on M rows drawn at random (Algorithm 1, step 1; 1 ≤ M ≤ N)."),
+    click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="Seed for anything random, an integer ≥ 0 (echoed)."),
     click.option("--scheduler", default=None, metavar="ADDRESS",
                  help="Run the data reductions (MAP fit, expansion, C̄(Σ)) of out-of-core DATA (a folder with "
                       "X.npy/y.npy or a .parquet file) on a Dask cluster: 'local' (2 local workers) or a "
@@ -126,13 +128,67 @@ def expansion_keys(e: Expansion) -> dict[str, Any]:
 
 
 def load_npy(path: str, name: str) -> np.ndarray:
-    """Load a ``.npy`` file with a one-line error naming the option."""
+    """The array given to option ``name``: a ``.npy`` file (``numpy.save``), or a ``.csv`` / ``.txt``
+    of numbers (one matrix row per line, comma- or blank-separated); every failure is one line
+    naming the option and saying what the file should hold."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataFormatError(f"{name} {path} is a folder; give a .npy file (numpy.save) or a .csv of numbers")
     try:
-        return np.load(path, allow_pickle=False)
+        with open(p, "rb") as fh:
+            head = fh.read(8)
     except FileNotFoundError:
         raise DataFormatError(f"{name}: file {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise DataFormatError(f"{name}: cannot read {path} as .npy ({exc})") from None
+    except OSError as exc:
+        raise DataFormatError(f"{name}: cannot read {path} ({exc.strerror or exc})") from None
+    if not head:
+        raise DataFormatError(f"{name} {path} is empty; give a .npy file (numpy.save) or a .csv of numbers")
+    if head.startswith(b"\x93NUMPY"):
+        try:
+            return np.load(p, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise DataFormatError(f"{name}: cannot read {path} as .npy ({exc or 'truncated'}); write it again with "
+                                  "numpy.save") from None
+    if head.startswith(b"PK"):
+        raise DataFormatError(f"{name} {path} is an .npz archive (several arrays); give one array as a .npy file")
+    if p.suffix.lower() in (".csv", ".txt", ".tsv"):
+        return _load_text_array(p, name)
+    raise DataFormatError(f"{name} {path} is not a .npy file (it lacks the .npy header); write the array with "
+                          "numpy.save, or give numbers as a .csv")
+
+
+def _load_text_array(p: Path, name: str) -> np.ndarray:
+    """Numbers from a text file, one matrix row per line (a single line or column is a vector)."""
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFormatError(f"{name}: cannot read {p} as text ({exc}); give a .csv of numbers or a .npy") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = [f for f in line.replace(",", " ").replace(";", " ").split()]
+        try:
+            rows.append([float(f) for f in fields])
+        except ValueError:
+            bad = next(f for f in fields if not _is_float(f))
+            raise DataFormatError(f"{name} {p}, line {lineno}: {bad[:20]!r} is not a number; the file must hold "
+                                  "only numbers, one matrix row per line (no header)") from None
+    if not rows:
+        raise DataFormatError(f"{name} {p} holds no numbers; give one matrix row per line (or a .npy file)")
+    if len({len(r) for r in rows}) != 1:
+        raise DataFormatError(f"{name} {p}: the rows have different lengths ({sorted({len(r) for r in rows})}); "
+                              "give one matrix row per line")
+    arr = np.array(rows, dtype=float)
+    return arr.reshape(-1) if 1 in arr.shape else arr
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_float_npy(path: str, name: str) -> np.ndarray:
@@ -207,6 +263,10 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
                              f"but {kw['theta_hat']} has {theta_hat.shape[0]}")
     seed = int(kw.get("seed", 0))
     if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
+        if int(kw["subsample"]) > ds.n_data:
+            raise click.BadParameter(f"{kw['subsample']} rows asked for, but the data have N = {ds.n_data}; give "
+                                     f"at most {ds.n_data}, or leave --subsample out to fit on every row",
+                                     param_hint="'--subsample'")
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(seed))
         return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
                                                     theta_hat=theta_hat, seed=seed))
