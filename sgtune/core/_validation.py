@@ -22,6 +22,8 @@ __all__ = [
     "check_int",
     "check_probability",
     "is_symmetric",
+    "available_memory",
+    "format_bytes",
 ]
 
 
@@ -132,3 +134,43 @@ def check_probability(value: Any, name: str, *, closed_right: bool = False) -> f
         rng = "[0, 1]" if closed_right else "[0, 1)"
         raise SgtuneError(f"{name} must lie in {rng}, got {v}")
     return v
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate without swapping: ``MemAvailable`` of /proc/meminfo (or
+    ``os.sysconf`` available pages), capped by a cgroup v2 memory limit; ``None`` when unknown."""
+    import os
+
+    avail: int | None = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, ValueError, OSError):
+            return None
+    try:  # a container's limit (cgroup v2): what is left of it
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as fh:
+                used = int(fh.read().strip())
+            avail = min(avail, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 kB'`` (decimal units)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"  # pragma: no cover

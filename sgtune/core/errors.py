@@ -15,6 +15,7 @@ __all__ = [
     "ConvergenceError",
     "DataFormatError",
     "MissingExtraError",
+    "InsufficientMemoryError",
     "AccuracyWarning",
 ]
 
@@ -86,6 +87,23 @@ class DataFormatError(SgtuneError, ValueError):
 
 class MissingExtraError(SgtuneError, ImportError):
     """An optional dependency is needed: the message names the ``pip install`` extra."""
+
+
+class InsufficientMemoryError(SgtuneError, MemoryError):
+    """A computation would need more memory than the machine has available; refused before allocating.
+
+    Attributes
+    ----------
+    needed : int
+        Estimated peak bytes.
+    available : int
+        Bytes available when the estimate was made.
+    """
+
+    def __init__(self, message: str, *, needed: int = 0, available: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
 
 
 class AccuracyWarning(UserWarning):

@@ -15,9 +15,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core._refs import cites
-from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
+from ..core._validation import (as_float_array, as_spd, as_square, as_vector, available_memory, check_int,
+                                check_positive, format_bytes)
 from ..io.data import Dataset, make_dataset
-from ..core.errors import ConvergenceError, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..core.errors import (ConvergenceError, InsufficientMemoryError, NotPositiveDefiniteError, SgtuneError, ShapeError,
+                           UnstableStepSizeError)
 from ..models import fit_map, get_model, prior_matrix
 from ..models.base import model_label
 from scipy.special import ndtri
@@ -497,6 +499,41 @@ def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n
     return d
 
 
+def chain_memory(*, n_chains: int, dim: int, n_trace: int, n_segments: int, n_perm: int = 1,
+                 n_positions: int = 0, n_observables: int = 0, mclmc: bool = False) -> dict[str, int]:
+    """Estimated peak bytes of :func:`run_chains`, by part: ``draws`` (the kept trace, C × T' × D
+    float64, plus the step-size trace of the SMILE samplers), ``moments`` (the streaming Welford sums,
+    C × S × D² and their merge's temporaries, about four more copies) and ``state`` (positions,
+    momenta, RNG states, permutations, per-position epoch moments, covariance blocks)."""
+    C, d, S = int(n_chains), int(dim), int(n_segments)
+    draws = 8 * C * int(n_trace) * (d + (1 if mclmc else 0))
+    moments = 8 * C * S * (d * d + d + 1) * 5 + 8 * C * (d * d + d)
+    state = 8 * C * (4 * d + 4 + 3 + int(n_perm) + int(n_positions) * (2 * d + 1) + COV_BLOCK * d + 2
+                     + int(n_observables) + (6 * d + 12 if mclmc else 0))
+    return {"draws": draws, "moments": moments, "state": state}
+
+
+def check_chain_memory(*, n_chains: int, n_steps: int, dim: int, n_trace: int, n_segments: int,
+                       n_perm: int = 1, n_positions: int = 0, n_observables: int = 0, mclmc: bool = False) -> None:
+    """Refuse, before allocating anything, chains whose :func:`chain_memory` exceeds the memory available
+    (:func:`~sgtune.core._validation.available_memory`): an :class:`InsufficientMemoryError` that
+    gives both numbers and says which setting to lower, instead of a MemoryError or the kernel's OOM kill."""
+    parts = chain_memory(n_chains=n_chains, dim=dim, n_trace=n_trace, n_segments=n_segments, n_perm=n_perm,
+                         n_positions=n_positions, n_observables=n_observables, mclmc=mclmc)
+    need = sum(parts.values())
+    avail = available_memory()
+    if avail is None or need <= avail:
+        return
+    detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v)
+    if parts["draws"] >= max(parts["moments"], parts["state"]):
+        fix = "keep fewer draws with a larger `thin` (or fewer `n_steps`), or use fewer `n_chains`"
+    else:
+        fix = "use fewer `n_chains`"
+    raise InsufficientMemoryError(
+        f"{n_chains} chains × {n_steps} steps (D = {dim}) would need about {format_bytes(need)} of memory "
+        f"({detail}) but {format_bytes(avail)} is available; {fix}", needed=need, available=avail)
+
+
 def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: np.ndarray, mat: np.ndarray,
          dim: int, py_model: Any, prior_kind: int, prior: np.ndarray, step_matrix: Any, initial: Any,
          batch_size: int, n_steps: int, n_chains: int, burn_in: int | None, inv_temperature: float,
@@ -526,11 +563,6 @@ def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: 
     mclmc = sampler in MCLMC_SAMPLERS
     lam, lam_kind, fac, inject = step_factors(step_matrix, d, inv_temperature,
                                               "sgld" if sampler in DYNAMICS_SAMPLERS else sampler)
-    init = as_float_array(initial, "initial")
-    if init.shape == (d,):
-        init = np.tile(init, (C, 1))
-    elif init.shape != (C, d):
-        raise ShapeError(f"initial must be (D,) = ({d},) or (C, D) = ({C}, {d}) but has shape {init.shape}")
     obs = np.zeros((0, d)) if observables is None else as_float_array(observables, "observables")
     if obs.ndim == 1:
         obs = obs[None, :]
@@ -546,13 +578,20 @@ def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: 
     if epoch_moments and batching != "reshuffle":
         raise SgtuneError("epoch_moments needs batching='reshuffle' (positions within an epoch)")
     n_trace = post // thin if thin > 0 else 0
+    n_perm = n_data if batching in ("without-replacement", "reshuffle") else 1
+    check_chain_memory(n_chains=C, n_steps=T, dim=d, n_trace=n_trace, n_segments=S, n_perm=n_perm,
+                       n_positions=R, n_observables=obs.shape[0], mclmc=mclmc)
+    init = as_float_array(initial, "initial")
+    if init.shape == (d,):
+        init = np.tile(init, (C, 1))
+    elif init.shape != (C, d):
+        raise ShapeError(f"initial must be (D,) = ({d},) or (C, D) = ({C}, {d}) but has shape {init.shape}")
 
     theta = np.ascontiguousarray(init.copy())
     mom = np.zeros((C, d))
     rng_state = chain_states(seed, C)
     # per-chain permutations only where the batching uses them (C·N int64 would be 512 MB for
     # N = 10⁶, C = 64); with replacement the kernel never reads them
-    n_perm = n_data if batching in ("without-replacement", "reshuffle") else 1
     perm = np.tile(np.arange(n_perm, dtype=np.int64), (C, 1))
     epoch_pos = np.zeros(C, dtype=np.int64)
     diverged = -np.ones(C, dtype=np.int64)
