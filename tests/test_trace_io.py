@@ -14,7 +14,7 @@ from sgtune.io.data import example
 from sgtune.core.errors import MissingExtraError, SgtuneError
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
-from sgtune.io.trace_io import netcdf_attrs, require_arviz, to_inference_data, write_netcdf
+from sgtune.io.trace_io import default_thin, netcdf_attrs, require_arviz, to_inference_data, write_netcdf
 
 BASE = ["run", "--example", "logistic", "--batch-size", "64", "--step-size", "0.05", "--steps", "3000",
         "--chains", "4", "--seed", "3", "-q"]
@@ -66,8 +66,11 @@ def test_format_flag_and_errors(tmp_path):
     r = CliRunner().invoke(main, [*BASE, "--thin", "10", "--format", "netcdf", "-o", str(out)])
     assert r.exit_code == 0, r.stderr
     assert _arviz().from_netcdf(str(out)).posterior["theta"].shape == (4, 270, 5)
-    r = CliRunner().invoke(main, [*BASE, "-o", str(tmp_path / "x.nc")])
-    assert r.exit_code == 2 and "--thin" in r.stderr and not (tmp_path / "x.nc").exists()
+    r = CliRunner().invoke(main, [*BASE[:-1], "-o", str(tmp_path / "x.nc")])  # no --thin: a default, echoed
+    assert r.exit_code == 0, r.stderr
+    thin = json.loads(r.stdout)["thin"]
+    assert thin == default_thin(3000, None, 4, 5) == 3 and f"--thin {thin}" in r.stderr
+    assert _arviz().from_netcdf(str(tmp_path / "x.nc")).posterior["theta"].shape == (4, 900, 5)
     r = CliRunner().invoke(main, [*BASE, "--thin", "10", "--format", "netcdf"])
     assert r.exit_code == 2 and "-o FILE.nc" in r.stderr
 
@@ -101,3 +104,10 @@ def test_netcdf_attrs_are_scalars_or_strings():
     got = netcdf_attrs({"a": np.inf, "b": True, "c": None, "d": np.int64(3), "e": 0.5, "f": "x", "g": [1, 2],
                         "h": {"k": 1}})
     assert got == {"a": "inf", "b": 1, "d": 3, "e": 0.5, "f": "x", "g": [1, 2], "h": "{'k': 1}"}
+
+
+def test_default_thin_bounds_draws_per_chain_and_bytes():
+    assert default_thin(3000, None, 4, 5) == 3  # 2700 draws after burn-in -> ≤ 1000 per chain
+    assert default_thin(500, 0, 4, 5) == 1  # short runs keep every draw
+    k = default_thin(10**6, 0, 64, 10**4)  # a wide model: the 100 MB bound decides (19 draws per chain)
+    assert 0.5e8 < 8 * 64 * (10**6 // k) * 10**4 <= 1e8

@@ -13,7 +13,7 @@ from ..core._refs import references_of
 from ..core.errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.driver import DYNAMICS_SAMPLERS
-from ..io.trace_io import require_arviz, to_inference_data, write_netcdf
+from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, to_inference_data, write_netcdf
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
@@ -132,9 +132,7 @@ def resolve_trace_format(kw: dict[str, Any]) -> bool:
         return False
     if not kw.get("output"):
         raise click.UsageError("--format netcdf needs -o FILE.nc")
-    if not int(kw.get("thin") or 0) > 0:
-        raise click.UsageError("netCDF output holds the draws: pass --thin k (keep every k-th draw after burn-in)")
-    require_arviz()
+    require_arviz()  # without --thin, the command picks one once D is known (trace_io.default_thin)
     return True
 
 
@@ -168,7 +166,8 @@ def chain_json(res: ChainResult) -> dict[str, Any]:
               help="Minibatches: replacement (default), without-replacement (per step) or reshuffle (per epoch).")
 @chain_options
 @click.option("--thin", type=int, default=0, show_default=True,
-              help="Keep every k-th draw after burn-in in the -o file (0: no draws).")
+              help="Keep every k-th draw after burn-in in the -o file (0: no draws; with -o *.nc a default keeps at "
+                   "most 1000 draws per chain, echoed).")
 @click.option("--decay", type=float, default=0.0, show_default=True,
               help="Schedule exponent γ: Λ_t = Λ·(1+t)^−γ (t = 0, 1, …).")
 @click.option("--format", "out_format", type=click.Choice(["npz", "netcdf"]), default=None,
@@ -205,6 +204,10 @@ def cli(**kw: Any) -> None:
     prob = load_problem(kw)
     n, d = prob.dataset.n_data, prob.dim
     step = resolve_step(kw, d)
+    if netcdf and not kw["thin"]:  # the file holds draws: a thinning that keeps it a sensible size, echoed
+        kw["thin"] = default_thin(int(kw["steps"]), kw["burn_in"], int(kw["chains"]), d)
+        info(f"-o {kw['output']}: keeping every {kw['thin']}-th draw after burn-in (--thin {kw['thin']}: at most "
+             f"{DEFAULT_DRAWS_PER_CHAIN} draws per chain; pass --thin to choose)", bool(kw["quiet"]))
     beta = sampler_temperature(kw, str(kw["sampler"]), n)
     batching = resolve_batching(kw)
     res = execute_chains(prob, step, kw, sampler=str(kw["sampler"]), batching=batching, steps=int(kw["steps"]),
@@ -213,7 +216,7 @@ def cli(**kw: Any) -> None:
     doc = {**expansion_keys(prob.expansion), **chain_json(res), "theta_hat": prob.expansion.theta_hat, "sampler": kw["sampler"],
            "batching": batching, "batch_size": int(kw["batch_size"]), "n_data": n, "dim": d,
            "inverse_temperature": temperature_json(beta), "momentum": float(kw["momentum"]),
-           "decay": float(kw["decay"]), "model": prob.model.name, "seed": int(kw["seed"]),
+           "decay": float(kw["decay"]), "thin": int(kw["thin"]), "model": prob.model.name, "seed": int(kw["seed"]),
            "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains),
            **smile_json(res)}
     if kw["sampler"] == "sghmc":
