@@ -115,6 +115,7 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 _REPEATED = re.compile(r"(--[\w-]+) \(\1((?: [^()]*)?)\)")
+_QUOTED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SUBJECT = re.compile(r" (must|contains|has|is|needs|should)\b")
 _IDENT = re.compile(r"(?<![\w\-.'\"])([A-Za-z_][A-Za-z0-9_]*)(?![\w(=])")
 
@@ -147,6 +148,8 @@ def in_option_names(message: str, options: dict[str, str]) -> str:
     message that opens "momentum must / contains / has / is …", where they cannot be prose."""
     if not options:
         return message
+    # `name` in backticks: a parameter named on purpose, wherever it stands ("a larger `thin`")
+    message = _QUOTED.sub(lambda m: options.get(m.group(1), m.group(0)), message)
 
     def sub(m: re.Match[str]) -> str:
         name = m.group(1)
