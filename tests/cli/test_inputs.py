@@ -1,0 +1,255 @@
+"""Issue 19 item 5: every bad input ends with one line naming the option and the fix (exit 1 or 2),
+never a traceback, an OS kill or a bare "Aborted!"; outputs are regular files with the user's umask."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sgtune.cli import main
+from sgtune.cli._io import in_option_names
+from sgtune.io.data import example
+from sgtune.sampler import run_chains
+from sgtune.sampler.driver import chain_memory
+
+LAMBDA = ["lambda", "--example", "logistic", "--batch-size", "32", "-q"]
+COVARIANCE = ["covariance", "--example", "logistic", "--batch-size", "32", "-q"]
+RUN = ["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "100", "-q"]
+
+
+def invoke(args, **kw):
+    return CliRunner().invoke(main, args, **kw)
+
+
+def one_error_line(r, code):
+    """The result failed with ``code`` and stderr is exactly one ``Error: …`` line; returns it."""
+    assert r.exit_code == code, (r.exit_code, r.stderr)
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout and "Aborted!" not in r.stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------- option values
+@pytest.mark.parametrize("extra,option,fix", [
+    (["--seed", "-1", "--subsample", "50"], "'--seed'", "x>=0"),
+    (["--subsample", "0"], "'--subsample'", "x>=1"),
+    (["--subsample", "5000"], "'--subsample'", "give at most 2000"),
+])
+def test_out_of_range_seed_and_subsample_are_one_line_usage_errors(extra, option, fix):
+    line = one_error_line(invoke([*LAMBDA, *extra]), 2)
+    assert f"Invalid value for {option}" in line and fix in line and "--help" in line
+
+
+def test_unknown_option_is_one_line_with_the_help_hint():
+    line = one_error_line(invoke([*LAMBDA, "--bogus"]), 2)
+    assert "--bogus" in line and "lambda --help" in line
+
+
+@pytest.mark.parametrize("extra,start", [
+    (["--chains", "0"], "Error: --chains must be >= 1, got 0"),
+    (["--thin", "-1"], "Error: --thin must be >= 0"),
+    (["--burn-in", "200"], "Error: --burn-in must be <= 99"),
+    (["--momentum", "1"], "Error: --momentum must lie in [0, 1)"),
+    (["--noise-variance", "-1"], "Error: --noise-variance must be > 0"),
+    (["--sampler", "sghmc", "--friction", "-1"], "Error: --friction must be > 0"),
+])
+def test_library_messages_name_the_option_not_the_python_parameter(extra, start):
+    assert one_error_line(invoke([*RUN, *extra]), 1).startswith(start)
+
+
+def test_lambda_file_of_the_wrong_shape_names_lambda(tmp_path):
+    bad = tmp_path / "lam.npy"
+    np.save(bad, np.ones(3))
+    line = one_error_line(invoke([*COVARIANCE, "--lambda", str(bad)]), 1)
+    assert line.startswith("Error: --lambda") and "step_matrix" not in line
+
+
+def test_in_option_names_rules():
+    opts = {"step_matrix": "--lambda", "momentum": "--momentum", "thin": "--thin", "beta_power": "--beta-power"}
+    assert in_option_names("step_matrix (--lambda) of shape (3,)", opts) == "--lambda of shape (3,)"
+    assert in_option_names("reduce step_matrix by 2", opts) == "reduce --lambda by 2"
+    assert in_option_names("momentum must lie in [0, 1)", opts) == "--momentum must lie in [0, 1)"
+    assert in_option_names("momentum tuning stopped", opts) == "momentum tuning stopped"  # prose stays
+    assert in_option_names("use a larger `thin`", opts) == "use a larger --thin"
+    assert in_option_names("needs beta_power (--beta-power P) > 1", opts) == "needs --beta-power P > 1"
+    assert in_option_names("x.step_matrix and 'step_matrix'", opts) == "x.step_matrix and 'step_matrix'"
+
+
+# ------------------------------------------------------------------- malformed input files
+@pytest.mark.parametrize("name,content,says", [
+    ("empty.csv", b"", "is empty"),
+    ("empty.npy", b"", "is empty"),
+    ("garbage.npy", bytes(range(256)) * 2, "is not a .npy file"),
+    ("text.csv", b"a,b\n1,x\n", "'a' is not a number"),
+    ("ragged.csv", b"1,0\n0,1,3\n", "different lengths"),
+    ("nan.csv", b"1,0\n0,nan\n", "non-finite"),
+    ("truncated.npy", None, "cannot read"),
+    ("missing.npy", "absent", "does not exist"),
+])
+def test_malformed_lambda_file_is_one_line_naming_lambda(tmp_path, name, content, says):
+    path = tmp_path / name
+    if content is None:
+        np.save(path, np.eye(5))
+        path.write_bytes(path.read_bytes()[:140])
+    elif content != "absent":
+        path.write_bytes(content)
+    line = one_error_line(invoke([*COVARIANCE, "--lambda", str(path)]), 1)
+    assert line.startswith("Error: --lambda") and says in line, line
+
+
+def test_a_csv_of_numbers_is_read_as_lambda(tmp_path):
+    csv, npy = tmp_path / "lam.csv", tmp_path / "lam.npy"
+    np.savetxt(csv, 0.01 * np.eye(5), delimiter=",")
+    np.save(npy, 0.01 * np.eye(5))
+    a, b = invoke([*COVARIANCE, "--lambda", str(csv)]), invoke([*COVARIANCE, "--lambda", str(npy)])
+    assert a.exit_code == b.exit_code == 0, a.stderr
+    assert json.loads(a.stdout)["cov"] == json.loads(b.stdout)["cov"]
+
+
+# ------------------------------------------------------------------- outputs
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+@pytest.mark.parametrize("option,name", [("-o", "--output"), ("--json", "--json")])
+def test_output_in_a_folder_that_takes_no_files(option, name):
+    line = one_error_line(invoke([*LAMBDA, option, "/proc/x.npy"]), 1)
+    assert line.startswith(f"Error: {name} /proc/x.npy: cannot create files in /proc")
+
+
+def test_fifo_and_symlink_outputs_are_refused_even_with_overwrite(tmp_path):
+    fifo = tmp_path / "fifo.npy"
+    os.mkfifo(fifo)
+    target = tmp_path / "target.npy"
+    target.write_bytes(b"precious")
+    link = tmp_path / "link.npy"
+    link.symlink_to(target)
+    line = one_error_line(invoke([*LAMBDA, "-o", str(fifo), "--overwrite"]), 1)
+    assert "is a FIFO (named pipe), not a regular file" in line
+    line = one_error_line(invoke([*LAMBDA, "--json", str(link), "--overwrite"]), 1)
+    assert "--json" in line and "is a symbolic link" in line
+    assert target.read_bytes() == b"precious" and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.npy", "link.npy", "target.npy"]
+
+
+def test_directory_output_is_a_usage_error(tmp_path):
+    line = one_error_line(invoke([*LAMBDA, "-o", str(tmp_path)]), 2)
+    assert "'-o' / '--output'" in line and "is a directory" in line
+
+
+def test_device_output_is_refused(monkeypatch):
+    def never(*args):  # a regression must not replace the machine's /dev/null (as root it could)
+        raise AssertionError(f"os.replace{args} on a device")
+
+    monkeypatch.setattr(os, "replace", never)
+    line = one_error_line(invoke([*LAMBDA, "--json", "/dev/null", "--overwrite"]), 1)
+    assert "/dev/null is a character device" in line
+
+
+def test_new_output_files_get_the_umask_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        r = invoke([*LAMBDA, "-o", str(tmp_path / "lam.npy"), "--json", str(tmp_path / "doc.json")])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.stderr
+    for name in ("lam.npy", "doc.json"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640
+
+
+def test_derive_json_needs_overwrite(tmp_path):
+    out = tmp_path / "d.json"
+    out.write_text("keep")
+    before = os.stat(out).st_mtime_ns
+    line = one_error_line(invoke(["derive", "nld", "--json", str(out)]), 1)
+    assert "already exists; pass --overwrite" in line
+    assert out.read_text() == "keep" and os.stat(out).st_mtime_ns == before
+    assert invoke(["derive", "nld", "--json", str(out), "--overwrite"]).exit_code == 0
+    assert json.loads(out.read_text())["name"] == "nld"
+
+
+def _subprocess(args, stdout):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-c", "from sgtune.cli import main; main()", *args],
+                          stdout=stdout, stderr=subprocess.PIPE, env=env, timeout=300)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_on_a_full_device_is_one_line():
+    with open("/dev/full", "w") as full:
+        p = _subprocess(["derive", "nld"], full)
+    err = p.stderr.decode()  # derive shows the formula on stderr, then fails on stdout
+    assert p.returncode == 1 and "Traceback" not in err and "Exception ignored" not in err
+    assert err.splitlines()[-1] == "Error: cannot write the JSON to stdout: No space left on device"
+    assert sum(line.startswith("Error") for line in err.splitlines()) == 1
+
+
+def test_stdout_to_a_closed_pipe_exits_quietly():
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written (| head that already exited)
+    try:
+        p = _subprocess(["derive", "nld"], w)
+    finally:
+        os.close(w)
+    err = p.stderr.decode()  # derive's formula on stderr, then nothing: no error, no traceback
+    assert p.returncode == 1 and "Error" not in err and "Traceback" not in err and "Exception" not in err
+
+
+# ------------------------------------------------------------------- memory
+def test_run_with_1e8_chains_is_refused_before_allocating():
+    tic = time.perf_counter()
+    line = one_error_line(invoke([*RUN, "--chains", "100000000"]), 1)
+    assert time.perf_counter() - tic < 60
+    assert "100000000 chains × 100 steps (D = 5) would need about" in line
+    assert "is available" in line and "fewer --chains" in line
+
+
+def test_memory_refusal_names_steps_and_thin_when_the_trace_dominates(monkeypatch):
+    monkeypatch.setattr("sgtune.sampler.driver.available_memory", lambda: 10**6)
+    line = one_error_line(invoke([*RUN, "--steps", "100000", "--thin", "1", "--chains", "4"]), 1)
+    assert "would need about 14.4 MB" in line and "but 1 MB is available" in line
+    assert "larger --thin (or fewer --steps), or use fewer --chains" in line
+
+
+def test_memory_estimate_covers_the_arrays_of_a_run():
+    ds = example("logistic")
+    res = run_chains("logistic", ds, 0.01, batch_size=32, n_steps=400, n_chains=3, thin=2, seed=1)
+    est = chain_memory(n_chains=3, dim=5, n_trace=(400 - 40) // 2, n_segments=11)
+    assert res.trace.nbytes <= est["draws"] < 1.1 * res.trace.nbytes
+    assert res.chain_covs.nbytes + res.chain_means.nbytes < est["moments"]
+
+
+# ------------------------------------------------------------------- interrupts and bugs
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sgtune.cli._options.example", interrupted)
+    r = invoke(LAMBDA)
+    assert r.exit_code == 130 and "Aborted!" not in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("Error: interrupted (Ctrl-C)")
+
+
+def test_an_unexpected_exception_is_one_internal_error_line(monkeypatch):
+    def bug(*a, **k):
+        raise TypeError("boom\nsecond line")
+
+    monkeypatch.setattr("sgtune.cli._options.example", bug)
+    line = one_error_line(invoke(LAMBDA), 1)
+    assert line.startswith("Error: internal error (TypeError: boom); this is a bug in sgtune")
+    monkeypatch.setenv("SGTUNE_DEBUG", "1")
+    assert isinstance(invoke(LAMBDA).exception, TypeError)
+
+
+def test_exit_codes_are_documented_in_the_help():
+    text = invoke(["--help"]).stdout
+    for code, what in [("0", "success"), ("1", "domain"), ("2", "usage"), ("3", "verification failed"),
+                       ("4", "--strict"), ("130", "interrupted")]:
+        assert any(line.split()[:1] == [code] and what in line for line in text.splitlines()), (code, text)
