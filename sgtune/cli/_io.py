@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextvars
 import errno
 import functools
+import math
 import os
 import re
 import sys
@@ -90,6 +91,7 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "theta_hat": ("theta_hat",),
     "theta": ("theta_path",),
     "true_theta": ("true_theta",),
+    "theta_star": ("true_theta",),
     "subsample": ("subsample",),
     "seed": ("seed",),
     "samples": ("samples_path",),
@@ -162,6 +164,23 @@ def in_option_names(message: str, options: dict[str, str]) -> str:
     return _REPEATED.sub(r"\1\2", out)
 
 
+def _check_finite_floats(kwargs: dict[str, Any]) -> None:
+    """A float option given as nan or ±inf is a usage error naming the option (click's FLOAT accepts
+    them; no sgtune option means anything by them, and they would surface as NaN in the results).
+    An option that does take them sets ``allow_nonfinite`` on its click parameter."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    for param in ctx.command.params:
+        if not isinstance(param.type, click.types.FloatParamType) or getattr(param, "allow_nonfinite", False):
+            continue
+        value = kwargs.get(param.name or "")
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise click.BadParameter(f"must be a finite number, got {v}", ctx=ctx, param=param)
+
+
 def handle_errors(fn: F) -> F:
     """Turn an :class:`SgtuneError` into a one-line exit-1 message (click's ``ClickException``).
 
@@ -173,6 +192,7 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _check_finite_floats(kwargs)
         report = _Report(options=_command_options(kwargs))
         token = _REPORT.set(report)
         try:

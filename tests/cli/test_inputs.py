@@ -253,3 +253,14 @@ def test_exit_codes_are_documented_in_the_help():
     for code, what in [("0", "success"), ("1", "domain"), ("2", "usage"), ("3", "verification failed"),
                        ("4", "--strict"), ("130", "interrupted")]:
         assert any(line.split()[:1] == [code] and what in line for line in text.splitlines()), (code, text)
+
+
+# ------------------------------------------------------------------- found by the fuzzer (test_fuzz.py)
+@pytest.mark.parametrize("args", [
+    ["minibatch-error", "--example", "logistic", "--batch-size", "8", "--step-size", "inf"],  # inf reached the JSON
+    ["run", "--example", "logistic", "--batch-size", "8", "--steps", "10", "--step-size", "nan"],
+    ["lambda", "--example", "logistic", "--batch-size", "8", "--prior-precision", "-inf"],
+])
+def test_non_finite_float_options_are_usage_errors(args):
+    line = one_error_line(invoke([*args, "-q"]), 2)
+    assert f"Invalid value for '{args[-2]}': must be a finite number, got {float(args[-1])}" in line
