@@ -111,11 +111,15 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "step": ("step",),
     "block": ("block",),
     "blocks": ("blocks",),
+    "hessian": ("hessian",),  # only where --hessian takes a file (fluctuation's A), see _FILE_ONLY
     "hidden_sizes": ("hidden_sizes",),
     "repeat": ("repeat",),
     "refine_rounds": ("refine_rounds",),
 }
 
+#: names of matrices that map only to an option taking a file: lambda's --hessian {exact,gauss-newton}
+#: is not the Hessian its messages talk about
+_FILE_ONLY = {"hessian"}
 _REPEATED = re.compile(r"(--[\w-]+) \(\1((?: [^()]*)?)\)")
 _QUOTED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SUBJECT = re.compile(r" (must|contains|has|is|needs|should)\b")
@@ -128,6 +132,7 @@ def _command_options(kwargs: dict[str, Any]) -> dict[str, str]:
     if ctx is None:
         return {}
     spelled: dict[str, str] = {}
+    files = {p.name for p in ctx.command.params if isinstance(p.type, click.Path)}
     for param in ctx.command.params:
         if param.name is None:
             continue
@@ -136,7 +141,7 @@ def _command_options(kwargs: dict[str, Any]) -> dict[str, str]:
                                                       else param.human_readable_name.upper())
     out: dict[str, str] = {}
     for name, candidates in PARAM_OPTIONS.items():
-        present = [c for c in candidates if c in spelled]
+        present = [c for c in candidates if c in spelled and (name not in _FILE_ONLY or c in files)]
         given = [c for c in present if kwargs.get(c) is not None]
         if present:
             out[name] = spelled[(given or present)[0]]

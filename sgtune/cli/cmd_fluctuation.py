@@ -7,24 +7,17 @@ from typing import Any
 import click
 import numpy as np
 
-from ..core.errors import DataFormatError
 from ._io import check_writable, emit, handle_errors, info
-from ._options import json_output_options
+from ._options import json_output_options, load_float_npy
 
 _SCHEMES = ("nld", "hfhr", "gaul", "general")
 
 
 def _load(path: str | None, option: str) -> np.ndarray | None:
+    """A numeric array from a .npy, .csv or whitespace-separated .txt file (errors name ``option``)."""
     if path is None:
         return None
-    p = Path(path)
-    try:
-        if p.suffix == ".npy":
-            return np.asarray(np.load(p, allow_pickle=False), dtype=np.float64)
-        return np.atleast_1d(np.loadtxt(p, delimiter="," if p.suffix == ".csv" else None, dtype=np.float64))
-    except (OSError, ValueError) as exc:
-        raise DataFormatError(f"{option} {path}: cannot read a numeric array ({exc}); pass a .npy, "
-                              ".csv or whitespace-separated .txt file") from None
+    return np.atleast_1d(load_float_npy(path, option))
 
 
 def _need(value: Any, option: str, scheme: str) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 from ..core.errors import DataFormatError
 from ..theory.reshuffle import reshuffle_bias
 from ._io import check_writable, emit, handle_errors, info
-from ._options import json_output_options
+from ._options import json_output_options, load_npy
 
 
 def _read_vector(path: str, column: str | None) -> np.ndarray:
@@ -19,10 +19,7 @@ def _read_vector(path: str, column: str | None) -> np.ndarray:
     if not p.exists():
         raise DataFormatError(f"--data: file {p} does not exist")
     if p.suffix.lower() == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise DataFormatError(f"--data: cannot read {p} as .npy ({exc})") from None
+        arr = load_npy(str(p), "--data")
         if arr.ndim == 2 and arr.shape[1] == 1:
             arr = arr[:, 0]
         if arr.ndim != 1:

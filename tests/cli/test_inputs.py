@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -264,3 +265,38 @@ def test_exit_codes_are_documented_in_the_help():
 def test_non_finite_float_options_are_usage_errors(args):
     line = one_error_line(invoke([*args, "-q"]), 2)
     assert f"Invalid value for '{args[-2]}': must be a finite number, got {float(args[-1])}" in line
+
+
+@pytest.mark.parametrize("command,option", [
+    (["fluctuation", "nld", "--observable", "{l}", "--antisymmetric", "{J}", "--hessian"], "--hessian"),
+    (["reshuffle", "--batch-size", "4", "--step", "0.1", "--data"], "--data"),
+])
+@pytest.mark.parametrize("content", [b"", b"\x93NUMPY\x01\x00"])
+def test_empty_or_truncated_npy_in_the_own_loaders_names_the_option(tmp_path, command, option, content):
+    """np.load raised EOFError on these, which click turned into a bare 'Aborted!'."""
+    np.save(tmp_path / "l.npy", np.array([1.0, 0.5]))
+    np.save(tmp_path / "J.npy", np.array([[0.0, 1.0], [-1.0, 0.0]]))
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(content)
+    args = [a.format(l=tmp_path / "l.npy", J=tmp_path / "J.npy") for a in command]
+    line = one_error_line(invoke([*args, str(bad), "-q"]), 1)
+    assert line.startswith(f"Error: {option}") and "bad.npy" in line
+
+
+def test_fluctuation_matrix_messages_name_the_option_but_lambda_hessian_choice_is_not_a_matrix(tmp_path):
+    np.save(tmp_path / "A.npy", np.ones(3))
+    np.save(tmp_path / "l.npy", np.ones(3))
+    np.save(tmp_path / "J.npy", np.zeros((3, 3)))
+    line = one_error_line(invoke(["fluctuation", "nld", "--hessian", str(tmp_path / "A.npy"), "--observable",
+                                  str(tmp_path / "l.npy"), "--antisymmetric", str(tmp_path / "J.npy")]), 1)
+    assert line.startswith("Error: --hessian must be square")
+    from sgtune.cli._io import _command_options
+
+    with click.Context(command("lambda")) as ctx:
+        assert "hessian" not in _command_options({"hessian": "exact"}) and ctx.command.name == "lambda"
+    with click.Context(command("fluctuation")):
+        assert _command_options({})["hessian"] == "--hessian"
+
+
+def command(name):
+    return main.get_command(click.Context(main), name)
