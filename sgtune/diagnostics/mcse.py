@@ -111,8 +111,11 @@ def bonferroni_threshold(alpha: float, n_tests: int, dof: float = math.inf) -> f
     if a >= 1:
         raise SgtuneError(f"alpha must lie in (0, 1), got {alpha}")
     k = check_int(n_tests, "n_tests", low=1)
-    q = 1.0 - a / (2 * k)
-    return float(stats.norm.ppf(q) if math.isinf(dof) else stats.t.ppf(q, dof))
+    tail = a / (2 * k)  # the upper tail itself: 1 − α/(2k) rounds to 1 (an infinite z) once α/(2k) < 1e-16
+    if not tail > 0:
+        raise SgtuneError(f"alpha must be at least {2 * k * 5e-324:.3g} (α/(2k) with k = {k} tests underflows to 0), "
+                          f"got {alpha}")
+    return float(stats.norm.isf(tail) if math.isinf(dof) else stats.t.isf(tail, dof))
 
 
 @dataclass(frozen=True)

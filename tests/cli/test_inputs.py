@@ -3,6 +3,7 @@ never a traceback, an OS kill or a bare "Aborted!"; outputs are regular files wi
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import subprocess
@@ -300,3 +301,17 @@ def test_fluctuation_matrix_messages_name_the_option_but_lambda_hessian_choice_i
 
 def command(name):
     return main.get_command(click.Context(main), name)
+
+
+def test_verify_tiny_alpha_is_a_finite_threshold_or_one_line():
+    """1 − α/(2k) rounded to 1 for α < ~1e-14: an infinite threshold reached the JSON (found by the fuzzer)."""
+    from sgtune.diagnostics.mcse import bonferroni_threshold
+
+    assert bonferroni_threshold(1e-30, 15) == pytest.approx(11.7549, abs=1e-4)  # Φ⁻¹(1 − 1e-30/30)
+    base = ["verify", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "300",
+            "--chains", "2", "-q"]
+    r = invoke([*base, "--alpha", "1e-30"])
+    assert r.exit_code in (0, 3), r.stderr
+    assert math.isfinite(json.loads(r.stdout)["threshold"])
+    line = one_error_line(invoke([*base, "--alpha", "5e-324"]), 1)
+    assert line.startswith("Error: --alpha must be at least")
