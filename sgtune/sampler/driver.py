@@ -658,7 +658,9 @@ def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: 
     if backend == "numba" and kind != "python":
         call(0, 0)  # compiles (or loads the cache) without doing any work
     compile_seconds = time.perf_counter() - tic
-    chunk = T if progress is None else max(1, -(-T // 50))
+    # 50 calls even without a progress bar: Python runs its signal handlers between them, so Ctrl-C stops a
+    # long run within ~2 % of its time instead of after it (the chains are identical either way)
+    chunk = max(1, -(-T // 50))
     tic = time.perf_counter()
     done = 0
     while done < T:

@@ -315,3 +315,25 @@ def test_verify_tiny_alpha_is_a_finite_threshold_or_one_line():
     assert math.isfinite(json.loads(r.stdout)["threshold"])
     line = one_error_line(invoke([*base, "--alpha", "5e-324"]), 1)
     assert line.startswith("Error: --alpha must be at least")
+
+
+def test_ctrl_c_stops_a_quiet_run_promptly_with_one_line(tmp_path):
+    """SIGINT during a long -q run: exit 130 within seconds (the kernel runs in 50 calls, so Python gets to
+    raise KeyboardInterrupt between them), one line, and no output file."""
+    import signal
+
+    out = tmp_path / "trace.npz"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    p = subprocess.Popen([sys.executable, "-c", "from sgtune.cli import main; main()", *RUN[:-3], "--steps",
+                          "100000000", "--chains", "2", "-q", "-o", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(5)
+        tic = time.perf_counter()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and time.perf_counter() - tic < 30
+    assert err.decode().strip().splitlines()[-1].startswith("Error: interrupted (Ctrl-C)")
+    assert "Traceback" not in err.decode() and list(tmp_path.iterdir()) == []
