@@ -30,8 +30,11 @@ def _read_vector(path: str, column: str | None) -> np.ndarray:
             raise DataFormatError(f"--data: {p} is not numeric (dtype {arr.dtype})") from None
     if p.suffix.lower() != ".csv":
         raise DataFormatError(f"--data: {p} must end in .npy or .csv")
-    with p.open(newline="") as fh:
-        rows = [[c.strip() for c in r] for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            rows = [[c.strip() for c in r] for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataFormatError(f"--data: {p} is not a readable text CSV ({exc}); give a .csv of numbers or a .npy") from None
     if not rows:
         raise DataFormatError(f"--data: {p} is empty")
 

@@ -128,13 +128,19 @@ def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[
 
 
 def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    with path.open(newline="") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise DataFormatError(f"{path}: the file is empty; expected a header row") from None
-        rows = [r for r in reader if r and any(c.strip() for c in r)]
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            try:
+                header = [h.strip() for h in next(reader)]
+            except StopIteration:
+                raise DataFormatError(f"{path}: the file is empty; expected a header row") from None
+            rows = [r for r in reader if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(f"{path}: not a text CSV (byte {exc.object[exc.start]:#04x} at offset {exc.start} is "
+                              "not UTF-8); give a UTF-8 .csv with a header row, or an .npz with X and y") from None
+    except csv.Error as exc:
+        raise DataFormatError(f"{path}: not a readable CSV ({exc}); give a .csv with a header row") from None
     if response not in header:
         raise DataFormatError(
             f"{path}: no response column {response!r} in header {header}; pass --response NAME")

@@ -27,6 +27,8 @@ Public functions (listed first):
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -641,6 +643,9 @@ def optimal_antisymmetric_nld(hessian: Any, observable: Any, budget: float,
                          f"antisymmetric matrix exists for d = {n})")
     ell = as_vector(observable, "observable", n)
     kappa = check_positive(budget, "budget")
+    if kappa > 1e7:
+        raise SgtuneError(f"budget must be at most 1e7, got {kappa:g}: the optimal variance ratio 1/(1 + budget²) is "
+                          "then below 1e-14, finer than double precision resolves")
     dmat = np.eye(n) if diffusion is None else as_spd(diffusion, "diffusion", n)
     dh, dhi = _sqrt_and_inv_sqrt(dmat)
     c = dhi @ np.linalg.solve(amat, ell)
@@ -1092,6 +1097,10 @@ def _solve(m: np.ndarray, d: np.ndarray, q: np.ndarray, ell: np.ndarray, scheme:
     a_rev = np.linalg.solve(m @ d, ell)
     eta = _max_step((d + q) @ m)
     eta_r = _max_step(d @ m)
+    if not (eta > 0 and math.isfinite(eta) and math.isfinite(sig2) and math.isfinite(red)):
+        raise SgtuneError(f"{scheme}: the antisymmetric part is too large for double precision (‖Q‖ = "
+                          f"{np.linalg.norm(q, 2):.3g} against ‖D‖ = {np.linalg.norm(d, 2):.3g}; the stable step "
+                          "underflows); scale the antisymmetric matrix down")
     ratio = sig2 / sig2_r if sig2_r > 0 else 1.0
     eq_cost = ratio * eta_r / eta if sig2_r > 0 else 1.0
     return FluctuationResult(sigma2=sig2, sigma2_reversible=sig2_r, ratio=ratio, reduction=red,

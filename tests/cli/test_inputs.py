@@ -337,3 +337,26 @@ def test_ctrl_c_stops_a_quiet_run_promptly_with_one_line(tmp_path):
     assert p.returncode == 130 and time.perf_counter() - tic < 30
     assert err.decode().strip().splitlines()[-1].startswith("Error: interrupted (Ctrl-C)")
     assert "Traceback" not in err.decode() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("make_args", [
+    lambda f: ["lambda", f, "--model", "linear", "--batch-size", "8"],
+    lambda f: ["reshuffle", "--data", f, "--batch-size", "4", "--step", "0.1", "--column", "a"],
+])
+def test_binary_csv_is_one_line_not_a_unicode_error(tmp_path, make_args):
+    """A .csv that is not UTF-8 text raised UnicodeDecodeError (found by the fuzzer)."""
+    bad = tmp_path / "garbage.csv"
+    bad.write_bytes(b"\xff\xfe\x9b\xc4" + bytes(range(256)))
+    line = one_error_line(invoke([*make_args(str(bad)), "-q"]), 1)
+    assert "garbage.csv" in line and ("UTF-8" in line or "utf-8" in line)
+
+
+def test_fluctuation_budget_beyond_double_precision_is_refused(tmp_path):
+    """--budget 4.3e17 divided by a stable step that underflowed to 0 (found by the fuzzer)."""
+    for name, arr in [("A", [[2.0, 0.3], [0.3, 1.0]]), ("l", [1.0, 0.5]), ("J", [[0.0, 1.0], [-1.0, 0.0]])]:
+        np.save(tmp_path / f"{name}.npy", np.array(arr))
+    args = ["fluctuation", "nld", "--hessian", str(tmp_path / "A.npy"), "--observable", str(tmp_path / "l.npy"),
+            "--antisymmetric", str(tmp_path / "J.npy"), "-q", "--budget"]
+    line = one_error_line(invoke([*args, "4.3121770100104896e+17"]), 1)
+    assert line.startswith("Error: --budget must be at most 1e7")
+    assert invoke([*args, "1e7"]).exit_code == 0
