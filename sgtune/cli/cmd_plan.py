@@ -142,11 +142,12 @@ def cli(**kw: Any) -> None:
         app: dict[str, Any] = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
         app["checked"] = True
     else:
+        why = ("--no-applicability" if kw["applicability"] is False
+               else f"D = {prob.dim} > {APPLICABILITY_MAX_DIM}; about 20 s at D = 1000")
         app = {"checked": False, "reasons": [],
-               "note": f"not checked above D = {APPLICABILITY_MAX_DIM} (pass --applicability, or run sgtune covariance "
-                       "with the recommended Λ)"}
-        warn(f"applicability of the recommended Λ not checked (D = {prob.dim} > {APPLICABILITY_MAX_DIM}; about 20 s at "
-             "D = 1000): pass --applicability, or run sgtune covariance with the recommended Λ")
+               "note": f"not checked ({why}); pass --applicability, or run sgtune covariance with the recommended Λ"}
+        warn(f"applicability of the recommended Λ not checked ({why}): pass --applicability, or run sgtune "
+             "covariance with the recommended Λ")
     if rows[p.recommended]["approximate"]:
         untrusted("the recommended candidate's bias and Monte Carlo constant are approximations "
                   f"({', '.join(rows[p.recommended]['approximate'])}); check them with sgtune verify")

@@ -126,6 +126,8 @@ BASE: dict[str, list[str]] = {
     "lambda": ["--example", "logistic", "--batch-size", "32"],
     "minibatch-error": ["--example", "logistic", "--theta", "@theta5.npy", "--batch-size", "8"],
     "noise-anisotropy": ["--example", "logistic", "--theta", "@theta5.npy", "--batch-size", "8"],
+    "plan": ["--example", "logistic", "--tolerance", "0.2", "--batch-sizes", "32", "--families", "scalar",
+             "--no-timing", "--no-applicability"],
     "reshuffle": ["--data", "@x20.npy", "--batch-size", "4", "--step", "0.1"],
     "run": ["--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "200", "--chains", "2"],
     "verify": ["--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "300",
