@@ -55,6 +55,9 @@ class LazyGroup(click.Group):
         every failure (module docstring). ``standalone_mode=False`` keeps click's behaviour."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from ._io import ARGV
+
+        token = ARGV.set(tuple(sys.argv[1:] if args is None else args))
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:  # bare `sgtune`: the help text, as click does
@@ -83,6 +86,8 @@ class LazyGroup(click.Group):
             text = str(exc).splitlines()[0] if str(exc) else ""
             _fail(f"internal error ({type(exc).__name__}{': ' + text if text else ''}); this is a bug in "
                   "sgtune, please report it with the command line (SGTUNE_DEBUG=1 shows the traceback)", 1)
+        finally:
+            ARGV.reset(token)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

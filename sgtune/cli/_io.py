@@ -36,9 +36,41 @@ class _Report:
     untrusted: list[str] = field(default_factory=list)
     #: library parameter name -> the option that sets it in this command (see :func:`in_option_names`)
     options: dict[str, str] = field(default_factory=dict)
+    #: long option -> the short name the user typed instead (see :func:`as_typed`)
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 _REPORT: contextvars.ContextVar[_Report | None] = contextvars.ContextVar("sgtune_report", default=None)
+#: the command line as typed (set by the group's ``main``), so messages can name ``-o`` when the user typed ``-o``
+ARGV: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("sgtune_argv", default=())
+
+
+def _typed_aliases() -> dict[str, str]:
+    """``{"--output": "-o"}`` for each option of the running command that the user gave by its short
+    name only: messages then name the option as it was typed."""
+    ctx = click.get_current_context(silent=True)
+    argv = ARGV.get()
+    if ctx is None or not argv:
+        return {}
+    out = {}
+    for param in ctx.command.params:
+        longs = [o for o in param.opts if o.startswith("--")]
+        shorts = [o for o in param.opts if not o.startswith("--") and o.startswith("-")]
+        if not longs or not shorts:
+            continue
+        used_long = any(a == longs[0] or a.startswith(longs[0] + "=") for a in argv)
+        used_short = next((o for o in shorts if any(a == o or (a.startswith(o) and not a.startswith("--"))
+                                                     for a in argv)), None)
+        if used_short and not used_long:
+            out[longs[0]] = used_short
+    return out
+
+
+def as_typed(message: str, aliases: dict[str, str]) -> str:
+    """``message`` naming each option in ``aliases`` as the user typed it (``--output`` -> ``-o``)."""
+    for long, short in aliases.items():
+        message = re.sub(rf"(?<![\w-]){re.escape(long)}(?![\w-])", short, message)
+    return message
 
 
 def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
@@ -48,7 +80,7 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
     text = str(message).splitlines()[0] if str(message) else category.__name__
     report = _REPORT.get()
     if report is not None:
-        text = in_option_names(text, report.options)
+        text = as_typed(in_option_names(text, report.options), report.aliases)
         if text in report.warnings:
             return
         report.warnings.append(text)
@@ -198,7 +230,7 @@ def handle_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _check_finite_floats(kwargs)
-        report = _Report(options=_command_options(kwargs))
+        report = _Report(options=_command_options(kwargs), aliases=_typed_aliases())
         token = _REPORT.set(report)
         try:
             with warnings.catch_warnings():
@@ -207,7 +239,12 @@ def handle_errors(fn: F) -> F:
                 out = fn(*args, **kwargs)
         except SgtuneError as exc:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise click.ClickException(in_option_names(text, report.options)) from None
+            raise click.ClickException(as_typed(in_option_names(text, report.options), report.aliases)) from None
+        except click.UsageError:
+            raise
+        except click.ClickException as exc:  # check_writable & co. name the long option; say it as typed
+            exc.message = as_typed(exc.message, report.aliases)
+            raise
         except EOFError as exc:  # np.load & co. on a truncated file; click would print a bare "Aborted!"
             raise click.ClickException(f"an input file ended unexpectedly ({exc or 'EOFError'}); check the files "
                                        "given to the options") from None
