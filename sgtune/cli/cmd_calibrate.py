@@ -10,6 +10,8 @@ from ..workflows.calibrate import calibrate
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
+from ..sampler.verify import prediction_check
+from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (batch_options, check_batch_size, data_options, expansion_keys, load_data_model, load_npy,
                        load_prior, output_options, parse_inv_temperature, temperature_json)
@@ -42,7 +44,9 @@ def cli(**kw: Any) -> None:
     \b
     JSON keys: lambda, target_cov, predicted_cov, empirical_cov, empirical_cov_standard_error,
     cov_error_predicted, cov_error_empirical, cov_error_noise_floor, theta_hat, standard_errors,
-    calibration_ks and pit (with --true-theta). -o writes Λ.
+    calibration_ks and pit (with --true-theta), health (as in `sgtune run`; its
+    prediction_check compares the chains with predicted_cov within 5 % and Monte Carlo error),
+    applicability. -o writes Λ.
     Non-Gaussian posteriors (every model but linear) add ksd, ksd_n_samples and
     ksd_iid_reference: the kernel Stein discrepancy of the chains against p(θ|𝒟) (see `sgtune ksd`).
     --repeat R > 1 adds repetitions (one entry per seed SEED+i: seed, cov_error_predicted,
@@ -95,6 +99,7 @@ def cli(**kw: Any) -> None:
         "model": prob.model.name, "data": prob.dataset.source, "command": command_line(),
         "references": references_of(calibrate),
     }
+    doc["health"] = health_report(c, check=prediction_check(c, t.predicted_cov, mode="covariance"))
     if r.calibration_ks is not None:
         doc["calibration_ks"] = r.calibration_ks
         doc["pit"] = r.pit

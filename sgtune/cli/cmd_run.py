@@ -12,8 +12,9 @@ from ..io._json import dumps
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
-from ..sampler.driver import DYNAMICS_SAMPLERS
+from ..sampler.driver import DYNAMICS_SAMPLERS, MCLMC_SAMPLERS
 from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, to_inference_data, write_netcdf
+from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
@@ -30,7 +31,7 @@ chain_options = _compose(
     click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
     click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
     click.option("--batches-per-chain", type=int, default=None,
-                 help="Segments per chain for batch-means standard errors (default ceil(32/C))."),
+                 help="Segments per chain for batch-means standard errors (default ceil(32/C), rounded up to even: the halves of the non-stationarity check)."),
 )
 
 
@@ -185,7 +186,11 @@ def cli(**kw: Any) -> None:
     sghmc: v ← v + h(−βG_t − γv) + sqrt(2γh) ξ, θ ← θ + h v (h = --step-size).
     smile-naive/psmile-naive/smile/psmile: MCLMC (seed 001), minimal-norm integrator on one
     minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile).
-    JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, ...
+    JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, health, ...
+    health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
+    of the draws and below 100), nonstationary (each chain's second half against its first),
+    prediction_check (sgld: the linearised chain's Σ(Λ); smile/psmile: (βH)⁻¹; within 5 %
+    and Monte Carlo error; D ≤ 200); every reason is a warning, and --strict exits 4.
     SMILE runs add (one entry per chain) step_size_final, rejection_fraction,
     energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
     psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.
@@ -221,6 +226,11 @@ def cli(**kw: Any) -> None:
            **smile_json(res)}
     if kw["sampler"] == "sghmc":
         doc["friction"] = float(kw["friction"])
+    doc["health"] = health_report(res, initial_step_size=step if kw["sampler"] in MCLMC_SAMPLERS else None,
+                                  predict=dict(expansion=prob.expansion, step_matrix=step, sampler=str(kw["sampler"]),
+                                               batch_size=int(kw["batch_size"]), inv_temperature=beta, n_data=n,
+                                               batching=batching, momentum=float(kw["momentum"]),
+                                               decay=float(kw["decay"])))
     arrays = {"mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
               "chain_means": res.chain_means, "chain_covs": res.chain_covs, "diverged_at": res.diverged_at,
               "seed": np.array(int(kw["seed"]))}
@@ -237,4 +247,5 @@ def cli(**kw: Any) -> None:
     info(matrix_summary("empirical cov", res.cov) + "\n" + key_values([
         ("chains × steps", f"{res.n_chains} × {res.n_steps} (burn-in {res.burn_in})"),
         ("min ESS", float(np.min(res.ess))), ("seconds", res.seconds),
-        ("iterations/s", res.iterations_per_second), ("diverged chains", res.n_diverged)]), bool(kw["quiet"]))
+        ("iterations/s", res.iterations_per_second), ("diverged chains", res.n_diverged),
+        ("health", "ok" if doc["health"]["healthy"] else "UNHEALTHY (see the warnings)")]), bool(kw["quiet"]))

@@ -8,8 +8,10 @@ import click
 from ..core._refs import references_of
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_verify
+from ..sampler.driver import MCLMC_SAMPLERS
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
+from ._health import health_report
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
                        temperature_json)
@@ -49,7 +51,9 @@ def cli(**kw: Any) -> None:
     Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
     max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
     T = max(20000, 1000·τ_worst), burn-in max(T/10, 20·τ_worst).
-    JSON keys: predicted, empirical, z_max, passed, threshold, lambda, ...
+    JSON keys: predicted, empirical, z_max, passed, threshold, lambda, health, ...
+    health (as in `sgtune run`, its prediction_check is this test): diverged, frozen and
+    non-stationary chains are reported even when the test passes.
     Non-Gaussian posteriors (every model but linear) add ksd: the kernel Stein discrepancy
     (IMQ, as `sgtune ksd`) of ≤ 2000 thinned draws (fewer when N > 10⁴) against
     p(θ|𝒟) ∝ exp(−N·L), with ksd_n_samples and ksd_iid_reference (≈ what independent
@@ -116,6 +120,11 @@ def cli(**kw: Any) -> None:
         doc.update({"target_cov": rep.tuning.target_cov, "method": rep.tuning.method, "family": rep.tuning.family,
                     "target": kw["target"] or "sandwich"})
     doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains, prob.prior_precision))
+    doc["health"] = health_report(
+        rep.chains, initial_step_size=step if kw["sampler"] in MCLMC_SAMPLERS else None,
+        check={"mode": rep.mode, "passed": t.passed, "z_max": t.z_max, "threshold": t.threshold,
+               "argmax": list(t.argmax), "alpha": t.alpha, "relative_tolerance": t.relative_tolerance,
+               "relative_frobenius_error": t.relative_frobenius_error})
     png = render_plot(kw, lambda: figure_verify(
         rep.predicted, rep.empirical, rep.step_matrix, target_cov=None if rep.tuning is None else rep.tuning.target_cov,
         names=prob.dataset.names,

@@ -81,6 +81,10 @@ class ChainResult:
     preconditioner, gradient_sd : (C, D) or None
         pSMILE: the final diagonal preconditioner p = √D σ/|σ| and the EMA standard deviation σ of
         the minibatch ∇log p_β (its bias-corrected EMA variance; before ``precond_start`` steps p = 1).
+    half_means, half_variances : (C, 2, D) or None
+        Each chain's mean and marginal variances over the first and the second half of its kept steps
+        (its first and last ⌊S/2⌋ segments; NaN for diverged chains; None with one segment per chain):
+        the non-stationarity test of :func:`sgtune.diagnostics.health.chain_health`.
     """
 
     mean: np.ndarray
@@ -114,6 +118,8 @@ class ChainResult:
     step_size_trace: np.ndarray | None = None
     preconditioner: np.ndarray | None = None
     gradient_sd: np.ndarray | None = None
+    half_means: np.ndarray | None = None
+    half_variances: np.ndarray | None = None
 
     @property
     def n_diverged(self) -> int:
@@ -214,7 +220,8 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     epoch_moments : bool
         With ``batching="reshuffle"``, moments of θ by position within the epoch.
     batches_per_chain : int, optional
-        Segments per chain for batch-means standard errors (default ceil(32 / C)).
+        Segments per chain for batch-means standard errors (default ⌈32/C⌉ rounded up to an even
+        number, so that each chain splits into halves for the non-stationarity check).
     seed : int
         Seed; chain c uses ``SeedSequence(seed).spawn(C)[c]`` (:mod:`sgtune.sampler.rng`).
     progress : callable(done, total), optional
@@ -569,8 +576,11 @@ def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: 
     if obs.ndim != 2 or obs.shape[1] != d:
         raise ShapeError(f"observables must be (K, D) with D = {d} but has shape {obs.shape}")
     post = T - T0
-    S = max(1, math.ceil(32 / C)) if batches_per_chain is None else check_int(batches_per_chain,
-                                                                             "batches_per_chain", low=1)
+    if batches_per_chain is None:  # an even number: each chain's first and second half (chain health)
+        S = max(1, math.ceil(32 / C))
+        S += S % 2
+    else:
+        S = check_int(batches_per_chain, "batches_per_chain", low=1)
     S = min(S, post)
     seg_len = post // S
     n_batches_epoch = -(-n_data // batch_size)
@@ -682,6 +692,15 @@ def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: 
     chain_covs = np.full((C, d, d), np.nan)
     chain_means[ok], chain_covs[ok] = _merge_chains(acc_n[ok], acc_mean[ok], _full(acc_m2[ok]))
     n_post = acc_n.sum(axis=1)
+    half_means = half_vars = None
+    if S >= 2:  # each chain's first and last ⌊S/2⌋ segments (the middle one of an odd S is left out)
+        h = S // 2
+        half_means = np.full((C, 2, d), np.nan)
+        half_vars = np.full((C, 2, d), np.nan)
+        for k, part in enumerate((slice(0, h), slice(S - h, S))):
+            m, v = _merge_chains(acc_n[ok, part], acc_mean[ok, part], _full(acc_m2[ok, part]))
+            half_means[ok, k] = m
+            half_vars[ok, k] = np.diagonal(v, axis1=-2, axis2=-1)
     obs_means = obs_sum / np.maximum(n_post, 1)[:, None] if obs.shape[0] else None
     pmean = pvar = None
     if R:
@@ -713,7 +732,8 @@ def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: 
                        epoch_position_mean=pmean, epoch_position_var=pvar, diverged_at=diverged,
                        clip_fraction=float(clip_count.sum() / coord_updates), final_state=theta,
                        n_steps=T, burn_in=T0, n_chains=C, seed=seed, seconds=seconds,
-                       compile_seconds=compile_seconds, settings=settings, **extra)
+                       compile_seconds=compile_seconds, settings=settings, half_means=half_means,
+                       half_variances=half_vars, **extra)
 
 
 def _full(m2_upper: np.ndarray) -> np.ndarray:

@@ -11,11 +11,17 @@ from ..core._refs import cites
 from ..core._validation import check_positive
 from ..io.data import Dataset
 from ..diagnostics.mcse import CovarianceTest, compare_covariance
-from ..core.errors import SgtuneError
+from ..core.errors import SgtuneError, UnstableStepSizeError
 from ..models import GLM, Expansion
 from .driver import DYNAMICS_SAMPLERS, ChainResult, ProgressCallback, run_chains
 
-__all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction"]
+__all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction",
+           "chain_prediction", "prediction_check", "CHECK_ALPHA", "CHECK_TOLERANCE"]
+
+#: the chain-health prediction check (:func:`prediction_check`): family-wise level …
+CHECK_ALPHA = 1e-3
+#: … and the model error allowed in quadrature (the applicability report's deviation threshold)
+CHECK_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -139,3 +145,60 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     return VerificationReport(predicted=predicted, empirical=chains.cov, test=test, chains=chains,
                               step_matrix=np.asarray(stationary.step_matrix), stationary=stationary,
                               tuning=tuning, mode=mode)
+
+
+def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, batch_size: int,
+                     inv_temperature: float, n_data: int, batching: str = "replacement", momentum: float = 0.0,
+                     decay: float = 0.0) -> tuple[np.ndarray | None, str]:
+    """The stationary covariance sgtune predicts for chains run with these settings, and its mode.
+
+    ``"covariance"``: SG(L)D with a constant Λ and minibatches with or without replacement, the
+    exact stationary covariance of the linearised chain (wang2026 eqs. 11–12,
+    :func:`~sgtune.theory.stationary.predict_stationary_cov`). ``"posterior"``: the tuned SMILE
+    samplers (``smile``, ``psmile``), whose target is the tempered posterior, (β H)⁻¹ at θ̂ (exact
+    for linear regression, Laplace otherwise). Otherwise ``(None, why)``: a decaying step size has no
+    stationary law, and sgtune has no exact prediction for reshuffled epochs, SGLRW, clipped SGLD,
+    SGHMC's or SMILE-naive's minibatch bias; ``(None, "unstable: …")`` when the linearised chain
+    has no stationary law at this Λ (see :func:`prediction_check`).
+    """
+    from ..theory.stationary import predict_stationary_cov
+
+    if decay:
+        return None, "a decaying step size (--decay) has no stationary covariance"
+    if sampler in ("smile", "psmile"):
+        beta = n_data if math.isinf(inv_temperature) else float(inv_temperature)
+        return np.linalg.inv(beta * expansion.hessian), "posterior"
+    if sampler != "sgld":
+        return None, f"sgtune has no exact stationary prediction for the {sampler} sampler"
+    if batching not in ("replacement", "without-replacement"):
+        return None, f"sgtune has no stationary prediction for {batching} batching in this check"
+    try:
+        st = predict_stationary_cov(expansion, step_matrix, batch_size=batch_size, inv_temperature=inv_temperature,
+                                    without_replacement=batching == "without-replacement", momentum=momentum)
+    except UnstableStepSizeError as exc:
+        return None, f"unstable: {str(exc).splitlines()[0]}"
+    return st.cov, "covariance"
+
+
+def prediction_check(chains: ChainResult, predicted: np.ndarray | None, *, mode: str, alpha: float = CHECK_ALPHA,
+                     relative_tolerance: float = CHECK_TOLERANCE) -> dict[str, Any] | None:
+    """The chains' covariance against ``predicted`` (:func:`compare_covariance`, with a model error of
+    ``relative_tolerance`` in quadrature): the ``prediction_check`` of the chain-health report.
+    ``None`` when there is no prediction, the run has fewer than 2 batches or a zero standard error
+    (nothing to test). ``mode`` "unstable: …" (from :func:`chain_prediction`) is a failed check whose
+    ``reason`` says that the chain cannot be stationary near θ̂, whatever it looks like."""
+    if mode.startswith("unstable:"):
+        return {"mode": "unstable", "passed": False,
+                "reason": f"the step size is unstable for the linearised chain ({mode[len('unstable:'):].strip()}); "
+                          "the chain cannot settle near θ̂ and its moments describe no stationary law"}
+    if predicted is None:
+        return None
+    d = predicted.shape[0]
+    if chains.n_batches < 2 or not np.all(np.isfinite(chains.cov)) or \
+            np.any(chains.cov_standard_error[np.triu_indices(d)] <= 0):
+        return None
+    t = compare_covariance(predicted, chains.cov, chains.cov_standard_error, n_batches=chains.n_batches,
+                           alpha=alpha, relative_tolerance=relative_tolerance)
+    return {"mode": mode, "passed": t.passed, "z_max": t.z_max, "threshold": t.threshold, "argmax": list(t.argmax),
+            "alpha": t.alpha, "relative_tolerance": t.relative_tolerance,
+            "relative_frobenius_error": t.relative_frobenius_error}

@@ -1,0 +1,53 @@
+"""The ``health`` key of the chain-running commands (run, verify, calibrate) and its warnings."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..diagnostics.health import chain_health
+from ..sampler import ChainResult
+from ..sampler.verify import chain_prediction, prediction_check
+from ._io import untrusted
+
+#: above this D, ``run`` does not solve for its own prediction (a dense Lyapunov solve; seconds at D = 1000)
+PREDICTION_MAX_DIM = 200
+
+
+def health_report(chains: ChainResult, *, initial_step_size: float | None = None,
+                  check: dict[str, Any] | None = None, predict: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`~sgtune.diagnostics.health.chain_health` as a JSON object; every reason is a warning (stderr
+    even with ``-q``, JSON ``warnings``) and marks the result untrusted (``--strict`` exits 4).
+
+    ``check`` is a prediction check the command already made (verify's test, calibrate's); else
+    ``predict`` holds the keyword arguments of :func:`~sgtune.sampler.verify.chain_prediction` (with
+    ``expansion`` and ``step_matrix``), solved here up to :data:`PREDICTION_MAX_DIM`.
+    """
+    note = None
+    if check is None and predict is not None:
+        dim = predict["expansion"].dim
+        if dim > PREDICTION_MAX_DIM:
+            note = f"no prediction check above D = {PREDICTION_MAX_DIM} (run sgtune verify for one)"
+        else:
+            kw = dict(predict)
+            cov, mode = chain_prediction(kw.pop("expansion"), kw.pop("step_matrix"), **kw)
+            check = prediction_check(chains, cov, mode=mode)
+            if check is None and cov is None:
+                note = mode
+    h = chain_health(chains, initial_step_size=initial_step_size, prediction_check=check)
+    out = h.to_dict()
+    if note is not None:
+        out["prediction_note"] = note
+    for reason in h.reasons:
+        untrusted(f"unhealthy chains: {reason}")
+    return _jsonable(out)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x

@@ -1,0 +1,161 @@
+"""Chain health: is a finished run fit to be summarised at all?
+
+A run can finish with finite numbers and still describe nothing: chains that diverged, chains that
+froze (a tuned SMILE step size that collapsed, draws that barely move), chains that were still
+travelling when they were summarised, or chains that disagree with what sgtune predicts for them.
+:func:`chain_health` checks the four on the streaming summaries of a run (no trace needed):
+
+* **diverged** — chains whose state became non-finite (the sampler records the step).
+* **frozen** — a tuned MCLMC step size ε that ended below :data:`STEP_COLLAPSE` × its initial value
+  in some chain, or an effective sample size below :data:`ESS_FRACTION` of the draws *and* below
+  :data:`ESS_MIN` in all (a slowly mixing chain with thousands of effective draws is not frozen).
+  Fewer than :data:`ESS_MIN` effective draws at a higher fraction is reported too (a run too short
+  for its batch-means standard errors to be reliable), without the ``frozen`` flag.
+* **nonstationary** — each chain's second half against its first: per chain c and coordinate i,
+  d_ci = m̄₂ − m̄₁ (means) and log(v₂/v₁) (marginal variances). Chains are independent, so under
+  stationarity the C differences of each statistic have mean zero, whatever the autocorrelation;
+  the paired t-statistic t = d̄/(s_d/√C) is compared with the two-sided Bonferroni quantile of
+  Student-t with C − 1 degrees of freedom over the 2D statistics at family-wise level
+  :data:`ALPHA`. Needs C ≥ 3 chains with two halves each (else it is reported as not tested).
+* **prediction_check** — where sgtune has a prediction for the sampler, its covariance test
+  (:func:`~sgtune.diagnostics.mcse.compare_covariance`) as computed by the caller; a check that
+  carries a ``reason`` (e.g. the linearised chain is unstable at this Λ) fails with it.
+
+The thresholds come from measurements (healthy and broken runs, ``benchmarks/health_table.py``,
+table in ``docs/applicability.md``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .mcse import bonferroni_threshold
+
+__all__ = ["ChainHealth", "chain_health", "half_split_test", "ALPHA", "STEP_COLLAPSE", "ESS_FRACTION", "ESS_MIN"]
+
+#: family-wise false-alarm level of the half-split test on a stationary run
+ALPHA = 0.01
+#: a tuned step size that ends below this fraction of its initial value has collapsed
+STEP_COLLAPSE = 1e-3
+#: frozen: effective draws below this fraction of the draws …
+ESS_FRACTION = 0.01
+#: … and below this many in all
+ESS_MIN = 100.0
+
+
+@dataclass(frozen=True)
+class ChainHealth:
+    """The verdict on one run (JSON key ``health``); ``reasons`` is empty when ``healthy``."""
+
+    healthy: bool
+    reasons: tuple[str, ...]
+    diverged: int
+    frozen: bool
+    nonstationary: bool | None
+    prediction_check: dict[str, Any] | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "reasons": list(self.reasons), "diverged": self.diverged,
+                "frozen": self.frozen, "nonstationary": self.nonstationary,
+                "prediction_check": self.prediction_check, **self.details}
+
+
+def half_split_test(half_means: Any, half_variances: Any, *, alpha: float = ALPHA) -> dict[str, Any] | None:
+    """Paired test of each chain's second half against its first (module docstring).
+
+    ``half_means`` and ``half_variances`` are (C, 2, D); rows with non-finite entries (diverged
+    chains) are dropped. Returns ``None`` with fewer than 3 usable chains, else a dict with
+    ``t_max``, ``threshold``, ``passed``, ``statistic`` ("mean" or "variance"), ``coordinate`` and
+    ``chains``.
+    """
+    m = np.asarray(half_means, dtype=float)
+    v = np.asarray(half_variances, dtype=float)
+    keep = np.all(np.isfinite(m), axis=(1, 2)) & np.all(np.isfinite(v), axis=(1, 2)) & np.all(v > 0, axis=(1, 2))
+    m, v = m[keep], v[keep]
+    c = m.shape[0]
+    if c < 3:
+        return None
+    diffs = {"mean": m[:, 1] - m[:, 0], "variance": np.log(v[:, 1] / v[:, 0])}
+    d = m.shape[2]
+    threshold = bonferroni_threshold(alpha, 2 * d, c - 1)
+    best = (0.0, "mean", 0)
+    for name, x in diffs.items():
+        mean = x.mean(axis=0)
+        sd = x.std(axis=0, ddof=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(sd > 0, np.abs(mean) / (sd / math.sqrt(c)), np.where(mean == 0, 0.0, np.inf))
+        i = int(np.argmax(t))
+        if t[i] > best[0]:
+            best = (float(t[i]), name, i)
+    return {"t_max": best[0], "threshold": float(threshold), "passed": bool(best[0] <= threshold),
+            "statistic": best[1], "coordinate": best[2], "chains": int(c), "alpha": float(alpha)}
+
+
+def chain_health(chains: Any, *, initial_step_size: float | None = None,
+                 prediction_check: dict[str, Any] | None = None, alpha: float = ALPHA) -> ChainHealth:
+    """Diagnose a :class:`~sgtune.sampler.ChainResult` (module docstring).
+
+    ``initial_step_size`` is the MCLMC samplers' initial ε (the collapse check needs it);
+    ``prediction_check`` is the caller's comparison with sgtune's prediction, a dict with at least
+    ``passed`` (bool) and ``z_max``/``threshold``, or ``None`` when there is no prediction.
+    """
+    reasons: list[str] = []
+    diverged = int(np.sum(np.asarray(chains.diverged_at) >= 0))
+    n_chains = int(chains.n_chains)
+    if diverged:
+        reasons.append(f"{diverged} of {n_chains} chains diverged (a non-finite state); use a smaller step size")
+    details: dict[str, Any] = {}
+
+    frozen = False
+    final = getattr(chains, "step_size_final", None)
+    if final is not None and initial_step_size is not None and initial_step_size > 0:
+        ratio = float(np.nanmin(np.asarray(final, dtype=float))) / float(initial_step_size)
+        details["step_size_ratio_min"] = ratio
+        if ratio < STEP_COLLAPSE:
+            frozen = True
+            reasons.append(f"the tuned step size collapsed in some chain (final ε = {ratio:.2g} × the initial ε, "
+                           f"below {STEP_COLLAPSE:g}): the chain stopped moving; use the untuned sampler with a "
+                           "fixed step size (e.g. smile-naive) instead")
+    draws = float(max(int(chains.n_chains) - diverged, 0) * max(int(chains.n_steps) - int(chains.burn_in), 0))
+    ess = np.asarray(chains.ess, dtype=float)
+    if draws > 0 and ess.size and np.all(np.isfinite(ess)):
+        ess_min = float(ess.min())
+        details["ess_min"] = ess_min
+        details["ess_fraction"] = ess_min / draws
+        if ess_min < ESS_MIN and ess_min < ESS_FRACTION * draws:
+            frozen = True
+            reasons.append(f"only {ess_min:.0f} effective draws of {draws:.0f} ({100 * ess_min / draws:.2g} %, below "
+                           f"{100 * ESS_FRACTION:g} %): the chains barely move relative to their spread; run longer "
+                           "or with a larger step size")
+        elif ess_min < ESS_MIN:
+            reasons.append(f"only {ess_min:.0f} effective draws (below {ESS_MIN:g}): the run is too short for its "
+                           "standard errors to be reliable; run longer")
+
+    nonstationary: bool | None = None
+    hm, hv = getattr(chains, "half_means", None), getattr(chains, "half_variances", None)
+    split = None if hm is None or hv is None else half_split_test(hm, hv, alpha=alpha)
+    if split is not None:
+        details["half_split"] = split
+        nonstationary = not split["passed"]
+        if nonstationary:
+            reasons.append(f"the chains are not stationary: the {split['statistic']} of coordinate "
+                           f"{split['coordinate']} differs between the first and second half of the chains "
+                           f"(|t| = {split['t_max']:.3g} > {split['threshold']:.3g}); run longer or with a "
+                           "longer burn-in")
+
+    if prediction_check is not None and prediction_check.get("reason"):
+        reasons.append(str(prediction_check["reason"]))
+    elif prediction_check is not None and not prediction_check.get("passed", True):
+        what = ("the posterior covariance (βH)⁻¹ they sample" if prediction_check.get("mode") == "posterior"
+                else "sgtune's prediction for the linearised chain")
+        reasons.append(f"the chains disagree with {what} (max |z| = {prediction_check['z_max']:.3g} > "
+                       f"{prediction_check['threshold']:.3g}, relative error "
+                       f"{prediction_check.get('relative_frobenius_error', float('nan')):.2g}); "
+                       + ("see the applicability report of sgtune covariance for this Λ"
+                          if prediction_check.get("mode") != "posterior" else "the sampler is biased or has not mixed"))
+    return ChainHealth(healthy=not reasons, reasons=tuple(reasons), diverged=diverged, frozen=frozen,
+                       nonstationary=nonstationary, prediction_check=prediction_check, details=details)
