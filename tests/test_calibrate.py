@@ -77,7 +77,7 @@ def test_cli_calibrate(tmp_path, rng):
     np.save(bad, np.zeros(5))
     r = CliRunner().invoke(main, ["calibrate", str(data), "--model", "linear", "--batch-size", "16",
                                   "--true-theta", str(bad), "-o", str(tmp_path / "x.npy")])
-    assert r.exit_code == 1 and "true_theta must have length D = 3" in r.stderr
+    assert r.exit_code == 1 and "--true-theta must have length D = 3" in r.stderr
     assert not (tmp_path / "x.npy").exists()
     r = CliRunner().invoke(main, ["calibrate", str(data), "--model", "linear", "--batch-size", "16",
                                   "--theta-hat", str(th), "-o", str(tmp_path / "x.npy")])
