@@ -7,7 +7,8 @@ threshold, and the prediction check's max |z| against its threshold. "healthy" r
 run length of ``sgtune verify``; "broken" ones are deliberately too short (no burn-in, a fraction of
 the equilibration time), too hot (a step beyond the stable range) or the frozen pSMILE of issue 19.
 
-    python benchmarks/health_table.py [--seeds 5] [--out benchmarks/results/health.jsonl]
+    python benchmarks/health_table.py [--seeds 4] [--out benchmarks/results/health.jsonl]
+    python benchmarks/health_table.py --table benchmarks/results/health.jsonl   (docs/applicability.md)
 
 Prints one row per run and a summary: the false-alarm rate of each indicator on the healthy runs and
 its detection rate on the broken ones.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import warnings
 
@@ -82,7 +84,40 @@ def configs(e, n):
     yield ("smile-naive ε=0.05, B=32, 40k steps", "healthy?", dict(step_matrix=0.05, sampler="smile-naive", n_steps=40000), 0.05)
 
 
+def table(path: str) -> None:
+    """The Markdown summary of docs/applicability.md: one row per configuration, over problems and seeds."""
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    order: list[str] = []
+    for r in rows:
+        key = r["config"].split(", eq/5")[0] + (", eq/5 steps, no burn-in" if "eq/5" in r["config"] else "")
+        r["group"] = key
+        if key not in order:
+            order.append(key)
+    problems = sorted({r["problem"] for r in rows})
+    print("| configuration | kind | runs | flagged | frozen | non-stationary | prediction failed | ESS < 100 "
+          "| max \\|t\\| / threshold | prediction error (median) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key in order:
+        sub = [r for r in rows if r["group"] == key]
+        ran = [r for r in sub if "refused" not in r]
+        refused = len(sub) - len(ran)
+        ratio = max((r["t_max"] / r["t_threshold"] for r in ran if r.get("t_max") is not None), default=float("nan"))
+        errs = [r["prediction_error"] for r in ran if r.get("prediction_error") is not None]
+        med = f"{np.median(errs):.3f}" if errs else "—"
+        flagged = sum(not r["healthy"] for r in ran)
+        note = f" (+{refused} refused: all chains diverged)" if refused else ""
+        print(f"| {key} | {sub[0]['kind']} | {len(ran)}{note} | {flagged} | {sum(r['frozen'] for r in ran)} "
+              f"| {sum(bool(r['nonstationary']) for r in ran)} | {sum(r['prediction_passed'] is False for r in ran)} "
+              f"| {sum((r['ess_min'] or 0) < ESS_MIN for r in ran)} | {ratio:.2f} | {med} |")
+    print()
+    print(f"*{len(rows)} runs of 16 chains on {len(problems)} problems ({'; '.join(problems)}), "
+          f"{len({r['seed'] for r in rows})} seeds each.*")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        table(sys.argv[2])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--chains", type=int, default=16)

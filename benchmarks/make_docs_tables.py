@@ -19,7 +19,8 @@ Sources (paths relative to ``benchmarks/results/``):
 * ``table1_smile:NAME.json`` — seed 001's Table 1 grid (b² ± bootstrap sd per target, noise and
   sampler) as written by ``benchmarks/table1_smile.py``, with the paper's value in brackets
   (``table1_smile_paper.json``).
-* ``applicability.jsonl`` — ``benchmarks/applicability_table.py --table`` on those rows.
+* ``applicability.jsonl`` — ``benchmarks/applicability_table.py --table`` on those rows (likewise
+  ``health.jsonl`` with ``benchmarks/health_table.py``).
 """
 from __future__ import annotations
 
@@ -79,7 +80,9 @@ def _table1(name: str) -> list[str]:
 
 
 def _applicability(name: str) -> list[str]:
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "applicability_table.py"), "--table",
+    """``<stem>.jsonl`` is tabled by ``benchmarks/<stem>_table.py --table`` (applicability, health)."""
+    script = ROOT / "benchmarks" / f"{Path(name).stem}_table.py"
+    out = subprocess.run([sys.executable, str(script), "--table",
                           str(RESULTS / name)], capture_output=True, text=True, check=True, cwd=ROOT)
     return [f"*source: `benchmarks/results/{name}`*", "", *out.stdout.rstrip("\n").splitlines()]
 
