@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..diagnostics.health import chain_health
 from ..sampler import ChainResult
 from ..sampler.verify import chain_prediction, prediction_check
@@ -40,14 +38,4 @@ def health_report(chains: ChainResult, *, initial_step_size: float | None = None
         out["prediction_note"] = note
     for reason in h.reasons:
         untrusted(f"unhealthy chains: {reason}")
-    return _jsonable(out)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
+    return out
