@@ -98,8 +98,9 @@ class Dynamics:
 
     Attributes
     ----------
-    step : float or ndarray
-        Λ: a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix (read-only copy).
+    step : float, ndarray or None
+        Λ: a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix (read-only copy); ``None`` for the
+        settings of a chain whose Λ is still to be tuned (``tune(expansion, dynamics)``).
     batch_size : int
         B ≥ 1 (≤ N, checked against the data by :meth:`check_data`).
     inv_temperature : float
@@ -121,7 +122,8 @@ class Dynamics:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "step", _as_step(self.step))
+        if self.step is not None:
+            set_(self, "step", _as_step(self.step))
         set_(self, "batch_size", check_int(self.batch_size, "batch_size", low=1))
         beta = float(self.inv_temperature)
         if not beta > 0:
@@ -146,6 +148,8 @@ class Dynamics:
 
     def step_matrix(self, dim: int) -> np.ndarray:
         """Λ as a dense (D, D) array (validated: positive, SPD when symmetric)."""
+        if self.step is None:
+            raise SgtuneError("these dynamics have no step_matrix yet (step=None): tune one or pass Λ")
         return step_matrix_of(self.step, dim)
 
     def check_data(self, n_data: int) -> None:
@@ -159,12 +163,13 @@ class Dynamics:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready settings (Λ as a nested list; β = ∞ as the string ``"inf"``)."""
         beta: Any = self.inv_temperature if math.isfinite(self.inv_temperature) else "inf"
-        return {"step_matrix": self.step.tolist(), "batch_size": self.batch_size, "inv_temperature": beta,
+        lam = None if self.step is None else self.step.tolist()
+        return {"step_matrix": lam, "batch_size": self.batch_size, "inv_temperature": beta,
                 "momentum": self.momentum, "batching": self.batching, "decay": self.decay}
 
     def __repr__(self) -> str:
         s = self.step
-        lam = f"{float(s):g}" if s.ndim == 0 else f"<{'x'.join(map(str, s.shape))} array>"
+        lam = "None" if s is None else f"{float(s):g}" if s.ndim == 0 else f"<{'x'.join(map(str, s.shape))} array>"
         return (f"Dynamics(step={lam}, batch_size={self.batch_size}, inv_temperature={self.inv_temperature:g}, "
                 f"momentum={self.momentum:g}, batching={self.batching!r}, decay={self.decay:g})")
 
