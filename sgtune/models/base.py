@@ -41,6 +41,10 @@ Optional
     Starting point of the Newton fit of a convex model (default zeros).
 ``parameter_blocks(n_features) -> list[list[int]]``
     Groups of parameter indices (an MLP's layers): the default blocks of ``tune(family="block")``.
+``parameter_names(feature_names) -> list[str]``
+    A name for each coordinate of θ, in θ order (the rows of Λ); ``feature_names`` are the data's
+    covariate names (possibly empty). Default (:func:`parameter_names`): the covariate names when
+    D equals the number of covariates (a GLM), else ``theta[i]``.
 ``residual_variance(theta, X, y) -> float``
     Gaussian linear models only (the LR+WS comparison theory needs it).
 ``numba_spec(n_features) -> (kind, ints, floats)``
@@ -61,7 +65,7 @@ import numpy as np
 from ..core.errors import SgtuneError
 
 __all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
-           "per_sample_curvature", "checked_call", "model_label"]
+           "per_sample_curvature", "checked_call", "model_label", "parameter_names"]
 
 
 #: the ways a model can give its per-sample curvature, in the order sgtune prefers them
@@ -121,6 +125,31 @@ def model_dim(model: Any, n_features: int) -> int:
         raise ModelError(f"model {model_label(model)}: n_params({n_features}) returned {d!r}, expected a "
                          "positive integer")
     return d_int
+
+
+def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_features: int) -> tuple[str, ...]:
+    """The name of each coordinate of θ, in θ order (the rows and columns of Λ and of every covariance).
+
+    The model's own ``parameter_names(feature_names)`` when it has one (checked: D distinct strings);
+    otherwise the covariate names when D equals the number of covariates p (a GLM: ``intercept`` first
+    with an added intercept), else ``theta[0]`` … ``theta[D−1]``. Covariates without names are called
+    ``x0`` … ``x{p−1}``, as :func:`sgtune.io.data.make_dataset` calls them.
+    """
+    d = model_dim(model, n_features)
+    names = tuple(str(f) for f in feature_names) or tuple(f"x{i}" for i in range(int(n_features)))
+    if callable(getattr(model, "parameter_names", None)):
+        got = checked_call(model, "parameter_names", names)
+        try:
+            out = tuple(got)
+        except TypeError:
+            out = ()
+        if len(out) != d or not all(isinstance(n, str) for n in out) or len(set(out)) != d:
+            raise ModelError(f"model {model_label(model)}: parameter_names returned {got!r:.200}, expected {d} "
+                             "distinct strings (one per coordinate of θ)")
+        return out
+    if len(names) == d and len(set(names)) == d:
+        return names
+    return tuple(f"theta[{i}]" for i in range(d))
 
 
 def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | None = None) -> Any:

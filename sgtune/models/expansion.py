@@ -27,7 +27,7 @@ from ..io.data import Dataset
 from ..core.errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
 from ..io.reduce import CHUNK_ROWS, RowSource, reduce_rows
 from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
-                   per_sample_curvature)
+                   parameter_names, per_sample_curvature)
 
 __all__ = ["FitResult", "fit_map", "Expansion", "expand", "expansion_at", "prior_matrix", "DENSE_HESSIAN_BUDGET", "Reductions",
            "RowStream"]
@@ -486,6 +486,8 @@ class Expansion:
     gradient_z : √(N ∇L(θ̂)ᵀ C⁺ ∇L(θ̂)), C = 𝓘 − ḡḡᵀ: the gradient in units of its own sampling
         noise (above 1 the expansion point is not a stationary point to within noise).
     hessian_min_eigenvalue : λ_min(H).
+    parameter_blocks : the model's default blocks of Λ (an MLP's layers), or None.
+    parameter_names : the name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
     population_size : N when the expansion was fitted on a subsample of M < N rows
         (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
     reductions, stream : the streamed form (out-of-core data; ``grads``, ``design`` and
@@ -512,6 +514,7 @@ class Expansion:
     reductions: Reductions | None = None
     stream: RowStream | None = None
     parameter_blocks: tuple[tuple[int, ...], ...] | None = None
+    parameter_names: tuple[str, ...] | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -698,7 +701,8 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
             raise SgtuneError(f"theta_hat must have length D = {d} (the parameters of model {label}), "
                               f"got {theta.shape[0]}")
     if data.rows is not None:
-        e = _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler)
+        e = _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler,
+                             data.names)
     else:
         e = _expand_in_memory(model, data, theta, gam, label, dense_hessians, population_size)
     _check_expansion_point(e, label, given=theta_hat is not None)
@@ -718,7 +722,8 @@ def expansion_at(model: Any, data: Dataset, prior_precision: Any, theta: Any, *,
     theta = as_float_array(theta, "theta").reshape(-1)
     label = model_label(model)
     if data.rows is not None:
-        return _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler)
+        return _expand_streamed(model, data.rows, theta, gam, label, dense_hessians, population_size, scheduler,
+                                data.names)
     return _expand_in_memory(model, data, theta, gam, label, dense_hessians, population_size)
 
 
@@ -738,6 +743,7 @@ def _expand_in_memory(model: Any, data: Dataset, theta: np.ndarray, gam: np.ndar
     if callable(getattr(model, "parameter_blocks", None)):  # e.g. an MLP's layers: the default Λ blocks
         blocks = tuple(tuple(int(i) for i in b) for b in checked_call(model, "parameter_blocks", data.dim))
     common = dict(theta_hat=theta, grads=grads, prior_precision=gam, model=label, parameter_blocks=blocks,
+                  parameter_names=parameter_names(model, data.names, data.dim),
                   noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid,
                   population_size=population_size)
     if isinstance(cur, RankOneCurvature) and not dense_hessians:
@@ -751,7 +757,8 @@ def _expand_in_memory(model: Any, data: Dataset, theta: np.ndarray, gam: np.ndar
 
 
 def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.ndarray, label: str,
-                     dense_hessians: bool, population_size: int | None, scheduler: str | None) -> Expansion:
+                     dense_hessians: bool, population_size: int | None, scheduler: str | None,
+                     names: tuple[str, ...] = ()) -> Expansion:
     """One streamed pass for Σ g_n, Σ g_n g_nᵀ, Σ J_n (and Σ r²); the rows stay on disk for C̄(Σ)."""
     d = theta.shape[0]
     m = rows.n_rows
@@ -764,7 +771,11 @@ def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.nda
     resid_var = float(flags[1]) / max(m - rows.n_cols, 1) if resid else float("nan")
     red = Reductions(curvature=js / m, fisher=ggs / m, mean_grad=gs / m, n_rows=m)
     stream = RowStream(rows, model, rank_one, scheduler, chunk)
-    return Expansion(theta_hat=theta, grads=None, prior_precision=gam, model=label,
+    blocks = None
+    if callable(getattr(model, "parameter_blocks", None)):
+        blocks = tuple(tuple(int(i) for i in b) for b in checked_call(model, "parameter_blocks", rows.n_cols))
+    return Expansion(theta_hat=theta, grads=None, prior_precision=gam, model=label, parameter_blocks=blocks,
+                     parameter_names=parameter_names(model, names, rows.n_cols),
                      noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid_var,
                      population_size=population_size, reductions=red, stream=stream)
 

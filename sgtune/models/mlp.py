@@ -179,6 +179,23 @@ class MLP:
         """The indices of each layer's parameters (W_l then b_l): the default blocks of a block-diagonal Λ."""
         return [list(range(a, b)) for a, b in self.layer_slices(n_features)]
 
+    def parameter_names(self, feature_names: tuple[str, ...]) -> list[str]:
+        """``hidden1.weight[i,j]`` … ``output.bias[0]``, in θ order (layer by layer: W_l row-major, then b_l).
+
+        The input width is the number of ``feature_names``; weight columns of the first layer are named
+        by the covariate (``hidden1.weight[0,x2]``) when the names are known.
+        """
+        if len(feature_names) == 0:
+            raise ShapeError("MLP.parameter_names needs the covariate names (one per input column)")
+        s = self.widths(len(feature_names))
+        out: list[str] = []
+        for layer in range(len(s) - 1):
+            tag = "output" if layer == len(s) - 2 else f"hidden{layer + 1}"
+            cols = list(feature_names) if layer == 0 else [str(j) for j in range(s[layer])]
+            out += [f"{tag}.weight[{i},{c}]" for i in range(s[layer + 1]) for c in cols]
+            out += [f"{tag}.bias[{i}]" for i in range(s[layer + 1])]
+        return out
+
     def unflatten(self, theta: np.ndarray, n_features: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """[(W_l (s_l, s_{l−1}), b_l (s_l,))] for l = 1..K+1 (views into θ)."""
         theta = np.asarray(theta, dtype=np.float64)
