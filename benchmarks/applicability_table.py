@@ -1,7 +1,7 @@
 """Applicability indicators against long chains on real and simulated problems (issue 19 thresholds).
 
 Run: python benchmarks/applicability_table.py [PROBLEM ...] > rows.jsonl; then
-     python benchmarks/applicability_table.py --table rows.jsonl  (the Markdown table of docs/applicability.md).
+     python benchmarks/applicability_table.py --table rows.jsonl  (the Markdown table of docs/guide/applicability.md).
 Needs the [data] extra (scikit-learn, statsmodels). One JSON line per problem.
 """
 import sys, time, json, math, warnings, numpy as np

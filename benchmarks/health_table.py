@@ -8,7 +8,7 @@ run length of ``sgtune verify``; "broken" ones are deliberately too short (no bu
 the equilibration time), too hot (a step beyond the stable range) or the frozen pSMILE of issue 19.
 
     python benchmarks/health_table.py [--seeds 4] [--out benchmarks/results/health.jsonl]
-    python benchmarks/health_table.py --table benchmarks/results/health.jsonl   (docs/applicability.md)
+    python benchmarks/health_table.py --table benchmarks/results/health.jsonl   (docs/guide/applicability.md)
 
 Prints one row per run and a summary: the false-alarm rate of each indicator on the healthy runs and
 its detection rate on the broken ones.
@@ -85,7 +85,7 @@ def configs(e, n):
 
 
 def table(path: str) -> None:
-    """The Markdown summary of docs/applicability.md: one row per configuration, over problems and seeds."""
+    """The Markdown summary of docs/guide/applicability.md: one row per configuration, over problems and seeds."""
     rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
     order: list[str] = []
     for r in rows:

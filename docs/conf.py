@@ -32,13 +32,16 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax 3 bundled into _static/mathjax: the maths renders without the network (no CDN)
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "sphinx_click",
     "sgtune_docstrings",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+# _generated/: files written by generators and included by a page (not pages of their own)
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store", "**/_generated"]
 root_doc = "index"
 
 # MyST: $…$ maths, ::: fences, auto-anchored headings for cross-page links

@@ -22,7 +22,7 @@ travelling when they were summarised, or chains that disagree with what sgtune p
   carries a ``reason`` (e.g. the linearised chain is unstable at this Λ) fails with it.
 
 The thresholds come from measurements (healthy and broken runs, ``benchmarks/health_table.py``,
-table in ``docs/applicability.md``).
+table in ``docs/guide/applicability.md``).
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ COLUMN_SCALE_RATIO = 1e3
 RUNAWAY_FACTOR = 20.0
 #: a curvature that changes by more than this (relative, at ±2 sd and draws) means the spread is not local:
 #: measured ≤ 1.09 on every problem whose chain the statistically linearised model describes (spector,
-#: iris, wine, near-separable logistic), ≈ 4 on the β-divergence fits it does not (docs/applicability.md)
+#: iris, wine, near-separable logistic), ≈ 4 on the β-divergence fits it does not (docs/guide/applicability.md)
 MAX_CURVATURE_CHANGE = 2.0
 
 
