@@ -37,11 +37,13 @@ extensions = [
     "sphinx.ext.viewcode",
     "sphinx_click",
     "sgtune_docstrings",
+    "sgtune_api",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 # _generated/: files written by generators and included by a page (not pages of their own)
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store", "**/_generated"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store", "**/_generated",
+                    "api/generated"]  # stub pages an earlier autosummary setup wrote
 root_doc = "index"
 
 # MyST: $…$ maths, ::: fences, auto-anchored headings for cross-page links
@@ -59,17 +61,31 @@ nb_execution_raise_on_error = True
 nb_execution_in_temp = True
 nb_merge_streams = True
 
-# API reference from the numpydoc docstrings
-autosummary_generate = True
-autosummary_imported_members = False
-# ignore-module-all: a package documents only what it defines, so a re-exported name has one target
-autodoc_default_options = {"members": True, "show-inheritance": True, "ignore-module-all": True}
+# API reference from the numpydoc docstrings: docs/api/*.rst list each module's __all__ through the
+# api-module directive (docs/_ext/sgtune_api.py); no stub pages, so nothing is generated into docs/
+autosummary_generate = False
+autodoc_default_options = {"show-inheritance": True}
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+# types are those the numpydoc sections state, shown as written ("(D, D) ndarray"); the signature keeps
+# the parameter names and defaults
+autodoc_typehints = "none"
 autodoc_preserve_defaults = True
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
+napoleon_use_param = False
 napoleon_use_rtype = False
+# a class's Attributes section is laid out like its Parameters (types as written, not parsed as Python)
+napoleon_custom_sections = [("Attributes", "params_style")]
+
+# every cross-reference must resolve (tests/test_docs.py builds with -W); a reference to an object under
+# another path than the documented one is resolved by sgtune_api. Only names of other libraries, which
+# this offline site does not document and cannot link to, are ignored:
+nitpicky = True
+nitpick_ignore_regex = [
+    (r"py:.*", r"(numpy|np|scipy|sympy|sp|click|jax|optax|arviz|dask|distributed|pyarrow|matplotlib)(\..+)?"),
+    (r"py:class", r"ndarray|array_like"),  # numpy's, as the numpydoc types name them
+    (r"py:.*", r"(os\.PathLike|pathlib\.Path|collections\.abc\..+|concurrent\.futures\..+)"),
+]
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"sgtune {version}"

@@ -1,10 +1,13 @@
-"""The documentation site builds with warnings as errors, and what it shows is current.
+"""The documentation site builds with warnings as errors, works offline, links, and is current.
 
-``test_site_builds`` (marker ``docs``, part of the default run) builds the whole site with
-``sphinx-build -W --keep-going`` — executing the user's-guide pages — and checks that the API
-reference, the CLI reference (every command of ``sgtune.cli.COMMANDS``) and the rendered notebooks
-are in the output. The other tests are fast: the results tables and the stored notebooks are
-current, and the drawings of the layers match ``tests/test_layout.py``.
+The ``site`` fixture builds the whole site once per run (marker ``docs``, part of the default run) with
+``sphinx-build -W --keep-going`` in nitpicky mode — every cross-reference must resolve — executing the
+user's-guide pages. The tests that use it check the API reference, the CLI reference (every command
+of ``sgtune.cli.COMMANDS``) and the rendered notebooks; that no page loads a script or a style from
+the network (MathJax is bundled); and that every local link and image of the site points to an
+existing file and anchor. The other tests are fast: every public module is on an API page, the results
+tables and the stored notebooks are current, and the drawings of the layers match
+``tests/test_layout.py``.
 """
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ import re
 import subprocess
 import sys
 import time
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -26,9 +31,18 @@ from sgtune.cli import COMMANDS
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
-SUBPACKAGES = ("core", "io", "models", "symbolic", "diagnostics", "theory", "sampler", "workflows")
+#: the user's API reference: one page per area
+API_PAGES = ("index", "models", "theory/index", "sampler", "diagnostics", "io", "workflows", "core")
+THEORY_MODULES = ("stationary", "tuning", "applicability", "largescale", "alternatives", "testloss", "adjoint",
+                  "fluctuation", "minibatch", "reshuffle", "smile")
+#: compiled internals, documented on the developers' page only
+INTERNALS = ("sgtune.sampler.kernels", "sgtune.sampler.grads", "sgtune.sampler.rng", "sgtune.sampler.smile_chain",
+             "sgtune.sampler.mlp", "sgtune.sampler.mlp_loss", "sgtune.sampler.specs", "sgtune.sampler.twins",
+             "sgtune.sampler.smile_twin")
 #: seconds the whole build may take on the 2-core CI machine (it takes about one minute)
 BUILD_BUDGET = 300
+DOCS_EXTRAS = ("sphinx", "myst_nb", "sphinx_click", "pydata_sphinx_theme", "jupytext", "ipykernel",
+               "sphinx-mathjax-offline")
 
 
 def _load(path: Path, name: str):
@@ -38,28 +52,48 @@ def _load(path: Path, name: str):
     return module
 
 
-@pytest.mark.docs
-def test_site_builds(tmp_path):
-    for module in ("sphinx", "myst_nb", "sphinx_click", "pydata_sphinx_theme", "jupytext", "ipykernel"):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The built site (built once for the tests of this module that ask for it)."""
+    for module in DOCS_EXTRAS:
         pytest.importorskip(module, reason="the [docs] extra (included in [dev]) builds the site")
-    out = tmp_path / "html"
+    tmp = tmp_path_factory.mktemp("docs")
+    out = tmp / "html"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "-d",
-                           str(tmp_path / "doctrees"), str(DOCS), str(out)],
+                           str(tmp / "doctrees"), str(DOCS), str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=2 * BUILD_BUDGET)
     seconds = time.perf_counter() - t0
     assert proc.returncode == 0, f"sphinx-build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     assert seconds < BUILD_BUDGET, f"the docs build took {seconds:.0f} s (budget {BUILD_BUDGET} s)"
+    return out
 
-    # the API reference: one generated page per layer and per module of the theory
-    api = out / "api"
-    assert (api / "index.html").exists()
-    for sub in SUBPACKAGES:
-        assert (api / "generated" / f"sgtune.{sub}.html").exists(), sub
-    for module in ("tuning", "stationary", "fluctuation", "minibatch", "reshuffle", "smile"):
-        page = (api / "generated" / f"sgtune.theory.{module}.html").read_text(encoding="utf-8")
+
+@pytest.mark.docs
+def test_site_builds(site):
+    out = site
+    # nitpicky with -W: the build itself failed on any unresolved reference; nothing is set aside
+    assert not list(out.rglob("docstring-warnings.txt"))
+
+    # the API reference: one page per area; each theory module documents its functions
+    for page in API_PAGES:
+        assert (out / "api" / f"{page}.html").exists(), page
+    for module in THEORY_MODULES:
+        page = (out / "api" / "theory" / f"{module}.html").read_text(encoding="utf-8")
         assert 'class="sig-name descname"' in page, f"sgtune.theory.{module} documents no function"
+        assert f'id="module-sgtune.theory.{module}"' in page
+    # the compiled internals are on the developers' page, not in the user's reference
+    user = "".join((out / "api" / f"{page}.html").read_text(encoding="utf-8") for page in API_PAGES)
+    internals = (out / "api" / "internals.html").read_text(encoding="utf-8")
+    for module in INTERNALS:
+        assert f'id="module-{module}"' in internals and f'id="{module}.' in internals, module
+        assert f'id="{module}.' not in user and f'id="module-{module}"' not in user, module
+    # the top level links each name of sgtune.__all__ to where it is documented
+    top = (out / "api" / "index.html").read_text(encoding="utf-8")
+    for name in sgtune.__all__:
+        if name != "__version__":
+            assert re.search(rf'<a class="reference internal" href="[^"]+#[^"]+\.{name}"', top), name
 
     # the CLI reference is the contract: every registered command, with its options
     cli = (out / "cli.html").read_text(encoding="utf-8")
@@ -77,6 +111,98 @@ def test_site_builds(tmp_path):
         page = (out / "guide" / f"{guide}.html").read_text(encoding="utf-8")
         assert "<img" in page and 'class="cell_output' in page, f"guide/{guide} has no executed figure"
     assert (out / "_images").is_dir() or (out / "_static" / "overview.png").exists()
+
+
+class _Links(HTMLParser):
+    """The ids of a page, and the targets of its links, scripts, styles and images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[tuple[str, str, str]] = []  # (tag, attribute, value)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for key, value in attrs:
+            if value is None:
+                continue
+            if key in ("id", "name") and tag != "meta":
+                self.ids.add(value)
+            elif (key == "href" and tag in ("a", "link", "area")) or (key == "src" and tag in ("script", "img")):
+                self.links.append((tag, key, value))
+
+
+def _pages(site: Path) -> dict[Path, _Links]:
+    out = {}
+    for page in sorted(site.rglob("*.html")):
+        if "_sources" in page.parts or "_static" in page.parts:  # copies of sources; theme templates
+            continue
+        parser = _Links()
+        parser.feed(page.read_text(encoding="utf-8"))
+        out[page] = parser
+    return out
+
+
+@pytest.mark.docs
+def test_site_is_offline(site):
+    """No page loads a script or a style from the network; the MathJax the pages load is in the site."""
+    remote = []
+    mathjax = set()
+    for page, parsed in _pages(site).items():
+        for tag, _, value in parsed.links:
+            if tag in ("script", "link") and re.match(r"(https?:)?//", value):
+                remote.append(f"{page.relative_to(site)}: <{tag}> {value}")
+            if tag == "script" and "mathjax" in value.lower():
+                mathjax.add((page.parent / urlsplit(value).path).resolve())
+    assert not remote, "pages load from the network:\n" + "\n".join(remote[:20])
+    assert mathjax, "no page loads MathJax (the maths would show as raw TeX)"
+    missing = [str(p) for p in mathjax if not p.is_file()]
+    assert not missing, f"MathJax is referenced but not in the site: {missing}"
+    math_page = (site / "guide" / "stationary.html").read_text(encoding="utf-8")
+    assert "mathjax" in math_page.lower() and "\\[" in math_page
+
+
+@pytest.mark.docs
+def test_site_links_resolve(site):
+    """Every local href and src of every page points to an existing file, and its #anchor exists there."""
+    pages = _pages(site)
+    broken = []
+    for page, parsed in pages.items():
+        for tag, attr, value in parsed.links:
+            parts = urlsplit(value)
+            if parts.scheme or parts.netloc or value.startswith(("mailto:", "javascript:", "data:")):
+                continue
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            if target.is_dir():
+                target = target / "index.html"
+            where = f"{page.relative_to(site)}: <{tag} {attr}={value!r}>"
+            if not target.is_file():
+                broken.append(f"{where} -> missing file")
+            elif parts.fragment and target.suffix == ".html":
+                ids = pages[target].ids if target in pages else set()
+                if unquote(parts.fragment) not in ids:
+                    broken.append(f"{where} -> no anchor #{parts.fragment}")
+    assert not broken, f"{len(broken)} broken local links:\n" + "\n".join(broken[:40])
+
+
+def test_every_public_module_is_on_an_api_page():
+    """A module with public names of its own is documented on a page of docs/api (user's or developers')."""
+    api = _load_api()
+    documented = api.documented_modules(DOCS)
+    undocumented = [m for m in api.public_modules() if m not in documented and api.public_names(m, documented)]
+    assert not undocumented, f"public modules on no page of docs/api/ (add an api-module directive): {undocumented}"
+    stale = [m for m in documented if importlib.util.find_spec(m) is None]
+    assert not stale, f"docs/api/ documents modules that do not exist: {stale}"
+    assert all(documented[m] == "api/internals" for m in INTERNALS), "compiled internals belong to api/internals"
+    assert ".. api-summary:: sgtune\n" in (DOCS / "api" / "index.rst").read_text(encoding="utf-8")
+
+
+def _load_api():
+    pytest.importorskip("sphinx", reason="the [docs] extra (included in [dev]) builds the site")
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        return _load(DOCS / "_ext" / "sgtune_api.py", "sgtune_api_for_tests")
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
 
 
 def test_results_tables_are_current():

@@ -323,7 +323,7 @@ def _call_by_value(blob: bytes, *args: Any) -> Any:
 
 def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None, *,
               by_value: bool = False) -> list[Any]:
-    """[fn(*a) for a in arg_tuples], on a Dask cluster unless ``scheduler`` is None/"serial"; in order.
+    """``[fn(*a) for a in arg_tuples]``, on a Dask cluster unless ``scheduler`` is None/"serial"; in order.
 
     Each task gets everything it needs (seeds included) in its arguments, so the results do
     not depend on where or in which order tasks run. ``by_value``: ship ``fn`` as cloudpickle
@@ -361,7 +361,7 @@ def _grid_task(fn: Callable[..., Any], point: dict[str, Any], seed: int) -> Any:
 
 def map_grid(fn: Callable[..., Any], grid: Sequence[dict[str, Any]], *, seed: int = 0,
              scheduler: str | None = None) -> list[Any]:
-    """[fn(**point, seed=s_i) for each grid point], serially or as Dask tasks; identical results either way.
+    """``fn(**point, seed=s_i)`` for each grid point, serially or as Dask tasks; identical results either way.
 
     For sweeps — calibrate repetitions, batch-size or method grids: task i gets the seed
     ``task_seeds(seed, len(grid))[i]``, fixed by its position in the grid, so neither the

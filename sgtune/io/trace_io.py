@@ -30,8 +30,8 @@ DEFAULT_TRACE_BYTES = 100_000_000
 
 def default_thin(n_steps: int, burn_in: int | None, n_chains: int, dim: int) -> int:
     """The thinning k of a trace file when none is given: every k-th draw after burn-in, so that each
-    chain keeps at most :data:`DEFAULT_DRAWS_PER_CHAIN` draws and the trace at most
-    :data:`DEFAULT_TRACE_BYTES` (burn-in defaults to T/10, as in :func:`~sgtune.sampler.run_chains`)."""
+    chain keeps at most ``DEFAULT_DRAWS_PER_CHAIN`` draws and the trace at most
+    ``DEFAULT_TRACE_BYTES`` (burn-in defaults to T/10, as in :func:`~sgtune.sampler.run_chains`)."""
     post = max(1, int(n_steps) - (int(n_steps) // 10 if burn_in is None else int(burn_in)))
     per_chain = max(1, min(DEFAULT_DRAWS_PER_CHAIN, DEFAULT_TRACE_BYTES // (8 * max(1, n_chains) * max(1, dim))))
     return max(1, math.ceil(post / per_chain))

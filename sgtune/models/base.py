@@ -3,7 +3,7 @@
 A *model* is a per-observation loss l_n(θ) = l(θ; x_n, y_n) (the negative log-likelihood of
 observation n up to a constant). sgtune never branches on a model's name: it calls the
 methods below, and chooses its fast paths from the *structure* a model declares
-(STYLE.md §8, after statsmodels' GLM families and blackjax's ``logdensity_fn``).
+(after statsmodels' GLM families and blackjax's ``logdensity_fn``).
 
 Required
 --------
@@ -13,7 +13,9 @@ Required
     l_n(θ) for the rows given.
 ``per_sample_grads(theta, X, y) -> (n, D)``
     g_n = ∇_θ l_n(θ).
+
 and one way to get the per-sample curvature J_n = ∇²_θ l_n(θ):
+
 ``curvature(theta, X, y) -> RankOneCurvature | DenseCurvature``
     the structure the model has (rank-one J_n = w_n u_n u_nᵀ, as for GLMs with u_n = x_n
     and for a Gauss–Newton network with u_n = ∇_θ f(x_n)); or

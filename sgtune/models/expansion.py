@@ -82,7 +82,7 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     is θᵀΓθ/(2N), so θ̂ estimates the full-data MAP. Out-of-core data (``data.rows``) are streamed:
     each pass is one chunked reduction (``scheduler``: None, "local" or a Dask address; module
     docstring), Newton starts from the MAP of a random sample of at most
-    :data:`IDENTIFIABILITY_SAMPLE` rows (the model's identifiability check runs on the same sample),
+    ``IDENTIFIABILITY_SAMPLE`` rows (the model's identifiability check runs on the same sample),
     and each line-search trial point's pass also gives its gradient and curvature (an accepted
     point costs no second pass).
 

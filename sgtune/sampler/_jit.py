@@ -1,7 +1,7 @@
 """The one place that sets numba options for sgtune's kernels (STYLE.md §5, convention 10).
 
 ``njit`` compiles a helper or a single-threaded kernel, ``njit_parallel`` a kernel that
-loops over chains with :data:`prange`. Options:
+loops over chains with :data:`!prange`. Options:
 
 - ``cache=True``: compiled code is cached on disk (set ``NUMBA_CACHE_DIR`` in CI), so the
   JIT cost (a few seconds per kernel) is paid once per machine, not once per process;

@@ -16,12 +16,12 @@ first-class function arguments: :func:`chains` is compiled once per combination 
 disk because every component is declared with :func:`~sgtune.sampler._jit.component` (a stable
 identity for the cache index; see :mod:`sgtune.sampler._jit`).
 
-How to add a piece (no new branch in :func:`_chain`):
+How to add a piece (no new branch in :func:`!_chain`):
 
 - a sampler: write ``@component def my_step(th, m, grad, st, s, rs, hp, lam, fac, ld, fd, xi, buf)``
   that updates θ (and its auxiliary state m, length D) in place and returns the number of
   clipped coordinates; ``hp`` is the float vector of the sampler's hyper-parameters (built in
-  :func:`sgtune.sampler.driver.step_factors`: [κ, inject] today), ``xi``/``buf`` are scratch
+  :func:`!sgtune.sampler.driver.step_factors`: [κ, inject] today), ``xi``/``buf`` are scratch
   vectors of length D. Register it in :data:`STEP_FNS` under (name, Λ kind) and add the
   name's validation in the driver (and a branch in the Python twin).
 - a model: write ``@component def my_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad)``
@@ -50,11 +50,11 @@ Batching (:data:`BATCH_FNS`): ``replacement`` (B uniform indices), ``without-rep
 batches perm[kB:(k+1)B], k = 0..R−1, R = ceil(N/B); the last batch is smaller when B does
 not divide N), and ``none`` (oracles without data, e.g. the quadratic ones).
 
-Outputs accumulated after burn-in (t > burn_in), u = t − burn_in (:func:`_record`):
+Outputs accumulated after burn-in (t > burn_in), u = t − burn_in (:func:`!_record`):
 mean and (upper-triangle) centred sum of squares M2 per chain and segment
 (segment = min((u−1) // seg_len, S−1), used for batch-means standard errors), accumulated
 in blocks: the states are collected in ``blk`` (C, K, D) (``blk_n[c]`` = [pending count,
-segment]) and merged by :func:`_flush_block` when K are pending, when the segment changes,
+segment]) and merged by :func:`!_flush_block` when K are pending, when the segment changes,
 and at the end of a call with ``flush`` true (the driver's last call) — so the result does
 not depend on how the run is split into calls; thinned trace (every ``thin`` steps), sums of linear observables ℓ_kᵀθ, and for
 reshuffling per-epoch-position Welford mean and variance (position = number of batches of
@@ -472,7 +472,7 @@ def draw_batches(batch_fn, state, n_data, batch_size, idx):  # type: ignore[no-u
 @njit
 def advance(step_fn, state, t, burn_in, grads, prior_kind, prior, decay, upd, out):  # type: ignore[no-untyped-def]
     """Step t of every live chain given its data gradient ``grads[c]`` (overwritten): prior, update,
-    divergence, outputs — the same code as :func:`_chain` after its gradient. ``out``'s flush
+    divergence, outputs — the same code as :func:`!_chain` after its gradient. ``out``'s flush
     flag merges the pending covariance blocks (set it on the run's last step only).
     """
     theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state

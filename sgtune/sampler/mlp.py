@@ -464,7 +464,7 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
     Work layout (m = nb): first R·m slots as one (R × m) feature-major array, R = n_0 + 2 Σ_hidden n_l
     + 1 + 2 max n, holding a_0 (n_0 rows), per hidden layer a_l and φ'(z_l) (n_l rows each), f (1 row)
     and two δ buffers (max n rows each); then the first layer's scratch δ_1ᵀ (m × n_1) and gW_1ᵀ
-    (n_0 × n_1) (:func:`_backprop_first`); then the batch-major copies aᵀ_l (m × n_l) of the hidden layers.
+    (n_0 × n_1) (:func:`!_backprop_first`); then the batch-major copies aᵀ_l (m × n_l) of the hidden layers.
     Views of the first part are row slices (no reshape: each ``reshape`` of a runtime shape is a
     library call, ≈17 ns). Every entry of ``grad`` is overwritten.
     """

@@ -13,7 +13,7 @@ appendix F.2, as :func:`sgtune.sampler.smile.mn_step`):
     pSMILE: EMAs of g → preconditioner p (:func:`~.smile.precond_update`)
     P(b₁ε) Q(ε/2)  ·  g ← ∇log p_β(θ'|S_t)  ·  P(b₂ε) Q(ε/2)       gradient evaluation 2 (no loss)
     g, ℓ₁ ← …                                                    gradient evaluation 3 (with the loss)
-    P(b₁ε);  ΔE = ΣΔK − (ℓ₁ − ℓ₀)                                 (eq. 2; sign as in :mod:`.smile`)
+    P(b₁ε);  ΔE = ΣΔK − (ℓ₁ − ℓ₀)                                 (eq. 2; sign as in :mod:`~sgtune.sampler.smile`)
     smile/psmile: Algorithm 1 (:func:`~.smile.tuner_update`): reject (θ restored, u zeroed) or
     rescale ε.
 
@@ -188,7 +188,7 @@ def smile_chains(batch_fn, value_grad_fn, state, t0, n_steps, burn_in, oracle, b
 def general_phase(phase, state, t, burn_in, grads, values, prior_kind, prior, sm, out):  # type: ignore[no-untyped-def]
     """Phase 0/1/2 (begin/mid/end) of step t for every live chain, given the NumPy data gradients
     ``grads[c]`` (overwritten) and batch-mean losses ``values[c]`` of the current positions; phase 2
-    also checks divergence and records the outputs (the same code as :func:`_smile_chain`)."""
+    also checks divergence and records the outputs (the same code as :func:`!_smile_chain`)."""
     theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state
     beta = sm[10][Q_INV_TEMP]
     thin = out[7]
@@ -217,7 +217,7 @@ def general_phase(phase, state, t, burn_in, grads, values, prior_kind, prior, sm
 @njit
 def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[no-untyped-def]
     """Evaluate the GLM minibatch gradient (and the loss when ``want``) on the fixed batch ``idx`` ``n_iter``
-    times (benchmark helper, as :func:`sgtune.sampler.grads.gradient_cost`); returns a checksum."""
+    times (benchmark helper, as :func:`!sgtune.sampler.grads.gradient_cost`); returns a checksum."""
     b = idx.shape[0]
     eta = np.empty(b)
     grad = np.empty(theta.shape[0])

@@ -1,6 +1,6 @@
 """Symbolic (sympy) derivations: closed forms users can print and tests use as oracles.
 
-Each entry of :data:`DERIVATIONS` maps a name (as used by ``sgtune derive NAME``) to
+Each entry of ``DERIVATIONS`` maps a name (as used by ``sgtune derive NAME``) to
 ``"module:function"``; the function takes no required arguments and returns either one
 sympy expression or a ``dict`` of named expressions (insertion order is kept).
 To add one, write the function in a module of this package and add a line here.

@@ -207,9 +207,9 @@ def nonreversible_gain(hessian: Any, step_matrix: Any, *, inv_temperature: float
 
     SGLD θ' = θ − Λ∇L + sqrt(2Λ/β)ξ is seed 004's Euler scheme (eq. 2.8) with H = βL, D = Λ, η = 1/β.
     For f = ℓᵀθ along the slowest modal direction b (ℓ = βHb) the optimal J with
-    ‖Λ^{-1/2}JΛ^{-1/2}‖₂ ≤ κ_J gives σ²/σ_R² = 1/(1 + κ_J²) (:func:`~sgtune.theory.fluctuation.
-    optimal_antisymmetric_nld`); the scheme with D + J is stable for η < η_J
-    (:func:`~sgtune.theory.fluctuation.max_stable_step`).
+    ‖Λ^{-1/2}JΛ^{-1/2}‖₂ ≤ κ_J gives σ²/σ_R² = 1/(1 + κ_J²)
+    (:func:`~sgtune.theory.fluctuation.optimal_antisymmetric_nld`); the scheme with D + J is stable
+    for η < η_J (:func:`~sgtune.theory.fluctuation.max_stable_step`).
 
     Parameters
     ----------

@@ -254,7 +254,7 @@ def solve_fluctuation_general(hessian: Any, diffusion: Any, antisymmetric: Any,
 
     References
     ----------
-    .. [1] Variance Reduction for SG Generalized Non-reversible Langevin Monte Carlo, Prop. 5.2.
+    The GNLD paper (anonymous, 2025), *Variance Reduction for SG Generalized Non-reversible Langevin MC*, Prop. 5.2.
 
     Examples
     --------

@@ -675,7 +675,7 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
          r exceeds its rank, e.g. a rank-6 design with r = 24).
     2. *Probe estimates*, each unbiased: with s_j ~ N(0, Σ*) (s = H⁻¹v/√N, v ~ N(0, H), block
        preconditioned CG), q_n = u_nᵀΣ*u_n ≈ mean_j (u_nᵀs_j)², diag Σ* ≈ mean_j s_j², the
-       moments ⟨Σ*, ·⟩ of the target representation (see :func:`_target_moments`; products
+       moments ⟨Σ*, ·⟩ of the target representation (see :func:`!_target_moments`; products
        of two estimates use independent halves of the probes), and for the low-rank one the
        compression of ΓΣ*Γ/N² ≈ mean_j (Γs_j)(Γs_j)ᵀ/N² (JΣ*J = (J − Γ/N)/N + ΓΣ*Γ/N² exactly);
        the one part of 𝓛 whose diagonal costs M²·D exactly, diag(J diag(d) J) = (J∘J)d, by

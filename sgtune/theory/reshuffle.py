@@ -13,7 +13,7 @@ in order).  RR has no invariant law; its variance is periodic in the epoch
 position k = 0..R−1 (k steps of the current epoch already taken).
 
 Closed forms (a = 1 − h, X = a^k, Y = a^R, ρ = s²/σ², s² the unbiased sample
-variance; derived with sympy in :mod:`sgtune.symbolic.reshuffle`):
+variance; derived with sympy in :mod:`sgtune.symbolic.reshuffle`)::
 
     ε_ULA = h/(2 − h)
     ε_RM  = h(1 + v)/(2 − h),   v = ρ(R − 1) (without repl.),  v = ρ(N − 1)/B (with repl.)
