@@ -15,7 +15,7 @@ Sources (paths relative to ``benchmarks/results/``):
 * ``NAME.json#TABLE`` — a measured table: ``{"tables": {TABLE: {"command", "measured", "columns",
   "align", "rows"}}}``, cells as printed. The benchmark scripts print these tables; a new
   measurement replaces the rows and the ``measured`` conditions in the JSON file.
-* ``seed003/NAME.csv`` — a table written by ``benchmarks/seed003_tables.py --out``.
+* ``wang2026/NAME.csv`` — a table written by ``benchmarks/wang2026_tables.py --out``.
 * ``table1_smile:NAME.json`` — seed 001's Table 1 grid (b² ± bootstrap sd per target, noise and
   sampler) as written by ``benchmarks/table1_smile.py``, with the paper's value in brackets
   (``table1_smile_paper.json``).

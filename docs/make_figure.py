@@ -2,7 +2,7 @@
 
 Run: ``python docs/make_figure.py`` (about half a minute on 2 cores). B = 32 throughout.
 
-* left, **predict**: on seed 003's heteroskedastic, misspecified linear regression (bundled:
+* left, **predict**: on the heteroskedastic, misspecified linear regression (bundled:
   ``example("hetero-linear")``, D = 20, N = 2000), the stationary variance of θ₁ of SGD against the
   scalar step size — long chains
   (± 2 MCSE) against sgtune's exact prediction and the continuous-time and well-specified theories;
@@ -77,7 +77,7 @@ def main() -> None:
         ax[0].plot(grid, [predict_comparison_cov(e, g, batch_size=B, theory=theory)[0, 0] for g in grid],
                    style, label=label)
     ax[0].set(xscale="log", yscale="log", xlabel="step size λ (Λ = λI)", ylabel="stationary Var θ₁",
-              title="predict: the covariance SGD will have\n(seed 003's hetero-linear example, D = 20)")
+              title="predict: the covariance SGD will have\n(the hetero-linear example, D = 20)")
     ax[0].legend(frameon=False, fontsize=8)
     for cov, style, label in ((target[idx], "k-", "target: sandwich covariance J⁻¹IJ⁻¹/N"),
                               (tuned.cov[idx], "C0--", "chains with sgtune's Λ"),

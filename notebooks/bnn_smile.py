@@ -1,7 +1,7 @@
 # %% [markdown]
 # # A small BNN comparison: pSMILE vs SMILE vs SGHMC vs SGLD at an equal gradient budget
 #
-# Seed 001 (SMILE) claims, in its Table 2, that on small regression BNNs (three hidden layers of
+# The SMILE paper (anonymous, 2025) claims, in its Table 2, that on small regression BNNs (three hidden layers of
 # width 16, 10 chains from deep-ensemble starts, 3 train-test splits) the stochastic microcanonical
 # samplers beat SGHMC in test LPPD and RMSE, and that the noise preconditioner (pSMILE) beats plain
 # SMILE. This notebook runs that comparison with sgtune on a data set a package ships —
@@ -23,7 +23,7 @@
 # - test LPPD and RMSE of the predictive mean in the response's original units, mean ± sd over
 #   splits; the deep-ensemble start's own predictive is the baseline.
 #
-# Then the analytic companion (issue 11 item 5): at a starting member, the covariance V of the
+# Then the analytic companion: at a starting member, the covariance V of the
 # minibatch gradient noise that `noise_anisotropy` predicts, against what pSMILE's EMA estimates.
 #
 # Run as a script; `SGTUNE_SMOKE=1` runs a tiny version (used by the test suite). The full table is

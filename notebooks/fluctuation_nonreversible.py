@@ -1,10 +1,10 @@
 # %% [markdown]
-# # Non-reversible SG Langevin samplers: fluctuation constants vs simulation (seed 004, §6.2–6.3)
+# # Non-reversible SG Langevin samplers: fluctuation constants vs simulation (the GNLD paper, anonymous, 2025, §6.2–6.3)
 #
 # For the SG Euler–Maruyama scheme of a GNLD sampler with step η and K ∝ η⁻² iterations,
 # the time average of f satisfies η^{-1/2}(Π_η f − πf) ⇒ N(0, σ²) (Theorem 3.2). On a Bayesian
 # linear regression posterior (Gaussian after shifting to the posterior mean) σ² is explicit
-# (Prop. 5.2; `sgtune.theory.fluctuation`). This notebook reproduces the seed's RMSE-vs-step
+# (Prop. 5.2; `sgtune.theory.fluctuation`). This notebook reproduces the paper's RMSE-vs-step
 # plots — η^{-1/2}·RMSE approaches sqrt(σ²) as η shrinks — and normal Q-Q plots, for NLD,
 # HFHR and GAUL against their reversible baselines (same D, Q = 0). Chains start at the
 # posterior mean. Optionally, at the end: Bayesian logistic regression on scikit-learn's
@@ -46,7 +46,7 @@ except ImportError:  # plots are optional
     HAVE_MPL = False
 
 # %% [markdown]
-# ## Synthetic Bayesian linear regression (seed §6.2)
+# ## Synthetic Bayesian linear regression (the paper's §6.2)
 # y = xᵀθ + ε, ε ~ N(0, 1), prior N(0, I); minibatch gradients with replacement (Eq. 6.3).
 
 # %%
@@ -154,7 +154,7 @@ if HAVE_MPL:
     print("saved", OUT / "fluctuation_blr.png")
 
 # %% [markdown]
-# ## Optional: Bayesian logistic regression on breast-cancer data (seed §6.3, with sklearn's data)
+# ## Optional: Bayesian logistic regression on breast-cancer data (the paper's §6.3, with sklearn's data)
 # Observable: posterior predictive probability of a test point, f(θ) = sigmoid(x*ᵀθ). No closed
 # form: σ² and the ratio to the baseline are estimated by batch means from long chains
 # (`estimate_fluctuation_from_chains`). NumPy SG-EM vectorised over chains (one sampler,
@@ -227,7 +227,7 @@ if load_breast_cancer is not None:
     CHAINS_L = 16 if not SMOKE else 2
     BURN = STEPS_L // 20
     jl = np.zeros((pl, pl))
-    for i in range(0, pl - 1, 2):                         # block-diagonal rotations (seed §6.3.2)
+    for i in range(0, pl - 1, 2):                         # block-diagonal rotations (the paper's §6.3.2)
         jl[i, i + 1], jl[i + 1, i] = 1.0, -1.0
     j_opt = optimal_antisymmetric_nld(A_lap, ell_lap, 2.0).antisymmetric   # §2.4, Laplace approximation
     dhl, qhl = hfhr_matrices(1.0, 1.0, pl)

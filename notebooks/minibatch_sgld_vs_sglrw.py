@@ -1,9 +1,9 @@
 # %% [markdown]
-# # SGLD vs SGLRW vs clipped SGLD under minibatch noise (seed 000)
+# # SGLD vs SGLRW vs clipped SGLD under minibatch noise (Mensch et al., 2025)
 #
 # Reproduces, with numpy vectorised over particles:
 #
-# 1. the Bayesian linear regression experiment of seed 000 §5.2 / Table 1
+# 1. the Bayesian linear regression experiment of Mensch et al. (2025) §5.2 / Table 1
 #    (N = 1000, d = 20, σ² = 1.5, τ = 0.01, steps δ(1+t)^−0.55, KL between the exact
 #    posterior and a Gaussian fitted to the particles), for B ∈ {8, 32, 128} and
 #    δ ∈ {1e-3, 1e-4}, with the Monte Carlo floor of the KL for that many particles;
@@ -13,7 +13,7 @@
 # 3. the heavy-tailed illustration (§4.2, Figure 2): α-stable (α = 1.5) gradient noise
 #    on a 1-D bimodal target.
 #
-# The last cell states which of the seed's claims the numbers support.
+# The last cell states which of the paper's claims the numbers support.
 # Run: `python notebooks/minibatch_sgld_vs_sglrw.py` (full size, ~15–30 min on 2 cores);
 # `SGTUNE_SMOKE=1` runs a tiny version in seconds. Set `SGTUNE_NOTEBOOK_OUT=DIR` to
 # save results (JSON) and figures (if matplotlib is installed).
@@ -282,7 +282,7 @@ for scale in (0.0, 1.0, 10.0, 100.0):
 RESULTS["heavy_tailed"] = heavy
 
 # %% [markdown]
-# ## 5. Which of the seed's claims does this reproduction support?
+# ## 5. Which of the paper's claims does this reproduction support?
 
 # %%
 def _kl(b, d, s):
@@ -336,7 +336,7 @@ clip_rates = {(r["B"], r["delta"]): r["sglrw"]["clipped_fraction"] for r in tabl
 print("  Note: SGLRW's lattice probabilities clip in "
       + ", ".join(f"B={b},δ={d:.0e}: {c:.1%}" for (b, d), c in clip_rates.items())
       + " of coordinate moves; where they clip, SGLRW's drift IS clipped SGLD's drift "
-        "(THEORY §3.3) and Lemma 4.3 / eq. (106) do not apply.")
+        "and Lemma 4.3 / eq. (106) do not apply.")
 RESULTS["claims"] = [{"claim": t, "supported": bool(o), "numbers": n} for t, o, n in claims]
 
 # %%

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Seed 003 §6.3 / Figure 2: stationary covariance of SGD on a (2, 3) tanh network (diabetes data)
+# # Wang, Ding & Huggins (2026) §6.3 / Figure 2: stationary covariance of SGD on a (2, 3) tanh network (diabetes data)
 #
 # Wang, Ding & Huggins fit a two-hidden-layer tanh network with widths (2, 3) to the diabetes data
 # and compare the covariance each theory predicts for SGD's stationary iterates with the empirical

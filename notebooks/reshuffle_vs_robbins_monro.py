@@ -1,12 +1,12 @@
 # %% [markdown]
-# # Random reshuffling vs Robbins–Monro for SGLD (seed 002, Shaw & Whalley)
+# # Random reshuffling vs Robbins–Monro for SGLD (Shaw & Whalley, 2025)
 #
 # **Claim.** On the Gaussian model problem U(θ) = Σ_i (θ − x_i)²/(2σ²), the
 # gradient-noise part of SGLD's variance error is O(h) with Robbins–Monro (RM)
 # batching but O(h²) with random reshuffling (RR), averaged over the epoch; on
 # logistic regression RR's posterior-mean error decays at a higher order too.
 #
-# What sgtune adds (THEORY.md §4.3): the exact noise ratio is v = R − 1 (not R),
+# What sgtune adds: the exact noise ratio is v = R − 1 (not R),
 # the epoch average averages (1 − (1−h)^k)² over k, and for h > 1 RR can be
 # *worse* than RM.  Part 1 is the exact toy, checked against the raw chains;
 # part 2 the logistic-regression experiment with the sampler core's RR / RM

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Stochastic microcanonical Langevin (SMILE, seed 001): Table 1 and the tuner
+# # Stochastic microcanonical Langevin (SMILE, anonymous, 2025): Table 1 and the tuner
 #
 # Reproduces, with sgtune's numba core, the analytic-benchmark claims of *Can Microcanonical
 # Langevin Dynamics Leverage Mini-batch Gradient Noise?*:

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Stationary covariance and target-covariance tuning of SGD (seed 003)
+# # Stationary covariance and target-covariance tuning of SGD (Wang, Ding & Huggins, 2026)
 #
 # Reproduces, with sgtune, the two key results of Wang, Ding & Huggins:
 #

@@ -36,11 +36,12 @@ Optional
 ``initial_params(n_features, rng) -> (D,)``
     A seeded starting point for the optimiser (required for non-convex models fitted without
     ``theta_hat``).
-``convex`` : bool
-    True when the loss is convex in θ (the MAP is unique: damped Newton from the model's start).
-    Non-convex models are fitted by L-BFGS from ``initial_params`` (default False).
+``fit_method`` : {"lbfgs", "newton"}
+    How the MAP is fitted: ``"newton"`` for a loss convex in θ (the MAP is unique: damped Newton
+    from ``newton_start``); the default ``"lbfgs"`` fits a non-convex model by L-BFGS from
+    ``initial_params``.
 ``newton_start(X, y, prior_precision) -> (D,)``
-    Starting point of the Newton fit of a convex model (default zeros).
+    Starting point of the Newton fit (``fit_method = "newton"``; default zeros).
 ``parameter_blocks(n_features) -> list[list[int]]``
     Groups of parameter indices (an MLP's layers): the default blocks of ``tune(family="block")``.
 ``parameter_names(feature_names) -> list[str]``

@@ -2,7 +2,7 @@
 
 Composes :mod:`sgtune.theory` (exact forward solves) and :mod:`sgtune.sampler` (chains); no new
 mathematics lives here except the Monte Carlo noise floor :func:`covariance_error_floor`.
-``benchmarks/seed003_tables.py`` and ``notebooks/seed003_tables.py`` drive it.
+``benchmarks/wang2026_tables.py`` and ``notebooks/wang2026_tables.py`` drive it.
 
 Conventions (THEORY §1.1, §1.7): mean-loss scaling, SGD (β = ∞), the sandwich target
 S* = J⁻¹𝓘J⁻¹/N, covariance error ‖S* − Ŝ‖_F/‖S*‖_F, calibration = exact KS distance of the PIT

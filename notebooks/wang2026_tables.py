@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Seed 003's experiments, reproduced honestly: Tables 2–4, Figure 1, Table E.1, appendix E.3
+# # The experiments of Wang, Ding & Huggins (2026), reproduced honestly: Tables 2–4, Figure 1, Table E.1, appendix E.3
 #
 # Wang, Ding & Huggins compare four ways of choosing SGD's step-size matrix Λ so that the
 # stationary covariance of the iterates equals the sandwich covariance S* = J⁻¹𝓘J⁻¹/N:
@@ -15,7 +15,7 @@
 # * **calibration**: PIT values of θ* and their exact KS distance to Unif(0, 1), over repetitions
 #   of the data, with 95 % intervals.
 #
-# The full-size tables come from `python benchmarks/seed003_tables.py --reps 20 --steps 200000`
+# The full-size tables come from `python benchmarks/wang2026_tables.py --reps 20 --steps 200000`
 # (numbers in the README); this notebook runs the same library code. `SGTUNE_SMOKE=1` runs a tiny
 # version (used by the test suite); figures go to `$SGTUNE_FIGURES` (default `notebooks/figures`).
 #
@@ -92,7 +92,7 @@ try:
     ax.set_xscale("log"), ax.set_yscale("log"), ax.set_xlabel("batch size B")
     ax.set_ylabel("exact ‖S* − Σ(Λ)‖_F / ‖S*‖_F"), ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(FIG, "seed003_figure1.png"), dpi=120)
+    fig.savefig(os.path.join(FIG, "wang2026_figure1.png"), dpi=120)
 except ImportError:
     print("matplotlib not installed: no figure (pip install sgtune[plot])")
 
@@ -215,8 +215,8 @@ print("optimal B:", {LABEL[t]: pb.argmin(t) for t in pb.losses})
 # %% [markdown]
 # ## Closing note: the full-size run
 #
-# `python benchmarks/seed003_tables.py --reps 20 --steps 200000` (20 repetitions of the data, 4 chains,
-# 200 000 steps at B = 16, equal epochs at B = 500; all tables in `benchmarks/results/seed003/`).
+# `python benchmarks/wang2026_tables.py --reps 20 --steps 200000` (20 repetitions of the data, 4 chains,
+# 200 000 steps at B = 16, equal epochs at B = 500; all tables in `benchmarks/results/wang2026/`).
 # Table 2, simulated data (D = 50, N = 5000, p = 0.01, b = 5, s = 5); MCSE after ±, 95 % interval over repetitions:
 #
 # | loss | B | method | exact err | empirical err ± MCSE [95 % CI] | floor (this run) | floor at paper's length | KS [95 % CI] |

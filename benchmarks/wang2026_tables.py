@@ -1,9 +1,9 @@
-"""Seed 003's Tables 2–4, Figure 1, Table E.1 and appendix E.3, reproduced with exact errors and MC floors.
+"""Tables 2–4, Figure 1, Table E.1 and appendix E.3 of Wang, Ding & Huggins (2026), with exact errors and MC floors.
 
 Usage::
 
-    python benchmarks/seed003_tables.py --reps 20 --steps 200000 --out results/seed003
-    python benchmarks/seed003_tables.py --reps 2 --steps 5000 --only table2,fig1      # quick look
+    python benchmarks/wang2026_tables.py --reps 20 --steps 200000 --out results/wang2026
+    python benchmarks/wang2026_tables.py --reps 2 --steps 5000 --only table2,fig1      # quick look
 
 Writes Markdown tables to stdout (and, with ``--out DIR``, one ``.md`` and one ``.csv`` per table).
 ``--steps`` is the chain length at B = 16; other batch sizes run the same number of epochs
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     out = Out(a.out)
     t0 = time.perf_counter()
-    print(f"# seed 003 tables: reps={a.reps} steps={a.steps} chains={a.chains} seed={a.seed} "
+    print(f"# Wang, Ding & Huggins (2026) tables: reps={a.reps} steps={a.steps} chains={a.chains} seed={a.seed} "
           f"(cores: {os.cpu_count()})")
     for part in a.only.split(","):
         t1 = time.perf_counter()
