@@ -86,7 +86,8 @@ def _own(obj: Any) -> bool:
     return True
 
 
-def public_names(modname: str, documented: set[str] | dict[str, str]) -> list[str]:
+def public_names(modname: str, documented: set[str] | dict[str, str],
+                 _visiting: frozenset[str] = frozenset()) -> list[str]:
     """The names of ``modname.__all__`` documented under ``modname``, each object once.
 
     Leaves out another library's functions and classes, what a documented ancestor package re-exports
@@ -105,8 +106,9 @@ def public_names(modname: str, documented: set[str] | dict[str, str]) -> list[st
     for name in names:
         obj = getattr(module, name)
         home = getattr(obj, "__module__", None) if inspect.isclass(obj) or callable(obj) else None
-        if (home and home != modname and home in documented and not modname.startswith(home + ".")
-                and not home.startswith(modname + ".") and name in public_names(home, documented)):
+        if (home and home != modname and home in documented and home not in _visiting
+                and not modname.startswith(home + ".") and not home.startswith(modname + ".")
+                and name in public_names(home, documented, _visiting | {modname})):
             continue
         out.append(name)
     return out
