@@ -29,7 +29,6 @@ release = version = sgtune.__version__
 extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
-    "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     # MathJax 3 bundled into _static/mathjax: the maths renders without the network (no CDN)
@@ -63,7 +62,6 @@ nb_merge_streams = True
 
 # API reference from the numpydoc docstrings: docs/api/*.rst list each module's __all__ through the
 # api-module directive (docs/_ext/sgtune_api.py); no stub pages, so nothing is generated into docs/
-autosummary_generate = False
 autodoc_default_options = {"show-inheritance": True}
 autodoc_member_order = "bysource"
 # types are those the numpydoc sections state, shown as written ("(D, D) ndarray"); the signature keeps

@@ -187,13 +187,15 @@ def _summary(modname: str, name: str, obj: Any) -> str:
     return _ROLE.sub(absolute, escape_bars(doc[0].strip())) if doc else ""
 
 
-def summary_table(modname: str, names: list[str]) -> list[str]:
-    """A two-column table: each name, linked, and the first line of its docstring."""
+def summary_table(modname: str, names: list[str], qualified: bool = False) -> list[str]:
+    """A two-column table: each name, linked (shown as ``modname.name`` when ``qualified``), and the first
+    line of its docstring."""
     module = importlib.import_module(modname)
     lines = [".. list-table::", "   :class: autosummary longtable", "   :widths: 30 70", ""]
     for name in names:
         summary = _summary(modname, name, getattr(module, name))
-        lines += [f"   * - :py:obj:`{name} <{modname}.{name}>`", f"     - {summary}" if summary else "     -"]
+        shown = f"{modname}.{name}" if qualified else name
+        lines += [f"   * - :py:obj:`{shown} <{modname}.{name}>`", f"     - {summary}" if summary else "     -"]
     return [*lines, ""]
 
 
@@ -228,7 +230,7 @@ class ApiSummary(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         modname = self.arguments[0]
         names = _all(importlib.import_module(modname))
-        lines = summary_table(modname, names)
+        lines = summary_table(modname, names, qualified=True)
         node = nodes.section()
         nested_parse_with_titles(self.state, StringList(lines, source=f"<api-summary {modname}>"), node)
         return node.children
