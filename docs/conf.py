@@ -76,13 +76,13 @@ napoleon_use_rtype = False
 napoleon_custom_sections = [("Attributes", "params_style")]
 
 # every cross-reference must resolve (tests/test_docs.py builds with -W); a reference to an object under
-# another path than the documented one is resolved by sgtune_api. Only names of other libraries, which
-# this offline site does not document and cannot link to, are ignored:
+# another path than the documented one is resolved by sgtune_api. Only other libraries' names are
+# ignored: this site is built and read offline, so it cannot link to their documentation (no intersphinx)
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(numpy|np|scipy|sympy|sp|click|jax|optax|arviz|dask|distributed|pyarrow|matplotlib)(\..+)?"),
-    (r"py:class", r"ndarray|array_like"),  # numpy's, as the numpydoc types name them
-    (r"py:.*", r"(os\.PathLike|pathlib\.Path|collections\.abc\..+|concurrent\.futures\..+)"),
+    (r"py:.*", r"(numpy|np|scipy|sympy|click|jax|optax|arviz|xarray|dask|distributed|pyarrow|matplotlib|numba)"
+               r"(\..+)?"),
+    (r"py:.*", r"(os|pathlib|collections\.abc|concurrent\.futures|typing)\..+"),  # the standard library's
 ]
 
 html_theme = "pydata_sphinx_theme"
