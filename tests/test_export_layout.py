@@ -22,6 +22,15 @@ from sgtune.models.mlp import MLP
 from _reference import covariance_z_scores
 from _tolerances import bonferroni_z
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    torch = pytest.importorskip("torch")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 MLP_NET = MLP((2,))
 P = 3
 NAMES = tuple(MLP_NET.parameter_names(("age", "bmi", "bp")))  # hidden1.weight[0,age] … output.bias[0]
@@ -126,7 +135,7 @@ def test_noise_reaches_the_named_entries_with_covariance_2_lambda_over_beta():
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_x64", True)
-    lam, beta, chains = spd(), 4.0, 20000
+    lam, beta, chains = spd(), 4.0, 5000
     res = result(lam, momentum=0.0, inv_temperature=beta)
     z_max = bonferroni_z(2 * D * (D + 1) // 2)
 
@@ -188,6 +197,13 @@ def test_dynamics_are_preferred_and_accepted():
         update_rule(dyn, momentum=0.5, prior="in-loss")
     scalar = update_rule(Dynamics(0.1, batch_size=2), parameter_names=("a", "b"), prior="in-loss")
     assert scalar.step.kind == "scalar" and scalar.step.dim == 2
+
+
+def test_a_resolved_rule_is_reused_and_not_changed():
+    rule = update_rule(result(), prior="in-loss")
+    assert numpy_step(rule).rule is rule
+    with pytest.raises(SgtuneError, match="an UpdateRule is complete; momentum= cannot change it"):
+        numpy_step(rule, momentum=0.0)
 
 
 def test_the_old_call_with_a_bare_step_matrix_still_works():

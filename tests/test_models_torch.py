@@ -52,6 +52,15 @@ class Net(torch.nn.Module):
         return self.output(x)
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Per-sample work on small arrays: intra-op threads only add contention on a shared 2-core VM."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def data(lik, n=30, p=3, seed=0, k=3):
     r = np.random.default_rng(seed)
     X = r.standard_normal((n, p))

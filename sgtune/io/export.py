@@ -413,15 +413,15 @@ def update_rule(source: Any, *, momentum: float | None = None, inv_temperature: 
     :class:`StepMatrix` or an array) takes κ = 0, β = ∞ and no batch-size check unless given.
     ``prior``, ``prior_precision``, ``n_data``: where Γθ/N comes from (module docstring).
     """
-    if isinstance(source, UpdateRule):  # an UpdateRule as a source: its settings, checked like a result's
-        s: dict[str, Any] = dict(step=source.step, momentum=source.momentum, inv_temperature=source.inv_temperature,
-                                 batch_size=source.batch_size, batching=source.batching, decay=0.0,
-                                 label="the rule's", family=source.step.kind, sampler=None, names=source.step.names,
-                                 prior_precision=source.prior_precision if source.prior == "add" else 0.0,
-                                 n_data=source.n_data, is_result=True)
-        if prior is None:
-            prior = source.prior if source.prior == "add" else None
-    elif _is_result(source) or isinstance(source, Dynamics):
+    if isinstance(source, UpdateRule):  # already resolved: nothing may change it
+        given = {k: v for k, v in dict(momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
+                                       parameter_names=parameter_names, blocks=blocks, prior=prior,
+                                       prior_precision=prior_precision, n_data=n_data).items() if v is not None}
+        if given:
+            raise SgtuneError(f"{where}: an UpdateRule is complete; {next(iter(given))}= cannot change it (build the "
+                              "rule again from the result)")
+        return source
+    if _is_result(source) or isinstance(source, Dynamics):
         s = _settings_of(source)
         s["is_result"] = True
     else:
