@@ -266,10 +266,8 @@ class TorchModel:
 
     @cites("sgtune", "J_n = ∇²ρ(f_n) by torch.func.hessian; Gauss–Newton J_fᵀ∇²ρ J_f (chain rule without ρ'∇²f)")
     def curvature(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> RankOneCurvature | DenseCurvature:
-        """J_n in the declared structure: Gauss–Newton → RankOneCurvature(∇f_n, ρ''(f_n)) for one output,
-        dense J_fᵀ(diag p − ppᵀ)J_f for logits; exact → dense ``torch.func.hessian``."""
-        if self.hessian != "gauss-newton":
-            return DenseCurvature(self.per_sample_hessians(theta, X, y))
+        """The Gauss–Newton J_n: RankOneCurvature(∇f_n, ρ''(f_n)) for one output, dense J_fᵀ(diag p − ppᵀ)J_f for
+        logits (only with ``hessian="gauss-newton"``: the other modes give dense Hessians or products)."""
         th = self._theta(theta)
         Xt, yt = self._data(X, y)
         jac = self._jac(th, Xt).numpy()  # (n, D) or (n, K, D)
@@ -308,10 +306,10 @@ class TorchModel:
                               "(rank one for one output) or hessian='hvp'")
 
     def __getattribute__(self, attr: str) -> Any:
-        # with hessian="hvp" the dense routes are hidden, so sgtune uses the Hessian–vector products;
-        # with "exact" the dense Hessians are used directly (no curvature() indirection)
+        # curvature() is the Gauss–Newton structure only; with hessian="hvp" the dense Hessians are hidden too,
+        # so sgtune uses the Hessian–vector products
         mode = object.__getattribute__(self, "__dict__").get("hessian")
-        if (attr in ("per_sample_hessians", "curvature") and mode == "hvp") or (attr == "curvature" and mode == "exact"):
+        if (attr == "curvature" and mode != "gauss-newton") or (attr == "per_sample_hessians" and mode == "hvp"):
             raise AttributeError(attr)
         return object.__getattribute__(self, attr)
 
