@@ -39,14 +39,14 @@ result describes:
 - dynamics whose Λ is still to be tuned (``step=None``).
 
 Batching with or without replacement, or by reshuffled epochs, is fine: the caller chooses the
-batches (draw them as the result's ``batching`` says; :attr:`UpdateRule.batching`).
+batches (draw them as the result's ``batching`` says; ``UpdateRule.batching``).
 
 **The batch size** B the result was tuned for is checked where the update can see it: the NumPy
 step and the optax update take an optional ``batch_size=`` per call; the PyTorch optimizer takes
 ``step(batch_size=…)`` and, given a module, records the rows of every forward pass run with gradients
 enabled since the last step (a forward pre-hook) and refuses a step after a batch of another size.
 
-**The layout.** Every export carries the name of each row of Λ (:attr:`StepMatrix.names`: the CSV
+**The layout.** Every export carries the name of each row of Λ (``StepMatrix.names``: the CSV
 header and ``intercept`` of a GLM, ``hidden1.weight[i,j]`` of a network, from the result's
 ``parameter_names`` or ``parameter_names=``). optax parameters are any pytree: each leaf's key path
 (``params["hidden1"]["weight"]``) is matched to the names ``hidden1.weight[i,j]``, so Λ's rows are
