@@ -31,14 +31,27 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     if csr is not None and csr > COLUMN_SCALE_RATIO:
         warn(f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> {COLUMN_SCALE_RATIO:.0e}): "
              "standardise them (subtract the mean, divide by the standard deviation) for a better-conditioned fit")
-    doc = a.to_dict()
+    for note in (a.subsample or {}).get("uncertain", []):
+        warn(f"applicability estimated on a random subsample of {a.subsample['rows']} of the "  # type: ignore[index]
+             f"{a.subsample['of']} rows: {note}, so the verdict may differ on all rows; "  # type: ignore[index]
+             "check the chain with sgtune verify")
+    doc = {"checked": True, **a.to_dict()}
     if a.linearised_cov is not None:
         doc["statistically_linearised_cov"] = a.linearised_cov
     return doc
 
 
+def skipped_report(why: str, remedy: str = "run the command without --no-applicability") -> dict[str, Any]:
+    """The ``applicability`` object of a command that did not compute the report, and its warning."""
+    warn(f"applicability not checked ({why}): the prediction is exact for the linearised chain, and whether the "
+         f"chain on the loss itself follows it was not checked; {remedy}")
+    return {"checked": False, "reason": why, "reasons": [], "note": f"not checked ({why}); {remedy}"}
+
+
 def applicability_rows(doc: dict[str, Any], tau_worst: float) -> list[tuple[str, Any]]:
     """Rows for the human table: the verdict, equilibration next to τ, the predicted deviation."""
+    if not doc.get("checked", True):
+        return [("applicable", f"not checked ({doc['reason']})"), ("tau (worst)", tau_worst)]
     eq = doc["equilibration_steps"]
     rows: list[tuple[str, Any]] = [
         ("applicable", "yes" if doc["applicable"] else "NO (see the warnings)"),

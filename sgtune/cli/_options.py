@@ -105,6 +105,14 @@ output_options = _compose(
     json_output_options,
 )
 
+#: --no-applicability: every command that computes the applicability report (plan: --applicability/--no-…)
+applicability_option = click.option(
+    "--no-applicability", "no_applicability", is_flag=True,
+    help="Skip the applicability report (whether the chain on the loss itself behaves like the linearised chain; "
+         "it evaluates the model at about 40–200 points of the predicted spread, on a random subsample of rows "
+         "for data read out of core). JSON: applicability = {\"checked\": false, \"reason\": "
+         "\"--no-applicability\"}, and a warning says the prediction was not checked.")
+
 
 @dataclass(frozen=True)
 class LoadedProblem:

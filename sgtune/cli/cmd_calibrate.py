@@ -13,8 +13,8 @@ from ..theory.tuning import FAMILIES, METHODS
 from ..sampler.verify import prediction_check
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
-from ._options import (batch_options, check_batch_size, data_options, expansion_keys, load_data_model, load_npy,
-                       load_prior, output_options, parse_inv_temperature, temperature_json)
+from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
+                       load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
 from .cmd_run import progress_bar
@@ -35,6 +35,7 @@ from .cmd_run import progress_bar
 @click.option("--repeat", type=int, default=1, show_default=True,
               help="Repetitions R of Algorithm 1; repetition i is exactly this command with --seed SEED+i. "
                    "With --scheduler they run as Dask tasks (same numbers as serially).")
+@applicability_option
 @output_options
 @plot_option
 @handle_errors
@@ -115,9 +116,9 @@ def cli(**kw: Any) -> None:
     doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
     from types import SimpleNamespace
 
-    from ._applicability import applicability_report
+    from ._applicability import applicability_report, skipped_report
 
-    doc["applicability"] = applicability_report(
+    doc["applicability"] = skipped_report("--no-applicability") if kw["no_applicability"] else applicability_report(
         SimpleNamespace(model=prob.model, dataset=prob.dataset, expansion=r.expansion, dim=r.expansion.dim),
         t.stationary, target_cov=t.target_cov, backward_error=t.residual, seed=int(kw["seed"]))
     png = render_plot(kw, lambda: figure_calibrate(

@@ -9,10 +9,10 @@ from ..core._refs import references_of
 from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
-from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows
+from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows, skipped_report
 from ._io import command_line, emit, handle_errors, info
-from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
-                       temperature_json)
+from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
+                       output_options, temperature_json)
 from ._render import key_values, matrix_summary
 
 
@@ -24,6 +24,7 @@ from ._render import key_values, matrix_summary
               help="Step-size matrix Λ from a .npy file: (D, D), or (D,) for a diagonal.")
 @click.option("--average-window", type=int, default=None,
               help="Also report the covariance of the mean of k consecutive stationary iterates.")
+@applicability_option
 @output_options
 @handle_errors
 def cli(**kw: object) -> None:
@@ -52,7 +53,8 @@ def cli(**kw: object) -> None:
            "inverse_temperature": temperature_json(beta), "momentum": st.momentum, "model": prob.model.name,
            "data": prob.dataset.source, "seed": kw["seed"], "command": command_line(),
            "references": references_of(predict_stationary_cov)}
-    doc["applicability"] = applicability_report(prob, st, seed=int(kw["seed"]))  # type: ignore[arg-type]
+    doc["applicability"] = (skipped_report("--no-applicability") if kw["no_applicability"]
+                            else applicability_report(prob, st, seed=int(kw["seed"])))  # type: ignore[arg-type]
     mce = mc_error(st)  # Monte Carlo error of a stationary run (issue 20)
     doc["mean_mc_variance"], doc["cov_mc_error_constant"] = mce.mean_mc_variance, mce.cov_mc_error_constant
     if kw["average_window"] is not None:

@@ -9,10 +9,10 @@ import click
 from ..core._refs import references_of
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
-from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows
+from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
-from ._options import (expansion_keys, batch_options, data_options, load_batch_problem, load_npy, output_options,
-                       temperature_json)
+from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
+                       output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values, matrix_summary
 
@@ -36,6 +36,7 @@ from ._render import key_values, matrix_summary
               help="Correct Λ on short chains (up to ROUNDS rounds) until the chain's covariance matches the target "
                    "within Monte Carlo error; JSON key refine (one entry per round). Not done when the spread is "
                    "not local.")
+@applicability_option
 @output_options
 @plot_option
 @handle_errors
@@ -54,6 +55,9 @@ def cli(**kw: object) -> None:
     Example:  sgtune lambda --example hetero-linear --batch-size 64 --plot lambda.png
     """
     check_plot(kw)  # type: ignore[arg-type]
+    if kw["no_applicability"] and kw["refine_rounds"] is not None:
+        raise click.UsageError("--refine decides from the applicability report whether chains can correct Λ; "
+                               "drop --no-applicability (or --refine)")
     prob, B, beta = load_batch_problem(kw)
     target = kw["target"]
     if target not in ("sandwich", "posterior"):
@@ -74,6 +78,8 @@ def cli(**kw: object) -> None:
     }
     if kw["refine_rounds"] is not None:
         res, doc = _refine(prob, res, doc, int(kw["refine_rounds"]), int(kw["seed"]))  # type: ignore[arg-type]
+    elif kw["no_applicability"]:
+        doc["applicability"] = skipped_report("--no-applicability")
     else:
         doc["applicability"] = applicability_report(prob, res.stationary, target_cov=res.target_cov,
                                                     backward_error=res.residual, seed=int(kw["seed"]))  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ from ..theory.mcerror import mc_error
 from ..theory.stationary import predict_stationary_cov
 from ..theory.tuning import FAMILIES, tune
 from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
-from ._applicability import applicability_report
-from ._io import _atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted, warn
+from ._applicability import applicability_report, skipped_report
+from ._io import _atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
 from ._options import data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
     parse_inv_temperature, temperature_json
 from ._plot import check_plot, render_plot, write_plot
@@ -140,14 +140,10 @@ def cli(**kw: Any) -> None:
                                         without_replacement=best.batching != "replacement", momentum=best.momentum,
                                         initial_guess=p.target_cov, radius_bound=True)
         app: dict[str, Any] = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
-        app["checked"] = True
     else:
         why = ("--no-applicability" if kw["applicability"] is False
                else f"D = {prob.dim} > {APPLICABILITY_MAX_DIM}; about 20 s at D = 1000")
-        app = {"checked": False, "reasons": [],
-               "note": f"not checked ({why}); pass --applicability, or run sgtune covariance with the recommended Λ"}
-        warn(f"applicability of the recommended Λ not checked ({why}): pass --applicability, or run sgtune "
-             "covariance with the recommended Λ")
+        app = skipped_report(why, "pass --applicability, or run sgtune covariance with the recommended Λ")
     if rows[p.recommended]["approximate"]:
         untrusted("the recommended candidate's bias and Monte Carlo constant are approximations "
                   f"({', '.join(rows[p.recommended]['approximate'])}); check them with sgtune verify")

@@ -387,7 +387,11 @@ def _chunk_fit_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray
 
 def _chunk_expansion_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int,
                            resid: bool) -> tuple[np.ndarray, ...]:
-    """One chunk of the streamed expansion: (Σ g_n, Σ g_n g_nᵀ, Σ J_n, [rank-one?, residual Σ r²])."""
+    """One chunk of the streamed expansion: (Σ g_n, Σ g_n g_nᵀ, Σ J_n, [rank-one?, residual Σ r²], Σ x_n²).
+
+    The covariates' column sums of squares (for the applicability report's column scales) cost
+    nothing here: the chunk is already in memory.
+    """
     m = X.shape[0]
     g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m, d))
     cur = per_sample_curvature(model, theta, X, y)
@@ -395,7 +399,7 @@ def _chunk_expansion_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.n
     if resid:  # residual_variance = Σ r²/max(m − D, 1) on the chunk, so this is the chunk's Σ r²
         r2 = float(model.residual_variance(theta, X, y)) * max(m - X.shape[1], 1)
     return (_column_sums(g), g.T @ g, _curvature_sum(cur),
-            np.array([float(isinstance(cur, RankOneCurvature)), r2]))
+            np.array([float(isinstance(cur, RankOneCurvature)), r2]), (X * X).sum(axis=0))
 
 
 def _chunk_jsj(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, sigma: np.ndarray,
@@ -434,13 +438,15 @@ def _dense_block(cur: RankOneCurvature | DenseCurvature, a: int, b: int) -> np.n
 class Reductions:
     """Per-sample means an :class:`Expansion` needs, computed elsewhere (streamed over chunks).
 
-    ``curvature`` J = mean_n J_n, ``fisher`` 𝓘 = mean_n g_n g_nᵀ, ``mean_grad`` ḡ, over ``n_rows`` rows.
+    ``curvature`` J = mean_n J_n, ``fisher`` 𝓘 = mean_n g_n g_nᵀ, ``mean_grad`` ḡ, over ``n_rows`` rows;
+    ``column_mean_squares`` mean_n x_n² per covariate column (when the pass computed it).
     """
 
     curvature: np.ndarray
     fisher: np.ndarray
     mean_grad: np.ndarray
     n_rows: int
+    column_mean_squares: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -764,12 +770,12 @@ def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.nda
     m = rows.n_rows
     chunk = _chunk_rows(model, d)
     resid = callable(getattr(model, "residual_variance", None))
-    gs, ggs, js, flags = reduce_rows(_chunk_expansion_terms, rows, model, theta, d, resid, chunk_rows=chunk,
+    gs, ggs, js, flags, xx = reduce_rows(_chunk_expansion_terms, rows, model, theta, d, resid, chunk_rows=chunk,
                                      scheduler=scheduler)
     n_chunks = -(-m // chunk)
     rank_one = bool(flags[0] == n_chunks) and not dense_hessians
     resid_var = float(flags[1]) / max(m - rows.n_cols, 1) if resid else float("nan")
-    red = Reductions(curvature=js / m, fisher=ggs / m, mean_grad=gs / m, n_rows=m)
+    red = Reductions(curvature=js / m, fisher=ggs / m, mean_grad=gs / m, n_rows=m, column_mean_squares=xx / m)
     stream = RowStream(rows, model, rank_one, scheduler, chunk)
     blocks = None
     if callable(getattr(model, "parameter_blocks", None)):

@@ -42,10 +42,11 @@ import scipy.linalg as sla
 from ..core._refs import cites
 from ..core.errors import SgtuneError
 from ..io.data import Dataset
+from ..io.reduce import reduce_rows
 from ..models import Expansion, expansion_at
 from .stationary import StationaryCov, equilibration_steps, finite_population_factor
 
-__all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
+__all__ = ["Applicability", "applicability", "statistically_linearised_cov", "subsample_rows", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
@@ -60,6 +61,15 @@ RUNAWAY_FACTOR = 20.0
 #: measured ≤ 1.09 on every problem whose chain the statistically linearised model describes (spector,
 #: iris, wine, near-separable logistic), ≈ 4 on the β-divergence fits it does not (docs/guide/applicability.md)
 MAX_CURVATURE_CHANGE = 2.0
+#: out-of-core data: the model is evaluated on a seeded random subsample of M = 2²²/D² rows (an evaluation's
+#: O(M·D²) cost the same at every D: 10 485 rows at D = 20), clipped to [SUBSAMPLE_MIN_ROWS, SUBSAMPLE_MAX_ROWS]
+SUBSAMPLE_WORK = 2**22
+SUBSAMPLE_MIN_ROWS = 4096
+SUBSAMPLE_MAX_ROWS = 32768
+#: … and on this many disjoint random parts of it, whose spread gives the standard errors
+SUBSAMPLE_GROUPS = 8
+#: a threshold decision within this many standard errors of its threshold is reported as uncertain
+UNCERTAIN_Z = 2.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ class Applicability:
     predicted_deviation: float
     mean_shift: float
     linearised_cov: np.ndarray | None = field(default=None, repr=False)
+    subsample: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object (non-finite numbers as the string ``"inf"``, as elsewhere in sgtune's JSON)."""
@@ -83,7 +94,7 @@ class Applicability:
                 "curvature_change": self.curvature_change, "equilibration_steps": _num(self.equilibration_steps),
                 "equilibration_ratio": _num(ratio),
                 "predicted_deviation": _num(self.predicted_deviation), "mean_shift": _num(self.mean_shift),
-                "conditioning": self.conditioning,
+                "conditioning": self.conditioning, "subsample": self.subsample,
                 "thresholds": {"predicted_deviation": MAX_DEVIATION,
                                "equilibration_ratio": MAX_EQUILIBRATION_RATIO,
                                "curvature_change": MAX_CURVATURE_CHANGE,
@@ -147,8 +158,14 @@ def _solve(e: Expansion, st: StationaryCov, H: np.ndarray, C: np.ndarray) -> np.
                  "under N(θ̂, Σ), by Stein's lemma")
 def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                                  n_pairs: int = 16, max_iter: int = 6, seed: int = 0,
-                                 with_shift: bool = True) -> dict[str, Any]:
+                                 with_shift: bool = True, full: Expansion | None = None) -> dict[str, Any]:
     """Σ_SL, the stationary covariance of the statistically linearised chain (module docstring).
+
+    ``data`` are the rows the model is evaluated on and ``expansion`` their expansion at θ̂. With
+    ``full`` (the expansion of all N rows, e.g. streamed from disk) ``data`` is a random subsample
+    of those rows and every average is anchored to the full data by control variates (module
+    docstring, "Data out of core"): the only full-data quantities used are ``full``'s moments and
+    one C̄(Σ) = mean_n J_nΣJ_n at the predicted Σ (one chunked pass).
 
     Returns a dict with ``cov`` (Σ_SL or None when the iteration runs away), ``reason`` (why not
     local, else None), ``curvature_change``, ``noise_change``, ``mean_shift`` (max_i |m_i|/sd_i of
@@ -160,7 +177,8 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
     sigma0 = stationary.cov
     sd0 = np.sqrt(np.clip(np.diag(sigma0), 1e-300, None))
     H0 = e.hessian
-    Hm = np.linalg.inv(_sqrtm_psd(H0))
+    Hm = np.linalg.inv(_sqrtm_psd(H0 if full is None else full.hessian))
+    anchor = None if full is None else _Anchor.of(full, e, sigma0)
     rng = np.random.default_rng(seed)
     Z = rng.standard_normal((n_pairs, d))
     w, V = np.linalg.eigh(sigma0)
@@ -194,7 +212,12 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
             clin = _lin_noise(e, np.outer(v, v))
             dC = max(dC, float(np.linalg.norm(cpair - clin) / max(np.linalg.norm(clin), 1e-300)))
         n = 2 * len(dirs)
+        if anchor is not None:  # the subsample's averages, moved to the full data's values at θ̂
+            return Hs / n + anchor.hessian, 2 * Cs / n, gs / n + anchor.mean_grad, dH, dC
         return Hs / n, 2 * Cs / n, gs / n, dH, dC
+
+    def lin_noise(ec: Expansion, S: np.ndarray) -> np.ndarray:
+        return _lin_noise(ec, S) if anchor is None else _lin_noise(ec, S) + anchor.noise(S)
 
     try:
         *_, dH, dC = pair_terms(e.theta_hat, lead.T)
@@ -207,7 +230,7 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
             out["noise_change"] = max(out["noise_change"], dC)
             S_hat = dirs.T @ dirs / len(dirs)
             # control variate: the proxy expanded at the current centre, averaged exactly and over the same draws
-            C_eff = _lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
+            C_eff = lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
             H_eff = 0.5 * (H_eff + H_eff.T)
             if not np.linalg.eigvalsh(H_eff)[0] > 0:
                 raise _NotLocal("the curvature averaged over the predicted spread is not positive definite")
@@ -231,6 +254,107 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
     return out
 
 
+@dataclass(frozen=True)
+class _Anchor:
+    """Control variates that move a subsample's averages to the full data's (module docstring).
+
+    ``hessian`` and ``mean_grad``: full minus subsample at θ̂. ``noise(S)``: the full data's
+    linearised gradient noise at θ̂ minus the subsample's, C − C_s + C̄(Σ₀) − C̄_s(Σ₀) − JSJ + J_sSJ_s,
+    exact at S = Σ₀ and linear in S (C̄ is linear: C̄(S) = C̄(Σ₀) + C̄(S − Σ₀), whose second term the
+    subsample estimates with an error proportional to ‖S − Σ₀‖, the deviation being measured).
+    """
+
+    hessian: np.ndarray
+    mean_grad: np.ndarray
+    constant: np.ndarray
+    curvature: np.ndarray
+    sub_curvature: np.ndarray
+
+    @classmethod
+    def of(cls, full: Expansion, sub: Expansion, sigma0: np.ndarray) -> "_Anchor":
+        const = full.gradient_cov() - sub.gradient_cov() + full.mean_jsj(sigma0) - sub.mean_jsj(sigma0)
+        return cls(full.hessian - sub.hessian, full.mean_grad - sub.mean_grad, const, full.curvature, sub.curvature)
+
+    def noise(self, S: np.ndarray) -> np.ndarray:
+        J, Js = self.curvature, self.sub_curvature
+        c = self.constant - J @ S @ J + Js @ S @ Js
+        return 0.5 * (c + c.T)
+
+
+def subsample_rows(n_data: int, dim: int) -> int:
+    """Rows of the random subsample the report evaluates out-of-core data on (all N when N is at most that)."""
+    return int(min(n_data, max(SUBSAMPLE_MIN_ROWS, min(SUBSAMPLE_MAX_ROWS, SUBSAMPLE_WORK // max(dim, 1) ** 2))))
+
+
+def _chunk_column_squares(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray]:
+    """Σ_n x_n² per column over one chunk (the column scales of out-of-core data, one chunked pass)."""
+    return ((X * X).sum(axis=0),)
+
+
+def _column_mean_squares(data: Dataset, expansion: Expansion) -> np.ndarray | None:
+    """mean_n x_n² per covariate column: in memory from X, out of core from the expansion's pass (or one pass)."""
+    if data.rows is None:
+        X = getattr(data, "X", None)
+        return np.mean(np.asarray(X, dtype=float) ** 2, axis=0) if X is not None and X.size else None
+    red = expansion.reductions
+    if red is not None and red.column_mean_squares is not None and red.n_rows == data.n_data:
+        return red.column_mean_squares
+    return reduce_rows(_chunk_column_squares, data.rows)[0] / data.n_data
+
+
+def _sl_stats(sl: dict[str, Any], cov: np.ndarray) -> dict[str, float]:
+    dev = math.inf if sl["cov"] is None else _entrywise_deviation(sl["cov"], cov)
+    return {"predicted_deviation": dev, "curvature_change": sl["curvature_change"],
+            "gradient_noise": sl["noise_change"], "mean_shift": sl["mean_shift"]}
+
+
+def _subsampled_sl(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *, n_pairs: int,
+                   seed: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Σ_SL for out-of-core data: on a seeded random subsample anchored to the full data; standard errors.
+
+    The M rows (:func:`subsample_rows`) are drawn without replacement and read in sorted order by
+    explicit reads (never all of X). The same computation on SUBSAMPLE_GROUPS disjoint random parts
+    of the M rows gives each statistic's standard error, sd over parts / √parts (an M/G-row estimate
+    varies G times as much as the M-row one). Returns the M-row result and the ``subsample`` object
+    (None when M = N: every row was read, nothing is estimated).
+    """
+    rows = data.rows
+    assert rows is not None
+    n, m = data.n_data, subsample_rows(data.n_data, expansion.dim)
+
+    def run(X: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+        part = Dataset(X, y, data.names, data.source)
+        es = expansion_at(model, part, expansion.prior_precision, expansion.theta_hat,
+                          population_size=expansion.n_data)
+        return statistically_linearised_cov(model, part, es, stationary, n_pairs=n_pairs, seed=seed, full=expansion)
+
+    if n <= m:
+        return run(*rows.read(0, n)), None
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    idx = np.sort(rng.choice(n, size=m, replace=False))
+    X, y = rows.read_index(idx)
+    sl = run(X, y)
+    parts = [np.sort(p) for p in np.array_split(rng.permutation(m), SUBSAMPLE_GROUPS)]
+    stats = [_sl_stats(run(X[p], y[p]), stationary.cov) for p in parts]
+    se = {}
+    for key in stats[0]:
+        v = np.array([s[key] for s in stats])
+        se[key] = float(np.std(v, ddof=1) / math.sqrt(len(v))) if np.all(np.isfinite(v)) else math.inf
+    est = _sl_stats(sl, stationary.cov)
+    uncertain = []
+    local = sum(s["predicted_deviation"] < math.inf for s in stats)
+    if local not in (0, len(stats)):
+        uncertain.append(f"whether the spread is local: the iteration ran away on {len(stats) - local} of "
+                         f"{len(stats)} parts of the subsample")
+    for key, thr in (("curvature_change", MAX_CURVATURE_CHANGE), ("predicted_deviation", MAX_DEVIATION)):
+        if math.isfinite(est[key]) and abs(est[key] - thr) <= UNCERTAIN_Z * se[key]:
+            uncertain.append(f"{key.replace('_', ' ')} {est[key]:.3g} ± {se[key]:.2g} is within {UNCERTAIN_Z:g} "
+                             f"standard errors of its threshold {thr:g}")
+    sub = {"rows": m, "of": n, "seed": seed, "groups": SUBSAMPLE_GROUPS,
+           "standard_error": {k: _num(v) for k, v in se.items()}, "uncertain": uncertain}
+    return sl, sub
+
+
 @cites("sgtune", "applicability of seed 003's Eqs. (11)–(12) to the chain on the loss itself (module docstring)")
 def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                   target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
@@ -246,7 +370,10 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     n_pairs : antithetic pairs of draws per fixed-point step (the model is evaluated 2·n_pairs times each).
     seed : seed of the draws.
     """
-    sl = statistically_linearised_cov(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed)
+    if data.rows is None:
+        sl, sub = statistically_linearised_cov(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed), None
+    else:  # out of core: a random subsample anchored to the full data (module docstring)
+        sl, sub = _subsampled_sl(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed)
     reasons: list[str] = []
     dev = math.inf if sl["cov"] is None else _entrywise_deviation(sl["cov"], stationary.cov)
     eq = equilibration_steps(stationary.spectral_radius)
@@ -257,13 +384,13 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     if target_cov is not None:
         cond["target"] = _cond(np.asarray(target_cov, dtype=float))
     cond = {k: (_num(v) if isinstance(v, float) else v) for k, v in cond.items()}
-    X = getattr(data, "X", None)
-    if X is not None and X.size:
-        rms = np.sqrt(np.mean(np.asarray(X, dtype=float) ** 2, axis=0))
+    ms = _column_mean_squares(data, expansion)
+    if ms is not None:
+        rms = np.sqrt(ms)
         rms = rms[rms > 0]
         cond["column_scale_ratio"] = float(rms.max() / rms.min()) if rms.size else 1.0
     else:
-        cond["column_scale_ratio"] = None  # out-of-core rows: not computed (no extra pass)
+        cond["column_scale_ratio"] = None
     help_ = ("a larger prior precision (--prior-precision), the posterior target with SGLD (--target posterior "
              "--inverse-temperature N), a smaller target or a larger batch")
     csr = cond["column_scale_ratio"]
@@ -287,4 +414,4 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
                          curvature_change={"curvature": sl["curvature_change"], "gradient_noise": sl["noise_change"],
                                            "points": sl["points"]},
                          equilibration_steps=eq, tau_worst=tau, conditioning=cond, predicted_deviation=dev,
-                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"])
+                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"], subsample=sub)
