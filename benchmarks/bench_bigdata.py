@@ -13,6 +13,15 @@ worker's peak). Rows:
 
 Usage: python benchmarks/bench_bigdata.py [--n 10000000] [--d 50] [--mem-n 1000000] [--dir /tmp/sgtune-bench]
 The data (x ~ N(0, I), θ* ~ N(0, 4I/D), y ~ Bernoulli(σ(xᵀθ*))) are generated once, chunk by chunk.
+
+``--report`` (issue 27 item 2) measures instead what the applicability report costs on a folder:
+`sgtune lambda FOLDER --model logistic --batch-size 64 --target sandwich` (and `sgtune covariance
+FOLDER --step-size 0.5` at the largest N) with and without the report (``--no-applicability``), for
+N in --report-n and D in --report-d, each in a fresh process (wall, CPU = user + system, peak RSS from
+getrusage), and the same runs of a baseline source tree (``--baseline-src``, e.g. ``git archive
+b19a108 | tar -x -C /tmp/sgtune-main``; it has no --no-applicability, so its "without" rows replace
+the report by an empty one in the child process). ``--save`` writes the table to
+``benchmarks/results/bench_bigdata.json`` (``#applicability``). Data: 8·N·D bytes per folder, in --dir.
 """
 from __future__ import annotations
 
@@ -62,6 +71,28 @@ print(json.dumps({"wall": wall, "rss": ru.ru_maxrss / 1024, "workers": workers, 
 """
 
 
+CLI_CHILD = r"""
+import json, resource, sys, time
+args = json.loads(sys.argv[1])
+if args["stub"]:  # the baseline has no --no-applicability: replace its report by an empty one
+    import sgtune.cli.cmd_covariance as C, sgtune.cli.cmd_lambda as L
+    stub = lambda *a, **k: {"applicable": True, "reasons": [], "equilibration_steps": "inf",
+                            "predicted_deviation": "not computed", "mean_shift": "not computed"}
+    L.applicability_report = C.applicability_report = stub
+from sgtune.cli import main
+from sgtune.io.reduce import pass_counts
+t = time.perf_counter()
+main(args["argv"], standalone_mode=False)
+wall = time.perf_counter() - t
+ru = resource.getrusage(resource.RUSAGE_SELF)
+app = json.load(open(args["json"]))["applicability"]
+print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss / 1024,
+                  "passes": sum(pass_counts().values()), "applicable": app.get("applicable"),
+                  "deviation": app.get("predicted_deviation"),
+                  "se": ((app.get("subsample") or {}).get("standard_error") or {}).get("predicted_deviation")}))
+"""
+
+
 def generate(folder: str, n: int, d: int, seed: int = 1) -> None:
     """X.npy / y.npy written chunk by chunk (never the whole X in memory)."""
     if os.path.exists(os.path.join(folder, "y.npy")) and np.load(os.path.join(folder, "X.npy"),
@@ -104,6 +135,73 @@ def run(mode: str, args: dict) -> dict:
     return out
 
 
+def run_cli(src: str, argv: list[str], stub: bool, out_json: str) -> dict:
+    """One sgtune command in a fresh process with PYTHONPATH=src; wall, CPU, peak RSS and the report's numbers."""
+    env = dict(os.environ, PYTHONPATH=src)
+    p = subprocess.run([sys.executable, "-c", CLI_CHILD, json.dumps({"argv": argv, "stub": stub, "json": out_json})],
+                       capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"{argv} ({src}) failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def report_table(a: argparse.Namespace) -> None:
+    """The --report table: the applicability report's time and peak RSS against N, baseline in the same run."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    srcs = [("this tree", here)] + ([("baseline", a.baseline_src)] if a.baseline_src else [])
+    ns = sorted(int(float(x)) for x in a.report_n.split(","))
+    rows, out_json = [], os.path.join(a.dir, "report.json")
+    for d in (int(x) for x in a.report_d.split(",")):
+        full = os.path.join(a.dir, f"n{ns[-1]}_d{d}")
+        generate(full, ns[-1], d)
+        for n in ns:
+            folder = full if n == ns[-1] else os.path.join(a.dir, f"n{n}_d{d}")
+            if not os.path.exists(os.path.join(folder, "y.npy")):
+                prefix_folder(full, folder, n)
+            cmds = [("lambda", ["lambda", folder, "--model", "logistic", "--batch-size", "64", "--target", "sandwich"])]
+            if n in (ns[0], ns[-1]):
+                cmds.append(("covariance", ["covariance", folder, "--model", "logistic", "--batch-size", "64",
+                                            "--step-size", "0.5"]))
+            for cmd, argv in cmds:
+                for label, src in srcs:
+                    base = None
+                    for report in (False, True):
+                        if report and label == "baseline" and n > a.baseline_report_max_n:
+                            rows.append([str(d), f"{n:,}".replace(",", " "), cmd, label, "yes", *["not run"] * 6])
+                            continue
+                        flag = [] if report or label == "baseline" else ["--no-applicability"]
+                        r = run_cli(src, argv + flag + ["-q", "--json", out_json, "--overwrite"],
+                                    stub=not report and label == "baseline", out_json=out_json)
+                        base = r if not report else base
+                        ratio = f"{r['cpu'] / base['cpu']:.2f}" if report else "-"
+                        dev = r["deviation"]
+                        dev_s = ("-" if not report else f"{dev:.3g}" + (f" ± {r['se']:.1g}" if r["se"] else ""))
+                        row = [str(d), f"{n:,}".replace(",", " "), cmd, label, "yes" if report else "no",
+                               f"{r['wall']:.1f}", f"{r['cpu']:.1f}", f"{r['rss']:.0f}", ratio, str(r["passes"]), dev_s]
+                        rows.append(row)
+                        print("  " + "  ".join(row) + f"   (load {os.getloadavg()[0]:.1f})", flush=True)
+    columns = ["D", "N", "command", "code", "report", "wall s", "CPU s", "peak RSS MiB", "CPU vs no report",
+               "data passes", "predicted deviation (± SE)"]
+    print(f"\nlogistic, B = 64, target sandwich (covariance: --step-size 0.5); fresh process per row; "
+          f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(" | ".join(columns))
+    for row in rows:
+        print(" | ".join(row))
+    if a.save:
+        path = os.path.join(here, "benchmarks", "results", "bench_bigdata.json")
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        doc["tables"]["applicability"] = {
+            "command": "python benchmarks/bench_bigdata.py --report",
+            "measured": a.measured or f"2-core VM, load ≈ {os.getloadavg()[0]:.0f}; every row in a fresh process",
+            "columns": columns, "align": ["---:", "---:", "---", "---", "---", "---:", "---:", "---:", "---:", "---:",
+                                         "---:"],
+            "rows": rows}
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, ensure_ascii=False)
+            fh.write("\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -116,7 +214,18 @@ def main() -> None:
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "sgtune-bench"))
     ap.add_argument("--skip-dask", action="store_true")
     ap.add_argument("--dask-n", type=int, default=None, help="N of the Dask row: --n (default) or --mem-n")
+    ap.add_argument("--report", action="store_true", help="measure the applicability report instead (docstring)")
+    ap.add_argument("--report-n", default="1e6,4e6,1e7")
+    ap.add_argument("--report-d", default="20,50")
+    ap.add_argument("--baseline-src", default=None, help="a source tree to measure as the baseline (docstring)")
+    ap.add_argument("--baseline-report-max-n", type=float, default=float("inf"),
+                    help="--report: the baseline's runs with the report only up to this N (they take ~70 passes)")
+    ap.add_argument("--save", action="store_true", help="--report: write the table to benchmarks/results")
+    ap.add_argument("--measured", default=None, help="--report --save: the conditions, as stored with the table")
     a = ap.parse_args()
+    if a.report:
+        report_table(a)
+        return
     full = os.path.join(a.dir, f"n{a.n}_d{a.d}")
     small = os.path.join(a.dir, f"n{a.mem_n}_d{a.d}")
     t = time.perf_counter()
