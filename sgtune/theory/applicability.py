@@ -283,7 +283,7 @@ class _Anchor:
 
 def subsample_rows(n_data: int, dim: int) -> int:
     """Rows of the random subsample the report evaluates out-of-core data on (all N when N is at most that)."""
-    return int(min(n_data, max(SUBSAMPLE_MIN_ROWS, min(SUBSAMPLE_MAX_ROWS, SUBSAMPLE_WORK // max(dim, 1) ** 2))))
+    return int(min(n_data, SUBSAMPLE_MAX_ROWS, max(SUBSAMPLE_MIN_ROWS, SUBSAMPLE_WORK // max(dim, 1) ** 2)))
 
 
 def _chunk_column_squares(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray]:
