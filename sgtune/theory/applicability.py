@@ -29,6 +29,20 @@ This module measures that with the model's own calls, at points of the predicted
 
 The thresholds (module constants below) were chosen from measurements against long ``verify`` runs
 on real and simulated problems; the table is in the documentation (``docs``: applicability).
+
+Data out of core (``data.rows`` set: a folder or a Parquet file). Each evaluation point would be a
+pass over all N rows, so the model is evaluated on a seeded random subsample of M rows
+(:func:`subsample_rows`, read in sorted order by explicit reads; every row when N ≤ M), and each
+subsample average is *anchored* to all rows by a control variate that is exact at θ̂: the curvature
+and mean gradient are shifted by (all rows − subsample) at θ̂, and the linearised gradient noise
+C + C̄(S) − JSJ by the same difference, where C̄(S) = mean_n J_nSJ_n of all rows is used only at the
+predicted Σ₀ (one chunked pass, usually remembered from the solve) and extended to other S through
+its linearity, C̄(S) = C̄(Σ₀) + C̄(S − Σ₀), the second term from the subsample. For a quadratic loss
+every subsample term cancels and Σ_SL = Σ exactly, as in memory; otherwise only the non-quadratic
+part comes from the subsample. The same computation on SUBSAMPLE_GROUPS disjoint random parts of the
+M rows gives standard errors (sd over parts / √parts); a decision whose estimate is within
+UNCERTAIN_Z standard errors of its threshold is listed as uncertain. The column scales come from the
+expansion's own chunked pass. Memory is O(M·D + chunk·D + D²), independent of N.
 """
 from __future__ import annotations
 
