@@ -16,9 +16,9 @@ The data (x ~ N(0, I), θ* ~ N(0, 4I/D), y ~ Bernoulli(σ(xᵀθ*))) are generat
 
 ``--report`` (issue 27 item 2) measures instead what the applicability report costs on a folder:
 `sgtune lambda FOLDER --model logistic --batch-size 64 --target sandwich` (and `sgtune covariance
-FOLDER --step-size 0.5` at the largest N) with and without the report (``--no-applicability``), for
-N in --report-n and D in --report-d, each in a fresh process (wall, CPU = user + system, peak RSS from
-getrusage), and the same runs of a baseline source tree (``--baseline-src``, e.g. ``git archive
+FOLDER --step-size 0.5` at the largest N, this tree only) with and without the report
+(``--no-applicability``), for N in --report-n and D in --report-d, each in a fresh process (wall, CPU =
+user + system, peak RSS = VmHWM of the child), and the same lambda runs of a baseline source tree (``--baseline-src``, e.g. ``git archive
 b19a108 | tar -x -C /tmp/sgtune-main``; it has no --no-applicability, so its "without" rows replace
 the report by an empty one in the child process). ``--save`` writes the table to
 ``benchmarks/results/bench_bigdata.json`` (``#applicability``). Data: 8·N·D bytes per folder, in --dir.
@@ -85,8 +85,10 @@ t = time.perf_counter()
 main(args["argv"], standalone_mode=False)
 wall = time.perf_counter() - t
 ru = resource.getrusage(resource.RUSAGE_SELF)
+# peak RSS of this process image: VmHWM (ru_maxrss would also count the parent's RSS at fork)
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 app = json.load(open(args["json"]))["applicability"]
-print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss / 1024,
+print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": hwm / 1024,
                   "passes": sum(pass_counts().values()), "applicable": app.get("applicable"),
                   "deviation": app.get("predicted_deviation"),
                   "se": ((app.get("subsample") or {}).get("standard_error") or {}).get("predicted_deviation")}))
@@ -159,11 +161,11 @@ def report_table(a: argparse.Namespace) -> None:
             if not os.path.exists(os.path.join(folder, "y.npy")):
                 prefix_folder(full, folder, n)
             cmds = [("lambda", ["lambda", folder, "--model", "logistic", "--batch-size", "64", "--target", "sandwich"])]
-            if n in (ns[0], ns[-1]):
+            if n == ns[-1]:
                 cmds.append(("covariance", ["covariance", folder, "--model", "logistic", "--batch-size", "64",
                                             "--step-size", "0.5"]))
             for cmd, argv in cmds:
-                for label, src in srcs:
+                for label, src in srcs if cmd == "lambda" else srcs[:1]:  # the baseline's covariance: ~170 passes
                     base = None
                     for report in (False, True):
                         if report and label == "baseline" and n > a.baseline_report_max_n:
@@ -180,26 +182,32 @@ def report_table(a: argparse.Namespace) -> None:
                                f"{r['wall']:.1f}", f"{r['cpu']:.1f}", f"{r['rss']:.0f}", ratio, str(r["passes"]), dev_s]
                         rows.append(row)
                         print("  " + "  ".join(row) + f"   (load {os.getloadavg()[0]:.1f})", flush=True)
-    columns = ["D", "N", "command", "code", "report", "wall s", "CPU s", "peak RSS MiB", "CPU vs no report",
-               "data passes", "predicted deviation (± SE)"]
+                        if a.save:  # after every row: a long run interrupted keeps what it measured
+                            _save_table(here, a, rows)
+    columns = REPORT_COLUMNS
     print(f"\nlogistic, B = 64, target sandwich (covariance: --step-size 0.5); fresh process per row; "
           f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(" | ".join(columns))
     for row in rows:
         print(" | ".join(row))
-    if a.save:
-        path = os.path.join(here, "benchmarks", "results", "bench_bigdata.json")
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        doc["tables"]["applicability"] = {
-            "command": "python benchmarks/bench_bigdata.py --report",
-            "measured": a.measured or f"2-core VM, load ≈ {os.getloadavg()[0]:.0f}; every row in a fresh process",
-            "columns": columns, "align": ["---:", "---:", "---", "---", "---", "---:", "---:", "---:", "---:", "---:",
-                                         "---:"],
-            "rows": rows}
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1, ensure_ascii=False)
-            fh.write("\n")
+
+
+REPORT_COLUMNS = ["D", "N", "command", "code", "report", "wall s", "CPU s", "peak RSS MiB", "CPU vs no report",
+                  "data passes", "predicted deviation (± SE)"]
+
+
+def _save_table(here: str, a: argparse.Namespace, rows: list[list[str]]) -> None:
+    """Write the --report table to benchmarks/results/bench_bigdata.json (``#applicability``)."""
+    path = os.path.join(here, "benchmarks", "results", "bench_bigdata.json")
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    doc["tables"]["applicability"] = {
+        "command": "python benchmarks/bench_bigdata.py --report",
+        "measured": a.measured or f"2-core VM, load ≈ {os.getloadavg()[0]:.0f}; every row in a fresh process",
+        "columns": REPORT_COLUMNS, "align": ["---:", "---:", "---", "---", "---", *["---:"] * 6], "rows": rows}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
 
 
 def main() -> None:
