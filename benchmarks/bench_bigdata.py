@@ -15,8 +15,8 @@ Usage: python benchmarks/bench_bigdata.py [--n 10000000] [--d 50] [--mem-n 10000
 The data (x ~ N(0, I), θ* ~ N(0, 4I/D), y ~ Bernoulli(σ(xᵀθ*))) are generated once, chunk by chunk.
 
 ``--report`` (issue 27 item 2) measures instead what the applicability report costs on a folder:
-`sgtune lambda FOLDER --model logistic --batch-size 64 --target sandwich` (and `sgtune covariance
-FOLDER --step-size 0.5` at the largest N, this tree only) with and without the report
+`sgtune lambda FOLDER --model logistic --batch-size 64 --target sandwich` (and, with the report, `sgtune
+covariance FOLDER --step-size 0.5` at the largest N, this tree only) with and without the report
 (``--no-applicability``), for N in --report-n and D in --report-d, each in a fresh process (wall, CPU =
 user + system, peak RSS = VmHWM of the child), and the same lambda runs of a baseline source tree (``--baseline-src``, e.g. ``git archive
 b19a108 | tar -x -C /tmp/sgtune-main``; it has no --no-applicability, so its "without" rows replace
@@ -161,13 +161,13 @@ def report_table(a: argparse.Namespace) -> None:
             if not os.path.exists(os.path.join(folder, "y.npy")):
                 prefix_folder(full, folder, n)
             cmds = [("lambda", ["lambda", folder, "--model", "logistic", "--batch-size", "64", "--target", "sandwich"])]
-            if n == ns[-1]:
+            if n == ns[-1]:  # with the report only: its peak RSS at the largest N
                 cmds.append(("covariance", ["covariance", folder, "--model", "logistic", "--batch-size", "64",
                                             "--step-size", "0.5"]))
             for cmd, argv in cmds:
-                for label, src in srcs if cmd == "lambda" else srcs[:1]:  # the baseline's covariance: ~170 passes
+                for label, src in srcs if cmd == "lambda" and n <= a.baseline_max_n else srcs[:1]:
                     base = None
-                    for report in (False, True):
+                    for report in (False, True) if cmd == "lambda" else (True,):
                         if report and label == "baseline" and n > a.baseline_report_max_n:
                             rows.append([str(d), f"{n:,}".replace(",", " "), cmd, label, "yes", *["not run"] * 6])
                             continue
@@ -175,7 +175,7 @@ def report_table(a: argparse.Namespace) -> None:
                         r = run_cli(src, argv + flag + ["-q", "--json", out_json, "--overwrite"],
                                     stub=not report and label == "baseline", out_json=out_json)
                         base = r if not report else base
-                        ratio = f"{r['cpu'] / base['cpu']:.2f}" if report else "-"
+                        ratio = f"{r['cpu'] / base['cpu']:.2f}" if report and base else "-"
                         dev = r["deviation"]
                         dev_s = ("-" if not report else f"{dev:.3g}" + (f" ± {r['se']:.1g}" if r["se"] else ""))
                         row = [str(d), f"{n:,}".replace(",", " "), cmd, label, "yes" if report else "no",
@@ -226,6 +226,8 @@ def main() -> None:
     ap.add_argument("--report-n", default="1e6,4e6,1e7")
     ap.add_argument("--report-d", default="20,50")
     ap.add_argument("--baseline-src", default=None, help="a source tree to measure as the baseline (docstring)")
+    ap.add_argument("--baseline-max-n", type=float, default=float("inf"),
+                    help="--report: the baseline's runs only up to this N")
     ap.add_argument("--baseline-report-max-n", type=float, default=float("inf"),
                     help="--report: the baseline's runs with the report only up to this N (they take ~70 passes)")
     ap.add_argument("--save", action="store_true", help="--report: write the table to benchmarks/results")

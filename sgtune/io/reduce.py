@@ -31,7 +31,7 @@ from ..core.errors import DataFormatError, SgtuneError
 
 __all__ = ["CHUNK_ROWS", "GROUP_CHUNKS", "NpyFile", "RowSource", "chunk_bounds", "reduce_rows",
            "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError", "pass_counts",
-           "reset_pass_counts"]
+           "reset_pass_counts", "blas_single_thread"]
 
 #: rows per chunk (fixed: results depend on the chunk boundaries at rounding level only through it)
 CHUNK_ROWS = 65536
@@ -248,14 +248,19 @@ def _local_groups(fn: Callable[..., Partial], source: RowSource, groups: list[li
         return [_reduce_group(fn, source, g, args) for g in groups]
     from concurrent.futures import ThreadPoolExecutor
 
-    with _blas_single_thread(), ThreadPoolExecutor(max_workers=k) as pool:
+    with blas_single_thread(), ThreadPoolExecutor(max_workers=k) as pool:
         return list(pool.map(lambda g: _reduce_group(fn, source, g, args), groups))
 
 
-class _blas_single_thread:
-    """Context: BLAS limited to one thread (threadpoolctl when installed, else a no-op)."""
+class blas_single_thread:
+    """Context: BLAS limited to one thread (threadpoolctl when installed, else a no-op).
 
-    def __enter__(self) -> "_blas_single_thread":
+    For many small products (chunk reductions run in parallel threads; the applicability report's
+    D×D and M×D work on a subsample): OpenBLAS's threads cost more than they save there, and on a
+    loaded machine their spinning made the report at D = 50 use 25× the CPU time.
+    """
+
+    def __enter__(self) -> "blas_single_thread":
         try:
             from threadpoolctl import threadpool_limits
         except ImportError:  # pragma: no cover (threadpoolctl comes with scikit-learn / the [dask] extra)

@@ -56,11 +56,11 @@ import scipy.linalg as sla
 from ..core._refs import cites
 from ..core.errors import SgtuneError
 from ..io.data import Dataset
-from ..io.reduce import reduce_rows
+from ..io.reduce import blas_single_thread, reduce_rows
 from ..models import Expansion, expansion_at
 from .stationary import StationaryCov, equilibration_steps, finite_population_factor
 
-__all__ = ["Applicability", "applicability", "statistically_linearised_cov", "subsample_rows", "MAX_DEVIATION",
+__all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
@@ -386,8 +386,9 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     """
     if data.rows is None:
         sl, sub = statistically_linearised_cov(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed), None
-    else:  # out of core: a random subsample anchored to the full data (module docstring)
-        sl, sub = _subsampled_sl(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed)
+    else:  # out of core: a random subsample anchored to the full data (module docstring); small products
+        with blas_single_thread():
+            sl, sub = _subsampled_sl(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed)
     reasons: list[str] = []
     dev = math.inf if sl["cov"] is None else _entrywise_deviation(sl["cov"], stationary.cov)
     eq = equilibration_steps(stationary.spectral_radius)
