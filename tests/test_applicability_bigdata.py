@@ -174,3 +174,19 @@ def test_checked_report_says_so():
     r = CliRunner().invoke(main, ["lambda", "--example", "logistic", "--batch-size", "32", "-q"])
     app = json.loads(r.stdout)["applicability"]
     assert app["checked"] is True and app["subsample"] is None  # in memory: every row
+
+
+def test_a_decision_within_its_standard_errors_is_warned(tmp_path, monkeypatch):
+    """With the band around each threshold made huge, every estimated decision is uncertain: said on stderr."""
+    X, y = _logistic(40_000, 5, seed=7)
+    folder = _folder(tmp_path / "f", X, y)
+    monkeypatch.setattr(app_mod, "SUBSAMPLE_MAX_ROWS", 4000)
+    args = ["lambda", str(folder), "--model", "logistic", "--prior-precision", "1", "--batch-size", "16", "-q"]
+    doc = json.loads(CliRunner().invoke(main, args).stdout)
+    assert doc["applicability"]["subsample"]["uncertain"] == [] and doc["warnings"] == []
+    monkeypatch.setattr(app_mod, "UNCERTAIN_Z", 1e12)
+    r = CliRunner().invoke(main, args)
+    doc = json.loads(r.stdout)
+    uncertain = doc["applicability"]["subsample"]["uncertain"]
+    assert len(uncertain) == 2 and doc["applicability"]["applicable"] is True  # the verdict stays the estimate's
+    assert r.stderr.count("applicability estimated on a random subsample of 4000 of the 40000 rows") == 2
