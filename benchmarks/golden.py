@@ -1,7 +1,8 @@
 """Golden outputs of the sampler, the theory and the CLI, to check a refactoring changes no number (issue 28).
 
 A developer tool, not part of the pytest suite: the records are exact bits, and bits are only comparable on
-the same machine with the same numpy / numba / scipy / BLAS (see ``benchmarks/results/golden/README.md``).
+the same machine with the same numpy / numba / scipy / BLAS (see ``benchmarks/results/golden/README.md``);
+the script pins BLAS to one thread so that they do not depend on the number of cores.
 
 Usage (from the repository root, with the package importable)::
 
@@ -55,7 +56,17 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
+# BLAS results depend on its thread count (measured: OPENBLAS_NUM_THREADS=1 instead of the default 2 changed 130 of
+# 273 theory/CLI cases by up to ~1e-12 relative, e.g. the Kronecker solves of the stationary covariance); one BLAS
+# thread makes the records independent of the machine's core count. (Numba's thread count does not matter: each
+# chain runs on one thread with its own stream — NUMBA_NUM_THREADS=1 reproduces every record.)
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
+import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+threadpool_limits(limits=1, user_api="blas")
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -389,7 +400,13 @@ def matrix_free(error_estimate: bool = False, **opts: Any) -> Any:
 
 def cli(*args: str) -> dict[str, Any]:
     """``sgtune ARGS`` in-process: exit code, the JSON document (stdout) and the ``Error:`` line, if any."""
-    res = CliRunner().invoke(cli_main, [str(a) for a in args], catch_exceptions=True)
+    argv = [str(a) for a in args]
+    saved = sys.argv
+    sys.argv = ["sgtune", *argv]  # the JSON's "command" is built from sys.argv (not from the invoked args)
+    try:
+        res = CliRunner().invoke(cli_main, argv, catch_exceptions=True)
+    finally:
+        sys.argv = saved
     out: dict[str, Any] = {"exit_code": res.exit_code}
     try:
         out["json"] = json.loads(res.stdout) if res.stdout.strip() else None
@@ -958,7 +975,8 @@ def machine() -> dict[str, Any]:
         commit, dirty = "unknown", False
     return {"commit": commit, "sgtune_dirty": dirty, "machine": platform.machine(), "cpu": cpu,
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
-            "scipy": scipy.__version__, "numba_num_threads": os.environ.get("NUMBA_NUM_THREADS", "default")}
+            "scipy": scipy.__version__, "numba_num_threads": os.environ.get("NUMBA_NUM_THREADS", "default"),
+            "blas_threads": 1}
 
 
 def selected(only: str | None) -> list[str]:
