@@ -168,7 +168,7 @@ def load_npy(path: str, name: str) -> np.ndarray:
 def _load_text_array(p: Path, name: str) -> np.ndarray:
     """Numbers from a text file, one matrix row per line (a single line or column is a vector)."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark (Excel) is not a number
     except (OSError, UnicodeDecodeError) as exc:
         raise DataFormatError(f"{name}: cannot read {p} as text ({exc}); give a .csv of numbers or a .npy") from None
     rows = []

@@ -31,7 +31,7 @@ def _read_vector(path: str, column: str | None) -> np.ndarray:
     if p.suffix.lower() != ".csv":
         raise DataFormatError(f"--data: {p} must end in .npy or .csv")
     try:
-        with p.open(newline="", encoding="utf-8") as fh:
+        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's byte-order mark
             rows = [[c.strip() for c in r] for r in csv.reader(fh) if r and any(c.strip() for c in r)]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataFormatError(f"--data: {p} is not a readable text CSV ({exc}); give a .csv of numbers or a .npy") from None

@@ -127,9 +127,28 @@ def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[
     return Dataset(np.ascontiguousarray(Xa), np.ascontiguousarray(ya), tuple(names), source)
 
 
+def _check_header(path: Path, header: list[str]) -> None:
+    """Every column named, no name twice: an unnamed column is almost always a row index (pandas
+    ``to_csv()`` without ``index=False``, R ``write.csv()`` without ``row.names=FALSE``) that would
+    otherwise become a covariate; a repeated name would make one of the columns a silent covariate."""
+    unnamed = [k + 1 for k, h in enumerate(header) if not h]
+    if unnamed:
+        cols = ", ".join(str(k) for k in unnamed)
+        raise DataFormatError(
+            f"{path}: column{'s' if len(unnamed) > 1 else ''} {cols} of the header {'have' if len(unnamed) > 1 else 'has'}"
+            " no name (a row index, as pandas to_csv() and R write.csv() write by default, would become a covariate); "
+            "re-export with index=False (pandas) or row.names=FALSE (R), or drop the column")
+    seen: dict[str, int] = {}
+    for k, h in enumerate(header):
+        if h in seen:
+            raise DataFormatError(f"{path}: columns {seen[h] + 1} and {k + 1} of the header are both named {h!r}; "
+                                  "give every column its own name (or drop the repeated column)")
+        seen[h] = k
+
+
 def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" starts with a BOM
             reader = csv.reader(fh)
             try:
                 header = [h.strip() for h in next(reader)]
@@ -141,6 +160,7 @@ def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[
                               "not UTF-8); give a UTF-8 .csv with a header row, or an .npz with X and y") from None
     except csv.Error as exc:
         raise DataFormatError(f"{path}: not a readable CSV ({exc}); give a .csv with a header row") from None
+    _check_header(path, header)
     if response not in header:
         raise DataFormatError(
             f"{path}: no response column {response!r} in header {header}; pass --response NAME")
@@ -295,6 +315,18 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
     return _out_of_core(xf, y, yf, names, src)
 
 
+def _pandas_index_columns(schema: object) -> list[str]:
+    """Columns a pandas ``to_parquet()`` stored for the frame's index (its schema metadata lists them)."""
+    import json
+
+    meta = getattr(schema, "metadata", None) or {}
+    try:
+        pandas_meta = json.loads(meta.get(b"pandas", b"{}"))
+    except ValueError:
+        return []
+    return [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
+
+
 def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
     """A Parquet file, read batch by batch (pyarrow), validated and written to a float64 .npy cache."""
     try:
@@ -308,6 +340,12 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
         raise DataFormatError(f"{p}: cannot read as Parquet ({exc})") from None
     schema = pf.schema_arrow
     header = list(schema.names)
+    _check_header(p, header)
+    index = _pandas_index_columns(schema)
+    if index:
+        raise DataFormatError(f"{p}: column {index[0]!r} holds the index of the pandas table it was written "
+                              "from, which would become a covariate; re-export with to_parquet(index=False) (or "
+                              "reset_index() first to keep it as data), or drop the column")
     if response not in header:
         raise DataFormatError(f"{p}: no response column {response!r} in columns {header}; pass --response NAME")
     for field in schema:
