@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 import click
 import numpy as np
 
-from ..io._files import atomic_path, not_regular_reason
+from ..io._files import OutputAppearedError, atomic_path, check_claims, expect_new, new_outputs, not_regular_reason
 from ..io._json import dumps
 from ..core.errors import AccuracyWarning, SgtuneError
 
@@ -230,21 +230,27 @@ def handle_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _check_finite_floats(kwargs)
+        if kwargs.get("json_path") == "-":  # --json - : stdout, as without --json
+            kwargs["json_path"] = None
         report = _Report(options=_command_options(kwargs), aliases=_typed_aliases())
         token = _REPORT.set(report)
         try:
-            with warnings.catch_warnings():
+            check_distinct_outputs(kwargs)
+            with warnings.catch_warnings(), new_outputs():
                 warnings.simplefilter("always", AccuracyWarning)
                 warnings.showwarning = _show_warning
                 out = fn(*args, **kwargs)
         except SgtuneError as exc:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise click.ClickException(as_typed(in_option_names(text, report.options), report.aliases)) from None
-        except click.UsageError:
+        except click.UsageError as exc:
+            exc.message = as_typed(exc.message, report.aliases)
             raise
         except click.ClickException as exc:  # check_writable & co. name the long option; say it as typed
             exc.message = as_typed(exc.message, report.aliases)
             raise
+        except OutputAppearedError as exc:
+            raise click.ClickException(as_typed(appeared_message(exc), report.aliases)) from None
         except EOFError as exc:  # np.load & co. on a truncated file; click would print a bare "Aborted!"
             raise click.ClickException(f"an input file ended unexpectedly ({exc or 'EOFError'}); check the files "
                                        "given to the options") from None
@@ -258,20 +264,89 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option: str) -> None:
-    """Refuse (exit 1, before any work) an output ``path`` that cannot be written as promised.
+def appeared_message(exc: OutputAppearedError) -> str:
+    """The one line for an output that another process created while this command ran."""
+    return f"{exc.filename} {exc.strerror}; pass --overwrite to replace it, or choose another name"
 
-    An existing file needs ``--overwrite``; a directory, symbolic link (never followed: its target
-    would stay, the link would be replaced), FIFO or device is refused even then; the folder must
-    exist and accept new files (checked by creating and removing an empty temporary file there).
+
+#: what each output option writes: (command, option) or option -> the accepted file name endings
+OUTPUT_SUFFIXES: dict[tuple[str, str] | str, tuple[str, ...]] = {
+    ("run", "--output"): (".npz", ".nc"), ("plan", "--output"): (".csv",), "--output": (".npy",),
+    "--json": (".json",), "--plot": (".png",)}
+_WRITES = {".npy": "a .npy array (numpy.save)", ".npz": "an .npz archive", ".nc": "a netCDF file",
+           ".csv": "a CSV table", ".json": "a JSON document", ".png": "a PNG image"}
+
+
+def output_suffixes(option: str) -> tuple[str, ...]:
+    """The file name endings ``option`` of the running command accepts (:data:`OUTPUT_SUFFIXES`)."""
+    ctx = click.get_current_context(silent=True)
+    name = ctx.command.name if ctx is not None else ""
+    return OUTPUT_SUFFIXES.get((str(name), option)) or OUTPUT_SUFFIXES.get(option, ())
+
+
+def _check_folder_name(text: str, option: str) -> None:
+    """A usage error (exit 2) for an output named as a folder (``-o out/``: it would become a file ``out``)."""
+    if text.endswith(("/", os.sep)):
+        suffixes = output_suffixes(option)
+        example = f" (e.g. {text}out{suffixes[0]})" if suffixes else ""
+        raise click.UsageError(f"{option} {text} names a folder (it ends in '/'); give the name of a file in it"
+                               f"{example}")
+
+
+def _check_suffix(text: str, option: str) -> None:
+    """A usage error (exit 2) for an output whose name does not end the way what ``option`` writes does
+    (an explicit ``--format`` names the format of ``-o`` instead: then any name not claiming another)."""
+    ctx = click.get_current_context(silent=True)
+    if option == "--output" and ctx is not None and ctx.params.get("out_format"):
+        return
+    suffixes = output_suffixes(option)
+    if suffixes and not text.lower().endswith(suffixes):
+        what = " or ".join(_WRITES.get(x, x) for x in suffixes)
+        raise click.UsageError(f"{option} {text}: this option writes {what}; give a file name ending in "
+                               f"{' or '.join(suffixes)}")
+
+
+#: the output options of every command: click parameter name -> option
+OUTPUT_OPTIONS = {"output": "--output", "json_path": "--json", "plot_path": "--plot"}
+
+
+def check_distinct_outputs(kwargs: dict[str, Any]) -> None:
+    """Two output options naming one file (``-o same.npy --json same.npy``): a usage error naming both,
+    before any work (one output would silently replace the other)."""
+    seen: dict[str, str] = {}
+    for name, option in OUTPUT_OPTIONS.items():
+        path = kwargs.get(name)
+        if path is None:
+            continue
+        key = os.path.normcase(os.path.realpath(os.fspath(path)))
+        other = seen.get(key) or next((o for k, o in seen.items() if os.path.exists(k) and os.path.exists(key)
+                                       and os.path.samefile(k, key)), None)
+        if other is not None:
+            raise click.UsageError(f"{other} and {option} both name {os.fspath(path)}: one output would replace the "
+                                   "other; give each its own file")
+        seen[key] = option
+
+
+def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option: str) -> None:
+    """Refuse (before any work) an output ``path`` that cannot be written as promised.
+
+    Usage errors (exit 2): a name ending in '/', an ending that does not match what ``option`` writes
+    (:data:`OUTPUT_SUFFIXES`), the file of another output. Exit 1: an existing file needs
+    ``--overwrite``; a directory, symbolic link (never followed: its target would stay, the link
+    would be replaced), FIFO or device is refused even then; the folder must exist and accept new
+    files (checked by creating and removing an empty temporary file there). Without ``--overwrite``
+    the file is claimed as new (:func:`~sgtune.io._files.expect_new`): a file another process
+    creates there meanwhile is kept, and this command fails when it would replace it.
     """
     if path is None:
         return
+    _check_folder_name(os.fspath(path), option)
     p = Path(path)
     what = not_regular_reason(p)
     if what is not None:
         raise click.ClickException(f"{option} {p} is {what}, not a regular file; give the path of a new or "
                                    "regular file (outputs are written beside it and renamed into place)")
+    _check_suffix(os.fspath(path), option)
     if p.exists() and not overwrite:
         raise click.ClickException(f"{option} {p} already exists; pass --overwrite to replace it")
     folder = p.parent
@@ -286,12 +361,16 @@ def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option:
     except OSError as exc:
         raise click.ClickException(f"{option} {p}: cannot create files in {folder} ({exc.strerror or exc}); "
                                    "choose a writable folder") from None
+    if not overwrite:
+        expect_new(p, option)
 
 
 def _atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str) -> None:
     try:
         with atomic_path(path) as tmp, open(tmp, mode) as fh:
             write(fh)
+    except OutputAppearedError:
+        raise
     except OSError as exc:  # the folder filled up, vanished, became read-only, … since check_writable
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -319,6 +398,7 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
     if report is not None:
         doc = {**doc, "warnings": list(dict.fromkeys([*doc.get("warnings", []), *report.warnings]))}
     text = dumps(doc)
+    check_claims()  # another process created an output meanwhile: fail before writing any of them
     for path, array in (arrays or {}).items():
         if path is None:
             continue

@@ -91,7 +91,7 @@ batch_options = _compose(
 #: only these)
 json_output_options = _compose(
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-                 help="Write the JSON document to FILE instead of stdout."),
+                 help="Write the JSON document to FILE (a name ending in .json; '-' is stdout) instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
     click.option("-q", "--quiet", is_flag=True, help="No human-readable output on stderr (warnings still are)."),
     click.option("--strict", is_flag=True,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -128,13 +129,31 @@ def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sample
 
 def resolve_trace_format(kw: dict[str, Any]) -> bool:
     """True when -o is to be an ArviZ netCDF file (--format netcdf, or -o *.nc); checks --thin and arviz first."""
-    fmt = kw.get("out_format") or ("netcdf" if str(kw.get("output") or "").endswith(".nc") else "npz")
+    out = str(kw.get("output") or "")
+    fmt = kw.get("out_format") or ("netcdf" if out.lower().endswith(".nc") else "npz")
+    claims = ".nc" if out.lower().endswith(".nc") else ".npz" if out.lower().endswith(".npz") else None
+    if out and kw.get("out_format") and claims is not None and (claims == ".nc") != (fmt == "netcdf"):
+        raise click.UsageError(f"--format {fmt} writes {'a netCDF file' if fmt == 'netcdf' else 'an .npz archive'}"
+                               f" but --output {out} ends in {Path(out).suffix}; give --output a name ending in "
+                               f"{'.nc' if fmt == 'netcdf' else '.npz'}, or leave --format out")
     if fmt != "netcdf":
         return False
-    if not kw.get("output"):
+    if not out:
         raise click.UsageError("--format netcdf needs -o FILE.nc")
     require_arviz()  # without --thin, the command picks one once D is known (trace_io.default_thin)
     return True
+
+
+def check_thin(kw: dict[str, Any]) -> None:
+    """--thin larger than the steps after burn-in keeps no draw at all: a usage error naming both."""
+    thin, steps, burn_in = kw.get("thin") or 0, kw.get("steps"), kw.get("burn_in")
+    if thin <= 0 or steps is None or steps < 1:
+        return
+    post = steps - (steps // 10 if burn_in is None else burn_in)
+    if 0 < post < thin:
+        raise click.BadParameter(f"{thin} keeps no draw of the {post} steps after burn-in (--steps {steps}, burn-in "
+                                 f"{steps - post}); give --thin at most {post}, or more --steps",
+                                 param_hint="'--thin'")
 
 
 def resolve_batching(kw: dict[str, Any]) -> str:
@@ -205,6 +224,7 @@ def cli(**kw: Any) -> None:
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     if kw["steps"] is None:
         raise click.UsageError("--steps T is required")
+    check_thin(kw)
     netcdf = resolve_trace_format(kw)
     prob = load_problem(kw)
     n, d = prob.dataset.n_data, prob.dim

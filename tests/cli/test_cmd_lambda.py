@@ -110,7 +110,7 @@ def test_unserialisable_document_leaves_no_array_file(tmp_path, monkeypatch, arg
         raise ValueError("non-finite number at $.x")
 
     monkeypatch.setattr("sgtune.cli._io.dumps", refuse)
-    out = tmp_path / "o.npy"
+    out = tmp_path / ("o.npz" if args[0] == "run" else "o.npy")
     r = run([*args, "-o", str(out)])  # a bug, reported on one line (no traceback), still no file
     assert r.exit_code == 1 and r.stderr.strip().splitlines()[-1].startswith("Error: internal error (ValueError: "
                                                                               "non-finite number")

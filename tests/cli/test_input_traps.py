@@ -5,6 +5,7 @@ one ``Error: …`` line naming the file or option and the fix, or is handled as 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +95,98 @@ def test_a_bom_in_a_numbers_file_is_read(tmp_path):
     r = invoke(["covariance", "--example", "logistic", "--batch-size", "32", "--lambda", str(f), "-q"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["cov"]
+
+
+# ------------------------------------------------------------------- outputs
+RUN = ["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "200", "--chains", "2",
+       "-q"]
+
+
+@pytest.mark.parametrize("args,first,second", [
+    ([*LAMBDA, "-o", "{d}/same.npy", "--json", "{d}/same.npy"], "-o", "--json"),
+    ([*LAMBDA, "-o", "{d}/X", "--plot", "{d}/X"], "-o", "--plot"),
+    ([*RUN, "-o", "{d}/t.nc", "--json", "{d}/./t.nc"], "-o", "--json"),
+    ([*LAMBDA, "--output", "{d}/a.npy", "--json", "{d}/link.npy"], "--output", "--json"),  # a link to the same file
+])
+def test_outputs_that_share_a_file_are_a_usage_error_naming_both(tmp_path, args, first, second):
+    (tmp_path / "a.npy").write_bytes(b"keep")
+    (tmp_path / "link.npy").symlink_to(tmp_path / "a.npy")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = one_error_line(invoke([a.format(d=tmp_path) for a in args] + ["--overwrite"]), 2)
+    assert f"{first} and {second} both name" in line and "give each its own file" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and (tmp_path / "a.npy").read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("args,says", [
+    ([*LAMBDA, "-o", "{d}/lambda.csv"], "-o {d}/lambda.csv: this option writes a .npy array (numpy.save); give a "
+                                        "file name ending in .npy"),
+    ([*RUN, "-o", "{d}/t.txt"], "-o {d}/t.txt: this option writes an .npz archive or a netCDF file; give a file name "
+                                "ending in .npz or .nc"),
+    ([*LAMBDA, "--json", "{d}/doc.npy"], "--json {d}/doc.npy: this option writes a JSON document; give a file name "
+                                         "ending in .json"),
+    ([*LAMBDA, "--plot", "{d}/fig.pdf"], "--plot {d}/fig.pdf: this option writes a PNG image"),
+    ([*RUN, "--format", "netcdf", "-o", "{d}/t.npz"], "--format netcdf writes a netCDF file but -o {d}/t.npz ends in "
+                                                      ".npz"),
+    ([*LAMBDA, "-o", "{d}/newdir/"], "-o {d}/newdir/ names a folder (it ends in '/'); give the name of a file in it "
+                                     "(e.g. {d}/newdir/out.npy)"),
+    ([*RUN, "--thin", "500"], "Invalid value for '--thin': 500 keeps no draw of the 180 steps after burn-in "
+                              "(--steps 200, burn-in 20); give --thin at most 180"),
+])
+def test_output_names_and_thin_that_cannot_mean_what_they_say_are_usage_errors(tmp_path, args, says):
+    line = one_error_line(invoke([a.format(d=tmp_path) for a in args]), 2)
+    assert says.format(d=tmp_path) in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_documented_output_names_are_accepted(tmp_path):
+    r = invoke([*RUN, "--thin", "180", "-o", str(tmp_path / "T.NPZ"), "--json", str(tmp_path / "doc.json")])
+    assert r.exit_code == 0, r.stderr
+    assert np.load(tmp_path / "T.NPZ")["draws"].shape == (2, 1, 5)
+    r = invoke([*RUN, "--format", "npz", "-o", str(tmp_path / "trace.dat")])  # --format names the format
+    assert r.exit_code == 0 and np.load(tmp_path / "trace.dat")["mean"].shape == (5,), r.stderr
+
+
+def test_json_dash_is_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = invoke([*LAMBDA, "--json", "-"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["dim"] == 5 and list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------- two writers of one output
+def test_a_claimed_output_that_appears_meanwhile_is_kept(tmp_path):
+    """atomic_path after expect_new: os.link refuses to replace a file that appeared while writing."""
+    from sgtune.io._files import OutputAppearedError, atomic_path, expect_new, new_outputs
+
+    dest = tmp_path / "r.npz"
+    with new_outputs():
+        expect_new(dest, "-o")
+        with pytest.raises(OutputAppearedError) as info:
+            with atomic_path(dest) as tmp:
+                Path(tmp).write_bytes(b"mine")
+                dest.write_bytes(b"theirs")  # the other process finished first
+    assert dest.read_bytes() == b"theirs" and sorted(p.name for p in tmp_path.iterdir()) == ["r.npz"]
+    assert info.value.filename == f"-o {dest}"
+    with atomic_path(dest) as tmp:  # not claimed (e.g. --overwrite): replaced
+        Path(tmp).write_bytes(b"mine")
+    assert dest.read_bytes() == b"mine"
+
+
+def test_the_later_of_two_writers_exits_1_naming_the_file(tmp_path, monkeypatch):
+    """The other writer's file appears while this command computes: it is kept, this one fails."""
+    import sgtune.cli._options as options
+
+    out = tmp_path / "lam.npy"
+    real = options.load_problem
+
+    def other_writer_finishes(kw):
+        out.write_bytes(b"the other run")
+        return real(kw)
+
+    monkeypatch.setattr(options, "load_problem", other_writer_finishes)
+    line = one_error_line(invoke([*LAMBDA, "-o", str(out), "--json", str(tmp_path / "doc.json")]), 1)
+    assert line == (f"Error: -o {out} was created by another process while this one ran; that file was kept and this "
+                    "result was not written; pass --overwrite to replace it, or choose another name")
+    assert out.read_bytes() == b"the other run" and sorted(p.name for p in tmp_path.iterdir()) == ["lam.npy"]
+    r = invoke([*LAMBDA, "-o", str(out), "--overwrite"])  # --overwrite: replaced, as asked
+    assert r.exit_code == 0 and np.load(out).shape == (5, 5)

@@ -123,8 +123,9 @@ def test_a_csv_of_numbers_is_read_as_lambda(tmp_path):
 @pytest.mark.parametrize("option", ["-o", "--output", "--json"])
 def test_output_in_a_folder_that_takes_no_files(option):
     """The message names the option as the user typed it (-o, not --output, when -o was typed)."""
-    line = one_error_line(invoke([*LAMBDA, option, "/proc/x.npy"]), 1)
-    assert line.startswith(f"Error: {option} /proc/x.npy: cannot create files in /proc")
+    name = "/proc/x.json" if option == "--json" else "/proc/x.npy"
+    line = one_error_line(invoke([*LAMBDA, option, name]), 1)
+    assert line.startswith(f"Error: {option} {name}: cannot create files in /proc")
 
 
 def test_fifo_and_symlink_outputs_are_refused_even_with_overwrite(tmp_path):
