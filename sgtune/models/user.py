@@ -27,13 +27,22 @@ arguments to get one. A complete example file (a logistic regression written by 
     MODEL = MyLogistic()
 
 and ``sgtune lambda data.csv --model my_model.py:MODEL --batch-size 64``.
+
+A model file cannot break the command line's contract: while it is imported, and in every call
+sgtune makes into the model, what it prints goes to stderr (stdout holds the JSON document),
+``sys.argv`` holds only the file's path (so ``argparse`` at import time sees no sgtune options), a
+``sys.exit`` or any exception becomes one :class:`~sgtune.models.base.ModelError` naming the file,
+the name and the method, and a changed working directory is changed back. The file's folder is put
+on ``sys.path`` (as Python does for a script), so the file can import a module beside it.
 """
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import SgtuneError
 from .base import CURVATURE_METHODS, ModelError, model_label
@@ -79,38 +88,86 @@ def load_model_file(spec: str) -> Any:
     if loader_spec is None or loader_spec.loader is None:  # pragma: no cover - .py files always get a loader
         raise ModelError(f"--model {spec}: cannot import {path_s}")
     module = importlib.util.module_from_spec(loader_spec)
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:  # as for a script: a module beside the file can be imported
+        sys.path.insert(0, folder)
     sys.modules[mod_name] = module
+    argv = sys.argv
+    sys.argv = [path_s]  # argparse at import time must not read sgtune's options
     try:
-        loader_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file failed: one line naming it
+        guarded(loader_spec.loader.exec_module, f"--model {spec}: importing {path_s}", os.getcwd())(module)
+    except ModelError:
         sys.modules.pop(mod_name, None)
-        raise ModelError(f"--model {spec}: importing {path_s} failed with {type(exc).__name__}: {exc}") from None
+        raise
+    finally:
+        sys.argv = argv
     if not hasattr(module, name):
         raise ModelError(f"--model {spec}: {path_s} defines no name {name!r}")
     obj = getattr(module, name)
     if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
-        try:
-            obj = obj()
-        except Exception as exc:
-            raise ModelError(f"--model {spec}: calling {name}() in {path_s} failed with "
-                             f"{type(exc).__name__}: {exc}") from None
+        obj = guarded(obj, f"--model {spec}: calling {name}() in {path_s}", os.getcwd())()
     check_protocol(obj, f"--model {spec} ({model_label(obj)})")
     return UserModel(obj, spec)
 
 
-class UserModel:
-    """A user's model object with its source (``file.py:NAME``) for messages; every attribute is forwarded."""
+def guarded(fn: Callable[..., Any], subject: str, cwd: str, method: str = "") -> Callable[..., Any]:
+    """``fn`` run under the model file's rules (module docstring): prints to stderr (main thread),
+    ``sys.exit`` and exceptions as one :class:`ModelError` ("{subject} raised ValueError in {method}: …"),
+    working directory ``cwd`` restored. sgtune's own errors (e.g. a model's ``check_response``) pass through."""
+    where = f" in {method}" if method else ""
 
-    def __init__(self, model: Any, source: str) -> None:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        main = threading.current_thread() is threading.main_thread()
+        stdout = sys.stdout
+        if main:
+            sys.stdout = sys.stderr
+        try:
+            return fn(*args, **kwargs)
+        except SgtuneError:
+            raise
+        except SystemExit as exc:
+            raise ModelError(f"{subject} called sys.exit({exc.code!r}){where} (argparse reading the command line?); "
+                             "a model file must not exit: guard script code with if __name__ == '__main__'") from None
+        except Exception as exc:
+            raise ModelError(f"{subject} raised {type(exc).__name__}{where}: {exc}") from None
+        finally:
+            if main:
+                sys.stdout = stdout
+            try:
+                moved = os.getcwd() != cwd
+            except OSError:  # the folder it moved to was removed
+                moved = True
+            if moved:
+                os.chdir(cwd)
+
+    return call
+
+
+class UserModel:
+    """A user's model object with its source (``file.py:NAME``) for messages; every attribute is forwarded,
+    its methods :func:`guarded` (an error names the file and the method)."""
+
+    def __init__(self, model: Any, source: str, cwd: str | None = None) -> None:
         self.model = model
         self.source = source
+        self.cwd = os.getcwd() if cwd is None else cwd
 
     @property
     def name(self) -> str:
         return model_label(self.model)
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(self.__dict__["model"], attr)
+        model = self.__dict__.get("model")
+        if model is None or attr.startswith("__"):
+            raise AttributeError(attr)
+        value = getattr(model, attr)
+        if not callable(value) or isinstance(value, type):
+            return value
+        call = guarded(value, f"model {self.source}", self.cwd, attr)
+        if attr != "with_hessian":
+            return call
+        return lambda *a, **k: UserModel(call(*a, **k), self.source, self.cwd)
 
     def __repr__(self) -> str:
         return f"UserModel({self.source})"
+

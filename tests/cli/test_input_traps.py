@@ -190,3 +190,92 @@ def test_the_later_of_two_writers_exits_1_naming_the_file(tmp_path, monkeypatch)
     assert out.read_bytes() == b"the other run" and sorted(p.name for p in tmp_path.iterdir()) == ["lam.npy"]
     r = invoke([*LAMBDA, "-o", str(out), "--overwrite"])  # --overwrite: replaced, as asked
     assert r.exit_code == 0 and np.load(out).shape == (5, 5)
+
+
+# ------------------------------------------------------------------- user model files
+MODEL_FILE = '''
+import argparse, os, sys
+import numpy as np
+from helper_beside_the_model import sigmoid          # a sibling module: the file's folder is importable
+from sgtune.models import RankOneCurvature
+
+print("printed while importing")
+parser = argparse.ArgumentParser()                    # a script's argparse at import time
+parser.add_argument("--lr", type=float, default=0.1)
+ARGS = parser.parse_args()
+MODE = os.environ.get("SGTUNE_TEST_MODEL_MODE", "")
+if MODE == "exit-on-import":
+    sys.exit(2)
+
+
+class Logistic:
+    name = "hand-written logistic"
+    fit_method = "newton"
+
+    def per_sample_losses(self, theta, X, y):
+        eta = X @ theta
+        return np.logaddexp(0.0, eta) - y * eta
+
+    def per_sample_grads(self, theta, X, y):
+        print("printed by per_sample_grads")
+        if MODE == "chdir":
+            os.chdir(os.path.dirname(os.path.abspath(__file__)))
+        if MODE == "raise" and X.shape[0] < 100:      # only on a minibatch: during the run
+            raise ValueError("bad minibatch")
+        if MODE == "exit" and X.shape[0] < 100:
+            sys.exit(3)
+        return (sigmoid(X @ theta) - y)[:, None] * X
+
+    def curvature(self, theta, X, y):
+        p = sigmoid(X @ theta)
+        return RankOneCurvature(X, p * (1.0 - p))
+
+
+MODEL = Logistic()
+'''
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "helper_beside_the_model.py").write_text("import numpy as np\n\ndef sigmoid(z):\n"
+                                                      "    return 1.0 / (1.0 + np.exp(-z))\n")
+    (folder / "mine.py").write_text(MODEL_FILE)
+    return folder / "mine.py"
+
+
+def _model_run(model_file, *extra):
+    return invoke(["run", "--example", "logistic", "--model", f"{model_file}:MODEL", "--batch-size", "32",
+                   "--step-size", "0.01", "--steps", "60", "--chains", "2", "-q", *extra])
+
+
+def test_a_model_file_that_prints_and_parses_argv_keeps_stdout_one_json_document(model_file, monkeypatch):
+    monkeypatch.setenv("SGTUNE_TEST_MODEL_MODE", "")
+    r = _model_run(model_file)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["model"].startswith("hand-written logistic")  # stdout: the document only
+    assert "printed while importing" in r.stderr and "printed by per_sample_grads" in r.stderr
+
+
+def test_a_model_that_changes_the_working_directory_does_not_move_the_outputs(model_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("SGTUNE_TEST_MODEL_MODE", "chdir")
+    monkeypatch.chdir(tmp_path)
+    r = _model_run(model_file, "-o", "trace.npz", "--json", "doc.json")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "trace.npz").exists() and (tmp_path / "doc.json").exists()
+    assert not (model_file.parent / "trace.npz").exists() and Path.cwd() == tmp_path
+
+
+@pytest.mark.parametrize("mode,says", [
+    ("raise", "Error: model {f}:MODEL raised ValueError in per_sample_grads: bad minibatch"),
+    ("exit", "Error: model {f}:MODEL called sys.exit(3) in per_sample_grads"),
+    ("exit-on-import", "Error: --model {f}:MODEL: importing {f} called sys.exit(2)"),
+])
+def test_a_model_that_raises_or_exits_is_one_line_naming_the_file_and_the_method(model_file, monkeypatch, mode,
+                                                                                  says):
+    monkeypatch.setenv("SGTUNE_TEST_MODEL_MODE", mode)
+    r = _model_run(model_file)
+    assert r.exit_code == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("printed ")]  # the model's own prints
+    assert len(lines) == 1 and lines[0].startswith(says.format(f=model_file)), r.stderr
