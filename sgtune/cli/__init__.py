@@ -2,21 +2,29 @@
 
 Conventions (``../shared/CLI.md``): one JSON document on stdout (or ``--json FILE``),
 human tables and progress on stderr, exit 0 ok / 1 domain error / 2 usage error /
-3 verification failed / 4 untrusted under ``--strict`` (130 interrupted), never a partial
-output file. Every failure ends with one ``Error: …`` line on stderr, never a traceback: the
-group's :meth:`LazyGroup.main` prints usage errors on one line, turns Ctrl-C into one line, a
-failed write to stdout into one line (a closed pipe into a quiet exit 1), and anything
-unexpected into one "internal error" line (``SGTUNE_DEBUG=1`` re-raises it with its traceback).
+3 verification failed / 4 untrusted under ``--strict`` (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP),
+never a partial output file. Every failure ends with one ``Error: …`` line on stderr, never a
+traceback: the group's :meth:`LazyGroup.main` prints usage errors on one line, turns Ctrl-C,
+SIGTERM and SIGHUP into one line each (the signal raises an exception in the main thread, so
+temporary output files and the data cache are removed as on any error; a signal ignored by the
+parent, as under ``nohup``, stays ignored; an interruption that a library swallowed, as numba's
+compiler does inside its callbacks, is still reported as one), a failed write to stdout into one
+line (a closed pipe into a quiet exit 1), and anything unexpected into one "internal error" line
+(``SGTUNE_DEBUG=1`` re-raises it with its traceback).
 
 To add a command: create ``sgtune/cli/cmd_<name>.py`` defining a click command
 called ``cli`` and add one line to :data:`COMMANDS`.
 """
 from __future__ import annotations
 
+import _thread
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from typing import Any, NoReturn
+import threading
+from typing import Any, Iterator, NoReturn
 
 import click
 
@@ -49,6 +57,12 @@ class LazyGroup(click.Group):
             return None
         return importlib.import_module(module).cli
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # before click's own handler, which prints an empty line first
+            raise Signalled(signal.SIGINT) from None
+
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         """click's ``main`` with sgtune's failure discipline: one ``Error: …`` line on stderr for
@@ -58,8 +72,12 @@ class LazyGroup(click.Group):
         from ._io import ARGV
 
         token = ARGV.set(tuple(sys.argv[1:] if args is None else args))
+        received: list[int] = []
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with signals_as_exceptions(received):
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Signalled as exc:
+            _fail_signalled(exc.signum)
         except click.exceptions.NoArgsIsHelpError as exc:  # bare `sgtune`: the help text, as click does
             exc.show()
             sys.exit(exc.exit_code)
@@ -71,9 +89,9 @@ class LazyGroup(click.Group):
         except click.Abort as exc:  # click's form of KeyboardInterrupt / EOFError
             if isinstance(exc.__cause__, EOFError):
                 _fail("unexpected end of input", 1)
-            _fail("interrupted (Ctrl-C); outputs not yet renamed into place were removed", EXIT_INTERRUPTED)
+            _fail_signalled(signal.SIGINT)
         except KeyboardInterrupt:
-            _fail("interrupted (Ctrl-C); outputs not yet renamed into place were removed", EXIT_INTERRUPTED)
+            _fail_signalled(signal.SIGINT)
         except MemoryError as exc:
             _fail(f"out of memory{f' ({exc})' if str(exc) else ''}; use a smaller problem (e.g. --subsample, "
                   "fewer --chains or --steps) or a machine with more memory", 1)
@@ -81,6 +99,8 @@ class LazyGroup(click.Group):
             where = f"{exc.filename}: " if exc.filename else ""
             _fail(f"{where}{exc.strerror or exc}", 1)
         except Exception as exc:  # a bug: still one line for the user, the traceback on request
+            if received:  # a signal a library swallowed and turned into its own error (numba's compiler)
+                _fail_signalled(received[0])
             if os.environ.get("SGTUNE_DEBUG"):
                 raise
             text = str(exc).splitlines()[0] if str(exc) else ""
@@ -93,11 +113,80 @@ class LazyGroup(click.Group):
 
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
+#: the signals a command stops on with one line (exit 128 + the signal's number) and what the line says
+SIGNALS: dict[int, str] = {signal.SIGINT: "interrupted (Ctrl-C)"}
+if hasattr(signal, "SIGTERM"):
+    SIGNALS[signal.SIGTERM] = "terminated (SIGTERM)"
+if hasattr(signal, "SIGHUP"):  # not on Windows
+    SIGNALS[signal.SIGHUP] = "hung up (SIGHUP)"
+
+
+class Signalled(BaseException):
+    """A stop signal as an exception (a BaseException: ``except Exception`` in a library does not hide it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+@contextlib.contextmanager
+def signals_as_exceptions(received: list[int]) -> Iterator[None]:
+    """While the command runs (main thread only): SIGINT raises KeyboardInterrupt, SIGTERM and SIGHUP raise
+    :class:`Signalled`, each appending its number to ``received``. Signals the parent set to be ignored
+    (``nohup``, a background job) and handlers someone else installed are left alone. An interruption
+    raised inside a callback that cannot propagate it (Python then calls ``sys.unraisablehook``) is
+    raised again in the main thread, without the "Exception ignored" report."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Signalled(signum)
+
+    timers: list[threading.Timer] = []
+
+    def unraisable(info: Any) -> None:
+        if isinstance(info.exc_value, (KeyboardInterrupt, Signalled)) and received:
+            # raise it again once the callback has returned (from here it would be swallowed again)
+            timer = threading.Timer(0.05, _thread.interrupt_main, args=(received[0],))
+            timer.daemon = True
+            timers.append(timer)
+            timer.start()
+            return
+        previous_hook(info)
+
+    previous: dict[int, Any] = {}
+    for signum in SIGNALS:
+        current = signal.getsignal(signum)
+        if current is signal.SIG_DFL or (signum == signal.SIGINT and current is signal.default_int_handler):
+            previous[signum] = signal.signal(signum, handler)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        for timer in timers:
+            timer.cancel()
+        sys.unraisablehook = previous_hook
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _fail_signalled(signum: int) -> NoReturn:
+    """One line for a stop signal, exit 128 + its number (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+    what = SIGNALS.get(signum, f"stopped by signal {signum}")
+    _fail(f"{what}; outputs not yet renamed into place were removed", 128 + int(signum))
 
 
 def _fail(message: str, code: int) -> NoReturn:
     """The one line a failed command ends with, and its exit status."""
-    click.echo(f"Error: {' '.join(str(message).split())}", err=True)
+    try:
+        click.echo(f"Error: {' '.join(str(message).split())}", err=True)
+    except (OSError, ValueError):  # no terminal any more (SIGHUP) or a closed stderr: the status still says it
+        pass
     sys.exit(code)
 
 
@@ -118,5 +207,5 @@ def main() -> None:
       2    usage error (a missing, unknown or out-of-range option)
       3    verification failed (verify: the prediction was rejected)
       4    with --strict: the answer or the chain should not be trusted (outputs written)
-      130  interrupted (Ctrl-C)
+      130  interrupted (Ctrl-C); 143 terminated (SIGTERM); 129 hung up (SIGHUP)
     """

@@ -49,13 +49,23 @@ process (cache hits) and changes when the component's source or a core module ch
 machine code). A jitted function passed in that is not a component (e.g. a user's ``@njit``
 gradient) still works, but is compiled afresh in every process.
 
+No writable cache (a read-only install, ``docker run --user``, an unwritable ``NUMBA_CACHE_DIR`` and
+home directory): numba would refuse to define the kernels ("cannot cache function …"). Then
+:func:`ensure_cache_location` points numba at a per-user folder in the system's temporary directory
+(``sgtune-numba-cache-<uid>``, mode 0700, used only when this user owns it; otherwise a fresh one
+removed at exit), and with no writable temporary directory either, compiles without a cache.
+
 Only ``sgtune/sampler/`` imports numba.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
+import shutil
+import stat
+import tempfile
 
 import numba
 
@@ -140,6 +150,64 @@ try:
         _locators[:0] = [_PackageUserDirLocator, _PackageInTreeLocator, _PackageUserWideLocator]
 except (ImportError, AttributeError):  # pragma: no cover - numba internals changed
     pass
+
+def _probe() -> None:  # pragma: no cover - never called: the function numba's locators are asked about
+    return None
+
+
+def cache_location_found(py_file: str = __file__) -> bool:
+    """Would numba find a writable cache folder for a function defined in ``py_file``?"""
+    try:
+        classes = _caching.CacheImpl._locator_classes
+    except (NameError, AttributeError):  # pragma: no cover - numba internals changed: let numba decide
+        return True
+    for cls in classes:
+        try:
+            if cls.from_function(_probe, py_file) is not None:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _fallback_cache_dir() -> str | None:
+    """A cache folder under the system's temporary directory: ``sgtune-numba-cache-<uid>`` if this user
+    owns it and nobody else can write it (it holds machine code), else a fresh folder removed at exit."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is not None:
+        base = os.path.join(tempfile.gettempdir(), f"sgtune-numba-cache-{uid}")
+        try:
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            st = os.lstat(base)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022:
+                return base
+        except OSError:
+            pass
+    try:
+        fresh = tempfile.mkdtemp(prefix="sgtune-numba-cache-")
+    except OSError:
+        return None
+    atexit.register(shutil.rmtree, fresh, True)
+    return fresh
+
+
+def ensure_cache_location() -> bool:
+    """Make sure numba can cache sgtune's kernels (module docstring); False when nothing is writable
+    (then the kernels are compiled without a cache)."""
+    if cache_location_found():
+        return True
+    folder = _fallback_cache_dir()
+    if folder is not None:
+        os.environ["NUMBA_CACHE_DIR"] = folder  # numba re-reads its configuration from the environment
+        numba.config.CACHE_DIR = folder
+        if cache_location_found():
+            return True
+    return False
+
+
+if not ensure_cache_location():
+    NJIT_OPTIONS["cache"] = False
+    NJIT_FMA_OPTIONS["cache"] = False
 
 njit = numba.njit(**NJIT_OPTIONS)
 njit_fma = numba.njit(**NJIT_FMA_OPTIONS)

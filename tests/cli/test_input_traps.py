@@ -5,6 +5,12 @@ one ``Error: …`` line naming the file or option and the fix, or is handled as 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -279,3 +285,131 @@ def test_a_model_that_raises_or_exits_is_one_line_naming_the_file_and_the_method
     assert r.exit_code == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("printed ")]  # the model's own prints
     assert len(lines) == 1 and lines[0].startswith(says.format(f=model_file)), r.stderr
+
+
+# ------------------------------------------------------------------- signals
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra):
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+@pytest.mark.parametrize("signame,code,says", [("SIGTERM", 143, "terminated (SIGTERM)"),
+                                               ("SIGHUP", 129, "hung up (SIGHUP)")])
+def test_sigterm_and_sighup_stop_with_one_line_and_remove_outputs_and_the_data_cache(tmp_path, signame, code, says):
+    """Out-of-core data loaded with --intercept are converted into a cache folder: it is removed, as after
+    Ctrl-C, and no output (nor its hidden temporary file) is left."""
+    sig = getattr(signal, signame)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    X = rng.normal(size=(500, 3))
+    np.save(data / "X.npy", X)
+    np.save(data / "y.npy", (X @ [1.0, -1.0, 0.5] + rng.normal(size=500) > 0).astype(float))
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    cache.mkdir()
+    out.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", "from sgtune.cli import main; main()", "run", str(data), "--model",
+                          "logistic", "--intercept", "--batch-size", "32", "--step-size", "0.01", "--steps",
+                          "100000000", "--chains", "2", "-q", "-o", str(out / "r.npz"), "--json",
+                          str(out / "r.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=_env(SGTUNE_CACHE_DIR=str(cache)))
+    try:
+        deadline = time.monotonic() + 120
+        while not list(cache.iterdir()) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert list(cache.iterdir()), "the data cache was never created"
+        time.sleep(2)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    lines = err.decode().strip().splitlines()
+    assert p.returncode == code, err.decode()
+    assert lines == [f"Error: {says}; outputs not yet renamed into place were removed"], err.decode()
+    assert list(out.iterdir()) == [] and list(cache.iterdir()) == []
+
+
+def test_a_signal_while_an_output_is_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import sgtune.cli._io as io
+
+    real = np.save
+
+    def save_then_terminate(fh, arr):
+        real(fh, arr)
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the temporary file is still open
+        time.sleep(1)
+
+    monkeypatch.setattr(io.np, "save", save_then_terminate)
+    r = invoke([*LAMBDA, "-o", str(tmp_path / "lam.npy")])
+    assert r.exit_code == 143, r.stderr
+    assert r.stderr.strip().splitlines() == ["Error: terminated (SIGTERM); outputs not yet renamed into place were "
+                                             "removed"]
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the command
+
+
+@pytest.mark.parametrize("then", ["raise", "return"])
+def test_ctrl_c_swallowed_by_a_library_callback_is_still_one_line_and_exit_130(monkeypatch, then):
+    """numba's compiler runs Python callbacks from C (llvmlite's object cache): a KeyboardInterrupt there is
+    printed as "Exception ignored …" and the compile then fails with a RuntimeError, or goes on."""
+    import ctypes
+
+    @ctypes.CFUNCTYPE(None)
+    def callback():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs (and raises) at a bytecode boundary in here
+            pass
+
+    def compile_interrupted(*a, **k):
+        callback()
+        if then == "raise":
+            raise RuntimeError("no compiled object yet for <Library 'glm_grad'>")
+        time.sleep(5)  # the interruption is raised again in here
+        raise AssertionError("the interruption was ignored")
+
+    monkeypatch.setattr("sgtune.cli._options.example", compile_interrupted)
+    r = invoke(LAMBDA)
+    assert r.exit_code == 130, r.stderr
+    assert r.stderr.strip().splitlines() == ["Error: interrupted (Ctrl-C); outputs not yet renamed into place were "
+                                             "removed"]
+
+
+# ------------------------------------------------------------------- numba cache
+CACHE_PROBE = '''
+import os, sys
+import numba.core.caching as caching
+
+writable = os.environ["WRITABLE_PREFIX"]
+real = caching._CacheLocator.ensure_cache_path
+
+def read_only_but(self):  # a read-only install: only paths under WRITABLE_PREFIX can be written
+    if not writable or not self.get_cache_path().startswith(writable):
+        raise PermissionError(13, "Read-only file system", self.get_cache_path())
+    return real(self)
+
+caching._CacheLocator.ensure_cache_path = read_only_but
+import numba
+import sgtune.sampler                       # defines every kernel: numba needs a cache location here
+from sgtune.sampler import _jit
+print(_jit.NJIT_OPTIONS["cache"], numba.config.CACHE_DIR)
+'''
+
+
+@pytest.mark.parametrize("tmp_writable", [True, False])
+def test_no_writable_numba_cache_falls_back_to_a_temporary_folder_or_no_cache(tmp_path, tmp_writable):
+    """A read-only package folder, NUMBA_CACHE_DIR and home: numba refused to define the kernels ("cannot
+    cache function …"); now the cache goes to a per-user folder in TMPDIR, or, with none writable, off."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = _env(NUMBA_CACHE_DIR=str(tmp_path / "read-only"), TMPDIR=str(tmpdir),
+               WRITABLE_PREFIX=str(tmpdir) if tmp_writable else "")
+    p = subprocess.run([sys.executable, "-c", CACHE_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    cache_on, folder = p.stdout.split()
+    if tmp_writable:
+        assert cache_on == "True" and folder == str(tmpdir / f"sgtune-numba-cache-{os.getuid()}")
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    else:
+        assert cache_on == "False"
