@@ -13,6 +13,12 @@ file). Whatever the input, the contract (``sgtune --help``, CLI.md) must hold:
 * no partial output: a failed command creates no output file and leaves no temporary file;
 * an existing output file is untouched (bytes and mtime) without ``--overwrite``, and by a failure.
 
+Beyond the arguments (subprocesses where the operating system takes part): SIGINT, SIGTERM and SIGHUP at
+random times (one line, exit 130/143/129, no output or temporary file left), two processes writing one
+output (one wins, the other exits 1 naming the file), unusual environments (an unwritable numba cache or
+temporary folder, one thread, the C locale) and user model files that print, exit, parse ``sys.argv``,
+change the working directory, raise or import a module beside them.
+
 The default run is small and derandomised (reproducible); ``-m slow`` runs the long search.
 """
 from __future__ import annotations
@@ -353,3 +359,273 @@ def test_fuzz_long(name, files):
         check_invocation(name, inv, files)
 
     prop()
+
+
+# ------------------------------------------------------------------------------------------ processes
+# Signals, two writers of one output, the environment and user model files: the same contract, for what a
+# command line meets outside its arguments (subprocesses where the operating system is part of the test).
+
+ROOT = Path(__file__).resolve().parents[2]
+#: (default run, slow run) examples of each process-level property
+FAST_PROC, SLOW_PROC = 3, 40
+RUN_LONG = ["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "3000000",
+            "--chains", "2", "-q"]
+LAMBDA_Q = ["lambda", "--example", "logistic", "--batch-size", "32", "-q"]
+STOP_SIGNALS = {"SIGINT": ("interrupted (Ctrl-C)", 130), "SIGTERM": ("terminated (SIGTERM)", 143),
+                "SIGHUP": ("hung up (SIGHUP)", 129)}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def _popen(args: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> Any:
+    import signal
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "from sgtune.cli import main; main()", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or _env(), cwd=cwd,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _handlers_installed(pid: int, signum: int, timeout: float = 120.0) -> bool:
+    """Wait until the process catches ``signum`` (Linux: the SigCgt mask in /proc/PID/status), i.e. sgtune's
+    main is running; before that the interpreter is still starting (and a signal kills it outright)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        mask = int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("SigCgt:")), 16)
+        if mask >> (signum - 1) & 1:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _outputs_left(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def check_signal(signame: str, delay: float, command: str, outdir: Path) -> None:
+    import signal
+    import time
+
+    signum = getattr(signal, signame)
+    what, code = STOP_SIGNALS[signame]
+    args = (RUN_LONG + ["-o", str(outdir / "r.npz")] if command == "run" else LAMBDA_Q + ["-o", str(outdir / "l.npy")])
+    p = _popen([*args, "--json", str(outdir / "doc.json")])
+    try:
+        # SIGTERM's bit: Python catches SIGINT from its start, sgtune's main catches SIGTERM
+        assert _handlers_installed(p.pid, signal.SIGTERM), "sgtune never started"
+        time.sleep(delay)
+        p.send_signal(signum)
+        out, err = p.communicate(timeout=300)
+    finally:
+        p.kill()
+    err_text = err.decode()
+    where = f"{signame} after {delay:.2f} s into sgtune {command}\nexit {p.returncode}\nstderr:\n{err_text}"
+    assert "Traceback" not in err_text and "Exception ignored" not in err_text, where
+    if p.returncode == 0:  # it finished before the signal arrived: every output complete
+        assert json.loads((outdir / "doc.json").read_text())["dim"] == 5, where
+        return
+    lines = [ln for ln in err_text.splitlines() if ln.strip()]
+    assert p.returncode == code, where
+    assert lines[-1] == f"Error: {what}; outputs not yet renamed into place were removed", where
+    assert sum(ln.startswith("Error") for ln in lines) == 1 and out == b"", where
+    assert _outputs_left(outdir) == [], where
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/PID/status (Linux)")
+@settings(max_examples=FAST_PROC, **SETTINGS)
+@given(signame=st.sampled_from(sorted(STOP_SIGNALS)), delay=st.floats(0.0, 4.0), command=st.sampled_from(["run", "lambda"]))
+def test_fuzz_signals(signame, delay, command):
+    with tempfile.TemporaryDirectory() as d:
+        check_signal(signame, delay, command, Path(d))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/PID/status (Linux)")
+@settings(max_examples=SLOW_PROC, **{**SETTINGS, "derandomize": False})
+@given(signame=st.sampled_from(sorted(STOP_SIGNALS)), delay=st.floats(0.0, 20.0),
+       command=st.sampled_from(["run", "lambda"]))
+def test_fuzz_signals_long(signame, delay, command):
+    with tempfile.TemporaryDirectory() as d:
+        check_signal(signame, delay, command, Path(d))
+
+
+def check_two_writers(offset: float, steps: int) -> None:
+    """Two ``run -o same.npz`` at once (different seeds): one wins, the other exits 1 naming the file and
+    leaves the winner's file as it is; nothing else is left."""
+    import time
+
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "same.npz"
+        base = ["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", str(steps),
+                "--chains", "2", "-q", "-o", str(out)]
+        first = _popen([*base, "--seed", "1"])
+        time.sleep(offset)
+        second = _popen([*base, "--seed", "2"])
+        results = {}
+        for seed, p in ((1, first), (2, second)):
+            o, e = p.communicate(timeout=300)
+            results[seed] = (p.returncode, o.decode(), e.decode())
+        where = "\n".join(f"seed {s}: exit {r[0]}\n{r[2]}" for s, r in results.items())
+        winners = [s for s, r in results.items() if r[0] == 0]
+        assert len(winners) == 1, where
+        loser = 3 - winners[0]
+        code, stdout, stderr = results[loser]
+        lines = [ln for ln in stderr.splitlines() if ln.startswith("Error")]
+        assert code == 1 and stdout == "" and len(lines) == 1 and str(out) in lines[0], where
+        assert "already exists" in lines[0] or "was created by another process" in lines[0], where
+        assert int(np.load(out)["seed"]) == winners[0], where
+        assert _outputs_left(Path(d)) == ["same.npz"], where
+
+
+@settings(max_examples=2, **SETTINGS)
+@given(offset=st.floats(0.0, 1.0), steps=st.sampled_from([2000, 50000]))
+def test_fuzz_two_writers_of_one_output(offset, steps):
+    check_two_writers(offset, steps)
+
+
+@pytest.mark.slow
+@settings(max_examples=SLOW_PROC, **{**SETTINGS, "derandomize": False})
+@given(offset=st.floats(0.0, 5.0), steps=st.sampled_from([2000, 200000, 2000000]))
+def test_fuzz_two_writers_of_one_output_long(offset, steps):
+    check_two_writers(offset, steps)
+
+
+#: environments a command line meets: a numba cache folder it cannot write, one thread, the C locale, a
+#: temporary folder it cannot write
+ENVIRONMENTS = {"NUMBA_CACHE_DIR": "/proc/sgtune-no-cache", "NUMBA_NUM_THREADS": "1", "LC_ALL": "C",
+                "TMPDIR": "/proc/sgtune-no-tmp"}
+
+
+def check_environment(env_keys: list[str], command: str) -> None:
+    env = _env(**{k: ENVIRONMENTS[k] for k in env_keys})
+    with tempfile.TemporaryDirectory() as d:
+        args = (["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "300",
+                 "--chains", "2", "-q", "-o", str(Path(d) / "r.npz")] if command == "run"
+                else [*LAMBDA_Q, "-o", str(Path(d) / "l.npy")])
+        p = _popen(args, env=env)
+        out, err = p.communicate(timeout=600)
+        where = f"{env_keys} sgtune {command}\nexit {p.returncode}\nstderr:\n{err.decode(errors='replace')}"
+        assert p.returncode == 0, where
+        assert "Traceback" not in err.decode(errors="replace"), where
+        json.loads(out.decode("utf-8"), parse_constant=_no_constant)
+        err.decode("utf-8")  # the messages are UTF-8 whatever the locale
+        assert _outputs_left(Path(d)) == (["r.npz"] if command == "run" else ["l.npy"]), where
+
+
+@settings(max_examples=FAST_PROC, **SETTINGS)
+@given(env_keys=st.lists(st.sampled_from(sorted(set(ENVIRONMENTS) - {"NUMBA_CACHE_DIR"})), min_size=1, unique=True),
+       command=st.sampled_from(["run", "lambda"]))
+def test_fuzz_environment(env_keys, command):
+    """(An unwritable NUMBA_CACHE_DIR means compiling the kernels afresh, a minute: only in the long run; the
+    fast test_input_traps.py checks where the cache goes.)"""
+    check_environment(env_keys, command)
+
+
+@pytest.mark.slow
+@settings(max_examples=SLOW_PROC, **{**SETTINGS, "derandomize": False})
+@given(env_keys=st.lists(st.sampled_from(sorted(ENVIRONMENTS)), min_size=1, unique=True),
+       command=st.sampled_from(["run", "lambda"]))
+def test_fuzz_environment_long(env_keys, command):
+    check_environment(env_keys, command)
+
+
+#: what a user's model file may do that is none of sgtune's business (where: at import, or in per_sample_grads)
+MODEL_ACTS = {
+    "print": "print('a line from the model')",
+    "exit": "sys.exit(3)",
+    "argparse": "argparse.ArgumentParser().parse_args()",  # reads sys.argv: sgtune's options, except at import
+    "argparse-required": "p = argparse.ArgumentParser(); p.add_argument('--data', required=True); p.parse_args()",
+    "chdir": "os.chdir(os.path.dirname(os.path.abspath(__file__)))",
+    "raise": "raise ValueError('the model failed')",
+    "sibling": "import sibling_of_the_model",
+}
+
+
+def _model_source(acts: dict[str, str]) -> str:
+    at_import = acts.get("import", "pass")
+    in_grads = acts.get("grads", "pass")
+    return f"""
+import argparse, os, sys
+import numpy as np
+from sgtune.models import RankOneCurvature
+
+def _at_import():
+    {MODEL_ACTS.get(at_import, 'pass')}
+
+_at_import()
+
+
+class Model:
+    name = "fuzzed"
+    fit_method = "newton"
+
+    def per_sample_losses(self, theta, X, y):
+        eta = X @ theta
+        return np.logaddexp(0.0, eta) - y * eta
+
+    def per_sample_grads(self, theta, X, y):
+        if X.shape[0] < 100:  # on a minibatch: during the run
+            {MODEL_ACTS.get(in_grads, 'pass')}
+        p = 1.0 / (1.0 + np.exp(-(X @ theta)))
+        return (p - y)[:, None] * X
+
+    def curvature(self, theta, X, y):
+        p = 1.0 / (1.0 + np.exp(-(X @ theta)))
+        return RankOneCurvature(X, p * (1.0 - p))
+
+
+MODEL = Model()
+"""
+
+
+def check_model_file(at_import: str, in_grads: str, folder: Path) -> None:
+    models = folder / "models"
+    models.mkdir()
+    (models / "sibling_of_the_model.py").write_text("VALUE = 1\n")
+    f = models / "fuzzed.py"
+    f.write_text(_model_source({"import": at_import, "grads": in_grads}))
+    out = folder / "out"
+    out.mkdir()
+    cwd = os.getcwd()
+    r = CliRunner().invoke(main, ["run", "--example", "logistic", "--model", f"{f}:MODEL", "--batch-size", "32",
+                                  "--step-size", "0.01", "--steps", "60", "--chains", "2", "-q", "-o",
+                                  str(out / "r.npz")])
+    where = f"model: {at_import} at import, {in_grads} in per_sample_grads\nexit {r.exit_code}\nstderr:\n{r.stderr}"
+    assert os.getcwd() == cwd, where
+    assert r.exception is None or isinstance(r.exception, SystemExit), f"{where}\n{r.exc_info!r}"
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where
+    fails = {"exit", "argparse-required", "raise"} & {at_import} or {"exit", "argparse", "argparse-required",
+                                                                    "raise"} & {in_grads}
+    if not fails:
+        assert r.exit_code == 0, where
+        assert json.loads(r.stdout, parse_constant=_no_constant)["model"].startswith("fuzzed"), where
+        assert _outputs_left(out) == ["r.npz"], where
+        return
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
+    assert r.exit_code == 1 and r.stdout == "" and len(errors) == 1, where
+    assert r.stderr.strip().splitlines()[-1] == errors[0] and str(f) in errors[0], where
+    assert _outputs_left(out) == [], where
+
+
+@settings(max_examples=5, **SETTINGS)
+@given(at_import=st.sampled_from(["pass", *MODEL_ACTS]), in_grads=st.sampled_from(["pass", *MODEL_ACTS]))
+def test_fuzz_model_files(at_import, in_grads):
+    with tempfile.TemporaryDirectory() as d:
+        check_model_file(at_import, in_grads, Path(d))
+
+
+@pytest.mark.slow
+@settings(max_examples=SLOW_PROC, **{**SETTINGS, "derandomize": False})
+@given(at_import=st.sampled_from(["pass", *MODEL_ACTS]), in_grads=st.sampled_from(["pass", *MODEL_ACTS]))
+def test_fuzz_model_files_long(at_import, in_grads):
+    with tempfile.TemporaryDirectory() as d:
+        check_model_file(at_import, in_grads, Path(d))
