@@ -32,7 +32,7 @@ chain_options = _compose(
     click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
     click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
     click.option("--batches-per-chain", type=int, default=None,
-                 help="Segments per chain for batch-means standard errors (default ceil(32/C), rounded up to even: the halves of the non-stationarity check)."),
+                 help="Segments per chain for batch-means standard errors (default ceil(32/C), rounded up to even: the halves of the non-stationarity check). Each must be many autocorrelation times long: shorter ones make the standard errors too small (health: batch_length, a warning)."),
 )
 
 
@@ -209,7 +209,8 @@ def cli(**kw: Any) -> None:
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
     of the draws and below 100), nonstationary (each chain's second half against its first),
     prediction_check (sgld: the linearised chain's Σ(Λ); smile/psmile: (βH)⁻¹; within 5 %
-    and Monte Carlo error; D ≤ 200); every reason is a warning, and --strict exits 4.
+    and Monte Carlo error; D ≤ 200), batch_length (batches too short for the chains'
+    autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
     SMILE runs add (one entry per chain) step_size_final, rejection_fraction,
     energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
     psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.

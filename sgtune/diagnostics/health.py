@@ -17,6 +17,15 @@ travelling when they were summarised, or chains that disagree with what sgtune p
   the paired t-statistic t = d̄/(s_d/√C) is compared with the two-sided Bonferroni quantile of
   Student-t with C − 1 degrees of freedom over the 2D statistics at family-wise level
   :data:`ALPHA`. Needs C ≥ 3 chains with two halves each (else it is reported as not tested).
+* **batch_length** — the standard errors (and the ESS) are batch means over K = C·S segments of L_s
+  steps; they are right only when each batch is many integrated autocorrelation times τ long, else
+  they are too small (by √(1 − τ/(2L_s)) for L_s ≫ τ, by √(L_s/τ) for L_s ≪ τ). The run itself
+  measures τ: per coordinate, τ̂_S = (draws)·se²/var from the K short batches and τ̂_H from the 2C
+  chain halves (L_H = ⌊S/2⌋·L_s steps, the longest batches the summaries keep). The ratio
+  ρ = τ̂_S/τ̂_H is about 1 when the batches are long enough; :func:`batch_length_test` flags
+  min ρ below the lower α/D quantile of F(K − 1, 2C − 1) (the two estimates' degrees of freedom,
+  Bonferroni over D coordinates): the short batches see significantly less variance than the long
+  ones. Not tested with the default S (= 2 for C ≥ 16: the batches are the halves) or S = 1.
 * **prediction_check** — where sgtune has a prediction for the sampler, its covariance test
   (:func:`~sgtune.diagnostics.mcse.compare_covariance`) as computed by the caller; a check that
   carries a ``reason`` (e.g. the linearised chain is unstable at this Λ) fails with it.
@@ -31,10 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from .mcse import bonferroni_threshold
 
-__all__ = ["ChainHealth", "chain_health", "half_split_test", "ALPHA", "STEP_COLLAPSE", "ESS_FRACTION", "ESS_MIN"]
+__all__ = ["ChainHealth", "chain_health", "half_split_test", "batch_length_test", "ALPHA", "STEP_COLLAPSE",
+           "ESS_FRACTION", "ESS_MIN", "BATCH_TAUS"]
 
 #: family-wise false-alarm level of the half-split test on a stationary run
 ALPHA = 0.01
@@ -44,6 +55,9 @@ STEP_COLLAPSE = 1e-3
 ESS_FRACTION = 0.01
 #: … and below this many in all
 ESS_MIN = 100.0
+#: batches recommended when the batch-length test fails: at least this many autocorrelation times long
+#: (the batch-means variance is then low by about τ/(2L) ≤ 5 %)
+BATCH_TAUS = 10.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,51 @@ def half_split_test(half_means: Any, half_variances: Any, *, alpha: float = ALPH
             best = (float(t[i]), name, i)
     return {"t_max": best[0], "threshold": float(threshold), "passed": bool(best[0] <= threshold),
             "statistic": best[1], "coordinate": best[2], "chains": int(c), "alpha": float(alpha)}
+
+
+def batch_length_test(chains: Any, *, alpha: float = ALPHA) -> dict[str, Any] | None:
+    """Are the batches behind the standard errors long enough for the chains' autocorrelation? (module docstring)
+
+    Reads ``half_means`` (C, 2, D), ``cov``, ``ess``, ``n_batches``, ``n_steps``, ``burn_in`` and
+    ``settings["batches_per_chain"]`` of a :class:`~sgtune.sampler.ChainResult`. Returns ``None`` when
+    there is nothing to test (no halves, S ≤ 2, fewer than 2 usable chains), else a dict with
+    ``passed``, ``ratio`` (min ρ), ``threshold``, ``coordinate``, ``batch_steps`` (L_s), ``tau`` (τ̂_H of
+    that coordinate, in steps), ``tau_short`` (τ̂_S), ``se_factor`` (√(1/ρ): how much larger the standard
+    errors of the long batches are) and ``batches_per_chain_max`` (the most batches per chain that keep
+    each :data:`BATCH_TAUS` × the largest τ̂_H long; 0 when even the halves are too short).
+    """
+    hm = getattr(chains, "half_means", None)
+    settings = getattr(chains, "settings", None) or {}
+    S = int(settings.get("batches_per_chain", 0) or 0)
+    if hm is None or S <= 2:
+        return None
+    hm = np.asarray(hm, dtype=float)
+    ok = np.all(np.isfinite(hm), axis=(1, 2))
+    c = int(ok.sum())
+    post = int(chains.n_steps) - int(chains.burn_in)
+    var = np.diag(np.asarray(chains.cov, dtype=float))
+    ess = np.asarray(chains.ess, dtype=float)
+    k = int(chains.n_batches)
+    if c < 2 or post < S or k < 3:
+        return None
+    batch_steps = post / S
+    halves = hm[ok].reshape(2 * c, -1)
+    usable = np.isfinite(ess) & (ess > 0) & np.isfinite(var) & (var > 0)
+    if not usable.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau_short = np.where(usable, c * post / ess, np.nan)
+        tau_long = np.where(usable, (S // 2) * batch_steps * halves.var(axis=0, ddof=1) / var, np.nan)
+        ratio = np.where(usable & (tau_long > 0), tau_short / tau_long, np.inf)
+    i = int(np.argmin(ratio))
+    d = int(usable.sum())
+    threshold = float(stats.f.ppf(alpha / d, k - 1, 2 * c - 1))
+    tau_max = float(np.nanmax(tau_long))
+    return {"passed": bool(ratio[i] >= threshold), "ratio": float(ratio[i]), "threshold": threshold,
+            "coordinate": i, "batch_steps": float(batch_steps), "tau": float(tau_long[i]),
+            "tau_short": float(tau_short[i]), "se_factor": float(math.sqrt(1.0 / ratio[i])) if ratio[i] > 0 else math.inf,
+            "batches_per_chain_max": int(post // (BATCH_TAUS * tau_max)) if tau_max > 0 else S,
+            "batches_per_chain": S, "chains": c, "alpha": float(alpha)}
 
 
 def chain_health(chains: Any, *, initial_step_size: float | None = None,
@@ -146,6 +205,18 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
                            f"{split['coordinate']} differs between the first and second half of the chains "
                            f"(|t| = {split['t_max']:.3g} > {split['threshold']:.3g}); run longer or with a "
                            "longer burn-in")
+
+    batches = batch_length_test(chains, alpha=alpha)
+    if batches is not None:
+        details["batch_length"] = batches
+        if not batches["passed"]:
+            fix = (f"use at most {batches['batches_per_chain_max']} `batches_per_chain`"
+                   if batches["batches_per_chain_max"] >= 2 else "run longer and leave `batches_per_chain` at its default")
+            reasons.append(f"the standard errors come from batches of {batches['batch_steps']:.3g} steps, but the "
+                           f"chains' autocorrelation time is about {batches['tau']:.3g} steps (coordinate "
+                           f"{batches['coordinate']}): the standard errors are about {batches['se_factor']:.2g}× too "
+                           f"small and the effective sample size {batches['se_factor'] ** 2:.2g}× too large; {fix} "
+                           f"(batches of at least {BATCH_TAUS:g} autocorrelation times)")
 
     if prediction_check is not None and prediction_check.get("reason"):
         reasons.append(str(prediction_check["reason"]))

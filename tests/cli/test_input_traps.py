@@ -5,6 +5,7 @@ one ``Error: …`` line naming the file or option and the fix, or is handled as 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import stat
@@ -413,3 +414,72 @@ def test_no_writable_numba_cache_falls_back_to_a_temporary_folder_or_no_cache(tm
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     else:
         assert cache_on == "False"
+
+
+# ------------------------------------------------------------------- batches shorter than the chain's memory
+def _ar1_summary(rng, *, chains, segments, seg_len, tau, dim=3):
+    """What the sampler summarises (segment means → standard errors, ESS, chain halves) for AR(1) chains
+    x_t = φ x_{t−1} + √(1−φ²) ε_t with integrated autocorrelation time τ = (1 + φ)/(1 − φ), unit variance."""
+    from types import SimpleNamespace
+
+    from scipy.signal import lfilter
+
+    phi = (tau - 1.0) / (tau + 1.0)
+    steps = segments * seg_len
+    eps = rng.standard_normal((chains, steps, dim))
+    x0 = rng.standard_normal((chains, 1, dim))  # a stationary start
+    x = lfilter([math.sqrt(1 - phi**2)], [1.0, -phi], eps, axis=1, zi=phi * x0)[0]
+    means = x.reshape(chains, segments, seg_len, dim).mean(axis=2)
+    k = chains * segments
+    se2 = means.reshape(k, dim).var(axis=0, ddof=1) / k
+    cov = np.cov(x.reshape(-1, dim).T, bias=True)
+    h = segments // 2
+    halves = np.stack([means[:, :h].mean(axis=1), means[:, segments - h:].mean(axis=1)], axis=1)
+    return SimpleNamespace(half_means=halves, cov=cov, ess=np.diag(cov) / se2, n_batches=k, n_steps=steps,
+                           burn_in=0, settings={"batches_per_chain": segments}, n_chains=chains,
+                           diverged_at=-np.ones(chains, dtype=int), step_size_final=None, half_variances=None)
+
+
+def test_batch_length_test_false_alarm_rate_is_at_most_alpha():
+    """Batches of 40 τ: the standard errors are right; the family-wise alarm rate over 300 replicates stays
+    within α plus three binomial standard errors."""
+    from sgtune.diagnostics.health import ALPHA, batch_length_test
+
+    rng = np.random.default_rng(3)
+    reps = 300
+    alarms = sum(not batch_length_test(_ar1_summary(rng, chains=8, segments=16, seg_len=200, tau=5.0))["passed"]
+                 for _ in range(reps))
+    assert alarms / reps <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / reps)
+
+
+def test_batch_length_test_flags_batches_of_a_tenth_of_tau_and_estimates_tau():
+    from sgtune.diagnostics.health import batch_length_test
+
+    rng = np.random.default_rng(4)
+    out = [batch_length_test(_ar1_summary(rng, chains=8, segments=400, seg_len=5, tau=50.0)) for _ in range(20)]
+    assert all(not o["passed"] for o in out)
+    # τ from the chain halves (1000 steps = 20 τ; 15 degrees of freedom): the median within a factor 1.5
+    assert 50.0 / 1.5 < np.median([o["tau"] for o in out]) < 50.0 * 1.5
+    # batch means of 5 steps see about L/τ of the variance: the standard errors are √(τ/L) ≈ 3× too small
+    assert 2.0 < np.median([o["se_factor"] for o in out]) < 4.5
+    # the advice: batches of ≥ 10 τ, i.e. at most 2000 / (10 · 50) = 4 per chain, up to the noise of τ̂
+    assert all(1 <= o["batches_per_chain_max"] <= 8 for o in out)
+
+
+def test_run_with_too_many_batches_per_chain_warns_and_strict_exits_4():
+    """The logistic example at λ = 0.05 has τ ≈ 2/(λ·λ_min(H)) ≈ 240 steps: 2000 batches per chain are
+    9-step batches, whose standard errors are ≈ 5× too small. The run says so (a warning, also with -q),
+    and --strict exits 4; the default 8 batches per chain (2250 steps ≈ 9 τ) give no such warning."""
+    base = ["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.05", "--steps", "20000",
+            "--chains", "4", "-q"]
+    r = invoke([*base, "--batches-per-chain", "2000"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    check = doc["health"]["batch_length"]
+    assert not check["passed"] and check["batch_steps"] == 9.0 and check["se_factor"] > 3
+    warning = next(w for w in doc["warnings"] if "autocorrelation time" in w)
+    assert "--batches-per-chain" in warning and "batches_per_chain" not in warning
+    assert f"warning: {warning}" in r.stderr
+    assert invoke([*base, "--batches-per-chain", "2000", "--strict"]).exit_code == 4
+    r = invoke(base)
+    assert r.exit_code == 0 and "autocorrelation time" not in r.stderr, r.stderr
