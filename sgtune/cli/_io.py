@@ -295,11 +295,16 @@ def _check_folder_name(text: str, option: str) -> None:
 
 def _check_suffix(text: str, option: str) -> None:
     """A usage error (exit 2) for an output whose name does not end the way what ``option`` writes does
-    (an explicit ``--format`` names the format of ``-o`` instead: then any name not claiming another)."""
+    (an explicit ``--format`` names the format of ``-o`` instead: then any name not claiming another;
+    ``--json`` writes text, so any name not ending like another format's file is accepted)."""
     ctx = click.get_current_context(silent=True)
     if option == "--output" and ctx is not None and ctx.params.get("out_format"):
         return
     suffixes = output_suffixes(option)
+    if option == "--json":  # JSON is text: any name (out.txt, report.log) except one claiming another format
+        others = tuple(x for x in _WRITES if x not in suffixes)
+        if not text.lower().endswith(others):
+            return
     if suffixes and not text.lower().endswith(suffixes):
         what = " or ".join(_WRITES.get(x, x) for x in suffixes)
         raise click.UsageError(f"{option} {text}: this option writes {what}; give a file name ending in "

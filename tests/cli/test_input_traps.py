@@ -151,6 +151,8 @@ def test_documented_output_names_are_accepted(tmp_path):
     assert np.load(tmp_path / "T.NPZ")["draws"].shape == (2, 1, 5)
     r = invoke([*RUN, "--format", "npz", "-o", str(tmp_path / "trace.dat")])  # --format names the format
     assert r.exit_code == 0 and np.load(tmp_path / "trace.dat")["mean"].shape == (5,), r.stderr
+    r = invoke([*LAMBDA, "--json", str(tmp_path / "report.txt")])  # JSON is text: any name not claiming another format
+    assert r.exit_code == 0 and json.loads((tmp_path / "report.txt").read_text())["dim"] == 5, r.stderr
 
 
 def test_json_dash_is_stdout(tmp_path, monkeypatch):
