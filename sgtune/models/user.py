@@ -145,7 +145,7 @@ def guarded(fn: Callable[..., Any], subject: str, cwd: str, method: str = "") ->
 
 class UserModel:
     """A user's model object with its source (``file.py:NAME``) for messages; every attribute is forwarded,
-    its methods :func:`guarded` (an error names the file and the method)."""
+    its methods ``guarded`` (an error names the file and the method)."""
 
     def __init__(self, model: Any, source: str, cwd: str | None = None) -> None:
         self.model = model

@@ -71,7 +71,7 @@ import numba
 
 __all__ = ["njit", "njit_fma", "njit_parallel", "prange", "component", "component_fma", "NJIT_OPTIONS",
            "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
-           "package_stamp", "CORE_MODULES"]
+           "package_stamp", "CORE_MODULES", "ensure_cache_location"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
 #: NJIT_OPTIONS with FMA contraction only (module docstring)
