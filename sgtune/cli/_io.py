@@ -7,6 +7,7 @@ import functools
 import math
 import os
 import re
+import shlex
 import sys
 import tempfile
 import warnings
@@ -441,5 +442,6 @@ def info(message: str, quiet: bool = False) -> None:
 
 
 def command_line() -> str:
-    """The exact command, for provenance in artifacts."""
-    return " ".join(["sgtune", *sys.argv[1:]])
+    """The exact command, for provenance in artifacts: the arguments this invocation received (also
+    when called in-process, as ``main([...])`` or click's test runner), shell-quoted so it can be re-run."""
+    return shlex.join(["sgtune", *(ARGV.get() or tuple(sys.argv[1:]))])

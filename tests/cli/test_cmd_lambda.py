@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -45,6 +46,8 @@ def test_headline_example_and_output_file(tmp_path):
     e = expand(get_model("linear"), example("hetero-linear"))
     np.testing.assert_allclose(predict_stationary_cov(e, lam, batch_size=64).cov, doc["target_cov"], rtol=1e-9)
     assert "Λ (20×20" in r.stderr
+    # provenance: the arguments this call received, quoted for the shell (not the test runner's sys.argv)
+    assert doc["command"] == "sgtune lambda --example hetero-linear --batch-size 64 -o " + shlex.quote(str(out))
 
 
 def test_csv_logistic_sgld_and_json_file(tmp_path, csv_file):

@@ -27,10 +27,12 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import click
 import numpy as np
@@ -596,9 +598,11 @@ def check_model_file(at_import: str, in_grads: str, folder: Path) -> None:
     out = folder / "out"
     out.mkdir()
     cwd = os.getcwd()
-    r = CliRunner().invoke(main, ["run", "--example", "logistic", "--model", f"{f}:MODEL", "--batch-size", "32",
-                                  "--step-size", "0.01", "--steps", "60", "--chains", "2", "-q", "-o",
-                                  str(out / "r.npz")])
+    args = ["run", "--example", "logistic", "--model", f"{f}:MODEL", "--batch-size", "32", "--step-size", "0.01",
+            "--steps", "60", "--chains", "2", "-q", "-o", str(out / "r.npz")]
+    # the model reads sys.argv as it would under `sgtune run ...`, not pytest's arguments (which vary by invocation)
+    with mock.patch.object(sys, "argv", ["sgtune", *args]):
+        r = CliRunner().invoke(main, args)
     where = f"model: {at_import} at import, {in_grads} in per_sample_grads\nexit {r.exit_code}\nstderr:\n{r.stderr}"
     assert os.getcwd() == cwd, where
     assert r.exception is None or isinstance(r.exception, SystemExit), f"{where}\n{r.exc_info!r}"
