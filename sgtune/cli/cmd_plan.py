@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..core._refs import references_of
+from ..core.config import Dynamics
 from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import predict_stationary_cov
@@ -135,10 +136,9 @@ def cli(**kw: Any) -> None:
     if check:
         st = best.stationary
         if st is None:  # the large-D dense path skipped the forward solve: its Σ(Λ) is Σ* by construction
-            st = predict_stationary_cov(prob.expansion, best.step_matrix, batch_size=best.batch_size,
-                                        inv_temperature=best.inverse_temperature,
-                                        without_replacement=best.batching != "replacement", momentum=best.momentum,
-                                        initial_guess=p.target_cov, radius_bound=True)
+            dynamics = Dynamics(best.step_matrix, best.batch_size, inv_temperature=best.inverse_temperature,
+                                momentum=best.momentum, batching=best.batching)
+            st = predict_stationary_cov(prob.expansion, dynamics, initial_guess=p.target_cov, radius_bound=True)
         app: dict[str, Any] = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
     else:
         why = ("--no-applicability" if kw["applicability"] is False

@@ -1,7 +1,7 @@
 """Repair a tuned Λ on short real chains where the chain stays local but the loss is not quadratic.
 
-The tuning map target ↦ Λ(target) ↦ Σ_proxy(Λ) is the identity for the linearised chain (seed 003,
-Algorithm 1), so the theory's own sensitivity of the stationary covariance to the tuning target is the
+The tuning map target ↦ Λ(target) ↦ Σ_proxy(Λ) is the identity for the linearised chain (Wang, Ding &
+Huggins 2026, Algorithm 1), so the theory's own sensitivity of the stationary covariance to the tuning target is the
 identity, and the Newton step for the chain's map target ↦ Σ_chain is the defect correction
 
     target_{k+1} = target_k + (Σ* − Σ̂_k),    Λ_{k+1} = tune(target_{k+1}),
@@ -107,9 +107,7 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
             cand = G @ target @ G.T
             cand = 0.5 * (cand + cand.T)
             try:
-                nxt = tune(expansion, batch_size=st.batch_size, target=cand, method=current.method,
-                           family=current.family, inv_temperature=st.inv_temperature,
-                           without_replacement=st.without_replacement, momentum=st.momentum)
+                nxt = tune(expansion, current.dynamics, target=cand, method=current.method, family=current.family)
             except SgtuneError:
                 continue
             target = cand
