@@ -1,12 +1,15 @@
 """The theory takes the run configuration (one Dynamics); the keyword forms of 0.1 still work.
 
 Each old form must emit exactly one DeprecationWarning that names the new form and give the same numbers,
-bit for bit, as the new form. A TuningResult records the configuration that tuned it.
+bit for bit, as the new form. A TuningResult records the configuration that tuned it, and
+``sgtune.workflows.refine.refine`` re-tunes with exactly that configuration (the block family's blocks
+and the criterion included), independently of the command line.
 """
 from __future__ import annotations
 
 import math
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -145,3 +148,32 @@ def test_tuning_result_records_its_configuration(e):
     np.testing.assert_array_equal(again.step_matrix, res.step_matrix)
     assert again.family_criterion == "discrepancy" and [b.tolist() for b in again.blocks] == [[0, 1], [2, 3, 4]]
     assert tuning.tune(e, Dynamics(None, 16), family="diagonal", family_criterion="moment").family_criterion == "moment"
+
+
+def test_refine_retunes_the_block_family_with_its_blocks(e, monkeypatch):
+    """The chains are replaced by a fake measurement Σ̂ = 1.1 Σ* (small MCSE): one correction round must re-tune
+    the *block* family over the *given* blocks with the *given* criterion (before, refine dropped the blocks, the
+    re-tune failed for every damping and the first Λ came back unchanged)."""
+    from sgtune.workflows import refine as refine_mod
+
+    blocks = [[0, 2], [1, 3, 4]]  # not the model's own (a GLM has none)
+    res = tuning.tune(e, Dynamics(None, 16), family="block", blocks=blocks, family_criterion="moment")
+    calls = []
+
+    def fake_run_chains(*args, **kw):
+        calls.append(args)
+        return SimpleNamespace(cov=1.1 * res.target_cov, cov_standard_error=1e-6 * np.abs(res.target_cov))
+
+    monkeypatch.setattr(refine_mod, "run_chains", fake_run_chains)
+    new, rounds = refine_mod.refine(None, None, e, res, rounds=2)
+    assert len(rounds) == 2 and len(calls) == 2
+    assert rounds[0].lambda_change > 0  # re-tuned
+    assert new.family == "block" and new.family_criterion == "moment" and new.method == res.method
+    assert [b.tolist() for b in new.blocks] == blocks
+    assert new.dynamics.batch_size == 16
+    off = np.ones((e.dim, e.dim), dtype=bool)
+    for b in blocks:
+        off[np.ix_(b, b)] = False
+    assert np.all(new.step_matrix[off] == 0) and not np.allclose(new.step_matrix, res.step_matrix)
+    # the corrected target is the congruence G Σ* Gᵀ with G Σ̂ Gᵀ = Σ*: Σ̂ = 1.1 Σ* gives Σ*/1.1
+    np.testing.assert_allclose(new.target_cov, res.target_cov / 1.1, rtol=1e-10)

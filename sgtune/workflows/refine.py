@@ -25,7 +25,7 @@ from ..io.data import Dataset
 from ..models import Expansion
 from ..sampler import run_chains
 from ..theory.stationary import equilibration_steps
-from ..theory.tuning import TuningResult, tune
+from ..theory.tuning import TuningResult
 
 __all__ = ["RefineRound", "refine", "MC_TARGET"]
 
@@ -75,6 +75,9 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
            progress: Any = None) -> tuple[TuningResult, list[RefineRound]]:
     """Correct ``tuned`` (a :func:`~sgtune.theory.tuning.tune` result) on chains; see the module docstring.
 
+    Each round re-tunes with exactly ``tuned``'s configuration (:meth:`TuningResult.retune`: its dynamics,
+    method, family, blocks and family criterion); only the target moves.
+
     Returns the last tuning result (its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
     *proxy's* covariance for that Λ, not Σ*) and the rounds.
     """
@@ -106,8 +109,8 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
             G = _power_general(G, damping)                       # chain's covariance onto the target
             cand = G @ target @ G.T
             cand = 0.5 * (cand + cand.T)
-            try:
-                nxt = tune(expansion, current.dynamics, target=cand, method=current.method, family=current.family)
+            try:  # the same dynamics, method, family, blocks and criterion: only the target moves
+                nxt = current.retune(expansion, cand)
             except SgtuneError:
                 continue
             target = cand
