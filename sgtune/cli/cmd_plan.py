@@ -16,7 +16,7 @@ from ..theory.stationary import predict_stationary_cov
 from ..theory.tuning import FAMILIES, tune
 from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
 from ._applicability import applicability_report, skipped_report
-from ._io import _atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
+from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
 from ._options import data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
     parse_inv_temperature, temperature_json
 from ._plot import check_plot, render_plot, write_plot
@@ -163,7 +163,7 @@ def cli(**kw: Any) -> None:
     png = render_plot(kw, lambda: _figure(rows, p, front, prob, tol))
     emit(doc, kw["json_path"])
     if csv_text is not None:
-        _atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
+        atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
     write_plot(kw, png)
     info(table, bool(kw["quiet"]))
 
