@@ -176,3 +176,18 @@ def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
     got = _private_uses(f, "sgtune.theory")
     assert got == ["sgtune.theory.stationary._build_system", "sgtune.theory.stationary._System",
                    "sgtune.theory.tuning._Family"], got
+
+
+# --------------------------------------------------------------------------- short functions in theory/
+MAX_FUNCTION_LINES = 100
+
+
+def test_theory_functions_are_at_most_100_lines():
+    long = []
+    for path in sorted((PKG / "theory").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"theory/{path.name}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, "split these functions (at most 100 lines, docstring included):\n" + "\n".join(long)
