@@ -55,7 +55,8 @@ def problem():
 
 def tuned(e, family, kappa, sgld):
     beta = 4.0 * N if sgld else math.inf
-    res = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa), family=family, blocks=BLOCKS if family == "block" else None)
+    res = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa), family=family,
+               blocks=BLOCKS if family == "block" else None)
     lam = step_matrix(res, blocks=BLOCKS if family == "block" else None)
     pred = predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta, momentum=kappa)).cov
     return lam, beta, pred

@@ -129,7 +129,8 @@ def test_nystrom_preconditioner_changes_speed_not_the_answer():
     w = rng.uniform(0.05, 0.25, m)
     c = rng.standard_normal(m)
     gam = rng.uniform(0.5, 2.0, d)
-    out = {r: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 4), probes=8, seed=3, cg_tol=1e-11, preconditioner_rank=r) for r in (0, 12, d)}
+    out = {r: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 4), probes=8, seed=3, cg_tol=1e-11,
+                                            preconditioner_rank=r) for r in (0, 12, d)}
     for r in (12, d):
         np.testing.assert_allclose(out[r].diagonal, out[0].diagonal, rtol=1e-8)
         assert out[r].preconditioner_rank == r

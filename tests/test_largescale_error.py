@@ -47,7 +47,8 @@ def _problem(m=200, d=12, seed=0, low_rank=None, iso=0.02, prior=2.0):
 
 def _lam(U, w, c, gam, B, beta=math.inf, wor=False):
     """A diagonal Λ from the matrix-free route (many probes: close to the closed form)."""
-    return posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B, inv_temperature=beta, batching=bool(wor)), probes=512, seed=7).diagonal
+    return posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B, inv_temperature=beta, batching=bool(wor)),
+                                         probes=512, seed=7).diagonal
 
 
 def _dense(e, lam, B, beta=math.inf, wor=False):
@@ -75,7 +76,8 @@ def test_full_basis_reproduces_the_dense_stationary_covariance(beta, wor):
     B = 8
     lam = _lam(U, w, c, gam, B, beta, wor)
     S, _, _ = _dense(e, lam, B, beta, wor)
-    ref = predict_stationary_cov(e, Dynamics(np.diag(lam), B, inv_temperature=beta, batching=bool(wor)), method="direct")
+    ref = predict_stationary_cov(e, Dynamics(np.diag(lam), B, inv_temperature=beta, batching=bool(wor)),
+                                 method="direct")
     delta = ref.cov - S
     assert np.linalg.norm(delta) > 1e-2 * np.linalg.norm(S)  # a diagonal Λ misses the target: Δ is not trivial
     op = _RankOneCurvature(U, w, gam / e.n_data)
@@ -113,7 +115,8 @@ def test_probe_estimate_of_the_target_norm_is_unbiased_and_the_error_consistent(
     S = np.linalg.inv(e.hessian) / e.n_data
     exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B), method="direct").cov - S) \
         / np.linalg.norm(S)
-    reps = [posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=e.dim, probes=8, seed=s)
+    reps = [posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=e.dim, probes=8,
+                                       seed=s)
             for s in range(40)]
     t = np.array([r.target_norm**2 for r in reps])
     exact = np.linalg.norm(S) ** 2
@@ -137,7 +140,8 @@ def test_realistic_rank_on_a_gauss_newton_like_problem(basis):
     S = np.linalg.inv(e.hessian) / e.n_data
     ref = predict_stationary_cov(e, Dynamics(np.diag(lam), B))
     exact_err = np.linalg.norm(ref.cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=24, basis=basis, probes=512)
+    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=24, basis=basis,
+                                     probes=512)
     assert est.rank == 24 and est.basis == basis and est.solve_residual < 1e-6
     assert est.basis_vectors.shape == (60, 24)
     np.testing.assert_allclose(est.basis_vectors.T @ est.basis_vectors, np.eye(24), atol=1e-10)

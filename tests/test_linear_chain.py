@@ -77,7 +77,8 @@ def _spd(rng, d, scale):
 def test_the_chain_solves_the_dense_kronecker_system(rng, model, beta, wor, kappa):
     e = _problem(model, rng)
     lam = _spd(rng, e.dim, 0.05 if model == "linear" else 0.3)
-    dyn = Dynamics(lam, 6, inv_temperature=beta, momentum=kappa, batching="without-replacement" if wor else "replacement")
+    dyn = Dynamics(lam, 6, inv_temperature=beta, momentum=kappa,
+                   batching="without-replacement" if wor else "replacement")
     S_bf, rho_bf = _brute_force(e, lam, 6, beta, wor, kappa)
     chain = LinearChain.of(e, dyn)
     F, E, Q0, _ = _pieces(e, lam, 6, beta, wor, kappa)

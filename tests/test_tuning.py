@@ -112,7 +112,8 @@ def test_methods_coincide_in_one_dimension_without_noise_terms():
     rng = np.random.default_rng(1)
     e = expand(get_model("linear"), make_dataset(rng.standard_normal((30, 2)), rng.standard_normal(30)))
     a = tune(e, Dynamics(None, 30, inv_temperature=1e3, batching="without-replacement"), target="posterior")
-    b = tune(e, Dynamics(None, 30, inv_temperature=1e3, batching="without-replacement"), target="posterior", method="dq-const")
+    b = tune(e, Dynamics(None, 30, inv_temperature=1e3, batching="without-replacement"), target="posterior",
+             method="dq-const")
     np.testing.assert_allclose(a.step_matrix, b.step_matrix, rtol=1e-12)
     # closed form: Λ(2HΣ − ΛHΣH) = 2Λ/β with Σ = H⁻¹/N ⇒ Λ = 2(1 − N/β)H⁻¹ ... solve the scalar family in 1-D
     S = a.target_cov

@@ -150,7 +150,8 @@ def test_block_family_extremes_are_dense_and_diagonal():
     one = tune(e, Dynamics(None, B), family="block", blocks=[[0, 1, 2, 3]])
     # the one-block family contains the exact dense Λ: the optimum reaches the target
     assert one.covariance_error < 1e-7
-    np.testing.assert_allclose(one.step_matrix, dense.step_matrix, rtol=1e-5, atol=1e-7 * np.abs(dense.step_matrix).max())
+    np.testing.assert_allclose(one.step_matrix, dense.step_matrix, rtol=1e-5,
+                               atol=1e-7 * np.abs(dense.step_matrix).max())
     singles = tune(e, Dynamics(None, B), family="block", blocks=[[2], [0], [3], [1]])
     diag = tune(e, Dynamics(None, B), family="diagonal")
     np.testing.assert_allclose(singles.step_matrix, diag.step_matrix, rtol=1e-5, atol=0)
@@ -172,7 +173,8 @@ def test_diagonal_family_with_momentum_and_sgld_improves_on_its_start():
     dense = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa)).step_matrix
     start = predict_stationary_cov(e, Dynamics(np.diag(np.diag(dense)), B, inv_temperature=beta, momentum=kappa)).cov
     assert crit_of(S, res.predicted_cov) < crit_of(S, start)
-    np.testing.assert_allclose(res.predicted_cov, predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta, momentum=kappa)).cov, rtol=1e-12)
+    again = predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta, momentum=kappa)).cov
+    np.testing.assert_allclose(res.predicted_cov, again, rtol=1e-12)
 
 
 def test_load_blocks_validation(tmp_path):

@@ -151,7 +151,8 @@ def test_covariance_from_target_matches_the_augmented_solve(d, kappa, beta, fami
     blocks = [list(range(0, d, 2)), list(range(1, d, 2))] if family == "block" else None
     lam = structured_momentum_step_matrix(e.hessian, S, M, family=family, momentum=kappa, inv_temperature=beta,
                                           blocks=blocks)
-    st = stationary_cov_from_target_momentum(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching=bool(wor)), S, M, tol=1e-10)
+    st = stationary_cov_from_target_momentum(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa,
+                                                         batching=bool(wor)), S, M, tol=1e-10)
     ref = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching=bool(wor)))
     rel = np.linalg.norm(st.cov - ref.cov) / np.linalg.norm(ref.cov)
     assert rel < COV_RTOL
@@ -188,7 +189,8 @@ def test_tune_moment_with_momentum_at_any_dimension(problem, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(tuning, "solve_momentum_step_matrix", no_dense)
-        res = tune(e, Dynamics(None, 32, inv_temperature=beta, momentum=kappa), family="diagonal", family_criterion="moment")
+        res = tune(e, Dynamics(None, 32, inv_temperature=beta, momentum=kappa), family="diagonal",
+                   family_criterion="moment")
     assert "closed form" in res.criterion and "momentum" in res.criterion
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="diagonal", momentum=kappa, inv_temperature=beta)
     np.testing.assert_array_equal(res.step_matrix, lam)
@@ -271,7 +273,9 @@ def test_radius_bound_against_exact_eigenvalues_where_arpack_misleads():
     S = e.sandwich_cov()
     M = noise_covariance(e, S, Dynamics(None, B, batching="without-replacement"))
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="scalar", momentum=kappa, inv_temperature=beta)
-    st = stationary_cov_from_target_momentum(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching="without-replacement"), S, M, tol=1e-10)
-    ref = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching="without-replacement"), method="direct")
+    st = stationary_cov_from_target_momentum(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa,
+                                                         batching="without-replacement"), S, M, tol=1e-10)
+    ref = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa,
+                                             batching="without-replacement"), method="direct")
     assert ref.spectral_radius <= st.spectral_radius < 1
     assert np.linalg.norm(st.cov - ref.cov) < COV_RTOL * np.linalg.norm(ref.cov)
