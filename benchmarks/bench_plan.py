@@ -35,6 +35,7 @@ from sgtune.models import expand, get_model
 from sgtune.theory.mcerror import cov_error_constant
 from sgtune.theory.tuning import tune
 from sgtune.workflows.plan import plan_run
+from sgtune.core.config import Dynamics
 
 
 def synthetic(D: int, N: int, seed: int = 0):
@@ -78,7 +79,7 @@ def table_constant(dims: list[int], repeat: int) -> None:
         ds, model = synthetic(D, max(5 * D, 2000))
         e = expand(model, ds, 1.0)
         for kappa in (0.0, 0.5):
-            res = tune(e, batch_size=32, momentum=kappa) if D <= 300 or kappa == 0 else None
+            res = tune(e, Dynamics(None, 32, momentum=kappa)) if D <= 300 or kappa == 0 else None
             if res is None:
                 print(f"{D:>5} {kappa:>4g}   (momentum tuning at D = {D} takes minutes: not run)")
                 continue
