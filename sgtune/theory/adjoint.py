@@ -85,7 +85,7 @@ class GradientEvaluator:
     """Λ ↦ (φ(Σ(Λ)), ∇_Λφ) for repeated evaluations (caches the D²×D² noise kernel for small systems).
 
     ``dynamics`` gives B, β, κ and the batching of the chain (its ``step`` is not used: each
-    :meth:`evaluate` takes a Λ). ``evaluate`` returns None when the chain with this Λ is not
+    ``evaluate`` takes a Λ). It returns None when the chain with this Λ is not
     second-moment stable (decided, as in :func:`sgtune.theory.stationary.stationary_cov_evaluator`,
     by ρ(F) < 1 and a positive-definite solution S, valid when Q₀ ≻ 0).
     """
