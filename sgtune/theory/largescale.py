@@ -80,7 +80,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..core._refs import cites
-from ..core._validation import as_float_array, check_int, check_positive, check_probability
+from ..core._validation import as_float_array, check_int
 from ..core.errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError,
                       UnstableStepSizeError)
 from ..core.config import Dynamics
