@@ -11,6 +11,7 @@ from sgtune.models import get_model, expand
 from sgtune.theory.tuning import tune
 from sgtune.theory.applicability import applicability
 from sgtune.sampler.verify import verify_stationary_cov
+from sgtune.core.config import Dynamics
 
 def std(X): 
     s = X.std(0); s[s == 0] = 1; return (X - X.mean(0)) / s
@@ -67,7 +68,7 @@ def main(names=None, steps_cap=1_000_000):
         try:
             e = expand(model, ds, prior)
             beta = ds.n_data if target == "posterior" else math.inf
-            res = tune(e, batch_size=B, target=target, inv_temperature=beta)
+            res = tune(e, Dynamics(None, B, inv_temperature=beta), target=target)
             a = applicability(model, ds, e, res.stationary, target_cov=res.target_cov)
             d = a.to_dict(); d.pop("thresholds")
             row.update(applicable=a.applicable, reasons=list(a.reasons), deviation=a.predicted_deviation,

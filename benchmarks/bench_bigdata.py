@@ -45,12 +45,13 @@ t = time.perf_counter()
 if mode == "in-memory":
     from sgtune.io.data import make_dataset
     from sgtune.models import expand, get_model
+    from sgtune.core.config import Dynamics
     from sgtune.theory.tuning import tune
     X = np.load(args["dir"] + "/X.npy")[: args["n"]]
     y = np.load(args["dir"] + "/y.npy")[: args["n"]]
     ds = make_dataset(X, y)
     del X, y
-    lam = tune(expand(get_model("logistic"), ds, args["prior"]), batch_size=args["batch"]).step_matrix
+    lam = tune(expand(get_model("logistic"), ds, args["prior"]), Dynamics(None, args["batch"])).step_matrix
     np.save(args["out"], lam)
 else:
     extra = ["--scheduler", "local"] if mode == "dask-local" else []

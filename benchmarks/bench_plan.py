@@ -32,9 +32,11 @@ from _timing import timed
 
 from sgtune.io.data import make_dataset
 from sgtune.models import expand, get_model
+from sgtune.theory.linear_chain import LinearChain
 from sgtune.theory.mcerror import cov_error_constant
 from sgtune.theory.tuning import tune
 from sgtune.workflows.plan import plan_run
+from sgtune.core.config import Dynamics
 
 
 def synthetic(D: int, N: int, seed: int = 0):
@@ -78,14 +80,14 @@ def table_constant(dims: list[int], repeat: int) -> None:
         ds, model = synthetic(D, max(5 * D, 2000))
         e = expand(model, ds, 1.0)
         for kappa in (0.0, 0.5):
-            res = tune(e, batch_size=32, momentum=kappa) if D <= 300 or kappa == 0 else None
+            res = tune(e, Dynamics(None, 32, momentum=kappa)) if D <= 300 or kappa == 0 else None
             if res is None:
                 print(f"{D:>5} {kappa:>4g}   (momentum tuning at D = {D} takes minutes: not run)")
                 continue
             st = res.stationary
-            F, S, lam = st.transition, st.augmented_cov, st.step_matrix
-            t_s, (val, route) = timed(lambda: cov_error_constant(F, S, dim=D, step_matrix=lam, momentum=kappa),
-                                      repeat)
+            F, S = st.transition, st.augmented_cov
+            chain = LinearChain.of(e, res.dynamics)  # the tuned chain: its F is st.transition
+            t_s, (val, route) = timed(lambda: cov_error_constant(chain, S), repeat)
             m = F.shape[0]
             # ρ(F)² ≤ ρ of the second-moment map: its square root estimates ρ(F) without an m×m eigensolve
             rho = float(np.max(np.abs(np.linalg.eigvals(F)))) if m <= 400 else math.sqrt(st.spectral_radius)

@@ -42,6 +42,7 @@ from _timing import timed
 from sgtune.models import Expansion
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import closed_form_step_matrix, solve_step_matrix, tuning_residual
+from sgtune.core.config import Dynamics
 
 
 def logistic_expansion(n: int, d: int, seed: int = 0) -> Expansion:
@@ -57,7 +58,7 @@ def logistic_expansion(n: int, d: int, seed: int = 0) -> Expansion:
 
 
 def tune_dq_exact(e: Expansion, S: np.ndarray, B: int) -> np.ndarray:
-    R = noise_covariance(e, S, batch_size=B) + e.hessian @ S @ e.hessian
+    R = noise_covariance(e, S, Dynamics(None, B)) + e.hessian @ S @ e.hessian
     return solve_step_matrix(e.hessian, S, R)
 
 
@@ -65,7 +66,7 @@ def hybr(e: Expansion, S: np.ndarray, B: int, start: np.ndarray) -> np.ndarray:
     """The paper's stated method: scipy.optimize.root(hybr) on vec(Λ) (D² unknowns) of eq. (11)."""
     d = S.shape[0]
     H = e.hessian
-    R = noise_covariance(e, S, batch_size=B) + H @ S @ H
+    R = noise_covariance(e, S, Dynamics(None, B)) + H @ S @ H
 
     def f(v):
         L = v.reshape(d, d)
@@ -104,9 +105,9 @@ def main() -> None:
         e = logistic_expansion(n, d)
         S = e.sandwich_cov()
         t_ours, lam = timed(lambda: tune_dq_exact(e, S, B))
-        R = noise_covariance(e, S, batch_size=B) + e.hessian @ S @ e.hessian
+        R = noise_covariance(e, S, Dynamics(None, B)) + e.hessian @ S @ e.hessian
         r_ours = tuning_residual(lam, e.hessian, S, R)
-        t_cf, lam_cf = timed(lambda: closed_form_step_matrix(e, S, batch_size=B))
+        t_cf, lam_cf = timed(lambda: closed_form_step_matrix(e, Dynamics(None, B), S))
         r_cf = tuning_residual(lam_cf, e.hessian, S, R)
         unknowns = d * d
         projected = None if hybr_cost_per_unknown2 is None else hybr_cost_per_unknown2 * unknowns**2 * d
@@ -128,7 +129,7 @@ def main() -> None:
     for n in [10_000, 100_000]:
         e = logistic_expansion(n, 100)
         S = np.eye(100) * 1e-3
-        t_fast, C = timed(lambda: noise_covariance(e, S, batch_size=B))
+        t_fast, C = timed(lambda: noise_covariance(e, S, Dynamics(None, B)))
         m = min(n, 2000)
 
         def loop():
@@ -146,7 +147,7 @@ def main() -> None:
     e = logistic_expansion(10_000, d)
     S = e.sandwich_cov()
     lam = tune_dq_exact(e, S, B)
-    t_fwd, st = timed(lambda: predict_stationary_cov(e, 0.7 * lam, batch_size=B), repeat=1)
+    t_fwd, st = timed(lambda: predict_stationary_cov(e, Dynamics(0.7 * lam, B)), repeat=1)
     print(f"D = {d}: {t_fwd:.3g} s, method {st.method}, relative residual {st.relative_residual:.1e}, "
           f"spectral radius {'≤ ' if st.spectral_radius_is_bound else ''}{st.spectral_radius:.6f}; "
           f"largest array formed: (D², ) vectors and (N, D)/(D, D) matrices, no D⁴ object")
@@ -188,8 +189,8 @@ def families_table(quick: bool) -> None:
             blocks = None
             if family == "block":  # two "layers"
                 blocks = [list(range(d // 2)), list(range(d // 2, d))]
-            t_new, r_new = timed(lambda: new.tune(e, batch_size=32, family=family, momentum=kappa,
-                                                  blocks=blocks), repeat=1)
+            t_new, r_new = timed(lambda: new.tune(e, Dynamics(None, 32, momentum=kappa), family=family, blocks=blocks),
+                                 repeat=1)
             old_txt = f"{'—':>8} {'(n/a)':>12}"
             speed = ""
             if family != "block":
@@ -223,11 +224,11 @@ def matrix_free_table(quick: bool) -> None:
     gam = np.ones(d)
     X, w = e.design, e.weights
     c = e.grads[:, 0] / X[:, 0]  # g_n = c_n x_n for the GLM
-    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(X, w, c, gam, batch_size=B, probes=k), repeat=1)
+    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(X, w, c, gam, Dynamics(None, B), probes=k), repeat=1)
 
     def dense():
         S, H = e.posterior_cov(), e.hessian
-        return np.diag(structured_step_matrix(H, S, ncov(e, S, batch_size=B) + H @ S @ H, family="diagonal"))
+        return np.diag(structured_step_matrix(H, S, ncov(e, S, Dynamics(None, B)) + H @ S @ H, family="diagonal"))
 
     t_d, exact = timed(dense, repeat=1)
     err = np.abs(r.diagonal / exact - 1)
@@ -246,7 +247,7 @@ def matrix_free_table(quick: bool) -> None:
     c = rng.standard_normal(n) * 0.4
     gam = np.full(d2, 0.01 * n)  # Γ/N = 0.01 I
     t_build = time.perf_counter() - t0
-    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(U, w, c, gam, batch_size=B, probes=k), repeat=1)
+    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B), probes=k), repeat=1)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"Gauss–Newton-like D = N = {d2}: {t_mf:.3g} s ({r.cg_iterations} CG its, k = {k} probes; building the "
           f"design {t_build:.3g} s), peak RSS {rss:.2f} GiB (the design alone: {U.nbytes / 1024**3:.2f} GiB); "
@@ -302,7 +303,7 @@ def covariance_error_rows(e: Expansion, lam: np.ndarray, name: str, B: int, head
 
     def exact():
         S = e.posterior_cov()
-        st = stationary_cov_from_target(e, np.diag(lam), S, ncov(e, S, batch_size=B), batch_size=B, tol=1e-8)
+        st = stationary_cov_from_target(e, Dynamics(np.diag(lam), B), S, ncov(e, S, Dynamics(None, B)), tol=1e-8)
         return float(np.linalg.norm(st.cov - S) / np.linalg.norm(S))
 
     import warnings
@@ -311,9 +312,9 @@ def covariance_error_rows(e: Expansion, lam: np.ndarray, name: str, B: int, head
 
     warnings.simplefilter("ignore", AccuracyWarning)  # the table shows the standard error instead
     t_ex, err = cpu(exact)
-    t_t, est = cpu(lambda: posterior_covariance_error(U, w, c, gam, lam, batch_size=B, probes=32))
+    t_t, est = cpu(lambda: posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), probes=32))
     try:
-        t_l, low = cpu(lambda: posterior_covariance_error(U, w, c, gam, lam, batch_size=B, probes=32,
+        t_l, low = cpu(lambda: posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), probes=32,
                                                           representation="low-rank", rank=64))
         low_txt = f"{low.covariance_error:15.4f} {t_l:6.1f}"
     except Exception as exc:  # noqa: BLE001 — a benchmark row, not a test: show why
@@ -335,7 +336,7 @@ def error_table(quick: bool) -> None:
             continue
         U, w = e.design, e.weights
         lam = posterior_diagonal_step_sizes(U, w, e.grads[:, 0] / U[:, 0], np.diag(e.prior_precision).copy(),
-                                            batch_size=B, probes=16).diagonal
+                                            Dynamics(None, B), probes=16).diagonal
         covariance_error_rows(e, lam, name, B, header=False)
     print("(target: Δ̂ = diag(d) + αΣ*, Galerkin, k = 32 probes, jackknife se; low-rank: diag(d) + VCVᵀ, 'mixed' "
           "basis. ê is trustworthy only when its se is small: on the MLP Σ* is itself nearly diagonal and α is "
@@ -377,7 +378,7 @@ def gn_mlp_rows(quick: bool) -> None:
     for r in (256, 0):
         t0 = time.process_time()
         try:
-            t, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, batch_size=32, probes=16,
+            t, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 32), probes=16,
                                                                preconditioner_rank=r, max_iter=cap))
         except ConvergenceError as exc:  # the baseline at its iteration cap
             print(f"{'Jacobi (baseline)':>22} | {time.process_time() - t0:8.3g} {'>' + str(cap):>7} | {'≤ 60':>7} | "
@@ -396,9 +397,9 @@ def gn_mlp_rows(quick: bool) -> None:
     from sgtune.core.errors import AccuracyWarning
 
     warnings.simplefilter("ignore", AccuracyWarning)  # the row shows the standard error instead
-    t_lam, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, batch_size=32, probes=16))
+    t_lam, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 32), probes=16))
     rss_lam = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    t_err, est = cpu(lambda: posterior_covariance_error(U, w, c, gam, res.diagonal, batch_size=32, probes=16))
+    t_err, est = cpu(lambda: posterior_covariance_error(U, w, c, gam, Dynamics(res.diagonal, 32), probes=16))
     rss_err = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"{'Λ alone (Nyström 256)':>30} | {t_lam:8.3g} CPU s | peak RSS {rss_lam:.2f} GiB")
     print(f"{'Λ + covariance error':>30} | {t_lam + t_err:8.3g} CPU s | peak RSS {rss_err:.2f} GiB | "
@@ -426,8 +427,10 @@ def targets_table(quick: bool) -> None:
         for family, d, target, kappa, goal in cases:
             e = logistic_expansion(10_000, d)
 
-            def run(mod):
-                return mod.tune(e, batch_size=32, family=family, target=target, momentum=kappa)
+            def run(mod):  # the old module (git history) takes the old keyword form
+                if mod is new:
+                    return mod.tune(e, Dynamics(None, 32, momentum=kappa), family=family, target=target)
+                return mod.tune(e, batch_size=32, momentum=kappa, family=family, target=target)
 
             t_new, r_new = cpu(lambda: run(new), repeat=2 if d <= 100 else 1)
             if d > 300 and family != "dense":
@@ -456,7 +459,7 @@ def scalar_cost_rows(d: int) -> None:
 
     def lam_only():
         S = target_covariance(e, "sandwich")
-        C = noise_covariance(e, S, batch_size=32)
+        C = noise_covariance(e, S, Dynamics(None, 32))
         return structured_step_matrix(e.hessian, S, C + e.hessian @ S @ e.hessian, family="scalar")
 
     S = target_covariance(e, "sandwich")
@@ -485,7 +488,7 @@ def momentum_family_rows(quick: bool) -> None:
         old_done: dict[int, str] = {}
         for d, crit, goal in cases:
             e = logistic_expansion(10_000, d)
-            t_new, r_new = cpu(lambda: new.tune(e, batch_size=32, family="diagonal", momentum=0.5,
+            t_new, r_new = cpu(lambda: new.tune(e, Dynamics(None, 32, momentum=0.5), family="diagonal",
                                                 family_criterion=crit))
             if d > 300:  # the fit: D = 300 takes ≈ 20 CPU s, its cost grows faster than D³
                 old_done[d] = f"{'skip':>9} {'(> 60 s)':>12}"

@@ -78,6 +78,7 @@ if str(ROOT) not in sys.path:
 from click.testing import CliRunner  # noqa: E402
 
 from sgtune.cli import main as cli_main  # noqa: E402
+from sgtune.core.config import Dynamics  # noqa: E402
 from sgtune.io.data import example, make_dataset  # noqa: E402
 from sgtune.models import Expansion, expand, fit_map, get_model, make_mlp  # noqa: E402
 from sgtune.models.user import load_model_file  # noqa: E402
@@ -327,61 +328,90 @@ def fit_fields(problem: str) -> Any:
             "sandwich": e.sandwich_cov()}
 
 
+#: the chain's settings among a case's options (today's vocabulary), gathered into one Dynamics
+_CHAIN_KEYS = ("inv_temperature", "without_replacement", "momentum")
+#: what the theory's results carry since the redesign beyond the recorded fields (their configuration)
+_NEW_FIELDS = ("dynamics", "target", "blocks", "family_criterion")
+
+
+def _dynamics(step: Any, B: int, opts: dict[str, Any]) -> tuple[Dynamics, dict[str, Any]]:
+    """(Dynamics(step, B, …), the other options) from a case's keyword options."""
+    chain = {k: opts.pop(k) for k in _CHAIN_KEYS if k in opts}
+    return Dynamics(step, B, inv_temperature=chain.get("inv_temperature", math.inf),
+                    momentum=chain.get("momentum", 0.0),
+                    batching=bool(chain.get("without_replacement", False))), opts
+
+
+def _recorded(res: Any) -> Any:
+    """A theory result (StationaryCov, TuningResult) as the recorded fields: the configuration fields left out."""
+    if not (dataclasses.is_dataclass(res) and not isinstance(res, type)):
+        return res
+    return {f.name: _recorded(getattr(res, f.name)) for f in dataclasses.fields(res) if f.name not in _NEW_FIELDS}
+
+
+def _stationary(problem: str, kind: str = "scalar", **opts: Any) -> Any:
+    dyn, rest = _dynamics(step_matrix(problem, kind), PROBLEMS[problem][4], dict(opts))
+    return predict_stationary_cov(expansion(problem), dyn, **rest)
+
+
 def stationary(problem: str, kind: str = "scalar", **opts: Any) -> Any:
-    B = PROBLEMS[problem][4]
-    return predict_stationary_cov(expansion(problem), step_matrix(problem, kind), batch_size=B, **opts)
+    return _recorded(_stationary(problem, kind, **opts))
 
 
 def stationary_extras(problem: str, **opts: Any) -> Any:
     """The quantities derived from one prediction: τ, equilibration, iterate average, C̄(Σ), stability, MC error."""
     e, B = expansion(problem), PROBLEMS[problem][4]
-    st = stationary(problem, **opts)
+    st = _stationary(problem, **opts)
     tau, worst = autocorrelation_times(st)
     mce = mc_error(st)
     return {"tau": tau, "tau_worst": worst, "equilibration_steps": equilibration_steps(st.spectral_radius),
             "iterate_average_cov_10": iterate_average_cov(st, 10),
-            "noise_cov": noise_covariance(e, st.cov, batch_size=B,
-                                          without_replacement=opts.get("without_replacement", False)),
-            "max_stable_step": max_stable_step(e, step_matrix(problem, "scalar"), batch_size=B,
-                                               momentum=opts.get("momentum", 0.0)),
+            "noise_cov": noise_covariance(e, st.cov, Dynamics(None, B,
+                                                              batching=opts.get("without_replacement", False))),
+            "max_stable_step": max_stable_step(e, Dynamics(step_matrix(problem, "scalar"), B,
+                                                           momentum=opts.get("momentum", 0.0))),
             "mc_error": mce, "predicted_rms_error_1e4_4": mce.predicted_rms_error(1e4, 4),
             "mc_error_vs_sandwich": mc_error(st, reference_cov=e.sandwich_cov())}
 
 
 def comparison(problem: str, theory: str, **opts: Any) -> Any:
-    B = PROBLEMS[problem][4]
-    return predict_comparison_cov(expansion(problem), step_matrix(problem, "scalar"), batch_size=B, theory=theory,
-                                  **opts)
+    dyn, rest = _dynamics(step_matrix(problem, "scalar"), PROBLEMS[problem][4], dict(opts))
+    return predict_comparison_cov(expansion(problem), dyn, theory=theory, **rest)
+
+
+def _tuned(problem: str, **opts: Any) -> Any:
+    dyn, rest = _dynamics(None, PROBLEMS[problem][4], dict(opts))
+    return tune(expansion(problem), dyn, **rest)
 
 
 def tuned(problem: str, **opts: Any) -> Any:
-    return tune(expansion(problem), batch_size=PROBLEMS[problem][4], **opts)
+    return _recorded(_tuned(problem, **opts))
 
 
 def applicability_report(problem: str, **opts: Any) -> Any:
     m, d, _, _, _ = PROBLEMS[problem]
     e = expansion(problem)
-    t = tuned(problem, **opts)
+    t = _tuned(problem, **opts)
     rep = applicability(model(m), data(d), e, t.stationary, target_cov=t.target_cov, backward_error=t.residual,
                         seed=0)
     return {"report": rep, "json": rep.to_dict(), "linearised_cov": rep.linearised_cov}
 
 
 def adjoint_gradient(problem: str, kind: str, **opts: Any) -> Any:
-    e, B = expansion(problem), PROBLEMS[problem][4]
-    return criterion_gradient(e, step_matrix(problem, kind), affine_discrepancy(e.sandwich_cov()), batch_size=B,
-                              **opts)
+    e = expansion(problem)
+    dyn, rest = _dynamics(step_matrix(problem, kind), PROBLEMS[problem][4], dict(opts))
+    return criterion_gradient(e, dyn, affine_discrepancy(e.sandwich_cov()), **rest)
 
 
 def from_target(problem: str, family: str, momentum: float = 0.0, **opts: Any) -> Any:
     """The large-D covariance route (correction to the target) for a structured Λ tuned by its closed form."""
     e, B = expansion(problem), PROBLEMS[problem][4]
-    t = tuned(problem, family=family, family_criterion="moment", momentum=momentum, **opts)
-    C = noise_covariance(e, t.target_cov, batch_size=B, without_replacement=opts.get("without_replacement", False))
+    t = _tuned(problem, family=family, family_criterion="moment", momentum=momentum, **opts)
+    C = noise_covariance(e, t.target_cov, Dynamics(None, B, batching=opts.get("without_replacement", False)))
+    dyn, rest = _dynamics(t.step_matrix, B, dict(opts, momentum=momentum))
     if momentum:
-        return stationary_cov_from_target_momentum(e, t.step_matrix, t.target_cov, C, batch_size=B, momentum=momentum,
-                                                   **opts)
-    return stationary_cov_from_target(e, t.step_matrix, t.target_cov, C, batch_size=B, **opts)
+        return _recorded(stationary_cov_from_target_momentum(e, dyn, t.target_cov, C, **rest))
+    return _recorded(stationary_cov_from_target(e, dyn, t.target_cov, C, **rest))
 
 
 def matrix_free(error_estimate: bool = False, **opts: Any) -> Any:
@@ -392,9 +422,9 @@ def matrix_free(error_estimate: bool = False, **opts: Any) -> Any:
     w = rng.uniform(0.05, 0.25, m)
     c = rng.standard_normal(m) * 0.4
     gam = np.full(d, 2.0)
-    diag = posterior_diagonal_step_sizes(U, w, c, gam, batch_size=8, probes=32, seed=3,
-                                         error_estimate=error_estimate, **opts)
-    err = posterior_covariance_error(U, w, c, gam, diag.diagonal, batch_size=8, probes=32, seed=4, **opts)
+    dyn, rest = _dynamics(None, 8, dict(opts))
+    diag = posterior_diagonal_step_sizes(U, w, c, gam, dyn, probes=32, seed=3, error_estimate=error_estimate, **rest)
+    err = posterior_covariance_error(U, w, c, gam, dyn.replace(step=diag.diagonal), probes=32, seed=4, **rest)
     return {"diagonal": diag, "error": err}
 
 

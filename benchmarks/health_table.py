@@ -32,6 +32,7 @@ from sgtune.sampler import run_chains
 from sgtune.sampler.verify import chain_prediction, default_run_length, prediction_check
 from sgtune.theory.stationary import equilibration_steps
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 
 def problems():
@@ -59,7 +60,7 @@ def configs(e, n):
     B = 32
     for target, beta in (("sandwich", math.inf), ("sandwich", 4.0 * n)):
         try:
-            t = tune(e, batch_size=B, target=target, inv_temperature=beta)
+            t = tune(e, Dynamics(None, B, inv_temperature=beta), target=target)
         except Exception:  # an unreachable target at this β: nothing to run
             continue
         steps, burn = default_run_length(t.tau_worst)

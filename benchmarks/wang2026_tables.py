@@ -34,6 +34,7 @@ from sgtune.sampler import run_chains
 from sgtune.theory.stationary import max_stable_step
 from sgtune.theory.testloss import predicted_test_loss, ridge_test_loss_path
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 LABEL = {"posterior": "Posterior", "sandwich-gauss": "Sandwich Gauss", "ct": "CT", "dq-const": "DQ+const",
          "lr-ws": "LR+WS", "dq-exact": "DQ+exact"}
@@ -103,7 +104,7 @@ def paper_floors(model, data, batch_sizes, method="dq-exact") -> dict[int, float
     e = expand(model, data)
     out = {}
     for B in batch_sizes:
-        t = tune(e, batch_size=B, method=method)
+        t = tune(e, Dynamics(None, B), method=method)
         draws = PAPER_EPOCHS * data.n_data // B // 2
         out[B] = covariance_error_floor(t.stationary.transition, t.predicted_cov, draws, reference=t.target_cov)
     return out
@@ -204,7 +205,7 @@ def table_e1(args, out: Out) -> None:
         e = expand(model, ds)
         # the paper's λ ∈ {0.1, 0.3, 0.5} are unstable on these data (covariate scales differ): use the
         # same fractions of the largest second-moment-stable scalar step instead
-        lmax = max_stable_step(e, 1.0, batch_size=32)
+        lmax = max_stable_step(e, Dynamics(1.0, 32))
         fracs = [0.1, 0.3, 0.5]
         rows = forward_prediction_errors(model, ds, e, [c * lmax for c in fracs], batch_size=32,
                                          n_steps=max(20_000, args.steps), n_chains=args.chains, seed=args.seed)

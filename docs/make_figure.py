@@ -21,6 +21,7 @@ from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_comparison_cov, predict_stationary_cov
 from sgtune.theory.tuning import target_covariance, tune
+from sgtune.core.config import Dynamics
 
 OUT = Path(__file__).resolve().parent / "_static" / "overview.png"
 B, STEPS, CHAINS = 32, 100_000, 8
@@ -56,10 +57,10 @@ def main() -> None:
     logit, ldata = get_model("logistic"), make_dataset(X, y)
     le = expand(logit, ldata)
     target = target_covariance(le, "sandwich")
-    res = tune(le, batch_size=B, target="sandwich")
+    res = tune(le, Dynamics(None, B), target="sandwich")
     lam_scalar = 0.1
     for _ in range(30):
-        st = predict_stationary_cov(le, lam_scalar, batch_size=B)
+        st = predict_stationary_cov(le, Dynamics(lam_scalar, B))
         lam_scalar *= np.trace(target) / np.trace(st.cov)
     tuned = run_chains(logit, ldata, res.step_matrix, batch_size=B, n_steps=STEPS, n_chains=CHAINS,
                        burn_in=STEPS // 10, initial=le.theta_hat, seed=2)
@@ -74,7 +75,7 @@ def main() -> None:
     ax[0].errorbar(lams, [r.cov[0, 0] for r in sim], yerr=[2 * r.cov_standard_error[0, 0] for r in sim],
                    fmt="ko", ms=4, label="SGD chains (± 2 MCSE)", zorder=3)
     for label, (theory, style) in theories.items():
-        ax[0].plot(grid, [predict_comparison_cov(e, g, batch_size=B, theory=theory)[0, 0] for g in grid],
+        ax[0].plot(grid, [predict_comparison_cov(e, Dynamics(g, B), theory=theory)[0, 0] for g in grid],
                    style, label=label)
     ax[0].set(xscale="log", yscale="log", xlabel="step size λ (Λ = λI)", ylabel="stationary Var θ₁",
               title="predict: the covariance SGD will have\n(the hetero-linear example, D = 20)")

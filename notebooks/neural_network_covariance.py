@@ -32,6 +32,7 @@ from sgtune.models import expand
 from sgtune.models.mlp import make_mlp
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import max_stable_step, predict_comparison_cov
+from sgtune.core.config import Dynamics
 
 SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"
 REPS = 2 if SMOKE else 30
@@ -50,7 +51,7 @@ print(f"fit + exact expansion: {time.perf_counter() - tic:.2f} s; D = {e.dim}, �
       f"λ_min(H) = {e.hessian_min_eigenvalue:.3g}, λ_min(J) = {np.linalg.eigvalsh(e.curvature)[0]:.3g}")
 # the same expansion point with the Gauss–Newton curvature ρ''(f)∇f∇fᵀ (positive semi-definite)
 e_gn = expand(make_mlp("2,3", hessian="gauss-newton"), data, GAMMA, theta_hat=e.theta_hat)
-lam_max = max_stable_step(e, 1.0, batch_size=B)
+lam_max = max_stable_step(e, Dynamics(1.0, B))
 print(f"largest stable scalar step (exact second-moment map): λ_max = {lam_max:.4g}")
 
 # %% [markdown]
@@ -62,8 +63,8 @@ THEORIES = ("ct", "dq-const", "dq-exact", "dq-exact-gn")
 rows = []
 for frac in fracs:
     lam = frac * lam_max
-    preds = {th: predict_comparison_cov(e, lam, batch_size=B, theory=th) for th in THEORIES[:3]}
-    preds["dq-exact-gn"] = predict_comparison_cov(e_gn, lam, batch_size=B, theory="dq-exact")
+    preds = {th: predict_comparison_cov(e, Dynamics(lam, B), theory=th) for th in THEORIES[:3]}
+    preds["dq-exact-gn"] = predict_comparison_cov(e_gn, Dynamics(lam, B), theory="dq-exact")
     errs = {th: [] for th in THEORIES}
     floors, diverged = [], 0
     for r in range(REPS):

@@ -24,6 +24,7 @@ from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_comparison_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"
 STEPS = 1_500 if SMOKE else 200_000
@@ -40,7 +41,7 @@ B = 32
 lams = [0.2] if SMOKE else [0.01, 0.03, 0.1, 0.2, 0.3]
 rows = []
 for lam in lams:
-    pred = {th: predict_comparison_cov(e, lam, batch_size=B, theory=th)[0, 0]
+    pred = {th: predict_comparison_cov(e, Dynamics(lam, B), theory=th)[0, 0]
             for th in ("dq-exact", "ct", "lr-ws")}
     res = run_chains(model, ds, lam, batch_size=B, n_steps=STEPS, n_chains=CHAINS, burn_in=STEPS // 10,
                      initial=e.theta_hat, seed=1)
@@ -66,7 +67,7 @@ try:
     ax.errorbar(L, [r[1] for r in rows], yerr=[2 * r[2] for r in rows], fmt="ko", label="SGD (±2 MCSE)")
     grid = np.geomspace(L.min(), L.max(), 40)
     for th, style in (("dq-exact", "-"), ("ct", "--"), ("lr-ws", ":")):
-        ax.plot(grid, [predict_comparison_cov(e, g, batch_size=B, theory=th)[0, 0] for g in grid], style,
+        ax.plot(grid, [predict_comparison_cov(e, Dynamics(g, B), theory=th)[0, 0] for g in grid], style,
                 label=th.upper())
     ax.set_xscale("log"), ax.set_yscale("log"), ax.set_xlabel("λ"), ax.set_ylabel("Var θ₁")
     ax.legend()
@@ -82,7 +83,7 @@ except ImportError:
 print(f"\n{'B':>5} {'method':>9} | {'predicted err':>13} | {'empirical err':>13} {'MC noise floor':>14}")
 for B in ([64] if SMOKE else [32, 256]):
     for method in ("ct", "dq-const", "lr-ws", "dq-exact"):
-        t = tune(e, batch_size=B, method=method)
+        t = tune(e, Dynamics(None, B), method=method)
         res = run_chains(model, ds, t.step_matrix, batch_size=B, n_steps=STEPS, n_chains=CHAINS,
                          burn_in=STEPS // 10, initial=e.theta_hat, seed=2)
         S = t.target_cov

@@ -35,6 +35,7 @@ from sgtune.models import expand, get_model
 from sgtune.theory.stationary import max_stable_step
 from sgtune.theory.testloss import ridge_test_loss_path
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"
 FIG = os.environ.get("SGTUNE_FIGURES", "notebooks/figures")
@@ -124,7 +125,7 @@ for loss, model, methods in (
 
 # %%
 for B in Bs:
-    t = tune(e0, batch_size=B, method="dq-exact")
+    t = tune(e0, Dynamics(None, B), method="dq-exact")
     draws = 100 * N // B // 2
     fl = covariance_error_floor(t.stationary.transition, t.predicted_cov, draws, reference=t.target_cov)
     print(f"B = {B:5d}: {draws:6d} draws, τ = {t.tau_worst:6.1f}: an exact Λ scores {fl:.3f} from Monte Carlo noise")
@@ -180,7 +181,7 @@ pm = get_model("poisson")
 for name, ds in (("simulated", poisson_regression_data(9, true_parameter(min(D, 10), seed=4, scale=0.3), n_data=2000)),
                  ("randhie", rh)):
     e = expand(pm, ds)
-    lmax = max_stable_step(e, 1.0, batch_size=32)
+    lmax = max_stable_step(e, Dynamics(1.0, 32))
     rows = forward_prediction_errors(pm, ds, e, [0.1 * lmax, 0.3 * lmax, 0.5 * lmax], batch_size=32,
                                      n_steps=max(20_000, STEPS) if not SMOKE else 2000, n_chains=CHAINS)
     print(f"\n{name}: λ_max = {lmax:.4g}")

@@ -18,6 +18,7 @@ from sgtune.sampler.verify import verify_stationary_cov
 from sgtune.theory.applicability import MAX_DEVIATION, applicability
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 
 def _std(X):
@@ -76,7 +77,7 @@ def test_quadratic_loss_is_exact_and_applicable():
     ds = example("hetero-linear")
     m = get_model("linear")
     e = expand(m, ds)
-    st = predict_stationary_cov(e, 0.05, batch_size=32)
+    st = predict_stationary_cov(e, Dynamics(0.05, 32))
     a = applicability(m, ds, e, st)
     assert a.applicable and a.reasons == ()
     assert a.predicted_deviation < 1e-9 and a.curvature_change["curvature"] < 1e-9
@@ -89,7 +90,7 @@ def test_gallery_each_answer_is_flagged_or_its_chain_agrees(name):
     model_fn, data_fn, prior, B = GALLERY[name]
     model, ds = model_fn(), data_fn()
     e = expand(model, ds, prior)
-    res = tune(e, batch_size=B, target="sandwich")
+    res = tune(e, Dynamics(None, B), target="sandwich")
     a = applicability(model, ds, e, res.stationary, target_cov=res.target_cov)
     if not a.applicable:
         assert a.reasons and all(len(r) > 40 for r in a.reasons)
@@ -106,7 +107,7 @@ def test_known_failures_are_flagged():
         model_fn, data_fn, prior, B = GALLERY[name]
         model, ds = model_fn(), data_fn()
         e = expand(model, ds, prior)
-        res = tune(e, batch_size=B, target="sandwich")
+        res = tune(e, Dynamics(None, B), target="sandwich")
         a = applicability(model, ds, e, res.stationary)
         assert not a.applicable, name
     assert a.predicted_deviation > MAX_DEVIATION and math.isfinite(a.predicted_deviation)  # local, not quadratic

@@ -25,6 +25,7 @@ from sgtune.models import expand, get_model
 from sgtune.theory.applicability import applicability, subsample_rows
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 from scipy.stats import t as student_t
 
@@ -69,7 +70,7 @@ def test_report_on_a_folder_never_materialises_X(tmp_path, monkeypatch):
     del X
     m = get_model("logistic")
     e = expand(m, ds, 1.0)
-    st = predict_stationary_cov(e, 0.05, batch_size=64)
+    st = predict_stationary_cov(e, Dynamics(0.05, 64))
     guarded = dataclasses.replace(ds, X=_NoRows(ds.X.shape))
     counts = {"read_rows": 0, "read_index": 0}
     for name in counts:
@@ -98,12 +99,12 @@ def test_subsample_estimate_agrees_with_all_rows_within_its_standard_error(tmp_p
     m = get_model("logistic")
     mem = make_dataset(X, y)
     e = expand(m, mem, 1.0)
-    st = predict_stationary_cov(e, 0.05, batch_size=16)  # a non-quadratic effect well above rounding
+    st = predict_stationary_cov(e, Dynamics(0.05, 16))  # a non-quadratic effect well above rounding
     ref = applicability(m, mem, e, st).to_dict()
     monkeypatch.setattr(app_mod, "SUBSAMPLE_MAX_ROWS", 4000)
     folder = load_dataset(_folder(tmp_path / "f", X, y))
     ef = expand(m, folder, 1.0)
-    sub = applicability(m, folder, ef, predict_stationary_cov(ef, 0.05, batch_size=16)).to_dict()
+    sub = applicability(m, folder, ef, predict_stationary_cov(ef, Dynamics(0.05, 16))).to_dict()
     assert sub["subsample"]["rows"] == 4000 and sub["subsample"]["uncertain"] == []
     se = sub["subsample"]["standard_error"]
     # 8 parts: (estimate − truth)/SE is t-distributed with 7 degrees of freedom; 3 tests at MC_ALPHA (≈ 6.5)
@@ -125,7 +126,7 @@ def test_anchored_subsample_is_exact_for_a_quadratic_loss(tmp_path, monkeypatch)
     folder = load_dataset(_folder(tmp_path / "f", ds.X, ds.y))
     m = get_model("linear")
     e = expand(m, folder)
-    st = predict_stationary_cov(e, 0.05, batch_size=32)
+    st = predict_stationary_cov(e, Dynamics(0.05, 32))
     a = applicability(m, folder, e, st)
     assert a.subsample["rows"] == 500 < folder.n_data
     assert a.applicable and a.predicted_deviation < 1e-9 and a.curvature_change["curvature"] < 1e-9
@@ -141,7 +142,7 @@ def test_small_folder_reads_every_row_and_decides_as_in_memory(tmp_path, name, p
     out = []
     for data in (ds, folder):
         e = expand(model, data, prior)
-        res = tune(e, batch_size=batch)
+        res = tune(e, Dynamics(None, batch))
         out.append(applicability(model, data, e, res.stationary, target_cov=res.target_cov))
     mem, disk = out
     assert disk.subsample is None and mem.applicable == disk.applicable and len(mem.reasons) == len(disk.reasons)

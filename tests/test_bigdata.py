@@ -25,6 +25,7 @@ from sgtune.io.reduce import (GROUP_CHUNKS, NpyFile, RowSource, SchedulerError, 
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 #: backends agree to this relative accuracy (issue 13 target)
 BACKEND_RTOL = 1e-10
@@ -229,9 +230,9 @@ def test_expansion_and_lambda_agree_in_memory_folder_parquet(tmp_path, small_chu
             assert abs(e.residual_variance / e_mem.residual_variance - 1) < BACKEND_RTOL
         S = e_mem.sandwich_cov() * ds.n_data
         assert rel(e.mean_jsj(S), e_mem.mean_jsj(S)) < BACKEND_RTOL
-    t_mem = tune(e_mem, batch_size=32)
+    t_mem = tune(e_mem, Dynamics(None, 32))
     for e in (e_dir, e_pq):
-        t = tune(e, batch_size=32)
+        t = tune(e, Dynamics(None, 32))
         assert rel(t.step_matrix, t_mem.step_matrix) < BACKEND_RTOL
         assert rel(t.predicted_cov, t_mem.predicted_cov) < BACKEND_RTOL
         assert abs(t.spectral_radius - t_mem.spectral_radius) < 1e-8
@@ -261,8 +262,8 @@ def test_iterative_path_above_the_direct_dimension(tmp_path, small_chunks):
     e_mem = expand(m, make_dataset(X, y), 1.0)
     e_dir = expand(m, load_dataset(save_folder(tmp_path / "d", X, y)), 1.0)
     lam = 0.5 * np.linalg.inv(e_mem.hessian) / 24
-    c_mem = predict_stationary_cov(e_mem, lam, batch_size=16)
-    c_dir = predict_stationary_cov(e_dir, lam, batch_size=16)
+    c_mem = predict_stationary_cov(e_mem, Dynamics(lam, 16))
+    c_dir = predict_stationary_cov(e_dir, Dynamics(lam, 16))
     assert rel(c_dir.cov, c_mem.cov) < BACKEND_RTOL
     # streamed: the certified bound (no data pass) instead of ARPACK; it must bound the exact radius
     assert c_dir.spectral_radius_is_bound and not c_mem.spectral_radius_is_bound
@@ -279,11 +280,11 @@ def test_dask_gives_the_same_bits_as_in_process(tmp_path, small_chunks, dask_cli
     assert e_dask.stream.scheduler == "local"
     for attr in ("theta_hat", "curvature", "fisher", "mean_grad"):
         np.testing.assert_array_equal(getattr(e_dask, attr), getattr(e_loc, attr))
-    t_loc, t_dask = tune(e_loc, batch_size=16), tune(e_dask, batch_size=16)
+    t_loc, t_dask = tune(e_loc, Dynamics(None, 16)), tune(e_dask, Dynamics(None, 16))
     assert rel(t_dask.step_matrix, t_loc.step_matrix) < 1e-13
     assert rel(t_dask.predicted_cov, t_loc.predicted_cov) < 1e-13
     # and both agree with the in-memory path
-    assert rel(t_dask.step_matrix, tune(expand(m, make_dataset(X, y)), batch_size=16).step_matrix) < BACKEND_RTOL
+    assert rel(t_dask.step_matrix, tune(expand(m, make_dataset(X, y)), Dynamics(None, 16)).step_matrix) < BACKEND_RTOL
 
 
 def test_bad_scheduler_address_is_a_one_line_error(monkeypatch):
@@ -386,7 +387,7 @@ def _sweep_point(batch_size, method, seed):
     """A calibrate-like sweep task: tune Λ for (B, method), run seeded chains with it."""
     ds = example("logistic")
     e = expand(get_model("logistic"), ds)
-    t = tune(e, batch_size=batch_size, method=method)
+    t = tune(e, Dynamics(None, batch_size), method=method)
     r = run_chains("logistic", ds, t.step_matrix, batch_size=batch_size, n_steps=300, n_chains=2,
                    initial=e.theta_hat, seed=seed)
     return t.step_matrix, r.cov
@@ -520,12 +521,12 @@ def test_lambda_on_a_folder_makes_few_passes_and_no_arpack(tmp_path, small_chunk
     m = get_model("logistic")
     reset_pass_counts()
     e = expand(m, load_dataset(save_folder(tmp_path / "d", X, y)), 1.0)
-    t = tune(e, batch_size=32)
+    t = tune(e, Dynamics(None, 32))
     counts = pass_counts()
     assert counts["_chunk_fit_terms"] <= 5 and counts["_chunk_expansion_terms"] == 1, counts
     assert counts["_chunk_jsj"] == 1, counts
     assert t.stationary.spectral_radius_is_bound and t.spectral_radius < 1
-    t_mem = tune(expand(m, make_dataset(X, y), 1.0), batch_size=32)
+    t_mem = tune(expand(m, make_dataset(X, y), 1.0), Dynamics(None, 32))
     assert rel(t.step_matrix, t_mem.step_matrix) < BACKEND_RTOL
     assert t_mem.spectral_radius <= t.spectral_radius  # the bound bounds ARPACK's value
 

@@ -13,6 +13,7 @@ from sgtune.workflows.experiments import (MethodRun, batch_size_sweep, contamina
                                 randhie, repeat_experiment, summarize, true_parameter)
 from sgtune.models import expand, get_model
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 
 # ----------------------------------------------------------------------------- generators
@@ -124,7 +125,7 @@ def test_dq_exact_is_exact_by_an_independent_kronecker_solve():
     ds = contaminated_linear(4, theta, n_data=300)
     e = expand(get_model("linear"), ds)
     for B in (4, 16, 30, 150):
-        t = tune(e, batch_size=B, method="dq-exact")
+        t = tune(e, Dynamics(None, B), method="dq-exact")
         sigma = _kron_stationary_cov(ds.X, ds.y, e.theta_hat, t.step_matrix, B)
         assert np.linalg.norm(sigma - t.target_cov) / np.linalg.norm(t.target_cov) < SOLVER_RTOL
 
@@ -142,7 +143,7 @@ def test_issue_targets_at_the_papers_size():
     X = e.design
     S = e.sandwich_cov()
     for B in (16, N // 10):
-        lam = tune(e, batch_size=B, method="dq-exact").step_matrix
+        lam = tune(e, Dynamics(None, B), method="dq-exact").step_matrix
         q = np.einsum("ij,jk,ik->i", X, S, X)
         jsj = (X.T * q) @ X / N
         Cbar = (e.grads.T @ e.grads / N - np.outer(e.grads.mean(0), e.grads.mean(0)) + jsj

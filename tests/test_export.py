@@ -17,6 +17,7 @@ from sgtune.io.export import SGMCMCState, StepMatrix, numpy_step, optax_transfor
 from sgtune.models import Expansion
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 from _reference import covariance_z_scores
 from _tolerances import bonferroni_z
@@ -54,10 +55,10 @@ def problem():
 
 def tuned(e, family, kappa, sgld):
     beta = 4.0 * N if sgld else math.inf
-    res = tune(e, batch_size=B, family=family, momentum=kappa, inv_temperature=beta,
+    res = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa), family=family,
                blocks=BLOCKS if family == "block" else None)
     lam = step_matrix(res, blocks=BLOCKS if family == "block" else None)
-    pred = predict_stationary_cov(e, res.step_matrix, batch_size=B, momentum=kappa, inv_temperature=beta).cov
+    pred = predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta, momentum=kappa)).cov
     return lam, beta, pred
 
 

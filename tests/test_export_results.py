@@ -20,6 +20,7 @@ import pytest
 from sgtune.io.export import SGMCMCState, numpy_step, optax_transform, torch_optimizer
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 from _reference import covariance_z_scores
 from _tolerances import bonferroni_z
@@ -50,10 +51,10 @@ def _one_thread():
 
 def tuned(family, kappa, beta):
     X, y, gam, theta, e = problem()
-    res = tune(e, batch_size=B, family=family, momentum=kappa, inv_temperature=beta,
+    res = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa), family=family,
                blocks=BLOCKS if family == "block" else None)
-    st = predict_stationary_cov(e, res.step_matrix, batch_size=B, momentum=kappa, inv_temperature=beta)
-    dropped = predict_stationary_cov(e, res.step_matrix, batch_size=B).cov  # κ = 0, β = ∞: the reported failure
+    st = predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta, momentum=kappa))
+    dropped = predict_stationary_cov(e, Dynamics(res.step_matrix, B)).cov  # κ = 0, β = ∞: the reported failure
     return X, y, gam, theta, res, st, dropped
 
 

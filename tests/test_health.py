@@ -16,6 +16,7 @@ from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
 from sgtune.sampler.verify import chain_prediction, prediction_check
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 
 def _fake(**kw):
@@ -111,7 +112,7 @@ def test_tuned_sgd_on_the_logistic_example_is_healthy():
     ds = example("logistic")
     model = get_model("logistic")
     e = expand(model, ds)
-    t = tune(e, batch_size=32, target="sandwich")
+    t = tune(e, Dynamics(None, 32), target="sandwich")
     res = run_chains(model, ds, t.step_matrix, batch_size=32, n_steps=20000, n_chains=16, initial=e.theta_hat, seed=0)
     cov, mode = chain_prediction(e, t.step_matrix, sampler="sgld", batch_size=32, inv_temperature=math.inf,
                                  n_data=ds.n_data)

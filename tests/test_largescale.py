@@ -15,6 +15,7 @@ from sgtune.theory import tuning
 from sgtune.theory.largescale import _gmres, stationary_cov_from_target
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import structured_step_matrix, tune
+from sgtune.core.config import Dynamics
 from tests.test_tuning import synthetic_expansion
 from tests.test_tuning_families import crit_of
 
@@ -30,7 +31,7 @@ def _one_blas_thread():
 
 
 def _closed_form(e, S, B, family, beta=math.inf, wor=False, blocks=None):
-    C = noise_covariance(e, S, batch_size=B, without_replacement=wor)
+    C = noise_covariance(e, S, Dynamics(None, B, batching=bool(wor)))
     H = e.hessian
     return structured_step_matrix(H, S, C + H @ S @ H, family=family, blocks=blocks, inv_temperature=beta), C
 
@@ -43,10 +44,8 @@ def test_correction_solve_matches_the_dense_kronecker_solve(family, beta, wor, b
     B = 6
     S = e.sandwich_cov()
     lam, C = _closed_form(e, S, B, family, beta, wor, blocks)
-    st = stationary_cov_from_target(e, lam, S, C, batch_size=B, inv_temperature=beta, without_replacement=wor,
-                                    tol=1e-12)
-    ref = predict_stationary_cov(e, lam, batch_size=B, inv_temperature=beta, without_replacement=wor,
-                                 method="direct")
+    st = stationary_cov_from_target(e, Dynamics(lam, B, inv_temperature=beta, batching=bool(wor)), S, C, tol=1e-12)
+    ref = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, batching=bool(wor)), method="direct")
     assert np.linalg.norm(ref.cov - S) > 1e-3 * np.linalg.norm(S)  # a structured Λ misses the target
     np.testing.assert_allclose(st.cov, ref.cov, rtol=SOLVER_RTOL, atol=SOLVER_RTOL * np.abs(ref.cov).max())
     assert st.spectral_radius_is_bound and ref.spectral_radius <= st.spectral_radius < 1
@@ -62,10 +61,10 @@ def test_correction_solve_tolerance_bounds_the_covariance_error():
     B = 4
     S = e.sandwich_cov()
     lam, C = _closed_form(e, S, B, "diagonal")
-    ref = predict_stationary_cov(e, lam, batch_size=B, method="direct").cov
+    ref = predict_stationary_cov(e, Dynamics(lam, B), method="direct").cov
     err_ref = np.linalg.norm(ref - S) / np.linalg.norm(S)
     for tol in (1e-4, 1e-8):
-        st = stationary_cov_from_target(e, lam, S, C, batch_size=B, tol=tol)
+        st = stationary_cov_from_target(e, Dynamics(lam, B), S, C, tol=tol)
         err = np.linalg.norm(st.cov - S) / np.linalg.norm(S)
         assert abs(err - err_ref) <= 10 * tol * err_ref
 
@@ -75,11 +74,11 @@ def test_correction_solve_unstable_and_non_spd():
     S = e.sandwich_cov()
     lam, C = _closed_form(e, S, 6, "diagonal")
     with pytest.raises(UnstableStepSizeError, match="scale it by less than"):
-        stationary_cov_from_target(e, 1e3 * lam, S, C, batch_size=6)
+        stationary_cov_from_target(e, Dynamics(1e3 * lam, 6), S, C)
     rng = np.random.default_rng(0)
     A = rng.standard_normal((4, 4))
     with pytest.raises(SgtuneError):
-        stationary_cov_from_target(e, 0.01 * (A - A.T) + 0.01 * np.eye(4) + 0.005 * A, S, C, batch_size=6)
+        stationary_cov_from_target(e, Dynamics(0.01 * (A - A.T) + 0.01 * np.eye(4) + 0.005 * A, 6), S, C)
 
 
 def test_arnoldi_gmres_against_a_dense_solve():
@@ -99,23 +98,23 @@ def test_closed_form_is_the_default_above_fit_max_dim(monkeypatch):
     B = 8
     monkeypatch.setattr(tuning, "FIT_MAX_DIM", 4)
     for family in ("diagonal", "scalar"):
-        res = tune(e, batch_size=B, family=family)
-        mom = tune(e, batch_size=B, family=family, family_criterion="moment")
+        res = tune(e, Dynamics(None, B), family=family)
+        mom = tune(e, Dynamics(None, B), family=family, family_criterion="moment")
         assert "closed form" in res.criterion and "L-BFGS" not in res.criterion
         np.testing.assert_array_equal(res.step_matrix, mom.step_matrix)
-        ref = predict_stationary_cov(e, res.step_matrix, batch_size=B, method="direct").cov
+        ref = predict_stationary_cov(e, Dynamics(res.step_matrix, B), method="direct").cov
         err = np.linalg.norm(ref - res.target_cov) / np.linalg.norm(res.target_cov)
         assert res.covariance_error == pytest.approx(err, rel=1e-7)
-        fit = tune(e, batch_size=B, family=family, family_criterion="discrepancy")  # still available
+        fit = tune(e, Dynamics(None, B), family=family, family_criterion="discrepancy")  # still available
         assert "closed form" not in fit.criterion
         assert crit_of(S := res.target_cov, fit.predicted_cov) < crit_of(S, res.predicted_cov)  # what the fit minimises
     beta = 200.0 * e.n_data  # SGLD, block family: the same route
-    res = tune(e, batch_size=B, family="block", blocks=[[0, 1], [2, 3, 4]], inv_temperature=beta)
+    res = tune(e, Dynamics(None, B, inv_temperature=beta), family="block", blocks=[[0, 1], [2, 3, 4]])
     assert "closed form" in res.criterion and res.step_matrix[0, 2] == 0 and res.step_matrix[0, 1] != 0
-    ref = predict_stationary_cov(e, res.step_matrix, batch_size=B, inv_temperature=beta, method="direct").cov
+    ref = predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta), method="direct").cov
     np.testing.assert_allclose(res.predicted_cov, ref, rtol=1e-6, atol=1e-8 * np.abs(ref).max())
     monkeypatch.setattr(tuning, "FIT_MAX_DIM", 300)
-    assert "L-BFGS" in tune(e, batch_size=B, family="diagonal").criterion
+    assert "L-BFGS" in tune(e, Dynamics(None, B), family="diagonal").criterion
 
 
 def test_nystrom_preconditioner_changes_speed_not_the_answer():
@@ -130,7 +129,7 @@ def test_nystrom_preconditioner_changes_speed_not_the_answer():
     w = rng.uniform(0.05, 0.25, m)
     c = rng.standard_normal(m)
     gam = rng.uniform(0.5, 2.0, d)
-    out = {r: posterior_diagonal_step_sizes(U, w, c, gam, batch_size=4, probes=8, seed=3, cg_tol=1e-11,
+    out = {r: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 4), probes=8, seed=3, cg_tol=1e-11,
                                             preconditioner_rank=r) for r in (0, 12, d)}
     for r in (12, d):
         np.testing.assert_allclose(out[r].diagonal, out[0].diagonal, rtol=1e-8)

@@ -1,7 +1,7 @@
 """Covariance error of a diagonal Λ at the posterior target, matrix-free (issue 10, item 3).
 
 Independent routes: the dense stationary covariance of ``predict_stationary_cov`` (Kronecker
-solve, D² unknowns) for Σ(Λ), the dense second-moment map ``_build_system(...).apply`` (the
+solve, D² unknowns) for Σ(Λ), the dense second-moment map ``LinearChain.of(...).apply`` (the
 rank-one noise through ``Expansion.mean_jsj``) for the residual of the projected equation, and
 ``numpy.linalg.inv`` for Σ* = H⁻¹/N.
 """
@@ -16,7 +16,9 @@ from sgtune.core.errors import SgtuneError, ShapeError, UnstableStepSizeError
 from sgtune.models import Expansion
 from sgtune.theory.largescale import (_projected_correction, _RankOneCurvature, posterior_covariance_error,
                                       posterior_diagonal_step_sizes)
-from sgtune.theory.stationary import _build_system, finite_population_factor, predict_stationary_cov
+from sgtune.theory.linear_chain import LinearChain
+from sgtune.theory.stationary import finite_population_factor, predict_stationary_cov
+from sgtune.core.config import Dynamics
 
 from _tolerances import bonferroni_z
 
@@ -45,19 +47,19 @@ def _problem(m=200, d=12, seed=0, low_rank=None, iso=0.02, prior=2.0):
 
 def _lam(U, w, c, gam, B, beta=math.inf, wor=False):
     """A diagonal Λ from the matrix-free route (many probes: close to the closed form)."""
-    return posterior_diagonal_step_sizes(U, w, c, gam, batch_size=B, inv_temperature=beta, without_replacement=wor,
+    return posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B, inv_temperature=beta, batching=bool(wor)),
                                          probes=512, seed=7).diagonal
 
 
 def _dense(e, lam, B, beta=math.inf, wor=False):
     """(Σ*, dense 𝓛, dense R₀): 𝓛(X) = X − P(X), R₀ = Q₀ + P(Σ*) − Σ*, P the exact second-moment map."""
     S = np.linalg.inv(e.hessian) / e.n_data
-    system = _build_system(e, np.diag(lam), B, beta, wor, 0.0)
+    system = LinearChain.of(e, Dynamics(np.diag(lam), B, inv_temperature=beta, batching=bool(wor)))
 
     def op(X):
         return X - system.apply(X)
 
-    return S, op, system.Q0 + system.apply(S) - S
+    return S, op, system.constant_noise + system.apply(S) - S
 
 
 def _exact_inputs(e, U, S):
@@ -74,7 +76,7 @@ def test_full_basis_reproduces_the_dense_stationary_covariance(beta, wor):
     B = 8
     lam = _lam(U, w, c, gam, B, beta, wor)
     S, _, _ = _dense(e, lam, B, beta, wor)
-    ref = predict_stationary_cov(e, np.diag(lam), batch_size=B, inv_temperature=beta, without_replacement=wor,
+    ref = predict_stationary_cov(e, Dynamics(np.diag(lam), B, inv_temperature=beta, batching=bool(wor)),
                                  method="direct")
     delta = ref.cov - S
     assert np.linalg.norm(delta) > 1e-2 * np.linalg.norm(S)  # a diagonal Λ misses the target: Δ is not trivial
@@ -111,10 +113,10 @@ def test_probe_estimate_of_the_target_norm_is_unbiased_and_the_error_consistent(
     B = 8
     lam = _lam(U, w, c, gam, B)
     S = np.linalg.inv(e.hessian) / e.n_data
-    exact_err = np.linalg.norm(predict_stationary_cov(e, np.diag(lam), batch_size=B, method="direct").cov - S) \
+    exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B), method="direct").cov - S) \
         / np.linalg.norm(S)
-    reps = [posterior_covariance_error(U, w, c, gam, lam, batch_size=B, representation="low-rank", rank=e.dim,
-                                       probes=8, seed=s)
+    reps = [posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=e.dim, probes=8,
+                                       seed=s)
             for s in range(40)]
     t = np.array([r.target_norm**2 for r in reps])
     exact = np.linalg.norm(S) ** 2
@@ -136,10 +138,10 @@ def test_realistic_rank_on_a_gauss_newton_like_problem(basis):
     B = 8
     lam = _lam(U, w, c, gam, B)
     S = np.linalg.inv(e.hessian) / e.n_data
-    ref = predict_stationary_cov(e, np.diag(lam), batch_size=B)
+    ref = predict_stationary_cov(e, Dynamics(np.diag(lam), B))
     exact_err = np.linalg.norm(ref.cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, lam, batch_size=B, representation="low-rank", rank=24,
-                                     basis=basis, probes=512)
+    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=24, basis=basis,
+                                     probes=512)
     assert est.rank == 24 and est.basis == basis and est.solve_residual < 1e-6
     assert est.basis_vectors.shape == (60, 24)
     np.testing.assert_allclose(est.basis_vectors.T @ est.basis_vectors, np.eye(24), atol=1e-10)
@@ -152,8 +154,8 @@ def test_low_rank_representation_underestimates_a_full_rank_correction():
     B = 8
     lam = _lam(U, w, c, gam, B)
     S = np.linalg.inv(e.hessian) / e.n_data
-    exact_err = np.linalg.norm(predict_stationary_cov(e, np.diag(lam), batch_size=B).cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, lam, batch_size=B, representation="low-rank", rank=4, probes=32)
+    exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B)).cov - S) / np.linalg.norm(S)
+    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=4, probes=32)
     assert est.covariance_error < 0.8 * exact_err
 
 
@@ -161,27 +163,29 @@ def test_input_validation_is_one_line_errors():
     """(d) bad probes / rank / basis / shapes / steps → SgtuneError naming the argument."""
     e, U, w, c, gam = _problem()
     lam = np.full(e.dim, 0.01)
-    kw = dict(batch_size=8)
     cases = [
-        (dict(step_sizes=lam[:3]), ShapeError, r"step_sizes must be the \(D,\) = \(12,\)"),
-        (dict(step_sizes=0.01), ShapeError, "step_sizes must be the"),
-        (dict(step_sizes=-lam), SgtuneError, r"step_sizes must be > 0; step_sizes\[0\]"),
-        (dict(step_sizes=lam, probes=1), SgtuneError, "probes must be >= 2"),
-        (dict(step_sizes=lam, probes=4), SgtuneError, "probes must be >= 8 for representation 'target'"),
-        (dict(step_sizes=lam, representation="dense"), SgtuneError, "representation must be one of target, low-rank"),
-        (dict(step_sizes=lam, rank=0), SgtuneError, "rank must be >= 1"),
-        (dict(step_sizes=lam, representation="low-rank", basis="random"), SgtuneError,
+        (lam[:3], {}, ShapeError, r"step_sizes must be the \(D,\) = \(12,\)"),
+        (0.01, {}, ShapeError, "step_sizes must be the"),
+        (lam, dict(probes=1), SgtuneError, "probes must be >= 2"),
+        (lam, dict(probes=4), SgtuneError, "probes must be >= 8 for representation 'target'"),
+        (lam, dict(representation="dense"), SgtuneError, "representation must be one of target, low-rank"),
+        (lam, dict(rank=0), SgtuneError, "rank must be >= 1"),
+        (lam, dict(representation="low-rank", basis="random"), SgtuneError,
          "basis must be one of mixed, curvature, posterior"),
-        (dict(step_sizes=np.full(e.dim, 1e3)), UnstableStepSizeError, "step_sizes are unstable"),
+        (np.full(e.dim, 1e3), {}, UnstableStepSizeError, "step_sizes are unstable"),
     ]
-    for extra, exc, msg in cases:
+    for step, extra, exc, msg in cases:
         with pytest.raises(exc, match=msg) as info:
-            posterior_covariance_error(U, w, c, gam, **extra, **kw)
+            posterior_covariance_error(U, w, c, gam, Dynamics(step, 8), **extra)
         assert "\n" not in str(info.value)
+    with pytest.raises(SgtuneError, match=r"step_matrix \(diagonal\) must be positive"):
+        Dynamics(-lam, 8)
+    with pytest.warns(DeprecationWarning), pytest.raises(SgtuneError, match=r"step_sizes must be > 0; step_sizes\[0\]"):
+        posterior_covariance_error(U, w, c, gam, step_sizes=-lam, batch_size=8)  # the old form validates itself
     with pytest.raises(ShapeError, match="length M = 200"):
-        posterior_covariance_error(U, w[:5], c, gam, lam, **kw)
+        posterior_covariance_error(U, w[:5], c, gam, Dynamics(lam, 8))
     with pytest.raises(SgtuneError, match="prior_diagonal must be > 0"):
-        posterior_covariance_error(U, w, c, 0.0, lam, **kw)
+        posterior_covariance_error(U, w, c, 0.0, Dynamics(lam, 8))
 
 
 # --------------------------------------------------------------------------- representation "target": diag(d) + αΣ*
@@ -246,8 +250,8 @@ def test_target_representation_on_a_gauss_newton_like_problem():
     B = 8
     lam = _lam(U, w, c, gam, B)
     S = np.linalg.inv(e.hessian) / e.n_data
-    exact_err = np.linalg.norm(predict_stationary_cov(e, np.diag(lam), batch_size=B).cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, lam, batch_size=B, probes=64)
+    exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B)).cov - S) / np.linalg.norm(S)
+    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), probes=64)
     assert est.representation == "target" and est.rank == 0 and est.solve_residual < 1e-6
     assert 0 < est.standard_error < 0.1 * est.covariance_error
     assert abs(est.covariance_error - exact_err) < 3 * est.standard_error + 0.05 * exact_err
@@ -256,15 +260,15 @@ def test_target_representation_on_a_gauss_newton_like_problem():
 def test_matrix_free_diagonal_reports_the_error_and_keeps_lambda():
     """error_estimate=True adds the estimate (and its standard error) without changing Λ."""
     e, U, w, c, gam = _problem(m=400, d=60, seed=1, low_rank=6, prior=0.01 * 400)
-    plain = posterior_diagonal_step_sizes(U, w, c, gam, batch_size=8, probes=64, seed=3)
-    both = posterior_diagonal_step_sizes(U, w, c, gam, batch_size=8, probes=64, seed=3, error_estimate=True)
+    plain = posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 8), probes=64, seed=3)
+    both = posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 8), probes=64, seed=3, error_estimate=True)
     np.testing.assert_array_equal(plain.diagonal, both.diagonal)
     assert math.isnan(plain.covariance_error) and plain.covariance_error_representation == ""
-    direct = posterior_covariance_error(U, w, c, gam, both.diagonal, batch_size=8, probes=64, seed=4)
+    direct = posterior_covariance_error(U, w, c, gam, Dynamics(both.diagonal, 8), probes=64, seed=4)
     assert both.covariance_error == direct.covariance_error and both.covariance_error_se == direct.standard_error
     assert both.covariance_error_representation == "target" and both.covariance_error_rank == 0
     S = np.linalg.inv(e.hessian) / e.n_data
-    exact = np.linalg.norm(predict_stationary_cov(e, np.diag(both.diagonal), batch_size=8).cov - S) \
+    exact = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(both.diagonal), 8)).cov - S) \
         / np.linalg.norm(S)
     assert abs(both.covariance_error - exact) < 3 * both.covariance_error_se + 0.05 * exact
 
@@ -292,5 +296,5 @@ def test_target_estimate_warns_when_the_probes_do_not_determine_it():
     e, U, w, c, gam = _problem(m=200, d=12, seed=0, prior=200.0)
     lam = _lam(U, w, c, gam, 8)
     with pytest.warns(AccuracyWarning, match="jackknife standard error"):
-        est = posterior_covariance_error(U, w, c, gam, lam, batch_size=8, probes=32, seed=0)
+        est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, 8), probes=32, seed=0)
     assert est.standard_error > 0.2 * est.covariance_error

@@ -10,6 +10,7 @@ Oracles, each independent of the code under test:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,8 +21,10 @@ from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
 from sgtune.theory import cov_error_constant, mc_error, mean_asymptotic_cov
+from sgtune.theory.linear_chain import LinearChain
 from sgtune.theory.stationary import equilibration_steps, predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 from _tolerances import bonferroni_z
 
@@ -44,7 +47,8 @@ def _brute(F, S, d):
 
 
 def _linear_chain(rng, d, kappa, *, spd=True, hvals=None, lam=None):
-    """(F, S, Λ) of x' = Fx + noise: the proxy's transition (seed 003 eq. 8 / B.1) with a random H and Λ."""
+    """(F, S, chain) of x' = Fx + noise: the proxy's transition (Wang, Ding & Huggins 2026, Eq. (8) / Prop. B.1)
+    with a random H and Λ, built here by hand and checked against :class:`LinearChain`'s."""
     if hvals is None:
         X = rng.normal(size=(d, d))
         H = X @ X.T / d + 0.3 * np.eye(d)
@@ -66,14 +70,16 @@ def _linear_chain(rng, d, kappa, *, spd=True, hvals=None, lam=None):
         Qn = E @ C @ E.T
     assert max(abs(np.linalg.eigvals(F))) < 1
     S = sla.solve_discrete_lyapunov(F, Qn)
-    return F, 0.5 * (S + S.T), lam
+    chain = LinearChain.with_constant_noise(Dynamics(lam, 1, momentum=kappa), H, C)
+    np.testing.assert_array_equal(chain.transition, F)
+    return F, 0.5 * (S + S.T), chain
 
 
 @pytest.mark.parametrize("d, kappa", [(1, 0.0), (3, 0.0), (7, 0.0), (3, 0.5), (6, 0.5), (4, 0.9)])
 def test_constants_equal_the_brute_force_lag_sums(rng, d, kappa):
-    F, S, lam = _linear_chain(rng, d, kappa)
+    F, S, chain = _linear_chain(rng, d, kappa)
     c_bf, mean_bf = _brute(F, S, d)
-    c, method = cov_error_constant(F, S, dim=d, step_matrix=lam, momentum=kappa)
+    c, method = cov_error_constant(chain, S)
     assert method == ("blocks" if kappa else "symmetric")
     assert c == pytest.approx(c_bf, rel=BRUTE_RTOL)
     np.testing.assert_allclose(mean_asymptotic_cov(F, S, dim=d), mean_bf, rtol=BRUTE_RTOL,
@@ -83,18 +89,18 @@ def test_constants_equal_the_brute_force_lag_sums(rng, d, kappa):
 @pytest.mark.parametrize("kappa", [0.0, 0.6])
 def test_every_route_equals_the_brute_force(rng, kappa):
     d = 4
-    F, S, lam = _linear_chain(rng, d, kappa)
+    F, S, chain = _linear_chain(rng, d, kappa)
     c_bf, _ = _brute(F, S, d)
     for method in ("blocks" if kappa else "symmetric", "eig", "kron"):
-        c, used = cov_error_constant(F, S, dim=d, step_matrix=lam, momentum=kappa, method=method)
+        c, used = cov_error_constant(chain, S, method=method)
         assert used == method and c == pytest.approx(c_bf, rel=BRUTE_RTOL)
 
 
 def test_non_symmetric_step_matrix_uses_complex_eigenvalues(rng):
     d = 5
-    F, S, lam = _linear_chain(rng, d, 0.0, spd=False)
+    F, S, chain = _linear_chain(rng, d, 0.0, spd=False)
     assert np.iscomplex(np.linalg.eigvals(F)).any()  # this Λ rotates: complex μ
-    c, method = cov_error_constant(F, S, dim=d, step_matrix=lam)
+    c, method = cov_error_constant(chain, S)
     assert method == "eig"
     assert c == pytest.approx(_brute(F, S, d)[0], rel=BRUTE_RTOL)
 
@@ -103,10 +109,10 @@ def test_critically_damped_momentum_is_exact(rng):
     """h = (1 − √κ)² makes a 2×2 block defective (a Jordan block): no eigenvector basis exists."""
     d, kappa = 4, 0.64
     hcrit = (1 - math.sqrt(kappa)) ** 2
-    F, S, lam = _linear_chain(rng, d, kappa, hvals=[hcrit, hcrit, 0.5, 0.05], lam=np.eye(d))
+    F, S, chain = _linear_chain(rng, d, kappa, hvals=[hcrit, hcrit, 0.5, 0.05], lam=np.eye(d))
     assert np.linalg.cond(np.linalg.eig(F)[1]) > 1e7
     c_bf, _ = _brute(F, S, d)
-    c, method = cov_error_constant(F, S, dim=d, step_matrix=lam, momentum=kappa)
+    c, method = cov_error_constant(chain, S)
     assert method == "blocks" and c == pytest.approx(c_bf, rel=BRUTE_RTOL)
     with pytest.raises(ConvergenceError, match="condition number"):
         cov_error_constant(F, S, dim=d, method="eig")
@@ -128,8 +134,10 @@ def test_slow_modes_keep_their_digits():
     exact = float(2 * half - k0)
     F = np.diag([float(m) for m in mu])
     Sf = np.array(S, dtype=float)
-    lam = 0.1 * np.eye(3)  # F = I − ΛH with H = diag(h)/0.1
-    c, method = cov_error_constant(F, Sf, step_matrix=lam)
+    lam = 0.1 * np.eye(3)  # F = I − ΛH with H = diag(h)/0.1; the chain carries the exactly rounded F
+    chain = replace(LinearChain.with_constant_noise(Dynamics(lam, 1), np.diag([float(x) for x in h]) / 0.1,
+                                                    np.eye(3)), transition=F)
+    c, method = cov_error_constant(chain, Sf)
     assert method == "symmetric" and c == pytest.approx(exact, rel=1e-9)
     assert cov_error_constant(F, Sf, method="eig")[0] == pytest.approx(exact, rel=1e-9)
 
@@ -145,7 +153,7 @@ def test_ar1_closed_form():
 
 def test_from_a_stationary_prediction_with_momentum():
     e = expand(get_model("logistic"), example("logistic"))
-    st = predict_stationary_cov(e, 0.5, batch_size=16, momentum=0.5)
+    st = predict_stationary_cov(e, Dynamics(0.5, 16, momentum=0.5))
     r = mc_error(st)
     c_bf, mean_bf = _brute(st.transition, st.augmented_cov, e.dim)
     assert r.method == "blocks"
@@ -193,7 +201,7 @@ def _gaussian_twin_errors(st, T, R, C, seed):
 def test_gaussian_chain_matches_the_constants():
     """The formula's own assumption: an exactly Gaussian linear chain (logistic example's tuned F, S)."""
     e = expand(get_model("logistic"), example("logistic"))
-    st = tune(e, batch_size=64).stationary
+    st = tune(e, Dynamics(None, 64)).stationary
     r = mc_error(st)
     T = int(600 * st.tau_worst)  # finite-T corrections are O(τ/T): ≈ 0.2 % here, far below the MCSE
     err, means = _gaussian_twin_errors(st, T, R=150, C=1, seed=1)
@@ -211,7 +219,7 @@ def _sampler_check(name, model, B, kappa, T, reps, C=4, family="dense"):
     ds = example(name)
     m = get_model(model)
     e = expand(m, ds)
-    tr = tune(e, batch_size=B, family=family, momentum=kappa)
+    tr = tune(e, Dynamics(None, B, momentum=kappa), family=family)
     st = tr.stationary
     r = mc_error(st)
     burn = int(equilibration_steps(st.spectral_radius, tol=1e-3))
@@ -246,3 +254,12 @@ def test_sampler_chains_match_the_constants_fast():
                                                    ("poisson", "poisson", 8, 0.0)])
 def test_sampler_chains_match_the_constants(name, model, B, kappa):
     _sampler_check(name, model, B, kappa, T=20_000, reps=60)
+
+
+def test_the_old_keyword_form_warns_and_agrees(rng):
+    """cov_error_constant(F, S, step_matrix=Λ, momentum=κ) still works: one DeprecationWarning, the same numbers."""
+    for kappa in (0.0, 0.5):
+        F, S, chain = _linear_chain(rng, 3, kappa)
+        with pytest.warns(DeprecationWarning, match=r"cov_error_constant\(LinearChain"):
+            old = cov_error_constant(F, S, dim=3, step_matrix=chain.step_matrix, momentum=kappa)
+        assert old == cov_error_constant(chain, S)

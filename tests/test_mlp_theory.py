@@ -17,6 +17,7 @@ from sgtune.models.mlp import make_mlp
 from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,14 +57,14 @@ def test_forward_solver_on_a_network_matches_the_dense_brute_force():
     rng = np.random.default_rng(3)
     A = rng.normal(size=(19, 19))
     lam = 0.02 * (np.eye(19) + 0.1 * (A + A.T) / 2)  # a dense SPD Λ
-    st = predict_stationary_cov(e, lam, batch_size=16)
+    st = predict_stationary_cov(e, Dynamics(lam, 16))
     ref = _brute_force_cov(e, lam, 16)
     np.testing.assert_allclose(st.cov, ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
 
 
 def test_tuner_on_a_network_hits_the_target_in_the_brute_force_solve():
     net, data, e = _network_problem()
-    res = tune(e, batch_size=16, target="posterior")
+    res = tune(e, Dynamics(None, 16), target="posterior")
     ref = _brute_force_cov(e, res.step_matrix, 16)
     target = e.posterior_cov()
     assert np.linalg.norm(ref - target) / np.linalg.norm(target) < 1e-9
@@ -79,7 +80,7 @@ def test_sgd_on_the_network_matches_dq_exact_within_mcse():
     """
     net, data, e = _network_problem()
     lam = 0.05
-    st = predict_stationary_cov(e, lam, batch_size=16)
+    st = predict_stationary_cov(e, Dynamics(lam, 16))
     res = run_chains(net, data, lam, batch_size=16, n_steps=200_000, n_chains=4, burn_in=20_000,
                      prior_precision=1.0, initial=e.theta_hat, seed=11)
     test = compare_covariance(st.cov, res.cov, res.cov_standard_error, n_batches=res.n_batches,
@@ -87,7 +88,7 @@ def test_sgd_on_the_network_matches_dq_exact_within_mcse():
     assert test.passed, (test.z_max, test.threshold, test.relative_frobenius_error)
     from sgtune.theory.stationary import predict_comparison_cov
 
-    ct = predict_comparison_cov(e, lam, batch_size=16, theory="ct")
+    ct = predict_comparison_cov(e, Dynamics(lam, 16), theory="ct")
     assert np.linalg.norm(ct - res.cov) > np.linalg.norm(st.cov - res.cov)
 
 
@@ -102,7 +103,7 @@ def test_neural_network_notebook_smoke():
 def test_block_family_defaults_to_the_network_layers():
     net, data, e = _network_problem()
     assert e.parameter_blocks == (tuple(range(0, 15)), tuple(range(15, 19)))  # W_1 (3×4), b_1 | W_2 (1×3), b_2
-    res = tune(e, batch_size=16, target="posterior", family="block")
+    res = tune(e, Dynamics(None, 16), target="posterior", family="block")
     lam = res.step_matrix
     np.testing.assert_array_equal(lam[:15, 15:], 0.0)
     np.testing.assert_array_equal(lam[15:, :15], 0.0)

@@ -15,6 +15,7 @@ from sgtune.models import (DenseCurvature, ModelError, RankOneCurvature, checked
                            per_sample_curvature)
 from sgtune.models.user import load_model_file
 from sgtune.theory.tuning import tune
+from sgtune.core.config import Dynamics
 
 LINEAR_FILE = '''
 import numpy as np
@@ -165,8 +166,8 @@ def test_user_model_python_api_and_loader(tmp_path):
     e_user, e_glm = expand(user, ds), expand(glm, ds)
     assert e_user.rank_one and e_glm.rank_one
     np.testing.assert_allclose(e_user.hessian, e_glm.hessian, rtol=1e-10)
-    t_user = tune(e_user, batch_size=32, target="sandwich")
-    t_glm = tune(e_glm, batch_size=32, target="sandwich")
+    t_user = tune(e_user, Dynamics(None, 32), target="sandwich")
+    t_glm = tune(e_glm, Dynamics(None, 32), target="sandwich")
     np.testing.assert_allclose(t_user.step_matrix, t_glm.step_matrix, rtol=1e-9)
     assert "mylogit.py:MODEL" in e_user.model
 
@@ -383,4 +384,4 @@ def test_unreachable_target_names_the_remedies():
     data = make_dataset((X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std())
     e = expand(make_mlp("2,3"), data, 1.0, seed=0)
     with pytest.raises(UnstableStepSizeError, match=r"out of reach of a stable chain.*SGLD"):
-        tune(e, batch_size=32, target="posterior")
+        tune(e, Dynamics(None, 32), target="posterior")

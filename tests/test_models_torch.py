@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")  # in the [dev] extra: never skipped in the
 from click.testing import CliRunner  # noqa: E402
 
 from sgtune.cli import main  # noqa: E402
+from sgtune.core.config import Dynamics  # noqa: E402
 from sgtune.core.errors import DataFormatError, MissingExtraError, SgtuneError  # noqa: E402
 from sgtune.io.data import make_dataset  # noqa: E402
 from sgtune.models import expand, from_torch, per_sample_curvature  # noqa: E402
@@ -238,7 +239,7 @@ def test_expand_tune_and_the_sampler_use_it_like_the_builtin_network():
     for attr in ("hessian", "fisher", "mean_grad"):
         np.testing.assert_allclose(getattr(e, attr), getattr(fit, attr), rtol=0, atol=SAME_NETWORK_ATOL, err_msg=attr)
     assert e.parameter_names == tuple(mlp.parameter_names(("0", "1", "2")))
-    t, t_ref = [tune(x, batch_size=8, target="posterior", inv_temperature=160.0) for x in (e, fit)]
+    t, t_ref = [tune(x, Dynamics(None, 8, inv_temperature=160.0), target="posterior") for x in (e, fit)]
     np.testing.assert_allclose(t.step_matrix, t_ref.step_matrix, rtol=SOLVER_RTOL * 1e2)
     kw = dict(batch_size=8, n_steps=40, n_chains=2, burn_in=5, prior_precision=1.0, initial=fit.theta_hat,
               inv_temperature=200.0, momentum=0.3, seed=5)

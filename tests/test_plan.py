@@ -23,6 +23,7 @@ from sgtune.theory.stationary import equilibration_steps, noise_covariance, pred
 from sgtune.theory.tuning import tune
 from sgtune.workflows import plan as planmod
 from sgtune.workflows.plan import plan_run
+from sgtune.core.config import Dynamics
 
 from _tolerances import bonferroni_z
 from test_mcerror import _brute
@@ -44,7 +45,7 @@ def test_plan_numbers_follow_from_independent_calls(logistic):
     feas = [c for c in p.candidates if c.feasible]
     assert feas, "the dense family reaches any tolerance"
     for c in feas:
-        st = predict_stationary_cov(e, c.step_matrix, batch_size=c.batch_size)
+        st = predict_stationary_cov(e, Dynamics(c.step_matrix, c.batch_size))
         bias = np.linalg.norm(st.cov - p.target_cov) / np.linalg.norm(p.target_cov)
         assert c.covariance_error == pytest.approx(bias, rel=1e-6, abs=1e-12)
         c_bf, _ = _brute(st.transition, st.augmented_cov, e.dim)
@@ -118,7 +119,7 @@ def test_large_d_structured_path_agrees_with_tune(logistic, monkeypatch):
     p = plan_run(m, ds, e, tolerance=0.3, batch_sizes=(16,), families=("diagonal", "scalar"), momenta=(0.0, 0.5),
                  time_steps=False, notes=False)
     for c in p.candidates:
-        ref = tune(e, batch_size=16, family=c.family, momentum=c.momentum, family_criterion="moment")
+        ref = tune(e, Dynamics(None, 16, momentum=c.momentum), family=c.family, family_criterion="moment")
         np.testing.assert_allclose(c.step_matrix, ref.step_matrix, rtol=1e-10)
         assert c.covariance_error == pytest.approx(ref.covariance_error, rel=planmod.PLAN_COV_TOL)
         assert c.feasible
@@ -169,9 +170,9 @@ def test_reshuffled_chain_matches_the_change(logistic):
     prediction against 1 + change, z-scores from batch means (Bonferroni over the D directions)."""
     m, ds, e = logistic
     B = 8
-    res_t = tune(e, batch_size=B, without_replacement=True)
+    res_t = tune(e, Dynamics(None, B, batching="without-replacement"))
     st = res_t.stationary
-    cb = noise_covariance(e, st.cov, batch_size=B, without_replacement=True)
+    cb = noise_covariance(e, st.cov, Dynamics(None, B, batching="without-replacement"))
     ch = reshuffle_variance_change(e.hessian, res_t.step_matrix, cb, n_data=e.n_data, batch_size=B)
     burn = 3 * int(equilibration_steps(st.spectral_radius))
     run = run_chains(m, ds, res_t.step_matrix, batch_size=B, n_steps=burn + 120_000, burn_in=burn, n_chains=4,

@@ -17,6 +17,7 @@ from sgtune.io.data import example
 from sgtune.diagnostics.mcse import bonferroni_threshold, compare_covariance
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains, run_quadratic_chains
+from sgtune.core.config import Dynamics
 
 ALPHA = 1e-3
 
@@ -90,7 +91,7 @@ def test_tuned_sgd_reproduces_predicted_covariance_linear_regression():
     ds = example("hetero-linear")
     model = get_model("linear")
     e = expand(model, ds)
-    t = tune(e, batch_size=64)
+    t = tune(e, Dynamics(None, 64))
     res = run_chains(model, ds, t.step_matrix, batch_size=64, n_steps=20000, n_chains=16, burn_in=2000,
                      initial=e.theta_hat, seed=4)
     test = _check(res, t.predicted_cov, e.theta_hat)
@@ -105,12 +106,12 @@ def test_sgld_without_replacement_matches_forward_prediction():
     model = get_model("linear")
     e = expand(model, ds, prior_precision=2.0)
     lam, B, beta = 0.02, 100, float(ds.n_data)
-    pred = predict_stationary_cov(e, lam, batch_size=B, inv_temperature=beta, without_replacement=True)
+    pred = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, batching="without-replacement"))
     res = run_chains(model, ds, lam, batch_size=B, n_steps=20000, n_chains=16, prior_precision=2.0,
                      initial=e.theta_hat, inv_temperature=beta, batching="without-replacement", seed=5)
     _check(res, pred.cov)
     # with replacement has a different (larger) noise factor; at B = N/20 the difference is ≈5%
-    assert not np.allclose(pred.cov, predict_stationary_cov(e, lam, batch_size=B, inv_temperature=beta).cov,
+    assert not np.allclose(pred.cov, predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta)).cov,
                            rtol=0.02)
 
 
@@ -123,7 +124,7 @@ def test_logistic_within_proxy_error():
     ds = example("logistic")
     model = get_model("logistic")
     e = expand(model, ds)
-    pred = predict_stationary_cov(e, 0.05, batch_size=32)
+    pred = predict_stationary_cov(e, Dynamics(0.05, 32))
     res = run_chains(model, ds, 0.05, batch_size=32, n_steps=200000, n_chains=16, initial=e.theta_hat, seed=6)
     t = compare_covariance(pred.cov, res.cov, res.cov_standard_error, n_batches=res.n_batches,
                            relative_tolerance=0.05)

@@ -14,6 +14,8 @@ from sgtune.models import expand, get_model
 from sgtune.symbolic import stationary as sym
 from sgtune.theory.stationary import (iterate_average_cov, max_stable_step, noise_covariance,
                                       predict_stationary_cov)
+from sgtune.core.config import Dynamics
+from sgtune.theory.linear_chain import LinearChain
 
 from _reference import covariance_z_scores, logistic_expansion, simulate_chains
 from _tolerances import ENUMERATION_RTOL, SOLVER_RTOL, SYMBOLIC_RTOL, bonferroni_z
@@ -62,8 +64,7 @@ def test_matches_brute_force(rng, beta, wor, method):
     B = 5
     f = (ds.n_data - B) / (ds.n_data - 1) if wor else 1.0
     S_bf, rho_bf = brute_force_cov(e, lam, B, beta, f)
-    res = predict_stationary_cov(e, lam, batch_size=B, inv_temperature=beta, without_replacement=wor,
-                                 method=method)
+    res = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, batching=bool(wor)), method=method)
     np.testing.assert_allclose(res.cov, S_bf, rtol=SOLVER_RTOL, atol=0)
     assert res.spectral_radius == pytest.approx(rho_bf, rel=1e-7)  # ARPACK tol 1e-8
     assert res.relative_residual < 1e-12
@@ -75,8 +76,8 @@ def test_rank_one_and_dense_hessian_paths_agree(rng):
     e1 = expand(m, ds, 1.0)
     e2 = expand(m, ds, 1.0, dense_hessians=True)
     lam = 0.5 * np.eye(ds.dim)
-    r1 = predict_stationary_cov(e1, lam, batch_size=8)
-    r2 = predict_stationary_cov(e2, lam, batch_size=8)
+    r1 = predict_stationary_cov(e1, Dynamics(lam, 8))
+    r2 = predict_stationary_cov(e2, Dynamics(lam, 8))
     np.testing.assert_allclose(r1.cov, r2.cov, rtol=SOLVER_RTOL)
 
 
@@ -96,7 +97,7 @@ def test_noise_covariance_by_enumerating_every_batch(rng, wor):
         gb, Jb = e.grads[b].mean(0) - gbar, Js[b].mean(0) - J
         acc += np.outer(gb, gb) + Jb @ sigma @ Jb  # E_d Cov_b(g_b + J_b d), d ~ N(0, Σ)
         count += 1
-    np.testing.assert_allclose(noise_covariance(e, sigma, batch_size=B, without_replacement=wor), acc / count,
+    np.testing.assert_allclose(noise_covariance(e, sigma, Dynamics(None, B, batching=bool(wor))), acc / count,
                                rtol=ENUMERATION_RTOL)
 
 
@@ -112,10 +113,10 @@ def test_one_dimensional_sympy_oracle(rng, beta, wor):
     lam = 0.8
     key = "Sigma" if math.isfinite(beta) else "Sigma_sgd"
     expected = float(exprs[key].subs({**subs, sym.lam: lam, sym.beta: beta}))
-    got = predict_stationary_cov(e, lam, batch_size=4, inv_temperature=beta, without_replacement=wor).cov[0, 0]
+    got = predict_stationary_cov(e, Dynamics(lam, 4, inv_temperature=beta, batching=bool(wor))).cov[0, 0]
     assert got == pytest.approx(expected, rel=SYMBOLIC_RTOL)
     lam_max = float(exprs["lambda_max"].subs(subs))
-    assert max_stable_step(e, 1.0, batch_size=4, without_replacement=wor, rtol=1e-6) == pytest.approx(
+    assert max_stable_step(e, Dynamics(1.0, 4, batching=bool(wor)), rtol=1e-6) == pytest.approx(
         lam_max, rel=1e-5)
 
 
@@ -124,8 +125,8 @@ def test_direct_and_iterative_agree_with_momentum_and_nonsymmetric_step(rng):
     e = expand(get_model("linear"), ds)
     lam = 0.2 * random_spd(rng, 4, 2.0) + 0.01 * rng.standard_normal((4, 4))  # SGD allows any Λ
     for kappa in (0.0, 0.5):
-        a = predict_stationary_cov(e, lam, batch_size=6, momentum=kappa, method="direct")
-        b = predict_stationary_cov(e, lam, batch_size=6, momentum=kappa, method="iterative")
+        a = predict_stationary_cov(e, Dynamics(lam, 6, momentum=kappa), method="direct")
+        b = predict_stationary_cov(e, Dynamics(lam, 6, momentum=kappa), method="iterative")
         np.testing.assert_allclose(a.cov, b.cov, rtol=SOLVER_RTOL)
         np.testing.assert_allclose(a.tau, b.tau, rtol=SOLVER_RTOL)
 
@@ -139,9 +140,9 @@ def test_momentum_matches_corrected_eq_B3(rng):
     """
     e = expand(get_model("logistic"), example("logistic"), 1.0)
     lam, k, B, beta = 0.3, 0.6, 16, 500.0
-    S = predict_stationary_cov(e, lam, batch_size=B, momentum=k, inv_temperature=beta).cov
+    S = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=k)).cov
     H = e.hessian
-    C = noise_covariance(e, S, batch_size=B)
+    C = noise_covariance(e, S, Dynamics(None, B))
     lhs = (1 - k) * lam * (H @ S + S @ H) + k / (1 - k**2) * lam**2 * (H @ H @ S + S @ H @ H)
     rhs_sgd = lam**2 * C + (1 + k**2) / (1 - k**2) * lam**2 * H @ S @ H
     corrected = rhs_sgd + 2 / beta * ((1 - k) ** 2 * lam * np.eye(5) + 2 * k / (1 + k) * lam**2 * H)
@@ -168,7 +169,7 @@ def test_momentum_b3_coefficient_by_sympy():
 def test_tau_matches_truncated_autocovariance_sum(rng):
     e = expand(get_model("linear"), hetero_linear(rng, d=3))
     lam = 0.4 * random_spd(rng, 3, 2.0)
-    res = predict_stationary_cov(e, lam, batch_size=4)
+    res = predict_stationary_cov(e, Dynamics(lam, 4))
     A = np.eye(3) - lam @ e.hessian
     acc, Ak = np.zeros((3, 3)), np.eye(3)
     for _ in range(20000):
@@ -182,14 +183,14 @@ def test_tau_matches_truncated_autocovariance_sum(rng):
     assert taus.max() >= res.tau_worst - 1e-2 * res.tau_worst
     # Prop. 4.4 holds in 1-D / commuting case
     e1 = expand(get_model("linear"), make_dataset(rng.standard_normal((30, 1)), rng.standard_normal(30)))
-    r1 = predict_stationary_cov(e1, 0.5, batch_size=3)
+    r1 = predict_stationary_cov(e1, Dynamics(0.5, 3))
     assert r1.tau_worst == pytest.approx(r1.tau_spectral, rel=1e-12)
 
 
 def test_iterate_average_closed_form_vs_explicit_sum_and_paper(rng):
     e = expand(get_model("linear"), hetero_linear(rng, d=3))
     lam = 0.3 * random_spd(rng, 3, 2.0)
-    res = predict_stationary_cov(e, lam, batch_size=4, momentum=0.3)
+    res = predict_stationary_cov(e, Dynamics(lam, 4, momentum=0.3))
     F, S = res.transition, res.augmented_cov
     for k in (1, 2, 7, 40):
         acc = k * S
@@ -205,7 +206,7 @@ def test_iterate_average_vs_simulation_and_prop_B2_is_wrong(rng):
     ds = hetero_linear(rng, n=100, d=2)
     e = expand(get_model("linear"), ds)
     lam = 0.25 * np.eye(2)
-    res = predict_stationary_cov(e, lam, batch_size=4)
+    res = predict_stationary_cov(e, Dynamics(lam, 4))
     k, chains = 25, 20000
     burn = int(math.log(1e-8) / math.log(res.spectral_radius)) + 1
     th = simulate_chains("linear", ds.X, ds.y, np.zeros((2, 2)), lam, e.theta_hat, batch_size=4,
@@ -237,8 +238,7 @@ def test_linear_regression_monte_carlo_matches_exactly(rng, case):
         beta, wor = float(ds.n_data), True
     if case == "momentum":
         kappa, lam = 0.5, 0.15 * np.eye(3)
-    res = predict_stationary_cov(e, lam, batch_size=B, inv_temperature=beta, without_replacement=wor,
-                                 momentum=kappa)
+    res = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching=bool(wor)))
     steps = int(math.log(1e-8) / math.log(res.spectral_radius)) + 1
     th = simulate_chains("linear", ds.X, ds.y, gamma, lam, e.theta_hat, batch_size=B, steps=steps,
                          chains=20000, rng=rng, beta=beta, momentum=kappa, replace=not wor)
@@ -258,7 +258,7 @@ def test_logistic_monte_carlo_within_proxy_error(rng):
     e = expand(get_model("logistic"), make_dataset(X, y), 1.0)
     lam = 0.5 * np.linalg.inv(e.hessian) * 0.5
     B = 16
-    res = predict_stationary_cov(e, lam, batch_size=B)
+    res = predict_stationary_cov(e, Dynamics(lam, B))
     steps = int(math.log(1e-8) / math.log(res.spectral_radius)) + 1
     th = simulate_chains("logistic", X, y, np.eye(3), lam, e.theta_hat, batch_size=B, steps=steps,
                          chains=20000, rng=rng)
@@ -275,12 +275,12 @@ def test_logistic_monte_carlo_within_proxy_error(rng):
 def test_unstable_step_reports_largest_stable_multiple():
     e = expand(get_model("linear"), example("hetero-linear"))
     with pytest.raises(UnstableStepSizeError, match="largest stable multiple") as info:
-        predict_stationary_cov(e, 1.0, batch_size=4)
+        predict_stationary_cov(e, Dynamics(1.0, 4))
     c = info.value.max_stable_step
     assert 0 < c < 1
-    predict_stationary_cov(e, 0.99 * c, batch_size=4)  # stable just below
+    predict_stationary_cov(e, Dynamics(0.99 * c, 4))  # stable just below
     with pytest.raises(UnstableStepSizeError):
-        predict_stationary_cov(e, 1.01 * c, batch_size=4)
+        predict_stationary_cov(e, Dynamics(1.01 * c, 4))
 
 
 @pytest.mark.parametrize("step, exc, match", [
@@ -292,7 +292,7 @@ def test_unstable_step_reports_largest_stable_multiple():
 def test_bad_step_matrix(step, exc, match):
     e = expand(get_model("linear"), example("hetero-linear"))
     with pytest.raises(exc, match=match):
-        predict_stationary_cov(e, step, batch_size=4)
+        predict_stationary_cov(e, Dynamics(step, 4))
 
 
 def test_sgld_needs_spd_step_and_valid_arguments():
@@ -300,15 +300,15 @@ def test_sgld_needs_spd_step_and_valid_arguments():
     bad = 0.01 * np.eye(20)
     bad[0, 1] = 0.005
     with pytest.raises(NotPositiveDefiniteError, match="symmetric positive definite for SGLD"):
-        predict_stationary_cov(e, bad, batch_size=4, inv_temperature=100.0)
+        predict_stationary_cov(e, Dynamics(bad, 4, inv_temperature=100.0))
     with pytest.raises(SgtuneError, match="batch_size must be <= 2000"):
-        predict_stationary_cov(e, 0.01, batch_size=5000)
+        predict_stationary_cov(e, Dynamics(0.01, 5000))
     with pytest.raises(SgtuneError, match="momentum must lie in"):
-        predict_stationary_cov(e, 0.01, batch_size=4, momentum=1.0)
+        predict_stationary_cov(e, Dynamics(0.01, 4, momentum=1.0))
     with pytest.raises(SgtuneError, match="inv_temperature must be > 0"):
-        predict_stationary_cov(e, 0.01, batch_size=4, inv_temperature=-1)
+        predict_stationary_cov(e, Dynamics(0.01, 4, inv_temperature=-1))
     with pytest.raises(SgtuneError, match="method must be"):
-        predict_stationary_cov(e, 0.01, batch_size=4, method="qr")
+        predict_stationary_cov(e, Dynamics(0.01, 4), method="qr")
 
 
 def test_critically_damped_momentum_is_solved_accurately(rng):
@@ -316,8 +316,8 @@ def test_critically_damped_momentum_is_solved_accurately(rng):
     X = rng.standard_normal((100, 2))
     e = expand(get_model("linear"), make_dataset(X, rng.standard_normal(100)))
     lam = 0.25 / np.linalg.eigvalsh(e.hessian)[0]  # (1 − λh + κ)² = 4κ at κ = 1/4
-    a = predict_stationary_cov(e, lam, batch_size=5, momentum=0.25, method="direct")
-    b = predict_stationary_cov(e, lam, batch_size=5, momentum=0.25, method="iterative")
+    a = predict_stationary_cov(e, Dynamics(lam, 5, momentum=0.25), method="direct")
+    b = predict_stationary_cov(e, Dynamics(lam, 5, momentum=0.25), method="iterative")
     np.testing.assert_allclose(b.cov, a.cov, rtol=SOLVER_RTOL)
     assert b.relative_residual < 1e-12
 
@@ -326,12 +326,12 @@ def test_stein_fallback_for_a_real_defective_transition(rng):
     """A real Jordan-block F (ill-conditioned eigenvectors) takes the Bartels–Stewart route exactly."""
     from dataclasses import replace
 
-    from sgtune.theory import stationary as st
+    from sgtune.theory.linear_chain import LinearChain, SteinSolver
 
     e = expand(get_model("linear"), make_dataset(rng.standard_normal((50, 2)), rng.standard_normal(50)))
-    base = st._build_system(e, 0.1, 5, math.inf, False, 0.0)
+    base = LinearChain.of(e, Dynamics(0.1, 5))
     F = np.array([[0.5, 1.0], [0.0, 0.5]])
-    stein = st._Stein(replace(base, F=F, lam=np.array([[1.0, 0.3], [0.0, 1.0]])))  # non-symmetric Λ
+    stein = SteinSolver(replace(base, transition=F, step_matrix=np.array([[1.0, 0.3], [0.0, 1.0]])))  # non-symmetric Λ
     assert stein.fallback and stein.real
     Q = np.array([[2.0, 0.5], [0.5, 1.0]])
     X = stein.solve(Q)
@@ -344,61 +344,57 @@ def _heavy_ball_case(d: int):
     batch without replacement: every underdamped mode has |z|² = κ, so the Perron root (≈ 0.60) sits just above
     a cluster of eigenvalues of modulus κ — where scipy's ARPACK returned −2.7 − 2.2i (not an eigenvalue: the
     map's norm is 1.98) at D = 20 and the non-Perron 0.59987 at D = 10."""
-    from sgtune.theory.stationary import _build_system
+    from sgtune.theory.linear_chain import LinearChain
     from sgtune.theory.tuning import structured_momentum_step_matrix
 
     e = logistic_expansion(3000, d, seed=d)
     S = e.sandwich_cov()
-    M = noise_covariance(e, S, batch_size=1000, without_replacement=True)
+    M = noise_covariance(e, S, Dynamics(None, 1000, batching="without-replacement"))
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="scalar", momentum=0.6, inv_temperature=3e5)
-    return e, lam, _build_system(e, lam, 1000, 3e5, True, 0.6)
+    return e, lam, LinearChain.of(e, Dynamics(lam, 1000, inv_temperature=3e5, momentum=0.6,
+                                             batching="without-replacement"))
 
 
 @pytest.mark.parametrize("d", [10, 20])
 def test_momentum_radius_is_the_perron_root_not_arpacks_answer(d):
     """The iterative path's radius equals the largest |eigenvalue| of the dense m²×m² operator (independent)."""
-    from sgtune.theory.stationary import _full_operator
-
     e, lam, system = _heavy_ball_case(d)
-    exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(system)))))
-    res = predict_stationary_cov(e, lam, batch_size=1000, momentum=0.6, inv_temperature=3e5,
-                                 without_replacement=True, method="iterative")
+    exact = float(np.max(np.abs(np.linalg.eigvals(system.operator()))))
+    res = predict_stationary_cov(e, system.dynamics, method="iterative")
     assert not res.spectral_radius_is_bound
     assert res.spectral_radius == pytest.approx(exact, rel=1e-9)
 
 
 def test_perron_check_rejects_what_is_not_a_perron_pair():
     """A complex or negative value, a non-PSD eigenvector or a large residual is not accepted from ARPACK."""
-    from sgtune.theory.stationary import _full_operator, _perron_or_nan
-
     _, _, system = _heavy_ball_case(10)
-    m = system.F.shape[0]
-    w, V = np.linalg.eig(_full_operator(system))
+    m = system.state_dim
+    _perron_or_nan = system._perron_or_nan
+    w, V = np.linalg.eig(system.operator())
     k = int(np.argmax(np.abs(w)))
-    assert _perron_or_nan(system, complex(w[k]), V[:, k]) == pytest.approx(abs(w[k]), rel=1e-12)
-    assert math.isnan(_perron_or_nan(system, complex(-2.7, -2.2), V[:, k]))  # ARPACK's spurious value
-    assert math.isnan(_perron_or_nan(system, complex(w[k]) * 1.01, V[:, k]))  # residual too large
+    assert _perron_or_nan(complex(w[k]), V[:, k]) == pytest.approx(abs(w[k]), rel=1e-12)
+    assert math.isnan(_perron_or_nan(complex(-2.7, -2.2), V[:, k]))  # ARPACK's spurious value
+    assert math.isnan(_perron_or_nan(complex(w[k]) * 1.01, V[:, k]))  # residual too large
     # a real eigenvalue of the cluster whose eigenvector is not positive semidefinite
     real = [i for i in np.argsort(-np.abs(w)) if abs(w[i].imag) < 1e-12 and i != k]
-    assert math.isnan(_perron_or_nan(system, complex(w[real[0]]), V[:, real[0]]))
+    assert math.isnan(_perron_or_nan(complex(w[real[0]]), V[:, real[0]]))
     assert m == 20
 
 
 def test_bracketed_power_iteration_brackets_the_perron_root():
     """The Collatz–Wielandt bracket of the power iteration contains the dense radius; once closed (no cluster,
     κ = 0) it is that radius; not closed (the heavy-ball cluster) it is reported as an upper bound."""
-    from sgtune.theory.stationary import _bracketed_power_radius, _build_system, _full_operator, _solve_iterative
-
     e, lam, system = _heavy_ball_case(10)
-    exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(system)))))
-    S = _solve_iterative(system, 1e-12, None)
-    rho, is_bound = _bracketed_power_radius(system, S, max_iter=20)
+    exact = float(np.max(np.abs(np.linalg.eigvals(system.operator()))))
+    S = system.solve_iterative(1e-12)
+    rho, is_bound = system._bracketed_power_radius(S, max_iter=20)
     assert is_bound and exact <= rho
-    rho, is_bound = _bracketed_power_radius(system, S)  # the cluster at κ: slow, but a valid bound
+    rho, is_bound = system._bracketed_power_radius(S)  # the cluster at κ: slow, but a valid bound
     assert is_bound and exact <= rho <= 1.01 * exact
-    plain = _build_system(e, 2 * lam, 1000, 3e5, True, 0.0)  # no momentum: a separated Perron root
-    exact = float(np.max(np.abs(np.linalg.eigvals(_full_operator(plain)))))
-    rho, is_bound = _bracketed_power_radius(plain, _solve_iterative(plain, 1e-12, None))
+    plain = system.scaled(2.0).dynamics.replace(momentum=0.0, inv_temperature=3e5)  # no momentum: separated root
+    plain = LinearChain.of(e, plain)
+    exact = float(np.max(np.abs(np.linalg.eigvals(plain.operator()))))
+    rho, is_bound = plain._bracketed_power_radius(plain.solve_iterative(1e-12))
     assert not is_bound and rho == pytest.approx(exact, rel=2e-7)
 
 

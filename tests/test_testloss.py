@@ -12,6 +12,7 @@ from sgtune.sampler import run_chains
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.testloss import (optimal_batch_size, optimal_weight_decay, predicted_test_loss,
                                     ridge_test_loss_path)
+from sgtune.core.config import Dynamics
 
 
 def _data(n=400, d=3, seed=0):
@@ -39,7 +40,7 @@ def test_predicted_test_loss_matches_sgd_ridge_chains():
     model = get_model("linear")
     gamma, lam, B = 20.0, 0.3, 4
     e = expand(model, train, gamma)
-    pred = predicted_test_loss(e.theta_hat, predict_stationary_cov(e, lam, batch_size=B).cov, test.X, test.y)
+    pred = predicted_test_loss(e.theta_hat, predict_stationary_cov(e, Dynamics(lam, B)).cov, test.X, test.y)
     res = run_chains(model, train, lam, batch_size=B, n_steps=40_000, n_chains=8, burn_in=2000, thin=1,
                      prior_precision=gamma, initial=e.theta_hat, seed=5)
     tr = res.trace  # (C, T, D)
@@ -60,7 +61,7 @@ def test_weight_decay_path_matches_a_direct_evaluation():
     direct = []
     for g in gammas:
         e = expand(get_model("linear"), train, g)
-        cov = predict_stationary_cov(e, 0.2, batch_size=8).cov
+        cov = predict_stationary_cov(e, Dynamics(0.2, 8)).cov
         direct.append(np.mean((test.y - test.X @ e.theta_hat) ** 2) + np.trace(cov @ test.X.T @ test.X) / test.n_data)
     np.testing.assert_allclose(path.losses["dq-exact"], direct, rtol=1e-12)
     assert optimal_weight_decay(train, test.X, test.y, step=0.2, batch_size=8,

@@ -23,6 +23,7 @@ from sgtune.theory.adjoint import GradientEvaluator, affine_discrepancy, criteri
 from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
 from sgtune.theory.tuning import (load_blocks, momentum_tuning_residual, solve_momentum_step_matrix,
                                   solve_step_matrix, tune)
+from sgtune.core.config import Dynamics
 
 from _reference import logistic_expansion
 from _tolerances import SOLVER_RTOL, TUNING_RESIDUAL
@@ -59,10 +60,10 @@ def crit_of(target: np.ndarray, cov: np.ndarray) -> float:
 def test_adjoint_gradient_matches_finite_differences(d, kappa, beta, direct):
     e = synthetic_expansion(1, d=d)
     B = 8
-    lam0 = tune(e, batch_size=B).step_matrix
+    lam0 = tune(e, Dynamics(None, B)).step_matrix
     target = 1.1 * e.sandwich_cov()
     crit = affine_discrepancy(target)
-    ev = GradientEvaluator(e, crit, batch_size=B, inv_temperature=beta, momentum=kappa)
+    ev = GradientEvaluator(e, crit, Dynamics(None, B, inv_temperature=beta, momentum=kappa))
     if not direct:
         ev.kernel = None  # force the Stein-preconditioned GMRES forward and adjoint solves
     lam = 0.8 * lam0
@@ -72,7 +73,7 @@ def test_adjoint_gradient_matches_finite_differences(d, kappa, beta, direct):
     rng = np.random.default_rng(0)
 
     def phi(L):  # the criterion by the public forward solver, not the evaluator
-        cov = predict_stationary_cov(e, L, batch_size=B, inv_temperature=beta, momentum=kappa).cov
+        cov = predict_stationary_cov(e, Dynamics(L, B, inv_temperature=beta, momentum=kappa)).cov
         return crit_of(target, cov) ** 2
 
     for _ in range(2):
@@ -89,11 +90,11 @@ def test_criterion_gradient_public_wrapper_and_unstable_step():
 
     e = synthetic_expansion(3, d=3)
     S = e.sandwich_cov()
-    lam = tune(e, batch_size=4).step_matrix
-    out = criterion_gradient(e, lam, affine_discrepancy(S), batch_size=4)
+    lam = tune(e, Dynamics(None, 4)).step_matrix
+    out = criterion_gradient(e, Dynamics(lam, 4), affine_discrepancy(S))
     assert out.value < 1e-20 and np.abs(out.gradient).max() < 1e-8 * np.abs(lam).max() ** -1 * 1e-3
     with pytest.raises(UnstableStepSizeError, match="scale it by less than"):
-        criterion_gradient(e, 100 * lam, affine_discrepancy(S), batch_size=4)
+        criterion_gradient(e, Dynamics(100 * lam, 4), affine_discrepancy(S))
 
 
 # --------------------------------------------------------------------------- families
@@ -104,7 +105,7 @@ def _old_family_fit(e, S, lam_dense, family, B):
 
     def obj(L):
         try:
-            cov = predict_stationary_cov(e, L, batch_size=B).cov
+            cov = predict_stationary_cov(e, Dynamics(L, B)).cov
         except SgtuneError:
             return 1e6
         return crit_of(S, cov)
@@ -124,11 +125,11 @@ def _old_family_fit(e, S, lam_dense, family, B):
 def test_families_no_worse_than_previous_implementation(family, seed):
     e = synthetic_expansion(seed, n=60, d=5)
     B = 6
-    res = tune(e, batch_size=B, family=family)
+    res = tune(e, Dynamics(None, B), family=family)
     S = res.target_cov
-    dense = tune(e, batch_size=B).step_matrix
+    dense = tune(e, Dynamics(None, B)).step_matrix
     old = _old_family_fit(e, S, dense, family, B)
-    old_cov = predict_stationary_cov(e, old, batch_size=B).cov
+    old_cov = predict_stationary_cov(e, Dynamics(old, B)).cov
     c_new, c_old = crit_of(S, res.predicted_cov), crit_of(S, old_cov)
     assert c_new <= c_old * (1 + 1e-8) + 1e-12
     err_old = np.linalg.norm(old_cov - S) / np.linalg.norm(S)
@@ -139,41 +140,41 @@ def test_families_no_worse_than_previous_implementation(family, seed):
     for mv in moves:
         for f in (-1e-3, 1e-3):
             L = np.diag(lam * np.exp(f * mv))
-            assert crit_of(S, predict_stationary_cov(e, L, batch_size=B).cov) > c_new
+            assert crit_of(S, predict_stationary_cov(e, Dynamics(L, B)).cov) > c_new
 
 
 def test_block_family_extremes_are_dense_and_diagonal():
     e = synthetic_expansion(4, n=60, d=4)
     B = 6
-    dense = tune(e, batch_size=B)
-    one = tune(e, batch_size=B, family="block", blocks=[[0, 1, 2, 3]])
+    dense = tune(e, Dynamics(None, B))
+    one = tune(e, Dynamics(None, B), family="block", blocks=[[0, 1, 2, 3]])
     # the one-block family contains the exact dense Λ: the optimum reaches the target
     assert one.covariance_error < 1e-7
-    np.testing.assert_allclose(one.step_matrix, dense.step_matrix, rtol=1e-5, atol=1e-7 * np.abs(dense.step_matrix).max())
-    singles = tune(e, batch_size=B, family="block", blocks=[[2], [0], [3], [1]])
-    diag = tune(e, batch_size=B, family="diagonal")
+    np.testing.assert_allclose(one.step_matrix, dense.step_matrix, rtol=1e-5,
+                               atol=1e-7 * np.abs(dense.step_matrix).max())
+    singles = tune(e, Dynamics(None, B), family="block", blocks=[[2], [0], [3], [1]])
+    diag = tune(e, Dynamics(None, B), family="diagonal")
     np.testing.assert_allclose(singles.step_matrix, diag.step_matrix, rtol=1e-5, atol=0)
-    two = tune(e, batch_size=B, family="block", blocks=[[0, 2], [1, 3]])
+    two = tune(e, Dynamics(None, B), family="block", blocks=[[0, 2], [1, 3]])
     lam = two.step_matrix
     assert lam[0, 1] == 0 and lam[0, 3] == 0 and lam[0, 2] != 0 and lam[1, 3] != 0
     assert np.all(np.linalg.eigvalsh(lam) > 0)
     # nested families: block ⊇ diagonal ⊇ scalar in the criterion
     c = {k: crit_of(r.target_cov, r.predicted_cov) for k, r in
-         {"two": two, "diag": diag, "scalar": tune(e, batch_size=B, family="scalar")}.items()}
+         {"two": two, "diag": diag, "scalar": tune(e, Dynamics(None, B), family="scalar")}.items()}
     assert c["two"] <= c["diag"] * (1 + 1e-8) <= c["scalar"] * (1 + 1e-6)
 
 
 def test_diagonal_family_with_momentum_and_sgld_improves_on_its_start():
     e = synthetic_expansion(5, n=60, d=4)
     B, kappa, beta = 6, 0.4, 20.0 * e.n_data
-    res = tune(e, batch_size=B, family="diagonal", momentum=kappa, inv_temperature=beta)
+    res = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa), family="diagonal")
     S = res.target_cov
-    dense = tune(e, batch_size=B, momentum=kappa, inv_temperature=beta).step_matrix
-    start = predict_stationary_cov(e, np.diag(np.diag(dense)), batch_size=B, momentum=kappa,
-                                   inv_temperature=beta).cov
+    dense = tune(e, Dynamics(None, B, inv_temperature=beta, momentum=kappa)).step_matrix
+    start = predict_stationary_cov(e, Dynamics(np.diag(np.diag(dense)), B, inv_temperature=beta, momentum=kappa)).cov
     assert crit_of(S, res.predicted_cov) < crit_of(S, start)
-    np.testing.assert_allclose(res.predicted_cov, predict_stationary_cov(
-        e, res.step_matrix, batch_size=B, momentum=kappa, inv_temperature=beta).cov, rtol=1e-12)
+    again = predict_stationary_cov(e, Dynamics(res.step_matrix, B, inv_temperature=beta, momentum=kappa)).cov
+    np.testing.assert_allclose(res.predicted_cov, again, rtol=1e-12)
 
 
 def test_load_blocks_validation(tmp_path):
@@ -198,9 +199,9 @@ def test_load_blocks_validation(tmp_path):
         load_blocks(str(tmp_path / "none.json"), 3)
     e = synthetic_expansion(0, d=3)
     with pytest.raises(SgtuneError, match="needs blocks"):
-        tune(e, batch_size=4, family="block")
+        tune(e, Dynamics(None, 4), family="block")
     with pytest.raises(SgtuneError, match="only used with family 'block'"):
-        tune(e, batch_size=4, family="diagonal", blocks=[[0, 1, 2]])
+        tune(e, Dynamics(None, 4), family="diagonal", blocks=[[0, 1, 2]])
 
 
 # --------------------------------------------------------------------------- momentum
@@ -210,9 +211,9 @@ def test_reduced_momentum_equation_holds_at_the_augmented_solution(kappa, beta):
     e = synthetic_expansion(2)
     rng = np.random.default_rng(7)
     A = rng.standard_normal((5, 5))
-    lam = 0.3 * tune(e, batch_size=8).step_matrix + 1e-3 * (A @ A.T)
-    st = predict_stationary_cov(e, lam, batch_size=8, momentum=kappa, inv_temperature=beta)
-    M = noise_covariance(e, st.cov, batch_size=8)
+    lam = 0.3 * tune(e, Dynamics(None, 8)).step_matrix + 1e-3 * (A @ A.T)
+    st = predict_stationary_cov(e, Dynamics(lam, 8, inv_temperature=beta, momentum=kappa))
+    M = noise_covariance(e, st.cov, Dynamics(None, 8))
     assert momentum_tuning_residual(lam, e.hessian, st.cov, M, kappa, beta) < 1e-13
 
 
@@ -220,13 +221,13 @@ def test_reduced_momentum_equation_holds_at_the_augmented_solution(kappa, beta):
 def test_momentum_tuning_reaches_the_target_exactly(kappa, beta):
     e = synthetic_expansion(2)
     S = e.sandwich_cov()
-    res = tune(e, batch_size=8, momentum=kappa, inv_temperature=beta)
+    res = tune(e, Dynamics(None, 8, inv_temperature=beta, momentum=kappa))
     assert res.residual < TUNING_RESIDUAL
-    cov = predict_stationary_cov(e, res.step_matrix, batch_size=8, momentum=kappa, inv_temperature=beta).cov
+    cov = predict_stationary_cov(e, Dynamics(res.step_matrix, 8, inv_temperature=beta, momentum=kappa)).cov
     np.testing.assert_allclose(cov, S, rtol=SOLVER_RTOL, atol=SOLVER_RTOL * np.abs(S).max())
     assert np.all(np.linalg.eigvalsh(res.step_matrix) > 0)
     if kappa == 0.0:  # κ = 0 is the Lyapunov route
-        M = noise_covariance(e, S, batch_size=8)
+        M = noise_covariance(e, S, Dynamics(None, 8))
         lam0 = solve_momentum_step_matrix(e.hessian, S, M, momentum=0.0, inv_temperature=beta)
         ref = solve_step_matrix(e.hessian, S, M + e.hessian @ S @ e.hessian, inv_temperature=beta)
         np.testing.assert_allclose(lam0, ref, rtol=1e-10)
@@ -237,7 +238,7 @@ def test_momentum_infeasible_sgld_target():
 
     e = synthetic_expansion(2)
     with pytest.raises(InfeasibleTargetError, match="inverse temperature >"):
-        tune(e, batch_size=8, momentum=0.5, inv_temperature=1.0)
+        tune(e, Dynamics(None, 8, inv_temperature=1.0, momentum=0.5))
 
 
 # --------------------------------------------------------------------------- CLI
@@ -270,7 +271,7 @@ def test_structured_closed_form_zeroes_the_family_part_of_eq_11(beta):
     e = synthetic_expansion(6, d=5)
     S = e.sandwich_cov()
     H = e.hessian
-    R = noise_covariance(e, S, batch_size=8) + H @ S @ H
+    R = noise_covariance(e, S, Dynamics(None, 8)) + H @ S @ H
 
     def eq11(L):  # residual of ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β written out
         out = L @ H @ S + S @ H @ L - L @ R @ L
@@ -296,23 +297,23 @@ def test_moment_criterion_versus_the_optimum():
     """The closed form is never better than the minimiser in the criterion; close to it for small noise
     (logistic, B = 32: within 1 %), far from it for strong minibatch noise (synthetic, B = 8: ≈ +50 %)."""
     for e, B, worst in ((synthetic_expansion(7, n=80, d=5), 8, 2.0), (logistic_expansion(2000, 12), 32, 1.01)):
-        opt = tune(e, batch_size=B, family="diagonal")
-        mom = tune(e, batch_size=B, family="diagonal", family_criterion="moment")
+        opt = tune(e, Dynamics(None, B), family="diagonal")
+        mom = tune(e, Dynamics(None, B), family="diagonal", family_criterion="moment")
         assert "closed form" in mom.criterion and "L-BFGS" in opt.criterion
         c_opt, c_mom = crit_of(opt.target_cov, opt.predicted_cov), crit_of(mom.target_cov, mom.predicted_cov)
         assert c_opt <= c_mom * (1 + 1e-9) and c_mom < worst * c_opt
     with pytest.raises(SgtuneError, match="family_criterion must be"):
-        tune(e, batch_size=8, family="diagonal", family_criterion="fast")
+        tune(e, Dynamics(None, 8), family="diagonal", family_criterion="fast")
 
 
 def test_block_family_defaults_to_the_expansions_parameter_blocks():
     """A model that knows its layers (the MLP protocol) exposes ``parameter_blocks``; --blocks overrides it."""
     e = synthetic_expansion(8, n=60, d=4)
-    explicit = tune(e, batch_size=6, family="block", blocks=[[0, 1], [2, 3]])
+    explicit = tune(e, Dynamics(None, 6), family="block", blocks=[[0, 1], [2, 3]])
     object.__setattr__(e, "parameter_blocks", [[0, 1], [2, 3]])
-    implicit = tune(e, batch_size=6, family="block")
+    implicit = tune(e, Dynamics(None, 6), family="block")
     np.testing.assert_array_equal(implicit.step_matrix, explicit.step_matrix)
-    other = tune(e, batch_size=6, family="block", blocks=[[0], [1, 2, 3]])
+    other = tune(e, Dynamics(None, 6), family="block", blocks=[[0], [1, 2, 3]])
     assert other.step_matrix[0, 1] == 0 and implicit.step_matrix[0, 1] != 0
 
 
@@ -330,21 +331,21 @@ def test_matrix_free_posterior_diagonal_converges_to_the_closed_form():
     gam = rng.uniform(0.5, 2.0, d)
     e = Expansion(theta_hat=np.zeros(d), grads=c[:, None] * U, prior_precision=np.diag(gam), design=U, weights=w)
     S, H = e.posterior_cov(), e.hessian
-    exact = np.diag(structured_step_matrix(H, S, noise_covariance(e, S, batch_size=B) + H @ S @ H,
+    exact = np.diag(structured_step_matrix(H, S, noise_covariance(e, S, Dynamics(None, B)) + H @ S @ H,
                                            family="diagonal"))
-    reps = np.array([posterior_diagonal_step_sizes(U, w, c, gam, batch_size=B, probes=16, seed=s).diagonal
+    reps = np.array([posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B), probes=16, seed=s).diagonal
                      for s in range(20)])
     sd = reps.std(axis=0, ddof=1)
     assert np.all(sd > 1e-6 * exact)  # the probes do add noise, so the test below has power
     z = (reps.mean(axis=0) - exact) / (sd / math.sqrt(len(reps)))
     assert np.abs(z).max() < 5.0  # |bias| O(sd²/λ) ≪ MCSE here
-    big = posterior_diagonal_step_sizes(U, w, c, gam, batch_size=B, probes=4096, seed=99)
+    big = posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B), probes=4096, seed=99)
     assert np.all(np.abs(big.diagonal - exact) < 5 * sd * math.sqrt(16 / 4096))  # error ∝ 1/√k
     assert big.cg_residual <= 1e-8
     with pytest.raises(SgtuneError, match="prior_diagonal must be > 0"):
-        posterior_diagonal_step_sizes(U, w, c, 0.0, batch_size=B)
+        posterior_diagonal_step_sizes(U, w, c, 0.0, Dynamics(None, B))
     with pytest.raises(ShapeError, match="length M = 300"):
-        posterior_diagonal_step_sizes(U, w[:5], c, gam, batch_size=B)
+        posterior_diagonal_step_sizes(U, w[:5], c, gam, Dynamics(None, B))
 
 
 def test_cli_mlp_block_family_defaults_to_the_layers():

@@ -26,6 +26,7 @@ from tests.test_tuning_families import crit_of
 from _reference import logistic_expansion
 from sgtune.theory.tuning import (_momentum_terms, solve_momentum_step_matrix, structured_momentum_step_matrix,
                                   structured_step_matrix, tune)
+from sgtune.core.config import Dynamics
 
 #: the closed forms are one dense solve (or a Newton iteration to 1e-13): the family's part of the
 #: residual vanishes to a few hundred eps of its terms
@@ -46,7 +47,7 @@ def _one_blas_thread():
 def problem():
     e = logistic_expansion(2000, 12)
     S = e.sandwich_cov()
-    return e, S, noise_covariance(e, S, batch_size=32)
+    return e, S, noise_covariance(e, S, Dynamics(None, 32))
 
 
 BLOCKS = [[0, 3, 4, 7, 8], [1, 2, 5, 6, 9, 10, 11]]
@@ -133,7 +134,7 @@ def test_infeasible_target_is_one_line_naming_the_remedy(problem):
         msg = str(exc.value)
         assert "\n" not in msg and "momentum 0.5" in msg and "inverse temperature" in msg
     with pytest.raises(InfeasibleTargetError, match="inverse temperature"):  # through tune, any D
-        tune(e, batch_size=32, family="diagonal", momentum=0.5, inv_temperature=1.0, family_criterion="moment")
+        tune(e, Dynamics(None, 32, inv_temperature=1.0, momentum=0.5), family="diagonal", family_criterion="moment")
 
 
 # --------------------------------------------------------------------------- exact covariance at large D
@@ -146,14 +147,13 @@ def test_covariance_from_target_matches_the_augmented_solve(d, kappa, beta, fami
     S = e.sandwich_cov()
     B = 32 if not wor else 1000  # without replacement: a batch that is a third of the data (D = 10: the
     # reference is the dense Kronecker solve, whose radius is exact eigenvalues rather than ARPACK's)
-    M = noise_covariance(e, S, batch_size=B, without_replacement=wor)
+    M = noise_covariance(e, S, Dynamics(None, B, batching=bool(wor)))
     blocks = [list(range(0, d, 2)), list(range(1, d, 2))] if family == "block" else None
     lam = structured_momentum_step_matrix(e.hessian, S, M, family=family, momentum=kappa, inv_temperature=beta,
                                           blocks=blocks)
-    st = stationary_cov_from_target_momentum(e, lam, S, M, batch_size=B, momentum=kappa, inv_temperature=beta,
-                                             without_replacement=wor, tol=1e-10)
-    ref = predict_stationary_cov(e, lam, batch_size=B, momentum=kappa, inv_temperature=beta,
-                                 without_replacement=wor)
+    st = stationary_cov_from_target_momentum(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa,
+                                                         batching=bool(wor)), S, M, tol=1e-10)
+    ref = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching=bool(wor)))
     rel = np.linalg.norm(st.cov - ref.cov) / np.linalg.norm(ref.cov)
     assert rel < COV_RTOL
     assert np.linalg.norm(st.augmented_cov - ref.augmented_cov) < COV_RTOL * np.linalg.norm(ref.augmented_cov)
@@ -170,11 +170,11 @@ def test_covariance_from_target_matches_the_augmented_solve(d, kappa, beta, fami
 def test_covariance_from_target_rejects_an_unstable_step():
     e = logistic_expansion(1000, 6)
     S = e.sandwich_cov()
-    M = noise_covariance(e, S, batch_size=32)
+    M = noise_covariance(e, S, Dynamics(None, 32))
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="diagonal", momentum=0.5)
     mu_max = np.linalg.eigvals(lam @ e.hessian).real.max()
     with pytest.raises(UnstableStepSizeError, match="scale it by less than") as exc:
-        stationary_cov_from_target_momentum(e, 4.0 / mu_max * lam, S, M, batch_size=32, momentum=0.5)
+        stationary_cov_from_target_momentum(e, Dynamics(4.0 / mu_max * lam, 32, momentum=0.5), S, M)
     assert exc.value.max_stable_step == pytest.approx(2 * 1.5 / 4.0, rel=1e-12)
 
 
@@ -189,14 +189,14 @@ def test_tune_moment_with_momentum_at_any_dimension(problem, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(tuning, "solve_momentum_step_matrix", no_dense)
-        res = tune(e, batch_size=32, family="diagonal", momentum=kappa, inv_temperature=beta,
+        res = tune(e, Dynamics(None, 32, inv_temperature=beta, momentum=kappa), family="diagonal",
                    family_criterion="moment")
     assert "closed form" in res.criterion and "momentum" in res.criterion
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="diagonal", momentum=kappa, inv_temperature=beta)
     np.testing.assert_array_equal(res.step_matrix, lam)
-    ref = predict_stationary_cov(e, lam, batch_size=32, momentum=kappa, inv_temperature=beta).cov
+    ref = predict_stationary_cov(e, Dynamics(lam, 32, inv_temperature=beta, momentum=kappa)).cov
     np.testing.assert_allclose(res.predicted_cov, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
-    fit = tune(e, batch_size=32, family="diagonal", momentum=kappa, inv_temperature=beta)  # auto at D = 12: fit
+    fit = tune(e, Dynamics(None, 32, inv_temperature=beta, momentum=kappa), family="diagonal")  # auto at D = 12: fit
     assert "L-BFGS" in fit.criterion
     assert crit_of(S, fit.predicted_cov) < crit_of(S, res.predicted_cov)  # what the fit minimises
 
@@ -207,10 +207,10 @@ def test_tune_above_fit_max_dim_uses_the_closed_form_and_the_correction_solve(fa
     kappa = 0.5
     blocks = [list(range(0, 8)), list(range(8, 20))] if family == "block" else None
     monkeypatch.setattr(tuning, "FIT_MAX_DIM", 10)
-    res = tune(e, batch_size=32, family=family, momentum=kappa, blocks=blocks)
+    res = tune(e, Dynamics(None, 32, momentum=kappa), family=family, blocks=blocks)
     assert "closed form" in res.criterion and "momentum" in res.criterion
     assert res.stationary.spectral_radius_is_bound and res.momentum == kappa
-    ref = predict_stationary_cov(e, res.step_matrix, batch_size=32, momentum=kappa)
+    ref = predict_stationary_cov(e, Dynamics(res.step_matrix, 32, momentum=kappa))
     S = res.target_cov
     # tune solves the correction to tuning.LARGE_COV_TOL relative to the target's residual (≈ ‖Δ‖), so Σ to about it
     assert np.linalg.norm(res.predicted_cov - ref.cov) < tuning.LARGE_COV_TOL * np.linalg.norm(ref.cov)
@@ -224,20 +224,20 @@ def test_mid_dimension_covariance_uses_the_tight_correction_solve(criterion, mon
     """Above AUGMENTED_MAX_DIM (and below FIT_MAX_DIM) Σ(Λ) of a momentum family comes from the D×D solve at 1e-12."""
     e = logistic_expansion(3000, 16, seed=7)
     monkeypatch.setattr(tuning, "AUGMENTED_MAX_DIM", 8)
-    res = tune(e, batch_size=32, family="diagonal", momentum=0.7, inv_temperature=3e5, family_criterion=criterion)
+    res = tune(e, Dynamics(None, 32, inv_temperature=3e5, momentum=0.7), family="diagonal", family_criterion=criterion)
     assert res.stationary.spectral_radius_is_bound  # the correction route's certified bound
-    ref = predict_stationary_cov(e, res.step_matrix, batch_size=32, momentum=0.7, inv_temperature=3e5).cov
+    ref = predict_stationary_cov(e, Dynamics(res.step_matrix, 32, inv_temperature=3e5, momentum=0.7)).cov
     assert np.linalg.norm(res.predicted_cov - ref) < 1e-11 * np.linalg.norm(ref)
 
 
 def test_auto_switches_at_fit_max_dim_without_monkeypatching():
     """The real threshold: D = 301 > FIT_MAX_DIM gets the closed form with momentum (no fit)."""
     e = logistic_expansion(600, tuning.FIT_MAX_DIM + 1, seed=1)
-    res = tune(e, batch_size=32, family="diagonal", momentum=0.5, target="posterior")
+    res = tune(e, Dynamics(None, 32, momentum=0.5), family="diagonal", target="posterior")
     assert "closed form" in res.criterion and "momentum" in res.criterion
     assert res.stationary.spectral_radius_is_bound and res.spectral_radius < 1
     # the returned covariance solves the reduced (Yule–Walker) equation of its own chain
-    M = noise_covariance(e, res.predicted_cov, batch_size=32)
+    M = noise_covariance(e, res.predicted_cov, Dynamics(None, 32))
     lhs, rhs = _momentum_terms(res.step_matrix, e.hessian, res.predicted_cov, M, 0.5, math.inf)
     assert np.linalg.norm(lhs - rhs) < tuning.LARGE_COV_TOL * np.linalg.norm(lhs)  # the correction's tolerance
 
@@ -271,11 +271,11 @@ def test_radius_bound_against_exact_eigenvalues_where_arpack_misleads():
     d, kappa, beta, B = 20, 0.6, 3e5, 1000
     e = logistic_expansion(3000, d, seed=d)
     S = e.sandwich_cov()
-    M = noise_covariance(e, S, batch_size=B, without_replacement=True)
+    M = noise_covariance(e, S, Dynamics(None, B, batching="without-replacement"))
     lam = structured_momentum_step_matrix(e.hessian, S, M, family="scalar", momentum=kappa, inv_temperature=beta)
-    st = stationary_cov_from_target_momentum(e, lam, S, M, batch_size=B, momentum=kappa, inv_temperature=beta,
-                                             without_replacement=True, tol=1e-10)
-    ref = predict_stationary_cov(e, lam, batch_size=B, momentum=kappa, inv_temperature=beta,
-                                 without_replacement=True, method="direct")
+    st = stationary_cov_from_target_momentum(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa,
+                                                         batching="without-replacement"), S, M, tol=1e-10)
+    ref = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, momentum=kappa,
+                                             batching="without-replacement"), method="direct")
     assert ref.spectral_radius <= st.spectral_radius < 1
     assert np.linalg.norm(st.cov - ref.cov) < COV_RTOL * np.linalg.norm(ref.cov)

@@ -371,7 +371,8 @@ def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option:
         expect_new(p, option)
 
 
-def _atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str) -> None:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str) -> None:
+    """Write ``path`` through ``write(fh)`` into a temporary file renamed over it: never half written."""
     try:
         with atomic_path(path) as tmp, open(tmp, mode) as fh:
             write(fh)
@@ -383,12 +384,12 @@ def _atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mo
 
 def save_array(path: str | os.PathLike[str], array: np.ndarray) -> None:
     """Write ``array`` as ``.npy`` atomically (temporary file + rename)."""
-    _atomic_write(path, lambda fh: np.save(fh, np.asarray(array)), "wb")
+    atomic_write(path, lambda fh: np.save(fh, np.asarray(array)), "wb")
 
 
 def save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
     """Write arrays as ``.npz`` atomically."""
-    _atomic_write(path, lambda fh: np.savez(fh, **arrays), "wb")
+    atomic_write(path, lambda fh: np.savez(fh, **arrays), "wb")
 
 
 def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *,
@@ -421,7 +422,7 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
             _discard_stdout()
             raise click.ClickException(f"cannot write the JSON to stdout: {exc.strerror or exc}") from None
     else:
-        _atomic_write(json_path, lambda fh: fh.write(text + "\n"), "w")
+        atomic_write(json_path, lambda fh: fh.write(text + "\n"), "w")
 
 
 def _discard_stdout() -> None:

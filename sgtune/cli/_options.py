@@ -29,7 +29,8 @@ MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'm
               "implementing sgtune's model protocol; see the README). Default: the example's model, else required.")
 
 
-def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One decorator applying ``decorators`` in the order listed (a group of click options)."""
     def deco(f: Any) -> Any:
         for d in reversed(decorators):
             f = d(f)
@@ -37,7 +38,7 @@ def _compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return deco
 
 
-data_options = _compose(
+data_options = compose(
     click.argument("data", required=False, type=click.Path(dir_okay=True)),
     click.option("--example", type=click.Choice(sorted(EXAMPLES)), default=None,
                  help="Use a bundled example data set instead of DATA (e.g. hetero-linear: "
@@ -77,7 +78,7 @@ data_options = _compose(
                       "are reduced in this process."),
 )
 
-batch_options = _compose(
+batch_options = compose(
     click.option("--batch-size", type=int, required=True, help="Minibatch size B (1 ≤ B ≤ N)."),
     click.option("--without-replacement", is_flag=True,
                  help="Minibatches drawn without replacement (noise × (N−B)/(N−1)); default with replacement."),
@@ -89,7 +90,7 @@ batch_options = _compose(
 
 #: --json, --overwrite, -q, --strict: the output options of every command (those without a main array use
 #: only these)
-json_output_options = _compose(
+json_output_options = compose(
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                  help="Write the JSON document to FILE (a name ending in .json; '-' is stdout) instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
@@ -99,7 +100,7 @@ json_output_options = _compose(
                       "a prediction that does not apply, an unhealthy chain."),
 )
 
-output_options = _compose(
+output_options = compose(
     click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                  help="Write the main array to this .npy file."),
     json_output_options,

@@ -6,6 +6,7 @@ import math
 import click
 
 from ..core._refs import references_of
+from ..core.config import Dynamics
 from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
@@ -43,9 +44,9 @@ def cli(**kw: object) -> None:
     step = kw["step_size"] if kw["step_size"] is not None else load_npy(str(kw["lambda_file"]), "--lambda")
     if kw["average_window"] is not None and int(kw["average_window"]) < 1:  # type: ignore[arg-type]
         raise SgtuneError(f"--average-window must be >= 1, got {kw['average_window']}")
-    st = predict_stationary_cov(prob.expansion, step, batch_size=B, inv_temperature=beta,
-                                without_replacement=bool(kw["without_replacement"]),
-                                momentum=float(kw["momentum"]))  # type: ignore[arg-type]
+    dynamics = Dynamics(step, B, inv_temperature=beta, momentum=float(kw["momentum"]),  # type: ignore[arg-type]
+                        batching="without-replacement" if kw["without_replacement"] else "replacement")
+    st = predict_stationary_cov(prob.expansion, dynamics)
     doc = {**expansion_keys(prob.expansion), "cov": st.cov, "spectral_radius": st.spectral_radius,
            "spectral_radius_is_bound": st.spectral_radius_is_bound, "tau_worst": st.tau_worst, "tau": st.tau,
            "theta_hat": prob.expansion.theta_hat,

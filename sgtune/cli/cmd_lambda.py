@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..core._refs import references_of
+from ..core.config import Dynamics
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows, skipped_report
@@ -62,9 +63,10 @@ def cli(**kw: object) -> None:
     target = kw["target"]
     if target not in ("sandwich", "posterior"):
         target = load_npy(str(target), "--target")
-    res = tune(prob.expansion, batch_size=B, target=target, method=str(kw["method"]), family=str(kw["family"]),
-               inv_temperature=beta, without_replacement=bool(kw["without_replacement"]),
-               momentum=float(kw["momentum"]), blocks=kw["blocks"])  # type: ignore[arg-type]
+    dynamics = Dynamics(None, B, inv_temperature=beta, momentum=float(kw["momentum"]),  # type: ignore[arg-type]
+                        batching="without-replacement" if kw["without_replacement"] else "replacement")
+    res = tune(prob.expansion, dynamics, target=target, method=str(kw["method"]), family=str(kw["family"]),
+               blocks=kw["blocks"])
     doc = {**expansion_keys(prob.expansion),
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,

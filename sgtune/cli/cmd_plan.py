@@ -9,13 +9,14 @@ from typing import Any
 import click
 
 from ..core._refs import references_of
+from ..core.config import Dynamics
 from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import predict_stationary_cov
 from ..theory.tuning import FAMILIES, tune
 from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
 from ._applicability import applicability_report, skipped_report
-from ._io import _atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
+from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
 from ._options import data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
     parse_inv_temperature, temperature_json
 from ._plot import check_plot, render_plot, write_plot
@@ -135,10 +136,9 @@ def cli(**kw: Any) -> None:
     if check:
         st = best.stationary
         if st is None:  # the large-D dense path skipped the forward solve: its Σ(Λ) is Σ* by construction
-            st = predict_stationary_cov(prob.expansion, best.step_matrix, batch_size=best.batch_size,
-                                        inv_temperature=best.inverse_temperature,
-                                        without_replacement=best.batching != "replacement", momentum=best.momentum,
-                                        initial_guess=p.target_cov, radius_bound=True)
+            dynamics = Dynamics(best.step_matrix, best.batch_size, inv_temperature=best.inverse_temperature,
+                                momentum=best.momentum, batching=best.batching)
+            st = predict_stationary_cov(prob.expansion, dynamics, initial_guess=p.target_cov, radius_bound=True)
         app: dict[str, Any] = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
     else:
         why = ("--no-applicability" if kw["applicability"] is False
@@ -163,7 +163,7 @@ def cli(**kw: Any) -> None:
     png = render_plot(kw, lambda: _figure(rows, p, front, prob, tol))
     emit(doc, kw["json_path"])
     if csv_text is not None:
-        _atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
+        atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
     write_plot(kw, png)
     info(table, bool(kw["quiet"]))
 

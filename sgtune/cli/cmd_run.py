@@ -17,17 +17,17 @@ from ..sampler.driver import DYNAMICS_SAMPLERS, MCLMC_SAMPLERS
 from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, to_inference_data, write_netcdf
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
-from ._options import (expansion_keys, LoadedProblem, _compose, batch_options, check_batch_size, data_options, load_npy,
+from ._options import (expansion_keys, LoadedProblem, compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
 from ._render import key_values, matrix_summary
 
-step_options = _compose(
+step_options = compose(
     click.option("--step-size", type=float, default=None, help="Scalar step λ (Λ = λI)."),
     click.option("--lambda", "lambda_path", type=click.Path(dir_okay=False), default=None,
                  help="Step-size matrix Λ from a .npy file: (D, D) dense or (D,) diagonal (e.g. `sgtune lambda -o`)."),
 )
 
-chain_options = _compose(
+chain_options = compose(
     click.option("--steps", type=int, default=None, help="Steps per chain T, burn-in included."),
     click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
     click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
@@ -75,7 +75,7 @@ SAMPLER_HELP = ("sgld: SG(L)D/SGD (any Λ); sglrw: seed 000 eq. 12; clipped-sgld
                 "need a scalar --step-size, no --momentum, and sample exp(−β(L + θᵀΓθ/(2N))) with β = N unless "
                 "--inverse-temperature is given.")
 
-sampler_options = _compose(
+sampler_options = compose(
     click.option("--sampler", type=click.Choice(SAMPLERS), default="sgld", show_default=True, help=SAMPLER_HELP),
     click.option("--friction", type=float, default=1.0, show_default=True, help="SGHMC's friction γ > 0."),
 )

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core._validation import check_positive
+from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..diagnostics.mcse import CovarianceTest, compare_covariance
 from ..core.errors import SgtuneError, UnstableStepSizeError
@@ -113,9 +114,9 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         lam = step_matrix
         mode = "posterior"
     elif step_matrix is None:
-        tuning = tune(expansion, batch_size=batch_size, target="sandwich" if target is None else target,
-                      method=method, family=family, inv_temperature=inv_temperature,
-                      without_replacement=without_replacement, momentum=momentum)
+        tuning = tune(expansion, Dynamics(None, batch_size, inv_temperature=inv_temperature, momentum=momentum,
+                                          batching=bool(without_replacement)),
+                      target="sandwich" if target is None else target, method=method, family=family)
         lam = tuning.step_matrix
         stationary = tuning.stationary
         mode = "lambda"
@@ -123,8 +124,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         if target is not None:
             raise SgtuneError("give either step_matrix (check a prediction) or target (tune first), not both")
         lam = step_matrix
-        stationary = predict_stationary_cov(expansion, lam, batch_size=batch_size, inv_temperature=inv_temperature,
-                                            without_replacement=without_replacement, momentum=momentum)
+        stationary = predict_stationary_cov(expansion, Dynamics(lam, batch_size, inv_temperature=inv_temperature,
+                                                                momentum=momentum, batching=bool(without_replacement)))
         mode = "covariance"
     auto_steps, auto_burn = default_run_length(stationary.tau_worst)
     steps = auto_steps if n_steps is None else int(n_steps)
@@ -173,8 +174,8 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
     if batching not in ("replacement", "without-replacement"):
         return None, f"sgtune has no stationary prediction for {batching} batching in this check"
     try:
-        st = predict_stationary_cov(expansion, step_matrix, batch_size=batch_size, inv_temperature=inv_temperature,
-                                    without_replacement=batching == "without-replacement", momentum=momentum)
+        st = predict_stationary_cov(expansion, Dynamics(step_matrix, batch_size, inv_temperature=inv_temperature,
+                                                        momentum=momentum, batching=batching))
     except UnstableStepSizeError as exc:
         return None, f"unstable: {str(exc).splitlines()[0]}"
     return st.cov, "covariance"

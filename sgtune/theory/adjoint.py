@@ -1,7 +1,7 @@
 r"""Gradients of a criterion of the exact stationary covariance Σ(Λ) with respect to Λ, by one adjoint solve.
 
-The stationary second moment S of the proxy chain (THEORY §1.2, §1.5; seed 003 eqs. 11–12,
-Prop. B.1) solves the linear equation
+The stationary second moment S of the proxy chain (Wang, Ding & Huggins 2026, Eqs. (11)–(12) and
+Prop. B.1; :class:`sgtune.theory.linear_chain.LinearChain`) solves the linear equation
 
 .. math::  \mathcal A_\Lambda(S) := S − F S F^\top − E\,\mathcal N(S_{dd})\,E^\top = Q_0(\Lambda),
 
@@ -33,8 +33,10 @@ import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, gmres
 
 from ..core._refs import cites
+from ..core.config import Dynamics
+from ..core.errors import UnstableStepSizeError
 from ..models import Expansion
-from .stationary import DIRECT_MAX_DIM, _build_system, _full_operator, _Stein, _System, _variance_kernel
+from .linear_chain import DIRECT_MAX_DIM, LinearChain, SteinSolver, dynamics_from_keywords, variance_kernel
 
 __all__ = ["CovarianceGradient", "affine_discrepancy", "criterion_gradient", "GradientEvaluator"]
 
@@ -82,36 +84,44 @@ def affine_discrepancy(target_cov: np.ndarray) -> Criterion:
 class GradientEvaluator:
     """Λ ↦ (φ(Σ(Λ)), ∇_Λφ) for repeated evaluations (caches the D²×D² noise kernel for small systems).
 
-    ``evaluate`` returns None when the chain with this Λ is not second-moment stable (decided, as in
-    :func:`!sgtune.theory.stationary.stationary_cov_evaluator`, by ρ(F) < 1 and a positive-definite
-    solution S, valid when Q₀ ≻ 0).
+    ``dynamics`` gives B, β, κ and the batching of the chain (its ``step`` is not used: each
+    ``evaluate`` takes a Λ). It returns None when the chain with this Λ is not
+    second-moment stable (decided, as in :func:`sgtune.theory.stationary.stationary_cov_evaluator`,
+    by ρ(F) < 1 and a positive-definite solution S, valid when Q₀ ≻ 0).
     """
 
-    def __init__(self, expansion: Expansion, criterion: Criterion, *, batch_size: int,
-                 inv_temperature: float = math.inf, without_replacement: bool = False,
-                 momentum: float = 0.0, tol: float = 1e-12) -> None:
+    def __init__(self, expansion: Expansion, criterion: Criterion, dynamics: Any = None, *,
+                 tol: float = 1e-12, **legacy: Any) -> None:
+        if not isinstance(dynamics, Dynamics):
+            if dynamics is not None:
+                raise TypeError(f"GradientEvaluator() needs a Dynamics, got {type(dynamics).__name__}")
+            dynamics = dynamics_from_keywords("GradientEvaluator", "GradientEvaluator(expansion, criterion, "
+                                              "Dynamics(None, batch_size, …))", None, legacy)
+        elif legacy:
+            raise TypeError("GradientEvaluator() takes the chain's settings in the Dynamics; got also "
+                            f"{', '.join(sorted(legacy))}")
         self.expansion = expansion
         self.criterion = criterion
-        self.args = (batch_size, inv_temperature, without_replacement, momentum)
-        m = expansion.dim * (2 if momentum else 1)
-        self.kernel = _variance_kernel(expansion) if m <= DIRECT_MAX_DIM else None
+        self.dynamics = dynamics
+        m = expansion.dim * (2 if dynamics.momentum else 1)
+        self.kernel = variance_kernel(expansion) if m <= DIRECT_MAX_DIM else None
         self.tol = tol
         self._last: np.ndarray | None = None  # warm starts of the next forward / adjoint solve
         self._last_adj: np.ndarray | None = None
         self.n_solves = 0
 
     def evaluate(self, step_matrix: Any) -> CovarianceGradient | None:
-        system = _build_system(self.expansion, step_matrix, *self.args)
-        m, d = system.F.shape[0], system.dim
-        if not np.max(np.abs(np.linalg.eigvals(system.F))) < 1:
+        chain = LinearChain.of(self.expansion, self.dynamics.replace(step=step_matrix))
+        m, d = chain.state_dim, chain.dim
+        if not chain.transition_radius() < 1:
             return None
         if self.kernel is not None:
-            A = np.eye(m * m) - _full_operator(system, self.kernel)
+            A = np.eye(m * m) - chain.operator(self.kernel)
             lu = sla.lu_factor(A)
-            S = sla.lu_solve(lu, system.Q0.ravel()).reshape(m, m)
+            S = sla.lu_solve(lu, chain.constant_noise.ravel()).reshape(m, m)
         else:
-            stein = _Stein(system)
-            S = _solve(system, stein, system.Q0, self.tol, x0=self._last, adjoint=False)
+            stein = chain.stein()
+            S = _solve(chain, stein, chain.constant_noise, self.tol, x0=self._last, adjoint=False)
         S = 0.5 * (S + S.T)
         try:
             np.linalg.cholesky(S)
@@ -124,49 +134,49 @@ class GradientEvaluator:
         if self.kernel is not None:
             P = sla.lu_solve(lu, G.ravel(), trans=1).reshape(m, m)
         else:
-            P = _solve(system, stein, G, self.tol, adjoint=True, x0=self._last_adj)
+            P = _solve(chain, stein, G, self.tol, adjoint=True, x0=self._last_adj)
         P = 0.5 * (P + P.T)
         self._last, self._last_adj = S, P
         self.n_solves += 2
-        grad = _lambda_gradient(system, S, P, _noise_from_solution(system, S))
+        grad = _lambda_gradient(chain, S, P, _noise_from_solution(chain, S))
         return CovarianceGradient(value=value, gradient=grad, cov=cov, augmented_cov=S)
 
 
-@cites("sgtune", "adjoint of seed 003 eqs. (11)–(12) / Prop. B.1 (derivation in sgtune.theory.adjoint)")
-def criterion_gradient(expansion: Expansion, step_matrix: Any, criterion: Criterion, *, batch_size: int,
-                       inv_temperature: float = math.inf, without_replacement: bool = False,
-                       momentum: float = 0.0) -> CovarianceGradient:
+@cites("sgtune", "adjoint of Wang, Ding & Huggins (2026) Eqs. (11)–(12) / Prop. B.1 (derivation in "
+                 "sgtune.theory.adjoint)")
+def criterion_gradient(expansion: Expansion, dynamics: Any, criterion: Criterion, **legacy: Any) -> CovarianceGradient:
     r"""φ(Σ(Λ)) and its gradient over symmetric Λ from one forward and one adjoint solve.
 
     Parameters
     ----------
     expansion : Expansion at θ̂.
-    step_matrix : scalar, (D,) or (D, D) Λ (symmetric).
-    criterion : callable Σ ↦ (φ(Σ), ∂φ/∂Σ), e.g. :func:`affine_discrepancy`.
-    batch_size, inv_temperature, without_replacement, momentum : as in
+    dynamics : Dynamics
+        The chain: Λ (``step``, symmetric: scalar, (D,) or (D, D)), B, β, κ and the batching, as in
         :func:`sgtune.theory.stationary.predict_stationary_cov`.
+    criterion : callable Σ ↦ (φ(Σ), ∂φ/∂Σ), e.g. :func:`affine_discrepancy`.
 
     Raises
     ------
     UnstableStepSizeError
         When the chain with Λ is not second-moment stable.
     """
-    from ..core.errors import UnstableStepSizeError
-    from .stationary import max_stable_step
-
-    ev = GradientEvaluator(expansion, criterion, batch_size=batch_size, inv_temperature=inv_temperature,
-                           without_replacement=without_replacement, momentum=momentum)
-    out = ev.evaluate(step_matrix)
+    if not isinstance(dynamics, Dynamics):  # the old form criterion_gradient(expansion, step_matrix, criterion, …)
+        dynamics = dynamics_from_keywords("criterion_gradient", "criterion_gradient(expansion, Dynamics(step_matrix, "
+                                          "batch_size, …), criterion)", dynamics, legacy)
+    elif legacy:
+        raise TypeError(f"criterion_gradient() takes the chain's settings in the Dynamics; got also "
+                        f"{', '.join(sorted(legacy))}")
+    ev = GradientEvaluator(expansion, criterion, dynamics.replace(step=None))
+    out = ev.evaluate(dynamics.step)
     if out is None:
-        c = max_stable_step(expansion, step_matrix, batch_size=batch_size,
-                            without_replacement=without_replacement, momentum=momentum)
+        c = LinearChain.of(expansion, dynamics.replace(inv_temperature=math.inf)).max_stable_multiplier(1e-3)
         raise UnstableStepSizeError(f"step_matrix is unstable; scale it by less than {c:.4g}",
                                     spectral_radius=math.inf, max_stable_step=c)
     return out
 
 
 # --------------------------------------------------------------------------- internals
-def _noise_from_solution(system: _System, S: np.ndarray) -> np.ndarray:
+def _noise_from_solution(chain: LinearChain, S: np.ndarray) -> np.ndarray:
     r"""𝒩(S_dd) from the forward equation itself, E𝒩(S_dd)Eᵀ = S − FSFᵀ − Q₀, without a pass over the data.
 
     With momentum the νν block of E𝒩Eᵀ is 𝒩 itself (E's ν rows are I); without, the block is
@@ -174,56 +184,45 @@ def _noise_from_solution(system: _System, S: np.ndarray) -> np.ndarray:
     residual δ its error is δ‖S‖ (times ‖Λ⁻¹‖² without momentum). Saves one evaluation of
     mean_n J_nΣJ_n (O(N·D²) for GLMs) per gradient.
     """
-    d = system.dim
-    Rm = S - system.F @ S @ system.F.T - system.Q0
-    if system.momentum:
+    d = chain.dim
+    F = chain.transition
+    Rm = S - F @ S @ F.T - chain.constant_noise
+    if chain.momentum:
         out = Rm[d:, d:]
     else:
-        out = np.linalg.solve(system.lam, np.linalg.solve(system.lam, Rm).T)
+        out = np.linalg.solve(chain.step_matrix, np.linalg.solve(chain.step_matrix, Rm).T)
     return 0.5 * (out + out.T)
 
 
-def _lambda_gradient(system: _System, S: np.ndarray, P: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
-    d, kappa = system.dim, system.momentum
-    e = system.expansion
+def _lambda_gradient(chain: LinearChain, S: np.ndarray, P: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+    d, kappa, beta = chain.dim, chain.momentum, chain.inv_temperature
+    e = chain.expansion
     if noise is None:
-        noise = system.noise(S[:d, :d])
-    M = system.noise_scale * e.gradient_cov() + noise
-    W = P @ system.F @ S
-    V = (P @ system.E @ M)[:d, :]
-    g = -2.0 * (W[:d, :d] @ system.H) - 2.0 * V
+        noise = chain.noise(S[:d, :d])
+    M = chain.noise_scale * e.gradient_cov() + noise
+    W = P @ chain.transition @ S
+    V = (P @ chain.noise_map @ M)[:d, :]
+    g = -2.0 * (W[:d, :d] @ chain.hessian) - 2.0 * V
     if kappa:
         g -= 2.0 * kappa * W[:d, d:]
-    if math.isfinite(system.beta):
-        g += (2.0 / system.beta) * P[:d, :d]
+    if math.isfinite(beta):
+        g += (2.0 / beta) * P[:d, :d]
     return 0.5 * (g + g.T)
 
 
-def _stein_adjoint(stein: _Stein, Q: np.ndarray) -> np.ndarray:
-    """X = Fᵀ X F + Q with the eigendecomposition F = V diag(a) V⁻¹ of ``stein``: X = V⁻ᵀ[(VᵀQV)/(1−aaᵀ)]V⁻¹."""
-    if getattr(stein, "fallback", False):
-        X = sla.solve_discrete_lyapunov(stein.F.T, Q, method="bilinear")
-        return 0.5 * (X + X.T)
-    Qt = stein.V.T @ Q @ stein.V
-    X = stein.Vinv.T @ (Qt / stein.denom) @ stein.Vinv
-    if not stein.real:
-        X = X.real
-    return 0.5 * (X + X.T)
-
-
-def _solve(system: _System, stein: _Stein, rhs: np.ndarray, tol: float, *, adjoint: bool,
+def _solve(chain: LinearChain, stein: SteinSolver, rhs: np.ndarray, tol: float, *, adjoint: bool,
            x0: np.ndarray | None = None) -> np.ndarray:
     """𝒜(X) = rhs (or 𝒜ᵀ(X) = rhs) by GMRES right-preconditioned with the exact Stein solve."""
-    m, d = system.F.shape[0], system.dim
-    E = system.E
-    pre = (lambda Y: _stein_adjoint(stein, Y)) if adjoint else stein.solve
+    m, d = chain.state_dim, chain.dim
+    E, F = chain.noise_map, chain.transition
+    pre = stein.solve_adjoint if adjoint else stein.solve
 
     def apply_a(X: np.ndarray) -> np.ndarray:
         if adjoint:
-            out = X - system.F.T @ X @ system.F
-            out[:d, :d] -= system.noise(0.5 * (E.T @ X @ E + (E.T @ X @ E).T))
+            out = X - F.T @ X @ F
+            out[:d, :d] -= chain.noise(0.5 * (E.T @ X @ E + (E.T @ X @ E).T))
             return out
-        return X - system.apply(X)
+        return X - chain.apply(X)
 
     def op(yvec: np.ndarray) -> np.ndarray:
         Y = yvec.reshape(m, m)
@@ -231,9 +230,9 @@ def _solve(system: _System, stein: _Stein, rhs: np.ndarray, tol: float, *, adjoi
         if adjoint:
             Z = E.T @ X @ E
             out = Y.copy()
-            out[:d, :d] -= system.noise(0.5 * (Z + Z.T))
+            out[:d, :d] -= chain.noise(0.5 * (Z + Z.T))
             return out.ravel()
-        return (Y - E @ system.noise(X[:d, :d]) @ E.T).ravel()
+        return (Y - E @ chain.noise(X[:d, :d]) @ E.T).ravel()
 
     A = LinearOperator((m * m, m * m), matvec=op, dtype=float)
     norm_rhs = np.linalg.norm(rhs)

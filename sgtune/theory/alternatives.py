@@ -1,23 +1,23 @@
-r"""What the seeds' other theories say about alternatives to a planned SG(L)D chain.
+r"""What the source papers' other theories say about alternatives to a planned SG(L)D chain.
 
 A plan (:mod:`sgtune.workflows.plan`) tunes SG(L)D with fresh minibatches. Three other theories of
-the seed papers quantify what would change with another sampler or batching, each at the planned
+the source papers quantify what would change with another sampler or batching, each at the planned
 step-size matrix Λ; the numbers are per *modal direction* of the chain: with Λ = LLᵀ and
 LᵀHL = U diag(h) Uᵀ, the coordinates a = (LU)⁻¹(θ − θ̂) evolve independently under the full
 gradient, a_j' = (1 − h_j)a_j + noise, with injected variance 2/β and gradient-noise variance
 n_j = (UᵀLᵀ C̄ LU)_jj per step (C̄ the minibatch-noise covariance of the mean-loss gradient).
 
-- :func:`reshuffle_variance_change` — random reshuffling instead of fresh batches (seed 002, §4, the
+- :func:`reshuffle_variance_change` — random reshuffling instead of fresh batches (Shaw & Whalley 2025, §4, the
   Gaussian model problem): direction j is that problem with rescaled step h_j and gradient-noise ratio
   v_j = β n_j/h_j (v = N·Var(x̄_b)/σ² there; v = ∞ for SGD); the epoch-averaged variance of RR over
   the variance of RM is (1 + ε̄_RR)/(1 + ε_RM) with the closed forms of
   :mod:`sgtune.theory.reshuffle`. Exact for a Gaussian location model (constant per-sample curvature,
   every direction's noise additive and uncorrelated with the others); an approximation otherwise.
-- :func:`sglrw_variance_change` — SGLRW instead of SGLD (seed 000, §4 / THEORY §3.3): SGLRW removes
+- :func:`sglrw_variance_change` — SGLRW instead of SGLD (Mensch et al. 2025, §4): SGLRW removes
   SGLD's per-coordinate variance inflation δG_jj/2 (relative), δ = Λ_jj/β the step and G = β²Ĉ the
-  gradient-noise covariance in seed 000's units (U = β·L).
-- :func:`nonreversible_gain` — a non-reversible drift J for an SGLD target (seed 004, Thm. 3.5, and
-  THEORY §2.4): for the slowest modal direction's linear functional, the variance-optimal J under the
+  gradient-noise covariance in Mensch et al.'s (2025) units (U = β·L).
+- :func:`nonreversible_gain` — a non-reversible drift J for an SGLD target (GNLD paper, anonymous 2025, Thm. 3.5):
+  for the slowest modal direction's linear functional, the variance-optimal J under the
   budget ‖Λ^{-1/2}JΛ^{-1/2}‖₂ ≤ κ_J lowers the asymptotic variance by 1/(1 + κ_J²), and the Euler step
   stays stable only up to η_J (max_stable_step of (Λ + J)βH); the gain is available at the planned
   step when 1/β < η_J.
@@ -100,11 +100,12 @@ class ReshuffleChange:
 
 
 @cites("shaw2025", "§4: SGLD-RM and SGLD-RR variances of the Gaussian model problem, per modal direction "
-                   "(THEORY §4.2, noise ratio and epoch average corrected)")
+                   "(noise ratio and epoch average corrected, see sgtune.theory.reshuffle)")
 def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *, n_data: int, batch_size: int,
                               inv_temperature: float = math.inf,
                               modes: ModalDirections | None = None) -> ReshuffleChange:
-    r"""Var_RR/Var_RM − 1 per modal direction: random reshuffling vs fresh batches (seed 002, Gaussian case).
+    r"""Var_RR/Var_RM − 1 per modal direction: random reshuffling vs fresh batches (Shaw & Whalley 2025,
+    Gaussian case).
 
     Parameters
     ----------
@@ -154,7 +155,7 @@ def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *,
 
 
 @cites("mensch2025", "§4, Lemma 4.3 / eq. 110: SGLRW's E[M] = offdiag(G) removes SGLD's diagonal inflation "
-                     "δG_jj/2 (THEORY §3.3)")
+                     "δG_jj/2")
 def sglrw_variance_change(step_diagonal: Any, noise_diagonal: Any, *, inv_temperature: float) -> np.ndarray:
     r"""Relative change of each coordinate's stationary variance from SGLD to SGLRW: −δ_j G_jj/2 = −Λ_jj β Ĉ_jj/2.
 
@@ -163,7 +164,7 @@ def sglrw_variance_change(step_diagonal: Any, noise_diagonal: Any, *, inv_temper
     step_diagonal : (D,) the diagonal of Λ (SGLRW moves coordinate-wise: scalar or diagonal Λ).
     noise_diagonal : (D,) Ĉ_jj, the variances of the minibatch mean-loss gradient (with 1/B and the
         finite-population factor).
-    inv_temperature : β < ∞ (SGLRW is a Langevin sampler; seed 000's U = β·L, δ = Λ/β, G = β²Ĉ).
+    inv_temperature : β < ∞ (SGLRW is a Langevin sampler; Mensch et al.'s (2025) U = β·L, δ = Λ/β, G = β²Ĉ).
 
     Examples
     --------
@@ -200,12 +201,12 @@ class NonReversibleGain:
     antisymmetric: np.ndarray
 
 
-@cites("gnld2025", "Thm. 3.5 (σ² ≤ σ_R²), Prop. 5.3, Cor. 5.5 (NLD); THEORY §2.4 (budget-optimal J, stiffer step)")
+@cites("gnld2025", "Thm. 3.5 (σ² ≤ σ_R²), Prop. 5.3, Cor. 5.5 (NLD): budget-optimal J, stiffer step")
 def nonreversible_gain(hessian: Any, step_matrix: Any, *, inv_temperature: float, budget: float = 1.0
                        ) -> NonReversibleGain:
-    r"""Mixing gain of a non-reversible drift J for SGLD with Λ at temperature β (seed 004).
+    r"""Mixing gain of a non-reversible drift J for SGLD with Λ at temperature β (the GNLD paper, anonymous 2025).
 
-    SGLD θ' = θ − Λ∇L + sqrt(2Λ/β)ξ is seed 004's Euler scheme (eq. 2.8) with H = βL, D = Λ, η = 1/β.
+    SGLD θ' = θ − Λ∇L + sqrt(2Λ/β)ξ is the GNLD paper's Euler scheme (eq. 2.8) with H = βL, D = Λ, η = 1/β.
     For f = ℓᵀθ along the slowest modal direction b (ℓ = βHb) the optimal J with
     ‖Λ^{-1/2}JΛ^{-1/2}‖₂ ≤ κ_J gives σ²/σ_R² = 1/(1 + κ_J²)
     (:func:`~sgtune.theory.fluctuation.optimal_antisymmetric_nld`); the scheme with D + J is stable

@@ -1,7 +1,7 @@
 """Does the linearised chain describe the chain that runs? The applicability report.
 
-sgtune's stationary covariance (seed 003, Eqs. 11–12) is exact for the *proxy* chain: the quadratic
-expansion of the loss at θ̂ with the exact minibatch noise. The chain that runs sees the loss itself.
+sgtune's stationary covariance (Wang, Ding & Huggins 2026, Eqs. (11)–(12)) is exact for the *proxy* chain:
+the quadratic expansion of the loss at θ̂ with the exact minibatch noise. The chain that runs sees the loss itself.
 Over the predicted spread Σ the curvature H(θ) and the gradient noise Cov_n ∇l_n(θ) change; when
 they change enough, the prediction is wrong although every solve converged.
 
@@ -51,14 +51,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.linalg as sla
 
 from ..core._refs import cites
 from ..core.errors import SgtuneError
 from ..io.data import Dataset
 from ..io.reduce import blas_single_thread, reduce_rows
 from ..models import Expansion, expansion_at
-from .stationary import StationaryCov, equilibration_steps, finite_population_factor
+from .linear_chain import LinearChain
+from .noise_models import NOISE_MODELS
+from .stationary import StationaryCov, equilibration_steps
 
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows"]
@@ -139,32 +140,17 @@ class _NotLocal(Exception):
 
 
 def _lin_noise(e: Expansion, S: np.ndarray) -> np.ndarray:
-    """Cov_n of the proxy's per-sample gradients averaged over d with E[ddᵀ] = S: C0 + mean J_nSJ_n − JSJ."""
-    J = e.curvature
-    c = e.gradient_cov() + e.mean_jsj(S) - J @ S @ J
-    return 0.5 * (c + c.T)
+    """Cov_n of the proxy's per-sample gradients averaged over d with E[ddᵀ] = S: C0 + mean J_nSJ_n − JSJ (B = 1)."""
+    return NOISE_MODELS["dq-exact"].covariance(e, S, 1.0)
 
 
 def _solve(e: Expansion, st: StationaryCov, H: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Stationary covariance of the linear chain with curvature H and constant gradient noise C (Eq. 11)."""
-    d = e.dim
-    lam, kappa, beta = st.step_matrix, st.momentum, st.inv_temperature
-    f = finite_population_factor(e.n_data, st.batch_size, st.without_replacement) / st.batch_size
-    I = np.eye(d)
-    if kappa == 0.0:
-        F = I - lam @ H
-        Q = f * lam @ C @ lam.T
-        if math.isfinite(beta):
-            Q = Q + 2.0 * lam / beta
-    else:
-        F = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
-        E = np.vstack([-lam, I])
-        Q = f * E @ C @ E.T
-        if math.isfinite(beta):
-            Q[:d, :d] += 2.0 * lam / beta
-    if not np.max(np.abs(np.linalg.eigvals(F))) < 1.0:
+    chain = LinearChain.statistically_linearised(e, st.dynamics.replace(step=st.step_matrix), H, C)
+    if not chain.transition_radius() < 1.0:
         raise _NotLocal("the chain is unstable under the curvature averaged over the predicted spread")
-    S = sla.solve_discrete_lyapunov(F, 0.5 * (Q + Q.T))
+    S = chain.solve_constant_noise()
+    d = e.dim
     return 0.5 * (S[:d, :d] + S[:d, :d].T)
 
 
@@ -369,7 +355,8 @@ def _subsampled_sl(model: Any, data: Dataset, expansion: Expansion, stationary: 
     return sl, sub
 
 
-@cites("sgtune", "applicability of seed 003's Eqs. (11)–(12) to the chain on the loss itself (module docstring)")
+@cites("sgtune", "applicability of Wang, Ding & Huggins (2026) Eqs. (11)–(12) to the chain on the loss itself "
+                 "(module docstring)")
 def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                   target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
                   seed: int = 0) -> Applicability:

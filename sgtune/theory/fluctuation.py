@@ -1,6 +1,6 @@
-"""Small-stepsize fluctuation constants of non-reversible SG Langevin samplers (seed 004).
+"""Small-stepsize fluctuation constants of non-reversible SG Langevin samplers (the GNLD paper, anonymous 2025).
 
-Generalised non-reversible Langevin dynamics (GNLD, THEORY.md §2.1)
+Generalised non-reversible Langevin dynamics (GNLD)
 
     dZ = −(D + Q) ∇H(Z) dt + sqrt(2D) dW,   D SPD, Q antisymmetric,
 
@@ -73,7 +73,7 @@ class FluctuationResult:
     Attributes
     ----------
     sigma2, sigma2_reversible : float
-        σ² and σ_R² (THEORY §2.2); ``Var(Π_η f) ≈ σ²/(Kη)`` for K iterations of step η.
+        σ² and σ_R²; ``Var(Π_η f) ≈ σ²/(Kη)`` for K iterations of step η.
     ratio : float
         σ²/σ_R² ≤ 1 (Theorem 3.5).
     reduction : float
@@ -112,7 +112,7 @@ class FluctuationResult:
 
 @dataclass(frozen=True, slots=True)
 class OptimalAntisymmetric:
-    """Variance-optimal NLD antisymmetric matrix under ‖D^{-1/2}JD^{-1/2}‖₂ ≤ κ (THEORY §2.4).
+    """Variance-optimal NLD antisymmetric matrix under ‖D^{-1/2}JD^{-1/2}‖₂ ≤ κ.
 
     Attributes
     ----------
@@ -214,7 +214,7 @@ class FluctuationEstimate:
 @cites("gnld2025", "Prop. 5.2, Eqs. (5.3)-(5.4); Thm. 3.5")
 def solve_fluctuation_general(hessian: Any, diffusion: Any, antisymmetric: Any,
                               observable: Any, *, scheme: str = "general") -> FluctuationResult:
-    r"""σ² = 2bᵀ(D + QᵀD⁻¹Q)⁻¹b and σ_R² = 2bᵀD⁻¹b, b = M⁻¹ℓ (seed 004, Prop. 5.2, Eqs. (5.3)-(5.4)).
+    r"""σ² = 2bᵀ(D + QᵀD⁻¹Q)⁻¹b and σ_R² = 2bᵀD⁻¹b, b = M⁻¹ℓ (GNLD paper, anonymous 2025, Prop. 5.2, Eqs. (5.3)-(5.4)).
 
     Quadratic Hamiltonian H(z) = ½zᵀMz, linear observable f(z) = ℓᵀz, GNLD drift −(D+Q)Mz,
     diffusion sqrt(2D). The Poisson solution is φ(z) = aᵀz with M(D − Q)a = ℓ, and
@@ -274,7 +274,7 @@ def solve_fluctuation_general(hessian: Any, diffusion: Any, antisymmetric: Any,
 @cites("gnld2025", "Sec. 4.1 (4.1)-(4.2); Cor. 5.5, Eqs. (5.5)-(5.7)")
 def solve_fluctuation_nld(hessian: Any, observable: Any, antisymmetric: Any,
                           diffusion: Any | None = None) -> FluctuationResult:
-    r"""NLD: σ² = 2wᵀ(D + JᵀD⁻¹J)⁻¹w vs σ_R² = 2wᵀD⁻¹w, w = A⁻¹ℓ (seed 004, Eqs. (5.5)-(5.6)).
+    r"""NLD: σ² = 2wᵀ(D + JᵀD⁻¹J)⁻¹w vs σ_R² = 2wᵀD⁻¹w, w = A⁻¹ℓ (GNLD paper, anonymous 2025, Eqs. (5.5)-(5.6)).
 
     dX = −(D + J)∇U(X)dt + sqrt(2D)dW with U(x) = ½xᵀAx; with D = I this is
     σ² = 2wᵀ(I − J²)⁻¹w (Cor. 5.5, Eq. (5.7)) vs σ_R² = 2|w|².
@@ -320,7 +320,7 @@ def solve_fluctuation_nld(hessian: Any, observable: Any, antisymmetric: Any,
 @cites("gnld2025", "Sec. 4.2 (4.5)-(4.9); Cor. 5.7, Eqs. (5.8)-(5.9)")
 def solve_fluctuation_hfhr(hessian: Any, observable: Any, alpha: float,
                            gamma: float) -> FluctuationResult:
-    r"""HFHR: σ² = 2γ/(1+αγ)|w|² vs σ_R² = (2/α)|w|², w = A⁻¹ℓ (seed 004, Cor. 5.7, Eq. (5.8)).
+    r"""HFHR: σ² = 2γ/(1+αγ)|w|² vs σ_R² = (2/α)|w|², w = A⁻¹ℓ (GNLD paper, anonymous 2025, Cor. 5.7, Eq. (5.8)).
 
     State (x, v), H = U(x) + |v|²/2, D = diag(αI, γI), Q = [[0, −I], [I, 0]]; the position
     observable is f(x, v) = ℓᵀx. The result is computed by the general solver on the augmented
@@ -364,12 +364,12 @@ def solve_fluctuation_hfhr(hessian: Any, observable: Any, alpha: float,
 @cites("gnld2025", "Sec. 4.3 (4.12)-(4.19); Cor. 5.10, Eqs. (5.15)-(5.16)")
 def solve_fluctuation_gaul(hessian: Any, observable: Any, a: float, gamma: float,
                            preconditioner: Any | None = None) -> FluctuationResult:
-    r"""GAUL: σ² = 2γ/(1+aγ) wᵀC⁻¹w vs σ_R² = 2wᵀS⁻¹w, S = aC − (C−I)²/(4γ) (seed 004, Eqs. (5.15)-(5.16)).
+    r"""GAUL: σ² = 2γ/(1+aγ) wᵀC⁻¹w vs σ_R² = 2wᵀS⁻¹w, S = aC − (C−I)²/(4γ) (GNLD paper, anonymous 2025, Eqs. (5.15)-(5.16)).
 
     Drift matrix K = D + Q = [[aC, −I], [C, γI]] on the state (x, v), H = U(x) + |v|²/2,
     D = sym K = [[aC, (C−I)/2], [(C−I)/2, γI]] (must be positive definite: the paper's
     "positive-definite subclass"), Q = [[0, −(C+I)/2], [(C+I)/2, 0]]. Reduces to HFHR for
-    C = I, a = α. The block layout of K is reconstructed from the seed's prose (THEORY §2.3);
+    C = I, a = α. The block layout of K is reconstructed from the paper's prose;
     σ² only depends on K through Schur complements, see :func:`augmented_position_fluctuation`.
 
     Parameters
@@ -411,7 +411,7 @@ def solve_fluctuation_gaul(hessian: Any, observable: Any, a: float, gamma: float
 
 @cites("gnld2025", "Cor. 5.7/5.10 proofs (Schur complements)")
 def augmented_position_fluctuation(hessian: Any, observable: Any, drift: Any) -> tuple[float, float]:
-    r"""σ² = 2wᵀSchur(K)⁻¹w and σ_R² = 2wᵀSchur(sym K)⁻¹w for augmented states (seed 004, proofs of Cor. 5.7, 5.10).
+    r"""σ² = 2wᵀSchur(K)⁻¹w and σ_R² = 2wᵀSchur(sym K)⁻¹w for augmented states (GNLD paper, anonymous 2025, proofs of Cor. 5.7, 5.10).
 
     State (x, v) ∈ R^{2d}, H = ½xᵀAx + ½|v|², drift matrix K = D + Q (blocks K_xx, K_xv, K_vx,
     K_vv), position observable ℓᵀx, w = A⁻¹ℓ. Since b = (w, 0), σ² = 2bᵀ(K⁻¹)b only needs the
@@ -465,7 +465,7 @@ def augmented_position_fluctuation(hessian: Any, observable: Any, drift: Any) ->
 
 @cites("gnld2025", "Sec. 4.2, (4.5)")
 def hfhr_matrices(alpha: float, gamma: float, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    r"""HFHR D = diag(αI, γI), Q = [[0, −I], [I, 0]] (seed 004, Eq. (4.5)).
+    r"""HFHR D = diag(αI, γI), Q = [[0, −I], [I, 0]] (GNLD paper, anonymous 2025, Eq. (4.5)).
 
     Parameters
     ----------
@@ -502,7 +502,7 @@ def hfhr_matrices(alpha: float, gamma: float, dim: int) -> tuple[np.ndarray, np.
 
 @cites("gnld2025", "Sec. 4.3, (4.12)-(4.13)")
 def gaul_matrices(a: float, gamma: float, preconditioner: Any) -> tuple[np.ndarray, np.ndarray]:
-    r"""GAUL D = [[aC, (C−I)/2], [(C−I)/2, γI]], Q = [[0, −(C+I)/2], [(C+I)/2, 0]] (seed 004, Eqs. (4.12)-(4.13)).
+    r"""GAUL D = [[aC, (C−I)/2], [(C−I)/2, γI]], Q = [[0, −(C+I)/2], [(C+I)/2, 0]] (GNLD paper, anonymous 2025, Eqs. (4.12)-(4.13)).
 
     D + Q = [[aC, −I], [C, γI]]. D is positive definite iff the Schur complement
     S = aC − (C−I)²/(4γ) is, i.e. iff a·c > (c−1)²/(4γ) for every eigenvalue c of C.
@@ -558,7 +558,7 @@ def max_stable_step(hessian: Any, drift: Any) -> float:
     The full-gradient Euler–Maruyama scheme Z_{k+1} = Z_k − η(D+Q)MZ_k + noise is mean-square
     stable iff every eigenvalue λ of (D+Q)M satisfies |1 − ηλ| < 1, i.e. η < 2Re λ/|λ|². For
     the reversible baseline (real λ) this is the familiar 2/λ_max(DM). Non-reversibility adds
-    imaginary parts to λ and so stiffens the step (THEORY §2.4). The bound is strict: η_max
+    imaginary parts to λ and so stiffens the step. The bound is strict: η_max
     itself is marginally stable.
 
     Parameters
@@ -592,11 +592,11 @@ def max_stable_step(hessian: Any, drift: Any) -> float:
     return _max_step(k @ m)
 
 
-@cites("sgtune", "THEORY §2.4: min σ² over ‖D^{-1/2}JD^{-1/2}‖₂ ≤ κ is σ_R²/(1+κ²)")
+@cites("sgtune", "min σ² over ‖D^{-1/2}JD^{-1/2}‖₂ ≤ κ is σ_R²/(1+κ²)")
 def optimal_antisymmetric_nld(hessian: Any, observable: Any, budget: float,
                               diffusion: Any | None = None, *,
                               plane_vector: Any | None = None) -> OptimalAntisymmetric:
-    r"""Variance-optimal NLD J under ‖D^{-1/2}JD^{-1/2}‖₂ ≤ κ: min σ² = σ_R²/(1+κ²) (derived in sgtune, THEORY §2.4).
+    r"""Variance-optimal NLD J under ‖D^{-1/2}JD^{-1/2}‖₂ ≤ κ: min σ² = σ_R²/(1+κ²) (derived in sgtune).
 
     With J̃ = D^{-1/2}JD^{-1/2} and c = D^{-1/2}b, b = A⁻¹ℓ, the NLD constant is
     σ² = 2cᵀ(I + J̃ᵀJ̃)⁻¹c. Since J̃ᵀJ̃ ⪯ κ²I on the budget set, σ² ≥ 2|c|²/(1+κ²) = σ_R²/(1+κ²),
@@ -753,11 +753,11 @@ def spectral_gap_optimal_nld(hessian: Any, observable: Any, diffusion: Any | Non
                               variance_optimal_ratio=1.0 / (1.0 + kappa ** 2))
 
 
-@cites("sgtune", "minibatch gradient-noise covariance of Bayesian linear regression (seed 004, Eq. (6.3))")
+@cites("sgtune", "minibatch gradient-noise covariance of Bayesian linear regression (GNLD paper, anonymous 2025, Eq. (6.3))")
 def blr_gradient_noise_moments(design: Any, response: Any, batch_size: int, *,
                                noise_variance: float = 1.0,
                                prior_precision: Any | None = None) -> dict[str, np.ndarray]:
-    r"""Affine map S ↦ E[Cov(ĝ | x)] for x ~ (0, S) of the BLR minibatch gradient (seed 004, Eq. (6.3)).
+    r"""Affine map S ↦ E[Cov(ĝ | x)] for x ~ (0, S) of the BLR minibatch gradient (GNLD paper, anonymous 2025, Eq. (6.3)).
 
     Potential U(θ) = Σ_i (y_i − x_iᵀθ)²/(2s²) + ½θᵀΓθ, minibatch gradient with replacement
     ĝ = (N/B)Σ_{b≤B} g_{i_b}(θ) + Γθ, g_i(θ) = x̃_i(x̃_iᵀθ − ỹ_i) with x̃ = x/s, ỹ = y/s. Writing
@@ -816,11 +816,11 @@ def blr_gradient_noise_moments(design: Any, response: Any, batch_size: int, *,
             "constant": const, "scale": np.array(nrows ** 2 / bsz)}
 
 
-@cites("sgtune", "minibatch gradient-noise covariance of Bayesian linear regression (seed 004, Eq. (6.3))")
+@cites("sgtune", "minibatch gradient-noise covariance of Bayesian linear regression (GNLD paper, anonymous 2025, Eq. (6.3))")
 def blr_gradient_noise_cov(design: Any, response: Any, batch_size: int, second_moment: Any, *,
                            noise_variance: float = 1.0,
                            prior_precision: Any | None = None) -> np.ndarray:
-    r"""C̄(S) = E[Cov(ĝ | x)], x = θ − θ̄ with E[x] = 0, E[xxᵀ] = S, for the BLR minibatch gradient (seed 004, Eq. (6.3)).
+    r"""C̄(S) = E[Cov(ĝ | x)], x = θ − θ̄ with E[x] = 0, E[xxᵀ] = S, for the BLR minibatch gradient (GNLD paper, anonymous 2025, Eq. (6.3)).
 
     See :func:`blr_gradient_noise_moments` for the formula; C̄ is affine in S.
 
@@ -861,7 +861,7 @@ def blr_gradient_noise_cov(design: Any, response: Any, batch_size: int, second_m
     return mom["constant"] + _noise_cov_linear(mom, smat)
 
 
-@cites("sgtune", "exact second moments of the linear SG-EM recursion (seed 004, Eq. (2.8), Prop. 5.3)")
+@cites("sgtune", "exact second moments of the linear SG-EM recursion (GNLD paper, anonymous 2025, Eq. (2.8), Prop. 5.3)")
 def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: Any,
                                   observable: Any, step_size: float, n_steps: int, *,
                                   design: Any | None = None, response: Any | None = None,
@@ -869,7 +869,7 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
                                   prior_precision: Any | None = None) -> dict[str, Any]:
     r"""Exact Var((1/K)Σ_{k<K} ℓᵀZ_k) of the SG-EM chain started from its stationary second moment (derived in sgtune).
 
-    Chain (seed 004, Eq. (2.8)) on H = ½zᵀMz: Z_{k+1} = GZ_k − ηKPε_k + sqrt(2η)D^{1/2}ξ_k with
+    Chain (GNLD paper, anonymous 2025, Eq. (2.8)) on H = ½zᵀMz: Z_{k+1} = GZ_k − ηKPε_k + sqrt(2η)D^{1/2}ξ_k with
     G = I − ηKM, K = D + Q, ε_k the minibatch noise of the BLR gradient on the first p
     coordinates (P the embedding; none when ``design`` is None). Second moments close:
     S' = GSGᵀ + 2ηD + η²KP C̄(S_xx) PᵀKᵀ with C̄ from :func:`blr_gradient_noise_moments`; the
@@ -941,21 +941,9 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
     if design is not None:
         if batch_size is None:
             raise SgtuneError("batch_size is required with design")
-        mom = blr_gradient_noise_moments(design, response, batch_size, noise_variance=noise_variance,
-                                         prior_precision=prior_precision)
-        p = mom["precision"].shape[0]
-        if p > n or not np.allclose(mom["precision"], m[:p, :p], rtol=1e-10, atol=1e-12 * np.abs(m).max()):
-            raise ShapeError("hessian[:p, :p] must equal the BLR posterior precision X^T X/s2 + prior_precision")
-        kp = kmat[:, :p]
-        lin = np.zeros((n * n, n * n))
-        for a_ in range(p):
-            for b_ in range(p):
-                e = np.zeros((p, p))
-                e[a_, b_] = 1.0
-                cpp = _noise_cov_linear(mom, e)
-                lin[:, a_ * n + b_] = (eta ** 2 * kp @ cpp @ kp.T).ravel()
+        lin, const = _blr_noise_terms(design, response, batch_size, noise_variance, prior_precision, m, kmat, eta)
         op = op + lin
-        rhs = rhs + (eta ** 2 * kp @ mom["constant"] @ kp.T).ravel()
+        rhs = rhs + const
     rho = float(np.max(np.abs(np.linalg.eigvals(op))))
     if rho >= 1:
         raise UnstableStepSizeError(
@@ -964,6 +952,15 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
     svec = np.linalg.solve(eye_n2 - op, rhs)
     s = svec.reshape(n, n)
     s = 0.5 * (s + s.T)
+    variance, long_run = _time_average_variance(g, s, ell, kk)
+    sig = _solve(m, dmat, qmat, ell, "general")
+    return {"variance": variance, "scaled_variance": kk * eta * variance,
+            "long_run_scaled_variance": eta * long_run, "stationary_cov": s,
+            "sigma2": sig.sigma2, "step_size": eta, "n_steps": kk}
+
+def _time_average_variance(g: np.ndarray, s: np.ndarray, ell: np.ndarray, kk: int) -> tuple[float, float]:
+    """Var((1/K)Σ_k ℓᵀZ_k) from Cov(Z_{k+h}, Z_k) = GʰS, and its K → ∞ limit times K (geometric sums closed)."""
+    n = g.shape[0]
     ig = np.linalg.inv(np.eye(n) - g)
     gk1 = np.linalg.matrix_power(g, kk - 1)
     gk = gk1 @ g
@@ -971,15 +968,30 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
     sum_hg = g @ (np.eye(n) - kk * gk1 + (kk - 1) * gk) @ ig @ ig
     fmat = kk * sum_g - sum_hg
     var_sum = kk * float(ell @ s @ ell) + 2.0 * float(ell @ fmat @ s @ ell)
-    variance = var_sum / kk ** 2
-    long_run = float(ell @ (s + g @ ig @ s + s @ (g @ ig).T) @ ell)
-    sig = _solve(m, dmat, qmat, ell, "general")
-    return {"variance": variance, "scaled_variance": kk * eta * variance,
-            "long_run_scaled_variance": eta * long_run, "stationary_cov": s,
-            "sigma2": sig.sigma2, "step_size": eta, "n_steps": kk}
+    return var_sum / kk ** 2, float(ell @ (s + g @ ig @ s + s @ (g @ ig).T) @ ell)
 
 
-@cites("sgtune", "batch means for Thm. 3.2's sigma^2 (THEORY §2.4)")
+def _blr_noise_terms(design: Any, response: Any, batch_size: int, noise_variance: float, prior_precision: Any,
+                     m: np.ndarray, kmat: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """η²KP C̄(S_xx) PᵀKᵀ of :func:`predict_time_average_variance` as (its matrix on row-major vec S, its constant)."""
+    n = m.shape[0]
+    mom = blr_gradient_noise_moments(design, response, batch_size, noise_variance=noise_variance,
+                                     prior_precision=prior_precision)
+    p = mom["precision"].shape[0]
+    if p > n or not np.allclose(mom["precision"], m[:p, :p], rtol=1e-10, atol=1e-12 * np.abs(m).max()):
+        raise ShapeError("hessian[:p, :p] must equal the BLR posterior precision X^T X/s2 + prior_precision")
+    kp = kmat[:, :p]
+    lin = np.zeros((n * n, n * n))
+    for a_ in range(p):
+        for b_ in range(p):
+            e = np.zeros((p, p))
+            e[a_, b_] = 1.0
+            cpp = _noise_cov_linear(mom, e)
+            lin[:, a_ * n + b_] = (eta ** 2 * kp @ cpp @ kp.T).ravel()
+    return lin, (eta ** 2 * kp @ mom["constant"] @ kp.T).ravel()
+
+
+@cites("sgtune", "batch means for Thm. 3.2's sigma^2")
 def estimate_fluctuation_from_chains(trajectories: Any, step_size: float, *, n_batches: int = 20,
                                      baseline: Any | None = None,
                                      baseline_step_size: float | None = None) -> FluctuationEstimate:

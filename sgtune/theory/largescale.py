@@ -23,6 +23,51 @@ this Λ is *not* computed here (that needs the D×D forward solve); where both f
 this formula with exact q_n and JΣ*J.
 
 Cost: O(k·M·D) per CG iteration and O(M·D) memory (the design itself plus (M, k) blocks).
+
+What :func:`posterior_covariance_error` approximates.
+
+1. *The representation* of Δ, found by Galerkin projection (the residual 𝓛(Δ̂) − R₀ is
+   orthogonal to the representation's own matrices):
+
+   - ``representation="target"`` (default): Δ̂ = diag(d) + αΣ*, D + 1 unknowns; the
+     conditions are diag(𝓛(Δ̂) − R₀) = 0 and ⟨Σ*, 𝓛(Δ̂) − R₀⟩_F = 0. Motivation (measured
+     with the dense solve at D ≈ 500, benchmarks/bench_tuning.py table 5): Δ is nearly
+     diagonal in the eigenbasis of Λ^{1/2}HΛ^{1/2} (a function of it, like Σ* = H⁻¹/N) and is
+     *not* low rank. Exact-moment Galerkin on this family gives ê within 0.01 % (Gauss–Newton-like
+     design, rank-166 signal), 16 % low (misspecified logistic) and 14 % high (a real
+     Gauss–Newton MLP) of the dense e. With probe-estimated moments the 2×2 Schur complement
+     m₁₁ − κᵀA_d⁻¹δ is a difference of nearly equal numbers when Σ* is itself close to
+     diagonal (the MLP), and α — hence ê — is then unreliable: the jackknife
+     ``standard_error`` shows it (e.g. ê = 10 ± 4 where e = 0.71); trust ê only when its
+     standard error is small. Above ``RELIABLE_ERROR_SE`` (0.2) of ê an ``AccuracyWarning``
+     is issued. Measured: reliable on Gauss–Newton-like designs with a low-rank signal
+     (D = 1000: ê = 1.048 ± 0.031 for e = 0.995); it warns on full-rank designs (misspecified
+     logistic D = 1000: 0.27 ± 0.11 for e = 0.34) and on the GN MLP.
+   - ``representation="low-rank"``: Δ̂ = diag(d) + VCVᵀ (V: D×r orthonormal, C symmetric);
+     the diagonal and the V-compression of the residual vanish. With r = D (V = I) this is the
+     exact Δ. ``basis="curvature"``: the top-r eigen-space of J (two passes of subspace
+     iteration); ``"posterior"``: the top-r eigen-space of Σ* (one block solve H⁻¹Ω);
+     ``"mixed"``: half of each. Measured: for r ≤ 256 ≪ D the correction is under-represented
+     and ê is 2–10 times *below* e (accurate only when the design itself is low rank and
+     r exceeds its rank, e.g. a rank-6 design with r = 24).
+2. *Probe estimates*, each unbiased: with s_j ~ N(0, Σ*) (s = H⁻¹v/√N, v ~ N(0, H), block
+   preconditioned CG), q_n = u_nᵀΣ*u_n ≈ mean_j (u_nᵀs_j)², diag Σ* ≈ mean_j s_j², the
+   moments ⟨Σ*, ·⟩ of the target representation (see :func:`!_target_moments`; products
+   of two estimates use independent halves of the probes), and for the low-rank one the
+   compression of ΓΣ*Γ/N² ≈ mean_j (Γs_j)(Γs_j)ᵀ/N² (JΣ*J = (J − Γ/N)/N + ΓΣ*Γ/N² exactly);
+   the one part of 𝓛 whose diagonal costs M²·D exactly, diag(J diag(d) J) = (J∘J)d, by
+   k Rademacher probes ρ_j: mean_j (Jρ_j)∘(J(ρ_j∘d)) (its diagonal part J_ii²d_i is exact).
+   The projected solution is a smooth function of these: consistent (error O(k^{-1/2})),
+   not unbiased.
+3. *The norm*: ‖Δ̂‖_F from the representation (‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F, or
+   exactly for diag + VCVᵀ); ‖Σ*‖²_F and ‖Σ* − diag Σ*‖²_F without bias, for ``"target"`` as
+   E(s_aᵀs_b)² and E[(s_aᵀs_b)² − Σ_i s_ai²s_bi²] over pairs of independent probes (no
+   further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
+   Σ*z = H⁻¹z/N, one more block of k solves). ``standard_error``: for ``"target"`` a delete-one-group jackknife
+   over 4 groups of all the probes (s_j, ρ_j; the whole computation repeated); for
+   ``"low-rank"`` the probe error of ‖Σ*‖_F only (delta method) — it does *not* include the
+   noise of the probed operator and right-hand side, which dominates there (measured: ê
+   spreads 0.83–1.51 over seeds at k = 64 where this error reads ±0.02).
 """
 from __future__ import annotations
 
@@ -35,10 +80,12 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..core._refs import cites
-from ..core._validation import as_float_array, check_int, check_positive, check_probability
+from ..core._validation import as_float_array, check_int
 from ..core.errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError,
                       UnstableStepSizeError)
-from .stationary import StationaryCov, _build_system, _Stein, finite_population_factor
+from ..core.config import Dynamics
+from .linear_chain import LinearChain, dynamics_from_keywords, finite_population_factor
+from .stationary import StationaryCov
 
 __all__ = ["CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
            "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum"]
@@ -98,12 +145,11 @@ def _rank_one_inputs(design: Any, weights: Any, grad_scales: Any,
 
 
 @cites("wang2026", "Eqs. (11)–(12), diagonal part at the posterior target (matrix-free, random probes)")
-def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any, *,
-                                  batch_size: int, n_data: int | None = None,
-                                  inv_temperature: float = math.inf, without_replacement: bool = False,
+def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any,
+                                  dynamics: Any = None, *, n_data: int | None = None,
                                   probes: int = 32, seed: int = 0, cg_tol: float = 1e-8,
                                   max_iter: int = 2000, preconditioner_rank: int = 256,
-                                  error_estimate: bool = False) -> MatrixFreeDiagonal:
+                                  error_estimate: bool = False, **legacy: Any) -> MatrixFreeDiagonal:
     r"""Diagonal Λ solving the diagonal of eq. (11) at Σ* = H⁻¹/N, from (U, w, c, γ) only.
 
     Parameters
@@ -112,7 +158,8 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     weights : (M,) w_n ≥ 0 with J_n = w_n u_n u_nᵀ.
     grad_scales : (M,) c_n with per-sample gradients g_n = c_n u_n at θ̂.
     prior_diagonal : scalar or (D,) γ > 0 (Γ = diag γ).
-    batch_size : B.
+    dynamics : Dynamics
+        B, β and the batching of the chain (``step`` is not used: the result is Λ; no momentum).
     n_data : N (default M).
     probes : k random probes.
     preconditioner_rank : r of the randomised Nyström preconditioner of the probe solves
@@ -125,11 +172,22 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
         (:func:`posterior_covariance_error`, representation ``"target"``, max(k, 8) fresh probes,
         seed + 1); Λ itself is unchanged.
     """
+    if not isinstance(dynamics, Dynamics):
+        if dynamics is not None:
+            raise TypeError(f"posterior_diagonal_step_sizes() needs a Dynamics, got {type(dynamics).__name__}")
+        dynamics = dynamics_from_keywords("posterior_diagonal_step_sizes", "posterior_diagonal_step_sizes(design, "
+                                          "weights, grad_scales, prior_diagonal, Dynamics(None, batch_size, …))",
+                                          None, legacy)
+    elif legacy:
+        raise TypeError(f"posterior_diagonal_step_sizes() takes the chain's settings in the Dynamics; got also "
+                        f"{', '.join(sorted(legacy))}")
     U, w, c, gam = _rank_one_inputs(design, weights, grad_scales, prior_diagonal)
     m, d = U.shape
     n = m if n_data is None else check_int(n_data, "n_data", low=m)
-    B = check_int(batch_size, "batch_size", low=1, high=n)
-    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    dynamics.check_data(n)
+    if dynamics.momentum:
+        raise SgtuneError("posterior_diagonal_step_sizes is for SG(L)D without momentum")
+    B, beta, without_replacement = dynamics.batch_size, dynamics.inv_temperature, dynamics.without_replacement
     k = check_int(probes, "probes", low=2)
     shift = 0.0 if math.isinf(beta) else 1.0 / beta
     if not 1.0 / n > shift:
@@ -163,8 +221,8 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     out = MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res,
                              preconditioner_rank=r)
     if error_estimate:
-        est = posterior_covariance_error(U, w, c, gam, lam, batch_size=B, n_data=n, inv_temperature=beta,
-                                         without_replacement=without_replacement, probes=max(k, 8), seed=seed + 1,
+        est = posterior_covariance_error(U, w, c, gam, dynamics.replace(step=lam), n_data=n, probes=max(k, 8),
+                                         seed=seed + 1,
                                          cg_tol=cg_tol, max_iter=max_iter, preconditioner_rank=r)
         out = replace(out, covariance_error=est.covariance_error, covariance_error_se=est.standard_error,
                       covariance_error_representation=est.representation, covariance_error_rank=est.rank)
@@ -225,14 +283,15 @@ def _block_pcg(mul: Any, Bm: np.ndarray, pinv: Any, tol: float, max_iter: int) -
 
 
 @cites("wang2026", "Eqs. (11)–(12) for Σ(Λ) − Σ*, Stein-preconditioned GMRES started at the target")
-def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.ndarray,
-                               noise_at_target: np.ndarray, *, batch_size: int,
-                               inv_temperature: float = math.inf, without_replacement: bool = False,
-                               tol: float = 1e-9, max_iter: int = 40) -> StationaryCov:
-    r"""Exact stationary covariance Σ(Λ) of a tuned chain (κ = 0), solved for the correction Δ = Σ(Λ) − Σ*.
+def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.ndarray,
+                               noise_at_target: np.ndarray, *, tol: float = 1e-9, max_iter: int = 40,
+                               **legacy: Any) -> StationaryCov:
+    r"""Exact stationary covariance Σ(Λ) of a tuned chain, solved for the correction Δ = Σ(Λ) − Σ*.
 
-    The stationary equation S = FSFᵀ + Λ𝒩(S)Λ + Q₀ (F = I − ΛH, Q₀ = ΛC₀Λ + 2Λ/β, seed 003
-    eqs. 11–12) is linear, so Δ solves
+    ``dynamics`` is the chain (Λ symmetric positive definite, B, β, κ, batching); with momentum
+    κ > 0 this is :func:`stationary_cov_from_target_momentum`. Without, the stationary equation
+    S = FSFᵀ + Λ𝒩(S)Λ + Q₀ (F = I − ΛH, Q₀ = ΛC₀Λ + 2Λ/β, Wang, Ding & Huggins 2026,
+    Eqs. (11)–(12)) is linear, so Δ solves
 
         Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀,   R₀ = ΛC̄(Σ*)Λ + 2Λ/β + FΣ*Fᵀ − Σ*,
 
@@ -250,27 +309,31 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
     (``spectral_radius_is_bound``, valid for the positive map when the residual is small);
     ``tau_spectral`` from the eigenvalues of Λ^{1/2}HΛ^{1/2} (those of ΛH) of the Stein solve.
     """
-    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
+    dyn = _target_settings("stationary_cov_from_target", dynamics, legacy)
+    if dyn.momentum > 0:
+        return stationary_cov_from_target_momentum(expansion, dyn, target_cov, noise_at_target, tol=tol,
+                                                   max_iter=max_iter)
+    chain = LinearChain.of(expansion, dyn)
     S0 = np.asarray(target_cov, dtype=float)
     Cbar = np.asarray(noise_at_target, dtype=float)
-    lam, F = system.lam, system.F
-    d = system.dim
-    stein = _Stein(system)
-    if not (getattr(stein, "real", False) and not getattr(stein, "fallback", False)):
+    lam, F = chain.step_matrix, chain.transition
+    d = chain.dim
+    stein = chain.stein()
+    if not (stein.real and not stein.fallback):
         raise SgtuneError("stationary_cov_from_target needs a symmetric positive-definite step matrix")
-    if not np.max(np.abs(stein.a)) < 1:
-        c = 2.0 / float(np.max(1.0 - stein.a))
+    if not np.max(np.abs(stein.eigenvalues)) < 1:
+        c = 2.0 / float(np.max(1.0 - stein.eigenvalues))
         raise UnstableStepSizeError(f"step_matrix is unstable: ΛH has an eigenvalue ≥ 2; scale it by less than "
-                                    f"{c:.4g}", spectral_radius=float(np.max(np.abs(stein.a))) ** 2,
+                                    f"{c:.4g}", spectral_radius=float(np.max(np.abs(stein.eigenvalues))) ** 2,
                                     max_stable_step=c)
     sandwich = _sandwich_by(lam)
     R0 = sandwich(Cbar) + F @ S0 @ F.T - S0
-    if math.isfinite(system.beta):
-        R0 = R0 + (2.0 / system.beta) * lam
+    if math.isfinite(chain.inv_temperature):
+        R0 = R0 + (2.0 / chain.inv_temperature) * lam
     R0 = 0.5 * (R0 + R0.T)
 
     def noise_term(X: np.ndarray) -> np.ndarray:  # Λ𝒩(X)Λ, one pass over the data
-        return sandwich(system.noise(X))
+        return sandwich(chain.noise(X))
 
     def op(yvec: np.ndarray) -> np.ndarray:
         Y = yvec.reshape(d, d)
@@ -290,7 +353,7 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
     cov = S0 + delta
     cov = 0.5 * (cov + cov.T)
     try:  # λ_min(Σ^{-1/2}Q₀Σ^{-1/2}) as the smallest eigenvalue of the pencil (Q₀, Σ); fails unless Σ ≻ 0
-        qmin = float(sla.eigh(system.Q0, cov, eigvals_only=True, subset_by_index=[0, 0])[0])
+        qmin = float(sla.eigh(chain.constant_noise, cov, eigvals_only=True, subset_by_index=[0, 0])[0])
     except (np.linalg.LinAlgError, ValueError):
         raise UnstableStepSizeError("step_matrix is unstable: the stationary equation has no positive-definite "
                                     "solution (the minibatch noise makes the second moment diverge); reduce the "
@@ -299,13 +362,24 @@ def stationary_cov_from_target(expansion: Any, step_matrix: Any, target_cov: np.
     if not rho < 1:
         raise UnstableStepSizeError(f"step_matrix is unstable (spectral-radius bound {rho:.4g} >= 1)",
                                     spectral_radius=rho, max_stable_step=math.nan)
-    tau, tau_worst = _tau_top(system, cov)
-    mu = 1.0 - stein.a
+    tau, tau_worst = _tau_top(chain, cov)
+    mu = 1.0 - stein.eigenvalues
     return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(res_abs / np.linalg.norm(cov)),
                          method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=float(2.0 / mu.min() - 1.0),
-                         augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=system.beta,
-                         batch_size=system.B, without_replacement=without_replacement, transition=F,
-                         spectral_radius_is_bound=True)
+                         augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=chain.inv_temperature,
+                         batch_size=chain.batch_size, without_replacement=chain.without_replacement, transition=F,
+                         spectral_radius_is_bound=True, dynamics=dyn)
+
+
+def _target_settings(function: str, dynamics: Any, legacy: dict[str, Any]) -> Dynamics:
+    """``dynamics``, or the Dynamics of the old form ``function(expansion, step_matrix, …, batch_size=…)``."""
+    if isinstance(dynamics, Dynamics):
+        if legacy:
+            raise TypeError(f"{function}() takes the chain's settings in the Dynamics; got also "
+                            f"{', '.join(sorted(legacy))}")
+        return dynamics
+    return dynamics_from_keywords(function, f"{function}(expansion, Dynamics(step_matrix, batch_size, …), "
+                                  "target_cov, noise_at_target)", dynamics, legacy, stacklevel=4)
 
 
 def _sandwich_by(lam: np.ndarray) -> Any:
@@ -316,12 +390,12 @@ def _sandwich_by(lam: np.ndarray) -> Any:
     return lambda X: lam @ X @ lam
 
 
-def _tau_top(system: Any, cov: np.ndarray) -> tuple[np.ndarray, float]:
-    """τ_d and the worst τ over linear functionals, as :func:`sgtune.theory.stationary._tau_from_system`
+def _tau_top(chain: LinearChain, cov: np.ndarray) -> tuple[np.ndarray, float]:
+    """τ_d and the worst τ over linear functionals, as :meth:`LinearChain.autocorrelation_times`
     (W = (I − F)⁻¹Σ, τ_d = 2W_dd/Σ_dd − 1, τ_worst = 2μ_max(sym W, Σ) − 1) with only the top
     generalised eigenvalue computed."""
-    d = system.dim
-    W = np.linalg.solve(np.eye(d) - system.F, cov)
+    d = chain.dim
+    W = np.linalg.solve(np.eye(d) - chain.transition, cov)
     tau = 2.0 * np.diag(W) / np.diag(cov) - 1.0
     try:
         top = float(sla.eigh(0.5 * (W + W.T), cov, eigvals_only=True, subset_by_index=[d - 1, d - 1])[0])
@@ -360,12 +434,11 @@ def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.nd
     return x, rel, k
 
 
-# --------------------------------------------------------------------------- momentum (issue 10, large D)
+# --------------------------------------------------------------------------- momentum (large D)
 @cites("sgtune", "Prop. B.1 (momentum) with Λ fixed: Yule–Walker lag-0 equation, linear in Σ, solved for Σ(Λ) − Σ*")
-def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target_cov: np.ndarray,
-                                        noise_at_target: np.ndarray, *, batch_size: int, momentum: float,
-                                        inv_temperature: float = math.inf, without_replacement: bool = False,
-                                        tol: float = 1e-9, max_iter: int = 40) -> StationaryCov:
+def stationary_cov_from_target_momentum(expansion: Any, dynamics: Any, target_cov: np.ndarray,
+                                        noise_at_target: np.ndarray, *, tol: float = 1e-9, max_iter: int = 40,
+                                        **legacy: Any) -> StationaryCov:
     r"""Exact stationary covariance Σ(Λ) of a heavy-ball chain (momentum κ), solved for Δ = Σ(Λ) − Σ* in D×D.
 
     Derivation. Eliminating the momentum (see :func:`sgtune.theory.tuning.solve_momentum_step_matrix`)
@@ -378,10 +451,10 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
 
         𝓛(Σ) = (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c.
 
-    With Λ fixed this is LINEAR in Σ (C̄(Σ) = C₀ + 𝒩(Σ), eq. 12), i.e. the θ-block of the
-    augmented (2D)² stationary equation of Prop. B.1 written in D×D unknowns only. 𝓛 is
-    diagonal in the modal basis of ΛH: with Λ = LLᵀ, LᵀHL = U diag(μ) Uᵀ and V = LU (so
-    ΛH = V diag(μ) V⁻¹, Λ = VVᵀ), Σ = VΣ̃Vᵀ gives 𝓛(Σ) = V(𝔡 ∘ Σ̃)Vᵀ with
+    With Λ fixed this is LINEAR in Σ (C̄(Σ) = C₀ + 𝒩(Σ), Eq. (12) of Wang, Ding & Huggins 2026),
+    i.e. the θ-block of the augmented (2D)² stationary equation of Prop. B.1 written in D×D
+    unknowns only. 𝓛 is diagonal in the modal basis of ΛH: with Λ = LLᵀ, LᵀHL = U diag(μ) Uᵀ and
+    V = LU (so ΛH = V diag(μ) V⁻¹, Λ = VVᵀ), Σ = VΣ̃Vᵀ gives 𝓛(Σ) = V(𝔡 ∘ Σ̃)Vᵀ with
 
         𝔡_ij = (1−κ)(μ_i + μ_j) + [κ(μ_i² + μ_j²) − (1+κ²)μ_iμ_j]/c
 
@@ -402,37 +475,22 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
     coordinates d = Vx, ν = V⁻ᵀy, where F = [[I−ΛH, −κΛ], [H, κI]] is a 2×2 block per mode
     (elementwise products) and the pencil's eigenvalue is unchanged.
     """
-    kappa = check_probability(momentum, "momentum")
+    dyn = _target_settings("stationary_cov_from_target_momentum", dynamics, legacy)
+    kappa = dyn.momentum
     if kappa == 0.0:
-        return stationary_cov_from_target(expansion, step_matrix, target_cov, noise_at_target,
-                                          batch_size=batch_size, inv_temperature=inv_temperature,
-                                          without_replacement=without_replacement, tol=tol, max_iter=max_iter)
-    system = _build_system(expansion, step_matrix, batch_size, inv_temperature, without_replacement, 0.0)
+        return stationary_cov_from_target(expansion, dyn, target_cov, noise_at_target, tol=tol, max_iter=max_iter)
+    chain = LinearChain.of(expansion, dyn)
     S0 = np.asarray(target_cov, dtype=float)
     Cbar = np.asarray(noise_at_target, dtype=float)
-    lam, H = system.lam, system.H
-    d = system.dim
+    lam = chain.step_matrix
+    d = chain.dim
     c = 1.0 - kappa * kappa
-    inj = 0.0 if math.isinf(system.beta) else 2.0 / system.beta
-    try:
-        L = np.linalg.cholesky(0.5 * (lam + lam.T))
-    except np.linalg.LinAlgError:
-        raise SgtuneError("stationary_cov_from_target_momentum needs a symmetric positive-definite step "
-                          "matrix") from None
-    mu, U = np.linalg.eigh(L.T @ H @ L)
-    V = L @ U
-    Vi = U.T @ sla.solve_triangular(L, np.eye(d), lower=True)
-    # heavy-ball modes z² − (1+κ−μ)z + κ = 0 are stable iff 0 < μ < 2(1+κ)
-    z = np.abs(np.roots([1.0, -(1 + kappa - mu.max()), kappa])).max() if mu.max() > 0 else math.inf
-    if not (mu.min() > 0 and mu.max() < 2 * (1 + kappa)):
-        zmin = np.abs(np.roots([1.0, -(1 + kappa - mu.min()), kappa])).max()
-        c_max = 2 * (1 + kappa) / mu.max() if mu.max() > 0 else 0.0
-        raise UnstableStepSizeError(f"step_matrix is unstable with momentum {kappa:g}: ΛH has an eigenvalue "
-                                    f"outside (0, {2 * (1 + kappa):g}); scale it by less than {c_max:.4g}",
-                                    spectral_radius=float(max(z, zmin)) ** 2, max_stable_step=c_max)
+    inj = 0.0 if math.isinf(chain.inv_temperature) else 2.0 / chain.inv_temperature
+    V, Vi, mu = _heavy_ball_modes(chain)
     den = ((1 - kappa) * (mu[:, None] + mu[None, :])
            + (kappa * (mu[:, None] ** 2 + mu[None, :] ** 2) - (1 + kappa**2) * np.outer(mu, mu)) / c)
     sandwich = _sandwich_by(lam)
+
     def modal(X: np.ndarray) -> np.ndarray:  # X̃ = V⁻¹XV⁻ᵀ
         return Vi @ X @ Vi.T
 
@@ -451,7 +509,7 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
 
     def op(yvec: np.ndarray) -> np.ndarray:
         Y = yvec.reshape(d, d)
-        return (Y - sandwich(system.noise(linv(Y)))).ravel()
+        return (Y - sandwich(chain.noise(linv(Y)))).ravel()
 
     nr = float(np.linalg.norm(R0))
     if nr == 0:
@@ -466,8 +524,38 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
         delta = linv(y.reshape(d, d))
     cov = S0 + delta
     cov = 0.5 * (cov + cov.T)
+    return _momentum_result(chain, cov, modal(cov), V, Vi, mu, float(rel * nr / np.linalg.norm(cov)))
+
+
+def _heavy_ball_modes(chain: LinearChain) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(V, V⁻¹, μ) with ΛH = V diag(μ) V⁻¹, Λ = VVᵀ; raises unless every heavy-ball mode is stable."""
+    lam, H, d, kappa = chain.step_matrix, chain.hessian, chain.dim, chain.momentum
+    try:
+        L = np.linalg.cholesky(0.5 * (lam + lam.T))
+    except np.linalg.LinAlgError:
+        raise SgtuneError("stationary_cov_from_target_momentum needs a symmetric positive-definite step "
+                          "matrix") from None
+    mu, U = np.linalg.eigh(L.T @ H @ L)
+    V = L @ U
+    Vi = U.T @ sla.solve_triangular(L, np.eye(d), lower=True)
+    # heavy-ball modes z² − (1+κ−μ)z + κ = 0 are stable iff 0 < μ < 2(1+κ)
+    z = np.abs(np.roots([1.0, -(1 + kappa - mu.max()), kappa])).max() if mu.max() > 0 else math.inf
+    if not (mu.min() > 0 and mu.max() < 2 * (1 + kappa)):
+        zmin = np.abs(np.roots([1.0, -(1 + kappa - mu.min()), kappa])).max()
+        c_max = 2 * (1 + kappa) / mu.max() if mu.max() > 0 else 0.0
+        raise UnstableStepSizeError(f"step_matrix is unstable with momentum {kappa:g}: ΛH has an eigenvalue "
+                                    f"outside (0, {2 * (1 + kappa):g}); scale it by less than {c_max:.4g}",
+                                    spectral_radius=float(max(z, zmin)) ** 2, max_stable_step=c_max)
+    return V, Vi, mu
+
+
+def _momentum_result(chain: LinearChain, cov: np.ndarray, St: np.ndarray, V: np.ndarray, Vi: np.ndarray,
+                     mu: np.ndarray, relative_residual: float) -> StationaryCov:
+    """τ, the augmented moment of (d, ν) and the radius bound of Σ(Λ) = ``cov`` (Σ̃ = ``St`` in modal coordinates)."""
+    lam, d, kappa = chain.step_matrix, chain.dim, chain.momentum
+    c = 1.0 - kappa * kappa
+    inj = 0.0 if math.isinf(chain.inv_temperature) else 2.0 / chain.inv_temperature
     # modal coordinates (x, y), d = Vx, ν = V⁻ᵀy: Σ̃, Γ̃₁ (A₁ acts as the row scaling a = 1+κ−μ), Q̃ = (2/β)I
-    St = modal(cov)
     St = 0.5 * (St + St.T)
     a = 1 + kappa - mu
     G1t = (a[:, None] * St - kappa * St * a[None, :]) / c
@@ -488,7 +576,7 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
         raise UnstableStepSizeError("step_matrix is unstable: the stationary equation has no positive-definite "
                                     "solution (the minibatch noise makes the second moment diverge); reduce the "
                                     "step size", spectral_radius=math.inf, max_stable_step=math.nan) from None
-    rho = _momentum_radius_bound(system, V, mu, kappa, inj, Saug_t)
+    rho = _momentum_radius_bound(chain, V, mu, kappa, inj, Saug_t)
     if not rho < 1:
         raise UnstableStepSizeError(f"step_matrix is unstable with momentum {kappa:g} (spectral-radius bound "
                                     f"{rho:.4g} >= 1)", spectral_radius=rho, max_stable_step=math.nan)
@@ -496,20 +584,19 @@ def stationary_cov_from_target_momentum(expansion: Any, step_matrix: Any, target
     Sdn = V @ Sxy @ Vi
     Snn = Vi.T @ Syy @ Vi
     Saug = np.block([[cov, Sdn], [Sdn.T, 0.5 * (Snn + Snn.T)]])
-    F = np.block([[system.F, -kappa * lam], [H, kappa * np.eye(d)]])  # system.F = I − ΛH (built without κ)
-    return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=float(rel * nr / np.linalg.norm(cov)),
+    return StationaryCov(cov=cov, spectral_radius=rho, relative_residual=relative_residual,
                          method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=math.nan,
-                         augmented_cov=Saug, step_matrix=lam, momentum=kappa, inv_temperature=system.beta,
-                         batch_size=system.B, without_replacement=without_replacement, transition=F,
-                         spectral_radius_is_bound=True)
+                         augmented_cov=Saug, step_matrix=lam, momentum=kappa, inv_temperature=chain.inv_temperature,
+                         batch_size=chain.batch_size, without_replacement=chain.without_replacement,
+                         transition=chain.transition, spectral_radius_is_bound=True, dynamics=chain.dynamics)
 
 
-def _momentum_radius_bound(system: Any, V: np.ndarray, mu: np.ndarray, kappa: float, inj: float,
+def _momentum_radius_bound(chain: LinearChain, V: np.ndarray, mu: np.ndarray, kappa: float, inj: float,
                            S: np.ndarray) -> float:
     """1 − λ_min(Q₂, S₂) with S₂ = 2S − Q₀, Q₂ = Q₀ + P(Q₀), all in the modal coordinates of
     :func:`stationary_cov_from_target_momentum` (F̃ = [[I−μ, −κI], [μ, κI]], Ẽ = [−Vᵀ; Vᵀ])."""
-    d = system.dim
-    C0t = V.T @ (system.noise_scale * system.expansion.gradient_cov()) @ V
+    d = chain.dim
+    C0t = V.T @ (chain.noise_scale * chain.expansion.gradient_cov()) @ V
     C0t = 0.5 * (C0t + C0t.T)
 
     def e_sand(X: np.ndarray) -> np.ndarray:  # Ẽ X Ẽᵀ for X already in the modal basis (VᵀXV)
@@ -524,7 +611,7 @@ def _momentum_radius_bound(system: Any, V: np.ndarray, mu: np.ndarray, kappa: fl
         return np.hstack([rows[:, :d] * one_m[None, :] - kappa * rows[:, d:],
                           rows[:, :d] * mu[None, :] + kappa * rows[:, d:]])
 
-    noise = V.T @ system.noise(V @ Q0[:d, :d] @ V.T) @ V  # x-block of Q̃₀ back in θ coordinates: V X̃ Vᵀ
+    noise = V.T @ chain.noise(V @ Q0[:d, :d] @ V.T) @ V  # x-block of Q̃₀ back in θ coordinates: V X̃ Vᵀ
     Q2 = Q0 + f_sand(Q0) + e_sand(0.5 * (noise + noise.T))
     S2 = 2.0 * S - Q0
     try:
@@ -630,16 +717,16 @@ class _RankOneCurvature:
                    "diag + αΣ* or diag + low rank (matrix-free); relative Frobenius error by random probes")
 @cites("sgtune", "Galerkin projection of the correction equation; Hutchinson-type probe estimates")
 def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any,
-                               step_sizes: Any, *, batch_size: int, n_data: int | None = None,
-                               inv_temperature: float = math.inf, without_replacement: bool = False,
+                               dynamics: Any = None, *, n_data: int | None = None,
                                representation: str = "target", rank: int = 64, basis: str = "mixed",
                                probes: int = 32, seed: int = 0,
                                cg_tol: float = 1e-8, max_iter: int = 2000, preconditioner_rank: int = 256,
-                               solve_tol: float = 1e-8, solve_max_iter: int = 500) -> CovarianceErrorEstimate:
+                               solve_tol: float = 1e-8, solve_max_iter: int = 500,
+                               **legacy: Any) -> CovarianceErrorEstimate:
     r"""Covariance error ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F of a diagonal Λ at Σ* = H⁻¹/N, matrix-free (rank-one J_n).
 
-    The stationary covariance Σ(Λ) of SG(L)D (seed 003 eqs. 11–12, κ = 0) is Σ* + Δ, where the
-    correction Δ solves the linear equation (F = I − ΛH, HΣ* = I/N exactly)
+    The stationary covariance Σ(Λ) of SG(L)D (Wang, Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) is Σ* + Δ,
+    where the correction Δ solves the linear equation (F = I − ΛH, HΣ* = I/N exactly)
 
         𝓛(Δ) := Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀ = Λ(C̄(Σ*) + H/N)Λ − 2(1/N − 1/β)Λ,
 
@@ -647,60 +734,20 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
     J_n = w_n u_nu_nᵀ, 𝓘 = Uᵀdiag(c²)U/M, H = J + Γ/N. Nothing D×D is formed (memory
     O(M·D + M·r + D·(r + k)); each operator application is a few passes over U).
 
-    **What is approximated.**
-
-    1. *The representation* of Δ, found by Galerkin projection (the residual 𝓛(Δ̂) − R₀ is
-       orthogonal to the representation's own matrices):
-
-       - ``representation="target"`` (default): Δ̂ = diag(d) + αΣ*, D + 1 unknowns; the
-         conditions are diag(𝓛(Δ̂) − R₀) = 0 and ⟨Σ*, 𝓛(Δ̂) − R₀⟩_F = 0. Motivation (measured
-         with the dense solve at D ≈ 500, benchmarks/bench_tuning.py table 5): Δ is nearly
-         diagonal in the eigenbasis of Λ^{1/2}HΛ^{1/2} (a function of it, like Σ* = H⁻¹/N) and is
-         *not* low rank. Exact-moment Galerkin on this family gives ê within 0.01 % (Gauss–Newton-like
-         design, rank-166 signal), 16 % low (misspecified logistic) and 14 % high (a real
-         Gauss–Newton MLP) of the dense e. With probe-estimated moments the 2×2 Schur complement
-         m₁₁ − κᵀA_d⁻¹δ is a difference of nearly equal numbers when Σ* is itself close to
-         diagonal (the MLP), and α — hence ê — is then unreliable: the jackknife
-         ``standard_error`` shows it (e.g. ê = 10 ± 4 where e = 0.71); trust ê only when its
-         standard error is small. Above ``RELIABLE_ERROR_SE`` (0.2) of ê an ``AccuracyWarning``
-         is issued. Measured: reliable on Gauss–Newton-like designs with a low-rank signal
-         (D = 1000: ê = 1.048 ± 0.031 for e = 0.995); it warns on full-rank designs (misspecified
-         logistic D = 1000: 0.27 ± 0.11 for e = 0.34) and on the GN MLP.
-       - ``representation="low-rank"``: Δ̂ = diag(d) + VCVᵀ (V: D×r orthonormal, C symmetric);
-         the diagonal and the V-compression of the residual vanish. With r = D (V = I) this is the
-         exact Δ. ``basis="curvature"``: the top-r eigen-space of J (two passes of subspace
-         iteration); ``"posterior"``: the top-r eigen-space of Σ* (one block solve H⁻¹Ω);
-         ``"mixed"``: half of each. Measured: for r ≤ 256 ≪ D the correction is under-represented
-         and ê is 2–10 times *below* e (accurate only when the design itself is low rank and
-         r exceeds its rank, e.g. a rank-6 design with r = 24).
-    2. *Probe estimates*, each unbiased: with s_j ~ N(0, Σ*) (s = H⁻¹v/√N, v ~ N(0, H), block
-       preconditioned CG), q_n = u_nᵀΣ*u_n ≈ mean_j (u_nᵀs_j)², diag Σ* ≈ mean_j s_j², the
-       moments ⟨Σ*, ·⟩ of the target representation (see :func:`!_target_moments`; products
-       of two estimates use independent halves of the probes), and for the low-rank one the
-       compression of ΓΣ*Γ/N² ≈ mean_j (Γs_j)(Γs_j)ᵀ/N² (JΣ*J = (J − Γ/N)/N + ΓΣ*Γ/N² exactly);
-       the one part of 𝓛 whose diagonal costs M²·D exactly, diag(J diag(d) J) = (J∘J)d, by
-       k Rademacher probes ρ_j: mean_j (Jρ_j)∘(J(ρ_j∘d)) (its diagonal part J_ii²d_i is exact).
-       The projected solution is a smooth function of these: consistent (error O(k^{-1/2})),
-       not unbiased.
-    3. *The norm*: ‖Δ̂‖_F from the representation (‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F, or
-       exactly for diag + VCVᵀ); ‖Σ*‖²_F and ‖Σ* − diag Σ*‖²_F without bias, for ``"target"`` as
-       E(s_aᵀs_b)² and E[(s_aᵀs_b)² − Σ_i s_ai²s_bi²] over pairs of independent probes (no
-       further solve), for ``"low-rank"`` as E‖Σ*z‖² (z ~ N(0, I),
-       Σ*z = H⁻¹z/N, one more block of k solves). ``standard_error``: for ``"target"`` a delete-one-group jackknife
-       over 4 groups of all the probes (s_j, ρ_j; the whole computation repeated); for
-       ``"low-rank"`` the probe error of ‖Σ*‖_F only (delta method) — it does *not* include the
-       noise of the probed operator and right-hand side, which dominates there (measured: ê
-       spreads 0.83–1.51 over seeds at k = 64 where this error reads ±0.02).
+    What is approximated — the representation of Δ, the probe estimates and the norm — is described
+    in the module docstring.
 
     Not certified here: stability of the chain (use :func:`stationary_cov_from_target` where
     D×D fits); the result assumes the chain with this Λ is second-moment stable.
 
     Parameters
     ----------
-    design, weights, grad_scales, prior_diagonal, batch_size, n_data, inv_temperature,
-    without_replacement, probes, seed, cg_tol, max_iter, preconditioner_rank :
+    design, weights, grad_scales, prior_diagonal, n_data, probes, seed, cg_tol, max_iter,
+    preconditioner_rank :
         as :func:`posterior_diagonal_step_sizes`.
-    step_sizes : (D,) the diagonal λ of Λ (e.g. ``posterior_diagonal_step_sizes(...).diagonal``).
+    dynamics : Dynamics
+        The chain: ``step`` the (D,) diagonal λ of Λ (e.g. ``posterior_diagonal_step_sizes(...).diagonal``),
+        B, β and the batching (no momentum).
     representation : ``"target"`` (diag(d) + αΣ*) or ``"low-rank"`` (diag(d) + VCVᵀ).
     rank : r ≥ 1 for ``"low-rank"`` (r ≥ D: V = I, exact representation).
     basis : ``"mixed"``, ``"curvature"`` or ``"posterior"`` for ``"low-rank"``.
@@ -710,6 +757,15 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
     -------
     CovarianceErrorEstimate
     """
+    if isinstance(dynamics, Dynamics):
+        if legacy:
+            raise TypeError(f"posterior_covariance_error() takes the chain's settings in the Dynamics; got also "
+                            f"{', '.join(sorted(legacy))}")
+        dyn, step_sizes = dynamics, dynamics.step
+    else:  # the old form: step_sizes in the place of the Dynamics, batch_size=… and the rest as keywords
+        step_sizes = legacy.pop("step_sizes", dynamics)
+        dyn = dynamics_from_keywords("posterior_covariance_error", "posterior_covariance_error(design, weights, "
+                                     "grad_scales, prior_diagonal, Dynamics(step_sizes, batch_size, …))", None, legacy)
     U, w, c, gam = _rank_one_inputs(design, weights, grad_scales, prior_diagonal)
     m, d = U.shape
     lam = as_float_array(step_sizes, "step_sizes").reshape(-1) if np.ndim(step_sizes) else None
@@ -719,8 +775,9 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
         i = int(np.argmin(lam))
         raise SgtuneError(f"step_sizes must be > 0; step_sizes[{i}] = {lam[i]:g} — pass the diagonal of an SPD Λ")
     n = m if n_data is None else check_int(n_data, "n_data", low=m)
-    B = check_int(batch_size, "batch_size", low=1, high=n)
-    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    dyn.check_data(n)
+    if dyn.momentum:
+        raise SgtuneError("posterior_covariance_error is for SG(L)D without momentum")
     k = check_int(probes, "probes", low=2)
     r = min(check_int(rank, "rank", low=1), d)
     if representation not in ERROR_REPRESENTATIONS:
@@ -730,83 +787,122 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
                           f"4 jackknife groups), got {k}")
     if basis not in ERROR_BASES:
         raise SgtuneError(f"basis must be one of {', '.join(ERROR_BASES)}, got {basis!r}")
-    shift = 0.0 if math.isinf(beta) else 1.0 / beta
-    f = finite_population_factor(n, B, without_replacement)
-    fb = f / B
-    g = gam / n
-    op = _RankOneCurvature(U, w, g)
-    jd = op.sq_tmul(w) / m
-    h = jd + g
-    lh = lam * h
-    if not np.all(lh < 2):
-        i = int(np.argmax(lh))
-        raise UnstableStepSizeError(f"step_sizes are unstable: λ_i H_ii = {lh[i]:.4g} ≥ 2 at i = {i} (a stable "
-                                    f"chain needs the eigenvalues of ΛH below 2); scale them by less than "
-                                    f"{2 / lh.max():.4g}", spectral_radius=math.nan, max_stable_step=2 / lh.max())
-    rng = np.random.default_rng(seed)
+    pr = _ErrorProbes.draw(U, w, c, gam / n, lam, n=n, dynamics=dyn, k=k, low_rank=representation == "low-rank",
+                           seed=seed, cg_tol=cg_tol, max_iter=max_iter, preconditioner_rank=preconditioner_rank)
+    if representation == "target":
+        return _target_error(pr, seed=seed, solve_tol=solve_tol, solve_max_iter=solve_max_iter)
+    return _low_rank_error(pr, r, basis, cg_tol=cg_tol, max_iter=max_iter, solve_tol=solve_tol,
+                           solve_max_iter=solve_max_iter)
 
-    # one block solve H X = [v_1..v_k, z_1..z_k]: s_j ~ N(0, Σ*), Σ*z_j
-    vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
-        + np.sqrt(g)[:, None] * rng.standard_normal((d, k))
-    zs = rng.standard_normal((d, k if representation == "low-rank" else 0))
-    pr = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
-    if pr > 0:
-        pre = _nystrom_preconditioner(op.j_mul, g, pr, rng)
-    else:
-        pre = lambda R_: R_ / h[:, None]  # noqa: E731 (Jacobi)
-    X, its, cg_res = _block_pcg(op.h_mul, np.hstack([vrhs, zs]), pre, cg_tol, max_iter)
-    S = X[:, :k] / math.sqrt(n)
-    sig_z = X[:, k:] / n
-    US = op.rows_mul(S)
-    q_hat = np.mean(US * US, axis=1)
-    dsig = np.mean(S * S, axis=1)
 
-    rad = rng.choice([-1.0, 1.0], size=(d, k))  # Rademacher probes of (J∘J)d
-    PJ = op.j_mul(rad)
+@dataclass
+class _ErrorProbes:
+    """The probes of :func:`posterior_covariance_error`: s_j ~ N(0, Σ*) (columns of S), Σ*z_j, Rademacher ρ_j."""
 
-    def make_jj(cols: Any = slice(None)) -> Any:
-        def jj_(dv: np.ndarray) -> np.ndarray:  # ≈ (J∘J)d = diag(J diag(d) J), unbiased
-            return np.mean(PJ[:, cols] * op.j_mul(rad[:, cols] * dv[:, None]), axis=1)
+    op: _RankOneCurvature
+    c: np.ndarray
+    lam: np.ndarray
+    lh: np.ndarray
+    n: int
+    fb: float
+    shift: float
+    S: np.ndarray
+    sig_z: np.ndarray
+    q_hat: np.ndarray
+    dsig: np.ndarray
+    rad: np.ndarray
+    PJ: np.ndarray
+    pre: Any
+    rng: np.random.Generator
+    its: int
+    cg_res: float
+
+    @classmethod
+    def draw(cls, U: np.ndarray, w: np.ndarray, c: np.ndarray, g: np.ndarray, lam: np.ndarray, *, n: int,
+             dynamics: Dynamics, k: int, low_rank: bool, seed: int, cg_tol: float, max_iter: int,
+             preconditioner_rank: int) -> "_ErrorProbes":
+        """One block solve H X = [v_1..v_k, z_1..z_k] (s_j = x_j/√N ~ N(0, Σ*), Σ*z_j) and the Rademacher probes."""
+        m, d = U.shape
+        beta = dynamics.inv_temperature
+        shift = 0.0 if math.isinf(beta) else 1.0 / beta
+        fb = finite_population_factor(n, dynamics.batch_size, dynamics.without_replacement) / dynamics.batch_size
+        op = _RankOneCurvature(U, w, g)
+        h = op.sq_tmul(w) / m + g
+        lh = lam * h
+        if not np.all(lh < 2):
+            i = int(np.argmax(lh))
+            raise UnstableStepSizeError(f"step_sizes are unstable: λ_i H_ii = {lh[i]:.4g} ≥ 2 at i = {i} (a stable "
+                                        f"chain needs the eigenvalues of ΛH below 2); scale them by less than "
+                                        f"{2 / lh.max():.4g}", spectral_radius=math.nan, max_stable_step=2 / lh.max())
+        rng = np.random.default_rng(seed)
+        vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
+            + np.sqrt(g)[:, None] * rng.standard_normal((d, k))
+        zs = rng.standard_normal((d, k if low_rank else 0))
+        pr = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
+        if pr > 0:
+            pre = _nystrom_preconditioner(op.j_mul, g, pr, rng)
+        else:
+            pre = lambda R_: R_ / h[:, None]  # noqa: E731 (Jacobi)
+        X, its, cg_res = _block_pcg(op.h_mul, np.hstack([vrhs, zs]), pre, cg_tol, max_iter)
+        S = X[:, :k] / math.sqrt(n)
+        US = op.rows_mul(S)
+        rad = rng.choice([-1.0, 1.0], size=(d, k))  # Rademacher probes of (J∘J)d
+        return cls(op=op, c=c, lam=lam, lh=lh, n=n, fb=fb, shift=shift, S=S, sig_z=X[:, k:] / n,
+                   q_hat=np.mean(US * US, axis=1), dsig=np.mean(S * S, axis=1), rad=rad, PJ=op.j_mul(rad), pre=pre,
+                   rng=rng, its=its, cg_res=cg_res)
+
+    def jj(self, cols: Any = slice(None)) -> Any:
+        """d ↦ mean_j (Jρ_j)∘(J(ρ_j∘d)) over the probe columns ``cols``: unbiased for (J∘J)d = diag(J diag(d) J)."""
+        def jj_(dv: np.ndarray) -> np.ndarray:
+            return np.mean(self.PJ[:, cols] * self.op.j_mul(self.rad[:, cols] * dv[:, None]), axis=1)
         return jj_
 
-    jj = make_jj()
 
-    if representation == "target":
-        pd = 2.0 * lh - lh * lh
+def _target_error(pr: _ErrorProbes, *, seed: int, solve_tol: float, solve_max_iter: int) -> CovarianceErrorEstimate:
+    """The ``"target"`` representation Δ̂ = diag(d) + αΣ* and its jackknife standard error."""
+    S, lam, lh = pr.S, pr.lam, pr.lh
+    d, k = S.shape
+    pd = 2.0 * lh - lh * lh
 
-        def target_error(cols: np.ndarray) -> tuple[float, float, np.ndarray, float, float, int]:
-            Sg = S[:, cols]
-            mom = _target_moments(op, c, lam, Sg, n=n, fb=fb, shift=shift)
-            block = _diag_block(op, lam, fb, make_jj(cols))
-            dv_, alpha_, rel_, nit_ = _bordered_solve(block, pd, mom, solve_tol, solve_max_iter)
-            tn2_ = _pair_norm2(Sg)
-            # ‖diag(d) + αΣ*‖²_F = ‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F (the off-diagonal part by probe
-            # pairs, so the large diagonal of Σ* is not subtracted from a noisy ‖Σ*‖²_F)
-            c2 = float(np.sum((dv_ + alpha_ * np.mean(Sg * Sg, axis=1)) ** 2)
-                       + alpha_**2 * max(_pair_norm2(Sg, off_diagonal=True), 0.0))
-            return math.sqrt(max(c2, 0.0) / tn2_), math.sqrt(max(c2, 0.0)), dv_, alpha_, rel_, nit_
+    def target_error(cols: np.ndarray) -> tuple[float, float, np.ndarray, float, float, int]:
+        Sg = S[:, cols]
+        mom = _target_moments(pr.op, pr.c, lam, Sg, n=pr.n, fb=pr.fb, shift=pr.shift)
+        block = _diag_block(pr.op, lam, pr.fb, pr.jj(cols))
+        dv_, alpha_, rel_, nit_ = _bordered_solve(block, pd, mom, solve_tol, solve_max_iter)
+        tn2_ = _pair_norm2(Sg)
+        # ‖diag(d) + αΣ*‖²_F = ‖d + α diag Σ*‖² + α²‖Σ* − diag Σ*‖²_F (the off-diagonal part by probe
+        # pairs, so the large diagonal of Σ* is not subtracted from a noisy ‖Σ*‖²_F)
+        c2 = float(np.sum((dv_ + alpha_ * np.mean(Sg * Sg, axis=1)) ** 2)
+                   + alpha_**2 * max(_pair_norm2(Sg, off_diagonal=True), 0.0))
+        return math.sqrt(max(c2, 0.0) / tn2_), math.sqrt(max(c2, 0.0)), dv_, alpha_, rel_, nit_
 
-        err, corr, dv, alpha, rel, nit = target_error(np.arange(k))
-        tn2 = _pair_norm2(S)
-        # standard error: delete-one-group jackknife over 4 groups of the probes (s_j, ρ_j); the whole
-        # chain — moments, bordered solve, norm — is recomputed without each group (k ≥ 8: ≥ 6 columns left)
-        groups = np.array_split(np.random.default_rng(seed + 1).permutation(k), 4)
-        jk = np.array([target_error(np.setdiff1d(np.arange(k), gr))[0] for gr in groups])
-        se = float(math.sqrt(3.0 / 4.0 * np.sum((jk - jk.mean()) ** 2)))
-        if not se <= RELIABLE_ERROR_SE * err:
-            warnings.warn(f"posterior_covariance_error: the estimate {err:.3g} has jackknife standard error {se:.3g} "
-                          f"(> {RELIABLE_ERROR_SE:g} of it): the probe moments do not determine the correction "
-                          "(typically when Σ* is nearly diagonal or the design is full rank); use more probes, or the "
-                          "dense stationary_cov_from_target where D×D fits", AccuracyWarning, stacklevel=2)
-        return CovarianceErrorEstimate(covariance_error=err, standard_error=se,
-                                       correction_norm=corr, target_norm=math.sqrt(tn2), rank=0, basis="none",
-                                       probes=k, solve_residual=rel, solve_iterations=nit, cg_iterations=its,
-                                       cg_residual=cg_res, diagonal=dv, basis_vectors=np.zeros((d, 0)),
-                                       core=np.zeros((0, 0)), representation="target", target_coefficient=alpha)
+    err, corr, dv, alpha, rel, nit = target_error(np.arange(k))
+    tn2 = _pair_norm2(S)
+    # standard error: delete-one-group jackknife over 4 groups of the probes (s_j, ρ_j); the whole
+    # chain — moments, bordered solve, norm — is recomputed without each group (k ≥ 8: ≥ 6 columns left)
+    groups = np.array_split(np.random.default_rng(seed + 1).permutation(k), 4)
+    jk = np.array([target_error(np.setdiff1d(np.arange(k), gr))[0] for gr in groups])
+    se = float(math.sqrt(3.0 / 4.0 * np.sum((jk - jk.mean()) ** 2)))
+    if not se <= RELIABLE_ERROR_SE * err:
+        warnings.warn(f"posterior_covariance_error: the estimate {err:.3g} has jackknife standard error {se:.3g} "
+                      f"(> {RELIABLE_ERROR_SE:g} of it): the probe moments do not determine the correction "
+                      "(typically when Σ* is nearly diagonal or the design is full rank); use more probes, or the "
+                      "dense stationary_cov_from_target where D×D fits", AccuracyWarning, stacklevel=3)
+    return CovarianceErrorEstimate(covariance_error=err, standard_error=se,
+                                   correction_norm=corr, target_norm=math.sqrt(tn2), rank=0, basis="none",
+                                   probes=k, solve_residual=rel, solve_iterations=nit, cg_iterations=pr.its,
+                                   cg_residual=pr.cg_res, diagonal=dv, basis_vectors=np.zeros((d, 0)),
+                                   core=np.zeros((0, 0)), representation="target", target_coefficient=alpha)
 
-    t = np.sum(sig_z * sig_z, axis=0)  # ‖Σ*z_j‖², unbiased for ‖Σ*‖²_F
+
+def _low_rank_error(pr: _ErrorProbes, r: int, basis: str, *, cg_tol: float, max_iter: int, solve_tol: float,
+                    solve_max_iter: int) -> CovarianceErrorEstimate:
+    """The ``"low-rank"`` representation Δ̂ = diag(d) + VCVᵀ on a basis V of rank r."""
+    op, S, rng, its, cg_res = pr.op, pr.S, pr.rng, pr.its, pr.cg_res
+    d, k = S.shape
+    g = op.g
+    t = np.sum(pr.sig_z * pr.sig_z, axis=0)  # ‖Σ*z_j‖², unbiased for ‖Σ*‖²_F
     tn2, tse = float(np.mean(t)), float(np.std(t, ddof=1) / math.sqrt(k))
-    # the basis V
     if r == d:
         V = np.eye(d)
     else:
@@ -817,7 +913,7 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
             Y = op.j_mul(Q)
             parts.append(Y / np.linalg.norm(Y, axis=0))
         if rp > 0:  # top eigen-space of Σ* = H⁻¹/N: one block solve
-            Y, its2, res2 = _block_pcg(op.h_mul, rng.standard_normal((d, rp)), pre, max(cg_tol, 1e-6), max_iter)
+            Y, its2, res2 = _block_pcg(op.h_mul, rng.standard_normal((d, rp)), pr.pre, max(cg_tol, 1e-6), max_iter)
             its, cg_res = its + its2, max(cg_res, res2)
             parts.append(Y / np.linalg.norm(Y, axis=0))
         V = np.linalg.qr(np.hstack(parts) if len(parts) > 1 else parts[0])[0]
@@ -826,9 +922,9 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
         GS = A.T @ (g[:, None] * S)
         return GS @ GS.T / k
 
-    dv, C, rel, nit = _projected_correction(op, c, lam, V, n=n, fb=fb, shift=shift, q_target=q_hat,
-                                            diag_target=dsig, gsg=gsg, jj=jj, solve_tol=solve_tol,
-                                            solve_max_iter=solve_max_iter)
+    dv, C, rel, nit = _projected_correction(op, pr.c, pr.lam, V, n=pr.n, fb=pr.fb, shift=pr.shift,
+                                            q_target=pr.q_hat, diag_target=pr.dsig, gsg=gsg, jj=pr.jj(),
+                                            solve_tol=solve_tol, solve_max_iter=solve_max_iter)
     # ‖diag(d) + VCVᵀ‖²_F with orthonormal V
     corr2 = float(dv @ dv + 2.0 * dv @ np.sum((V @ C) * V, axis=1) + np.sum(C * C))
     corr = math.sqrt(max(corr2, 0.0))

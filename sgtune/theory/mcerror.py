@@ -1,8 +1,8 @@
 r"""Monte Carlo error of the stationary linearised chain, exactly: the mean's and the covariance's.
 
-The proxy chain of seed 003 (eq. 8; with momentum the augmented (d, ν) chain of eq. B.1) is a linear
-recursion z_{t+1} = F z_t + ε_t whose noise has conditional mean zero, so at stationarity its lag-k
-autocovariances are
+The proxy chain of Wang, Ding & Huggins (2026) (Eq. (8); with momentum the augmented (d, ν) chain of
+Prop. B.1; :class:`sgtune.theory.linear_chain.LinearChain`) is a linear recursion z_{t+1} = F z_t + ε_t
+whose noise has conditional mean zero, so at stationarity its lag-k autocovariances are
 
 .. math::  A_k = \operatorname{Cov}(z_{t+k}, z_t) = F^k S \;(k \ge 0),\qquad A_{-k} = A_k^\top,
 
@@ -44,7 +44,7 @@ geometric sums for 1×1 blocks (T_i = μ_i: c_ic_j/(1 − μ_iμ_j) and M_ijM_ji
   non-symmetric system is refused with a message.
 
 The Gaussian assumption. With the multiplicative minibatch noise of SGD (the Σ-dependent part of C̄,
-seed 003 eq. 12) the chain is not Gaussian: its fourth moments carry excess cumulants and the
+Eq. (12)) the chain is not Gaussian: its fourth moments carry excess cumulants and the
 second-moment map decays more slowly than F ⊗ F. The formula above is then an approximation; the
 mean's formula stays exact. How well it holds against real chains is measured in the tests and in
 ``benchmarks/plan_evidence.py``.
@@ -52,6 +52,7 @@ mean's formula stays exact. How well it holds against real chains is measured in
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,7 @@ import scipy.linalg as sla
 from ..core._refs import cites
 from ..core._validation import as_float_array, check_probability
 from ..core.errors import ConvergenceError, SgtuneError, ShapeError
+from .linear_chain import LinearChain, heavy_ball_transition
 from .stationary import StationaryCov
 
 __all__ = ["MCError", "mc_error", "mean_asymptotic_cov", "cov_error_constant", "MC_METHODS"]
@@ -107,8 +109,9 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
 
     Parameters
     ----------
-    transition : (m, m)
-        F (I − ΛH, or the augmented momentum transition), spectral radius < 1.
+    transition : (m, m) or LinearChain
+        F (I − ΛH, or the augmented momentum transition), spectral radius < 1; a
+        :class:`~sgtune.theory.linear_chain.LinearChain` gives F and D.
     second_moment : (m, m)
         S, the stationary covariance of the state.
     dim : int, optional
@@ -126,6 +129,8 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
     >>> bool(np.isclose(mean_asymptotic_cov(F, S)[0, 0], 1 / (1 - 0.5) ** 2))
     True
     """
+    if isinstance(transition, LinearChain):
+        transition, dim = transition.transition, transition.dim if dim is None else dim
     F, S, d = _check_pair(transition, second_moment, dim, check_stable=_check)
     m = F.shape[0]
     W = np.linalg.solve(np.eye(m) - F, S)
@@ -133,24 +138,22 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
     return 0.5 * (out + out.T)
 
 
-@cites("sgtune", "Isserlis' theorem on the lag autocovariances F^k S of the proxy chain (seed 003 §4, Prop. B.2), "
-                 "summed through a block-diagonal form of F")
-def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None = None, step_matrix: Any = None,
-                       momentum: float = 0.0, method: str | None = None) -> tuple[float, str]:
+@cites("sgtune", "Isserlis' theorem on the lag autocovariances F^k S of the proxy chain (Wang, Ding & Huggins "
+                 "2026, §4, Prop. B.2), summed through a block-diagonal form of F")
+def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None = None, method: str | None = None,
+                       **legacy: Any) -> tuple[float, str]:
     r"""lim T·E‖Ŝ_T − Σ‖²_F = Σ_k [(tr A_k)² + tr(A_kA_k)] under Gaussian fourth moments (module docstring).
 
     Parameters
     ----------
-    transition : (m, m)
-        F; with momentum κ > 0 the augmented [[I − ΛH, −κΛ], [H, κI]] (m = 2D).
+    transition : LinearChain or (m, m)
+        The chain (:class:`~sgtune.theory.linear_chain.LinearChain`: its F, D, Λ and κ; the
+        well-conditioned structured routes are used when Λ is symmetric positive definite), or any
+        stable transition F of a linear recursion (the ``eig`` / ``kron`` routes).
     second_moment : (m, m)
         S, the stationary covariance of the state.
     dim : int, optional
-        D (default m without momentum, m/2 with).
-    step_matrix : (D, D), optional
-        Λ. When it is symmetric positive definite the well-conditioned structured routes are used.
-    momentum : float
-        κ ∈ [0, 1), as in ``transition``.
+        D, the leading state coordinates that are positions (default: the chain's D, or m).
     method : {"symmetric", "blocks", "eig", "kron", None}
         Force a route (None: ``symmetric`` / ``blocks`` when Λ is SPD and H symmetric, else ``eig``,
         else ``kron`` for ill-conditioned small systems).
@@ -173,20 +176,41 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     >>> bool(np.isclose(c, 2 * s * s * (1 + a * a) / (1 - a * a)))
     True
     """
-    kappa = check_probability(momentum, "momentum")
+    if isinstance(transition, LinearChain):
+        if legacy:
+            raise TypeError(f"cov_error_constant() takes Λ and κ from the LinearChain; got also "
+                            f"{', '.join(sorted(legacy))}")
+        chain = transition
+        return _error_constant(chain.transition, second_moment, chain.dim if dim is None else dim,
+                               chain.step_matrix, chain.momentum, method)
+    unknown = sorted(set(legacy) - {"step_matrix", "momentum"})
+    if unknown:
+        raise TypeError(f"cov_error_constant() got an unexpected keyword argument {unknown[0]!r}")
+    if legacy:
+        warnings.warn("cov_error_constant(transition, S, step_matrix=…, momentum=…) is deprecated; pass the chain: "
+                      "cov_error_constant(LinearChain.of(expansion, dynamics), S)", DeprecationWarning, stacklevel=2)
+    step_matrix = legacy.get("step_matrix")
+    lam = None if step_matrix is None else as_float_array(step_matrix, "step_matrix", ndim=2)
+    return _error_constant(transition, second_moment, dim, lam, check_probability(legacy.get("momentum", 0.0),
+                                                                                 "momentum"), method)
+
+
+def _error_constant(transition: Any, second_moment: Any, dim: int | None, lam: np.ndarray | None, kappa: float,
+                    method: str | None) -> tuple[float, str]:
+    """:func:`cov_error_constant` with Λ (or None) and κ given."""
     F0 = as_float_array(transition, "transition", ndim=2)
     if dim is None:
         dim = F0.shape[0] // 2 if kappa > 0 else F0.shape[0]
     F, S, d = _check_pair(F0, second_moment, dim, check_stable=False)  # each route checks ρ(F) < 1 itself
     if method is not None and method not in MC_METHODS:
         raise SgtuneError(f"method must be one of {', '.join(MC_METHODS)} or None, got {method!r}")
-    lam = None if step_matrix is None else as_float_array(step_matrix, "step_matrix", ndim=2)
     g0 = float(np.trace(S[:d, :d]) ** 2 + np.sum(S[:d, :d] * S[:d, :d].T))
     if method in (None, "symmetric", "blocks"):
         form = _structured_form(F, S, d, lam, kappa)
         if form is None and method is not None:
             raise SgtuneError(f"method {method!r} needs a symmetric positive-definite step_matrix, a symmetric "
-                              "Hessian and the transition built from them (seed 003 eq. 8 / B.1)")
+                              "Hessian and the transition built from them (Wang, Ding & Huggins 2026, Eq. (8) / "
+                              "Prop. B.1)")
         if form is not None:
             label, total = form
             if method is not None and label != method:
@@ -207,7 +231,8 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     return _finish(_kron_sum(F, S, d), g0), "kron"
 
 
-@cites("sgtune", "Monte Carlo error of the linearised chain (seed 003 eqs. 8, 11–12, B.1; Isserlis for Ŝ)")
+@cites("sgtune", "Monte Carlo error of the linearised chain (Wang, Ding & Huggins 2026, Eqs. (8), (11)–(12), "
+                 "Prop. B.1; Isserlis for Ŝ)")
 def mc_error(stationary: StationaryCov, *, reference_cov: Any = None, method: str | None = None) -> MCError:
     r"""The mean's asymptotic covariance and the covariance estimate's error constant of a predicted chain.
 
@@ -232,16 +257,18 @@ def mc_error(stationary: StationaryCov, *, reference_cov: Any = None, method: st
     --------
     >>> from sgtune.io.data import example
     >>> from sgtune.models import get_model, expand
+    >>> from sgtune.core.config import Dynamics
     >>> from sgtune.theory.stationary import predict_stationary_cov
     >>> e = expand(get_model("linear"), example("hetero-linear"))
-    >>> r = mc_error(predict_stationary_cov(e, 0.05, batch_size=32))
+    >>> r = mc_error(predict_stationary_cov(e, Dynamics(0.05, batch_size=32)))
     >>> bool(r.cov_mc_error_constant > 0 and r.method == "symmetric")
     True
     """
     st = stationary
     d = st.cov.shape[0]
-    value, used = cov_error_constant(st.transition, st.augmented_cov, dim=d, step_matrix=st.step_matrix,
-                                     momentum=st.momentum, method=method)  # checks ρ(F) < 1 on its route
+    lam = as_float_array(st.step_matrix, "step_matrix", ndim=2)
+    value, used = _error_constant(st.transition, st.augmented_cov, d, lam, check_probability(st.momentum, "momentum"),
+                                  method)  # checks ρ(F) < 1 on its route
     mean_var = mean_asymptotic_cov(st.transition, st.augmented_cov, dim=d, _check=False)
     ref = st.cov if reference_cov is None else as_float_array(reference_cov, "reference_cov", ndim=2)
     if ref.shape != (d, d):
@@ -296,7 +323,7 @@ def _structured_form(F: np.ndarray, S: np.ndarray, d: int, lam: np.ndarray | Non
     I = np.eye(d)
     if kappa > 0:
         H = F[d:, :d]
-        expected = np.block([[I - lam @ H, -kappa * lam], [H, kappa * I]])
+        expected = heavy_ball_transition(lam, H, kappa)
         if float(np.max(np.abs(F - expected))) > 1e-10 * max(float(np.max(np.abs(F))), 1.0):
             return None
         G = L.T @ H @ L

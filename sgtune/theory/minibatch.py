@@ -1,6 +1,6 @@
-r"""Minibatch second-order error terms of SGLD and SGLRW (seed 000, §4.3 and appendix A.3).
+r"""Minibatch second-order error terms of SGLD and SGLRW (Mensch et al. 2025, §4.3 and appendix A.3).
 
-Convention (seed 000, eq. 2 and 6; ``THEORY.md`` §3): the potential is a **sum** over
+Convention (Mensch et al. 2025, eq. 2 and 6): the potential is a **sum** over
 the data, U(θ) = −log p(θ) − Σ_i log p(y_i|x_i, θ), and the minibatch gradient is
 
     ∇̂U(θ; 𝔅) = −∇log p(θ) + (N/B) Σ_{i∈𝔅} u_i,    u_i = −∇log p(y_i|x_i, θ)
@@ -188,7 +188,7 @@ class NoiseAnisotropy:
     ----------
     noise_cov : (D, D) V.
     condition_number : κ(V) = λ_max/λ_min (``inf`` → reported as a string in JSON by the CLI).
-    diagonal_preconditioner : (D,) p_j = √D σ_j / ‖σ‖ with σ_j = √V_jj (pSMILE, seed 001
+    diagonal_preconditioner : (D,) p_j = √D σ_j / ‖σ‖ with σ_j = √V_jj (pSMILE, the SMILE paper (anonymous, 2025)
         appendix A: θ' = θ ⊙ p, so the noise of the gradient in θ' is V' = P⁻¹VP⁻¹).
     residual_condition_number_diagonal : κ(P⁻¹VP⁻¹) (the correlation matrix's condition number).
     residual_condition_number_cholesky : κ after exact whitening with L⁻¹ (V = LLᵀ): 1 up to rounding.
@@ -232,7 +232,7 @@ def minibatch_moment_coefficients(n_data: int, batch_size: int, *, replacement: 
     References
     ----------
     Derived in sgtune (:func:`sgtune.symbolic.minibatch.moment_coefficients`); the
-    second-order factor (N−B)/(N−1) is seed 003 §2.1 / THEORY §1.1.
+    second-order factor (N−B)/(N−1) is Wang, Ding & Huggins (2026) §2.1
 
     Examples
     --------
@@ -277,7 +277,7 @@ def minibatch_error_from_grads(per_sample_grads: Any, grad_potential: Any, batch
     Parameters
     ----------
     per_sample_grads : (N, D) array
-        u_i = ∇_θ[−log p(y_i|x_i, θ)], the per-observation terms of ∇U (seed 000 writes
+        u_i = ∇_θ[−log p(y_i|x_i, θ)], the per-observation terms of ∇U (Mensch et al. 2025 write
         g_i = −u_i). The sign matters for the third-moment terms.
     grad_potential : (D,) array
         ∇U(θ) = −∇log p(θ) + Σ_i u_i (the prior enters here only).
@@ -295,7 +295,7 @@ def minibatch_error_from_grads(per_sample_grads: Any, grad_potential: Any, batch
 
     References
     ----------
-    Mensch et al. (seed 000), eqs. 92, 99, 110, Lemma 4.3; fourth-order finite-population
+    Mensch et al. (2025), eqs. 92, 99, 110, Lemma 4.3; fourth-order finite-population
     moments derived in sgtune.
     """
     U = as_float_array(per_sample_grads, "per_sample_grads", ndim=2)
@@ -440,7 +440,7 @@ def gaussian_minibatch_error(noise_cov: Any, grad_potential: Any) -> MinibatchEr
 
     References
     ----------
-    Mensch et al. (seed 000), eqs. 99, 110; Isserlis' theorem for the Gaussian moments.
+    Mensch et al. (2025), eqs. 99, 110; Isserlis' theorem for the Gaussian moments.
     """
     G = as_square(noise_cov, "noise_cov")
     d = G.shape[0]
@@ -457,7 +457,7 @@ def gaussian_minibatch_error(noise_cov: Any, grad_potential: Any) -> MinibatchEr
 def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
                     prior_precision: Any = 0.0, replacement: bool = True,
                     return_matrices: bool = True, scheduler: str | None = None) -> MinibatchError:
-    r"""E_𝔅‖M_SGLD‖²_F, E_𝔅‖M_SGLRW‖²_F and E_𝔅[M] at θ for a GLM (seed 000 eqs. 99, 110).
+    r"""E_𝔅‖M_SGLD‖²_F, E_𝔅‖M_SGLRW‖²_F and E_𝔅[M] at θ for a GLM (Mensch et al. 2025, eqs. 99, 110).
 
     ∇U(θ) = Γθ + Σ_i ∇l_i(θ) with l_i the model's per-observation loss (its negative
     log-likelihood up to a constant, :mod:`sgtune.models`) and Γ the prior precision.
@@ -488,7 +488,7 @@ def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
 
     References
     ----------
-    Mensch et al. (seed 000), eqs. 2, 6, 92, 99, 110.
+    Mensch et al. (2025), eqs. 2, 6, 92, 99, 110.
 
     Examples
     --------
@@ -532,7 +532,7 @@ def posterior_minibatch_error(model: GLM, data: Dataset, thetas: Any, batch_size
 
     References
     ----------
-    Mensch et al. (seed 000), Theorem 4.2, eq. 15; Lemma 4.3.
+    Mensch et al. (2025), Theorem 4.2, eq. 15; Lemma 4.3.
     """
     T = as_float_array(thetas, "thetas")
     if T.ndim == 1:
@@ -580,7 +580,7 @@ def gradient_estimate_terms(model: GLM, data: Dataset, theta: Any, prior_precisi
 
     References
     ----------
-    Mensch et al. (seed 000), eqs. 2 and 6.
+    Mensch et al. (2025), eqs. 2 and 6.
     """
     d = model_dim(model, data.dim)
     th = as_vector(theta, "theta", d)
@@ -618,7 +618,7 @@ def increment_moments(per_sample_grads: Any, grad_potential: Any, batch_size: in
 
     References
     ----------
-    Mensch et al. (seed 000), appendix A.3, eqs. 94, 95, 103, 106.
+    Mensch et al. (2025), appendix A.3, eqs. 94, 95, 103, 106.
     """
     if scheme not in ("sgld", "sglrw"):
         raise SgtuneError(f"scheme must be 'sgld' or 'sglrw', got {scheme!r}")
@@ -652,7 +652,7 @@ def sglrw_move_probabilities(grad_estimate: Any, step_size: float) -> tuple[np.n
 
     References
     ----------
-    Mensch et al. (seed 000), eq. 12 and §4.3.1.
+    Mensch et al. (2025), eq. 12 and §4.3.1.
     """
     g = as_float_array(grad_estimate, "grad_estimate")
     delta = check_positive(step_size, "step_size")
@@ -665,7 +665,7 @@ def sglrw_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
     r"""E[Δθ | θ, 𝔅] = √(2δ)(2p₊ − 1) for SGLRW with clipped move probabilities.
 
     Without clipping this is −δ∇̂U (eq. 103); with clipping it equals −clip(δ∇̂U; √(2δ)),
-    the clipped-SGLD drift of eq. (18) (THEORY §3.3).
+    the clipped-SGLD drift of eq. (18).
 
     Parameters
     ----------
@@ -680,7 +680,7 @@ def sglrw_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
 
     References
     ----------
-    Mensch et al. (seed 000), eqs. 12, 103, 18.
+    Mensch et al. (2025), eqs. 12, 103, 18.
     """
     p, _ = sglrw_move_probabilities(grad_estimate, step_size)
     return math.sqrt(2.0 * float(step_size)) * (2.0 * p - 1.0)
@@ -703,7 +703,7 @@ def clipped_sgld_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
 
     References
     ----------
-    Mensch et al. (seed 000), eq. 18.
+    Mensch et al. (2025), eq. 18.
     """
     g = as_float_array(grad_estimate, "grad_estimate")
     delta = check_positive(step_size, "step_size")
@@ -717,8 +717,8 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     r"""V = Cov_𝔅[(N/B)Σ_{i∈𝔅}∇log p(y_i|x_i,θ)] = (N²/B)·f·Cov_i ∇log p_i, its condition number and the pSMILE preconditioner.
 
     f = 1 with replacement and (N−B)/(N−1) without (Cov_i is the population covariance).
-    The diagonal preconditioner p = √D σ/‖σ‖, σ_j = √V_jj, rescales θ' = θ ⊙ p (seed 001
-    appendix A); the noise of the gradient in θ' is P⁻¹VP⁻¹, whose condition number is
+    The diagonal preconditioner p = √D σ/‖σ‖, σ_j = √V_jj, rescales θ' = θ ⊙ p (the SMILE paper,
+    anonymous, 2025, appendix A); the noise of the gradient in θ' is P⁻¹VP⁻¹, whose condition number is
     that of the correlation matrix of V. Exact whitening with the Cholesky factor leaves
     condition number 1.
 
@@ -741,7 +741,7 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
 
     References
     ----------
-    Seed 001 (SMILE), appendix A; THEORY §5 (last bullet).
+    The SMILE paper (anonymous, 2025), appendix A.
     """
     n, d = data.n_data, model_dim(model, data.dim)
     th = as_vector(theta, "theta", d)
@@ -777,7 +777,7 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
 def residual_anisotropy(noise_cov: Any, preconditioner: Any) -> float:
     r"""κ(P⁻¹VP⁻¹) = λ_max/λ_min, P = diag(p): the anisotropy left by a given diagonal preconditioner.
 
-    In pSMILE's coordinates θ' = θ ⊙ p (seed 001, section 3.2 and appendix A; THEORY §5) the
+    In pSMILE's coordinates θ' = θ ⊙ p (the SMILE paper, anonymous, 2025, section 3.2 and appendix A) the
     minibatch gradient is g' = g / p, whose covariance is P⁻¹VP⁻¹. Its condition number is 1 for
     isotropic noise; for the ideal diagonal preconditioner p ∝ √diag V it is the condition number
     of the correlation matrix of V (``NoiseAnisotropy.residual_condition_number_diagonal``), and
@@ -798,7 +798,7 @@ def residual_anisotropy(noise_cov: Any, preconditioner: Any) -> float:
 
     References
     ----------
-    Seed 001 (SMILE), section 3.2 and appendix A; THEORY §5 (last bullet).
+    The SMILE paper (anonymous, 2025), section 3.2 and appendix A.
     """
     V = as_symmetric(noise_cov, "noise_cov", rtol=1e-10)
     d = V.shape[0]

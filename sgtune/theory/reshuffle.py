@@ -1,7 +1,6 @@
 """Exact asymptotic bias of SGLD with random reshuffling (RR) vs Robbins–Monro (RM) batching.
 
-Gaussian model problem of Shaw & Whalley (seed 002, section 4), as restated in
-``THEORY.md`` §4: data x_1..x_N, U(θ) = Σ_i (θ − x_i)²/(2σ²), target
+Gaussian model problem of Shaw & Whalley (2025, section 4): data x_1..x_N, U(θ) = Σ_i (θ − x_i)²/(2σ²), target
 N(x̄, σ²/N).  With the rescaled step h = ηN/σ² one SGLD step on batch b reads
 
     θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N) ξ.
@@ -24,7 +23,7 @@ variance; derived with sympy in :mod:`sgtune.symbolic.reshuffle`)::
 Leading orders: ε_RM = (1 + v)h/2 + O(h²) (the gradient noise enters at O(h)),
 ε_k = h/2 + (1/4 + ρk(R − k))h² + O(h³), ε̄ = h/2 + (1/4 + ρ(R² − 1)/6)h² + O(h³).
 The published derivation uses v = R (no finite-population factor) and averages
-k inside the square; both are corrected here (THEORY.md §4.3).  For h > 1 RR
+k inside the square; both are corrected here.  For h > 1 RR
 can be *worse* than RM (e.g. ε_0 > ε_RM near h → 2); the numbers say so.
 """
 from __future__ import annotations
@@ -78,7 +77,7 @@ def _check_batches(n: int, batch_size: Any) -> tuple[int, int]:
 
 @cites("shaw2025", "section 4, eq. (10)")
 def rel_err_ula(h: Any) -> float:
-    """ε_ULA = h/(2 − h): relative variance error of ULA on the model problem (seed 002 §4, after eq. 10).
+    """ε_ULA = h/(2 − h): relative variance error of ULA on the model problem (Shaw & Whalley 2025, §4, after eq. 10).
 
     Parameters
     ----------
@@ -96,7 +95,7 @@ def rel_err_ula(h: Any) -> float:
 
 @cites("shaw2025", "section 4, SGLD-RM (noise ratio corrected: v = R − 1 for σ² = s²)")
 def rel_err_rm(h: Any, noise_ratio: Any) -> float:
-    """ε_RM = h(1 + v)/(2 − h): relative variance error of SGLD-RM (seed 002 §4, corrected noise ratio).
+    """ε_RM = h(1 + v)/(2 − h): relative variance error of SGLD-RM (Shaw & Whalley 2025, §4, corrected noise ratio).
 
     Parameters
     ----------
@@ -132,9 +131,9 @@ def _rr_bracket_average(h: float, n_batches: int) -> float:
             - ((1.0 - Y) ** 2 + 1.0 - Y * Y) / (R * h * (2.0 - h)))
 
 
-@cites("sgtune", "periodic stationary variance of SGLD-RR (corrects seed 002 §4)")
+@cites("sgtune", "periodic stationary variance of SGLD-RR (corrects Shaw & Whalley 2025, §4)")
 def rel_err_rr_position(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> np.ndarray:
-    """ε_k = h/(2−h) + ρ[hR/(2−h) − a^{2k}(1−a^R)/(1+a^R) − (1−a^k)²], k = 0..R−1 (seed 002 §4, corrected).
+    """ε_k = h/(2−h) + ρ[hR/(2−h) − a^{2k}(1−a^R)/(1+a^R) − (1−a^k)²], k = 0..R−1 (Shaw & Whalley 2025, §4, corrected).
 
     Parameters
     ----------
@@ -158,9 +157,9 @@ def rel_err_rr_position(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> np
     return hv / (2.0 - hv) + rho * _rr_bracket_position(hv, R, k)
 
 
-@cites("sgtune", "epoch average of SGLD-RR (corrects seed 002 §4)")
+@cites("sgtune", "epoch average of SGLD-RR (corrects Shaw & Whalley 2025, §4)")
 def rel_err_rr_average(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> float:
-    """ε̄ = (1/R)Σ_k ε_k = h/(2−h) + ρ[hR/(2−h) − 1 + 2(1−a^R)/(Rh) − ((1−a^R)² + 1 − a^{2R})/(Rh(2−h))] (seed 002 §4, corrected).
+    """ε̄ = (1/R)Σ_k ε_k = h/(2−h) + ρ[hR/(2−h) − 1 + 2(1−a^R)/(Rh) − ((1−a^R)² + 1 − a^{2R})/(Rh(2−h))] (Shaw & Whalley 2025, §4, corrected).
 
     The average is taken of the exact ε_k (the terms (1 − a^k)² are averaged);
     the published formula averages k inside the square and uses v = R.
@@ -187,7 +186,7 @@ def rel_err_rr_average(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> flo
 
 @cites("shaw2025", "section 4.1 (W2 between 1-D Gaussians)")
 def w2_gaussian_1d(var: Any, target_var: Any) -> Any:
-    """W₂ = |sqrt(V) − sqrt(V*)| for two laws with equal means (seed 002 §4.1).
+    """W₂ = |sqrt(V) − sqrt(V*)| for two laws with equal means (Shaw & Whalley 2025, §4.1).
 
     Exact between two Gaussians with equal means; for a non-Gaussian law with
     variance V (SGLD iterates) it is a lower bound (Gelbrich bound).
@@ -248,7 +247,7 @@ class ReshuffleBias:
     leading_coefficients: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict with the CLI.md keys."""
+        """JSON-ready dict with the keys of ``sgtune reshuffle``."""
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             val = getattr(self, name)
@@ -258,10 +257,10 @@ class ReshuffleBias:
 
 @cites("shaw2025", "section 4 (eqs. 7–10 and the SGLD-RM / SGLD-RR variances, corrected)")
 def reshuffle_bias(data: Any, batch_size: Any, step: Any, sigma2: Any | None = None) -> ReshuffleBias:
-    """Var_∞ and ε for ULA, SGLD-RM (with/without replacement), SGLD-RR per position and averaged (seed 002 §4).
+    """Var_∞ and ε for ULA, SGLD-RM (with/without replacement), SGLD-RR per position and averaged (Shaw & Whalley 2025, §4).
 
     Model: U(θ) = Σ_i (θ − x_i)²/(2σ²), target N(x̄, σ²/N), rescaled step
-    h = ηN/σ² (seed 002 eq. 8): θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N) ξ.
+    h = ηN/σ² (Shaw & Whalley 2025, eq. 8): θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N) ξ.
 
     Parameters
     ----------
@@ -400,9 +399,41 @@ def _w2_gauss(cov: np.ndarray, target: np.ndarray, target_half: np.ndarray) -> f
     return float(np.sqrt(max(val, 0.0)))
 
 
-@cites("sgtune", "d-dimensional quadratic generalisation of seed 002 §4 (per-eigendirection reduction)")
+def _rr_by_position(a: np.ndarray, hs: np.ndarray, gen: np.ndarray, hsn: np.ndarray, R: int) -> np.ndarray:
+    """C_k, k = 0..R−1, of :func:`gaussian_reshuffle_bias`: C_k = qᵏC_0 + drive(k), C_0 = drive(R)/(1 − q^R)."""
+    q = np.outer(a, a)
+
+    def drive(m: int) -> np.ndarray:  # 2ηδ G(m) + h_jh_l(S_jl/N)(R G(m) − F_j(m)F_l(m))
+        G = (1.0 - q ** m) / (1.0 - q)
+        F = (1.0 - a ** m) / hs
+        return gen * G + hsn * (R * G - np.outer(F, F))
+
+    C0 = drive(R) / (1.0 - q ** R)
+    rr = np.empty((R,) + q.shape)
+    for kk in range(R):
+        rr[kk] = q ** kk * C0 + drive(kk)
+    return rr
+
+
+def _gaussian_inputs(data: Any, precision: Any, batch_size: Any, step: Any
+                     ) -> tuple[np.ndarray, np.ndarray, int, int, float]:
+    """(X (N, d), P, B, R = N/B, η) of :func:`gaussian_reshuffle_bias`, validated."""
+    X = as_float_array(data, "data")
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ShapeError(f"data must be an (N, d) array but has shape {X.shape}")
+    n, d = X.shape
+    if n < 2:
+        raise SgtuneError(f"data must hold at least N = 2 observations, got N = {n}")
+    P = as_spd(precision, "precision", size=d)
+    b, R = _check_batches(n, batch_size)
+    return X, P, b, R, check_positive(step, "step")
+
+
+@cites("sgtune", "d-dimensional quadratic generalisation of Shaw & Whalley (2025), §4 (per-eigendirection reduction)")
 def gaussian_reshuffle_bias(data: Any, precision: Any, batch_size: Any, step: Any) -> GaussianReshuffleBias:
-    """Cov_∞ of θ' = θ − ηNP(θ − x̄_b) + sqrt(2η)ξ for ULA, SGLD-RM and SGLD-RR (generalises seed 002 §4).
+    """Cov_∞ of θ' = θ − ηNP(θ − x̄_b) + sqrt(2η)ξ for ULA, SGLD-RM and SGLD-RR (generalises Shaw & Whalley 2025, §4).
 
     Model: U(θ) = Σ_i ½(θ − x_i)ᵀP(θ − x_i) with data x_i ∈ R^d and an SPD
     precision P; target N(x̄, (NP)⁻¹).  SGLD with raw step η and stochastic
@@ -442,17 +473,8 @@ def gaussian_reshuffle_bias(data: Any, precision: Any, batch_size: Any, step: An
     UnstableStepSizeError
         ηN λ_max(P) ≥ 2.
     """
-    X = as_float_array(data, "data")
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ShapeError(f"data must be an (N, d) array but has shape {X.shape}")
+    X, P, b, R, eta = _gaussian_inputs(data, precision, batch_size, step)
     n, d = X.shape
-    if n < 2:
-        raise SgtuneError(f"data must hold at least N = 2 observations, got N = {n}")
-    P = as_spd(precision, "precision", size=d)
-    b, R = _check_batches(n, batch_size)
-    eta = check_positive(step, "step")
     p, U = np.linalg.eigh(P)
     hs = eta * n * p
     if not hs[-1] < 2.0:
@@ -469,26 +491,13 @@ def gaussian_reshuffle_bias(data: Any, precision: Any, batch_size: Any, step: An
     gen = 2.0 * eta * eye
     Sn = S / n
 
-    def G(m: int) -> np.ndarray:
-        return (1.0 - q ** m) / (1.0 - q)
-
-    def F(m: int) -> np.ndarray:
-        return (1.0 - a ** m) / hs
-
     # RM / ULA: C = qC + 2ηδ + H·Cov(e) → C = (2ηδ + H Cov(e)) / (1 − q)
     cov_e_wo = (R - 1) * Sn
     cov_e_w = S * (n - 1) / n / b
     ula = gen / (1.0 - q)
     rm = (gen + H * cov_e_wo) / (1.0 - q)
     rmw = (gen + H * cov_e_w) / (1.0 - q)
-
-    def drive(m: int) -> np.ndarray:
-        return gen * G(m) + H * Sn * (R * G(m) - np.outer(F(m), F(m)))
-
-    C0 = drive(R) / (1.0 - q ** R)
-    rr = np.empty((R, d, d))
-    for kk in range(R):
-        rr[kk] = q ** kk * C0 + drive(kk)
+    rr = _rr_by_position(a, hs, gen, H * Sn, R)
     rr_avg = rr.mean(axis=0)
     target_z = np.diag(1.0 / (n * p))
 

@@ -1,8 +1,8 @@
-"""SMILE (seed 001) in pure NumPy: Gamma fit of |ΔE|, Wilson–Hilferty quantiles, EMAs, the b² metric.
+"""SMILE (anonymous, 2025) in pure NumPy: Gamma fit of |ΔE|, Wilson–Hilferty quantiles, EMAs, the b² metric.
 
-Seed 001 (*Can Microcanonical Langevin Dynamics Leverage Mini-batch Gradient Noise?*),
+The SMILE paper (anonymous, 2025: *Can Microcanonical Langevin Dynamics Leverage Mini-batch Gradient Noise?*),
 section 4.2 (energy-variance tuner), appendix F.3 (Gamma quantiles), section 3.2 and
-appendix C (Table 1 metric); THEORY.md §5.
+appendix C (Table 1 metric).
 
 - Gamma moment matching: a Gamma(k, θ) law has mean kθ and variance kθ², so matching
   mean μ and standard deviation s gives **shape k = μ²/s², scale θ = s²/μ**. The paper's
@@ -95,7 +95,7 @@ def gamma_moment_match(mean: float, std: float) -> GammaFit:
 
     References
     ----------
-    Seed 001, section 4.2, eq. (5); THEORY.md §5.
+    The SMILE paper (anonymous, 2025), section 4.2, eq. (5).
     """
     mu = check_positive(mean, "mean")
     s = check_positive(std, "std")
@@ -119,7 +119,7 @@ def wilson_hilferty_quantile(p: Any, shape: float, scale: float) -> np.ndarray:
 
     References
     ----------
-    Seed 001, appendix F.3.
+    The SMILE paper (anonymous, 2025), appendix F.3.
     """
     pa = as_float_array(p, "p")
     if np.any((pa <= 0.0) | (pa >= 1.0)):
@@ -154,7 +154,7 @@ def ema_update(mean_raw: Any, var_raw: Any, count: int, x: Any, rate: float) -> 
 
     References
     ----------
-    Seed 001, eq. (4) and the pSMILE EMAs of section 3.2.
+    The SMILE paper (anonymous, 2025), eq. (4) and the pSMILE EMAs of section 3.2.
     """
     b = check_positive(rate, "rate")
     if b > 1.0:
@@ -182,7 +182,7 @@ def ema_corrected(mean_raw: Any, var_raw: Any, count: int, rate: float) -> tuple
 
     References
     ----------
-    Seed 001, section 4.2.
+    The SMILE paper (anonymous, 2025), section 4.2.
     """
     n = check_int(count, "count", low=1)
     b = check_positive(rate, "rate")
@@ -207,7 +207,7 @@ def b2_per_coordinate(sample_second_moment: Any, true_second_moment: Any, true_v
 
     References
     ----------
-    Seed 001, section 3.2; Hoffman & Sountsov (2022).
+    The SMILE paper (anonymous, 2025), section 3.2; Hoffman & Sountsov (2022).
     """
     m = as_float_array(sample_second_moment, "sample_second_moment")
     d = m.shape[-1] if m.ndim else 1
@@ -235,7 +235,7 @@ def b2_chains(sample_second_moment: Any, true_second_moment: Any, true_var_of_sq
 
     References
     ----------
-    Seed 001, appendix C.
+    The SMILE paper (anonymous, 2025), appendix C.
     """
     m = as_float_array(sample_second_moment, "sample_second_moment")
     if m.ndim != 2:
@@ -271,7 +271,7 @@ def bootstrap_b2(per_chain_b2: Any, rng: np.random.Generator, *, n_bootstrap: in
 
     References
     ----------
-    Seed 001, appendix C.
+    The SMILE paper (anonymous, 2025), appendix C.
     """
     b = as_vector(per_chain_b2, "per_chain_b2")
     nb = check_int(n_bootstrap, "n_bootstrap", low=2)
@@ -318,7 +318,7 @@ def gaussian_second_moments(cov: Any) -> tuple[np.ndarray, np.ndarray]:
 
     References
     ----------
-    Seed 001, appendix C.
+    The SMILE paper (anonymous, 2025), appendix C.
     """
     s = np.diag(as_float_array(cov, "cov", ndim=2)).copy()
     return s, 2.0 * s * s
@@ -344,7 +344,7 @@ def rosenbrock_second_moments(dim: int, q: float = 0.1) -> tuple[np.ndarray, np.
 
     References
     ----------
-    Seed 001, appendix C (after Grumitt et al. 2022).
+    The SMILE paper (anonymous, 2025), appendix C (after Grumitt et al. 2022).
     """
     d = check_int(dim, "dim", low=2)
     if d % 2:
@@ -376,7 +376,7 @@ def funnel_second_moments(dim: int, scale: float = 3.0) -> tuple[np.ndarray, np.
 
     References
     ----------
-    Seed 001, appendix C (Neal 2003).
+    The SMILE paper (anonymous, 2025), appendix C (Neal 2003).
     """
     d = check_int(dim, "dim", low=2)
     a2 = check_positive(scale, "scale") ** 2

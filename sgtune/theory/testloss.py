@@ -1,4 +1,4 @@
-r"""Test loss of SGD on linear regression from the stationary covariance (seed 003, appendix E.3).
+r"""Test loss of SGD on linear regression from the stationary covariance (Wang, Ding & Huggins 2026, appendix E.3).
 
 With θ_t the stationary SGD iterate, E[θ_t] = θ̂ (Lemma F.1) and Cov θ_t = Σ_θ, so for a test set
 {(x_m, y_m)}_{m=1}^M (App. E.3.2)
@@ -6,8 +6,8 @@ With θ_t the stationary SGD iterate, E[θ_t] = θ̂ (Lemma F.1) and Cov θ_t = 
 .. math:: L_{test} = E\Big[\frac1M\sum_m (y_m − θ_t^\top x_m)^2\Big]
                    = \frac1M\sum_m (y_m − \hat θ^\top x_m)^2 + \frac1M\sum_m x_m^\top Σ_θ x_m .
 
-Ridge regression is the prior Γ = γI in sgtune's mean-loss scaling L(θ) = mean_n l_n(θ) + θᵀΓθ/(2N)
-(THEORY §1.1), so "weight decay" γ enters as γ/N per step; θ̂_γ and Σ_θ(γ, λ, B) both depend on it.
+Ridge regression is the prior Γ = γI in sgtune's mean-loss scaling L(θ) = mean_n l_n(θ) + θᵀΓθ/(2N),
+so "weight decay" γ enters as γ/N per step; θ̂_γ and Σ_θ(γ, λ, B) both depend on it.
 The optimal weight decay / batch size is the grid minimiser of the predicted test loss.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core._validation import as_float_array, check_int
+from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..core.errors import ConvergenceError, ShapeError, SgtuneError, UnstableStepSizeError
 from ..models import expand, get_model
@@ -86,7 +87,7 @@ class TestLossPath:
 
 def _predict(e: Any, step: float, B: int, theory: str) -> np.ndarray | None:
     try:
-        return predict_comparison_cov(e, step, batch_size=B, theory=theory)
+        return predict_comparison_cov(e, Dynamics(step, B), theory=theory)
     except (UnstableStepSizeError, ConvergenceError):
         return None
 

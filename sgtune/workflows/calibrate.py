@@ -14,6 +14,7 @@ from scipy.stats import kstest
 
 from ..core._refs import cites
 from ..core._validation import as_vector, check_int
+from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..models import Expansion, expand, model_dim, prior_matrix
 from ..sampler import ChainResult, run_chains
@@ -93,8 +94,9 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
         e = expand(model, data.subsample(m, rng), gam, population_size=data.n_data, seed=seed, scheduler=scheduler)
     else:
         e = expand(model, data, gam, seed=seed, scheduler=scheduler)
-    t = tune(e, batch_size=batch_size, target=target, method=method, family=family,
-             inv_temperature=inv_temperature, without_replacement=without_replacement, momentum=momentum)
+    dynamics = Dynamics(None, batch_size, inv_temperature=inv_temperature, momentum=momentum,
+                        batching="without-replacement" if without_replacement else "replacement")
+    t = tune(e, dynamics, target=target, method=method, family=family)
     steps_default, burn_default = default_run_length(t.tau_worst)
     steps = check_int(n_steps, "n_steps", low=2) if n_steps is not None else steps_default
     burn = check_int(burn_in, "burn_in", low=0, high=steps - 1) if burn_in is not None else min(burn_default,

@@ -20,6 +20,7 @@ from scipy.stats import kstwo, norm, t as student_t
 
 from ..core._refs import cites
 from ..core._validation import check_int, check_positive
+from ..core.config import Dynamics
 from .calibrate import ks_uniform, pit_values
 from ..io.data import Dataset, make_dataset
 from ..core.errors import ConvergenceError, MissingExtraError, SgtuneError, UnstableStepSizeError
@@ -245,7 +246,7 @@ def evaluate_method(model: GLM, data: Dataset, expansion: Expansion, method: str
     if method not in TUNED_METHODS:
         raise SgtuneError(f"method must be one of {', '.join(TUNED_METHODS + REFERENCE_METHODS)}, got {method!r}")
     try:
-        tr = tune(expansion, batch_size=B, method=method)
+        tr = tune(expansion, Dynamics(None, B), method=method)
     except (UnstableStepSizeError, ConvergenceError) as exc:
         return MethodRun(method, B, rep, math.inf, note=f"diverges: {exc}"[:200], seconds=time.perf_counter() - t0)
     steps = check_int(n_steps, "n_steps", low=2)
@@ -382,7 +383,7 @@ def batch_size_sweep(expansion: Expansion, batch_sizes: Sequence[int], *,
         vals = []
         for B in batch_sizes:
             try:
-                vals.append(tune(expansion, batch_size=int(B), method=m).covariance_error)
+                vals.append(tune(expansion, Dynamics(None, int(B)), method=m).covariance_error)
             except (UnstableStepSizeError, ConvergenceError):
                 vals.append(math.inf)
         out[m] = np.asarray(vals)
@@ -416,7 +417,7 @@ def forward_prediction_errors(model: GLM, data: Dataset, expansion: Expansion, s
     rows = []
     for i, lam in enumerate(steps):
         try:
-            preds = {th: predict_comparison_cov(expansion, lam, batch_size=batch_size, theory=th) for th in theories}
+            preds = {th: predict_comparison_cov(expansion, Dynamics(lam, batch_size), theory=th) for th in theories}
         except (UnstableStepSizeError, ConvergenceError) as exc:
             rows.append(ForwardRow(float(lam), {th: math.inf for th in theories}, math.nan,
                                    np.full((expansion.dim,) * 2, math.nan), note=f"unstable: {exc}"[:200]))
@@ -439,4 +440,4 @@ def forward_prediction_errors(model: GLM, data: Dataset, expansion: Expansion, s
 
 def exact_covariance(expansion: Expansion, step: Any, batch_size: int) -> np.ndarray:
     """Convenience: the exact (DQ+exact) stationary covariance for Λ (eqs. 11–12)."""
-    return predict_stationary_cov(expansion, step, batch_size=batch_size).cov
+    return predict_stationary_cov(expansion, Dynamics(step, batch_size)).cov

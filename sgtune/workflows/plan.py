@@ -38,12 +38,14 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..core._validation import check_int, check_positive
+from ..core.config import BATCHINGS, Dynamics
 from ..core.errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
 from ..io.data import Dataset
 from ..models import Expansion
 from ..sampler import run_chains
 from ..theory.alternatives import modal_directions
 from ..theory.mcerror import cov_error_constant, mc_error
+from ..theory.linear_chain import LinearChain
 from ..theory.stationary import ARPACK_MAX_DIM, equilibration_steps, finite_population_factor, noise_covariance
 from ..theory.largescale import stationary_cov_from_target_momentum
 from ..theory.tuning import (FAMILIES, structured_momentum_step_matrix,
@@ -52,7 +54,6 @@ from ..theory.tuning import (FAMILIES, structured_momentum_step_matrix,
 __all__ = ["Candidate", "Plan", "plan_run", "BATCHINGS", "OBJECTIVES", "DEFAULT_BATCH_SIZES",
            "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM", "FAST_DENSE_DIM"]
 
-BATCHINGS = ("replacement", "without-replacement", "reshuffle")
 OBJECTIVES = ("gradients", "seconds")
 DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 128, 256)
 DEFAULT_FAMILIES = ("dense", "diagonal", "scalar")
@@ -280,7 +281,7 @@ class _Context:
         """C̄(Σ*) = (f/B)·K, K = 𝓘 − ḡḡᵀ + mean J_nΣ*J_n − JΣ*J computed once (one pass over the data)."""
         e = self.expansion
         if self._bracket is None:
-            self._bracket = noise_covariance(e, self.target_cov, batch_size=1)
+            self._bracket = noise_covariance(e, self.target_cov, Dynamics(None, 1))
         return self._bracket * (finite_population_factor(e.n_data, B, without_replacement) / B)
 
     def target_modes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -337,8 +338,8 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
         elif fam in ("diagonal", "scalar") and crit0 == "moment" and e.dim > FAST_DENSE_DIM:
             _structured_fast(ctx, cand, wor, E)
         else:
-            res = tune(e, batch_size=B, target=ctx.target_cov, family=fam, inv_temperature=beta,
-                       without_replacement=wor, momentum=kappa, family_criterion=crit0)
+            dynamics = Dynamics(None, B, inv_temperature=beta, momentum=kappa, batching=cand.batching)
+            res = tune(e, dynamics, target=ctx.target_cov, family=fam, family_criterion=crit0)
             st = res.stationary
             mce = mc_error(st, reference_cov=ctx.target_cov)
             cand.step_matrix, cand.stationary = res.step_matrix, st
@@ -395,15 +396,10 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
     R = 0.5 * (R + R.T)
     lam = _lyapunov_step_matrix(ctx, R, beta)
     residual = tuning_residual(lam, H, S, R, beta)
-    d = e.dim
-    F = np.eye(d) - lam @ H
-    value, _ = cov_error_constant(F, S, step_matrix=lam)
-    f = finite_population_factor(e.n_data, B, wor)
-    Q0 = lam @ (e.gradient_cov() * (f / B)) @ lam
-    if math.isfinite(beta):
-        Q0 = Q0 + 2.0 * lam / beta
+    chain = LinearChain.of(e, Dynamics(lam, B, inv_temperature=beta, batching=cand.batching))
+    value, _ = cov_error_constant(chain, S)
     Ls = ctx.target_modes()[0]
-    W = sla.solve_triangular(Ls, sla.solve_triangular(Ls, 0.5 * (Q0 + Q0.T), lower=True).T, lower=True)
+    W = sla.solve_triangular(Ls, sla.solve_triangular(Ls, chain.constant_noise, lower=True).T, lower=True)
     rho = float(1.0 - np.linalg.eigvalsh(0.5 * (W + W.T))[0])  # L⁻¹Q₀L⁻ᵀ
     cand.modes = modal_directions(H, lam)
     mu_min = float(cand.modes.h[0])
@@ -453,8 +449,8 @@ def _structured_fast(ctx: _Context, cand: Candidate, wor: bool, E: float) -> Non
     else:
         R = cbar + ctx.hsh()
         lam = structured_step_matrix(e.hessian, S, 0.5 * (R + R.T), family=cand.family, inv_temperature=beta)
-    st = stationary_cov_from_target_momentum(e, lam, S, cbar, batch_size=B, momentum=kappa, inv_temperature=beta,
-                                             without_replacement=wor, tol=PLAN_COV_TOL)
+    dynamics = Dynamics(lam, B, inv_temperature=beta, momentum=kappa, batching=cand.batching)
+    st = stationary_cov_from_target_momentum(e, dynamics, S, cbar, tol=PLAN_COV_TOL)
     if not st.spectral_radius < 1.0:
         raise UnstableStepSizeError(f"the {cand.family} closed form gives an unstable chain (spectral radius "
                                     f"{st.spectral_radius:.4g})", spectral_radius=st.spectral_radius)

@@ -1,7 +1,7 @@
 """Repair a tuned Λ on short real chains where the chain stays local but the loss is not quadratic.
 
-The tuning map target ↦ Λ(target) ↦ Σ_proxy(Λ) is the identity for the linearised chain (seed 003,
-Algorithm 1), so the theory's own sensitivity of the stationary covariance to the tuning target is the
+The tuning map target ↦ Λ(target) ↦ Σ_proxy(Λ) is the identity for the linearised chain (Wang, Ding &
+Huggins 2026, Algorithm 1), so the theory's own sensitivity of the stationary covariance to the tuning target is the
 identity, and the Newton step for the chain's map target ↦ Σ_chain is the defect correction
 
     target_{k+1} = target_k + (Σ* − Σ̂_k),    Λ_{k+1} = tune(target_{k+1}),
@@ -25,7 +25,7 @@ from ..io.data import Dataset
 from ..models import Expansion
 from ..sampler import run_chains
 from ..theory.stationary import equilibration_steps
-from ..theory.tuning import TuningResult, tune
+from ..theory.tuning import TuningResult
 
 __all__ = ["RefineRound", "refine", "MC_TARGET"]
 
@@ -75,6 +75,9 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
            progress: Any = None) -> tuple[TuningResult, list[RefineRound]]:
     """Correct ``tuned`` (a :func:`~sgtune.theory.tuning.tune` result) on chains; see the module docstring.
 
+    Each round re-tunes with exactly ``tuned``'s configuration (:meth:`TuningResult.retune`: its dynamics,
+    method, family, blocks and family criterion); only the target moves.
+
     Returns the last tuning result (its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
     *proxy's* covariance for that Λ, not Σ*) and the rounds.
     """
@@ -106,10 +109,8 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
             G = _power_general(G, damping)                       # chain's covariance onto the target
             cand = G @ target @ G.T
             cand = 0.5 * (cand + cand.T)
-            try:
-                nxt = tune(expansion, batch_size=st.batch_size, target=cand, method=current.method,
-                           family=current.family, inv_temperature=st.inv_temperature,
-                           without_replacement=st.without_replacement, momentum=st.momentum)
+            try:  # the same dynamics, method, family, blocks and criterion: only the target moves
+                nxt = current.retune(expansion, cand)
             except SgtuneError:
                 continue
             target = cand

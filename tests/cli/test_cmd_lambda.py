@@ -12,6 +12,7 @@ from sgtune.cli import main
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.theory.stationary import predict_stationary_cov
+from sgtune.core.config import Dynamics
 
 LAMBDA_KEYS = {"lambda", "target_cov", "predicted_cov", "theta_hat", "spectral_radius", "tau_worst", "tau",
                "method", "residual"}
@@ -44,7 +45,7 @@ def test_headline_example_and_output_file(tmp_path):
     assert doc["spectral_radius_is_bound"] is False  # D = 20: ARPACK, not the bound
     # the prediction is reproduced by an independent call of the forward solver
     e = expand(get_model("linear"), example("hetero-linear"))
-    np.testing.assert_allclose(predict_stationary_cov(e, lam, batch_size=64).cov, doc["target_cov"], rtol=1e-9)
+    np.testing.assert_allclose(predict_stationary_cov(e, Dynamics(lam, 64)).cov, doc["target_cov"], rtol=1e-9)
     assert "Λ (20×20" in r.stderr
     # provenance: the arguments this call received, quoted for the shell (not the test runner's sys.argv)
     assert doc["command"] == "sgtune lambda --example hetero-linear --batch-size 64 -o " + shlex.quote(str(out))

@@ -13,6 +13,7 @@ from sgtune.cli import main
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.theory.stationary import predict_stationary_cov
+from sgtune.core.config import Dynamics
 
 from test_mcerror import _brute
 
@@ -47,7 +48,7 @@ def test_plan_json_csv_and_recommendation(tmp_path, logistic_expansion):
     assert best["chains"] == 3 and best["predicted_seconds"] == "inf"  # --no-timing
     # the recommended Λ: its chain's covariance and error constant from independent calls
     lam = np.array(doc["lambda"])
-    st = predict_stationary_cov(logistic_expansion, lam, batch_size=best["batch_size"])
+    st = predict_stationary_cov(logistic_expansion, Dynamics(lam, best["batch_size"]))
     target = np.array(doc["target_cov"])
     assert np.linalg.norm(st.cov - target) / np.linalg.norm(target) == pytest.approx(best["covariance_error"],
                                                                                     abs=1e-10)
@@ -98,7 +99,7 @@ def test_covariance_reports_the_monte_carlo_constants(logistic_expansion):
              "-q"])
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    st = predict_stationary_cov(logistic_expansion, 0.5, batch_size=32, momentum=0.3)
+    st = predict_stationary_cov(logistic_expansion, Dynamics(0.5, 32, momentum=0.3))
     c_bf, mean_bf = _brute(st.transition, st.augmented_cov, logistic_expansion.dim)
     cov = np.array(doc["cov"])
     assert doc["cov_mc_error_constant"] == pytest.approx(c_bf / np.sum(cov ** 2), rel=1e-6)
