@@ -51,6 +51,7 @@ from ..core.errors import SgtuneError
 from ..theory.smile import B2Estimate, b2_chains, bootstrap_b2
 from ._jit import njit, njit_parallel, prange
 from .rng import chain_states, fill_normals
+from .state import DIVERGENCE_BOUND, tuner_params
 from .targets import AnalyticTarget, noise_vector, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
@@ -63,9 +64,6 @@ METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE
 MN_B1 = 0.1931833275037836
 MN_A1 = 0.5
 MN_B2 = 1.0 - 2.0 * MN_B1
-DIVERGENCE_BOUND = 1e150
-# indices into the ``params`` array of ensemble_chains
-P_ALPHA, P_BETA, P_ZK, P_ZLO, P_ZHI, P_DELTA, P_FRICTION, P_TUNE_START, P_PRE_START = range(9)
 
 
 @njit
@@ -251,15 +249,15 @@ def ensemble_chains(method, target_id, prec, q, noise_chol, spatial_sd, theta, m
     became non-finite (or ‖θ‖₁ > 1e150), −1 otherwise.
     """
     n_chains, d = theta.shape
-    alpha = params[P_ALPHA]
-    beta = params[P_BETA]
-    zk = params[P_ZK]
-    zlo = params[P_ZLO]
-    zhi = params[P_ZHI]
-    delta = params[P_DELTA]
-    friction = params[P_FRICTION]
-    tune_start = params[P_TUNE_START]
-    pre_start = params[P_PRE_START]
+    alpha = params.alpha
+    beta = params.beta
+    zk = params.zk
+    zlo = params.zlo
+    zhi = params.zhi
+    delta = params.delta
+    friction = params.friction
+    tune_start = params.tune_start
+    pre_start = params.pre_start
     mclmc = method <= PSMILE
     precond = method == PSMILE_NAIVE or method == PSMILE
     tuned = method == SMILE or method == PSMILE
@@ -466,8 +464,9 @@ def run_smile_ensemble(target: AnalyticTarget, sampler: str, step_size: float, *
     ipre = np.ones((nc, d))
     gbar = np.zeros((nc, d))
     gvar = np.zeros((nc, d))
-    params = np.array([precond_rate, ema_rate, ndtri(kappa), ndtri(adapt_a / 3.0), ndtri(1.0 - 2.0 * adapt_a / 3.0),
-                       adapt_delta, fr, float(ts), float(ps)])
+    params = tuner_params(alpha=precond_rate, beta=ema_rate, zk=ndtri(kappa), zlo=ndtri(adapt_a / 3.0),
+                          zhi=ndtri(1.0 - 2.0 * adapt_a / 3.0), delta=adapt_delta, friction=fr, tune_start=ts,
+                          pre_start=ps)
     n_rec = ns // th_ if th_ > 0 else 0
     sum1 = np.zeros((nc, d))
     sum2 = np.zeros((nc, d))
