@@ -200,6 +200,20 @@ def sg_gnld_time_average_py(drift, noise_factor, hessian, xs, ys, prior, center,
     return out
 
 
+def _antisymmetric(value: Any, name: str, size: int) -> np.ndarray:
+    """Q as a (n, n) antisymmetric array (Qᵀ = −Q to rounding), else a NotAntisymmetricError naming ``name``."""
+    from ..theory.fluctuation import NotAntisymmetricError
+
+    q = as_square(value, name, size)
+    norm = np.linalg.norm(q, 1)
+    err = np.linalg.norm(q + q.T, 1)
+    if err > 100 * np.spacing(max(norm, 1e-300)) and err > 0:
+        raise NotAntisymmetricError(
+            f"{name} must be antisymmetric (Q^T = -Q) but ||Q+Q^T||_1/||Q||_1 = "
+            f"{err / max(norm, 1e-300):.3g}; pass (Q - Q.T)/2, and put any symmetric part into the diffusion")
+    return 0.5 * (q - q.T)
+
+
 @cites("gnld2025", "SG Euler-Maruyama scheme (2.8); minibatch oracle (6.3)")
 def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: float,
                 n_steps: int, n_replicas: int, *, hessian: Any | None = None,
@@ -259,11 +273,11 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     >>> run.time_averages.shape
     (4,)
     """
-    from ..theory.fluctuation import _as_antisymmetric, blr_gradient_noise_moments
+    from ..theory.fluctuation import blr_gradient_noise_moments
 
     dmat = as_spd(diffusion, "diffusion")
     n = dmat.shape[0]
-    qmat = _as_antisymmetric(antisymmetric, "antisymmetric", n)
+    qmat = _antisymmetric(antisymmetric, "antisymmetric", n)
     ell = as_vector(observable, "observable", n)
     eta = check_positive(step_size, "step_size")
     kk = check_int(n_steps, "n_steps", low=1)

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from ..theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
-from .rng import Xoshiro256PP
+from sgtune.theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
+from sgtune.sampler.rng import Xoshiro256PP
 
 __all__ = ["ensemble_twin", "logp_grad_twin", "momentum_map_twin"]
 
