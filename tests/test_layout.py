@@ -98,7 +98,7 @@ def test_root_api_is_lazy_and_complete():
 SAMPLER = PKG / "sampler"
 #: the compiled step loops of sgtune/sampler: the engine's, and the model-problem engines not yet moved onto it
 #: (each entry is a debt: moving an engine onto sgtune.sampler.engine deletes its line here)
-STEP_LOOPS_NOT_ON_THE_ENGINE = {"smile.ensemble_chains", "reshuffle._one_chain", "gnld._one_replica"}
+STEP_LOOPS_NOT_ON_THE_ENGINE = {"smile.ensemble_chains", "reshuffle._one_chain"}
 #: jitted loops over steps that run no chain (benchmark and test helpers)
 NOT_CHAINS = {"kernels.batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
 JIT_DECORATORS = {"njit", "njit_parallel", "njit_fma", "component", "component_fma", "jit"}

@@ -1,4 +1,4 @@
-"""The one place that sets numba options for sgtune's kernels (STYLE.md §5, convention 10).
+"""The one place that sets numba options for sgtune's kernels.
 
 ``njit`` compiles a helper or a single-threaded kernel, ``njit_parallel`` a kernel that
 loops over chains with :data:`!prange`. Options:

@@ -642,7 +642,8 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
     elif inject:
         lam = as_spd(lam, "step_matrix (SGLD needs a symmetric positive-definite Λ)", dim)
         fac = np.linalg.cholesky(2.0 * lam / beta)
-    return np.ascontiguousarray(lam), kind, np.ascontiguousarray(fac), inject
+    # fresh writable copies: a read-only Λ (Dynamics keeps one) would be another numba type, another compile
+    return np.array(lam, order="C"), kind, np.array(fac, order="C"), inject
 
 
 def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, label: str) -> np.ndarray:

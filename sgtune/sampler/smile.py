@@ -1,4 +1,4 @@
-"""SMILE samplers (seed 001) in the numba core: building blocks and a standalone ensemble driver.
+"""SMILE samplers (the SMILE paper, anonymous, 2025) in numba: building blocks and a standalone ensemble driver.
 
 Building blocks (small top-level ``@njit`` functions, so that the composed sampler core can
 later use them as "update step" functions):

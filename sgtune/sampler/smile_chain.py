@@ -1,12 +1,12 @@
-"""SMILE / pSMILE chains on data models, composed like :mod:`sgtune.sampler.kernels`.
+"""The step rule of the SMILE samplers on data models (a component of :mod:`sgtune.sampler.engine`).
 
-Target (THEORY.md §1.1, mean-loss scaling): the tempered posterior
+Target (mean-loss scaling, Wang, Ding & Huggins 2026, §2.1): the tempered posterior
 log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)), the posterior p(θ|𝒟) at β = N. A step of chain c uses one
 minibatch S_t for all its gradient evaluations: the minibatch log density
 log p_β(θ|S_t) = −β (L_S(θ) + θᵀΓθ/(2N)) with L_S the batch-mean loss, whose gradient is −β G_t
 (G_t the minibatch mean-loss gradient of SG(L)D; at β = N, −N G_t is the (N/B)-scaled minibatch
-gradient of log p of seed 001, eq. 3). One step of the MCLMC samplers (seed 001, eqs. 1–3,
-appendix F.2, as :func:`sgtune.sampler.smile.mn_step`):
+gradient of log p of the SMILE paper, anonymous, 2025, eq. 3). One step of the MCLMC samplers
+(the SMILE paper, eqs. 1–3, appendix F.2, as :func:`sgtune.sampler.smile.mn_step`; :func:`mclmc_rule`):
 
     S_t ← batch_fn(…)                                            the step's minibatch
     g, ℓ₀ ← ∇log p_β(θ|S_t), log p_β(θ|S_t)                       gradient evaluation 1 (with the loss)
@@ -17,10 +17,10 @@ appendix F.2, as :func:`sgtune.sampler.smile.mn_step`):
     smile/psmile: Algorithm 1 (:func:`~.smile.tuner_update`): reject (θ restored, u zeroed) or
     rescale ε.
 
-ε (``step_size`` of :func:`~sgtune.sampler.driver.run_chains`, a scalar) is the distance θ moves per
+ε (the scalar ``Dynamics.step`` of :func:`~sgtune.sampler.driver.run_chains`) is the distance θ moves per
 step in the preconditioned coordinates (|u| = 1); it does not depend on β. The phases of a step
 are the jitted functions :func:`step_begin`, :func:`step_mid`, :func:`step_end`, so the compiled
-chain (:func:`smile_chains`, ``prange`` over chains) and the general NumPy path
+engine (:func:`mclmc_rule` in :func:`sgtune.sampler.engine.chains`) and the general NumPy path
 (:func:`general_phase`, gradients from the model's NumPy code) run the same arithmetic after the
 gradient and agree to the rounding of the gradients.
 

@@ -91,7 +91,7 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     the tempered posterior itself: ``step_matrix`` is then its scalar step size (h or ε), β = ``inf``
     means N, and the prediction is the posterior covariance (β H)⁻¹ with H = J + Γ/N at θ̂ (mode
     ``"posterior"``; exact for linear regression up to the sampler's own bias: SMILE-naive's
-    stationary law is exact only for isotropic minibatch noise, seed 001 appendix A, and SGHMC
+    stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
     without a noise estimate is hot unless the minibatch noise is small).
 
     Returns
