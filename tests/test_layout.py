@@ -157,7 +157,7 @@ def test_run_chains_takes_at_most_12_parameters():
     import inspect
 
     for fn in (run_chains, run_quadratic_chains):
-        assert len(inspect.signature(fn).parameters) <= 13  # 12 and the **legacy keywords of the 0.2 form
+        assert len(inspect.signature(fn).parameters) <= 13  # 12 and the **legacy keywords of the 0.1 form
     assert len(inspect.signature(run_chains).parameters) <= 12
 
 

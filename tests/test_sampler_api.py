@@ -1,4 +1,4 @@
-"""The sampler's public forms: run_chains(model, data, Dynamics, RunSpec, options), the keyword form of 0.2
+"""The sampler's public forms: run_chains(model, data, Dynamics, RunSpec, options), the keyword form of 0.1
 behind one DeprecationWarning with the same chains, and the sampler registry."""
 from __future__ import annotations
 

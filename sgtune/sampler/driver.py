@@ -7,7 +7,7 @@ theory checks). Both take the chain's :class:`~sgtune.core.config.Dynamics`, the
 :class:`~sgtune.sampler.engine.ChainPlan`, run it on a backend (:mod:`sgtune.sampler.engine`) and return
 a frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
 
-The keyword forms of 0.2 (``run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)`` and
+The keyword forms of 0.1 (``run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)`` and
 ``run_quadratic_chains(hessian, step_matrix, n_steps=…, …)``) still work, with one
 ``DeprecationWarning`` naming the new form, and give the same chains.
 """
@@ -387,7 +387,7 @@ def _psd_factor(cov: np.ndarray) -> np.ndarray:
         return chol * np.sign(np.diag(chol) + (np.diag(chol) == 0))
 
 
-# --------------------------------------------------------------------------- the keyword forms of 0.2
+# --------------------------------------------------------------------------- the keyword forms of 0.1
 _LEGACY_RUN = ("n_steps", "n_chains", "burn_in", "thin", "batches_per_chain", "seed")
 _LEGACY_SAMPLER = ("friction", "ema_rate", "precond_rate", "guardrail", "adapt_a", "adapt_delta", "tune_start",
                    "precond_start")
@@ -469,7 +469,7 @@ def _check_dynamics(spec: SamplerSpec, dyn: Dynamics, backend: Any) -> None:
         if not (h > 0 and math.isfinite(h)):
             raise SgtuneError(f"sampler {spec.name!r} needs a finite step size > 0, got {h}")
     if dyn.momentum != 0.0 and not spec.momentum:
-        alt = "its friction γ (friction=...)" if spec.name == "sghmc" else "its own unit velocity u"
+        alt = "its friction γ (friction=...)" if hasattr(spec.options, "friction") else "its own unit velocity u"
         raise SgtuneError(f"momentum κ = {dyn.momentum} (--momentum) is an SG(L)D option; sampler {spec.name!r} has "
                           f"{alt} — drop it (or use sampler 'sgld')")
     if dyn.decay != 0.0 and not spec.decay:

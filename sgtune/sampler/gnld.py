@@ -15,7 +15,7 @@ This is a chain of the engine (:mod:`sgtune.sampler.engine`): the batch schedule
 "step matrix" Λ = η(D + Q) and noise factor sqrt(η) L (κ = 0, s_t = 1), and the recorder's linear
 observable: each replica's time average (1/K) Σ_{k=1}^{K} ℓᵀz_k. Every replica draws from its own
 xoshiro256++ stream (:mod:`sgtune.sampler.rng`), so results do not depend on the number of threads.
-(Until 0.2 this module had its own kernel on NumPy generators, averaging z_0..z_{K−1}; with a stationary
+(Until 0.1.0 this module had its own kernel on NumPy generators, averaging z_0..z_{K−1}; with a stationary
 start both averages have the same law. The tests check the new streams against the exact finite-η
 variance of the time average.)
 """

@@ -421,7 +421,7 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     -------
     SmileEnsembleResult
 
-    The keyword form of 0.2, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``, still works
+    The keyword form of 0.1, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``, still works
     with one ``DeprecationWarning``.
 
     References
@@ -471,7 +471,7 @@ def _ensemble_arrays(nc: int, d: int, n_rec: int, x0: np.ndarray, h: float, seed
 
 
 def ensemble_options(sampler: str, settings: dict[str, Any]) -> Any:
-    """The options of ``sampler`` from the keyword settings of 0.2 (``kappa`` is the guardrail quantile)."""
+    """The options of ``sampler`` from the keyword settings of 0.1 (``kappa`` is the guardrail quantile)."""
     from .registry import options_for
 
     kw = dict(settings)
