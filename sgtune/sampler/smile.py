@@ -448,7 +448,7 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     params = params._replace(friction=float(getattr(options, "friction", 1.0)))
     out = _ensemble_arrays(nc, d, ns // th_ if th_ > 0 else 0, x0, h, run.seed)
     args = (METHOD_IDS[sampler], target.target_id, target.precision, target.q, target.noise_chol, target.spatial_sd,
-            *out[:7], params, ns, bi, th_, *out[7:])
+            *out[:8], params, ns, bi, th_, *out[8:])
     (ensemble_chains if backend == "numba" else backend)(*args)
     theta, _, _, step, _, ipre, _, _, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = out
     kept = float(ns - bi)
