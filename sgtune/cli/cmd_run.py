@@ -89,7 +89,11 @@ def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
         click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
     if SAMPLER_SPECS[sampler].default_beta == "n_data" and default:
         return float(n_data)
-    return parse_inv_temperature(kw["inverse_temperature"], n_data)
+    beta = parse_inv_temperature(kw["inverse_temperature"], n_data)
+    if SAMPLER_SPECS[sampler].default_beta == "n_data" and math.isinf(beta):  # given explicitly: refused
+        raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
+                          "temperature (--inverse-temperature), got inf; pass N (the posterior, the default) or a number")
+    return beta
 
 
 def smile_json(res: ChainResult) -> dict[str, Any]:
