@@ -4,7 +4,7 @@ Design
 ------
 A run of C chains is a :class:`ChainPlan`: four components and the named records they share
 (:mod:`sgtune.sampler.state`). One step t of chain c in :func:`chains` (``prange`` over chains, each
-with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is
+with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
     nb, pos ← batch_fn(stream, perm, N, B, pos, idx)                   batch schedule
     clips  += rule_fn(grad_fn, c, θ, m, stream, nb, s_t, oracle, p, mc, work)   step rule (calls the

@@ -10,11 +10,11 @@ gradient of log p of the SMILE paper, anonymous, 2025, eq. 3). One step of the M
 
     S_t ← batch_fn(…)                                            the step's minibatch
     g, ℓ₀ ← ∇log p_β(θ|S_t), log p_β(θ|S_t)                       gradient evaluation 1 (with the loss)
-    pSMILE: EMAs of g → preconditioner p (:func:`~.smile.precond_update`)
+    pSMILE: EMAs of g → preconditioner p (:func:`~sgtune.sampler.smile.precond_update`)
     P(b₁ε) Q(ε/2)  ·  g ← ∇log p_β(θ'|S_t)  ·  P(b₂ε) Q(ε/2)       gradient evaluation 2 (no loss)
     g, ℓ₁ ← …                                                    gradient evaluation 3 (with the loss)
-    P(b₁ε);  ΔE = ΣΔK − (ℓ₁ − ℓ₀)                                 (eq. 2; sign as in :mod:`.smile`)
-    smile/psmile: Algorithm 1 (:func:`~.smile.tuner_update`): reject (θ restored, u zeroed) or
+    P(b₁ε);  ΔE = ΣΔK − (ℓ₁ − ℓ₀)                                 (eq. 2; sign as in :mod:`sgtune.sampler.smile`)
+    smile/psmile: Algorithm 1 (:func:`~sgtune.sampler.smile.tuner_update`): reject (θ restored, u zeroed) or
     rescale ε.
 
 ε (the scalar ``Dynamics.step`` of :func:`~sgtune.sampler.driver.run_chains`) is the distance θ moves per
@@ -168,7 +168,7 @@ def general_phase(phase, state, t, burn_in, grads, values, ora, mc, rec):  # typ
 @njit
 def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[no-untyped-def]
     """Evaluate the GLM minibatch gradient (and the loss when ``want``) on the fixed batch ``idx`` ``n_iter``
-    times (benchmark helper, as :func:`sgtune.sampler.grads.gradient_cost`); returns a checksum."""
+    times (benchmark helper, as ``sgtune.sampler.grads.gradient_cost``); returns a checksum."""
     b = idx.shape[0]
     eta = np.empty(b)
     grad = np.empty(theta.shape[0])
