@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.core.errors import AccuracyWarning
 from sgtune.diagnostics.health import batch_length_test
 from sgtune.io.data import example, make_dataset
@@ -58,7 +59,7 @@ def step_for(e, tau: float, beta: float):
     """A scalar step whose linearised chain has worst τ ≈ ``tau`` (τ ≈ 2/(hλ_min)), within the stable range."""
     lam = np.linalg.eigvalsh(e.hessian)
     h = min(2.0 / (tau * lam[0]), 0.5 / lam[-1])
-    st = predict_stationary_cov(e, h, batch_size=BATCH, inv_temperature=beta)
+    st = predict_stationary_cov(e, Dynamics(h, BATCH, inv_temperature=beta))
     return h, st
 
 
@@ -87,9 +88,9 @@ def main() -> None:
                     S = None if length is None else max(3, int(post // (length * tau_w)))
                     for seed in range(args.seeds):
                         tic = time.perf_counter()
-                        res = run_chains(model, data, h, batch_size=BATCH, n_steps=steps, n_chains=chains,
-                                         burn_in=burn, initial=e.theta_hat, inv_temperature=beta,
-                                         batches_per_chain=S, seed=seed)
+                        res = run_chains(model, data, Dynamics(h, BATCH, inv_temperature=beta),
+                                         RunSpec(steps, n_chains=chains, burn_in=burn, batches_per_chain=S, seed=seed),
+                                         initial=e.theta_hat)
                         n = chains * post
                         se_true = np.sqrt(np.diag(st.cov) * tau_pred / n)
                         se_ratio = res.mean_standard_error / se_true

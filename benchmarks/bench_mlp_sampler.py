@@ -26,6 +26,7 @@ import numpy as np
 
 from _timing import best_wall_cpu
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.models.mlp import MLP
 from sgtune.sampler import run_chains
 
@@ -44,15 +45,16 @@ def sgtune_us(model, X, y, steps: int, chains: int, backend: str, repeats: int) 
     """(wall, CPU) µs per chain-iteration: best loop time over ``repeats`` runs of ``steps`` steps, and the
     marginal CPU per step between runs of ``steps`` and ``steps // 5`` steps (module docstring)."""
     theta0 = model.initial_params(P, np.random.default_rng(1))
-    kw = dict(batch_size=B, n_chains=chains, initial=theta0, inv_temperature=BETA, batches_per_chain=1,
-              backend=backend)
-    run_chains(model, (X, y), LAM, n_steps=5, burn_in=0, **kw)  # compile / load the cache
+    dyn = Dynamics(LAM, B, inv_temperature=BETA)
+    kw = dict(initial=theta0, backend=backend)
+    run_chains(model, (X, y), dyn, RunSpec(5, n_chains=chains, burn_in=0, batches_per_chain=1), **kw)  # compile / load
     short = max(steps // 5, 1)
     walls, cpus = [], {steps: [], short: []}
     for s in range(repeats):
         for t in (steps, short):
             c = time.process_time()
-            r = run_chains(model, (X, y), LAM, seed=s, n_steps=t, burn_in=t - 1, **kw)
+            r = run_chains(model, (X, y), dyn, RunSpec(t, n_chains=chains, burn_in=t - 1, batches_per_chain=1, seed=s),
+                           **kw)
             cpus[t].append(time.process_time() - c)
             if t == steps:
                 walls.append(r.seconds)

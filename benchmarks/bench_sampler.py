@@ -24,6 +24,7 @@ import numpy as np
 
 from _timing import best_wall_cpu
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.sampler import run_chains
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.grads import LOGISTIC, gradient_cost
@@ -50,13 +51,13 @@ def best_of(fn, repeats: int) -> float:
 
 
 def numba_us(X, y, chains: int, steps: int, lam: float, beta: float, moments: bool, repeats: int) -> float:
-    kw = dict(batch_size=B, n_steps=steps, n_chains=chains, initial=np.zeros(D), inv_temperature=beta,
-              burn_in=0 if moments else steps - 1, batches_per_chain=1)
-    run_chains("logistic", (X, y), lam, **{**kw, "n_steps": 10, "burn_in": 0})  # compile / load cache
+    dyn = Dynamics(lam, B, inv_temperature=beta)
+    run = RunSpec(steps, n_chains=chains, burn_in=0 if moments else steps - 1, batches_per_chain=1)
+    run_chains("logistic", (X, y), dyn, run.replace(n_steps=10, burn_in=0), initial=np.zeros(D))  # compile / load cache
     walls, cpus = [], []
     for s in range(repeats):
         c = time.process_time()
-        r = run_chains("logistic", (X, y), lam, seed=s, **kw)
+        r = run_chains("logistic", (X, y), dyn, run.replace(seed=s), initial=np.zeros(D))
         cpus.append(time.process_time() - c)
         walls.append(r.seconds)
     CPU["last"] = min(cpus)

@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import options_for
 from sgtune.sampler import run_chains
 from sgtune.sampler.grads import LOGISTIC
 from sgtune.sampler.smile_chain import value_gradient_cost
@@ -34,13 +36,15 @@ from bench_sampler import B, D, N, problem  # the same logistic problem as the S
 def sgtune_us(X, y, sampler: str, chains: int, steps: int, repeats: int) -> tuple[float, float]:
     """(wall µs, CPU µs) per chain-iteration of ``run_chains`` (moments off: burn-in = T − 1)."""
     step = 0.5 if sampler == "sgld" else 0.05
-    kw = dict(batch_size=B, n_chains=chains, initial=np.zeros(D), inv_temperature=float(N), sampler=sampler,
-              batches_per_chain=1)
-    run_chains("logistic", (X, y), step, n_steps=10, burn_in=0, **kw)  # compile / load the cache
+    dyn = Dynamics(step, B, inv_temperature=float(N))
+    opts = options_for(sampler)
+    run_chains("logistic", (X, y), dyn, RunSpec(10, n_chains=chains, burn_in=0, batches_per_chain=1), opts,
+               initial=np.zeros(D))  # compile / load the cache
     walls, cpus = [], []
     for s in range(repeats):
         c = time.process_time()
-        r = run_chains("logistic", (X, y), step, n_steps=steps, burn_in=steps - 1, seed=s, **kw)
+        r = run_chains("logistic", (X, y), dyn, RunSpec(steps, n_chains=chains, burn_in=steps - 1, batches_per_chain=1,
+                                                        seed=s), opts, initial=np.zeros(D))
         cpus.append(time.process_time() - c)
         walls.append(r.seconds)
     return 1e6 * min(walls) / (chains * steps), 1e6 * min(cpus) / (chains * steps)

@@ -24,6 +24,8 @@ import warnings
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import options_for
 from sgtune.core.errors import AccuracyWarning
 from sgtune.diagnostics.health import ESS_MIN, chain_health
 from sgtune.io.data import example, make_dataset
@@ -135,9 +137,11 @@ def main() -> None:
                 sampler = kw.get("sampler", "sgld")
                 beta = kw.get("inv_temperature", float(n))
                 try:
-                    res = run_chains(model, data, kw["step_matrix"], batch_size=kw.get("batch_size", 32), n_steps=kw["n_steps"],
-                                     n_chains=args.chains, burn_in=kw.get("burn_in"), initial=e.theta_hat,
-                                     inv_temperature=beta, sampler=sampler, seed=seed)
+                    res = run_chains(model, data,
+                                     Dynamics(kw["step_matrix"], kw.get("batch_size", 32), inv_temperature=beta),
+                                     RunSpec(kw["n_steps"], n_chains=args.chains, burn_in=kw.get("burn_in"),
+                                             seed=seed),
+                                     options_for(sampler), initial=e.theta_hat)
                 except Exception as exc:  # an unstable step is refused before running: that is "caught"
                     rows.append({"problem": pname, "config": label, "kind": kind, "seed": seed, "refused": str(exc)[:80]})
                     print(f"{pname:34s} {label:40s} {seed}  refused: {str(exc)[:60]}")

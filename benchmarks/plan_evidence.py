@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
@@ -68,10 +69,12 @@ def measure(model: Any, ds: Any, e: Any, c: Candidate, target: np.ndarray, reps:
     sq, secs = [], 0.0
     for r in range(reps):
         t0 = time.perf_counter()
-        res = run_chains(model, ds, lam, batch_size=c.batch_size, n_steps=burn + T, burn_in=burn,
-                         n_chains=c.chains, initial=e.theta_hat, momentum=c.momentum,
-                         inv_temperature=c.inverse_temperature, batching=c.batching, seed=seed + 7919 * r,
-                         batches_per_chain=1)
+        res = run_chains(model, ds,
+                         Dynamics(lam, c.batch_size, inv_temperature=c.inverse_temperature, momentum=c.momentum,
+                                  batching=c.batching),
+                         RunSpec(burn + T, n_chains=c.chains, burn_in=burn, batches_per_chain=1,
+                                 seed=seed + 7919 * r),
+                         initial=e.theta_hat)
         secs += time.perf_counter() - t0
         sq.append(float(np.sum((res.cov - target) ** 2)) / nrm ** 2)
     sq = np.array(sq)

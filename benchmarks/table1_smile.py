@@ -28,6 +28,9 @@ import time
 
 import numpy as np
 
+from sgtune.core.config import RunSpec
+from sgtune.sampler.registry import options_for
+from tests.reference.smile_twin import ensemble_twin
 from sgtune.sampler.smile import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
 from sgtune.theory.smile import b2_chains
@@ -65,13 +68,13 @@ def per_step_cost(n_steps: int = 2000) -> list[tuple[str, float, float]]:
     t = make_target("gaussian", "correlated")
     out = []
     for s, h in (("smile-naive", 0.1), ("psmile-naive", 0.1), ("sgld", 1e-3), ("sghmc", 1e-3)):
-        run_smile_ensemble(t, s, h, n_steps=10, n_chains=1)  # compile / load cache
+        run_smile_ensemble(t, h, RunSpec(10, n_chains=1), options_for(s))  # compile / load cache
         big = 100 * n_steps
         t0 = time.perf_counter()
-        run_smile_ensemble(t, s, h, n_steps=big, n_chains=1)
+        run_smile_ensemble(t, h, RunSpec(big, n_chains=1), options_for(s))
         fast = (time.perf_counter() - t0) / big
         t0 = time.perf_counter()
-        run_smile_ensemble(t, s, h, n_steps=n_steps, n_chains=1, backend="python")
+        run_smile_ensemble(t, h, RunSpec(n_steps, n_chains=1), options_for(s), backend=ensemble_twin)
         slow = (time.perf_counter() - t0) / n_steps
         out.append((s, fast * 1e9, slow * 1e9))
     return out

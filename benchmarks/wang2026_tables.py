@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.workflows.experiments import (SummaryRow, batch_size_sweep, contaminated_linear, covariance_error_floor, diabetes,
                                 forward_prediction_errors, poisson_regression_data, randhie, repeat_experiment,
                                 summarize, true_parameter)
@@ -229,8 +230,9 @@ def appendix_e3(args, out: Out) -> None:
     rows = []
     for k, g in enumerate(gammas):
         e = expand(model, train, g)
-        res = run_chains(model, train, 0.1, batch_size=32, n_steps=max(20_000, args.steps // 4), n_chains=args.chains,
-                         prior_precision=g, initial=e.theta_hat, seed=args.seed + k)
+        res = run_chains(model, train, Dynamics(0.1, 32),
+                         RunSpec(max(20_000, args.steps // 4), n_chains=args.chains, seed=args.seed + k),
+                         prior_precision=g, initial=e.theta_hat)
         # excess test loss of the iterates over θ̂'s: tr(Σ̂Â) per batch-means batch (about the pooled mean)
         per_batch = np.einsum("kij,ji->k", res.batch_covs, Ahat)
         se = float(per_batch.std(ddof=1) / math.sqrt(len(per_batch)))

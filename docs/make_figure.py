@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
@@ -43,8 +44,8 @@ def main() -> None:
 
     # predict: Var θ₁ against λ
     lams = np.array([0.01, 0.03, 0.1, 0.2, 0.3])
-    sim = [run_chains(model, data, lam, batch_size=B, n_steps=STEPS, n_chains=CHAINS, burn_in=STEPS // 10,
-                      initial=e.theta_hat, seed=1) for lam in lams]
+    sim = [run_chains(model, data, Dynamics(lam, B), RunSpec(STEPS, n_chains=CHAINS, burn_in=STEPS // 10, seed=1),
+                      initial=e.theta_hat) for lam in lams]
     grid = np.geomspace(lams.min(), lams.max(), 40)
     theories = {"sgtune (exact, DQ+exact)": ("dq-exact", "-"), "continuous time (CT)": ("ct", "--"),
                 "well-specified (LR+WS)": ("lr-ws", ":")}
@@ -62,10 +63,10 @@ def main() -> None:
     for _ in range(30):
         st = predict_stationary_cov(le, Dynamics(lam_scalar, B))
         lam_scalar *= np.trace(target) / np.trace(st.cov)
-    tuned = run_chains(logit, ldata, res.step_matrix, batch_size=B, n_steps=STEPS, n_chains=CHAINS,
-                       burn_in=STEPS // 10, initial=le.theta_hat, seed=2)
-    scalar = run_chains(logit, ldata, lam_scalar, batch_size=B, n_steps=STEPS, n_chains=CHAINS,
-                        burn_in=STEPS // 10, initial=le.theta_hat, seed=3)
+    tuned = run_chains(logit, ldata, Dynamics(res.step_matrix, B),
+                       RunSpec(STEPS, n_chains=CHAINS, burn_in=STEPS // 10, seed=2), initial=le.theta_hat)
+    scalar = run_chains(logit, ldata, Dynamics(lam_scalar, B),
+                        RunSpec(STEPS, n_chains=CHAINS, burn_in=STEPS // 10, seed=3), initial=le.theta_hat)
     corr = target / np.sqrt(np.outer(np.diag(target), np.diag(target)))
     np.fill_diagonal(corr, 0)
     i, j = np.unravel_index(np.argmax(np.abs(corr)), corr.shape)

@@ -34,6 +34,8 @@ import os
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import SmileOptions
 from sgtune.workflows import bnn
 from sgtune.io.data import make_dataset
 from sgtune.models import make_mlp
@@ -101,9 +103,10 @@ print(f"D = {sig.size}, rank V = {rank} (N_train = {ds.X.shape[0]}), κ(V) = {an
 print(f"noise sd σ_j: min {sig.min():.3g}, median {np.median(sig):.3g}, max {sig.max():.3g} "
       f"(max/min {sig.max() / sig.min():.3g})")
 n_ch = 2 if SMOKE else 8
-res = run_chains(model, ds, 1e-3, batch_size=32, n_steps=500 if SMOKE else 3000, n_chains=n_ch,
-                 prior_precision=10.0, initial=np.tile(theta0, (n_ch, 1)), inv_temperature=ds.X.shape[0],
-                 sampler="psmile-naive", seed=11)
+res = run_chains(model, ds, Dynamics(1e-3, 32, inv_temperature=ds.X.shape[0]),
+                 RunSpec(500 if SMOKE else 3000, n_chains=n_ch, seed=11),
+                 SmileOptions(preconditioned=True, tuned=False), prior_precision=10.0,
+                 initial=np.tile(theta0, (n_ch, 1)))
 ratio = res.gradient_sd.mean(axis=0) / sig
 q = np.quantile(ratio, [0.05, 0.5, 0.95])
 print(f"pSMILE's EMA σ̂_j / σ_j over the {sig.size} coordinates: 5% {q[0]:.3f}, median {q[1]:.3f}, 95% {q[2]:.3f}")

@@ -27,6 +27,7 @@ import time
 import numpy as np
 from sklearn.datasets import load_diabetes
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import make_dataset
 from sgtune.models import expand
 from sgtune.models.mlp import make_mlp
@@ -68,8 +69,9 @@ for frac in fracs:
     errs = {th: [] for th in THEORIES}
     floors, diverged = [], 0
     for r in range(REPS):
-        res = run_chains(net, data, lam, batch_size=B, n_steps=STEPS, n_chains=1, burn_in=STEPS // 5,
-                         prior_precision=GAMMA, initial=e.theta_hat, batches_per_chain=32, seed=1000 * r + 7)
+        res = run_chains(net, data, Dynamics(lam, B),
+                         RunSpec(STEPS, n_chains=1, burn_in=STEPS // 5, batches_per_chain=32, seed=1000 * r + 7),
+                         prior_precision=GAMMA, initial=e.theta_hat)
         if res.n_diverged:
             diverged += 1
             continue

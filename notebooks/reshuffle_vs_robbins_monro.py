@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.sampler.driver import run_chains
 from sgtune.sampler.reshuffle import run_reshuffle_chains
 from sgtune.theory.reshuffle import reshuffle_bias
@@ -192,9 +193,8 @@ for name, batching, bsz in [("ULA", "replacement", n_lr), ("SGLD-RM", "without-r
                             ("SGLD-RR", "reshuffle", B_lr)]:
     for h, lam in zip(steps_h, lambdas):
         t0 = time.time()
-        r = run_chains("logistic", (X, y), lam, batch_size=bsz, n_steps=n_steps, n_chains=n_chains,
-                       burn_in=n_steps // 10, inv_temperature=n_lr, prior_precision=prior,
-                       batching=batching, seed=11)
+        r = run_chains("logistic", (X, y), Dynamics(lam, bsz, inv_temperature=n_lr, batching=batching),
+                       RunSpec(n_steps, n_chains=n_chains, burn_in=n_steps // 10, seed=11), prior_precision=prior)
         diff = r.chain_means.mean(0) - ref_mean
         se = np.sqrt(r.chain_means.std(0, ddof=1) ** 2 / n_chains + ref_se ** 2)
         err = float(np.linalg.norm(diff))

@@ -24,6 +24,8 @@ import os
 
 import numpy as np
 
+from sgtune.core.config import RunSpec
+from sgtune.sampler.registry import SmileOptions, options_for
 from sgtune.sampler.smile import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
@@ -44,7 +46,7 @@ hs = np.array([0.005, 0.01, 0.02]) if SMOKE else np.array([0.0025, 0.005, 0.01, 
 t0 = make_target("gaussian", "none")
 drift, per_step = [], []
 for h in hs:
-    r = run_smile_ensemble(t0, "smile-naive", h, n_steps=int(10 / h), n_chains=4, thin=1, seed=1)
+    r = run_smile_ensemble(t0, h, RunSpec(int(10 / h), n_chains=4, thin=1, seed=1), SmileOptions(tuned=False))
     drift.append(np.abs(r.energy_trace).max(axis=1).mean())
     per_step.append(r.mean_abs_energy_error.mean())
 slope_drift = np.polyfit(np.log(hs), np.log(drift), 1)[0]
@@ -103,7 +105,7 @@ for tg in TARGETS:
 tt = make_target("gaussian", "diagonal", seed=0)
 n_tune = 3_000 if SMOKE else 100_000
 for s in ("smile", "psmile"):
-    r = run_smile_ensemble(tt, s, 0.1, n_steps=n_tune, n_chains=4, thin=n_tune // 10, seed=2)
+    r = run_smile_ensemble(tt, 0.1, RunSpec(n_tune, n_chains=4, thin=n_tune // 10, seed=2), options_for(s))
     tr = r.step_size_trace.mean(axis=0)
     rate = np.polyfit(np.arange(1, tr.size + 1) * (n_tune // 10), np.log(tr), 1)[0]
     print(f"{s}: rejection fraction {r.rejection_fraction.mean():.3f}, final step {r.final_step_size.mean():.3g}, "

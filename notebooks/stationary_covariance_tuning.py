@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
@@ -43,8 +44,8 @@ rows = []
 for lam in lams:
     pred = {th: predict_comparison_cov(e, Dynamics(lam, B), theory=th)[0, 0]
             for th in ("dq-exact", "ct", "lr-ws")}
-    res = run_chains(model, ds, lam, batch_size=B, n_steps=STEPS, n_chains=CHAINS, burn_in=STEPS // 10,
-                     initial=e.theta_hat, seed=1)
+    res = run_chains(model, ds, Dynamics(lam, B), RunSpec(STEPS, n_chains=CHAINS, burn_in=STEPS // 10, seed=1),
+                     initial=e.theta_hat)
     emp, se = res.cov[0, 0], res.cov_standard_error[0, 0]
     rows.append((lam, emp, se, pred))
 print(f"{'λ':>6} | {'simulated':>10} {'± MCSE':>9} | {'DQ+exact':>9} {'z':>6} | {'CT':>9} {'z':>7} |"
@@ -84,8 +85,8 @@ print(f"\n{'B':>5} {'method':>9} | {'predicted err':>13} | {'empirical err':>13}
 for B in ([64] if SMOKE else [32, 256]):
     for method in ("ct", "dq-const", "lr-ws", "dq-exact"):
         t = tune(e, Dynamics(None, B), method=method)
-        res = run_chains(model, ds, t.step_matrix, batch_size=B, n_steps=STEPS, n_chains=CHAINS,
-                         burn_in=STEPS // 10, initial=e.theta_hat, seed=2)
+        res = run_chains(model, ds, Dynamics(t.step_matrix, B),
+                         RunSpec(STEPS, n_chains=CHAINS, burn_in=STEPS // 10, seed=2), initial=e.theta_hat)
         S = t.target_cov
         emp_err = np.linalg.norm(res.cov - S) / np.linalg.norm(S)
         # the error a perfect Λ would show from Monte Carlo noise alone: sqrt(Σ_ij MCSE_ij²) / ‖S*‖_F

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.reference import chain_kw
+from sgtune.core.config import Dynamics, RunSpec
 import sgtune.io.data as data_mod
 import sgtune.models.expansion as exp_mod
 from sgtune.cli import main
@@ -309,8 +311,8 @@ def test_sampler_on_memory_mapped_rows_equals_in_memory(tmp_path, small_chunks):
     kw = dict(batch_size=32, n_steps=400, n_chains=2, seed=5)
     e = expand(get_model("logistic"), ds)
     lam = 0.2 * np.linalg.inv(e.hessian) / ds.n_data ** 0.5
-    r_mem = run_chains("logistic", ds, lam, initial=e.theta_hat, **kw)
-    r_map = run_chains("logistic", f, lam, initial=e.theta_hat, **kw)
+    r_mem = run_chains("logistic", ds, **chain_kw(lam, initial=e.theta_hat, **kw))
+    r_map = run_chains("logistic", f, **chain_kw(lam, initial=e.theta_hat, **kw))
     np.testing.assert_array_equal(r_map.mean, r_mem.mean)
     np.testing.assert_array_equal(r_map.cov, r_mem.cov)
 
@@ -388,8 +390,8 @@ def _sweep_point(batch_size, method, seed):
     ds = example("logistic")
     e = expand(get_model("logistic"), ds)
     t = tune(e, Dynamics(None, batch_size), method=method)
-    r = run_chains("logistic", ds, t.step_matrix, batch_size=batch_size, n_steps=300, n_chains=2,
-                   initial=e.theta_hat, seed=seed)
+    r = run_chains("logistic", ds, Dynamics(t.step_matrix, batch_size), RunSpec(300, n_chains=2, seed=seed),
+                   initial=e.theta_hat)
     return t.step_matrix, r.cov
 
 

@@ -36,9 +36,9 @@ API_PAGES = ("index", "models", "theory/index", "sampler", "diagnostics", "io", 
 THEORY_MODULES = ("stationary", "tuning", "applicability", "largescale", "alternatives", "testloss", "adjoint",
                   "fluctuation", "minibatch", "reshuffle", "smile")
 #: compiled internals, documented on the developers' page only
-INTERNALS = ("sgtune.sampler.kernels", "sgtune.sampler.grads", "sgtune.sampler.rng", "sgtune.sampler.smile_chain",
-             "sgtune.sampler.mlp", "sgtune.sampler.mlp_loss", "sgtune.sampler.specs", "sgtune.sampler.twins",
-             "sgtune.sampler.smile_twin")
+INTERNALS = ("sgtune.sampler.engine", "sgtune.sampler.state", "sgtune.sampler.kernels", "sgtune.sampler.grads",
+             "sgtune.sampler.rng", "sgtune.sampler.smile_chain", "sgtune.sampler.mlp", "sgtune.sampler.mlp_loss",
+             "sgtune.sampler.specs")
 #: seconds the whole build may take on the 2-core CI machine (it takes about one minute)
 BUILD_BUDGET = 300
 DOCS_EXTRAS = ("sphinx", "myst_nb", "sphinx_click", "pydata_sphinx_theme", "jupytext", "ipykernel",

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import SmileOptions
 from sgtune.cli import main
 from sgtune.diagnostics.health import ALPHA, ESS_MIN, STEP_COLLAPSE, chain_health, half_split_test
 from sgtune.io.data import example, make_dataset
@@ -93,8 +95,8 @@ def test_few_effective_draws_is_frozen_only_at_a_small_fraction():
 def test_half_moments_are_the_halves_of_the_trace():
     ds = example("logistic")
     e = expand(get_model("logistic"), ds)
-    res = run_chains(get_model("logistic"), ds, 0.05, batch_size=32, n_steps=1100, burn_in=100, n_chains=4,
-                     initial=e.theta_hat, thin=1, seed=3)
+    res = run_chains(get_model("logistic"), ds, Dynamics(0.05, 32),
+                     RunSpec(1100, n_chains=4, burn_in=100, thin=1, seed=3), initial=e.theta_hat)
     assert res.settings["batches_per_chain"] % 2 == 0
     tr = res.trace  # (C, 1000, D); 8 segments of 125 draws
     np.testing.assert_allclose(res.half_means[:, 0], tr[:, :500].mean(axis=1), rtol=1e-10, atol=1e-12)
@@ -113,7 +115,8 @@ def test_tuned_sgd_on_the_logistic_example_is_healthy():
     model = get_model("logistic")
     e = expand(model, ds)
     t = tune(e, Dynamics(None, 32), target="sandwich")
-    res = run_chains(model, ds, t.step_matrix, batch_size=32, n_steps=20000, n_chains=16, initial=e.theta_hat, seed=0)
+    res = run_chains(model, ds, Dynamics(t.step_matrix, 32), RunSpec(20000, n_chains=16, seed=0),
+                     initial=e.theta_hat)
     cov, mode = chain_prediction(e, t.step_matrix, sampler="sgld", batch_size=32, inv_temperature=math.inf,
                                  n_data=ds.n_data)
     h = chain_health(res, prediction_check=prediction_check(res, cov, mode=mode))
@@ -126,8 +129,8 @@ def test_the_frozen_psmile_run_of_issue_19_is_unhealthy():
     ds = _linear_2000()
     model = get_model("linear")
     e = expand(model, ds)
-    res = run_chains(model, ds, 0.05, batch_size=32, n_steps=40000, n_chains=16, initial=e.theta_hat,
-                     sampler="psmile", seed=0)
+    res = run_chains(model, ds, Dynamics(0.05, 32), RunSpec(40000, n_chains=16, seed=0),
+                     SmileOptions(preconditioned=True), initial=e.theta_hat)
     cov, mode = chain_prediction(e, 0.05, sampler="psmile", batch_size=32, inv_temperature=math.inf,
                                  n_data=ds.n_data)
     h = chain_health(res, initial_step_size=0.05, prediction_check=prediction_check(res, cov, mode=mode))

@@ -7,6 +7,7 @@ import sympy as sp
 from scipy.stats import chi2
 
 from _tolerances import MC_ALPHA, bonferroni_z
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import make_dataset
 from sgtune.core.errors import ShapeError, SgtuneError
 from sgtune.diagnostics.ksd import (chain_ksd, chain_ksd_summary, imq_stein_kernel, ksd, posterior_is_gaussian, posterior_ksd,
@@ -185,8 +186,9 @@ def _biased_chain_case(rng, n_draws):
     # eigenvector is 2/(2 − λμ) = 2× the posterior's (deliberately biased, not autocorrelated:
     # τ ≤ μ_max/μ_min steps ≪ the thinning)
     chains, steps = 4, 2_000 + 20 * n_draws // 4
-    res = run_chains(model, data, 1.0 / h_max, batch_size=n_data, n_steps=steps, n_chains=chains, burn_in=2_000,
-                     prior_precision=prior * np.eye(dim), initial=mu, inv_temperature=n_data, thin=20, seed=11)
+    res = run_chains(model, data, Dynamics(1.0 / h_max, n_data, inv_temperature=n_data),
+                     RunSpec(steps, n_chains=chains, burn_in=2_000, thin=20, seed=11),
+                     prior_precision=prior * np.eye(dim), initial=mu)
     biased = posterior_ksd(model, X, y, res.trace.reshape(-1, dim), prior).ksd_squared
     exact = posterior_ksd(model, X, y, _exact_draws(rng, P, mu, n_draws), prior).ksd_squared
     return biased, exact, np.trace(P) + dim

@@ -191,3 +191,79 @@ def test_theory_functions_are_at_most_100_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"theory/{path.name}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "split these functions (at most 100 lines, docstring included):\n" + "\n".join(long)
+
+
+# --------------------------------------------------------------------------- the sampler's structure
+SAMPLER = PKG / "sampler"
+#: the compiled step loops of sgtune/sampler: the engine's, and the model-problem engines not yet moved onto it
+#: (each entry is a debt: moving an engine onto sgtune.sampler.engine deletes its line here)
+STEP_LOOPS_NOT_ON_THE_ENGINE = {"smile.ensemble_chains", "reshuffle._one_chain"}
+#: jitted loops over steps that run no chain (benchmark and test helpers)
+NOT_CHAINS = {"kernels.batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
+JIT_DECORATORS = {"njit", "njit_parallel", "njit_fma", "component", "component_fma", "jit"}
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _decorator_names(fn: ast.FunctionDef) -> set[str]:
+    out = set()
+    for d in fn.decorator_list:
+        d = d.func if isinstance(d, ast.Call) else d
+        out.add(d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", ""))
+    return out
+
+
+def _code_lines(fn: ast.FunctionDef) -> int:
+    """Lines of a function without its docstring."""
+    n = fn.end_lineno - fn.lineno + 1
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        n -= body[0].end_lineno - body[0].lineno + 1
+    return n
+
+
+def _is_step_loop(fn: ast.FunctionDef) -> bool:
+    """A jitted function with a `for` over range(…) of the steps or epochs (n_steps, n_epochs, t0 + n_steps…)."""
+    if not _decorator_names(fn) & JIT_DECORATORS:
+        return False
+    for node in ast.walk(fn):
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and getattr(node.iter.func, "id", "") == "range":
+            names = {n.id for a in node.iter.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+            if any("step" in n or "epoch" in n for n in names):
+                return True
+    return False
+
+
+def test_the_sampler_has_one_compiled_chain_loop():
+    loops = {f"{p.stem}.{fn.name}" for p in sorted(SAMPLER.glob("*.py")) for fn in _functions(p) if _is_step_loop(fn)}
+    assert loops - NOT_CHAINS - STEP_LOOPS_NOT_ON_THE_ENGINE == {"engine._chain"}
+    assert STEP_LOOPS_NOT_ON_THE_ENGINE <= loops, "an engine moved onto the loop: delete it from the debt list"
+
+
+def test_no_sampler_function_is_longer_than_100_lines():
+    long = [(p.name, fn.name, _code_lines(fn)) for p in sorted(SAMPLER.glob("*.py")) for fn in _functions(p)
+            if _code_lines(fn) > 100]
+    assert long == []
+
+
+def test_run_chains_takes_at_most_12_parameters():
+    from sgtune.sampler import run_chains, run_quadratic_chains
+    import inspect
+
+    for fn in (run_chains, run_quadratic_chains):
+        assert len(inspect.signature(fn).parameters) <= 13  # 12 and the **legacy keywords of the 0.1 form
+    assert len(inspect.signature(run_chains).parameters) <= 12
+
+
+def test_no_sampler_module_imports_another_modules_private_names():
+    bad = []
+    for p in sorted(SAMPLER.glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                bad += [(p.name, node.lineno, a.name) for a in node.names if a.name.startswith("_")]
+    assert bad == []

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.core.errors import ConvergenceError, SgtuneError, ShapeError
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
@@ -225,8 +226,8 @@ def _sampler_check(name, model, B, kappa, T, reps, C=4, family="dense"):
     burn = int(equilibration_steps(st.spectral_radius, tol=1e-3))
     errs, means = [], []
     for rep in range(reps):
-        res = run_chains(m, ds, tr.step_matrix, batch_size=B, n_steps=burn + T, n_chains=C, burn_in=burn,
-                         seed=1000 + rep, momentum=kappa)
+        res = run_chains(m, ds, Dynamics(tr.step_matrix, B, momentum=kappa),
+                         RunSpec(burn + T, n_chains=C, burn_in=burn, seed=1000 + rep))
         errs.append(np.sum((res.cov - st.cov) ** 2) * T * C)
         means.append(res.chain_means)
     errs = np.array(errs)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import make_dataset
 from sgtune.diagnostics.mcse import compare_covariance
 from sgtune.models import expand
@@ -81,8 +82,8 @@ def test_sgd_on_the_network_matches_dq_exact_within_mcse():
     net, data, e = _network_problem()
     lam = 0.05
     st = predict_stationary_cov(e, Dynamics(lam, 16))
-    res = run_chains(net, data, lam, batch_size=16, n_steps=200_000, n_chains=4, burn_in=20_000,
-                     prior_precision=1.0, initial=e.theta_hat, seed=11)
+    res = run_chains(net, data, Dynamics(lam, 16), RunSpec(200_000, n_chains=4, burn_in=20_000, seed=11),
+                     prior_precision=1.0, initial=e.theta_hat)
     test = compare_covariance(st.cov, res.cov, res.cov_standard_error, n_batches=res.n_batches,
                               relative_tolerance=0.10)
     assert test.passed, (test.z_max, test.threshold, test.relative_frobenius_error)

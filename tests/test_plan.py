@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
@@ -175,8 +176,8 @@ def test_reshuffled_chain_matches_the_change(logistic):
     cb = noise_covariance(e, st.cov, Dynamics(None, B, batching="without-replacement"))
     ch = reshuffle_variance_change(e.hessian, res_t.step_matrix, cb, n_data=e.n_data, batch_size=B)
     burn = 3 * int(equilibration_steps(st.spectral_radius))
-    run = run_chains(m, ds, res_t.step_matrix, batch_size=B, n_steps=burn + 120_000, burn_in=burn, n_chains=4,
-                     batching="reshuffle", seed=5)
+    run = run_chains(m, ds, Dynamics(res_t.step_matrix, B, batching="reshuffle"),
+                     RunSpec(burn + 120_000, n_chains=4, burn_in=burn, seed=5))
     Vi = np.linalg.inv(modal_directions(e.hessian, res_t.step_matrix).basis)
     base = np.diag(Vi @ st.cov @ Vi.T)
     per_batch = np.einsum("ij,kjl,il->ki", Vi, run.batch_covs, Vi) / base  # (K, D)

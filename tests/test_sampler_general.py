@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from tests.reference import chain_kw
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import make_dataset
 from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.models import fit_map, get_model
@@ -77,8 +79,8 @@ def test_general_path_reproduces_the_compiled_chain(case):
               inv_temperature=beta, momentum=kappa, sampler=sampler, batching=batching, decay=decay, thin=3,
               observables=np.array([[1.0, 0.0, 2.0]]), epoch_moments=batching == "reshuffle", seed=7,
               batches_per_chain=2)
-    compiled = run_chains(name, (X, y), step, **kw)
-    general = run_chains(StrippedGLM(name, batched=batched), (X, y), step, **kw)
+    compiled = run_chains(name, (X, y), **chain_kw(step, **kw))
+    general = run_chains(StrippedGLM(name, batched=batched), (X, y), **chain_kw(step, **kw))
     assert general.settings["backend"] == "numpy" and general.settings["oracle"] == "python"
     _assert_same(compiled, general)
 
@@ -87,8 +89,8 @@ def test_general_path_progress_and_chunks_give_the_same_chain():
     X, y = _problem("logistic")
     kw = dict(batch_size=4, n_steps=120, n_chains=2, inv_temperature=50.0, initial=np.zeros(3), seed=1)
     calls = []
-    a = run_chains(StrippedGLM("logistic"), (X, y), 0.2, progress=lambda d, t: calls.append(d), **kw)
-    b = run_chains(StrippedGLM("logistic"), (X, y), 0.2, **kw)
+    a = run_chains(StrippedGLM("logistic"), (X, y), **chain_kw(0.2, progress=lambda d, t: calls.append(d), **kw))
+    b = run_chains(StrippedGLM("logistic"), (X, y), **chain_kw(0.2, **kw))
     assert calls[-1] == 120 and len(calls) > 1
     np.testing.assert_array_equal(a.final_state, b.final_state)
     np.testing.assert_array_equal(a.cov, b.cov)
@@ -107,8 +109,8 @@ def test_mlp_compiled_chain_matches_numpy_model(act, lik):
     kw = dict(batch_size=7, n_steps=50, n_chains=2, burn_in=5, inv_temperature=500.0, prior_precision=1.0,
               initial=model.initial_params(4, np.random.default_rng(3)), momentum=0.3, batching="reshuffle",
               seed=4, thin=5)
-    a = run_chains(model, (X, y), 0.05, **kw)
-    b = run_chains(model, (X, y), 0.05, backend="numpy", **kw)
+    a = run_chains(model, (X, y), **chain_kw(0.05, **kw))
+    b = run_chains(model, (X, y), **chain_kw(0.05, backend="numpy", **kw))
     assert a.mean.shape == (d,) and a.settings["oracle"] == "mlp" and a.settings["n_params"] == d
     # tanh: the kernel's call-free tanh differs from np.tanh by a few ulps, propagated along 50 steps
     _assert_same(a, b, rtol=1e-10, atol=1e-12)
@@ -171,8 +173,8 @@ def test_mlp_default_start_is_the_fitted_map():
     model = MLP((2,), "tanh", "gaussian", noise_variance=0.5)
     kw = dict(batch_size=5, n_steps=20, n_chains=2, inv_temperature=1e3, prior_precision=1.0, seed=3)
     theta_hat = fit_map(model, make_dataset(X, y), 1.0, seed=3).theta_hat
-    a = run_chains(model, (X, y), 0.01, **kw)
-    b = run_chains(model, (X, y), 0.01, initial=theta_hat, **kw)
+    a = run_chains(model, (X, y), **chain_kw(0.01, **kw))
+    b = run_chains(model, (X, y), **chain_kw(0.01, initial=theta_hat, **kw))
     _assert_same(a, b, rtol=0.0, atol=0.0)
 
 
@@ -196,7 +198,7 @@ class _Bad:
 def test_user_model_output_is_validated_on_the_first_call(out, error, match):
     X, y = _problem("linear")
     with pytest.raises(error, match=match) as info:
-        run_chains(_Bad(out), (X, y), 0.1, batch_size=4, n_steps=10, n_chains=2, initial=np.zeros(5))
+        run_chains(_Bad(out), (X, y), Dynamics(0.1, 4), RunSpec(10, n_chains=2), initial=np.zeros(5))
     assert "\n" not in str(info.value)
 
 
@@ -204,18 +206,18 @@ def test_user_model_errors():
     X, y = _problem("linear")
     kw = dict(batch_size=4, n_steps=10, n_chains=1)
     with pytest.raises(SgtuneError, match="neither numba_spec\\(\\) nor per_sample_grads"):
-        run_chains(object(), (X, y), 0.1, initial=np.zeros(3), **kw)
+        run_chains(object(), (X, y), **chain_kw(0.1, initial=np.zeros(3), **kw))
     with pytest.raises(SgtuneError, match="initial is required for model MyNet"):
-        run_chains(_Bad(lambda n: np.zeros((n, 5))), (X, y), 0.1, **kw)
+        run_chains(_Bad(lambda n: np.zeros((n, 5))), (X, y), **chain_kw(0.1, **kw))
 
     class FixedInputs(MLP):  # a spec whose input width ignores the data's p
         def numba_spec(self, n_features=None):
             return super().numba_spec(4)
 
     with pytest.raises(SgtuneError, match=r"n_in = 4 inputs but the data have p = 3"):
-        run_chains(FixedInputs((16,)), (X, y), 0.1, initial=np.zeros(MLP((16,)).n_params(3)), **kw)
-    with pytest.raises(SgtuneError, match="backend 'python'"):
-        run_chains(MLP((16,)), (X, y), 0.1, initial=np.zeros(MLP((16,)).n_params(3)), backend="python", **kw)
+        run_chains(FixedInputs((16,)), (X, y), **chain_kw(0.1, initial=np.zeros(MLP((16,)).n_params(3)), **kw))
+    with pytest.raises(SgtuneError, match="pure-Python reference supports GLMs and quadratic oracles, not 'mlp'"):
+        run_chains(MLP((16,)), (X, y), **chain_kw(0.1, initial=np.zeros(MLP((16,)).n_params(3)), backend="python", **kw))
 
 
 def test_spec_kind_python_and_dimension_mismatch():
@@ -226,8 +228,8 @@ def test_spec_kind_python_and_dimension_mismatch():
         def numba_spec(self, n_features):
             return "python", [], []
 
-    a = run_chains(Explicit("linear"), (X, y), 0.1, **kw)
-    b = run_chains("linear", (X, y), 0.1, **kw)
+    a = run_chains(Explicit("linear"), (X, y), **chain_kw(0.1, **kw))
+    b = run_chains("linear", (X, y), **chain_kw(0.1, **kw))
     assert a.settings["oracle"] == "python"
     _assert_same(a, b)
 
@@ -236,4 +238,4 @@ def test_spec_kind_python_and_dimension_mismatch():
             return 7
 
     with pytest.raises(SgtuneError, match=r"n_params\(3\) = 7 disagrees with its numba spec \('mlp': D = 21\)"):
-        run_chains(Liar((4,)), (X, y), 0.1, **{**kw, "initial": np.zeros(7)})
+        run_chains(Liar((4,)), (X, y), **chain_kw(0.1, **{**kw, "initial": np.zeros(7)}))

@@ -1,4 +1,4 @@
-"""SG Euler–Maruyama GNLD kernel (sgtune.sampler.gnld) against its twin and against theory.
+"""SG Euler–Maruyama GNLD chains (sgtune.sampler.gnld, on the chain engine) against the reference and theory.
 
 Monte Carlo oracles:
 - exact finite-η variance of the time average (``predict_time_average_variance``: closed-form
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from sgtune.core.errors import SgtuneError, ShapeError
-from sgtune.sampler.gnld import run_sg_gnld, sg_gnld_time_average
+from sgtune.sampler import engine
+from sgtune.sampler.gnld import run_sg_gnld
 from sgtune.theory.fluctuation import (
     blr_gradient_noise_moments,
     gaul_matrices,
@@ -23,6 +24,7 @@ from sgtune.theory.fluctuation import (
     solve_fluctuation_general,
 )
 from tests._tolerances import bonferroni_z
+from tests.reference.gnld_twin import GnldReference
 
 
 def _problem(seed: int = 3):  # type: ignore[no-untyped-def]
@@ -56,8 +58,8 @@ def test_twin_agreement() -> None:
         kw = dict(design=x, response=y, batch_size=3, prior_precision=gam, seed=11)
         init = np.linspace(-0.3, 0.4, 3 * len(ell)).reshape(3, len(ell))
         a = run_sg_gnld(d, q, ell, 0.03, 60, 3, init=init, **kw)
-        b = run_sg_gnld(d, q, ell, 0.03, 60, 3, init=init, python=True, **kw)
-        # same arithmetic order and draws: agreement to rounding (1e-12 absolute on O(1) values)
+        b = run_sg_gnld(d, q, ell, 0.03, 60, 3, init=init, backend=GnldReference(), **kw)
+        # same draws, arithmetic in another order: agreement to rounding (1e-12 absolute on O(1) values)
         np.testing.assert_allclose(a.time_averages, b.time_averages, rtol=0, atol=1e-12, err_msg=name)
 
 
@@ -74,7 +76,8 @@ def test_reproducible_and_one_signature() -> None:
     e = run_sg_gnld(d, q, ell, 0.03, 200, 8, seed=5, **kw)
     np.testing.assert_array_equal(e.time_averages, a.time_averages[:8])
     run_sg_gnld(*_schemes()[1][1:], 0.03, 10, 2, seed=1, **kw)  # another state dimension, same types
-    assert len(sg_gnld_time_average.signatures) == 1
+    gnld = [sig for sig in engine.chains.signatures if "gnld_grad" in str(sig[1]) and "batch_replacement" in str(sig[0])]
+    assert len(gnld) == 1, gnld
 
 
 def test_exact_gradient_without_data() -> None:

@@ -7,12 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.models import get_model
+from sgtune.sampler.registry import ClippedSGLDOptions, SGLRWOptions, options_for
 from sgtune.diagnostics.mcse import covariance_batch_means
 from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError, UnstableStepSizeError
-from sgtune.sampler import kernels, run_chains, run_quadratic_chains
+from sgtune.sampler import engine, kernels, run_chains, run_quadratic_chains
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.rng import chain_states
-from sgtune.sampler.twins import batch_twin
+from tests.reference.twins import PythonBackend, batch_twin
 from sgtune.sampler.rng import Xoshiro256PP
 
 # kernel vs twin: same arithmetic in a different order (loops vs BLAS) along ≤ 60 contracting steps
@@ -66,26 +69,27 @@ def test_glm_kernel_matches_twin(case):
             "diag": np.array([0.2, 0.1, 0.15]), "scalar": 0.1}[kind]
     if prior == "dense":
         prior = np.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.0], [0.0, 0.0, 0.5]])
-    kw = dict(batch_size=4, n_steps=60, n_chains=2, burn_in=10, prior_precision=prior, initial=np.zeros(d),
-              inv_temperature=beta, momentum=kappa, sampler=sampler, batching=batching, decay=decay, thin=3,
-              observables=np.array([[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]),
-              epoch_moments=batching == "reshuffle", seed=11, batches_per_chain=3,
-              beta_power=1.5 if name == "beta-linear" else None)
-    a = run_chains(name, (X, y), step, backend="numba", **kw)
-    b = run_chains(name, (X, y), step, backend="python", **kw)
+    model = get_model(name, beta_power=1.5) if name == "beta-linear" else name
+    dyn = Dynamics(step, 4, inv_temperature=beta, momentum=kappa, batching=batching, decay=decay)
+    run = RunSpec(60, n_chains=2, burn_in=10, thin=3, seed=11, batches_per_chain=3)
+    kw = dict(prior_precision=prior, initial=np.zeros(d), observables=np.array([[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]),
+              epoch_moments=batching == "reshuffle")
+    a = run_chains(model, (X, y), dyn, run, options_for(sampler), backend="numba", **kw)
+    b = run_chains(model, (X, y), dyn, run, options_for(sampler), backend=PythonBackend(), **kw)
     _assert_same(a, b)
 
 
 @pytest.mark.parametrize("noise", ["gaussian", "stable"])
 def test_quadratic_kernel_matches_twin(noise):
     A = np.array([[2.0, 0.3], [0.3, 1.0]])
-    kw = dict(n_steps=50, n_chains=3, burn_in=5, inv_temperature=10.0, thin=2, seed=5, mean=[1.0, -1.0])
+    dyn, run = Dynamics(0.05, 1, inv_temperature=10.0), RunSpec(50, n_chains=3, burn_in=5, thin=2, seed=5)
+    kw: dict = dict(mean=[1.0, -1.0])
     if noise == "gaussian":
         kw["noise_cov"] = np.array([[1.0, 0.2], [0.2, 0.5]])
     else:
         kw.update(noise_alpha=1.5, noise_scale=0.3)
-    a = run_quadratic_chains(A, 0.05, backend="numba", **kw)
-    b = run_quadratic_chains(A, 0.05, backend="python", **kw)
+    a = run_quadratic_chains(A, dyn, run, backend="numba", **kw)
+    b = run_quadratic_chains(A, dyn, run, backend=PythonBackend(), **kw)
     _assert_same(a, b)
 
 
@@ -97,11 +101,12 @@ def test_blocked_covariance_matches_per_step_welford_twin():
     d = 11
     Q = r.standard_normal((d, d))
     A = Q @ Q.T / d + np.eye(d)
-    kw = dict(n_steps=200, n_chains=2, burn_in=7, inv_temperature=10.0, seed=8, batches_per_chain=3,
-              noise_cov=np.eye(d) * 0.5, mean=r.standard_normal(d))
-    a = run_quadratic_chains(A, 0.1, backend="numba", **kw)
-    chunked = run_quadratic_chains(A, 0.1, backend="numba", progress=lambda done, total: None, **kw)
-    b = run_quadratic_chains(A, 0.1, backend="python", **kw)
+    dyn = Dynamics(0.1, 1, inv_temperature=10.0)
+    run = RunSpec(200, n_chains=2, burn_in=7, seed=8, batches_per_chain=3)
+    kw = dict(noise_cov=np.eye(d) * 0.5, mean=r.standard_normal(d))
+    a = run_quadratic_chains(A, dyn, run, backend="numba", **kw)
+    chunked = run_quadratic_chains(A, dyn, run, backend="numba", progress=lambda done, total: None, **kw)
+    b = run_quadratic_chains(A, dyn, run, backend=PythonBackend(), **kw)
     _assert_same(a, b)
     np.testing.assert_array_equal(a.batch_covs, chunked.batch_covs)
     np.testing.assert_array_equal(a.chain_means, chunked.chain_means)
@@ -114,16 +119,16 @@ def test_one_specialisation_per_combination_used():
     X, y = _problem("logistic")
     X2, y2 = _problem("linear", n=30)
     for c, batching in ((1, "replacement"), (3, "reshuffle"), (5, "without-replacement")):
-        run_chains("logistic", (X, y), 0.1, batch_size=4, n_steps=20, n_chains=c, inv_temperature=40.0,
-                   batching=batching, seed=c)
-        run_chains("logistic", (X, y), 0.1, batch_size=4, n_steps=20, n_chains=c, inv_temperature=40.0,
-                   sampler="sglrw", seed=c, progress=lambda done, total: None)
-        run_chains("linear", (X2, y2), 0.1, batch_size=3, n_steps=20, n_chains=c, batching=batching, seed=c,
+        run_chains("logistic", (X, y), Dynamics(0.1, 4, inv_temperature=40.0, batching=batching),
+                   RunSpec(20, n_chains=c, seed=c))
+        run_chains("logistic", (X, y), Dynamics(0.1, 4, inv_temperature=40.0), RunSpec(20, n_chains=c, seed=c),
+                   SGLRWOptions(), progress=lambda done, total: None)
+        run_chains("linear", (X2, y2), Dynamics(0.1, 3, batching=batching), RunSpec(20, n_chains=c, seed=c),
                    prior_precision=1.0 if c == 3 else 0.0)
-    run_quadratic_chains(np.eye(2), np.eye(2) * 0.1, n_steps=20, n_chains=2)
-    run_quadratic_chains(np.eye(2), np.eye(2) * 0.1, n_steps=20, n_chains=3, inv_temperature=5.0)
+    run_quadratic_chains(np.eye(2), Dynamics(np.eye(2) * 0.1, 1), RunSpec(20, n_chains=2))
+    run_quadratic_chains(np.eye(2), Dynamics(np.eye(2) * 0.1, 1, inv_temperature=5.0), RunSpec(20, n_chains=3))
     combos: dict[tuple, list] = {}
-    for sig in kernels.chains.signatures:
+    for sig in engine.chains.signatures:
         combos.setdefault(tuple(sig[:3]), []).append(sig)
     assert len(combos) >= 5  # 3 batchings × sgld + sglrw + quadratic
     for key, sigs in combos.items():
@@ -132,17 +137,17 @@ def test_one_specialisation_per_combination_used():
 
 def test_deterministic_regardless_of_threads_and_chunks():
     X, y = _problem("logistic", n=200)
-    kw = dict(batch_size=8, n_steps=400, n_chains=6, inv_temperature=200.0, seed=3, thin=7)
+    args = (Dynamics(0.2, 8, inv_temperature=200.0), RunSpec(400, n_chains=6, seed=3, thin=7))
     before = get_num_threads()
     try:
         set_num_threads(1)
-        one = run_chains("logistic", (X, y), 0.2, **kw)
+        one = run_chains("logistic", (X, y), *args)
         set_num_threads(max(2, before))
-        many = run_chains("logistic", (X, y), 0.2, **kw)
+        many = run_chains("logistic", (X, y), *args)
     finally:
         set_num_threads(before)
     calls = []
-    chunked = run_chains("logistic", (X, y), 0.2, progress=lambda done, total: calls.append(done), **kw)
+    chunked = run_chains("logistic", (X, y), *args, progress=lambda done, total: calls.append(done))
     for other in (many, chunked):
         np.testing.assert_array_equal(one.final_state, other.final_state)
         np.testing.assert_array_equal(one.trace, other.trace)
@@ -194,7 +199,8 @@ def test_without_replacement_batches_are_distinct_and_uniform():
 def test_divergence_stops_only_that_chain():
     init = np.zeros((3, 2))
     init[1] = 1e151  # beyond the divergence bound at the first step
-    res = run_quadratic_chains(np.eye(2), 0.5, n_steps=100, n_chains=3, initial=init, inv_temperature=10.0)
+    res = run_quadratic_chains(np.eye(2), Dynamics(0.5, 1, inv_temperature=10.0), RunSpec(100, n_chains=3),
+                               initial=init)
     np.testing.assert_array_equal(res.diverged_at, [-1, 1, -1])
     assert res.n_diverged == 1
     assert np.isnan(res.chain_means[1]).all() and np.isfinite(res.mean).all()
@@ -202,14 +208,14 @@ def test_divergence_stops_only_that_chain():
 
 def test_all_chains_diverging_raises():
     with pytest.raises(UnstableStepSizeError, match="all 2 chains diverged"):
-        run_quadratic_chains(np.eye(1), 2.5, n_steps=2000, n_chains=2, initial=[1.0])
+        run_quadratic_chains(np.eye(1), Dynamics(2.5, 1), RunSpec(2000, n_chains=2), initial=[1.0])
 
 
 def test_streaming_moments_equal_trace_moments():
     X, y = _problem("logistic", n=100)
-    res = run_chains("logistic", (X, y), 0.3, batch_size=5, n_steps=3000, n_chains=4, burn_in=200,
-                     inv_temperature=100.0, thin=1, batches_per_chain=4, seed=2,
-                     observables=np.array([[1.0, 2.0, -1.0]]), batching="reshuffle", epoch_moments=True)
+    res = run_chains("logistic", (X, y), Dynamics(0.3, 5, inv_temperature=100.0, batching="reshuffle"),
+                     RunSpec(3000, n_chains=4, burn_in=200, thin=1, batches_per_chain=4, seed=2),
+                     observables=np.array([[1.0, 2.0, -1.0]]), epoch_moments=True)
     tr = res.trace  # (C, 2800, D), every draw after burn-in
     cov, se, k = covariance_batch_means(tr, n_batches=16)
     np.testing.assert_allclose(res.cov, cov, rtol=1e-10, atol=1e-14)
@@ -230,8 +236,9 @@ def test_streaming_moments_equal_trace_moments():
 def test_clipped_sgld_clips_far_from_the_mode():
     # drift λθ = 0.1·1e4 = 1e3 ≫ r = sqrt(2·0.1/10) ≈ 0.14: every coordinate update is clipped,
     # and θ moves by exactly −r + r ξ per step, so it stays far from the mode in 5 steps.
-    res = run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=2, burn_in=0, initial=[1e4, -1e4],
-                               inv_temperature=10.0, sampler="clipped-sgld", batches_per_chain=1)
+    res = run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=10.0),
+                               RunSpec(5, n_chains=2, burn_in=0, batches_per_chain=1), ClippedSGLDOptions(),
+                               initial=[1e4, -1e4])
     assert res.clip_fraction == 1.0
 
 
@@ -240,6 +247,7 @@ def test_clipped_sgld_clips_far_from_the_mode():
     (dict(sampler="sglrw", step=np.array([[0.1, 0.01], [0.01, 0.1]])), SgtuneError, "scalar or diagonal"),
     (dict(step=np.array([[0.1, 0.2], [0.2, 0.1]])), NotPositiveDefiniteError, "symmetric positive-definite"),
     (dict(sampler="hmc"), SgtuneError, "sampler must be one of"),
+    (dict(backend="python"), SgtuneError, "pure-Python reference"),
     (dict(batching="stratified"), SgtuneError, "batching must be one of"),
     (dict(momentum=1.0), SgtuneError, "momentum must lie in"),
     (dict(step=np.ones(3)), SgtuneError, "length D = 2"),
@@ -249,10 +257,14 @@ def test_clipped_sgld_clips_far_from_the_mode():
 def test_validation_errors(kwargs, error, match):
     X, y = _problem("linear", d=2)
     step = kwargs.pop("step", 0.1)
-    kw = dict(batch_size=4, n_steps=10, n_chains=1, inv_temperature=40.0, initial=np.zeros(2))
+    kw = dict(batch_size=4, inv_temperature=40.0, initial=np.zeros(2), sampler="sgld", epoch_moments=False,
+              backend="numba")
     kw.update(kwargs)
     with pytest.raises(error, match=match):
-        run_chains("linear", (X, y), step, **kw)
+        dyn = Dynamics(step, kw["batch_size"], inv_temperature=kw["inv_temperature"], momentum=kw.get("momentum", 0.0),
+                       batching=kw.get("batching", "replacement"))
+        run_chains("linear", (X, y), dyn, RunSpec(10, n_chains=1), options_for(kw["sampler"]), initial=kw["initial"],
+                   epoch_moments=kw["epoch_moments"], backend=kw["backend"])
 
 
 def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypatch):
@@ -260,8 +272,8 @@ def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypat
     # so each sampler function's stamp hashes its own file plus the core helper modules ...
     from sgtune.sampler import _jit, grads, reshuffle, rng
 
-    run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1)
-    for f, mod in ((kernels.chains, kernels), (rng.next_u64, rng), (grads.row_dot, grads),
+    run_quadratic_chains(np.eye(2), Dynamics(0.1, 1), RunSpec(5, n_chains=1))
+    for f, mod in ((engine.chains, engine), (rng.next_u64, rng), (grads.row_dot, grads),
                    (reshuffle._run_chains, reshuffle)):
         assert f._cache._impl.locator.get_source_stamp() == _jit.package_stamp(mod.__file__)
     # ... which changes with the content of a core module (a copy of the package, one byte appended),
@@ -285,11 +297,12 @@ def test_composed_kernel_is_loaded_from_the_disk_cache_in_a_new_process():
     import subprocess
     import sys
 
-    run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1, inv_temperature=7.0)  # compiled or loaded here
+    run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=7.0), RunSpec(5, n_chains=1))  # compiled or loaded here
     code = ("import numpy as np\n"
-            "from sgtune.sampler import kernels, run_quadratic_chains\n"
-            "run_quadratic_chains(np.eye(2), 0.1, n_steps=5, n_chains=1, inv_temperature=7.0)\n"
-            "s = kernels.chains.stats\n"
+            "from sgtune.core.config import Dynamics, RunSpec\n"
+            "from sgtune.sampler import engine, run_quadratic_chains\n"
+            "run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=7.0), RunSpec(5, n_chains=1))\n"
+            "s = engine.chains.stats\n"
             "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from tests.reference import chain_kw
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler import mlp
 from sgtune.sampler.grads import model_params
@@ -248,12 +249,12 @@ def test_mlp_chains_bitwise_deterministic_regardless_of_threads_and_chunks():
     before = get_num_threads()
     try:
         set_num_threads(1)
-        one = run_chains(model, (X, y), 1e-2, **kw)
+        one = run_chains(model, (X, y), **chain_kw(1e-2, **kw))
         set_num_threads(max(2, before))
-        many = run_chains(model, (X, y), 1e-2, **kw)
+        many = run_chains(model, (X, y), **chain_kw(1e-2, **kw))
     finally:
         set_num_threads(before)
-    chunked = run_chains(model, (X, y), 1e-2, progress=lambda done, total: None, **kw)
+    chunked = run_chains(model, (X, y), **chain_kw(1e-2, progress=lambda done, total: None, **kw))
     assert np.all(np.isfinite(one.final_state)) and not np.array_equal(one.final_state[0], one.final_state[1])
     for other in (many, chunked):
         np.testing.assert_array_equal(one.final_state, other.final_state)

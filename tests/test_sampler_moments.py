@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from scipy.linalg import solve_discrete_lyapunov
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import SGLRWOptions
 from sgtune.io.data import example
 from sgtune.diagnostics.mcse import bonferroni_threshold, compare_covariance
 from sgtune.models import expand, get_model
@@ -42,8 +44,8 @@ def test_sgld_dense_step_on_gaussian_noise_quadratic():
     beta = 20.0
     F = np.eye(3) - lam @ A
     exact = solve_discrete_lyapunov(F, lam @ C @ lam + 2 * lam / beta)
-    res = run_quadratic_chains(A, lam, mean=MU, noise_cov=C, inv_temperature=beta, n_steps=20000, n_chains=16,
-                               seed=1)
+    res = run_quadratic_chains(A, Dynamics(lam, 1, inv_temperature=beta), RunSpec(20000, n_chains=16, seed=1),
+                               mean=MU, noise_cov=C)
     _check(res, exact, MU)
     # and the test has power: a 5% wrong prediction is rejected at this run length
     assert not compare_covariance(1.05 * exact, res.cov, res.cov_standard_error, n_batches=res.n_batches).passed
@@ -56,7 +58,8 @@ def test_sgd_with_momentum_matches_augmented_lyapunov():
     F = np.block([[np.eye(3) - lam @ A, -kappa * lam], [A, kappa * np.eye(3)]])
     Q = np.block([[lam @ C @ lam, -lam @ C], [-C @ lam, C]])
     exact = solve_discrete_lyapunov(F, Q)[:3, :3]
-    res = run_quadratic_chains(A, lam, mean=MU, noise_cov=C, momentum=kappa, n_steps=30000, n_chains=16, seed=2)
+    res = run_quadratic_chains(A, Dynamics(lam, 1, momentum=kappa), RunSpec(30000, n_chains=16, seed=2), mean=MU,
+                               noise_cov=C)
     _check(res, exact, MU)
 
 
@@ -73,8 +76,8 @@ def test_sglrw_removes_the_diagonal_inflation():
     ops += sel @ np.kron(lam @ A, lam @ A)                              # + vec(Diag(ΛAΣAΛ))
     rhs = (lam @ C @ lam - np.diag(np.diag(lam @ C @ lam)) + 2 * lam / beta).reshape(-1)
     exact = np.linalg.solve(ops, rhs).reshape(d, d)
-    res = run_quadratic_chains(A, np.diag(lam), mean=MU, noise_cov=C, inv_temperature=beta, sampler="sglrw",
-                               n_steps=60000, n_chains=16, seed=3)
+    res = run_quadratic_chains(A, Dynamics(np.diag(lam), 1, inv_temperature=beta),
+                               RunSpec(60000, n_chains=16, seed=3), SGLRWOptions(), mean=MU, noise_cov=C)
     assert res.clip_fraction == 0.0  # the formula holds only without clipping
     _check(res, exact, MU)
     # SGLD with the same Λ keeps the diagonal term ΛCΛ (eq. 11 with constant noise): its covariance differs
@@ -92,8 +95,8 @@ def test_tuned_sgd_reproduces_predicted_covariance_linear_regression():
     model = get_model("linear")
     e = expand(model, ds)
     t = tune(e, Dynamics(None, 64))
-    res = run_chains(model, ds, t.step_matrix, batch_size=64, n_steps=20000, n_chains=16, burn_in=2000,
-                     initial=e.theta_hat, seed=4)
+    res = run_chains(model, ds, Dynamics(t.step_matrix, 64), RunSpec(20000, n_chains=16, burn_in=2000, seed=4),
+                     initial=e.theta_hat)
     test = _check(res, t.predicted_cov, e.theta_hat)
     assert test.n_tests == 210
 
@@ -107,8 +110,8 @@ def test_sgld_without_replacement_matches_forward_prediction():
     e = expand(model, ds, prior_precision=2.0)
     lam, B, beta = 0.02, 100, float(ds.n_data)
     pred = predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta, batching="without-replacement"))
-    res = run_chains(model, ds, lam, batch_size=B, n_steps=20000, n_chains=16, prior_precision=2.0,
-                     initial=e.theta_hat, inv_temperature=beta, batching="without-replacement", seed=5)
+    res = run_chains(model, ds, Dynamics(lam, B, inv_temperature=beta, batching="without-replacement"),
+                     RunSpec(20000, n_chains=16, seed=5), prior_precision=2.0, initial=e.theta_hat)
     _check(res, pred.cov)
     # with replacement has a different (larger) noise factor; at B = N/20 the difference is ≈5%
     assert not np.allclose(pred.cov, predict_stationary_cov(e, Dynamics(lam, B, inv_temperature=beta)).cov,
@@ -125,7 +128,7 @@ def test_logistic_within_proxy_error():
     model = get_model("logistic")
     e = expand(model, ds)
     pred = predict_stationary_cov(e, Dynamics(0.05, 32))
-    res = run_chains(model, ds, 0.05, batch_size=32, n_steps=200000, n_chains=16, initial=e.theta_hat, seed=6)
+    res = run_chains(model, ds, Dynamics(0.05, 32), RunSpec(200000, n_chains=16, seed=6), initial=e.theta_hat)
     t = compare_covariance(pred.cov, res.cov, res.cov_standard_error, n_batches=res.n_batches,
                            relative_tolerance=0.05)
     assert t.passed, t.z_max

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.models import get_model
 from sgtune.core.errors import SgtuneError, UnstableStepSizeError
 from sgtune.sampler import reshuffle as smp
 from sgtune.theory.reshuffle import reshuffle_bias
@@ -168,10 +170,10 @@ def test_sampler_core_batching_matches_formulas() -> None:
     for batching, w in want.items():
         vals = []
         for seed in range(reps):
-            r = run_chains("linear", (np.ones((n, 1)), X12), hv * th.sigma2, batch_size=b, n_steps=4000,
-                           n_chains=16, burn_in=200, inv_temperature=n, noise_variance=th.sigma2,
-                           batching=batching, epoch_moments=batching == "reshuffle",
-                           initial=[X12.mean()], seed=seed)
+            r = run_chains(get_model("linear", noise_variance=th.sigma2), (np.ones((n, 1)), X12),
+                           Dynamics(hv * th.sigma2, b, inv_temperature=n, batching=batching),
+                           RunSpec(4000, n_chains=16, burn_in=200, seed=seed),
+                           epoch_moments=batching == "reshuffle", initial=[X12.mean()])
             vals.append(r.epoch_position_var[:, 0] if batching == "reshuffle" else [r.cov[0, 0]])
         arr = np.array(vals)
         z = (arr.mean(axis=0) - w) / (arr.std(axis=0, ddof=1) / np.sqrt(reps))

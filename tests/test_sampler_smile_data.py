@@ -8,11 +8,14 @@ import math
 import numpy as np
 import pytest
 
+from tests.reference import chain_kw
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import SGHMCOptions, SmileOptions, options_for
 from sgtune.core.errors import SgtuneError
 from sgtune.models import get_model
 from sgtune.models.mlp import MLP
 from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains
-from sgtune.sampler import grads, mlp as smlp, mlp_loss, smile_chain
+from sgtune.sampler import engine, grads, mlp as smlp, mlp_loss, smile_chain
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 
 from tests._tolerances import bonferroni_z
@@ -112,8 +115,8 @@ def test_compiled_matches_general_path(sampler):
     kw = dict(batch_size=16, n_steps=300, n_chains=2, seed=5, thin=10, prior_precision=1.0, burn_in=50,
               sampler=sampler, **SMILE_KW)
     h = 0.02 if sampler == "sghmc" else 0.1
-    fast = run_chains("logistic", (X, y), h, **kw)
-    slow = run_chains("logistic", (X, y), h, backend="numpy", **kw)
+    fast = run_chains("logistic", (X, y), **chain_kw(h, **kw))
+    slow = run_chains("logistic", (X, y), **chain_kw(h, backend="numpy", **kw))
     assert fast.settings["backend"] == "numba" and slow.settings["backend"] == "numpy"
     _assert_same(fast, slow, sampler)
     if sampler in ("smile", "psmile"):
@@ -126,8 +129,8 @@ def test_stripped_glm_reproduces_compiled_psmile():
     X, y = _logistic()
     kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="without-replacement", inv_temperature=60.0,
               initial=np.zeros(4), **SMILE_KW)
-    a = run_chains("logistic", (X, y), 0.1, sampler="psmile", **kw)
-    b = run_chains(StrippedGLM("logistic"), (X, y), 0.1, sampler="psmile", **kw)
+    a = run_chains("logistic", (X, y), **chain_kw(0.1, sampler="psmile", **kw))
+    b = run_chains(StrippedGLM("logistic"), (X, y), **chain_kw(0.1, sampler="psmile", **kw))
     assert b.settings["oracle"] == "python"
     _assert_same(a, b, "psmile")
 
@@ -141,8 +144,8 @@ def test_mlp_compiled_matches_general_path():
     kw = dict(batch_size=10, n_steps=150, n_chains=2, seed=2, initial=th0, prior_precision=1.0, **SMILE_KW)
     for sampler in ("psmile", "sghmc"):
         h = 0.005 if sampler == "sghmc" else 0.05
-        _assert_same(run_chains(m, (X, y), h, sampler=sampler, **kw),
-                     run_chains(m, (X, y), h, sampler=sampler, backend="numpy", **kw), sampler)
+        _assert_same(run_chains(m, (X, y), **chain_kw(h, sampler=sampler, **kw)),
+                     run_chains(m, (X, y), **chain_kw(h, sampler=sampler, backend="numpy", **kw)), sampler)
 
 
 def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
@@ -151,20 +154,21 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
     before = get_num_threads()
     try:
         set_num_threads(1)
-        one = run_chains("logistic", (X, y), 0.1, **kw)
+        one = run_chains("logistic", (X, y), **chain_kw(0.1, **kw))
         set_num_threads(max(2, before))
-        many = run_chains("logistic", (X, y), 0.1, **kw)
+        many = run_chains("logistic", (X, y), **chain_kw(0.1, **kw))
     finally:
         set_num_threads(before)
-    chunked = run_chains("logistic", (X, y), 0.1, progress=lambda done, total: None, **kw)
+    chunked = run_chains("logistic", (X, y), **chain_kw(0.1, progress=lambda done, total: None, **kw))
     for other in (many, chunked):
         for f in ("final_state", "trace", "cov", "step_size_trace", "step_size_final", "preconditioner"):
             np.testing.assert_array_equal(getattr(one, f), getattr(other, f))
     # every (batch, oracle) combination compiles once, whatever the sampler, C, B, N or chunking
-    run_chains("logistic", (X[:50], y[:50]), 0.1, batch_size=5, n_steps=20, n_chains=3, sampler="smile-naive")
+    run_chains("logistic", (X[:50], y[:50]), Dynamics(0.1, 5), RunSpec(20, n_chains=3), SmileOptions(tuned=False))
     combos: dict[tuple, list] = {}
-    for sig in smile_chain.smile_chains.signatures:
-        combos.setdefault(tuple(sig[:2]), []).append(sig)
+    for sig in engine.chains.signatures:
+        if "mclmc_rule" in str(sig[2]):
+            combos.setdefault(tuple(sig[:2]), []).append(sig)
     assert combos
     for key, sigs in combos.items():
         assert len(sigs) == 1, (key, sigs)
@@ -173,8 +177,8 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
 def test_psmile_preconditioner_is_normalised_gradient_sd():
     X, y = _logistic(n=300, d=5)
     X = X * np.array([0.3, 1.0, 3.0, 1.0, 0.5])
-    res = run_chains("logistic", (X, y), 0.05, batch_size=16, n_steps=400, n_chains=2, sampler="psmile-naive",
-                     precond_start=10, seed=1)
+    res = run_chains("logistic", (X, y), Dynamics(0.05, 16), RunSpec(400, n_chains=2, seed=1),
+                     SmileOptions(preconditioned=True, tuned=False, precond_start=10))
     sd, p = res.gradient_sd, res.preconditioner
     np.testing.assert_allclose(p, math.sqrt(5) * sd / np.linalg.norm(sd, axis=1, keepdims=True), rtol=1e-12)
     # the minibatch gradient's spread follows the column scales of X (independent of the sampler)
@@ -184,7 +188,7 @@ def test_psmile_preconditioner_is_normalised_gradient_sd():
 
 def test_non_smile_results_have_no_smile_fields():
     X, y = _logistic()
-    res = run_chains("logistic", (X, y), 0.05, batch_size=16, n_steps=50, n_chains=1)
+    res = run_chains("logistic", (X, y), Dynamics(0.05, 16), RunSpec(50, n_chains=1))
     assert res.step_size_final is None and res.preconditioner is None and res.gradient_sd is None
 
 
@@ -192,9 +196,9 @@ def test_non_smile_results_have_no_smile_fields():
     (dict(step_matrix=np.full(4, 0.1)), "scalar step size"),
     (dict(step_matrix=np.eye(4) * 0.1), "scalar step size"),
     (dict(momentum=0.5), "momentum"),
-    (dict(inv_temperature=math.inf), "finite inverse temperature"),
+    (dict(sampler="sglrw", inv_temperature=math.inf), "finite inverse temperature"),
     (dict(decay=0.5), "decay"),
-    (dict(backend="python"), "backend 'python'"),
+    (dict(backend="python"), "pure-Python reference runs sgld, sglrw and clipped-sgld, not 'psmile'"),
     (dict(guardrail=0.5), "guardrail"),
     (dict(precond_rate=1.5), "precond_rate"),
 ])
@@ -204,17 +208,17 @@ def test_meaningless_combinations_are_refused(kwargs, needle):
     kw.update(kwargs)
     step = kw.pop("step_matrix")
     with pytest.raises(SgtuneError, match=needle):
-        run_chains("logistic", (X, y), step, **kw)
+        run_chains("logistic", (X, y), **chain_kw(step, **kw))
 
 
 def test_sghmc_friction_and_quadratic_and_loss_errors():
     X, y = _logistic()
     with pytest.raises(SgtuneError, match="friction"):
-        run_chains("logistic", (X, y), 0.1, batch_size=8, n_steps=10, sampler="sghmc", friction=0.0)
+        run_chains("logistic", (X, y), Dynamics(0.1, 8), RunSpec(10), SGHMCOptions(friction=0.0))
     with pytest.raises(SgtuneError, match="momentum"):
-        run_chains("logistic", (X, y), 0.1, batch_size=8, n_steps=10, sampler="sghmc", momentum=0.9)
+        run_chains("logistic", (X, y), Dynamics(0.1, 8, momentum=0.9), RunSpec(10), SGHMCOptions())
     with pytest.raises(SgtuneError, match="run_smile_ensemble"):
-        run_quadratic_chains(np.eye(2), 0.1, n_steps=10, sampler="smile")
+        run_quadratic_chains(np.eye(2), Dynamics(0.1, 1), RunSpec(10), SmileOptions())
 
     class GradOnly:
         name = "grad-only"
@@ -223,7 +227,7 @@ def test_sghmc_friction_and_quadratic_and_loss_errors():
             return X * 0.0
 
     with pytest.raises(SgtuneError, match="per_sample_losses"):
-        run_chains(GradOnly(), (X, y), 0.1, batch_size=8, n_steps=10, sampler="smile", initial=np.zeros(4))
+        run_chains(GradOnly(), (X, y), Dynamics(0.1, 8), RunSpec(10), SmileOptions(), initial=np.zeros(4))
 
 
 # --------------------------------------------------------------------------- Monte Carlo
@@ -257,8 +261,9 @@ def _posterior_run(sampler, n_steps, seed, h, batch_size, batching="replacement"
     X, y = _isotropic_linear(n, d, 0)
     post = np.linalg.inv(X.T @ X)  # (N·H)⁻¹ with σ² = 1, no prior, β = N
     # SGHMC: friction ≈ the posterior's angular frequency sqrt(N·H) = 20 (near critical damping mixes fastest)
-    res = run_chains("linear", (X, y), h, batch_size=batch_size, n_steps=n_steps, n_chains=4, sampler=sampler,
-                     seed=seed, batching=batching, batches_per_chain=8, friction=20.0)
+    res = run_chains("linear", (X, y), Dynamics(h, batch_size, batching=batching),
+                     RunSpec(n_steps, n_chains=4, batches_per_chain=8, seed=seed),
+                     options_for(sampler, friction=20.0))
     return res, post
 
 
@@ -299,9 +304,9 @@ def test_full_batch_chain_is_the_analytic_mn_integrator():
     A = X.T @ X / n + gam / n * np.eye(d)
     centre = np.linalg.solve(A, X.T @ y / n)
     start = centre + np.array([0.1, -0.2, 0.05])
-    res = run_chains("linear", (X, y), eps, batch_size=n, batching="without-replacement", n_steps=steps,
-                     n_chains=1, seed=4, inv_temperature=beta, prior_precision=gam, initial=start, burn_in=0,
-                     thin=1, sampler="smile-naive")
+    res = run_chains("linear", (X, y), Dynamics(eps, n, inv_temperature=beta, batching="without-replacement"),
+                     RunSpec(steps, n_chains=1, burn_in=0, thin=1, seed=4), SmileOptions(tuned=False),
+                     prior_precision=gam, initial=start)
     st = chain_states(4, 1)[0]
     u = np.empty(d)
     fill_normals(st, u)

@@ -22,6 +22,8 @@ import math
 import numpy as np
 import pytest
 
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.sampler.registry import SmileOptions
 from sgtune.io.data import make_dataset
 from sgtune.core.errors import SgtuneError
 from sgtune.models import fit_map, get_model
@@ -101,9 +103,10 @@ def _check_psmile_against_theory(n, batch, n_chains, n_steps, eps, seed):
     V = th.noise_cov
     d = V.shape[0]
     assert th.condition_number > 1e3  # the data are strongly anisotropic
-    res = run_chains(model, ds, eps, batch_size=batch, n_steps=n_steps, n_chains=n_chains,
-                     burn_in=n_steps // 2, prior_precision=prior, initial=theta_hat, inv_temperature=n,
-                     sampler="psmile-naive", thin=max(n_steps // 200, 1), seed=seed)
+    res = run_chains(model, ds, Dynamics(eps, batch, inv_temperature=n),
+                     RunSpec(n_steps, n_chains=n_chains, burn_in=n_steps // 2, thin=max(n_steps // 200, 1),
+                             seed=seed),
+                     SmileOptions(preconditioned=True, tuned=False), prior_precision=prior, initial=theta_hat)
     assert res.n_diverged == 0
     sd_chain = np.asarray(res.gradient_sd)           # (C, D) EMA sd of the minibatch ∇log p_N
     p_chain = np.asarray(res.preconditioner)         # (C, D)

@@ -4,8 +4,10 @@ import math
 import numpy as np
 import pytest
 
+from sgtune.core.config import RunSpec
+from sgtune.sampler.registry import SmileOptions
 from sgtune.sampler.smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map, run_smile_ensemble
-from sgtune.sampler.smile_twin import logp_grad_twin, momentum_map_twin
+from tests.reference.smile_twin import logp_grad_twin, momentum_map_twin
 from sgtune.sampler.targets import make_target
 
 STEPS = np.array([0.0025, 0.005, 0.01, 0.02])
@@ -22,7 +24,7 @@ def test_energy_error_order_without_noise():
     t = make_target("gaussian", "none", seed=0)
     per_step, drift = [], []
     for h in STEPS:
-        r = run_smile_ensemble(t, "smile-naive", h, n_steps=int(10 / h), n_chains=4, thin=1, seed=1)
+        r = run_smile_ensemble(t, h, RunSpec(int(10 / h), n_chains=4, thin=1, seed=1), SmileOptions(tuned=False))
         per_step.append(r.mean_abs_energy_error.mean())
         drift.append(np.abs(r.energy_trace).max(axis=1).mean())
     assert abs(_fit(STEPS, drift) - 2.0) < SLOPE_TOL

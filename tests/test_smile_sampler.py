@@ -5,6 +5,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.reference import ensemble_kw
+from sgtune.core.config import RunSpec
+from sgtune.sampler.registry import SGLDOptions, SGHMCOptions, SGLRWOptions, SmileOptions, options_for
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler import smile
 from sgtune.sampler._jit import get_num_threads, set_num_threads
@@ -29,8 +32,8 @@ def _close(a, b):
 def test_kernel_matches_twin(sampler, name, noise):
     t = make_target(name, noise, dim=6, seed=1)
     kw = dict(n_steps=150, n_chains=2, burn_in=20, thin=7, seed=5, precond_start=30)
-    a = run_smile_ensemble(t, sampler, STEP[sampler], **kw)
-    b = run_smile_ensemble(t, sampler, STEP[sampler], backend="python", **kw)
+    a = run_smile_ensemble(t, **ensemble_kw(sampler, STEP[sampler], **kw))
+    b = run_smile_ensemble(t, **ensemble_kw(sampler, STEP[sampler], backend="python", **kw))
     for f in ("final_state", "sample_second_moment", "sample_mean", "trace", "step_size_trace", "energy_trace",
               "preconditioner", "final_step_size", "mean_abs_energy_error"):
         _close(getattr(a, f), getattr(b, f))
@@ -44,23 +47,23 @@ def test_one_signature_and_thread_determinism():
     before = get_num_threads()
     try:
         set_num_threads(1)
-        one = [run_smile_ensemble(t, s, STEP[s], **kw) for s in METHOD_IDS]
+        one = [run_smile_ensemble(t, **ensemble_kw(s, STEP[s], **kw)) for s in METHOD_IDS]
         set_num_threads(max(2, before))
-        many = [run_smile_ensemble(t, s, STEP[s], **kw) for s in METHOD_IDS]
+        many = [run_smile_ensemble(t, **ensemble_kw(s, STEP[s], **kw)) for s in METHOD_IDS]
     finally:
         set_num_threads(before)
     for x, y in zip(one, many):
         np.testing.assert_array_equal(x.final_state, y.final_state)
         np.testing.assert_array_equal(x.trace, y.trace)
         np.testing.assert_array_equal(x.step_size_trace, y.step_size_trace)
-    run_smile_ensemble(make_target("gaussian", "none", dim=3), "smile", 0.1, n_steps=10, n_chains=1)
+    run_smile_ensemble(make_target("gaussian", "none", dim=3), 0.1, RunSpec(10, n_chains=1), SmileOptions())
     assert len(smile.ensemble_chains.signatures) == 1, smile.ensemble_chains.signatures
 
 
 def test_chain_streams_do_not_depend_on_the_number_of_chains():
     t = make_target("gaussian", "isotropic", dim=4)
-    a = run_smile_ensemble(t, "psmile-naive", 0.1, n_steps=200, n_chains=2, seed=3)
-    b = run_smile_ensemble(t, "psmile-naive", 0.1, n_steps=200, n_chains=5, seed=3)
+    a = run_smile_ensemble(t, 0.1, RunSpec(200, n_chains=2, seed=3), SmileOptions(preconditioned=True, tuned=False))
+    b = run_smile_ensemble(t, 0.1, RunSpec(200, n_chains=5, seed=3), SmileOptions(preconditioned=True, tuned=False))
     np.testing.assert_array_equal(a.final_state, b.final_state[:2])
 
 
@@ -100,8 +103,8 @@ def test_tuner_decisions_against_scipy_quantiles(rng):
 def test_rejected_step_restores_theta():
     """A tiny κ rejects nearly every step: θ stays at the start and the step size shrinks by (1 − δ)."""
     t = make_target("gaussian", "isotropic", dim=4)
-    r = run_smile_ensemble(t, "smile", 0.5, n_steps=300, n_chains=2, kappa=0.95, adapt_a=0.1, thin=1,
-                           tune_start=2, seed=1)
+    r = run_smile_ensemble(t, 0.5, RunSpec(300, n_chains=2, thin=1, seed=1),
+                           SmileOptions(adapt_a=0.1, tune_start=2, guardrail=0.95))
     assert r.rejection_fraction.min() > 0.0
     moved = np.any(r.trace[:, 1:] != r.trace[:, :-1], axis=2)
     assert np.all(moved.sum(axis=1) < 300)  # some steps left θ unchanged: the rejections
@@ -110,7 +113,7 @@ def test_rejected_step_restores_theta():
 
 def test_tuner_reduces_a_too_large_step():
     t = make_target("gaussian", "none", dim=10)
-    r = run_smile_ensemble(t, "smile", 2.0, n_steps=5000, n_chains=4, thin=100, seed=2)
+    r = run_smile_ensemble(t, 2.0, RunSpec(5000, n_chains=4, thin=100, seed=2), SmileOptions())
     assert np.all(r.final_step_size < 2.0)
     assert np.all(np.isfinite(r.sample_second_moment)) and np.all(r.diverged < 0)
 
@@ -118,7 +121,8 @@ def test_tuner_reduces_a_too_large_step():
 def test_psmile_preconditioner_tracks_noise_scale():
     """p = √d σ/|σ| with σ² = Var(minibatch gradient) = diag(V) + Var(∇log p(θ)); with V = 10⁶Λ the noise dominates."""
     t = make_target("gaussian", "diagonal", dim=10, noise_scale=1e6)
-    r = run_smile_ensemble(t, "psmile-naive", 0.01, n_steps=4000, n_chains=2, seed=4)
+    r = run_smile_ensemble(t, 0.01, RunSpec(4000, n_chains=2, seed=4),
+                           SmileOptions(preconditioned=True, tuned=False))
     sig = np.sqrt(np.diag(t.noise_cov))
     want = math.sqrt(10) * sig / np.linalg.norm(sig)
     # EMA (α = 0.01) ≈ 100 effective samples: relative sd of σ ≈ 1/sqrt(2·100) ≈ 0.07 per entry;
@@ -136,7 +140,7 @@ def test_psmile_naive_beats_smile_naive_under_diagonal_noise():
     t = make_target("gaussian", "diagonal", seed=0)
     per = {}
     for s in ("smile-naive", "psmile-naive"):
-        r = run_smile_ensemble(t, s, 0.3, n_steps=20_000, n_chains=30, seed=1)
+        r = run_smile_ensemble(t, 0.3, RunSpec(20_000, n_chains=30, seed=1), options_for(s))
         per[s] = b2_chains(r.sample_second_moment, t.second_moment, t.var_of_square)
     p = stats.mannwhitneyu(per["smile-naive"], per["psmile-naive"], alternative="greater").pvalue
     assert p < MC_ALPHA, (p, np.median(per["smile-naive"]), np.median(per["psmile-naive"]))
@@ -169,25 +173,26 @@ def test_grid_search_shape_and_reporting():
 
 def test_result_fields_and_to_dict():
     t = make_target("rosenbrock", "isotropic", dim=4)
-    r = run_smile_ensemble(t, "psmile", 0.1, n_steps=100, n_chains=3, thin=10)
+    r = run_smile_ensemble(t, 0.1, RunSpec(100, n_chains=3, thin=10), SmileOptions(preconditioned=True))
     assert r.trace.shape == (3, 10, 4) and r.step_size_trace.shape == (3, 10)
     d = r.to_dict()
     assert len(d["step_size_trace"]) == 3 and d["thin"] == 10
-    assert run_smile_ensemble(t, "sgld", 1e-3, n_steps=10).step_size_trace is None
+    assert run_smile_ensemble(t, 1e-3, RunSpec(10, n_chains=10), SGLDOptions()).step_size_trace is None
 
 
 def test_input_errors():
     t = make_target("gaussian", dim=4)
     with pytest.raises(SgtuneError, match="sampler must be one of"):
-        run_smile_ensemble(t, "mala", 0.1, n_steps=10)
+        run_smile_ensemble(t, 0.1, RunSpec(10, n_chains=10), SGLRWOptions())  # a sampler of data models only
     with pytest.raises(SgtuneError, match="step_size must be > 0"):
-        run_smile_ensemble(t, "smile", -0.1, n_steps=10)
-    with pytest.raises(SgtuneError, match="burn_in must be < n_steps"):
-        run_smile_ensemble(t, "smile", 0.1, n_steps=10, burn_in=10)
-    with pytest.raises(SgtuneError, match="kappa = 0.9 must exceed"):
-        run_smile_ensemble(t, "smile", 0.1, n_steps=10, kappa=0.9)
+        run_smile_ensemble(t, -0.1, RunSpec(10, n_chains=10), SmileOptions())
+    with pytest.raises(SgtuneError, match="burn_in must be"):
+        run_smile_ensemble(t, 0.1, RunSpec(10, n_chains=10, burn_in=10), SmileOptions())
+    with pytest.raises(SgtuneError, match="guardrail = 0.9 must exceed"):
+        run_smile_ensemble(t, 0.1, RunSpec(10, n_chains=10), SmileOptions(guardrail=0.9))
     with pytest.raises(SgtuneError, match="start must be a finite vector"):
-        run_smile_ensemble(t, "smile", 0.1, n_steps=10, start=[0.0])
+        run_smile_ensemble(t, 0.1, RunSpec(10, n_chains=10), SmileOptions(), start=[0.0])
     with pytest.raises(SgtuneError, match="chains diverged"):
-        r = run_smile_ensemble(make_target("funnel", "isotropic", dim=4), "sgld", 10.0, n_steps=200)
+        r = run_smile_ensemble(make_target("funnel", "isotropic", dim=4), 10.0, RunSpec(200, n_chains=10),
+                               SGLDOptions())
         r.b2(make_target("funnel", "isotropic", dim=4))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from _tolerances import bonferroni_z
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.workflows.experiments import contaminated_linear, true_parameter
 from sgtune.models import expand, get_model
@@ -41,8 +42,8 @@ def test_predicted_test_loss_matches_sgd_ridge_chains():
     gamma, lam, B = 20.0, 0.3, 4
     e = expand(model, train, gamma)
     pred = predicted_test_loss(e.theta_hat, predict_stationary_cov(e, Dynamics(lam, B)).cov, test.X, test.y)
-    res = run_chains(model, train, lam, batch_size=B, n_steps=40_000, n_chains=8, burn_in=2000, thin=1,
-                     prior_precision=gamma, initial=e.theta_hat, seed=5)
+    res = run_chains(model, train, Dynamics(lam, B), RunSpec(40_000, n_chains=8, burn_in=2000, thin=1, seed=5),
+                     prior_precision=gamma, initial=e.theta_hat)
     tr = res.trace  # (C, T, D)
     # test loss of each iterate, mean_m (y_m − θᵀx_m)² = mean y² − 2θᵀ(Xᵀy/M) + θᵀÂθ (no covariance involved)
     A, b, c = test.X.T @ test.X / test.n_data, test.X.T @ test.y / test.n_data, np.mean(test.y**2)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.cli import main
 from sgtune.io.data import example
 from sgtune.core.errors import MissingExtraError, SgtuneError
@@ -87,15 +88,15 @@ def test_missing_arviz_is_a_one_line_install_hint_and_no_file(tmp_path, monkeypa
 def test_library_drops_diverged_chains_and_needs_a_trace(tmp_path):
     ds, m = example("logistic"), get_model("logistic")
     e = expand(m, ds)
-    res = run_chains(m, ds, 0.05, batch_size=64, n_steps=400, n_chains=3, burn_in=100, initial=e.theta_hat,
-                     thin=10, seed=1)
+    res = run_chains(m, ds, Dynamics(0.05, 64), RunSpec(400, n_chains=3, burn_in=100, thin=10, seed=1),
+                     initial=e.theta_hat)
     res.diverged_at[1] = 50  # pretend chain 1 diverged
     idata = to_inference_data(res)
     assert list(idata.posterior["chain"].values) == [0, 2] and idata.posterior.attrs["diverged_chains"] == [1]
     np.testing.assert_array_equal(idata.posterior["theta"].values, res.trace[[0, 2]])
     write_netcdf(idata, tmp_path / "a.nc")
     assert [f.name for f in tmp_path.iterdir()] == ["a.nc"]
-    res0 = run_chains(m, ds, 0.05, batch_size=64, n_steps=200, n_chains=2, initial=e.theta_hat, seed=1)
+    res0 = run_chains(m, ds, Dynamics(0.05, 64), RunSpec(200, n_chains=2, seed=1), initial=e.theta_hat)
     with pytest.raises(SgtuneError, match="thin > 0"):
         to_inference_data(res0)
 

@@ -12,8 +12,10 @@ import numpy as np
 from ..io._json import dumps
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
+from ..core.config import Dynamics, RunSpec
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
-from ..sampler.driver import DYNAMICS_SAMPLERS, MCLMC_SAMPLERS
+from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
+from ..sampler.registry import options_for
 from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, to_inference_data, write_netcdf
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
@@ -86,9 +88,13 @@ def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
     ctx = click.get_current_context(silent=True)
     default = ctx is not None and ctx.get_parameter_source("inverse_temperature") in (
         click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
-    if sampler in DYNAMICS_SAMPLERS and default:
+    if SAMPLER_SPECS[sampler].default_beta == "n_data" and default:
         return float(n_data)
-    return parse_inv_temperature(kw["inverse_temperature"], n_data)
+    beta = parse_inv_temperature(kw["inverse_temperature"], n_data)
+    if SAMPLER_SPECS[sampler].default_beta == "n_data" and math.isinf(beta):  # given explicitly: refused
+        raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
+                          "temperature (--inverse-temperature), got inf; pass N (the posterior, the default) or a number")
+    return beta
 
 
 def smile_json(res: ChainResult) -> dict[str, Any]:
@@ -118,13 +124,14 @@ def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sample
             bar.update(done - state["last"])
             state["last"] = done
 
-        return run_chains(prob.model, prob.dataset, step, batch_size=B, n_steps=steps,
-                          n_chains=int(kw["chains"]), burn_in=burn_in,
+        return run_chains(prob.model, prob.dataset,
+                          Dynamics(step, B, inv_temperature=inv_temperature, momentum=float(kw["momentum"]),
+                                   batching=batching, decay=decay),
+                          RunSpec(steps, n_chains=int(kw["chains"]), burn_in=burn_in, thin=thin,
+                                  batches_per_chain=kw.get("batches_per_chain"), seed=int(kw["seed"])),
+                          options_for(sampler, friction=float(kw.get("friction") or 1.0)),
                           prior_precision=prob.prior_precision, initial=prob.expansion.theta_hat,
-                          inv_temperature=inv_temperature, momentum=float(kw["momentum"]), sampler=sampler,
-                          batching=batching, decay=decay, thin=thin,
-                          batches_per_chain=kw.get("batches_per_chain"), seed=int(kw["seed"]),
-                          progress=None if quiet else progress, friction=float(kw.get("friction") or 1.0))
+                          progress=None if quiet else progress)
 
 
 def resolve_trace_format(kw: dict[str, Any]) -> bool:
@@ -245,9 +252,9 @@ def cli(**kw: Any) -> None:
            "decay": float(kw["decay"]), "thin": int(kw["thin"]), "model": prob.model.name, "seed": int(kw["seed"]),
            "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains),
            **smile_json(res)}
-    if kw["sampler"] == "sghmc":
-        doc["friction"] = float(kw["friction"])
-    doc["health"] = health_report(res, initial_step_size=step if kw["sampler"] in MCLMC_SAMPLERS else None,
+    if "friction" in res.settings:  # the samplers with a friction (SGHMC)
+        doc["friction"] = float(res.settings["friction"])
+    doc["health"] = health_report(res, initial_step_size=step if SAMPLER_SPECS[kw["sampler"]].mclmc else None,
                                   predict=dict(expansion=prob.expansion, step_matrix=step, sampler=str(kw["sampler"]),
                                                batch_size=int(kw["batch_size"]), inv_temperature=beta, n_data=n,
                                                batching=batching, momentum=float(kw["momentum"]),

@@ -8,7 +8,7 @@ import click
 from ..core._refs import references_of
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_verify
-from ..sampler.driver import MCLMC_SAMPLERS
+from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
 from ..sampler.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._health import health_report
@@ -121,7 +121,7 @@ def cli(**kw: Any) -> None:
                     "target": kw["target"] or "sandwich"})
     doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains, prob.prior_precision))
     doc["health"] = health_report(
-        rep.chains, initial_step_size=step if kw["sampler"] in MCLMC_SAMPLERS else None,
+        rep.chains, initial_step_size=step if SAMPLER_SPECS[kw["sampler"]].mclmc else None,
         check={"mode": rep.mode, "passed": t.passed, "z_max": t.z_max, "threshold": t.threshold,
                "argmax": list(t.argmax), "alpha": t.alpha, "relative_tolerance": t.relative_tolerance,
                "relative_frobenius_error": t.relative_frobenius_error})

@@ -1,4 +1,4 @@
-"""The one place that sets numba options for sgtune's kernels (STYLE.md §5, convention 10).
+"""The one place that sets numba options for sgtune's kernels.
 
 ``njit`` compiles a helper or a single-threaded kernel, ``njit_parallel`` a kernel that
 loops over chains with :data:`!prange`. Options:
@@ -32,7 +32,7 @@ compiled function only, so a kernel that inlines helpers from another module (``
 uses ``rng`` and ``grads``) would silently keep stale machine code when only the helper's
 file changes. The locators registered below give every function defined in
 ``sgtune/sampler/`` a stamp that hashes its own file and the :data:`CORE_MODULES`
-(``_jit``, ``rng``, ``grads``, ``kernels``, ``targets``, ``smile``) instead: editing a core module recompiles the
+(``_jit``, ``rng``, ``grads``, ``kernels``, ``targets``, ``smile``, ``state``) instead: editing a core module recompiles the
 package's kernels once; editing any other file only recompiles that file's functions, as
 before. A new module whose helpers are inlined elsewhere belongs in :data:`CORE_MODULES`.
 (If a future numba renames its locator classes, the registration is skipped and the
@@ -82,7 +82,7 @@ _SAMPLER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: modules whose numba helpers other sampler modules inline; a change in any of them must
 #: invalidate every cached function of the package
-CORE_MODULES = ("_jit.py", "rng.py", "grads.py", "kernels.py", "targets.py", "smile.py")
+CORE_MODULES = ("_jit.py", "rng.py", "grads.py", "kernels.py", "targets.py", "smile.py", "state.py")
 
 
 @functools.lru_cache(maxsize=64)

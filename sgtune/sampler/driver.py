@@ -1,14 +1,20 @@
-"""Python driver for the SG-MCMC kernels: validate once, run in chunks, summarise.
+"""Python driver of the chain engine: validate once, allocate the named records, run, summarise.
 
 :func:`run_chains` runs chains of a model (a GLM, an MLP or any protocol model) on a data set,
 :func:`run_quadratic_chains` chains on a quadratic potential with synthetic gradient noise (for
-theory checks). Both return a frozen :class:`ChainResult` with pooled moments, batch-means
-standard errors and ESS.
+theory checks). Both take the chain's :class:`~sgtune.core.config.Dynamics`, the run's
+:class:`~sgtune.core.config.RunSpec` and the sampler's options (:mod:`sgtune.sampler.registry`), build a
+:class:`~sgtune.sampler.engine.ChainPlan`, run it on a backend (:mod:`sgtune.sampler.engine`) and return
+a frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
+
+The keyword forms of 0.1 (``run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)`` and
+``run_quadratic_chains(hessian, step_matrix, n_steps=…, …)``) still work, with one
+``DeprecationWarning`` naming the new form, and give the same chains.
 """
 from __future__ import annotations
 
 import math
-import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -17,29 +23,30 @@ import numpy as np
 from ..core._refs import cites
 from ..core._validation import (as_float_array, as_spd, as_square, as_vector, available_memory, check_int,
                                 check_positive, format_bytes)
+from ..core.config import BATCHINGS, Dynamics, RunSpec
+from ..core.errors import (ConvergenceError, InsufficientMemoryError, NotPositiveDefiniteError, SgtuneError,
+                           ShapeError, UnstableStepSizeError)
 from ..io.data import Dataset, make_dataset
-from ..core.errors import (ConvergenceError, InsufficientMemoryError, NotPositiveDefiniteError, SgtuneError, ShapeError,
-                           UnstableStepSizeError)
 from ..models import fit_map, get_model, prior_matrix
 from ..models.base import model_label
-from scipy.special import ndtri
-
-from . import grads, kernels, smile_chain
-from .kernels import BATCH_FNS, BATCHINGS, COV_BLOCK, LAM_DENSE, LAM_DIAG, step_fn_for
+from . import grads
+from .engine import ChainPlan, NumbaBackend, NumpyBackend, run_plan
+from .kernels import BATCH_FNS
+from .registry import (POSTERIOR_SAMPLERS, SAMPLER_NAMES, SGLDOptions, SamplerSpec, default_inv_temperature,
+                       options_for, sampler_spec)
 from .rng import chain_states
-from .smile import check_tuner_settings
-from .smile_chain import MCLMC_SAMPLERS
+from .smile_chain import init_velocity
 from .specs import ORACLES, numba_spec_of
+from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams,
+                    mclmc_state)
 
-__all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim"]
+__all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim",
+           "chain_memory", "check_chain_memory", "step_factors"]
 
 ProgressCallback = Callable[[int, int], None]
 
-#: every sampler of :func:`run_chains`: the SG(L)D family and SGHMC (:mod:`.kernels`), then the MCLMC
-#: samplers (:mod:`.smile_chain`)
-SAMPLERS: tuple[str, ...] = kernels.SAMPLERS + tuple(MCLMC_SAMPLERS)
-#: samplers that sample exp(log p_β) with their own velocity and take a scalar step size
-DYNAMICS_SAMPLERS: tuple[str, ...] = ("sghmc", *MCLMC_SAMPLERS)
+#: every sampler of :func:`run_chains` (the registry's names)
+SAMPLERS: tuple[str, ...] = SAMPLER_NAMES
 
 
 @dataclass(frozen=True)
@@ -138,107 +145,87 @@ class ChainResult:
 
 
 # --------------------------------------------------------------------------- public API
+@dataclass(frozen=True)
+class _Problem:
+    """What the oracle of a run reads, resolved from a model and data (or a quadratic): the engine's inputs."""
+
+    kind: str
+    X: np.ndarray
+    y: np.ndarray
+    ints: np.ndarray
+    floats: np.ndarray
+    mat: np.ndarray
+    prior_kind: int
+    prior: np.ndarray
+    dim: int
+    initial: Any
+    py_model: Any
+    settings: dict[str, Any]
+
+
 @cites("wang2026", "§2.1 (SG(L)D, mean-loss scaling) and eq. (B.1) (momentum)")
 @cites("smile2025", "eqs. (1)–(3), Algorithm 1, section 3.2 (pSMILE), appendix F.2 (integrator)")
-def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *, batch_size: int,
-               n_steps: int, n_chains: int = 4, burn_in: int | None = None, prior_precision: Any = 0.0,
-               initial: Any = None, inv_temperature: float | None = None, momentum: float = 0.0,
-               sampler: str = "sgld", batching: str = "replacement", decay: float = 0.0, thin: int = 0,
-               observables: Any = None, epoch_moments: bool = False, batches_per_chain: int | None = None,
-               seed: int = 0, progress: ProgressCallback | None = None, backend: str = "numba",
-               noise_variance: float = 1.0, beta_power: float | None = None, friction: float = 1.0,
-               ema_rate: float = 0.01, precond_rate: float = 0.01, guardrail: float = 0.98,
-               adapt_a: float = 0.1, adapt_delta: float = 0.02, tune_start: int = 10,
-               precond_start: int = 100) -> ChainResult:
-    r"""Run C chains of θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ (SG(L)D, seed 003 §2.1) on a model.
+def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, run: RunSpec | None = None,
+               options: Any = None, *, initial: Any = None, prior_precision: Any = 0.0, observables: Any = None,
+               epoch_moments: bool = False, progress: ProgressCallback | None = None, backend: Any = "numba",
+               **legacy: Any) -> ChainResult:
+    r"""Run C chains of a sampler on a model: SG(L)D θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ by default.
 
     G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
-    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (seed 003, eq. B.1).
-    ``sampler="sglrw"`` / ``"clipped-sgld"`` run seed 000's eqs. (12) / (18) instead
-    (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels` for the exact rules.
+    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (Wang, Ding & Huggins 2026, §2.1
+    and eq. B.1). The other samplers (``options``, :mod:`sgtune.sampler.registry`):
 
-    The other samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) (the
-    posterior at β = N, their default) with minibatch gradients ∇log p_β ≈ −β G_t, and take a
-    *scalar* ``step_matrix`` (a diagonal or dense Λ, momentum κ and decay are SG(L)D options and
-    are rejected):
-
-    - ``"sghmc"`` (vanilla SGHMC, Chen et al. 2014, no noise estimate): velocity v,
-      v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = ``step_matrix`` (× the decay
-      schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at stationarity, so h is a time step
-      in the units where θ's posterior standard deviation is ~1/sqrt(β H) (h ≲ 1/sqrt(β λ_max(H))).
-    - ``"smile-naive"``, ``"psmile-naive"``, ``"smile"``, ``"psmile"`` (seed 001, eqs. 1–3,
+    - :class:`~sgtune.sampler.registry.SGLRWOptions` / :class:`~sgtune.sampler.registry.ClippedSGLDOptions`:
+      Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
+    - :class:`~sgtune.sampler.registry.SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
+      estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
+      ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
+      stationarity, so h ≲ 1/sqrt(β λ_max(H)).
+    - :class:`~sgtune.sampler.registry.SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
       Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
       (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
-      ``step_matrix`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
-      coordinates); for ``smile``/``psmile`` the initial ε, adapted by the energy-variance tuner.
-      β enters only the target (ε does not scale with it). The ``p`` prefix adds the diagonal
-      preconditioner from EMAs (rate ``precond_rate``) of the minibatch gradient. The result adds
-      ``step_size_final``, ``rejection_fraction``, ``energy_error_mean`` (and the others below).
+      ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
+      coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
+      the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
+
+    SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
+    minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
+    and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
 
     Parameters
     ----------
     model : GLM, {"linear", "logistic", "poisson", "beta-linear"} or a protocol model
-        Per-observation loss (a name is resolved with ``noise_variance``/``beta_power``). Any
-        object with ``numba_spec(p) -> (kind, ints, floats)`` (e.g. :class:`sgtune.models.MLP`,
-        kind ``"mlp"``, :mod:`sgtune.sampler.specs`) runs in the compiled kernel; an object with only
-        ``per_sample_grads(theta, X, y) -> (n, D)`` (and optionally ``batched_grads``) runs on
-        the general NumPy path (:mod:`sgtune.sampler.general`). The parameter dimension D is
-        ``n_params`` of the spec, else ``model.n_params(p)``, else p.
+        Per-observation loss. Any object with ``numba_spec(p) -> (kind, ints, floats)`` (e.g.
+        :class:`sgtune.models.MLP`, :mod:`sgtune.sampler.specs`) runs in the compiled engine; an object
+        with only ``per_sample_grads(theta, X, y) -> (n, D)`` (and optionally ``batched_grads``) runs on
+        the general NumPy path (:mod:`sgtune.sampler.general`). D is ``n_params`` of the spec, else
+        ``model.n_params(p)``, else p.
     data : Dataset or (X, y)
         The data.
-    step_matrix : float, (D,) or (D, D)
-        Λ: a scalar λ (Λ = λI), a diagonal, or a dense matrix (SPD when β < ∞).
-    batch_size : int
-        B, 1 ≤ B ≤ N.
-    n_steps : int
-        Steps per chain T (including burn-in).
-    n_chains : int
-        C independent chains (parallel over threads).
-    burn_in : int, optional
-        Steps discarded before the moments are accumulated (default T // 10).
+    dynamics : Dynamics
+        Λ (``step``: a scalar λ, a (D,) diagonal or a (D, D) matrix, SPD when β < ∞; SGHMC's h or SMILE's
+        ε), the batch size B ≤ N, β, κ, the batching and the decay γ of Λ_t = Λ (1+k)^{−γ}.
+    run : RunSpec
+        Steps T (burn-in included), chains C, burn-in (default T // 10), ``thin`` (keep every thin-th
+        draw after burn-in in ``trace``), segments per chain behind the standard errors, seed (chain c
+        uses ``SeedSequence(seed).spawn(C)[c]``, :mod:`sgtune.sampler.rng`).
+    options : sampler options, optional
+        The sampler and its settings (default :class:`~sgtune.sampler.registry.SGLDOptions`).
+    initial : (D,) or (C, D), optional
+        Starting point(s); default θ̂, the MAP fitted here by :func:`sgtune.models.fit_map` (seeded with
+        the run's seed); a model that cannot be fitted needs it.
     prior_precision : float or (D, D)
         Γ (scalar G means G·I).
-    initial : (D,) or (C, D), optional
-        Starting point(s); default θ̂, the MAP fitted here by :func:`sgtune.models.fit_map` (with
-        ``seed`` for a non-convex model's start); a model that cannot be fitted (no
-        ``per_sample_losses``, or no ``initial_params`` for a non-convex one) needs it.
-    inv_temperature : float, optional
-        β; ``inf`` is SGD (no injected noise). Default: ``inf`` for sgld/sglrw/clipped-sgld, N
-        (the posterior) for sghmc and the SMILE samplers (which need a finite β).
-    momentum : float
-        κ in [0, 1).
-    sampler : {"sgld", "sglrw", "clipped-sgld", "sghmc", "smile-naive", "psmile-naive", "smile", "psmile"}
-        Update rule (above).
-    batching : {"replacement", "without-replacement", "reshuffle"}
-        Minibatch scheme; reshuffling draws a fresh permutation per chain and epoch.
-    decay : float
-        γ ≥ 0 of the schedule Λ_t = Λ (1+k)^{−γ}, k the 0-based iteration.
-    thin : int
-        Keep every ``thin``-th draw after burn-in in ``trace`` (0: no trace).
     observables : (K, D), optional
         Rows ℓ_k of linear observables whose per-chain time averages are returned.
     epoch_moments : bool
-        With ``batching="reshuffle"``, moments of θ by position within the epoch.
-    batches_per_chain : int, optional
-        Segments per chain for batch-means standard errors (default ⌈32/C⌉ rounded up to an even
-        number, so that each chain splits into halves for the non-stationarity check).
-    seed : int
-        Seed; chain c uses ``SeedSequence(seed).spawn(C)[c]`` (:mod:`sgtune.sampler.rng`).
+        With reshuffling, moments of θ by position within the epoch.
     progress : callable(done, total), optional
         Called after each chunk of steps (e.g. a click progress bar).
-    backend : {"numba", "python", "numpy"}
-        ``python`` runs the pure-Python twin (slow; tests; GLMs and quadratics); ``numpy`` forces
-        the general path (NumPy gradients from ``model.per_sample_grads``) even for a model with a
-        numba spec.
-    noise_variance, beta_power : float
-        Used when ``model`` is a name.
-    friction : float
-        SGHMC's friction γ > 0.
-    ema_rate, guardrail, adapt_a, adapt_delta, tune_start : float, float, float, float, int
-        smile/psmile tuner (Algorithm 1): EMA rate β of |ΔE| (0.01), guardrail quantile κ (0.98),
-        adaptation band a (0.1) and factor δ (0.02), steps before it acts (10).
-    precond_rate, precond_start : float, int
-        pSMILE: EMA rate α (0.01) and the steps before the preconditioner leaves 1 (100).
+    backend : "numba", "numpy" or a backend object
+        ``numpy`` forces the general path even for a model with a numba spec; an object with
+        ``prepare``/``advance`` runs the plan itself (:mod:`sgtune.sampler.engine`; the tests' pure-Python
+        reference implementation is one).
 
     Returns
     -------
@@ -251,23 +238,41 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
     NotPositiveDefiniteError
         Λ is not SPD although β < ∞.
     """
+    if not isinstance(dynamics, Dynamics):
+        return _legacy_run_chains(model, data, dynamics, initial=initial, prior_precision=prior_precision,
+                                  observables=observables, epoch_moments=epoch_moments, progress=progress,
+                                  backend=backend, legacy=legacy)
+    if legacy:
+        raise TypeError(f"run_chains() got unexpected keyword arguments: {', '.join(sorted(legacy))}")
+    if not isinstance(run, RunSpec):
+        raise TypeError(f"run_chains(model, data, dynamics, run, options): run must be a RunSpec, got {run!r}")
+    options = SGLDOptions() if options is None else options
+    spec = sampler_spec(options)
+    prob = _data_problem(model, data, dynamics, prior_precision, initial, run.seed, backend, spec)
+    return _execute(prob, dynamics, run, options, spec, observables=observables, epoch_moments=epoch_moments,
+                    progress=progress, backend=backend)
+
+
+def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: Any, initial: Any, seed: int,
+                  backend: Any, spec: SamplerSpec) -> _Problem:
+    """Resolve a model on data into the oracle's inputs, the prior Γ/N and the start (θ̂ by default)."""
     if isinstance(model, str):
-        model = get_model(model, noise_variance=noise_variance, beta_power=beta_power)
+        model = get_model(model)
     ds = data if isinstance(data, Dataset) else make_dataset(*data)
     label = model_label(model)
     check = getattr(model, "check_response", None)
     if check is not None:
         check(ds.y, ds.source or "y")
     n, p = ds.n_data, ds.dim
-    check_int(batch_size, "batch_size", low=1, high=n)
+    dynamics.check_data(n)
     if n >= 2**32:
         raise SgtuneError(f"the sampler supports N < 2^32 data points, got N = {n}")
-    spec = numba_spec_of(model, p)
-    if backend == "numpy" or spec is None:
+    numba_spec = numba_spec_of(model, p)
+    if backend == "numpy" or numba_spec is None:
         if not callable(getattr(model, "per_sample_grads", None)):
             raise SgtuneError(f"model {label} has neither numba_spec() nor per_sample_grads(theta, X, y); "
                               "give it one of them (see sgtune.sampler.specs)")
-    d = parameter_dim(model, spec, p)
+    d = parameter_dim(model, numba_spec, p)
     gam = prior_matrix(prior_precision, d)
     if not np.any(gam):
         prior_kind, prior = grads.PRIOR_NONE, np.zeros((d, d))
@@ -277,55 +282,43 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], step_matrix: Any, *,
         prior_kind, prior = grads.PRIOR_DENSE, gam / n
     if initial is None:
         initial = _map_start(model, ds, gam, d, seed, label)
-    kind, ints, floats = spec if spec is not None else ("python", np.zeros(1, dtype=np.int64), np.zeros(1))
+    kind, ints, floats = numba_spec if numba_spec is not None else ("python", np.zeros(1, dtype=np.int64),
+                                                                    np.zeros(1))
     if backend == "numpy":
         kind = "python"
-    if inv_temperature is None:
-        inv_temperature = float(n) if sampler in DYNAMICS_SAMPLERS else math.inf
-    dyn = _dynamics_options(sampler, step_matrix, inv_temperature, momentum, decay, backend, friction, ema_rate,
-                            precond_rate, guardrail, adapt_a, adapt_delta, tune_start, precond_start)
-    if sampler in MCLMC_SAMPLERS:
+    if spec.needs_loss:
         if kind == "python":
             if not callable(getattr(model, "per_sample_losses", None)):
-                raise SgtuneError(f"sampler {sampler!r} needs the minibatch loss for its energy error: model {label} "
-                                  "has per_sample_grads but no per_sample_losses(theta, X, y); add it")
+                raise SgtuneError(f"sampler {spec.name!r} needs the minibatch loss for its energy error: model "
+                                  f"{label} has per_sample_grads but no per_sample_losses(theta, X, y); add it")
         elif ORACLES[kind].value_grad_fn is None:
-            raise SgtuneError(f"sampler {sampler!r} needs a loss for its energy error, which numba oracle {kind!r} "
+            raise SgtuneError(f"sampler {spec.name!r} needs a loss for its energy error, which numba oracle {kind!r} "
                               "does not have; use backend='numpy' with a model that has per_sample_losses")
-    return _run(dyn=dyn, X=ds.X, y=ds.y, kind=kind, ints=ints, floats=floats, mat=prior, dim=d, py_model=model,
-                prior_kind=prior_kind, prior=prior, step_matrix=step_matrix, initial=initial,
-                batch_size=int(batch_size), n_steps=n_steps, n_chains=n_chains, burn_in=burn_in,
-                inv_temperature=inv_temperature, momentum=momentum, sampler=sampler, batching=batching,
-                decay=decay, thin=thin, observables=observables, epoch_moments=epoch_moments,
-                batches_per_chain=batches_per_chain, seed=seed, progress=progress, backend=backend,
-                settings={"model": label, "n_data": n, "batch_size": int(batch_size), "oracle": kind,
-                          "n_params": d})
+    return _Problem(kind, ds.X, ds.y, ints, floats, prior, int(prior_kind), prior, d, initial, model,
+                    {"model": label, "n_data": n, "batch_size": int(dynamics.batch_size), "oracle": kind,
+                     "n_params": d})
 
 
 @cites("gnld2025", "eq. (2.8) with Q = 0: SG Euler–Maruyama on a quadratic potential")
-def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chains: int = 4,
+def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None = None, options: Any = None, *,
                          mean: Any = None, noise_cov: Any = None, noise_alpha: float | None = None,
-                         noise_scale: float = 1.0, initial: Any = None, burn_in: int | None = None,
-                         inv_temperature: float = math.inf, momentum: float = 0.0, sampler: str = "sgld",
-                         decay: float = 0.0, thin: int = 0, observables: Any = None,
-                         batches_per_chain: int | None = None, seed: int = 0,
-                         progress: ProgressCallback | None = None, backend: str = "numba") -> ChainResult:
+                         noise_scale: float = 1.0, initial: Any = None, observables: Any = None,
+                         progress: ProgressCallback | None = None, backend: Any = "numba",
+                         **legacy: Any) -> ChainResult:
     r"""Chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the quadratic potential ½(θ−μ)ᵀA(θ−μ).
 
     ε ~ N(0, C) with ``noise_cov`` C (default: no noise), or ε_i = ``noise_scale``·S_α i.i.d.
     symmetric α-stable with ``noise_alpha`` α ∈ (0, 2] (characteristic function e^{−|t|^α}).
-    The update rules are those of :func:`run_chains`. For SG(L)D with Gaussian noise the chain
-    is linear and its stationary covariance solves Σ = (I−ΛA)Σ(I−ΛA)ᵀ + ΛCΛᵀ + 2Λ/β exactly
-    (seed 003, eq. 11, with a constant C̄) — the exact oracle the tests use.
+    The update rules are those of :func:`run_chains` (SG(L)D, SGLRW, clipped SGLD; the batch size
+    of ``dynamics`` is not used: there are no data). For SG(L)D with Gaussian noise the chain is
+    linear and its stationary covariance solves Σ = (I−ΛA)Σ(I−ΛA)ᵀ + ΛCΛᵀ + 2Λ/β exactly
+    (Wang, Ding & Huggins 2026, eq. 11, with a constant C̄) — the exact oracle the tests use.
 
     Parameters
     ----------
     hessian : (D, D)
         A (symmetric).
-    step_matrix : float, (D,) or (D, D)
-        Λ.
-    n_steps, n_chains, burn_in, inv_temperature, momentum, sampler, decay, thin, observables,
-    batches_per_chain, seed, progress, backend
+    dynamics, run, options, observables, progress, backend
         As in :func:`run_chains`.
     mean : (D,), optional
         μ (default 0).
@@ -340,6 +333,29 @@ def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chai
     -------
     ChainResult
     """
+    if not isinstance(dynamics, Dynamics):
+        return _legacy_quadratic(hessian, dynamics, mean=mean, noise_cov=noise_cov, noise_alpha=noise_alpha,
+                                 noise_scale=noise_scale, initial=initial, observables=observables,
+                                 progress=progress, backend=backend, legacy=legacy)
+    if legacy:
+        raise TypeError(f"run_quadratic_chains() got unexpected keyword arguments: {', '.join(sorted(legacy))}")
+    if not isinstance(run, RunSpec):
+        raise TypeError(f"run_quadratic_chains(hessian, dynamics, run, options): run must be a RunSpec, got {run!r}")
+    options = SGLDOptions() if options is None else options
+    spec = sampler_spec(options)
+    if backend == "numpy":
+        raise SgtuneError("backend must be 'numba' or a backend object for quadratic chains, got 'numpy'")
+    if spec.target != "linearised":
+        raise SgtuneError(f"quadratic chains run sgld, sglrw or clipped-sgld, got sampler {spec.name!r}; SMILE and "
+                          "SGHMC on analytic targets run in sgtune.sampler.smile.run_smile_ensemble")
+    prob = _quadratic_problem(hessian, mean, noise_cov, noise_alpha, noise_scale, initial)
+    return _execute(prob, dynamics.replace(batching="replacement"), run, options, spec, observables=observables,
+                    epoch_moments=False, progress=progress, backend=backend, batching="none")
+
+
+def _quadratic_problem(hessian: Any, mean: Any, noise_cov: Any, noise_alpha: float | None, noise_scale: float,
+                       initial: Any) -> _Problem:
+    """The quadratic oracle's inputs: A in the oracle's matrix slot ``X``, μ in its vector slot ``y``."""
     A = as_square(hessian, "hessian")
     d = A.shape[0]
     mu = np.zeros(d) if mean is None else as_vector(mean, "mean", d)
@@ -353,37 +369,247 @@ def run_quadratic_chains(hessian: Any, step_matrix: Any, *, n_steps: int, n_chai
     else:
         kind, mpar = "quadratic-gaussian", grads.model_params()
         if noise_cov is not None:
-            cov = as_square(noise_cov, "noise_cov", d)
-            lam, vec = np.linalg.eigh(0.5 * (cov + cov.T))
-            if lam[0] < -1e-12 * max(1.0, lam[-1]):
-                raise NotPositiveDefiniteError(
-                    f"noise_cov must be positive semi-definite but has eigenvalue {lam[0]:.3g}")
-            try:
-                chol = np.linalg.cholesky(cov)
-            except np.linalg.LinAlgError:  # singular PSD: a lower-triangular factor via QR
-                half = vec * np.sqrt(np.clip(lam, 0, None))
-                chol = np.linalg.qr(half.T)[1].T
-                chol = chol * np.sign(np.diag(chol) + (np.diag(chol) == 0))
-    if backend == "numpy":
-        raise SgtuneError("backend must be 'numba' or 'python' for quadratic chains, got 'numpy'")
-    if sampler not in kernels.SAMPLERS or sampler == "sghmc":
-        raise SgtuneError(f"quadratic chains run sgld, sglrw or clipped-sgld, got sampler {sampler!r}; SMILE and "
-                          "SGHMC on analytic targets run in sgtune.sampler.smile.run_smile_ensemble")
-    return _run(dyn={}, X=np.ascontiguousarray(A), y=mu, kind=kind, ints=np.zeros(1, dtype=np.int64), floats=mpar,
-                mat=np.ascontiguousarray(chol), dim=d, py_model=None, prior_kind=grads.PRIOR_NONE,
-                prior=np.zeros((1, 1)),
-                step_matrix=step_matrix, initial=mu if initial is None else initial, batch_size=1,
-                n_steps=n_steps, n_chains=n_chains, burn_in=burn_in, inv_temperature=inv_temperature,
-                momentum=momentum, sampler=sampler, batching="none", decay=decay, thin=thin,
-                observables=observables, epoch_moments=False, batches_per_chain=batches_per_chain,
-                seed=seed, progress=progress, backend=backend,
-                settings={"model": kind})
+            chol = _psd_factor(as_square(noise_cov, "noise_cov", d))
+    return _Problem(kind, np.ascontiguousarray(A), mu, np.zeros(1, dtype=np.int64), mpar, np.ascontiguousarray(chol),
+                    grads.PRIOR_NONE, np.zeros((1, 1)), d, mu if initial is None else initial, None, {"model": kind})
 
 
-# --------------------------------------------------------------------------- helpers
+def _psd_factor(cov: np.ndarray) -> np.ndarray:
+    """A lower-triangular L with LLᵀ = C for a positive semi-definite C (Cholesky, or QR when C is singular)."""
+    lam, vec = np.linalg.eigh(0.5 * (cov + cov.T))
+    if lam[0] < -1e-12 * max(1.0, lam[-1]):
+        raise NotPositiveDefiniteError(f"noise_cov must be positive semi-definite but has eigenvalue {lam[0]:.3g}")
+    try:
+        return np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:  # singular PSD: a lower-triangular factor via QR
+        half = vec * np.sqrt(np.clip(lam, 0, None))
+        chol = np.linalg.qr(half.T)[1].T
+        return chol * np.sign(np.diag(chol) + (np.diag(chol) == 0))
+
+
+# --------------------------------------------------------------------------- the keyword forms of 0.1
+_LEGACY_RUN = ("n_steps", "n_chains", "burn_in", "thin", "batches_per_chain", "seed")
+_LEGACY_SAMPLER = ("friction", "ema_rate", "precond_rate", "guardrail", "adapt_a", "adapt_delta", "tune_start",
+                   "precond_start")
+
+
+def _legacy_parts(legacy: dict[str, Any]) -> tuple[Any, RunSpec, Any, dict[str, Any]]:
+    """(options, RunSpec, β, the Dynamics keywords) from the old keyword arguments; rejects unknown ones."""
+    kw = dict(legacy)
+    if "n_steps" not in kw:
+        raise TypeError("run_chains() missing required keyword argument: 'n_steps'")
+    run = RunSpec(**{k: kw.pop(k) for k in _LEGACY_RUN if k in kw})
+    sampler = kw.pop("sampler", "sgld")
+    options = options_for(sampler, **{k: kw.pop(k) for k in _LEGACY_SAMPLER if k in kw})
+    beta = kw.pop("inv_temperature", None)
+    if beta is not None and sampler in POSTERIOR_SAMPLERS and math.isinf(float(beta)):
+        raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
+                          "temperature (--inverse-temperature), got inf; pass inv_temperature=N (the posterior, the "
+                          "default) or a number")
+    dyn_kw = {k: kw.pop(k) for k in ("batch_size", "momentum", "batching", "decay") if k in kw}
+    kw.pop("noise_variance", None), kw.pop("beta_power", None)
+    if kw:
+        raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(kw))}")
+    return options, run, math.inf if beta is None else beta, dyn_kw
+
+
+def _warn_legacy(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new} (Dynamics and RunSpec from sgtune.core.config, the sampler's "
+                  "options from sgtune.sampler.registry); the chains are the same", DeprecationWarning, stacklevel=4)
+
+
+def _legacy_run_chains(model: Any, data: Any, step_matrix: Any, *, legacy: dict[str, Any], **kw: Any) -> ChainResult:
+    _warn_legacy("run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)",
+                 "run_chains(model, data, Dynamics(step_matrix, batch_size, …), RunSpec(n_steps, …), options)")
+    if isinstance(model, str):
+        model = get_model(model, noise_variance=legacy.get("noise_variance", 1.0), beta_power=legacy.get("beta_power"))
+    if "batch_size" not in legacy:
+        raise TypeError("run_chains() missing required keyword argument: 'batch_size'")
+    options, run, beta, dyn_kw = _legacy_parts(legacy)
+    dynamics = Dynamics(step_matrix, inv_temperature=beta, **dyn_kw)
+    return run_chains(model, data, dynamics, run, options, **kw)
+
+
+def _legacy_quadratic(hessian: Any, step_matrix: Any, *, legacy: dict[str, Any], **kw: Any) -> ChainResult:
+    _warn_legacy("run_quadratic_chains(hessian, step_matrix, n_steps=…, …)",
+                 "run_quadratic_chains(hessian, Dynamics(step_matrix, batch_size=1, …), RunSpec(n_steps, …), options)")
+    options, run, beta, dyn_kw = _legacy_parts(legacy)
+    dynamics = Dynamics(step_matrix, 1, inv_temperature=beta, **dyn_kw)
+    return run_quadratic_chains(hessian, dynamics, run, options, **kw)
+
+
+# --------------------------------------------------------------------------- plan, run, summary
+def _execute(prob: _Problem, dynamics: Dynamics, run: RunSpec, options: Any, spec: SamplerSpec, *,
+             observables: Any, epoch_moments: bool, progress: ProgressCallback | None, backend: Any,
+             batching: str | None = None) -> ChainResult:
+    """Validate the dynamics for the sampler, build the plan, run it on the backend and summarise."""
+    beta = default_inv_temperature(spec, dynamics.inv_temperature, int(prob.settings.get("n_data", 0)))
+    _check_dynamics(spec, dynamics, backend)
+    bat = dynamics.batching if batching is None else batching
+    plan = _plan(prob, dynamics, run, options, spec, beta, bat, observables, epoch_moments)
+    runner = _backend(backend, prob, plan)
+    seconds, compile_seconds = run_plan(plan, runner, progress)
+    settings = {**prob.settings, "sampler": spec.name, "batching": bat, "inv_temperature": float(beta),
+                "momentum": dynamics.momentum, "decay": dynamics.decay,
+                "step_kind": "dense" if plan.lam_kind == LAM_DENSE else "diagonal",
+                "batches_per_chain": plan.recorder(False).acc_n.shape[1], "thin": run.thin,
+                "backend": getattr(runner, "name", str(backend)), **options.settings()}
+    return _result(plan, run, spec, settings, seconds, compile_seconds)
+
+
+def _check_dynamics(spec: SamplerSpec, dyn: Dynamics, backend: Any) -> None:
+    """The registry's rules for the step, momentum and decay of this sampler."""
+    if spec.step_kind == "scalar":
+        arr = np.asarray(dyn.step, dtype=float)
+        if arr.size != 1:
+            raise SgtuneError(f"sampler {spec.name!r} takes a scalar step size {spec.step_name}, got step_matrix "
+                              f"(--lambda) of shape {arr.shape}; pass a number (--step-size) — a diagonal or dense Λ "
+                              "is for sampler 'sgld', and psmile estimates a diagonal preconditioner itself")
+        h = float(arr.reshape(-1)[0])
+        if not (h > 0 and math.isfinite(h)):
+            raise SgtuneError(f"sampler {spec.name!r} needs a finite step size > 0, got {h}")
+    if dyn.momentum != 0.0 and not spec.momentum:
+        alt = "its friction γ (friction=...)" if hasattr(spec.options, "friction") else "its own unit velocity u"
+        raise SgtuneError(f"momentum κ = {dyn.momentum} (--momentum) is an SG(L)D option; sampler {spec.name!r} has "
+                          f"{alt} — drop it (or use sampler 'sgld')")
+    if dyn.decay != 0.0 and not spec.decay:
+        raise SgtuneError(f"decay = {dyn.decay} (--decay) schedules SG(L)D's Λ; sampler {spec.name!r} has no schedule "
+                          "(smile/psmile tune ε themselves) — drop it")
+    if backend == "python":
+        raise SgtuneError("backend 'python' is the tests' pure-Python reference implementation now "
+                          "(tests/reference); pass backend='numba' or 'numpy', or a backend object")
+    if not isinstance(backend, str) and not callable(getattr(backend, "advance", None)):
+        raise SgtuneError(f"backend must be 'numba', 'numpy' or an object with prepare() and advance(), got {backend!r}")
+    if isinstance(backend, str) and backend not in ("numba", "numpy"):
+        raise SgtuneError(f"backend must be 'numba' or 'numpy' (or a backend object), got {backend!r}")
+
+
+def _backend(backend: Any, prob: _Problem, plan: ChainPlan) -> Any:
+    if not isinstance(backend, str):
+        return backend
+    if prob.kind == "python":
+        return NumpyBackend()
+    return NumbaBackend()
+
+
+def _plan(prob: _Problem, dyn: Dynamics, run: RunSpec, options: Any, spec: SamplerSpec, beta: float, batching: str,
+          observables: Any, epoch_moments: bool) -> ChainPlan:
+    """Allocate the named records of the run (after the memory check) and pick the components."""
+    d, C, T = prob.dim, run.n_chains, run.n_steps
+    T0 = run.burn_in_steps
+    lam, lam_kind, fac, inject = step_factors(dyn.step, d, beta, spec)
+    obs = np.zeros((0, d)) if observables is None else as_float_array(observables, "observables")
+    if obs.ndim == 1:
+        obs = obs[None, :]
+    if obs.ndim != 2 or obs.shape[1] != d:
+        raise ShapeError(f"observables must be (K, D) with D = {d} but has shape {obs.shape}")
+    S = run.segments
+    n_data = prob.X.shape[0]
+    if epoch_moments and batching != "reshuffle":
+        raise SgtuneError("epoch_moments needs batching='reshuffle' (positions within an epoch)")
+    R = -(-n_data // dyn.batch_size) if epoch_moments else 0
+    n_trace = run.kept_steps // run.thin if run.thin > 0 else 0
+    n_perm = n_data if batching in ("without-replacement", "reshuffle") else 1
+    check_chain_memory(n_chains=C, n_steps=T, dim=d, n_trace=n_trace, n_segments=S, n_perm=n_perm,
+                       n_positions=R, n_observables=obs.shape[0], mclmc=spec.mclmc)
+    init = as_float_array(prob.initial, "initial")
+    if init.shape == (d,):
+        init = np.tile(init, (C, 1))
+    elif init.shape != (C, d):
+        raise ShapeError(f"initial must be (D,) = ({d},) or (C, D) = ({C}, {d}) but has shape {init.shape}")
+    # per-chain permutations only where the batching uses them (C·N int64 would be 512 MB for N = 10⁶, C = 64)
+    state = ChainState(np.ascontiguousarray(init.copy()), np.zeros((C, d)), chain_states(run.seed, C),
+                       np.tile(np.arange(n_perm, dtype=np.int64), (C, 1)), np.zeros(C, dtype=np.int64),
+                       -np.ones(C, dtype=np.int64), np.zeros(C, dtype=np.int64))
+    h = float(np.asarray(dyn.step, dtype=float).reshape(-1)[0])
+    params = StepParams(lam, fac, dyn.momentum, inject, float(beta), float(getattr(options, "friction", 1.0)), h)
+    mc = mclmc_state(C, d, h, options.tuner_params(float(beta))) if spec.mclmc else mclmc_state(C)
+    if spec.mclmc:
+        init_velocity(state)
+    arrays = (np.zeros((C, S), dtype=np.int64), np.zeros((C, S, d)), np.zeros((C, S, d, d)),
+              np.zeros((C, COV_BLOCK, d)), np.zeros((C, 2), dtype=np.int64))
+    more = (np.zeros((C, n_trace, d)), np.zeros((C, R), dtype=np.int64), np.zeros((C, R, d)), np.zeros((C, R, d)),
+            obs, np.zeros((C, obs.shape[0])), np.zeros((C, n_trace if spec.mclmc else 0)))
+    seg_len = run.kept_steps // S
+
+    def recorder(last: bool) -> Recorder:
+        return Recorder(int(seg_len), *arrays, bool(last), int(run.thin), *more)
+
+    oracle = ORACLES.get(prob.kind)
+    work = int(oracle.work_size(prob.ints, d, int(dyn.batch_size))) if oracle is not None else 0
+    grad_fn = None if oracle is None else (oracle.value_grad_fn if spec.needs_loss else oracle.grad_fn)
+    ora = Oracle(prob.X, prob.y, prob.ints, prob.floats, prob.mat, int(prob.prior_kind), prob.prior, work)
+    return ChainPlan(spec.name, lam_kind, batching, prob.kind, BATCH_FNS[batching], grad_fn, spec.rules[lam_kind],
+                     spec.moves.get(lam_kind), state, ora, Schedule(int(dyn.batch_size), float(dyn.decay)), params, mc,
+                     recorder, T0, T, prob.py_model, spec.mclmc)
+
+
+def _result(plan: ChainPlan, run: RunSpec, spec: SamplerSpec, settings: dict[str, Any], seconds: float,
+            compile_seconds: float) -> ChainResult:
+    """Summarise the records of a finished plan into a :class:`ChainResult`."""
+    rec = plan.recorder(True)
+    diverged = plan.state.diverged
+    C, d = plan.state.theta.shape
+    T, S = run.n_steps, rec.acc_n.shape[1]
+    ok = diverged < 0
+    if not ok.any():
+        raise UnstableStepSizeError(
+            f"all {C} chains diverged (first at step {int(diverged.min())}); the step size is too large — "
+            "reduce step_matrix (e.g. by a factor 2) or check it with the forward prediction",
+            spectral_radius=float("nan"))
+    acc_n, acc_mean, acc_m2 = rec.acc_n, rec.acc_mean, rec.acc_m2
+    summary = _summarise(acc_n[ok], acc_mean[ok], acc_m2[ok])
+    chain_means = np.full((C, d), np.nan)
+    chain_covs = np.full((C, d, d), np.nan)
+    chain_means[ok], chain_covs[ok] = _merge_chains(acc_n[ok], acc_mean[ok], _full(acc_m2[ok]))
+    n_post = acc_n.sum(axis=1)
+    half_means = half_vars = None
+    if S >= 2:  # each chain's first and last ⌊S/2⌋ segments (the middle one of an odd S is left out)
+        h = S // 2
+        half_means = np.full((C, 2, d), np.nan)
+        half_vars = np.full((C, 2, d), np.nan)
+        for k, part in enumerate((slice(0, h), slice(S - h, S))):
+            m, v = _merge_chains(acc_n[ok, part], acc_mean[ok, part], _full(acc_m2[ok, part]))
+            half_means[ok, k] = m
+            half_vars[ok, k] = np.diagonal(v, axis1=-2, axis2=-1)
+    obs_means = rec.obs_sum / np.maximum(n_post, 1)[:, None] if rec.obs.shape[0] else None
+    pmean = pvar = None
+    if rec.pos_n.shape[1]:
+        pmean, pvar = _merge_positions(rec.pos_n[ok], rec.pos_mean[ok], rec.pos_m2[ok])
+    extra = _mclmc_extras(plan, rec, T, d, run.thin) if spec.mclmc else {}
+    return ChainResult(mean=summary[0], cov=summary[1], mean_standard_error=summary[2],
+                       cov_standard_error=summary[3], ess=summary[4], n_batches=summary[5],
+                       chain_means=chain_means, chain_covs=chain_covs, batch_covs=summary[6],
+                       trace=rec.trace if run.thin > 0 else None, observable_means=obs_means,
+                       epoch_position_mean=pmean, epoch_position_var=pvar, diverged_at=diverged,
+                       clip_fraction=float(plan.state.clip_count.sum() / max(1, C * T * d)),
+                       final_state=plan.state.theta, n_steps=T, burn_in=plan.burn_in, n_chains=C, seed=run.seed,
+                       seconds=seconds, compile_seconds=compile_seconds, settings=settings, half_means=half_means,
+                       half_variances=half_vars, **extra)
+
+
+def _mclmc_extras(plan: ChainPlan, rec: Recorder, T: int, d: int, thin: int) -> dict[str, Any]:
+    """The SMILE samplers' per-chain step size, rejection and energy-error statistics, pSMILE's preconditioner."""
+    mc = plan.mclmc
+    diverged = plan.state.diverged
+    n_done = np.where(diverged >= 0, np.maximum(diverged, 1), T).astype(float)
+    stats = mc.stats
+    extra = {"step_size_final": mc.step.copy(), "rejection_fraction": stats[:, 0] / n_done,
+             "energy_error_mean": stats[:, 1] / n_done, "energy_error_abs_mean": stats[:, 2] / n_done,
+             "energy_error_var_per_dim": stats[:, 3] / n_done / d,
+             "step_size_trace": rec.step_trace if thin > 0 else None}
+    if mc.precond:
+        corr = 1.0 - (1.0 - float(mc.alpha)) ** np.maximum(mc.pcount, 1)
+        extra["preconditioner"] = 1.0 / mc.ipre
+        extra["gradient_sd"] = np.sqrt(mc.gvar / corr[:, None])
+    return extra
+
+
 def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
-                 sampler: str = "sgld") -> tuple[np.ndarray, int, np.ndarray, bool]:
-    """(Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ."""
+                 spec: SamplerSpec | None = None) -> tuple[np.ndarray, int, np.ndarray, bool]:
+    """(Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ.
+
+    A sampler whose registry entry takes a diagonal step (SGLRW, clipped SGLD) refuses a dense Λ and β = ∞."""
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
     inject = not math.isinf(beta)
     arr = as_float_array(step_matrix, "step_matrix")
@@ -398,13 +624,13 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
     else:
         raise ShapeError(f"step_matrix must be a scalar, (D,) or (D, D) = ({dim}, {dim}) but has shape {arr.shape}")
     kind = LAM_DIAG if np.count_nonzero(lam - np.diag(np.diag(lam))) == 0 else LAM_DENSE
-    if sampler != "sgld":
+    if spec is not None and spec.step_kind == "diagonal":
         if kind == LAM_DENSE:
-            raise SgtuneError(f"sampler {sampler!r} needs a scalar or diagonal step_matrix (coordinatewise moves); "
+            raise SgtuneError(f"sampler {spec.name!r} needs a scalar or diagonal step_matrix (coordinatewise moves); "
                               "use sampler='sgld' for a dense Λ")
         if not inject:
-            raise SgtuneError(f"sampler {sampler!r} needs a finite inverse temperature (it moves by ±sqrt(2Λ_ii/β)); "
-                              "pass inv_temperature=N or a number")
+            raise SgtuneError(f"sampler {spec.name!r} needs a finite inverse temperature (it moves by "
+                              "±sqrt(2Λ_ii/β)); pass inv_temperature=N or a number")
     fac = np.zeros((dim, dim))
     if kind == LAM_DIAG:
         dg = np.diag(lam)
@@ -416,59 +642,8 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
     elif inject:
         lam = as_spd(lam, "step_matrix (SGLD needs a symmetric positive-definite Λ)", dim)
         fac = np.linalg.cholesky(2.0 * lam / beta)
-    return np.ascontiguousarray(lam), kind, np.ascontiguousarray(fac), inject
-
-
-def _dynamics_options(sampler: str, step_matrix: Any, inv_temperature: float, momentum: float, decay: float,
-                      backend: str, friction: float, ema_rate: float, precond_rate: float, guardrail: float,
-                      adapt_a: float, adapt_delta: float, tune_start: int, precond_start: int) -> dict[str, Any]:
-    """Validate the options of sghmc and the SMILE samplers (empty dict for the SG(L)D family)."""
-    if sampler not in DYNAMICS_SAMPLERS:
-        return {}
-    what = "h (its time step)" if sampler == "sghmc" else "ε (the distance moved per step)"
-    arr = np.asarray(step_matrix, dtype=float) if not isinstance(step_matrix, str) else np.array([np.nan, np.nan])
-    if arr.size != 1:
-        raise SgtuneError(f"sampler {sampler!r} takes a scalar step size {what}, got step_matrix (--lambda) of shape "
-                          f"{arr.shape}; pass a number (--step-size) — a diagonal or dense Λ is for sampler 'sgld', "
-                          "and psmile estimates a diagonal preconditioner itself")
-    h = float(arr.reshape(-1)[0])
-    if not (h > 0 and math.isfinite(h)):
-        raise SgtuneError(f"sampler {sampler!r} needs a finite step size > 0, got {h}")
-    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
-    if math.isinf(beta):
-        raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
-                          "temperature (--inverse-temperature), got inf; pass inv_temperature=N (the posterior, the "
-                          "default) or a number")
-    if momentum != 0.0:
-        alt = "its friction γ (friction=...)" if sampler == "sghmc" else "its own unit velocity u"
-        raise SgtuneError(f"momentum κ = {momentum} (--momentum) is an SG(L)D option; sampler {sampler!r} has {alt} — "
-                          "drop it (or use sampler 'sgld')")
-    if decay != 0.0 and sampler != "sghmc":
-        raise SgtuneError(f"decay = {decay} (--decay) schedules SG(L)D's Λ; sampler {sampler!r} has no schedule "
-                          "(smile/psmile tune ε themselves) — drop it")
-    if backend == "python":
-        raise SgtuneError(f"backend 'python' (the pure-Python twin) runs sgld, sglrw and clipped-sgld, not "
-                          f"{sampler!r}; use backend='numba' or 'numpy'")
-    if sampler == "sghmc":
-        return {"friction": check_positive(friction, "friction")}
-    ts, ps = check_tuner_settings(ema_rate, precond_rate, guardrail, adapt_a, adapt_delta, tune_start,
-                                  precond_start)
-    pre, tuned = MCLMC_SAMPLERS[sampler]
-    params = np.zeros(smile_chain.N_PARAMS)
-    params[smile_chain.Q_ALPHA] = precond_rate
-    params[smile_chain.Q_BETA] = ema_rate
-    params[smile_chain.Q_ZK] = ndtri(guardrail)
-    params[smile_chain.Q_ZLO] = ndtri(adapt_a / 3.0)
-    params[smile_chain.Q_ZHI] = ndtri(1.0 - 2.0 * adapt_a / 3.0)
-    params[smile_chain.Q_DELTA] = adapt_delta
-    params[smile_chain.Q_TUNE_START] = ts
-    params[smile_chain.Q_PRE_START] = ps
-    params[smile_chain.Q_INV_TEMP] = beta
-    params[smile_chain.Q_PRECOND] = float(pre)
-    params[smile_chain.Q_TUNED] = float(tuned)
-    return {"params": params, "step_size": h,
-            "settings": {"ema_rate": ema_rate, "precond_rate": precond_rate, "guardrail": guardrail,
-                         "adapt_a": adapt_a, "adapt_delta": adapt_delta, "tune_start": ts, "precond_start": ps}}
+    # fresh writable copies: a read-only Λ (Dynamics keeps one) would be another numba type, another compile
+    return np.array(lam, order="C"), kind, np.array(fac, order="C"), inject
 
 
 def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, label: str) -> np.ndarray:
@@ -539,201 +714,6 @@ def check_chain_memory(*, n_chains: int, n_steps: int, dim: int, n_trace: int, n
     raise InsufficientMemoryError(
         f"{n_chains} chains × {n_steps} steps (D = {dim}) would need about {format_bytes(need)} of memory "
         f"({detail}) but {format_bytes(avail)} is available; {fix}", needed=need, available=avail)
-
-
-def _run(*, dyn: dict[str, Any], X: np.ndarray, y: np.ndarray, kind: str, ints: np.ndarray, floats: np.ndarray, mat: np.ndarray,
-         dim: int, py_model: Any, prior_kind: int, prior: np.ndarray, step_matrix: Any, initial: Any,
-         batch_size: int, n_steps: int, n_chains: int, burn_in: int | None, inv_temperature: float,
-         momentum: float, sampler: str, batching: str, decay: float, thin: int, observables: Any,
-         epoch_moments: bool, batches_per_chain: int | None, seed: int, progress: ProgressCallback | None,
-         backend: str, settings: dict[str, Any]) -> ChainResult:
-    if sampler not in SAMPLERS:
-        raise SgtuneError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
-    if batching not in BATCHINGS and batching != "none":
-        raise SgtuneError(f"batching must be one of {', '.join(BATCHINGS)}, got {batching!r}")
-    if backend not in ("numba", "python", "numpy"):
-        raise SgtuneError(f"backend must be 'numba', 'python' or 'numpy', got {backend!r}")
-    if backend == "python" and kind not in ("glm", "quadratic-gaussian", "quadratic-stable"):
-        raise SgtuneError(f"backend 'python' (the pure-Python twin) supports GLMs and quadratic oracles, "
-                          f"not {kind!r} models; use backend='numba'")
-    d = dim
-    n_data = X.shape[0]
-    T = check_int(n_steps, "n_steps", low=1)
-    C = check_int(n_chains, "n_chains", low=1)
-    T0 = T // 10 if burn_in is None else check_int(burn_in, "burn_in", low=0, high=T - 1)
-    kappa = float(momentum)
-    if not 0.0 <= kappa < 1.0:
-        raise SgtuneError(f"momentum must lie in [0, 1), got {momentum}")
-    gamma = check_positive(decay, "decay", strict=False)
-    thin = check_int(thin, "thin", low=0)
-    seed = check_int(seed, "seed", low=0)
-    mclmc = sampler in MCLMC_SAMPLERS
-    lam, lam_kind, fac, inject = step_factors(step_matrix, d, inv_temperature,
-                                              "sgld" if sampler in DYNAMICS_SAMPLERS else sampler)
-    obs = np.zeros((0, d)) if observables is None else as_float_array(observables, "observables")
-    if obs.ndim == 1:
-        obs = obs[None, :]
-    if obs.ndim != 2 or obs.shape[1] != d:
-        raise ShapeError(f"observables must be (K, D) with D = {d} but has shape {obs.shape}")
-    post = T - T0
-    if batches_per_chain is None:  # an even number: each chain's first and second half (chain health)
-        S = max(1, math.ceil(32 / C))
-        S += S % 2
-    else:
-        S = check_int(batches_per_chain, "batches_per_chain", low=1)
-    S = min(S, post)
-    seg_len = post // S
-    n_batches_epoch = -(-n_data // batch_size)
-    R = n_batches_epoch if (epoch_moments and batching == "reshuffle") else 0
-    if epoch_moments and batching != "reshuffle":
-        raise SgtuneError("epoch_moments needs batching='reshuffle' (positions within an epoch)")
-    n_trace = post // thin if thin > 0 else 0
-    n_perm = n_data if batching in ("without-replacement", "reshuffle") else 1
-    check_chain_memory(n_chains=C, n_steps=T, dim=d, n_trace=n_trace, n_segments=S, n_perm=n_perm,
-                       n_positions=R, n_observables=obs.shape[0], mclmc=mclmc)
-    init = as_float_array(initial, "initial")
-    if init.shape == (d,):
-        init = np.tile(init, (C, 1))
-    elif init.shape != (C, d):
-        raise ShapeError(f"initial must be (D,) = ({d},) or (C, D) = ({C}, {d}) but has shape {init.shape}")
-
-    theta = np.ascontiguousarray(init.copy())
-    mom = np.zeros((C, d))
-    rng_state = chain_states(seed, C)
-    # per-chain permutations only where the batching uses them (C·N int64 would be 512 MB for
-    # N = 10⁶, C = 64); with replacement the kernel never reads them
-    perm = np.tile(np.arange(n_perm, dtype=np.int64), (C, 1))
-    epoch_pos = np.zeros(C, dtype=np.int64)
-    diverged = -np.ones(C, dtype=np.int64)
-    clip_count = np.zeros(C, dtype=np.int64)
-    acc_n = np.zeros((C, S), dtype=np.int64)
-    acc_mean = np.zeros((C, S, d))
-    acc_m2 = np.zeros((C, S, d, d))
-    blk = np.zeros((C, COV_BLOCK, d))
-    blk_n = np.zeros((C, 2), dtype=np.int64)
-    trace = np.zeros((C, n_trace, d))
-    pos_n = np.zeros((C, R), dtype=np.int64)
-    pos_mean = np.zeros((C, R, d))
-    pos_m2 = np.zeros((C, R, d))
-    obs_sum = np.zeros((C, obs.shape[0]))
-    state = (theta, mom, rng_state, perm, epoch_pos, diverged, clip_count)
-    hp = np.array([kappa, 1.0 if inject else 0.0])
-    if sampler == "sghmc":
-        hp = np.array([float(inv_temperature), float(dyn["friction"])])
-    upd = (lam, fac, hp)
-    sched = (int(batch_size), gamma)
-    step_fn = None if mclmc else step_fn_for(sampler, lam_kind)
-    batch_fn = BATCH_FNS[batching]
-    sm: tuple[Any, ...] = ()
-    if mclmc:
-        sm = (np.full(C, float(dyn["step_size"])), np.zeros((C, 4)), np.ones((C, d)), np.zeros((C, d)),
-              np.zeros((C, d)), np.zeros(C, dtype=np.int64), np.zeros((C, 4)), np.zeros((C, n_trace)),
-              np.zeros((C, d)), np.zeros((C, 2)), dyn["params"])
-        smile_chain.init_velocity(state)
-
-    def outputs(last: bool) -> tuple[Any, ...]:
-        return (int(seg_len), acc_n, acc_mean, acc_m2, blk, blk_n, bool(last), int(thin), trace, pos_n, pos_mean,
-                pos_m2, obs, obs_sum)
-
-    if kind == "python":
-        from .general import GeneralPath
-
-        path = GeneralPath(py_model, X, y, d, batch_fn, step_fn, state, prior_kind, prior, gamma, upd, int(batch_size),
-                           sm=sm)
-
-        def call(t0: int, steps: int) -> None:
-            path.run(t0, steps, int(T0), outputs, T)
-    elif mclmc:
-        oracle = ORACLES[kind]
-        ora = (X, y, ints, floats, mat, int(prior_kind), prior, int(oracle.work_size(ints, d, int(batch_size))))
-
-        def call(t0: int, steps: int) -> None:
-            smile_chain.smile_chains(batch_fn, oracle.value_grad_fn, state, int(t0), int(steps), int(T0), ora,
-                                     int(batch_size), sm, outputs(t0 + steps == T))
-    else:
-        oracle = ORACLES[kind]
-        ora = (X, y, ints, floats, mat, int(prior_kind), prior, int(oracle.work_size(ints, d, int(batch_size))))
-
-        def call(t0: int, steps: int) -> None:
-            last = t0 + steps == T  # the last call merges the pending covariance block
-            if backend == "numba":
-                kernels.chains(BATCH_FNS[batching], oracle.grad_fn, step_fn, state, int(t0), int(steps), int(T0),
-                               ora, sched, upd, outputs(last))
-            else:
-                from .twins import run_twin
-                run_twin(sampler, lam_kind, batching, kind, state, int(t0), int(steps), int(T0), ora, sched, upd,
-                         outputs(last))
-
-    tic = time.perf_counter()
-    if backend == "numba" and kind != "python":
-        call(0, 0)  # compiles (or loads the cache) without doing any work
-    compile_seconds = time.perf_counter() - tic
-    # 50 calls even without a progress bar: Python runs its signal handlers between them, so Ctrl-C stops a
-    # long run within ~2 % of its time instead of after it (the chains are identical either way)
-    chunk = max(1, -(-T // 50))
-    tic = time.perf_counter()
-    done = 0
-    while done < T:
-        steps = min(chunk, T - done)
-        call(done, steps)
-        done += steps
-        if progress is not None:
-            progress(done, T)
-    seconds = time.perf_counter() - tic
-
-    ok = diverged < 0
-    if not ok.any():
-        raise UnstableStepSizeError(
-            f"all {C} chains diverged (first at step {int(diverged.min())}); the step size is too large — "
-            "reduce step_matrix (e.g. by a factor 2) or check it with the forward prediction",
-            spectral_radius=float("nan"))
-    summary = _summarise(acc_n[ok], acc_mean[ok], acc_m2[ok])
-    chain_means = np.full((C, d), np.nan)
-    chain_covs = np.full((C, d, d), np.nan)
-    chain_means[ok], chain_covs[ok] = _merge_chains(acc_n[ok], acc_mean[ok], _full(acc_m2[ok]))
-    n_post = acc_n.sum(axis=1)
-    half_means = half_vars = None
-    if S >= 2:  # each chain's first and last ⌊S/2⌋ segments (the middle one of an odd S is left out)
-        h = S // 2
-        half_means = np.full((C, 2, d), np.nan)
-        half_vars = np.full((C, 2, d), np.nan)
-        for k, part in enumerate((slice(0, h), slice(S - h, S))):
-            m, v = _merge_chains(acc_n[ok, part], acc_mean[ok, part], _full(acc_m2[ok, part]))
-            half_means[ok, k] = m
-            half_vars[ok, k] = np.diagonal(v, axis1=-2, axis2=-1)
-    obs_means = obs_sum / np.maximum(n_post, 1)[:, None] if obs.shape[0] else None
-    pmean = pvar = None
-    if R:
-        pmean, pvar = _merge_positions(pos_n[ok], pos_mean[ok], pos_m2[ok])
-    coord_updates = max(1, C * T * d)
-    settings = {**settings, "sampler": sampler, "batching": batching, "inv_temperature": float(inv_temperature),
-                "momentum": kappa, "decay": gamma, "step_kind": "dense" if lam_kind == LAM_DENSE else "diagonal",
-                "batches_per_chain": S, "thin": thin, "backend": backend if kind != "python" else "numpy"}
-    extra: dict[str, Any] = {}
-    if sampler == "sghmc":
-        settings["friction"] = float(dyn["friction"])
-    if mclmc:
-        settings.update(dyn["settings"])
-        step_, tune_, ipre_, gbar_, gvar_, pcount_, stats_, step_trace_ = sm[:8]
-        pre = MCLMC_SAMPLERS[sampler][0]
-        n_done = np.where(diverged >= 0, np.maximum(diverged, 1), T).astype(float)
-        extra = {"step_size_final": step_.copy(), "rejection_fraction": stats_[:, 0] / n_done,
-                 "energy_error_mean": stats_[:, 1] / n_done, "energy_error_abs_mean": stats_[:, 2] / n_done,
-                 "energy_error_var_per_dim": stats_[:, 3] / n_done / d,
-                 "step_size_trace": step_trace_ if thin > 0 else None}
-        if pre:
-            corr = 1.0 - (1.0 - float(dyn["params"][smile_chain.Q_ALPHA])) ** np.maximum(pcount_, 1)
-            extra["preconditioner"] = 1.0 / ipre_
-            extra["gradient_sd"] = np.sqrt(gvar_ / corr[:, None])
-    return ChainResult(mean=summary[0], cov=summary[1], mean_standard_error=summary[2],
-                       cov_standard_error=summary[3], ess=summary[4], n_batches=summary[5],
-                       chain_means=chain_means, chain_covs=chain_covs, batch_covs=summary[6],
-                       trace=trace if thin > 0 else None, observable_means=obs_means,
-                       epoch_position_mean=pmean, epoch_position_var=pvar, diverged_at=diverged,
-                       clip_fraction=float(clip_count.sum() / coord_updates), final_state=theta,
-                       n_steps=T, burn_in=T0, n_chains=C, seed=seed, seconds=seconds,
-                       compile_seconds=compile_seconds, settings=settings, half_means=half_means,
-                       half_variances=half_vars, **extra)
 
 
 def _full(m2_upper: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ A model without a numba spec (:mod:`sgtune.sampler.specs`) provides
   chain's minibatch, vectorised over chains (used instead of C calls of ``per_sample_grads``;
   :meth:`sgtune.models.MLP.batched_grads` is one).
 
-Every step of all C chains is: the chains' next minibatches (:func:`~sgtune.sampler.kernels.draw_batches`,
+Every step of all C chains (:class:`~sgtune.sampler.engine.NumpyBackend`) is: the chains' next
+minibatches (:func:`~sgtune.sampler.kernels.draw_batches`,
 the same jitted batch components and xoshiro256++ streams as the compiled chains), the data term
 G_n = mean of the model's gradients over the batch (NumPy, the model's code), then
 :func:`~sgtune.sampler.kernels.advance` (prior Γθ/N, the same update components, divergence check
@@ -39,56 +40,54 @@ __all__ = ["GeneralPath"]
 
 
 class GeneralPath:
-    """Runs the steps of :func:`sgtune.sampler.driver.run_chains` for a NumPy-gradient model."""
+    """Runs the steps of a :class:`~sgtune.sampler.engine.ChainPlan` for a NumPy-gradient model."""
 
-    def __init__(self, model: Any, X: np.ndarray, y: np.ndarray, dim: int, batch_fn: Any, step_fn: Any,
-                 state: tuple[np.ndarray, ...], prior_kind: int, prior: np.ndarray, decay: float,
-                 upd: tuple[np.ndarray, np.ndarray, np.ndarray], batch_size: int, sm: tuple[Any, ...] = ()) -> None:
+    def __init__(self, plan: Any) -> None:
+        model = plan.py_model
+        self.plan = plan
         self.label = model_label(model)
         self.per_sample: Callable[..., Any] = model.per_sample_grads
         self.batched: Callable[..., Any] | None = getattr(model, "batched_grads", None)
         if self.batched is not None and not callable(self.batched):
             self.batched = None
-        self.X, self.y, self.d = X, y, dim
-        self.batch_fn, self.step_fn, self.state = batch_fn, step_fn, state
-        self.prior_kind, self.prior, self.decay, self.upd = int(prior_kind), prior, float(decay), upd
-        self.batch_size = int(batch_size)
-        n_chains = state[0].shape[0]
+        self.X, self.y, self.d = plan.oracle.X, plan.oracle.y, plan.state.theta.shape[1]
+        self.state = plan.state
+        self.batch_size = int(plan.sched.batch_size)
+        n_chains = self.state.theta.shape[0]
         self.idx = np.zeros((n_chains, max(self.batch_size, 1)), dtype=np.int64)
-        self.grads = np.zeros((n_chains, dim))
+        self.grads = np.zeros((n_chains, self.d))
         self.checked_batched = self.checked_single = self.checked_loss = False
-        self.sm = sm
         self.per_sample_losses: Callable[..., Any] | None = getattr(model, "per_sample_losses", None)
         self.values = np.zeros(n_chains)
 
-    def run(self, t0: int, n_steps: int, burn_in: int, outputs: Callable[[bool], tuple[Any, ...]],
-            total_steps: int) -> None:
-        """Advance all chains from step ``t0`` by ``n_steps`` (``outputs(last)`` gives the output tuple)."""
-        mid, last = outputs(False), outputs(True)
+    def run(self, t0: int, n_steps: int) -> None:
+        """Advance all chains from step ``t0`` by ``n_steps``."""
+        plan = self.plan
+        mid, last = plan.recorder(False), plan.recorder(True)
         n_data = self.X.shape[0]
-        diverged = self.state[5]
+        diverged = self.state.diverged
         for t in range(t0 + 1, t0 + n_steps + 1):
-            nb = kernels.draw_batches(self.batch_fn, self.state, n_data, self.batch_size, self.idx)
+            nb = kernels.draw_batches(plan.batch_fn, self.state, n_data, self.batch_size, self.idx)
             live = np.flatnonzero(diverged < 0)
             if live.size == 0:
                 return
-            if self.sm:
-                out = last if t == total_steps else mid
+            rec = last if t == plan.n_steps else mid
+            if plan.is_mclmc:
                 for phase in range(3):
                     live = np.flatnonzero(diverged < 0)
                     self._gradients(live, nb)
                     if phase != 1:
                         self._losses(live, nb)
-                    smile_chain.general_phase(phase, self.state, t, burn_in, self.grads, self.values,
-                                              self.prior_kind, self.prior, self.sm, out)
+                    smile_chain.general_phase(phase, self.state, t, plan.burn_in, self.grads, self.values,
+                                              plan.oracle, plan.mclmc, rec)
                 continue
             self._gradients(live, nb)
-            kernels.advance(self.step_fn, self.state, t, burn_in, self.grads, self.prior_kind, self.prior,
-                            self.decay, self.upd, last if t == total_steps else mid)
+            kernels.advance(plan.move_fn, self.state, t, plan.burn_in, self.grads, plan.oracle, plan.sched.decay,
+                            plan.params, rec, plan.mclmc)
 
     def _losses(self, live: np.ndarray, nb: int) -> None:
         """Batch-mean loss of every live chain at its current θ into ``values``."""
-        theta = self.state[0]
+        theta = self.state.theta
         idx = self.idx[live, :nb]
         assert self.per_sample_losses is not None  # checked by the driver
         for k, c in enumerate(live):
@@ -104,7 +103,7 @@ class GeneralPath:
             self.values[c] = v.mean()
 
     def _gradients(self, live: np.ndarray, nb: int) -> None:
-        theta = self.state[0]
+        theta = self.state.theta
         idx = self.idx[live, :nb]
         if self.batched is not None:
             g = np.asarray(self.batched(theta[live], self.X[idx], self.y[idx]))

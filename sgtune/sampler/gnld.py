@@ -1,20 +1,23 @@
-"""SG Euler–Maruyama for generalised non-reversible Langevin dynamics on a BLR posterior (seed 004, Eq. (2.8)).
+"""SG Euler–Maruyama for generalised non-reversible Langevin dynamics on a BLR posterior, on the chain engine.
 
-Scheme, for an augmented state z ∈ R^n whose first p coordinates are the shifted regression
-coefficients x = θ − θ̄ (θ̄ the posterior mean) and H(z) = ½zᵀMz:
+The GNLD paper (anonymous, 2025), Eq. (2.8): for an augmented state z ∈ R^n whose first p coordinates are
+the shifted regression coefficients x = θ − θ̄ (θ̄ the posterior mean) and H(z) = ½zᵀMz,
 
     z_{k+1} = z_k − η (D + Q) ĝ_k + sqrt(η) L ξ_k,      L Lᵀ = 2D,
 
 where ĝ_k = M z_k except on the first p coordinates, which carry the minibatch gradient of
 the BLR posterior potential U(θ) = Σ_i (y_i − x_iᵀθ)²/(2s²) + ½θᵀΓθ at θ = θ̄ + x:
 (N/B) Σ_{b≤B} x̃_{i_b}(x̃_{i_b}ᵀθ − ỹ_{i_b}) + Γθ (+ M_xv z_v), indices drawn uniformly with
-replacement (seed 004, Eq. (6.3); x̃ = x/s, ỹ = y/s). With ``batch_size = 0`` the exact gradient
-M z is used. The kernel returns, per replica, the time average (1/K) Σ_{k=0}^{K−1} ℓᵀz_k; no
-trace is stored.
+replacement (Eq. (6.3); x̃ = x/s, ỹ = y/s). With ``batch_size = 0`` the exact gradient M z is used.
 
-Randomness: one ``np.random.Generator`` per replica (spawned from a ``SeedSequence``), drawn in
-a fixed order per step (B integers, then n standard normals), so results do not depend on the
-number of threads. :func:`sg_gnld_time_average_py` is the pure-Python twin used by the tests.
+This is a chain of the engine (:mod:`sgtune.sampler.engine`): the batch schedule ``replacement`` (or
+``none``), the gradient oracle :func:`gnld_grad`, the step rule of SG(L)D with the dense, non-symmetric
+"step matrix" Λ = η(D + Q) and noise factor sqrt(η) L (κ = 0, s_t = 1), and the recorder's linear
+observable: each replica's time average (1/K) Σ_{k=1}^{K} ℓᵀz_k. Every replica draws from its own
+xoshiro256++ stream (:mod:`sgtune.sampler.rng`), so results do not depend on the number of threads.
+(Until 0.1.0 this module had its own kernel on NumPy generators, averaging z_0..z_{K−1}; with a stationary
+start both averages have the same law. The tests check the new streams against the exact finite-η
+variance of the time average.)
 """
 from __future__ import annotations
 
@@ -23,19 +26,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
-from numba.typed import List
 
 from ..core._refs import cites
 from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, ShapeError
+from ._jit import component
+from .engine import ChainPlan, NumbaBackend, run_plan
+from .kernels import BATCH_FNS, sgld_dense_rule
+from .rng import chain_states
+from .state import COV_BLOCK, LAM_DENSE, ChainState, Oracle, Recorder, Schedule, StepParams, mclmc_state
 
-__all__ = [
-    "GnldRun",
-    "run_sg_gnld",
-    "sg_gnld_time_average",
-    "sg_gnld_time_average_py",
-]
+__all__ = ["GnldRun", "run_sg_gnld", "gnld_grad", "gnld_plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,134 +71,85 @@ class GnldRun:
         return asdict(self)
 
 
-@njit(cache=True)
-def _one_replica(drift, noise_factor, hessian, xs, ys, prior, center, observable, step_size,
-                 n_steps, batch_size, z, znew, grad, xi, theta, gen):  # pragma: no cover - numba
+@component
+def gnld_grad(z, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """ĝ = M z (``mat`` = M), with the first p = ``ints[0]`` coordinates replaced by the minibatch BLR gradient
+    (N/nb) Σ_b x̃_b(x̃_bᵀθ − ỹ_b) + Γθ + M_xv z_v at θ = θ̄ + z_{:p} when the batch is not empty (``floats`` =
+    [θ̄ (p), Γ row by row (p²)]); ``work`` holds θ."""
     n = z.shape[0]
+    p = ints[0]
+    for a in range(n):
+        s = 0.0
+        for b in range(n):
+            s += mat[a, b] * z[b]
+        grad[a] = s
+    if nb == 0:
+        return
+    scale = X.shape[0] / nb
+    for a in range(p):
+        s = 0.0
+        for b in range(p):
+            s += mat[a, b] * z[b]
+        grad[a] -= s
+        work[a] = floats[a] + z[a]
+    for a in range(p):
+        s = 0.0
+        for b in range(p):
+            s += floats[p + a * p + b] * work[b]
+        grad[a] += s
+    for k in range(nb):
+        i = idx[k]
+        r = -y[i]
+        for a in range(p):
+            r += X[i, a] * work[a]
+        for a in range(p):
+            grad[a] += scale * r * X[i, a]
+
+
+def _antisymmetric(value: Any, name: str, size: int) -> np.ndarray:
+    """Q as a (n, n) antisymmetric array (Qᵀ = −Q to rounding), else a NotAntisymmetricError naming ``name``."""
+    from ..theory.fluctuation import NotAntisymmetricError
+
+    q = as_square(value, name, size)
+    norm = np.linalg.norm(q, 1)
+    err = np.linalg.norm(q + q.T, 1)
+    if err > 100 * np.spacing(max(norm, 1e-300)) and err > 0:
+        raise NotAntisymmetricError(
+            f"{name} must be antisymmetric (Q^T = -Q) but ||Q+Q^T||_1/||Q||_1 = "
+            f"{err / max(norm, 1e-300):.3g}; pass (Q - Q.T)/2, and put any symmetric part into the diffusion")
+    return 0.5 * (q - q.T)
+
+
+def gnld_plan(drift: np.ndarray, noise_factor: np.ndarray, hessian: np.ndarray, xs: np.ndarray, ys: np.ndarray,
+              prior: np.ndarray, center: np.ndarray, observable: np.ndarray, step_size: float, n_steps: int,
+              batch_size: int, init: np.ndarray, seed: int) -> ChainPlan:
+    """The engine's plan of R replicas (one per row of ``init``)."""
+    reps, n = init.shape
     p = xs.shape[1]
-    nrows = xs.shape[0]
-    sq = np.sqrt(step_size)
-    scale = nrows / batch_size if batch_size > 0 else 0.0
-    acc = 0.0
-    for _k in range(n_steps):
-        obs = 0.0
-        for a in range(n):
-            obs += observable[a] * z[a]
-        acc += obs
-        for a in range(n):
-            s = 0.0
-            for b in range(n):
-                s += hessian[a, b] * z[b]
-            grad[a] = s
-        if batch_size > 0:
-            for a in range(p):
-                s = 0.0
-                for b in range(p):
-                    s += hessian[a, b] * z[b]
-                grad[a] -= s
-                theta[a] = center[a] + z[a]
-            for a in range(p):
-                s = 0.0
-                for b in range(p):
-                    s += prior[a, b] * theta[b]
-                grad[a] += s
-            for _b in range(batch_size):
-                i = gen.integers(0, nrows)
-                r = -ys[i]
-                for a in range(p):
-                    r += xs[i, a] * theta[a]
-                for a in range(p):
-                    grad[a] += scale * r * xs[i, a]
-        for a in range(n):
-            xi[a] = gen.standard_normal()
-        for a in range(n):
-            s = 0.0
-            t = 0.0
-            for b in range(n):
-                s += drift[a, b] * grad[b]
-                t += noise_factor[a, b] * xi[b]
-            znew[a] = z[a] - step_size * s + sq * t
-        for a in range(n):
-            z[a] = znew[a]
-    return acc / n_steps
+    state = ChainState(np.ascontiguousarray(init, dtype=np.float64).copy(), np.zeros((reps, n)),
+                       chain_states(seed, reps), np.zeros((reps, 1), dtype=np.int64), np.zeros(reps, dtype=np.int64),
+                       -np.ones(reps, dtype=np.int64), np.zeros(reps, dtype=np.int64))
+    lam = np.ascontiguousarray(step_size * drift)
+    fac = np.ascontiguousarray(np.sqrt(step_size) * noise_factor)
+    params = StepParams(lam, fac, 0.0, True, 1.0, 1.0, float(step_size))
+    floats = np.concatenate([center, prior.reshape(-1)]).astype(np.float64)
+    ora = Oracle(xs, ys, np.array([p if batch_size > 0 else 0], dtype=np.int64), floats, np.ascontiguousarray(hessian),
+                 0, np.zeros((1, 1)), max(p, 1))
+    arrays = (np.zeros((reps, 1), dtype=np.int64), np.zeros((reps, 1, n)), np.zeros((reps, 1, n, n)),
+              np.zeros((reps, COV_BLOCK, n)), np.zeros((reps, 2), dtype=np.int64), np.zeros((reps, 0, n)),
+              np.zeros((reps, 0), dtype=np.int64), np.zeros((reps, 0, n)), np.zeros((reps, 0, n)))
+    obs = np.ascontiguousarray(observable[None, :])
+    obs_sum = np.zeros((reps, 1))
 
+    def recorder(last: bool) -> Recorder:
+        a = arrays
+        return Recorder(int(n_steps), a[0], a[1], a[2], a[3], a[4], bool(last), 0, a[5], a[6], a[7], a[8], obs,
+                        obs_sum, np.zeros((reps, 0)))
 
-@njit(parallel=True, cache=True)
-def sg_gnld_time_average(drift, noise_factor, hessian, xs, ys, prior, center, observable,
-                         step_size, n_steps, batch_size, init, gens):  # pragma: no cover - numba
-    """Numba kernel: per-replica time averages of ℓᵀz for the SG-EM GNLD chain (see module doc)."""
-    n_rep = init.shape[0]
-    n = init.shape[1]
-    p = xs.shape[1]
-    out = np.empty(n_rep)
-    for r in prange(n_rep):
-        ri = np.int64(r)
-        z = init[ri].copy()
-        znew = np.empty(n)
-        grad = np.empty(n)
-        xi = np.empty(n)
-        theta = np.empty(p)
-        out[ri] = _one_replica(drift, noise_factor, hessian, xs, ys, prior, center, observable,
-                               step_size, n_steps, batch_size, z, znew, grad, xi, theta, gens[ri])
-    return out
-
-
-def sg_gnld_time_average_py(drift, noise_factor, hessian, xs, ys, prior, center, observable,
-                            step_size, n_steps, batch_size, init, gens):  # type: ignore[no-untyped-def]
-    """Pure-Python twin of :func:`sg_gnld_time_average` (same arithmetic order and draws)."""
-    n_rep, n = init.shape
-    p = xs.shape[1]
-    nrows = xs.shape[0]
-    out = np.empty(n_rep)
-    sq = np.sqrt(step_size)
-    scale = nrows / batch_size if batch_size > 0 else 0.0
-    for r in range(n_rep):
-        gen = gens[r]
-        z = [float(v) for v in init[r]]
-        acc = 0.0
-        for _k in range(n_steps):
-            obs = 0.0
-            for a in range(n):
-                obs += observable[a] * z[a]
-            acc += obs
-            grad = [0.0] * n
-            for a in range(n):
-                s = 0.0
-                for b in range(n):
-                    s += hessian[a, b] * z[b]
-                grad[a] = s
-            if batch_size > 0:
-                theta = [0.0] * p
-                for a in range(p):
-                    s = 0.0
-                    for b in range(p):
-                        s += hessian[a, b] * z[b]
-                    grad[a] -= s
-                    theta[a] = center[a] + z[a]
-                for a in range(p):
-                    s = 0.0
-                    for b in range(p):
-                        s += prior[a, b] * theta[b]
-                    grad[a] += s
-                for _b in range(batch_size):
-                    i = int(gen.integers(0, nrows))
-                    rr = -ys[i]
-                    for a in range(p):
-                        rr += xs[i, a] * theta[a]
-                    for a in range(p):
-                        grad[a] += scale * rr * xs[i, a]
-            xi = [float(gen.standard_normal()) for _ in range(n)]
-            new = [0.0] * n
-            for a in range(n):
-                s = 0.0
-                t = 0.0
-                for b in range(n):
-                    s += drift[a, b] * grad[b]
-                    t += noise_factor[a, b] * xi[b]
-                new[a] = z[a] - step_size * s + sq * t
-            z = new
-        out[r] = acc / n_steps
-    return out
+    batching = "replacement" if batch_size > 0 else "none"
+    return ChainPlan("gnld", LAM_DENSE, batching, "gnld", BATCH_FNS[batching], gnld_grad, sgld_dense_rule, None,
+                     state, ora, Schedule(int(max(batch_size, 1)), 0.0), params, mclmc_state(reps), recorder, 0,
+                     int(n_steps))
 
 
 @cites("gnld2025", "SG Euler-Maruyama scheme (2.8); minibatch oracle (6.3)")
@@ -206,8 +158,10 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
                 design: Any | None = None, response: Any | None = None,
                 batch_size: int = 0, noise_variance: float = 1.0,
                 prior_precision: Any | None = None, init: Any | None = None,
-                seed: int = 0, python: bool = False) -> GnldRun:
-    r"""Run R replicas of z_{k+1} = z_k − η(D+Q)ĝ_k + sqrt(2η)D^{1/2}ξ_k and return (1/K)Σℓᵀz_k (seed 004, Eq. (2.8)).
+                seed: int = 0, backend: Any = "numba") -> GnldRun:
+    r"""R replicas of z_{k+1} = z_k − η(D+Q)ĝ_k + sqrt(η)Lξ_k (LLᵀ = 2D) and their (1/K)Σ_{k=1}^{K} ℓᵀz_k.
+
+    The GNLD paper (anonymous, 2025), Eq. (2.8).
 
     Parameters
     ----------
@@ -238,9 +192,10 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     init : array_like, (R, n) or (n,), optional
         Initial shifted states (default 0, i.e. the posterior mean and v = 0).
     seed : int, optional
-        Root seed; replica r uses ``default_rng(SeedSequence(seed).spawn(R)[r])``.
-    python : bool, optional
-        Use the pure-Python twin (slow; for tests).
+        Root seed; replica r uses the stream ``SeedSequence(seed).spawn(R)[r]`` (:mod:`sgtune.sampler.rng`).
+    backend : "numba" or a backend object, optional
+        A backend of the engine's seam (:mod:`sgtune.sampler.engine`); the tests pass their pure-Python
+        reference implementation.
 
     Returns
     -------
@@ -259,11 +214,11 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     >>> run.time_averages.shape
     (4,)
     """
-    from ..theory.fluctuation import _as_antisymmetric, blr_gradient_noise_moments
+    from ..theory.fluctuation import blr_gradient_noise_moments
 
     dmat = as_spd(diffusion, "diffusion")
     n = dmat.shape[0]
-    qmat = _as_antisymmetric(antisymmetric, "antisymmetric", n)
+    qmat = _antisymmetric(antisymmetric, "antisymmetric", n)
     ell = as_vector(observable, "observable", n)
     eta = check_positive(step_size, "step_size")
     kk = check_int(n_steps, "n_steps", low=1)
@@ -311,14 +266,10 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
         z0 = np.ascontiguousarray(z0, dtype=np.float64)
     noise_factor = np.linalg.cholesky(2.0 * dmat)
     drift = np.ascontiguousarray(dmat + qmat)
-    children = np.random.SeedSequence(seed).spawn(reps)
-    gens_py = [np.random.default_rng(c) for c in children]
-    args = (drift, noise_factor, np.ascontiguousarray(m), xs, ys, np.ascontiguousarray(prior),
-            np.ascontiguousarray(center), ell, eta, kk, bsz, z0)
+    plan = gnld_plan(drift, noise_factor, np.ascontiguousarray(m), xs, ys, np.ascontiguousarray(prior),
+                     np.ascontiguousarray(center), ell, eta, kk, bsz, z0, int(seed))
     t0 = time.perf_counter()
-    if python:
-        out = sg_gnld_time_average_py(*args, gens_py)
-    else:
-        out = sg_gnld_time_average(*args, List(gens_py))
-    return GnldRun(time_averages=np.asarray(out), step_size=eta, n_steps=kk, seed=int(seed),
+    run_plan(plan, NumbaBackend() if backend == "numba" else backend, None)
+    out = plan.recorder(True).obs_sum[:, 0] / kk
+    return GnldRun(time_averages=out, step_size=eta, n_steps=kk, seed=int(seed),
                    seconds=time.perf_counter() - t0, hessian=m)

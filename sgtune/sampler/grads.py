@@ -1,6 +1,6 @@
 """Numba gradient oracles: GLM minibatch gradients and a quadratic potential with synthetic noise.
 
-Convention (seed 003, §2.1; THEORY.md §1.1): the stochastic gradient of the *mean* loss,
+Convention (Wang, Ding & Huggins 2026, §2.1): the stochastic gradient of the *mean* loss,
 
     G(θ) = (1/|S|) Σ_{n∈S} ∇l_n(θ) + Γθ/N,       ∇l_n(θ) = ρ'(x_nᵀθ, y_n) x_n,
 

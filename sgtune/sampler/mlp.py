@@ -4,7 +4,7 @@ Model: f(x; θ) = W_L a_{L−1} + b_L with a_0 = x, a_l = φ(W_l a_{l−1} + b_l
 layers), widths n_0 = p, n_1, …, n_{L−1}, n_L = 1, and the per-observation loss of a GLM
 likelihood ρ(f, y) (gaussian/linear (y − f)²/(2σ²), bernoulli/logistic log(1 + e^f) − y f,
 poisson e^f − y f), so ρ'(f) = :func:`~sgtune.sampler.grads.glm_d1` (likelihood id = GLM id).
-The minibatch gradient of the mean loss (THEORY.md §1.1 with the network in place of x_nᵀθ) is
+The minibatch gradient of the mean loss (Wang, Ding & Huggins 2026, §2.1, with the network in place of x_nᵀθ) is
 
     G(θ) = (1/|S|) Σ_{n∈S} ρ'(f(x_n; θ), y_n) ∇_θ f(x_n; θ)    (+ Γθ/N, added by the chain),
 

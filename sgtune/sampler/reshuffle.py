@@ -1,6 +1,6 @@
-"""Raw chains of the 1-D Gaussian model problem of seed 002 (RR vs RM batching), in numba.
+"""Raw chains of the 1-D Gaussian model problem of Shaw & Whalley (2025) (RR vs RM batching), in numba.
 
-One step on batch b (``THEORY.md`` §4.2, rescaled step h = ηN/σ²):
+One step on batch b (Shaw & Whalley 2025, §4; rescaled step h = ηN/σ²):
 
     θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N) ξ,    ξ ~ N(0, 1).
 
@@ -227,7 +227,7 @@ def _validate(data: Any, batch_size: Any, step: Any, sigma2: Any, scheme: str, n
 def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
                          sigma2: Any | None = None, n_chains: int = 256, n_epochs: int = 1000,
                          burn_in_epochs: int = 100, seed: int = 0) -> ReshuffleChains:
-    """Run independent model-problem chains θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N)ξ (seed 002 §4, eq. 8).
+    """Run independent model-problem chains θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N)ξ (Shaw & Whalley 2025, §4, eq. 8).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""SMILE samplers (seed 001) in the numba core: building blocks and a standalone ensemble driver.
+"""SMILE samplers (the SMILE paper, anonymous, 2025) in numba: building blocks and a standalone ensemble driver.
 
 Building blocks (small top-level ``@njit`` functions, so that the composed sampler core can
 later use them as "update step" functions):
@@ -51,10 +51,11 @@ from ..core.errors import SgtuneError
 from ..theory.smile import B2Estimate, b2_chains, bootstrap_b2
 from ._jit import njit, njit_parallel, prange
 from .rng import chain_states, fill_normals
+from .state import DIVERGENCE_BOUND, tuner_params
 from .targets import AnalyticTarget, noise_vector, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
-           "GridSearchResult", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
+           "GridSearchResult", "ensemble_options", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
            "sgld_step", "sghmc_step", "ensemble_chains", "random_unit_vector", "check_tuner_settings"]
 
 SMILE_NAIVE, PSMILE_NAIVE, SMILE, PSMILE, SGLD, SGHMC = 0, 1, 2, 3, 4, 5
@@ -63,9 +64,6 @@ METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE
 MN_B1 = 0.1931833275037836
 MN_A1 = 0.5
 MN_B2 = 1.0 - 2.0 * MN_B1
-DIVERGENCE_BOUND = 1e150
-# indices into the ``params`` array of ensemble_chains
-P_ALPHA, P_BETA, P_ZK, P_ZLO, P_ZHI, P_DELTA, P_FRICTION, P_TUNE_START, P_PRE_START = range(9)
 
 
 @njit
@@ -251,15 +249,15 @@ def ensemble_chains(method, target_id, prec, q, noise_chol, spatial_sd, theta, m
     became non-finite (or ‖θ‖₁ > 1e150), −1 otherwise.
     """
     n_chains, d = theta.shape
-    alpha = params[P_ALPHA]
-    beta = params[P_BETA]
-    zk = params[P_ZK]
-    zlo = params[P_ZLO]
-    zhi = params[P_ZHI]
-    delta = params[P_DELTA]
-    friction = params[P_FRICTION]
-    tune_start = params[P_TUNE_START]
-    pre_start = params[P_PRE_START]
+    alpha = params.alpha
+    beta = params.beta
+    zk = params.zk
+    zlo = params.zlo
+    zhi = params.zhi
+    delta = params.delta
+    friction = params.friction
+    tune_start = params.tune_start
+    pre_start = params.pre_start
     mclmc = method <= PSMILE
     precond = method == PSMILE_NAIVE or method == PSMILE
     tuned = method == SMILE or method == PSMILE
@@ -396,103 +394,113 @@ def check_tuner_settings(ema_rate: float, precond_rate: float, guardrail: float,
 
 
 @cites("smile2025", "eqs. (1)–(3), (6), (7), Algorithm 1, section 3.2 (pSMILE), appendix F.2 (integrator)")
-def run_smile_ensemble(target: AnalyticTarget, sampler: str, step_size: float, *, n_steps: int,
-                       n_chains: int = 10, burn_in: int | None = None, seed: int = 0, thin: int = 0,
-                       friction: float = 1.0, ema_rate: float = 0.01, precond_rate: float = 0.01,
-                       kappa: float = 0.98, adapt_a: float = 0.1, adapt_delta: float = 0.02, tune_start: int = 10,
-                       precond_start: int = 100, start: Any = None, backend: str = "numba") -> SmileEnsembleResult:
-    """Run an ensemble of C chains of ``sampler`` on an analytic target with injected noise.
+def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, options: Any = None, *,
+                       start: Any = None, backend: Any = "numba", **legacy: Any) -> SmileEnsembleResult:
+    """Run an ensemble of C chains of a sampler on an analytic target with injected noise.
 
     Parameters
     ----------
     target : AnalyticTarget
         From :func:`sgtune.sampler.targets.make_target`.
-    sampler : {"smile-naive", "psmile-naive", "smile", "psmile", "sgld", "sghmc"}
     step_size : float
         Δt (MCLMC; the initial one for the tuned samplers) or h (SGLD, SGHMC).
-    n_steps : int
-    n_chains : int
-    burn_in : int, optional
-        Steps excluded from the moments (default n_steps // 10).
-    seed : int
-        Chain c uses stream c of ``SeedSequence(seed)``.
-    thin : int
-        Record θ, the step size and Σ ΔE every ``thin`` steps (0: no trace).
-    friction : float
-        SGHMC γ.
-    ema_rate, precond_rate : float
-        β of the |ΔE| EMAs and α of the pSMILE EMAs (0.01 in the paper).
-    kappa, adapt_a, adapt_delta : float
-        Guardrail quantile κ, adaptation band a and factor δ (0.98, 0.1, 0.02).
-    tune_start, precond_start : int
-        Steps before the tuner acts / before the preconditioner leaves 1.
+    run : RunSpec
+        Steps, chains, burn-in (steps excluded from the moments, default n_steps // 10), ``thin`` (record
+        θ, the step size and Σ ΔE every ``thin`` steps) and seed (chain c uses stream c of
+        ``SeedSequence(seed)``).
+    options : SmileOptions, SGLDOptions or SGHMCOptions, optional
+        The sampler and its settings (:mod:`sgtune.sampler.registry`; default the tuned SMILE). The
+        guardrail quantile κ is ``SmileOptions.guardrail``.
     start : (D,) array, optional
         Initial position of every chain (default: the posterior mean).
-    backend : {"numba", "python"}
-        ``"python"`` runs the pure-Python twin (slow; tests).
+    backend : "numba" or a function
+        A function with the argument list of :func:`ensemble_chains` runs instead of the compiled kernel
+        (the tests' pure-Python reference).
 
     Returns
     -------
     SmileEnsembleResult
 
+    The keyword form of 0.1, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``, still works
+    with one ``DeprecationWarning``.
+
     References
     ----------
-    Seed 001, eqs. (1)–(3), (6), (7), Algorithm 1, section 3.2, appendix F.2.
+    The SMILE paper (anonymous, 2025), eqs. (1)–(3), (6), (7), Algorithm 1, section 3.2, appendix F.2.
     """
+    from .registry import SmileOptions, sampler_spec
+
+    if isinstance(step_size, str):
+        return _legacy_ensemble(target, step_size, run, start=start, backend=backend, legacy=legacy)
+    if legacy:
+        raise TypeError(f"run_smile_ensemble() got unexpected keyword arguments: {', '.join(sorted(legacy))}")
+    options = SmileOptions() if options is None else options
+    sampler = sampler_spec(options).name
     if sampler not in METHOD_IDS:
         raise SgtuneError(f"sampler must be one of {list(METHOD_IDS)}, got {sampler!r}")
     h = check_positive(step_size, "step_size")
-    ns = check_int(n_steps, "n_steps", low=1)
-    nc = check_int(n_chains, "n_chains", low=1)
-    bi = ns // 10 if burn_in is None else check_int(burn_in, "burn_in", low=0)
-    if bi >= ns:
-        raise SgtuneError(f"burn_in must be < n_steps = {ns}, got {bi}; lower burn_in or raise n_steps")
-    th_ = check_int(thin, "thin", low=0)
-    fr = check_positive(friction, "friction")
-    ts, ps = check_tuner_settings(ema_rate, precond_rate, kappa, adapt_a, adapt_delta, tune_start, precond_start,
-                                  guardrail_name="kappa")
-    if backend not in ("numba", "python"):
-        raise SgtuneError(f"backend must be 'numba' or 'python', got {backend!r}")
+    ns, nc, bi, th_ = run.n_steps, run.n_chains, run.burn_in_steps, run.thin
     d = target.dim
     x0 = target.start if start is None else np.asarray(start, dtype=np.float64)
     if x0.shape != (d,) or not np.all(np.isfinite(x0)):
         raise SgtuneError(f"start must be a finite vector of length D = {d}, got shape {x0.shape}")
-    method = METHOD_IDS[sampler]
-    theta = np.ascontiguousarray(np.tile(x0, (nc, 1)))
-    mom = np.zeros((nc, d))
-    rng = chain_states(seed, nc)
-    step = np.full(nc, h)
-    tune = np.zeros((nc, 4))
-    ipre = np.ones((nc, d))
-    gbar = np.zeros((nc, d))
-    gvar = np.zeros((nc, d))
-    params = np.array([precond_rate, ema_rate, ndtri(kappa), ndtri(adapt_a / 3.0), ndtri(1.0 - 2.0 * adapt_a / 3.0),
-                       adapt_delta, fr, float(ts), float(ps)])
-    n_rec = ns // th_ if th_ > 0 else 0
-    sum1 = np.zeros((nc, d))
-    sum2 = np.zeros((nc, d))
-    stats = np.zeros((nc, 4))
-    trace = np.zeros((nc, n_rec, d))
-    step_trace = np.zeros((nc, n_rec))
-    energy_trace = np.zeros((nc, n_rec))
-    diverged = -np.ones(nc, dtype=np.int64)
-    args = (method, target.target_id, target.precision, target.q, target.noise_chol, target.spatial_sd, theta, mom,
-            rng, step, tune, ipre, gbar, gvar, params, ns, bi, th_, sum1, sum2, stats, trace, step_trace,
-            energy_trace, diverged)
-    if backend == "numba":
-        ensemble_chains(*args)
-    else:
-        from .smile_twin import ensemble_twin
-
-        ensemble_twin(*args)
+    params = options.tuner_params(1.0) if hasattr(options, "ema_rate") else SmileOptions().tuner_params(1.0)
+    params = params._replace(friction=float(getattr(options, "friction", 1.0)))
+    out = _ensemble_arrays(nc, d, ns // th_ if th_ > 0 else 0, x0, h, run.seed)
+    args = (METHOD_IDS[sampler], target.target_id, target.precision, target.q, target.noise_chol, target.spatial_sd,
+            *out[:8], params, ns, bi, th_, *out[8:])
+    (ensemble_chains if backend == "numba" else backend)(*args)
+    theta, _, _, step, _, ipre, _, _, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = out
     kept = float(ns - bi)
-    settings = {"friction": fr, "ema_rate": ema_rate, "precond_rate": precond_rate, "kappa": kappa,
-                "adapt_a": adapt_a, "adapt_delta": adapt_delta, "tune_start": ts, "precond_start": ps,
-                "n_chains": nc}
+    smile = options if hasattr(options, "ema_rate") else SmileOptions()
+    settings = {"friction": params.friction, "ema_rate": smile.ema_rate, "precond_rate": smile.precond_rate,
+                "kappa": smile.guardrail, "adapt_a": smile.adapt_a, "adapt_delta": smile.adapt_delta,
+                "tune_start": smile.tune_start, "precond_start": smile.precond_start, "n_chains": nc}
     return SmileEnsembleResult(
-        sampler, target.name, target.noise, h, ns, bi, int(seed), theta, sum1 / kept, sum2 / kept,
+        sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
         stats[:, 0] / ns, step.copy(), stats[:, 1] / ns, stats[:, 2] / ns, stats[:, 3] / ns / d, diverged, 1.0 / ipre,
         trace if th_ else None, step_trace if th_ else None, energy_trace if th_ else None, th_, settings)
+
+
+def _ensemble_arrays(nc: int, d: int, n_rec: int, x0: np.ndarray, h: float, seed: int) -> tuple[np.ndarray, ...]:
+    """(θ, u, streams, ε, tune, ipre, gbar, gvar, Σθ, Σθ², stats, trace, ε trace, ΔE trace, diverged) of C chains."""
+    return (np.ascontiguousarray(np.tile(x0, (nc, 1))), np.zeros((nc, d)), chain_states(seed, nc), np.full(nc, h),
+            np.zeros((nc, 4)), np.ones((nc, d)), np.zeros((nc, d)), np.zeros((nc, d)), np.zeros((nc, d)),
+            np.zeros((nc, d)), np.zeros((nc, 4)), np.zeros((nc, n_rec, d)), np.zeros((nc, n_rec)),
+            np.zeros((nc, n_rec)), -np.ones(nc, dtype=np.int64))
+
+
+def ensemble_options(sampler: str, settings: dict[str, Any]) -> Any:
+    """The options of ``sampler`` from the keyword settings of 0.1 (``kappa`` is the guardrail quantile)."""
+    from .registry import options_for
+
+    kw = dict(settings)
+    if "kappa" in kw:
+        kw["guardrail"] = kw.pop("kappa")
+    return options_for(sampler, **kw)
+
+
+def _legacy_ensemble(target: AnalyticTarget, sampler: str, step_size: Any, *, start: Any, backend: Any,
+                     legacy: dict[str, Any]) -> SmileEnsembleResult:
+    import warnings
+
+    from ..core.config import RunSpec
+
+    warnings.warn("run_smile_ensemble(target, sampler, step_size, n_steps=…, …) is deprecated; use "
+                  "run_smile_ensemble(target, step_size, RunSpec(n_steps, …), options) (RunSpec from "
+                  "sgtune.core.config, the sampler's options from sgtune.sampler.registry); the chains are the same",
+                  DeprecationWarning, stacklevel=3)
+    kw = dict(legacy)
+    if sampler not in METHOD_IDS:
+        raise SgtuneError(f"sampler must be one of {list(METHOD_IDS)}, got {sampler!r}")
+    if "n_steps" not in kw:
+        raise TypeError("run_smile_ensemble() missing required keyword argument: 'n_steps'")
+    run = RunSpec(kw.pop("n_steps"), n_chains=kw.pop("n_chains", 10), burn_in=kw.pop("burn_in", None),
+                  thin=kw.pop("thin", 0), seed=kw.pop("seed", 0))
+    if backend == "python":
+        raise SgtuneError("backend 'python' is the tests' pure-Python reference now (tests/reference/smile_twin.py): "
+                          "pass its ensemble_twin as backend")
+    return run_smile_ensemble(target, step_size, run, ensemble_options(sampler, kw), start=start, backend=backend)
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,7 +547,8 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
     clock : callable, optional
         ``time.perf_counter`` by default.
     **kwargs
-        Passed to :func:`run_smile_ensemble`.
+        The sampler's settings (friction, ema_rate, precond_rate, kappa, adapt_a, adapt_delta, tune_start,
+        precond_start) and ``start``/``backend`` of :func:`run_smile_ensemble`.
 
     Returns
     -------
@@ -547,17 +556,23 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
 
     References
     ----------
-    Seed 001, appendix C.
+    The SMILE paper (anonymous, 2025), appendix C.
     """
     import time
 
+    from ..core.config import RunSpec
+
     clk = clock or time.perf_counter
     t0 = clk()
+    start = kwargs.pop("start", None)
+    backend = kwargs.pop("backend", "numba")
+    options = ensemble_options(sampler, kwargs)
+    kwargs = {"start": start, "backend": backend}
     nf = check_int(n_fine, "n_fine", low=1)
     sel_seed = seed
 
     def score(h: float) -> float:
-        res = run_smile_ensemble(target, sampler, h, n_steps=n_steps, n_chains=n_chains, seed=sel_seed, **kwargs)
+        res = run_smile_ensemble(target, h, RunSpec(n_steps, n_chains=n_chains, seed=sel_seed), options, **kwargs)
         if np.any(res.diverged >= 0) or not np.all(np.isfinite(res.sample_second_moment)):
             return math.inf
         per = b2_chains(res.sample_second_moment, target.second_moment, target.var_of_square, target.reduce)
@@ -574,7 +589,7 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
     j = int(np.argmin(fb))
     best = float(fine[j]) if fb[j] <= cb.min() else float(coarse[int(np.argmin(cb))])
     best_in = float(min(fb[j], cb.min()))
-    res = run_smile_ensemble(target, sampler, best, n_steps=n_steps, n_chains=n_chains, seed=seed + 1, **kwargs)
+    res = run_smile_ensemble(target, best, RunSpec(n_steps, n_chains=n_chains, seed=seed + 1), options, **kwargs)
     if np.any(res.diverged >= 0):
         est = B2Estimate(math.inf, math.inf, np.full(n_chains, math.inf), target.reduce, n_bootstrap)
     else:

@@ -1,4 +1,4 @@
-"""Analytic targets of seed 001 (appendix C) with injected gradient noise, as numba gradient functions.
+"""Analytic targets of the SMILE paper (anonymous, 2025) (appendix C) with injected gradient noise, as numba gradient functions.
 
 Targets (D = 10 in the paper; any D here, even for Rosenbrock):
 

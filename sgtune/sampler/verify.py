@@ -14,7 +14,9 @@ from ..io.data import Dataset
 from ..diagnostics.mcse import CovarianceTest, compare_covariance
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ..models import GLM, Expansion
-from .driver import DYNAMICS_SAMPLERS, ChainResult, ProgressCallback, run_chains
+from ..core.config import Dynamics, RunSpec
+from .driver import ChainResult, ProgressCallback, run_chains
+from .registry import options_for, sampler_spec
 
 __all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction",
            "chain_prediction", "prediction_check", "CHECK_ALPHA", "CHECK_TOLERANCE"]
@@ -90,7 +92,7 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     the tempered posterior itself: ``step_matrix`` is then its scalar step size (h or ε), β = ``inf``
     means N, and the prediction is the posterior covariance (β H)⁻¹ with H = J + Γ/N at θ̂ (mode
     ``"posterior"``; exact for linear regression up to the sampler's own bias: SMILE-naive's
-    stationary law is exact only for isotropic minibatch noise, seed 001 appendix A, and SGHMC
+    stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
     without a noise estimate is hot unless the minibatch noise is small).
 
     Returns
@@ -102,7 +104,7 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
 
     f = check_positive(inflate_prediction, "inflate_prediction")
     tuning = None
-    if sampler in DYNAMICS_SAMPLERS:
+    if sampler_spec(sampler).target == "posterior":
         if step_matrix is None or target is not None:
             raise SgtuneError(f"sampler {sampler!r} samples the posterior with a scalar step size: give step_matrix "
                               "(--step-size) and no tuning target")
@@ -130,12 +132,14 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     auto_steps, auto_burn = default_run_length(stationary.tau_worst)
     steps = auto_steps if n_steps is None else int(n_steps)
     burn = (auto_burn if n_steps is None else steps // 10) if burn_in is None else int(burn_in)
-    chains = run_chains(model, data, lam, batch_size=batch_size, n_steps=steps, n_chains=n_chains, burn_in=burn,
-                        prior_precision=prior_precision, initial=expansion.theta_hat,
-                        inv_temperature=inv_temperature, momentum=momentum,
-                        batching="without-replacement" if without_replacement else "replacement",
-                        batches_per_chain=batches_per_chain, seed=seed, progress=progress, sampler=sampler,
-                        friction=friction, thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0)
+    chains = run_chains(model, data,
+                        Dynamics(lam, batch_size, inv_temperature=inv_temperature, momentum=momentum,
+                                 batching="without-replacement" if without_replacement else "replacement"),
+                        RunSpec(steps, n_chains=n_chains, burn_in=burn,
+                                thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0,
+                                batches_per_chain=batches_per_chain, seed=seed),
+                        options_for(sampler, friction=friction), prior_precision=prior_precision,
+                        initial=expansion.theta_hat, progress=progress)
     if chains.n_batches < 2:
         raise SgtuneError("verification needs at least 2 batches for standard errors; use more chains")
     if np.any(chains.cov_standard_error[np.triu_indices(expansion.dim)] <= 0):
@@ -166,10 +170,11 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
 
     if decay:
         return None, "a decaying step size (--decay) has no stationary covariance"
-    if sampler in ("smile", "psmile"):
+    spec = sampler_spec(sampler)
+    if spec.prediction == "posterior":
         beta = n_data if math.isinf(inv_temperature) else float(inv_temperature)
         return np.linalg.inv(beta * expansion.hessian), "posterior"
-    if sampler != "sgld":
+    if spec.prediction != "covariance":
         return None, f"sgtune has no exact stationary prediction for the {sampler} sampler"
     if batching not in ("replacement", "without-replacement"):
         return None, f"sgtune has no stationary prediction for {batching} batching in this check"

@@ -57,7 +57,9 @@ from ..core._validation import as_float_array, check_int, check_positive
 from ..core.errors import SgtuneError, ShapeError, UnstableStepSizeError
 from .experiments import load_diabetes_arrays
 from ..models import make_mlp
+from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
+from ..sampler.registry import SAMPLERS, options_for
 
 __all__ = ["GRADS_PER_STEP", "DEFAULT_STEP_GRIDS", "START_ROW", "Split", "load_diabetes_arrays", "standardised_split",
            "gaussian_lppd", "predictive_rmse", "steps_for_budget", "EnsembleStart", "ensemble_start",
@@ -65,8 +67,8 @@ __all__ = ["GRADS_PER_STEP", "DEFAULT_STEP_GRIDS", "START_ROW", "Split", "load_d
            "summarise"]
 
 #: minibatch gradient evaluations per step: one for SGLD/SGHMC, three for the MN integrator of SMILE
-GRADS_PER_STEP: dict[str, int] = {"sgld": 1, "sghmc": 1, "smile-naive": 3, "psmile-naive": 3, "smile": 3,
-                                  "psmile": 3}
+GRADS_PER_STEP: dict[str, int] = {name: SAMPLERS[name].grads_per_step
+                                  for name in ("sgld", "sghmc", "smile-naive", "psmile-naive", "smile", "psmile")}
 
 #: name of the baseline row of :func:`compare_samplers`: the starting members' own predictive
 START_ROW = "deep-ensemble start"
@@ -295,9 +297,10 @@ def run_sampler(sampler: str, step: float, X: np.ndarray, y: np.ndarray, X_eval:
     init = np.asarray(initial, dtype=np.float64)
     n = X.shape[0]
     t0 = time.process_time()
-    res = run_chains(model, (X, y), float(step), batch_size=batch_size, n_steps=steps, n_chains=init.shape[0],
-                     burn_in=burn, prior_precision=prior_precision, initial=init, inv_temperature=float(n),
-                     sampler=sampler, thin=thin, seed=seed, **dict(sampler_options or {}))
+    res = run_chains(model, (X, y), Dynamics(float(step), batch_size, inv_temperature=float(n)),
+                     RunSpec(steps, n_chains=init.shape[0], burn_in=burn, thin=thin, seed=seed),
+                     options_for(sampler, **dict(sampler_options or {})), prior_precision=prior_precision,
+                     initial=init)
     cpu = time.process_time() - t0
     trace = res.trace
     assert trace is not None  # thin > 0

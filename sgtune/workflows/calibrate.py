@@ -17,6 +17,7 @@ from ..core._validation import as_vector, check_int
 from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..models import Expansion, expand, model_dim, prior_matrix
+from ..core.config import Dynamics, RunSpec
 from ..sampler import ChainResult, run_chains
 from ..sampler.verify import default_run_length
 from ..theory.tuning import TuningResult, tune
@@ -105,10 +106,11 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     thin = max(1, (steps - burn) // 4000) if theta_star is not None else 0
     if keep_draws > 0 and thin == 0:
         thin = max(1, -(-(steps - burn) * n_chains // keep_draws))  # ≤ keep_draws draws in all
-    res = run_chains(model, data, t.step_matrix, batch_size=batch_size, n_steps=steps, n_chains=n_chains,
-                     burn_in=burn, prior_precision=gam, initial=e.theta_hat, inv_temperature=inv_temperature,
-                     momentum=momentum, batching="without-replacement" if without_replacement else "replacement",
-                     thin=thin, seed=seed, progress=progress)
+    res = run_chains(model, data,
+                     Dynamics(t.step_matrix, batch_size, inv_temperature=inv_temperature, momentum=momentum,
+                              batching="without-replacement" if without_replacement else "replacement"),
+                     RunSpec(steps, n_chains=n_chains, burn_in=burn, thin=thin, seed=seed), prior_precision=gam,
+                     initial=e.theta_hat, progress=progress)
     S = t.target_cov
     norm = float(np.linalg.norm(S))
     pit = ks = None

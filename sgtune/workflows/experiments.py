@@ -25,6 +25,7 @@ from .calibrate import ks_uniform, pit_values
 from ..io.data import Dataset, make_dataset
 from ..core.errors import ConvergenceError, MissingExtraError, SgtuneError, UnstableStepSizeError
 from ..models import GLM, Expansion, expand
+from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
 from ..theory.stationary import predict_comparison_cov, predict_stationary_cov
 from ..theory.tuning import tune
@@ -253,8 +254,9 @@ def evaluate_method(model: GLM, data: Dataset, expansion: Expansion, method: str
     burn = (min(max(steps // 10, math.ceil(20 * tr.tau_worst)), steps // 2) if burn_in is None
             else check_int(burn_in, "burn_in", low=0, high=steps - 1))
     thin = max(1, (steps - burn) * n_chains // max_trace) if th is not None else 0
-    res = run_chains(model, data, tr.step_matrix, batch_size=B, n_steps=steps, n_chains=n_chains, burn_in=burn,
-                     prior_precision=expansion.prior_precision, initial=expansion.theta_hat, thin=thin, seed=seed)
+    res = run_chains(model, data, Dynamics(tr.step_matrix, B),
+                     RunSpec(steps, n_chains=n_chains, burn_in=burn, thin=thin, seed=seed),
+                     prior_precision=expansion.prior_precision, initial=expansion.theta_hat)
     if res.n_diverged:
         return MethodRun(method, B, rep, tr.covariance_error, n_steps=steps, burn_in=burn, n_chains=n_chains,
                          tau=tr.tau_worst, note=f"{res.n_diverged} chain(s) diverged",
@@ -423,8 +425,9 @@ def forward_prediction_errors(model: GLM, data: Dataset, expansion: Expansion, s
                                    np.full((expansion.dim,) * 2, math.nan), note=f"unstable: {exc}"[:200]))
             continue
         try:
-            res = run_chains(model, data, lam, batch_size=batch_size, n_steps=n_steps, n_chains=n_chains,
-                             prior_precision=expansion.prior_precision, initial=expansion.theta_hat, seed=seed + i)
+            res = run_chains(model, data, Dynamics(lam, batch_size),
+                             RunSpec(n_steps, n_chains=n_chains, seed=seed + i),
+                             prior_precision=expansion.prior_precision, initial=expansion.theta_hat)
         except UnstableStepSizeError as exc:  # the true (non-quadratic) chain diverged although the proxy is stable
             rows.append(ForwardRow(float(lam), {th: math.inf for th in theories}, math.nan,
                                    np.full((expansion.dim,) * 2, math.nan), note=f"SGD diverged: {exc}"[:200]))

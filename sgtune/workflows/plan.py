@@ -42,6 +42,7 @@ from ..core.config import BATCHINGS, Dynamics
 from ..core.errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
 from ..io.data import Dataset
 from ..models import Expansion
+from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
 from ..theory.alternatives import modal_directions
 from ..theory.mcerror import cov_error_constant, mc_error
@@ -505,9 +506,10 @@ def _time_one(model: Any, dataset: Dataset, expansion: Expansion, c: Candidate, 
     beta = c.inverse_temperature
 
     def run(steps: int) -> float:
-        res = run_chains(model, dataset, lam, batch_size=c.batch_size, n_steps=steps, n_chains=c.chains, burn_in=0,
-                         prior_precision=prior_precision, initial=expansion.theta_hat, inv_temperature=beta,
-                         momentum=c.momentum, batching=c.batching, seed=seed, batches_per_chain=1)
+        res = run_chains(model, dataset,
+                         Dynamics(lam, c.batch_size, inv_temperature=beta, momentum=c.momentum, batching=c.batching),
+                         RunSpec(steps, n_chains=c.chains, burn_in=0, batches_per_chain=1, seed=seed),
+                         prior_precision=prior_precision, initial=expansion.theta_hat)
         return float(res.seconds)  # one batch per chain: no (K, D, D) accumulators to allocate at large D
 
     k0 = 16

@@ -23,6 +23,7 @@ import numpy as np
 from ..core.errors import SgtuneError
 from ..io.data import Dataset
 from ..models import Expansion
+from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
 from ..theory.stationary import equilibration_steps
 from ..theory.tuning import TuningResult
@@ -92,11 +93,12 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
         # chains long enough for an MC_TARGET relative error of a variance: Var ≈ 2τ Σ²/(C·T)
         steps = int(min(MAX_STEPS, max(20_000, math.ceil(2.0 * tau / (n_chains * MC_TARGET ** 2)))))
         burn = int(min(steps, max(steps // 10, 20 * tau, equilibration_steps(current.spectral_radius))))
-        ch = run_chains(model, data, current.step_matrix, batch_size=st.batch_size, n_steps=steps + burn,
-                        n_chains=n_chains, burn_in=burn, prior_precision=prior_precision,
-                        initial=expansion.theta_hat, inv_temperature=st.inv_temperature, momentum=st.momentum,
-                        batching="without-replacement" if st.without_replacement else "replacement",
-                        seed=seed + 1000 * k, progress=progress)
+        ch = run_chains(model, data,
+                        Dynamics(current.step_matrix, st.batch_size, inv_temperature=st.inv_temperature,
+                                 momentum=st.momentum,
+                                 batching="without-replacement" if st.without_replacement else "replacement"),
+                        RunSpec(steps + burn, n_chains=n_chains, burn_in=burn, seed=seed + 1000 * k),
+                        prior_precision=prior_precision, initial=expansion.theta_hat, progress=progress)
         err = float(_scaled(ch.cov - sigma_star, sigma_star).max())
         mcse = float(_scaled(ch.cov_standard_error, sigma_star).max())
         converged = err <= max(CONVERGED, 3.0 * mcse)

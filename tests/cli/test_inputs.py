@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from sgtune.core.config import Dynamics, RunSpec
 from sgtune.cli import main
 from sgtune.cli._io import in_option_names
 from sgtune.io.data import example
@@ -224,7 +225,7 @@ def test_memory_refusal_names_steps_and_thin_when_the_trace_dominates(monkeypatc
 
 def test_memory_estimate_covers_the_arrays_of_a_run():
     ds = example("logistic")
-    res = run_chains("logistic", ds, 0.01, batch_size=32, n_steps=400, n_chains=3, thin=2, seed=1)
+    res = run_chains("logistic", ds, Dynamics(0.01, 32), RunSpec(400, n_chains=3, thin=2, seed=1))
     est = chain_memory(n_chains=3, dim=5, n_trace=(400 - 40) // 2, n_segments=11)
     assert res.trace.nbytes <= est["draws"] < 1.1 * res.trace.nbytes
     assert res.chain_covs.nbytes + res.chain_means.nbytes < est["moments"]

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from ..theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
-from .rng import Xoshiro256PP
+from sgtune.theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
+from sgtune.sampler.rng import Xoshiro256PP
 
 __all__ = ["ensemble_twin", "logp_grad_twin", "momentum_map_twin"]
 
@@ -75,7 +75,9 @@ def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom
     """Same contract as :func:`sgtune.sampler.smile.ensemble_chains`."""
     from scipy.special import ndtr
 
-    alpha, beta, zk, zlo, zhi, delta, friction, tune_start, pre_start = (float(x) for x in params)
+    alpha, beta, zk, zlo, zhi, delta, friction, tune_start, pre_start = (
+        float(params.alpha), float(params.beta), float(params.zk), float(params.zlo), float(params.zhi),
+        float(params.delta), float(params.friction), float(params.tune_start), float(params.pre_start))
     pk, plo, phi = (float(ndtr(z)) for z in (zk, zlo, zhi))
     n_chains, d = theta.shape
     mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)

@@ -1,7 +1,7 @@
-"""Pure-Python twins of the numba kernels (slow; for tests and ``backend="python"``).
+"""The pure-Python reference implementation of the chain engine (slow; the oracle of the tests).
 
-:func:`run_twin` takes exactly the argument list of the kernels in
-:mod:`sgtune.sampler.kernels` and mutates the same arrays, but is written independently:
+:func:`run_twin` takes a :class:`~sgtune.sampler.engine.ChainPlan` and mutates the same records as the
+compiled engine (:mod:`sgtune.sampler.engine`), but is written independently:
 NumPy vector operations per step, the GLM derivatives from :mod:`sgtune.models`
 (the reference implementation), and the random stream of :class:`~sgtune.sampler.rng.Xoshiro256PP`
 (Python integers). Kernel and twin must agree to rounding (≈1e-12) on the same seed.
@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..models import get_model
-from .rng import Xoshiro256PP
+from sgtune.core.errors import SgtuneError
+from sgtune.models import get_model
+from sgtune.sampler.rng import Xoshiro256PP
 
-__all__ = ["run_twin", "batch_twin"]
+__all__ = ["run_twin", "batch_twin", "PythonBackend"]
 
 _GLM_NAMES = {0: "linear", 1: "logistic", 2: "poisson", 3: "beta-linear"}
 
@@ -45,21 +46,22 @@ def batch_twin(gen: Xoshiro256PP, perm: np.ndarray, n_data: int, batch_size: int
     return perm[start:min(start + batch_size, n_data)].copy(), (epoch_pos + 1) % n_batches
 
 
-def run_twin(sampler: str, lam_kind: int, batching: str, kind: str, state: tuple[np.ndarray, ...], t0: int,
-             n_steps: int, burn_in: int, oracle: tuple[Any, ...], sched: tuple[int, float],
-             upd: tuple[np.ndarray, np.ndarray, np.ndarray], out: tuple[Any, ...]) -> None:
-    """Same contract as ``kernels.chains(BATCH_FNS[batching], grad, STEP_FNS[sampler, lam_kind], ...)``.
+def run_twin(plan: Any, t0: int, n_steps: int, out: Any) -> None:
+    """Advance the chains of ``plan`` like the engine (SG(L)D, SGLRW, clipped SGLD; GLMs and quadratic oracles).
 
     The moments are accumulated by plain per-step Welford updates (the kernel's blocked merge
     is a different route to the same numbers), so ``blk``, ``blk_n`` and ``flush`` are unused.
     """
-    theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = state
-    X, y, ints, mpar, noise_chol, prior_kind, prior, _work_len = oracle
-    batch_size, decay = sched
-    lam, noise_fac, hp = upd
-    kappa, inject = float(hp[0]), bool(hp[1])
-    (seg_len, acc_n, acc_mean, acc_m2, _blk, _blk_n, _flush, thin, trace, pos_n, pos_mean, pos_m2, obs,
-     obs_sum) = out
+    sampler, lam_kind, batching, kind = plan.sampler, plan.lam_kind, plan.batching, plan.oracle_kind
+    burn_in = plan.burn_in
+    theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = plan.state
+    ora = plan.oracle
+    X, y, ints, mpar, noise_chol, prior_kind, prior = ora.X, ora.y, ora.ints, ora.floats, ora.mat, ora.prior_kind, ora.prior
+    batch_size, decay = plan.sched.batch_size, plan.sched.decay
+    lam, noise_fac = plan.params.lam, plan.params.fac
+    kappa, inject = float(plan.params.momentum), bool(plan.params.inject)
+    seg_len, acc_n, acc_mean, acc_m2, thin, trace = out.seg_len, out.acc_n, out.acc_mean, out.acc_m2, out.thin, out.trace
+    pos_n, pos_mean, pos_m2, obs, obs_sum = out.pos_n, out.pos_mean, out.pos_m2, out.obs, out.obs_sum
     model = int(ints[0]) if kind == "glm" else {"quadratic-gaussian": 4, "quadratic-stable": 5}[kind]
     glm: Any = None
     if model < 4:
@@ -130,3 +132,20 @@ def run_twin(sampler: str, lam_kind: int, batching: str, kind: str, state: tuple
                 pos_m2[c, pos] += dp * (th - pos_mean[c, pos])
         theta[c], mom[c], epoch_pos[c] = th, m, pos
         rng_state[c] = gen.state()
+
+
+class PythonBackend:
+    """The reference implementation as a backend of :func:`sgtune.sampler.run_chains` (the engine's seam)."""
+
+    name = "python"
+
+    def prepare(self, plan: Any) -> None:
+        if plan.oracle_kind not in ("glm", "quadratic-gaussian", "quadratic-stable"):
+            raise SgtuneError(f"the pure-Python reference supports GLMs and quadratic oracles, not {plan.oracle_kind!r} "
+                              "models; use backend='numba'")
+        if plan.sampler not in ("sgld", "sglrw", "clipped-sgld"):
+            raise SgtuneError(f"the pure-Python reference runs sgld, sglrw and clipped-sgld, not {plan.sampler!r}; "
+                              "use backend='numba' or 'numpy'")
+
+    def advance(self, plan: Any, t0: int, n_steps: int, last: bool) -> None:
+        run_twin(plan, t0, n_steps, plan.recorder(last))

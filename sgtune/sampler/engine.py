@@ -1,0 +1,182 @@
+"""The chain engine: one compiled step loop composed of components, and the seam for other backends.
+
+Design
+------
+A run of C chains is a :class:`ChainPlan`: four components and the named records they share
+(:mod:`sgtune.sampler.state`). One step t of chain c in :func:`chains` (``prange`` over chains, each
+with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
+
+    nb, pos ← batch_fn(stream, perm, N, B, pos, idx)                   batch schedule
+    clips  += rule_fn(grad_fn, c, θ, m, stream, nb, s_t, oracle, p, mc, work)   step rule (calls the
+                                                                         gradient oracle as often as it needs)
+    diverged? (‖θ‖₁ ≥ DIVERGENCE_BOUND or non-finite: the chain stops)
+    t > burn-in: record(c, t − burn-in, θ, pos, recorder, mc, buf)     recorder
+
+- **batch schedule** (:data:`sgtune.sampler.kernels.BATCH_FNS`): with or without replacement,
+  reshuffling, or none (analytic oracles);
+- **gradient oracle** (:data:`sgtune.sampler.specs.ORACLES`): a model's minibatch gradient (GLM, MLP),
+  with the batch-mean loss for the samplers that need it, or an analytic oracle (a quadratic with
+  Gaussian or α-stable noise);
+- **step rule** (the sampler registry, :data:`sgtune.sampler.registry.SAMPLERS`): SG(L)D with
+  momentum and a diagonal or dense Λ, SGLRW, clipped SGLD, SGHMC (:mod:`sgtune.sampler.kernels`),
+  the SMILE family with its tuner and pSMILE preconditioner (:mod:`sgtune.sampler.smile_chain`);
+- **recorder** (:func:`sgtune.sampler.kernels.record`): streaming moments by segment, trace,
+  observables, epoch-position moments, the MCLMC step size.
+
+Every component is a numba first-class function argument: :func:`chains` is compiled once per
+combination actually used (LLVM inlines the components), and cached on disk because every component is
+declared with :func:`~sgtune.sampler._jit.component`. The step loop allocates nothing; all state lives
+in the records' arrays and is updated in place, so the driver runs a long chain in chunks (progress,
+Ctrl-C) with results independent of the chunking.
+
+The step rule signature, for a new sampler (then one entry in the registry):
+``rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w) -> clipped coordinates``, with θ = ``th`` and its
+auxiliary vector ``m`` (chain c's rows), the stream ``st``, the batch ``w.idx[:nb]``, the schedule factor
+``s``, the :class:`~sgtune.sampler.state.Oracle` ``ora``, the :class:`~sgtune.sampler.state.StepParams`
+``p``, the :class:`~sgtune.sampler.state.MclmcState` ``mc`` and the :class:`~sgtune.sampler.state.Work`
+scratch ``w`` (``w.grad`` receives the gradient).
+
+Backends: the seam
+------------------
+The driver (:func:`sgtune.sampler.run_chains`) validates, allocates the records of a
+:class:`ChainPlan`, hands it to a backend, and summarises the records. A backend is any object with
+``prepare(plan)`` (compile; its time is reported as ``compile_seconds``) and
+``advance(plan, t0, n_steps, last)`` (advance every chain by ``n_steps`` steps from step ``t0``,
+merging the pending blocks when ``last``). :class:`NumbaBackend` runs :func:`chains`;
+:class:`NumpyBackend` the general path for models with NumPy gradients only
+(:mod:`sgtune.sampler.general`); the pure-Python reference implementation of the tests is a third. A
+GPU backend would implement the same two methods over the same records (reading the components'
+names from ``plan.sampler``, ``plan.lam_kind``, ``plan.batching`` and ``plan.oracle_kind``) without
+touching the theory, the registry or the driver.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ._jit import njit, njit_parallel, prange
+from .kernels import diverges, finish, record, schedule
+from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
+
+__all__ = ["ChainPlan", "chains", "NumbaBackend", "NumpyBackend", "run_plan"]
+
+
+@njit
+def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec):  # type: ignore[no-untyped-def]
+    """Chain c from step t0 + 1 to t0 + n_steps: the one step loop of sgtune (module docstring)."""
+    diverged = state.diverged
+    if diverged[c] >= 0:
+        return
+    d = state.theta.shape[1]
+    st = state.rng[c]
+    th = state.theta[c]
+    m = state.mom[c]
+    pm = state.perm[c]
+    idx = np.empty(max(batch_size, 1), dtype=np.int64)
+    buf = np.empty(d)
+    ld = np.empty(d)  # diagonals of Λ and of its noise factor, contiguous (per-step constants)
+    fd = np.empty(d)
+    for j in range(d):
+        ld[j] = p.lam[j, j]
+        fd[j] = p.fac[j, j]
+    # local scratch: LLVM knows it aliases none of the arguments
+    w = Work(idx, np.empty(max(ora.work_len, 1)), np.empty(d), np.empty(d), buf, ld, fd)
+    n_data = ora.X.shape[0]
+    pos = state.epoch_pos[c]
+    clips = 0
+    for t in range(t0 + 1, t0 + n_steps + 1):
+        nb, pos = batch_fn(st, pm, n_data, batch_size, pos, idx)
+        clips += rule_fn(grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
+        if diverges(th):
+            diverged[c] = t
+            break
+        if t > burn_in:
+            record(c, t - burn_in, th, pos, rec, mc, buf)
+    finish(c, rec, diverged, buf)
+    state.epoch_pos[c] = pos
+    state.clip_count[c] += clips
+
+
+@njit_parallel
+def chains(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, p, mc, rec):  # type: ignore[no-untyped-def]
+    """Advance C chains by ``n_steps`` steps, composed from the components (module docstring)."""
+    batch_size = sched.batch_size  # read here: parfor lowering mistypes a mixed tuple used inside prange
+    decay = sched.decay
+    for c in prange(state.theta.shape[0]):
+        _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+
+
+@dataclass
+class ChainPlan:
+    """One run of the engine: the components (and their names, for backends that bring their own) and the
+    named records they update. ``recorder(last)`` is the :class:`~sgtune.sampler.state.Recorder` of a call
+    (``last``: the run's last call, which merges the pending covariance blocks)."""
+
+    sampler: str
+    lam_kind: int
+    batching: str
+    oracle_kind: str
+    batch_fn: Any
+    grad_fn: Any
+    rule_fn: Any
+    move_fn: Any
+    state: ChainState
+    oracle: Oracle
+    sched: Schedule
+    params: StepParams
+    mclmc: MclmcState
+    recorder: Callable[[bool], Recorder]
+    burn_in: int
+    n_steps: int
+    py_model: Any = None
+    is_mclmc: bool = False
+
+
+class NumbaBackend:
+    """The compiled engine (:func:`chains`)."""
+
+    name = "numba"
+
+    def prepare(self, plan: ChainPlan) -> None:
+        self.advance(plan, 0, 0, False)  # compiles (or loads the cache) without doing any work
+
+    def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
+        chains(plan.batch_fn, plan.grad_fn, plan.rule_fn, plan.state, int(t0), int(n_steps), int(plan.burn_in),
+               plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder(last))
+
+
+class NumpyBackend:
+    """The general path: NumPy gradients from the model, the compiled batch schedules, moves and recorder."""
+
+    name = "numpy"
+
+    def prepare(self, plan: ChainPlan) -> None:
+        from .general import GeneralPath
+
+        self.path = GeneralPath(plan)
+
+    def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
+        self.path.run(t0, n_steps)
+
+
+def run_plan(plan: ChainPlan, backend: Any, progress: Callable[[int, int], None] | None) -> tuple[float, float]:
+    """Run ``plan`` on ``backend`` in 50 chunks (progress and Ctrl-C between them); (seconds, compile seconds)."""
+    tic = time.perf_counter()
+    backend.prepare(plan)
+    compile_seconds = time.perf_counter() - tic
+    T = plan.n_steps
+    # 50 calls even without a progress bar: Python runs its signal handlers between them, so Ctrl-C stops a
+    # long run within ~2 % of its time instead of after it (the chains are identical either way)
+    chunk = max(1, -(-T // 50))
+    tic = time.perf_counter()
+    done = 0
+    while done < T:
+        steps = min(chunk, T - done)
+        backend.advance(plan, done, steps, done + steps == T)
+        done += steps
+        if progress is not None:
+            progress(done, T)
+    return time.perf_counter() - tic, compile_seconds

@@ -1,0 +1,228 @@
+"""The sampler registry: every fact about a sampler in one :class:`SamplerSpec`, and its options dataclass.
+
+A sampler of :func:`sgtune.sampler.run_chains` is chosen by its options object — :class:`SGLDOptions`,
+:class:`SGLRWOptions`, :class:`ClippedSGLDOptions`, :class:`SGHMCOptions` or :class:`SmileOptions` —
+so the sampler's name and its settings travel together (``options.sampler`` is the name). Each name
+has one :class:`SamplerSpec` in :data:`SAMPLERS`:
+
+- the step rule: the engine component per step kind (:mod:`sgtune.sampler.engine`; the step rules of the
+  SG(L)D family and SGHMC are in :mod:`sgtune.sampler.kernels`, the MCLMC rule in
+  :mod:`sgtune.sampler.smile_chain`), and the step it takes: a matrix Λ (scalar, diagonal or dense) or a
+  scalar (SGHMC's time step h, MCLMC's distance ε);
+- the inverse temperature: whether β must be finite and its default (∞, none, or N for the samplers of
+  the posterior);
+- whether momentum κ and the step-size decay γ apply, how many minibatch gradients one step costs,
+  whether the minibatch loss is needed (the SMILE samplers' energy error);
+- what it samples (``target``: the linearised SG(L)D chain, or the tempered posterior
+  exp(−β(L + θᵀΓθ/(2N)))) and sgtune's exact prediction for it (``prediction``: ``"covariance"`` — the
+  linearised stationary covariance of Wang, Ding & Huggins (2026), eqs. 11–12; ``"posterior"`` — the
+  tempered posterior (βH)⁻¹ at θ̂; ``None`` — none, e.g. SGHMC's and SMILE-naive's minibatch bias).
+
+Everything that used to branch on a sampler's name reads these fields (the driver's validation, the CLI's
+default β and choices, the prediction of ``sgtune run``'s health check and of ``verify``, the gradient
+budget of the BNN study).
+
+Adding a sampler: write its step rule (a ``@component`` with the engine's rule signature, documented in
+:mod:`sgtune.sampler.engine`), a frozen options dataclass with a ``sampler`` name (and a
+``tuner_params`` method if it needs fixed settings in the compiled loop), and one :class:`SamplerSpec`
+entry in :data:`SAMPLERS` below. Nothing else changes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from scipy.special import ndtri
+
+from ..core._refs import cites
+from ..core._validation import check_positive
+from ..core.errors import SgtuneError
+from . import kernels, smile_chain
+from .smile import check_tuner_settings
+from .state import LAM_DENSE, LAM_DIAG, TunerParams, tuner_params
+
+__all__ = ["SamplerSpec", "SAMPLERS", "SAMPLER_NAMES", "SGLDOptions", "SGLRWOptions", "ClippedSGLDOptions",
+           "SGHMCOptions", "SmileOptions", "sampler_spec", "options_for", "default_inv_temperature",
+           "POSTERIOR_SAMPLERS"]
+
+
+@dataclass(frozen=True)
+class SGLDOptions:
+    """SG(L)D (and SGD at β = ∞): θ ← θ − Λ m_t + sqrt(2Λ/β) ξ, m_t = κ m_{t−1} + G_t. No settings."""
+
+    sampler: ClassVar[str] = "sgld"
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def tuner_params(self, inv_temperature: float) -> TunerParams:
+        return tuner_params(inv_temp=inv_temperature)
+
+
+@dataclass(frozen=True)
+class SGLRWOptions(SGLDOptions):
+    """SGLRW (Mensch et al. 2025, eq. 12): coordinatewise ±sqrt(2Λ_ii/β) moves. No settings."""
+
+    sampler: ClassVar[str] = "sglrw"
+
+
+@dataclass(frozen=True)
+class ClippedSGLDOptions(SGLDOptions):
+    """Clipped SGLD (Mensch et al. 2025, eq. 18): the drift clipped to ±sqrt(2Λ_ii/β). No settings."""
+
+    sampler: ClassVar[str] = "clipped-sgld"
+
+
+@dataclass(frozen=True)
+class SGHMCOptions:
+    """Vanilla SGHMC (Chen et al. 2014, no noise estimate) with friction γ > 0 (unit mass)."""
+
+    friction: float = 1.0
+    sampler: ClassVar[str] = "sghmc"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "friction", check_positive(self.friction, "friction"))
+
+    def settings(self) -> dict[str, Any]:
+        return {"friction": self.friction}
+
+    def tuner_params(self, inv_temperature: float) -> TunerParams:
+        return tuner_params(inv_temp=inv_temperature, friction=self.friction)
+
+
+@dataclass(frozen=True)
+class SmileOptions:
+    """The SMILE samplers (the SMILE paper, anonymous, 2025): MCLMC on minibatch gradients.
+
+    ``preconditioned`` adds pSMILE's diagonal preconditioner (EMA rate ``precond_rate``, active after
+    ``precond_start`` steps); ``tuned`` adds Algorithm 1's energy-variance step-size tuner (EMA rate
+    ``ema_rate`` of |ΔE|, guardrail quantile κ = ``guardrail``, adaptation band a = ``adapt_a`` and
+    factor δ = ``adapt_delta``, active after ``tune_start`` steps). The four combinations are the
+    samplers ``smile-naive``, ``psmile-naive``, ``smile`` and ``psmile``.
+    """
+
+    preconditioned: bool = False
+    tuned: bool = True
+    ema_rate: float = 0.01
+    precond_rate: float = 0.01
+    guardrail: float = 0.98
+    adapt_a: float = 0.1
+    adapt_delta: float = 0.02
+    tune_start: int = 10
+    precond_start: int = 100
+
+    def __post_init__(self) -> None:
+        ts, ps = check_tuner_settings(self.ema_rate, self.precond_rate, self.guardrail, self.adapt_a,
+                                      self.adapt_delta, self.tune_start, self.precond_start)
+        object.__setattr__(self, "tune_start", ts)
+        object.__setattr__(self, "precond_start", ps)
+
+    @property
+    def sampler(self) -> str:  # type: ignore[override]
+        return ("p" if self.preconditioned else "") + "smile" + ("" if self.tuned else "-naive")
+
+    def settings(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["preconditioned"], out["tuned"]
+        return out
+
+    def tuner_params(self, inv_temperature: float) -> TunerParams:
+        """The compiled loop's fixed settings: the Wilson–Hilferty z-values of Algorithm 1's quantiles."""
+        a = self.adapt_a
+        return tuner_params(alpha=self.precond_rate, beta=self.ema_rate, zk=ndtri(self.guardrail), zlo=ndtri(a / 3.0),
+                            zhi=ndtri(1.0 - 2.0 * a / 3.0), delta=self.adapt_delta, tune_start=self.tune_start,
+                            pre_start=self.precond_start, inv_temp=inv_temperature, precond=self.preconditioned,
+                            tuned=self.tuned)
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """Everything sgtune knows about one sampler (module docstring)."""
+
+    name: str
+    options: type
+    rules: dict[int, Any]          # Λ kind (state.LAM_DIAG / LAM_DENSE) -> step-rule component
+    moves: dict[int, Any]          # the update after a given gradient (the general NumPy path); {} for MCLMC
+    step_kind: str                 # "matrix" (a scalar, diagonal or dense Λ), "diagonal" or "scalar"
+    finite_beta: bool              # β must be finite
+    default_beta: str | None       # "inf", "n_data" (the posterior) or None (must be given)
+    momentum: bool                 # momentum κ allowed
+    decay: bool                    # the step-size decay γ allowed
+    grads_per_step: int
+    needs_loss: bool               # the minibatch loss (energy error) is needed
+    mclmc: bool                    # the SMILE family (unit velocity u drawn at the start; MCLMC statistics)
+    target: str                    # "linearised" (the SG(L)D chain) or "posterior" (exp(−β(L + θᵀΓθ/(2N))))
+    prediction: str | None         # sgtune's exact prediction: "covariance", "posterior" or None
+    summary: str
+
+    @property
+    def step_name(self) -> str:
+        """What the step is called in messages: Λ, h or ε."""
+        return {"sghmc": "h (its time step)"}.get(self.name, "ε (the distance moved per step)") \
+            if self.step_kind == "scalar" else "Λ"
+
+
+def _sgld_like(name: str, options: type, rules: dict[int, Any], moves: dict[int, Any], summary: str, *,
+               dense: bool, finite_beta: bool, prediction: str | None) -> SamplerSpec:
+    return SamplerSpec(name, options, rules, moves, "matrix" if dense else "diagonal", finite_beta,
+                       None if finite_beta else "inf", True, True, 1, False, False, "linearised", prediction, summary)
+
+
+def _mclmc(name: str, prediction: str | None, summary: str) -> SamplerSpec:
+    return SamplerSpec(name, SmileOptions, {LAM_DIAG: smile_chain.mclmc_rule}, {}, "scalar", True, "n_data", False,
+                       False, 3, True, True, "posterior", prediction, summary)
+
+
+#: every sampler of the engine, in the order the CLI lists them
+SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
+    _sgld_like("sgld", SGLDOptions, {LAM_DIAG: kernels.sgld_diag_rule, LAM_DENSE: kernels.sgld_dense_rule},
+               {LAM_DIAG: kernels.sgld_diag_step, LAM_DENSE: kernels.sgld_dense_step},
+               "SG(L)D/SGD, any Λ (Wang, Ding & Huggins 2026)", dense=True, finite_beta=False,
+               prediction="covariance"),
+    _sgld_like("sglrw", SGLRWOptions, {LAM_DIAG: kernels.sglrw_rule}, {LAM_DIAG: kernels.sglrw_step},
+               "SGLRW (Mensch et al. 2025, eq. 12)", dense=False, finite_beta=True, prediction=None),
+    _sgld_like("clipped-sgld", ClippedSGLDOptions, {LAM_DIAG: kernels.clipped_sgld_rule},
+               {LAM_DIAG: kernels.clipped_sgld_step}, "clipped SGLD (Mensch et al. 2025, eq. 18)", dense=False,
+               finite_beta=True, prediction=None),
+    SamplerSpec("sghmc", SGHMCOptions, {LAM_DIAG: kernels.sghmc_rule}, {LAM_DIAG: kernels.sghmc_data_step}, "scalar",
+                True, "n_data", False, True, 1, False, False, "posterior", None,
+                "vanilla SGHMC (Chen et al. 2014), time step h, friction γ"),
+    _mclmc("smile-naive", None, "MCLMC on minibatch gradients (the SMILE paper, anonymous, 2025)"),
+    _mclmc("psmile-naive", None, "SMILE-naive with pSMILE's diagonal preconditioner"),
+    _mclmc("smile", "posterior", "MCLMC with the energy-variance step-size tuner (Algorithm 1)"),
+    _mclmc("psmile", "posterior", "SMILE with pSMILE's diagonal preconditioner"),
+)}
+SAMPLER_NAMES: tuple[str, ...] = tuple(SAMPLERS)
+#: the samplers of the tempered posterior (scalar step, their own velocity, β = N by default)
+POSTERIOR_SAMPLERS: tuple[str, ...] = tuple(n for n, s in SAMPLERS.items() if s.target == "posterior")
+
+
+def sampler_spec(options: Any) -> SamplerSpec:
+    """The :class:`SamplerSpec` of an options object (or of a sampler name)."""
+    name = options if isinstance(options, str) else getattr(options, "sampler", None)
+    if name not in SAMPLERS:
+        raise SgtuneError(f"sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+    return SAMPLERS[name]
+
+
+def options_for(name: str, **settings: Any) -> Any:
+    """The options object of sampler ``name`` from keyword settings (those that do not apply are ignored)."""
+    spec = sampler_spec(name)
+    if spec.options is SmileOptions:
+        settings = {**settings, "preconditioned": name.startswith("p"), "tuned": not name.endswith("naive")}
+    own = {f.name for f in fields(spec.options)}
+    return spec.options(**{k: v for k, v in settings.items() if k in own})
+
+
+@cites("wang2026", "§2.1 (β = ∞ is SGD); the SMILE paper's and SGHMC's target is the posterior at β = N")
+def default_inv_temperature(spec: SamplerSpec, inv_temperature: float, n_data: int) -> float:
+    """β for a run of ``spec``: a finite β as given; β = ∞ is SGD for the samplers that allow it, and N (the
+    posterior) for the posterior samplers; the others (SGLRW, clipped SGLD) need a finite β."""
+    beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
+    if math.isfinite(beta) or not spec.finite_beta:
+        return beta
+    if spec.default_beta == "n_data":
+        return float(n_data)
+    raise SgtuneError(f"sampler {spec.name!r} needs a finite inverse temperature (it moves by ±sqrt(2Λ_ii/β)); "
+                      "pass inv_temperature=N or a number")

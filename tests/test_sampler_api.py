@@ -1,0 +1,120 @@
+"""The sampler's public forms: run_chains(model, data, Dynamics, RunSpec, options), the keyword form of 0.1
+behind one DeprecationWarning with the same chains, and the sampler registry."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from sgtune.core.config import Dynamics, RunSpec
+from sgtune.core.errors import SgtuneError
+from sgtune.sampler import SGHMCOptions, SmileOptions, run_chains, run_quadratic_chains
+from sgtune.sampler.registry import SAMPLERS, default_inv_temperature, options_for, sampler_spec
+from sgtune.sampler.smile import run_smile_ensemble
+from sgtune.sampler.targets import make_target
+
+
+def _data(n=60, seed=0):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((n, 3))
+    y = (r.random(n) < 1 / (1 + np.exp(-X @ np.array([0.5, -0.3, 0.2])))).astype(float)
+    return X, y
+
+
+def _same(a, b):
+    for f in ("final_state", "mean", "cov", "cov_standard_error", "diverged_at", "trace", "step_size_final",
+              "energy_error_mean", "preconditioner"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None) == (y is None), f
+        if x is not None:
+            np.testing.assert_array_equal(x, y, err_msg=f)
+
+
+def _one_deprecation(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    dep = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert len(dep) == 1, [str(w.message) for w in caught]
+    assert "is deprecated; use" in str(dep[0].message)
+    assert dep[0].filename == __file__  # points at the caller
+    return out, str(dep[0].message)
+
+
+@pytest.mark.parametrize("sampler, extra", [("sgld", dict(momentum=0.5, batching="reshuffle", thin=3)),
+                                            ("sghmc", dict(friction=2.0)),
+                                            ("psmile", dict(precond_start=20, thin=4))])
+def test_old_keyword_form_warns_once_and_gives_the_same_chains(sampler, extra):
+    X, y = _data()
+    kw = dict(batch_size=8, n_steps=80, n_chains=2, seed=3, sampler=sampler, **extra)
+    old, msg = _one_deprecation(lambda: run_chains("logistic", (X, y), 0.05, initial=np.zeros(3), **kw))
+    assert "run_chains(model, data, Dynamics(" in msg
+    dyn = Dynamics(0.05, 8, momentum=extra.get("momentum", 0.0), batching=extra.get("batching", "replacement"))
+    run = RunSpec(80, n_chains=2, seed=3, thin=extra.get("thin", 0))
+    opts = options_for(sampler, **{k: v for k, v in extra.items() if k in ("friction", "precond_start")})
+    new = run_chains("logistic", (X, y), dyn, run, opts, initial=np.zeros(3))
+    _same(old, new)
+    assert old.settings == new.settings
+
+
+def test_old_quadratic_and_ensemble_forms_warn_once_and_agree():
+    A = np.array([[2.0, 0.3], [0.3, 1.0]])
+    old, msg = _one_deprecation(lambda: run_quadratic_chains(A, 0.1, n_steps=60, n_chains=2, inv_temperature=5.0,
+                                                             noise_cov=np.eye(2), seed=1))
+    assert "Dynamics(step_matrix" in msg
+    new = run_quadratic_chains(A, Dynamics(0.1, 1, inv_temperature=5.0), RunSpec(60, n_chains=2, seed=1),
+                               noise_cov=np.eye(2))
+    _same(old, new)
+    t = make_target("gaussian", "isotropic", dim=4)
+    old, msg = _one_deprecation(lambda: run_smile_ensemble(t, "smile", 0.2, n_steps=50, n_chains=2, kappa=0.99))
+    assert "RunSpec(n_steps" in msg
+    new = run_smile_ensemble(t, 0.2, RunSpec(50, n_chains=2), SmileOptions(guardrail=0.99))
+    np.testing.assert_array_equal(old.final_state, new.final_state)
+    np.testing.assert_array_equal(old.final_step_size, new.final_step_size)
+
+
+def test_registry_is_complete_and_options_name_their_sampler():
+    assert list(SAMPLERS) == ["sgld", "sglrw", "clipped-sgld", "sghmc", "smile-naive", "psmile-naive", "smile",
+                              "psmile"]
+    for name, spec in SAMPLERS.items():
+        assert options_for(name).sampler == name
+        assert sampler_spec(options_for(name)) is spec
+        assert spec.grads_per_step == (3 if spec.mclmc else 1)
+        assert spec.rules, name
+    assert SmileOptions(preconditioned=True, tuned=False).sampler == "psmile-naive"
+    with pytest.raises(SgtuneError, match="sampler must be one of"):
+        sampler_spec("hmc")
+    with pytest.raises(SgtuneError, match="friction"):
+        SGHMCOptions(friction=0.0)
+
+
+def test_inverse_temperature_rules_come_from_the_registry():
+    assert math.isinf(default_inv_temperature(SAMPLERS["sgld"], math.inf, 100))
+    assert default_inv_temperature(SAMPLERS["sghmc"], math.inf, 100) == 100.0
+    assert default_inv_temperature(SAMPLERS["smile"], 7.0, 100) == 7.0
+    with pytest.raises(SgtuneError, match="finite inverse temperature"):
+        default_inv_temperature(SAMPLERS["sglrw"], math.inf, 100)
+
+
+def test_predictions_come_from_the_registry():
+    # SG(L)D: the linearised stationary covariance; the tuned SMILE samplers: the tempered posterior;
+    # SGHMC without a noise estimate and SMILE-naive: no exact prediction (their minibatch bias)
+    assert {n: s.prediction for n, s in SAMPLERS.items()} == {
+        "sgld": "covariance", "sglrw": None, "clipped-sgld": None, "sghmc": None, "smile-naive": None,
+        "psmile-naive": None, "smile": "posterior", "psmile": "posterior"}
+    from sgtune.workflows.bnn import GRADS_PER_STEP
+
+    assert GRADS_PER_STEP == {n: SAMPLERS[n].grads_per_step for n in GRADS_PER_STEP}
+
+
+def test_new_form_rejects_what_the_sampler_does_not_take():
+    X, y = _data()
+    run = RunSpec(10, n_chains=1)
+    with pytest.raises(SgtuneError, match="scalar step size"):
+        run_chains("logistic", (X, y), Dynamics(np.array([0.1, 0.2, 0.3]), 8), run, SmileOptions(), initial=np.zeros(3))
+    with pytest.raises(SgtuneError, match="momentum"):
+        run_chains("logistic", (X, y), Dynamics(0.1, 8, momentum=0.5), run, SGHMCOptions(), initial=np.zeros(3))
+    with pytest.raises(TypeError, match="RunSpec"):
+        run_chains("logistic", (X, y), Dynamics(0.1, 8), 10)
