@@ -15,6 +15,7 @@ from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains
 from sgtune.sampler import grads, mlp as smlp, mlp_loss, smile_chain
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 
+from tests._threads import many_threads
 from tests._tolerances import bonferroni_z
 
 NEW = ("smile-naive", "psmile-naive", "smile", "psmile", "sghmc")
@@ -152,7 +153,7 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
     try:
         set_num_threads(1)
         one = run_chains("logistic", (X, y), 0.1, **kw)
-        set_num_threads(max(2, before))
+        set_num_threads(many_threads(before))
         many = run_chains("logistic", (X, y), 0.1, **kw)
     finally:
         set_num_threads(before)
@@ -177,8 +178,11 @@ def test_psmile_preconditioner_is_normalised_gradient_sd():
                      precond_start=10, seed=1)
     sd, p = res.gradient_sd, res.preconditioner
     np.testing.assert_allclose(p, math.sqrt(5) * sd / np.linalg.norm(sd, axis=1, keepdims=True), rtol=1e-12)
-    # the minibatch gradient's spread follows the column scales of X (independent of the sampler)
-    assert np.all(np.argsort(sd[0]) == np.argsort([0.3, 1.0, 3.0, 1.0, 0.5]))
+    # the minibatch gradient's spread follows the column scales of X (independent of the sampler), in each chain:
+    # 0.3 < 0.5 < both columns of scale 1 < 3 (the two tied columns come in either order, depending on the stream;
+    # measured on 5 data sets × 20 seeds: sd_j / scale_j varies by at most 1.5×, less than the 1.67× between 0.3 and 0.5)
+    assert np.all(sd[:, 0] < sd[:, 4]) and np.all(sd[:, 4] < np.minimum(sd[:, 1], sd[:, 3]))
+    assert np.all(np.maximum(sd[:, 1], sd[:, 3]) < sd[:, 2])
     assert res.step_size_trace is None and res.rejection_fraction.tolist() == [0.0, 0.0]
 
 
