@@ -107,6 +107,7 @@ def test_mlp_loss_matches_numpy_model():
                                        atol=1e-13)
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("sampler", NEW)
 def test_compiled_matches_general_path(sampler):
     X, y = _logistic()
@@ -123,6 +124,7 @@ def test_compiled_matches_general_path(sampler):
         assert not np.allclose(fast.preconditioner, 1.0)
 
 
+@pytest.mark.portability
 def test_stripped_glm_reproduces_compiled_psmile():
     X, y = _logistic()
     kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="without-replacement", inv_temperature=60.0,
@@ -133,6 +135,7 @@ def test_stripped_glm_reproduces_compiled_psmile():
     _assert_same(a, b, "psmile")
 
 
+@pytest.mark.portability
 def test_mlp_compiled_matches_general_path():
     r = np.random.default_rng(4)
     X = r.standard_normal((80, 3))
@@ -146,6 +149,7 @@ def test_mlp_compiled_matches_general_path():
                      run_chains(m, (X, y), h, sampler=sampler, backend="numpy", **kw), sampler)
 
 
+@pytest.mark.portability
 def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
     X, y = _logistic(n=200)
     kw = dict(batch_size=8, n_steps=300, n_chains=5, seed=3, thin=7, sampler="psmile", **SMILE_KW)
@@ -171,6 +175,7 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
         assert len(sigs) == 1, (key, sigs)
 
 
+@pytest.mark.portability
 def test_psmile_preconditioner_is_normalised_gradient_sd():
     X, y = _logistic(n=300, d=5)
     X = X * np.array([0.3, 1.0, 3.0, 1.0, 0.5])
@@ -269,6 +274,7 @@ def _posterior_run(sampler, n_steps, seed, h, batch_size, batching="replacement"
 @pytest.mark.parametrize("sampler, h, B, batching", [("smile-naive", 0.005, 32, "replacement"),
                                                       ("psmile-naive", 0.005, 32, "replacement"),
                                                       ("sghmc", 0.005, 400, "without-replacement")])
+@pytest.mark.portability
 def test_posterior_covariance_fast(sampler, h, B, batching):
     res, post = _posterior_run(sampler, 20000, 11, h, B, batching)
     z, thr = _check_posterior(res, post, SMILE_REL)
@@ -288,6 +294,7 @@ def test_posterior_covariance_slow(sampler, h, B, batching):
     assert res.n_diverged == 0 and z <= thr, (z, thr, np.diag(res.cov) / np.diag(post))
 
 
+@pytest.mark.portability
 def test_full_batch_chain_is_the_analytic_mn_integrator():
     """Independent route: with B = N (every step sees all the data) on a linear model, the data chain's
     integrator must be :func:`sgtune.sampler.smile.mn_step` on the Gaussian target with precision

@@ -14,6 +14,8 @@ from sgtune.theory.smile import b2_chains, gamma_moment_match, wilson_hilferty_q
 from tests._threads import many_threads
 from tests._tolerances import MC_ALPHA
 
+pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
+
 #: kernel vs pure-Python twin on the same stream (STYLE convention 10; cosh/sinh vs e^{−δ} forms)
 TWIN_RTOL = 1e-12
 
