@@ -110,6 +110,7 @@ def _linear_2000():
     return make_dataset(X, X @ [1.0, -0.5, 0.3, 2.0] + rng.normal(size=2000))
 
 
+@pytest.mark.portability
 def test_tuned_sgd_on_the_logistic_example_is_healthy():
     ds = example("logistic")
     model = get_model("logistic")
@@ -124,6 +125,7 @@ def test_tuned_sgd_on_the_logistic_example_is_healthy():
     assert h.prediction_check["passed"] and h.nonstationary is False
 
 
+@pytest.mark.portability
 def test_the_frozen_psmile_run_of_issue_19_is_unhealthy():
     """Tuned pSMILE on a homoskedastic linear regression (N = 2000, D = 4, ε = 0.05, 40 000 steps)."""
     ds = _linear_2000()

@@ -76,8 +76,13 @@ def test_sgd_on_the_network_matches_dq_exact_within_mcse():
     """SGD iterates of the real network (numba MLP kernel) near θ̂ vs the exact DQ prediction.
 
     At λ = 0.05 and B = 16 the Taylor proxy's error is O(λ/B) relative; the test allows 10 % of each
-    entry on top of the Bonferroni MCSE threshold, and also requires CT's prediction (which drops the
-    HΣH term) to be further from the chains than DQ+exact's.
+    entry on top of the Bonferroni MCSE threshold.
+
+    It used to also require CT's prediction (which drops the HΣH term, 6 % of ‖Σ‖ here) to be further
+    from the chains than DQ+exact's. That held for this seed only: on 20 seeds CT was the closer one 15
+    times, and along the direction CT − DQ the chains sit ≈ 0.8 of the way from DQ towards CT (3–8 MCSE
+    from DQ per seed) — the proxy's O(λ/B) error on this network is as large as the HΣH term, so the
+    comparison cannot separate the two theories and was dropped.
     """
     net, data, e = _network_problem()
     lam = 0.05
@@ -87,10 +92,6 @@ def test_sgd_on_the_network_matches_dq_exact_within_mcse():
     test = compare_covariance(st.cov, res.cov, res.cov_standard_error, n_batches=res.n_batches,
                               relative_tolerance=0.10)
     assert test.passed, (test.z_max, test.threshold, test.relative_frobenius_error)
-    from sgtune.theory.stationary import predict_comparison_cov
-
-    ct = predict_comparison_cov(e, Dynamics(lam, 16), theory="ct")
-    assert np.linalg.norm(ct - res.cov) > np.linalg.norm(st.cov - res.cov)
 
 
 @pytest.mark.notebook

@@ -26,6 +26,8 @@ from sgtune.theory.fluctuation import (
 from tests._tolerances import bonferroni_z
 from tests.reference.gnld_twin import GnldReference
 
+pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
+
 
 def _problem(seed: int = 3):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(seed)

@@ -17,6 +17,7 @@ from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.rng import chain_states
 from tests.reference.twins import PythonBackend, batch_twin
 from sgtune.sampler.rng import Xoshiro256PP
+from tests._threads import many_threads
 
 # kernel vs twin: same arithmetic in a different order (loops vs BLAS) along ≤ 60 contracting steps
 TWIN_RTOL, TWIN_ATOL = 1e-12, 1e-13
@@ -142,7 +143,7 @@ def test_deterministic_regardless_of_threads_and_chunks():
     try:
         set_num_threads(1)
         one = run_chains("logistic", (X, y), *args)
-        set_num_threads(max(2, before))
+        set_num_threads(many_threads(before))
         many = run_chains("logistic", (X, y), *args)
     finally:
         set_num_threads(before)

@@ -239,6 +239,7 @@ def test_mlp_chains_bitwise_deterministic_regardless_of_threads_and_chunks():
     from sgtune.models.mlp import MLP
     from sgtune.sampler import run_chains
     from sgtune.sampler._jit import get_num_threads, set_num_threads
+    from tests._threads import many_threads
 
     r = np.random.default_rng(5)
     X = r.standard_normal((300, 10))
@@ -250,7 +251,7 @@ def test_mlp_chains_bitwise_deterministic_regardless_of_threads_and_chunks():
     try:
         set_num_threads(1)
         one = run_chains(model, (X, y), **chain_kw(1e-2, **kw))
-        set_num_threads(max(2, before))
+        set_num_threads(many_threads(before))
         many = run_chains(model, (X, y), **chain_kw(1e-2, **kw))
     finally:
         set_num_threads(before)

@@ -21,6 +21,8 @@ from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains, run_quadratic_chains
 from sgtune.core.config import Dynamics
 
+pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
+
 ALPHA = 1e-3
 
 A = np.array([[2.0, 0.6, 0.0], [0.6, 1.0, 0.3], [0.0, 0.3, 0.5]])

@@ -26,6 +26,7 @@ def _zcrit(m: int) -> float:
     return float(norm.ppf(1 - ALPHA / (2 * m)))
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("scheme", ["ula", "rm", "rm_with_replacement", "rr"])
 def test_numba_matches_python_twin(scheme: str) -> None:
     kw = dict(scheme=scheme, n_chains=3, n_epochs=6, burn_in_epochs=2, seed=17)
@@ -89,6 +90,7 @@ def _check(z: dict[str, np.ndarray]) -> None:
         assert np.all(np.abs(v) < zc), (k, v, zc)
 
 
+@pytest.mark.portability
 @pytest.mark.mc
 @pytest.mark.parametrize("hv", [0.3, 1.5])
 def test_chains_match_every_formula_fast(hv: float) -> None:
@@ -96,6 +98,7 @@ def test_chains_match_every_formula_fast(hv: float) -> None:
     _check(z)
 
 
+@pytest.mark.portability
 @pytest.mark.mc
 def test_published_formulas_rejected_by_simulation() -> None:
     # h = 0.3, R = 4: the published RM error is off by h/(2−h) ≈ 0.18 of the target variance
@@ -107,6 +110,7 @@ def test_published_formulas_rejected_by_simulation() -> None:
     assert abs(z["rr_published_average"][0]) > _zcrit(2)
 
 
+@pytest.mark.portability
 @pytest.mark.mc
 def test_large_step_rr_worse_than_rm_in_simulation() -> None:
     x = X12

@@ -18,6 +18,7 @@ from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains
 from sgtune.sampler import engine, grads, mlp as smlp, mlp_loss, smile_chain
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 
+from tests._threads import many_threads
 from tests._tolerances import bonferroni_z
 
 NEW = ("smile-naive", "psmile-naive", "smile", "psmile", "sghmc")
@@ -109,6 +110,7 @@ def test_mlp_loss_matches_numpy_model():
                                        atol=1e-13)
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("sampler", NEW)
 def test_compiled_matches_general_path(sampler):
     X, y = _logistic()
@@ -125,6 +127,7 @@ def test_compiled_matches_general_path(sampler):
         assert not np.allclose(fast.preconditioner, 1.0)
 
 
+@pytest.mark.portability
 def test_stripped_glm_reproduces_compiled_psmile():
     X, y = _logistic()
     kw = dict(batch_size=16, n_steps=200, n_chains=2, seed=9, batching="without-replacement", inv_temperature=60.0,
@@ -135,6 +138,7 @@ def test_stripped_glm_reproduces_compiled_psmile():
     _assert_same(a, b, "psmile")
 
 
+@pytest.mark.portability
 def test_mlp_compiled_matches_general_path():
     r = np.random.default_rng(4)
     X = r.standard_normal((80, 3))
@@ -148,6 +152,7 @@ def test_mlp_compiled_matches_general_path():
                      run_chains(m, (X, y), **chain_kw(h, sampler=sampler, backend="numpy", **kw)), sampler)
 
 
+@pytest.mark.portability
 def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
     X, y = _logistic(n=200)
     kw = dict(batch_size=8, n_steps=300, n_chains=5, seed=3, thin=7, sampler="psmile", **SMILE_KW)
@@ -155,7 +160,7 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
     try:
         set_num_threads(1)
         one = run_chains("logistic", (X, y), **chain_kw(0.1, **kw))
-        set_num_threads(max(2, before))
+        set_num_threads(many_threads(before))
         many = run_chains("logistic", (X, y), **chain_kw(0.1, **kw))
     finally:
         set_num_threads(before)
@@ -174,6 +179,7 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
         assert len(sigs) == 1, (key, sigs)
 
 
+@pytest.mark.portability
 def test_psmile_preconditioner_is_normalised_gradient_sd():
     X, y = _logistic(n=300, d=5)
     X = X * np.array([0.3, 1.0, 3.0, 1.0, 0.5])
@@ -181,8 +187,11 @@ def test_psmile_preconditioner_is_normalised_gradient_sd():
                      SmileOptions(preconditioned=True, tuned=False, precond_start=10))
     sd, p = res.gradient_sd, res.preconditioner
     np.testing.assert_allclose(p, math.sqrt(5) * sd / np.linalg.norm(sd, axis=1, keepdims=True), rtol=1e-12)
-    # the minibatch gradient's spread follows the column scales of X (independent of the sampler)
-    assert np.all(np.argsort(sd[0]) == np.argsort([0.3, 1.0, 3.0, 1.0, 0.5]))
+    # the minibatch gradient's spread follows the column scales of X (independent of the sampler), in each chain:
+    # 0.3 < 0.5 < both columns of scale 1 < 3 (the two tied columns come in either order, depending on the stream;
+    # measured on 5 data sets × 20 seeds: sd_j / scale_j varies by at most 1.5×, less than the 1.67× between 0.3 and 0.5)
+    assert np.all(sd[:, 0] < sd[:, 4]) and np.all(sd[:, 4] < np.minimum(sd[:, 1], sd[:, 3]))
+    assert np.all(np.maximum(sd[:, 1], sd[:, 3]) < sd[:, 2])
     assert res.step_size_trace is None and res.rejection_fraction.tolist() == [0.0, 0.0]
 
 
@@ -270,6 +279,7 @@ def _posterior_run(sampler, n_steps, seed, h, batch_size, batching="replacement"
 @pytest.mark.parametrize("sampler, h, B, batching", [("smile-naive", 0.005, 32, "replacement"),
                                                       ("psmile-naive", 0.005, 32, "replacement"),
                                                       ("sghmc", 0.005, 400, "without-replacement")])
+@pytest.mark.portability
 def test_posterior_covariance_fast(sampler, h, B, batching):
     res, post = _posterior_run(sampler, 20000, 11, h, B, batching)
     z, thr = _check_posterior(res, post, SMILE_REL)
@@ -289,6 +299,7 @@ def test_posterior_covariance_slow(sampler, h, B, batching):
     assert res.n_diverged == 0 and z <= thr, (z, thr, np.diag(res.cov) / np.diag(post))
 
 
+@pytest.mark.portability
 def test_full_batch_chain_is_the_analytic_mn_integrator():
     """Independent route: with B = N (every step sees all the data) on a linear model, the data chain's
     integrator must be :func:`sgtune.sampler.smile.mn_step` on the Gaussian target with precision

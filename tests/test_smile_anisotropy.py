@@ -32,6 +32,8 @@ from sgtune.theory.minibatch import noise_anisotropy, residual_anisotropy
 
 from _tolerances import bonferroni_z
 
+pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
+
 ALPHA = 0.01  # pSMILE's EMA rate (run_chains' precond_rate default, seed 001 §3.2)
 
 

@@ -10,6 +10,8 @@ from sgtune.sampler.smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map
 from tests.reference.smile_twin import logp_grad_twin, momentum_map_twin
 from sgtune.sampler.targets import make_target
 
+pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
+
 STEPS = np.array([0.0025, 0.005, 0.01, 0.02])
 #: a second-order integrator: |E_t − E_0| = O(Δt²) over a fixed time, per-step |ΔE| = O(Δt³);
 #: the fitted slopes over a factor 8 of Δt are within ±0.25 of the order (measured 2.00 and 3.00)

@@ -14,7 +14,10 @@ from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble, tuner_update
 from sgtune.sampler.targets import make_target
 from sgtune.theory.smile import b2_chains, gamma_moment_match, wilson_hilferty_quantile
+from tests._threads import many_threads
 from tests._tolerances import MC_ALPHA
+
+pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
 
 #: kernel vs pure-Python twin on the same stream (STYLE convention 10; cosh/sinh vs e^{−δ} forms)
 TWIN_RTOL = 1e-12
@@ -27,11 +30,22 @@ def _close(a, b):
     np.testing.assert_allclose(a, b, rtol=TWIN_RTOL, atol=TWIN_RTOL)
 
 
-@pytest.mark.parametrize("sampler", list(METHOD_IDS))
-@pytest.mark.parametrize("name,noise", CASES)
+#: (target, sampler) pairs whose kernel and twin do not agree to rounding: on the funnel, pSMILE's preconditioner
+#: (1/p large in the neck) drives δ = ε|g'|/(d − 1) past 20, where the twin's cosh δ + uₑ sinh δ loses digits to
+#: cancellation (and overflows past δ ≈ 710) while the kernel's e^{−δ} form does not; measured on 300 seeds of
+#: this test: 90 disagree or overflow (30 %), against none of the other 17 pairs at 60 steps
+TWIN_UNSTABLE = {("funnel", "psmile")}
+
+
+@pytest.mark.parametrize("name,noise,sampler", [(n, z, s) for n, z in CASES for s in METHOD_IDS
+                                                 if (n, s) not in TWIN_UNSTABLE])
 def test_kernel_matches_twin(sampler, name, noise):
+    """The kernel and its twin agree to rounding along 60 steps (2 chains; burn-in, thinning, the tuner from
+    step 10 and the preconditioner from step 30 all act). 60, not more: the chains are chaotic, so rounding
+    differences grow along the run — measured worst |kernel − twin|/TWIN_RTOL over 300 seeds: ≤ 0.93 at 60
+    steps for every pair, but up to 44 (Rosenbrock, pSMILE) at 150 steps, the length this test used to run."""
     t = make_target(name, noise, dim=6, seed=1)
-    kw = dict(n_steps=150, n_chains=2, burn_in=20, thin=7, seed=5, precond_start=30)
+    kw = dict(n_steps=60, n_chains=2, burn_in=20, thin=7, seed=5, precond_start=30)
     a = run_smile_ensemble(t, **ensemble_kw(sampler, STEP[sampler], **kw))
     b = run_smile_ensemble(t, **ensemble_kw(sampler, STEP[sampler], backend="python", **kw))
     for f in ("final_state", "sample_second_moment", "sample_mean", "trace", "step_size_trace", "energy_trace",
@@ -48,7 +62,7 @@ def test_one_signature_and_thread_determinism():
     try:
         set_num_threads(1)
         one = [run_smile_ensemble(t, **ensemble_kw(s, STEP[s], **kw)) for s in METHOD_IDS]
-        set_num_threads(max(2, before))
+        set_num_threads(many_threads(before))
         many = [run_smile_ensemble(t, **ensemble_kw(s, STEP[s], **kw)) for s in METHOD_IDS]
     finally:
         set_num_threads(before)
@@ -101,20 +115,46 @@ def test_tuner_decisions_against_scipy_quantiles(rng):
 
 
 def test_rejected_step_restores_theta():
-    """A tiny κ rejects nearly every step: θ stays at the start and the step size shrinks by (1 − δ)."""
+    """κ = 0.95 rejects about 5 % of the steps: a rejected step leaves θ where it was, and the step size
+    started at 0.5 shrinks (a rejection multiplies it by 1 − δ).
+
+    Over 300 steps the tuned step of one chain is a random walk that ends above its start in about
+    1 % of the chains (measured 0.5–1.3 % on 3 × 400 chains), so the claim is tested on 100 chains:
+    each rejects some steps (measured ≥ 7 of 300 in each of 1200 chains), θ stays put exactly at the
+    rejections, and the fraction of chains whose step ends below the start exceeds 3/4 by a one-sided
+    binomial test at α = MC_ALPHA.
+    """
     t = make_target("gaussian", "isotropic", dim=4)
-    r = run_smile_ensemble(t, 0.5, RunSpec(300, n_chains=2, thin=1, seed=1),
+    n_chains, n_steps = 100, 300
+    r = run_smile_ensemble(t, 0.5, RunSpec(n_steps, n_chains=n_chains, thin=1, seed=1),
                            SmileOptions(adapt_a=0.1, tune_start=2, guardrail=0.95))
     assert r.rejection_fraction.min() > 0.0
-    moved = np.any(r.trace[:, 1:] != r.trace[:, :-1], axis=2)
-    assert np.all(moved.sum(axis=1) < 300)  # some steps left θ unchanged: the rejections
-    assert np.all(r.final_step_size < 0.5)
+    # an accepted step moves θ (by Δt·u/p ≠ 0), a rejected one restores it: the steps after the first at which
+    # θ stayed put are the rejections (the first step's fate is not in the trace differences)
+    stayed = np.all(r.trace[:, 1:] == r.trace[:, :-1], axis=2).sum(axis=1)
+    rejected = np.rint(r.rejection_fraction * n_steps).astype(int)
+    assert np.all(stayed > 0) and np.all((rejected - stayed >= 0) & (rejected - stayed <= 1)), (stayed, rejected)
+    below = int(np.sum(r.final_step_size < 0.5))
+    assert stats.binom.sf(below - 1, n_chains, 0.75) < MC_ALPHA, below
 
 
-def test_tuner_reduces_a_too_large_step():
+@pytest.mark.parametrize("start, direction", [(2.0, "down"), (0.05, "up")])
+def test_tuner_reduces_a_too_large_step_and_raises_a_too_small_one(start, direction):
+    """10-d standard Gaussian without noise, 2000 steps: started at Δt = 2 the tuner shrinks the step,
+    started at Δt = 0.05 it grows it (so the decrease is a reaction to the step, not a drift of Algorithm 1).
+
+    One chain's tuned step is a chaotic random walk (×(1 ± δ) on its energy-error quantiles): a single
+    trajectory can end on the wrong side of its start (measured 1.5 % of 200 chains from either start;
+    0.5 % from Δt = 2 after 5000 steps), and which chain does differs between CPUs. The claim is about the
+    ensemble: of 200 independent chains, the fraction that moved the step the right way exceeds 3/4 by a
+    one-sided binomial test at α = MC_ALPHA (measured 0.985 both ways). No chain may diverge.
+    """
     t = make_target("gaussian", "none", dim=10)
-    r = run_smile_ensemble(t, 2.0, RunSpec(5000, n_chains=4, thin=100, seed=2), SmileOptions())
-    assert np.all(r.final_step_size < 2.0)
+    n_chains = 200
+    r = run_smile_ensemble(t, start, RunSpec(2000, n_chains=n_chains, thin=100, seed=2), SmileOptions())
+    moved_right = r.final_step_size < start if direction == "down" else r.final_step_size > start
+    k = int(np.sum(moved_right))
+    assert stats.binom.sf(k - 1, n_chains, 0.75) < MC_ALPHA, (k, n_chains)
     assert np.all(np.isfinite(r.sample_second_moment)) and np.all(r.diverged < 0)
 
 
@@ -133,14 +173,19 @@ def test_psmile_preconditioner_tracks_noise_scale():
 def test_psmile_naive_beats_smile_naive_under_diagonal_noise():
     """Table 1, ICG/diagonal: pSMILE-naive's b² is below SMILE-naive's.
 
-    Fast version at a fixed step Δt = 0.3, 30 chains of 2·10⁴ steps; per-chain b² compared by a
+    Fast version at a fixed step Δt = 0.3, 90 chains of 2·10⁴ steps; per-chain b² compared by a
     one-sided Mann–Whitney test at α = 1e-3 (MC_ALPHA). The slow test repeats it at each sampler's
     best step size from a grid.
+
+    Power, measured on 600 chains per sampler: P(b²_SMILE-naive > b²_pSMILE-naive) = 0.78 per pair of
+    chains (medians 1.13 and 0.22, SMILE-naive's heavy-tailed); the test rejects with probability
+    0.77 at 30 chains (it failed on 7 of 30 seeds with the 30 chains it used to run) and > 0.998 at 90
+    (normal approximation: 6.5 sd above the null, 3.1 needed).
     """
     t = make_target("gaussian", "diagonal", seed=0)
     per = {}
     for s in ("smile-naive", "psmile-naive"):
-        r = run_smile_ensemble(t, 0.3, RunSpec(20_000, n_chains=30, seed=1), options_for(s))
+        r = run_smile_ensemble(t, 0.3, RunSpec(20_000, n_chains=90, seed=1), options_for(s))
         per[s] = b2_chains(r.sample_second_moment, t.second_moment, t.var_of_square)
     p = stats.mannwhitneyu(per["smile-naive"], per["psmile-naive"], alternative="greater").pvalue
     assert p < MC_ALPHA, (p, np.median(per["smile-naive"]), np.median(per["psmile-naive"]))

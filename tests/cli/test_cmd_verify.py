@@ -16,7 +16,9 @@ def test_verify_tuned_example_passes_and_inflated_prediction_fails():
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["passed"] is True and doc["z_max"] <= doc["threshold"] and doc["mode"] == "lambda"
-    assert doc["seconds"] < 60 and doc["n_tests"] == 210
+    # "seconds" is reported, not bounded: a wall-clock limit depends on the machine and its load (STYLE: speed
+    # claims belong in benchmarks/)
+    assert doc["seconds"] > 0 and np.isfinite(doc["seconds"]) and doc["n_tests"] == 210
     assert np.array(doc["predicted"]).shape == (20, 20)
     # a prediction 10% too large is rejected (exit 3) on the very same chains
     bad = CliRunner().invoke(main, [*base, "--inflate-prediction", "1.1"])
