@@ -71,6 +71,7 @@ import numpy as np
 from ..core._refs import cites
 from ..core._validation import as_float_array, check_int, check_positive, check_probability, is_symmetric
 from ..core.config import Dynamics
+from ..core.results import default_parameter_names
 from ..core.errors import MissingExtraError, NotPositiveDefiniteError, SgtuneError, ShapeError
 
 __all__ = ["StepMatrix", "step_matrix", "UpdateRule", "update_rule", "numpy_step", "optax_transform",
@@ -438,7 +439,7 @@ def update_rule(source: Any, *, momentum: float | None = None, inv_temperature: 
     if s["step"] is None:
         raise SgtuneError(f"{where}: {label} Λ is still to be tuned (step=None): tune it first")
     rec_names = None if s["names"] is None else tuple(str(n) for n in s["names"])
-    if parameter_names is not None and rec_names is not None and tuple(parameter_names) != rec_names:
+    if parameter_names is not None and _informative(rec_names) is not None and tuple(parameter_names) != rec_names:
         i = next((k for k, (a, b) in enumerate(zip(parameter_names, rec_names)) if a != b),
                  min(len(parameter_names), len(rec_names)))
         ga = parameter_names[i] if i < len(parameter_names) else "(none)"
@@ -498,6 +499,15 @@ def _layout_groups(names: Sequence[str]) -> dict[str, tuple[tuple[int, ...], np.
     return out
 
 
+def _informative(names: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``names`` as a tuple, or None when they are absent or only the default ``theta[0]`` … ``theta[D−1]``
+    (which say nothing about a layout: the rows are then matched in θ order, as without names)."""
+    if names is None:
+        return None
+    out = tuple(str(n) for n in names)
+    return None if out == default_parameter_names(len(out)) else out
+
+
 def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: Sequence[str] | None, dim: int,
                   where: str) -> list[np.ndarray]:
     """The θ rows of every leaf (each an int array of the leaf's shape), or one line naming the first difference.
@@ -507,6 +517,7 @@ def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: 
     shape, and every group a leaf (unnamed leaves: the groups in θ order, matched by shape).
     """
     sizes = [int(np.prod(s, dtype=np.int64)) for _, _, s in leaves]
+    names = _informative(names)
     groups = None if names is None else _layout_groups(names)
     named = groups is not None and not (len(leaves) == 1 and leaves[0][1] not in groups)
     if not named and sum(sizes) != dim:

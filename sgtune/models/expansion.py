@@ -25,6 +25,7 @@ from ..core._refs import cites
 from ..core._validation import as_float_array, as_symmetric
 from ..io.data import Dataset
 from ..core.errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
+from ..core.results import ResultMixin, SummaryTable, estimate_columns, resolve_parameter_names, table_from_columns
 from ..io.reduce import CHUNK_ROWS, RowSource, reduce_rows
 from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
                    parameter_names, per_sample_curvature)
@@ -470,8 +471,8 @@ def _dense_affordable(model: Any, n: int, d: int) -> bool:
     return n * d * d <= DENSE_HESSIAN_BUDGET
 
 
-@dataclass(frozen=True)
-class Expansion:
+@dataclass(frozen=True, repr=False)
+class Expansion(ResultMixin):
     r"""Second-order expansion of the per-sample losses at θ̂ (seed 003, §3 and Thm. 4.3).
 
     Either rank-one curvature (``design`` X and ``weights`` w with J_n = w_n x_n x_nᵀ) or
@@ -493,7 +494,8 @@ class Expansion:
         noise (above 1 the expansion point is not a stationary point to within noise).
     hessian_min_eigenvalue : λ_min(H).
     parameter_blocks : the model's default blocks of Λ (an MLP's layers), or None.
-    parameter_names : the name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
+    parameter_names : the name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`;
+        ``theta[0]`` … when none are given).
     population_size : N when the expansion was fitted on a subsample of M < N rows
         (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
     reductions, stream : the streamed form (out-of-core data; ``grads``, ``design`` and
@@ -524,6 +526,8 @@ class Expansion:
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        d = int(np.shape(self.theta_hat)[0])
+        object.__setattr__(self, "parameter_names", resolve_parameter_names(self.parameter_names, d))
         if self.grads is None:
             self._init_streamed()
             return
@@ -657,6 +661,33 @@ class Expansion:
     def posterior_cov(self) -> np.ndarray:
         """P* = H⁻¹ / N (Laplace / Bernstein–von Mises posterior covariance)."""
         return _spd_inverse(self.hessian, "hessian H = J + Γ/N") / self.n_data
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("model", self.model), ("D", self.dim), ("N", self.n_data), ("gradient_norm", self.gradient_norm),
+                ("hessian_min_eigenvalue", self.hessian_min_eigenvalue)]
+
+    def summary(self, target: str = "sandwich") -> SummaryTable:
+        """θ̂ with standard errors from ``target`` (``"sandwich"``: √diag(J⁻¹𝓘J⁻¹/N), robust to a misspecified
+        likelihood; ``"posterior"``: √diag(H⁻¹/N)), z, P>|z| and the normal 95 % interval; the other
+        target's standard deviation and the gradient ∇L(θ̂) as further columns."""
+        if target not in ("sandwich", "posterior"):
+            raise SgtuneError(f"target must be 'sandwich' or 'posterior', got {target!r}")
+        sd = {"sandwich": np.sqrt(np.diag(self.sandwich_cov())), "posterior": np.sqrt(np.diag(self.posterior_cov()))}
+        other = "posterior" if target == "sandwich" else "sandwich"
+        cols = {**estimate_columns(self.theta_hat, sd[target]), f"sd {other}": sd[other],
+                "gradient": self.mean_grad + self.prior_precision @ self.theta_hat / self.n_data}
+        return table_from_columns(
+            f"Expansion at θ̂: {self.model}, D = {self.dim}, N = {self.n_data}", self.parameter_names, cols,
+            info=(("std err", f"{target} (√diag {'J⁻¹𝓘J⁻¹/N' if target == 'sandwich' else 'H⁻¹/N'})"),
+                  ("‖∇L(θ̂)‖", self.gradient_norm), ("λ_min(H)", self.hessian_min_eigenvalue)),
+            notes=("z = coef / std err; P>|z| and the interval use the normal distribution.",))
+
+    def to_dict(self) -> dict[str, Any]:
+        """θ̂, the moments at θ̂ and the names (arrays stay NumPy arrays)."""
+        return {"parameter_names": list(self.parameter_names), "theta_hat": self.theta_hat,  # type: ignore[arg-type]
+                "hessian": self.hessian, "fisher": self.fisher, "gradient_norm": self.gradient_norm,
+                "hessian_min_eigenvalue": self.hessian_min_eigenvalue, "n_data": self.n_data, "dim": self.dim,
+                "model": self.model}
 
 
 def _spd_inverse(a: np.ndarray, name: str, hint: str = "") -> np.ndarray:

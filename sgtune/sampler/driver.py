@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -26,9 +26,10 @@ from ..core._validation import (as_float_array, as_spd, as_square, as_vector, av
 from ..core.config import BATCHINGS, Dynamics, RunSpec
 from ..core.errors import (ConvergenceError, InsufficientMemoryError, NotPositiveDefiniteError, SgtuneError,
                            ShapeError, UnstableStepSizeError)
+from ..core.results import ResultMixin, SummaryTable, Z_95, resolve_parameter_names, table_from_columns
 from ..io.data import Dataset, make_dataset
 from ..models import fit_map, get_model, prior_matrix
-from ..models.base import model_label
+from ..models.base import model_dim, model_label, parameter_names
 from . import grads
 from .engine import ChainPlan, NumbaBackend, NumpyBackend, run_plan
 from .kernels import BATCH_FNS
@@ -49,8 +50,8 @@ ProgressCallback = Callable[[int, int], None]
 SAMPLERS: tuple[str, ...] = SAMPLER_NAMES
 
 
-@dataclass(frozen=True)
-class ChainResult:
+@dataclass(frozen=True, repr=False)
+class ChainResult(ResultMixin):
     """Summary of C chains after burn-in (shapes use D = dimension, C = chains).
 
     Attributes
@@ -92,6 +93,8 @@ class ChainResult:
         Each chain's mean and marginal variances over the first and the second half of its kept steps
         (its first and last ⌊S/2⌋ segments; NaN for diverged chains; None with one segment per chain):
         the non-stationarity test of :func:`sgtune.diagnostics.health.chain_health`.
+    parameter_names : the name of each coordinate of θ (the model's for the data's covariates,
+        :func:`sgtune.models.base.parameter_names`; ``theta[i]`` when none).
     """
 
     mean: np.ndarray
@@ -127,6 +130,11 @@ class ChainResult:
     gradient_sd: np.ndarray | None = None
     half_means: np.ndarray | None = None
     half_variances: np.ndarray | None = None
+    parameter_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parameter_names",
+                           resolve_parameter_names(self.parameter_names, np.shape(self.mean)[0]))
 
     @property
     def n_diverged(self) -> int:
@@ -139,9 +147,49 @@ class ChainResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["parameter_names"] = list(self.parameter_names)  # type: ignore[arg-type]
         d["n_diverged"] = self.n_diverged
         d["iterations_per_second"] = self.iterations_per_second
         return d
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("D", np.shape(self.mean)[0]), ("chains", self.n_chains), ("steps", self.n_steps),
+                ("burn_in", self.burn_in), ("diverged", self.n_diverged),
+                ("min_ess", float(np.min(self.ess)) if np.size(self.ess) else math.nan)]
+
+    def summary(self, predicted: Any = None) -> SummaryTable:
+        """Per coordinate: the chains' mean, standard deviation √diag(cov), the mean's Monte Carlo standard
+        error, the ESS and the normal 95 % interval mean ± 1.96·sd; with ``predicted`` (a (D, D) covariance,
+        or a result with ``predicted_cov`` / ``cov``) also the predicted standard deviation and sd/predicted."""
+        sd = np.sqrt(np.clip(np.diag(self.cov), 0.0, None))
+        cols: dict[str, Any] = {"mean": self.mean, "sd": sd, "mcse": self.mean_standard_error, "ess": self.ess,
+                                "[0.025": self.mean - Z_95 * sd, "0.975]": self.mean + Z_95 * sd}
+        notes = ["sd: the chains' standard deviation (pooled after burn-in); mcse: the Monte Carlo standard error "
+                 "of the mean (batch means); the interval is mean ± 1.96·sd (normal)."]
+        if predicted is not None:
+            pc = np.asarray(getattr(predicted, "predicted_cov", getattr(predicted, "cov", predicted)), dtype=float)
+            if pc.shape != self.cov.shape:
+                raise SgtuneError(f"predicted covariance has shape {pc.shape}, the chains' is {self.cov.shape}")
+            psd = np.sqrt(np.clip(np.diag(pc), 0.0, None))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cols.update({"sd predicted": psd, "sd/predicted": sd / psd})
+        return table_from_columns(
+            f"Chains: {self.n_chains} × {self.n_steps} steps (burn-in {self.burn_in}), D = {np.shape(self.mean)[0]}",
+            self.parameter_names, cols,  # type: ignore[arg-type]
+            info=(("sampler", self.settings.get("sampler", "sgld")), ("diverged chains", self.n_diverged),
+                  ("batches (standard errors)", self.n_batches), ("seconds", self.seconds)),
+            notes=tuple(notes))
+
+    def to_inference_data(self, parameter_names: Any = None, *, theta_hat: Any = None, step_matrix: Any = None,
+                          attrs: Any = None) -> Any:
+        """The thinned trace as an ArviZ ``InferenceData`` (:func:`sgtune.io.trace_io.to_inference_data`):
+        posterior ``theta`` with dims (chain, draw, theta_dim), ``theta_dim`` labelled by ``parameter_names``
+        (default: the result's). Needs a run with ``thin`` > 0 and arviz."""
+        from ..io.trace_io import to_inference_data
+
+        names = self.parameter_names if parameter_names is None else resolve_parameter_names(
+            parameter_names, np.shape(self.mean)[0])
+        return to_inference_data(self, names=names, theta_hat=theta_hat, step_matrix=step_matrix, attrs=attrs)
 
 
 # --------------------------------------------------------------------------- public API
@@ -161,6 +209,7 @@ class _Problem:
     initial: Any
     py_model: Any
     settings: dict[str, Any]
+    names: tuple[str, ...] | None = None
 
 
 @cites("wang2026", "§2.1 (SG(L)D, mean-loss scaling) and eq. (B.1) (momentum)")
@@ -249,8 +298,9 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
     options = SGLDOptions() if options is None else options
     spec = sampler_spec(options)
     prob = _data_problem(model, data, dynamics, prior_precision, initial, run.seed, backend, spec)
-    return _execute(prob, dynamics, run, options, spec, observables=observables, epoch_moments=epoch_moments,
-                    progress=progress, backend=backend)
+    res = _execute(prob, dynamics, run, options, spec, observables=observables, epoch_moments=epoch_moments,
+                   progress=progress, backend=backend)
+    return res if prob.names is None else replace(res, parameter_names=prob.names)
 
 
 def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: Any, initial: Any, seed: int,
@@ -294,9 +344,10 @@ def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: An
         elif ORACLES[kind].value_grad_fn is None:
             raise SgtuneError(f"sampler {spec.name!r} needs a loss for its energy error, which numba oracle {kind!r} "
                               "does not have; use backend='numpy' with a model that has per_sample_losses")
+    names = parameter_names(model, ds.names, p) if model_dim(model, p) == d else None  # else theta[i]
     return _Problem(kind, ds.X, ds.y, ints, floats, prior, int(prior_kind), prior, d, initial, model,
                     {"model": label, "n_data": n, "batch_size": int(dynamics.batch_size), "oracle": kind,
-                     "n_params": d})
+                     "n_params": d}, names)
 
 
 @cites("gnld2025", "eq. (2.8) with Q = 0: SG Euler–Maruyama on a quadratic potential")

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core._validation import check_positive
+from ..core.results import ResultMixin, SummaryTable, table_from_columns
 from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..diagnostics.mcse import CovarianceTest, compare_covariance
@@ -39,9 +40,9 @@ class PosteriorPrediction:
     tau_worst: float = math.nan
 
 
-@dataclass(frozen=True)
-class VerificationReport:
-    """Prediction vs chains: ``test.passed`` is the verdict."""
+@dataclass(frozen=True, repr=False)
+class VerificationReport(ResultMixin):
+    """Prediction vs chains: ``test.passed`` is the verdict (``parameter_names``: the chains')."""
 
     predicted: np.ndarray
     empirical: np.ndarray
@@ -55,6 +56,37 @@ class VerificationReport:
     @property
     def passed(self) -> bool:
         return self.test.passed
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """The name of each coordinate of θ (the rows of ``predicted`` and ``empirical``)."""
+        return self.chains.parameter_names  # type: ignore[return-value]
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("D", self.predicted.shape[0]), ("passed", self.passed), ("z_max", self.test.z_max),
+                ("threshold", self.test.threshold), ("mode", self.mode)]
+
+    def summary(self) -> SummaryTable:
+        """Per coordinate: the predicted and the measured standard deviation, their ratio, the chains' mean and
+        the z-score of the variance (the entrywise test's diagonal)."""
+        psd = np.sqrt(np.clip(np.diag(self.predicted), 0.0, None))
+        esd = np.sqrt(np.clip(np.diag(self.empirical), 0.0, None))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = esd / psd
+        return table_from_columns(
+            f"Verification ({self.mode}): {'passed' if self.passed else 'REJECTED'}, D = {self.predicted.shape[0]}",
+            self.parameter_names, {"mean": self.chains.mean, "sd predicted": psd, "sd measured": esd,
+                                   "measured/predicted": ratio, "z (variance)": np.diag(self.test.z)},
+            info=(("max |z| (all entries)", self.test.z_max), ("threshold", self.test.threshold),
+                  ("tests", self.test.n_tests), ("relative Frobenius error", self.test.relative_frobenius_error)),
+            notes=("z (variance): (measured − predicted variance) / its Monte Carlo standard error; the prediction "
+                   "is rejected when any entry's |z| exceeds the threshold (Bonferroni over the upper triangle).",))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Predicted and empirical covariances, the test and the names (arrays stay NumPy arrays)."""
+        return {"parameter_names": list(self.parameter_names), "predicted": self.predicted,
+                "empirical": self.empirical, "z_max": self.test.z_max, "passed": self.passed, "mode": self.mode,
+                "test": self.test.to_dict(), "lambda": self.step_matrix}
 
 
 def default_run_length(tau_worst: float) -> tuple[int, int]:

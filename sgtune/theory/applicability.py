@@ -54,6 +54,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.errors import SgtuneError
+from ..core.results import ResultMixin, SummaryTable
 from ..io.data import Dataset
 from ..io.reduce import blas_single_thread, reduce_rows
 from ..models import Expansion, expansion_at
@@ -87,9 +88,10 @@ SUBSAMPLE_GROUPS = 8
 UNCERTAIN_Z = 2.0
 
 
-@dataclass(frozen=True)
-class Applicability:
-    """Result of :func:`applicability` (``to_dict`` is the JSON object ``applicability``)."""
+@dataclass(frozen=True, repr=False)
+class Applicability(ResultMixin):
+    """Result of :func:`applicability` (``to_dict`` is the JSON object ``applicability``; ``parameter_names``:
+    the coordinates of the prediction checked)."""
 
     applicable: bool
     reasons: tuple[str, ...]
@@ -101,6 +103,28 @@ class Applicability:
     mean_shift: float
     linearised_cov: np.ndarray | None = field(default=None, repr=False)
     subsample: dict[str, Any] | None = None
+    parameter_names: tuple[str, ...] | None = None
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("applicable", self.applicable), ("reasons", len(self.reasons)),
+                ("predicted_deviation", self.predicted_deviation), ("equilibration_steps", self.equilibration_steps),
+                ("tau_worst", self.tau_worst)]
+
+    def summary(self) -> SummaryTable:
+        """The checks: each measured value, its threshold and whether it passes (the reasons follow as notes)."""
+        ratio = self.equilibration_steps / max(self.tau_worst, 1.0) if math.isfinite(self.tau_worst) else math.inf
+        csr = self.conditioning.get("column_scale_ratio")
+        checks = [("predicted_deviation", self.predicted_deviation, MAX_DEVIATION),
+                  ("curvature_change", float(self.curvature_change.get("curvature", math.nan)), MAX_CURVATURE_CHANGE),
+                  ("equilibration_ratio", ratio, MAX_EQUILIBRATION_RATIO),
+                  ("column_scale_ratio", math.nan if csr is None else float(csr), COLUMN_SCALE_RATIO)]
+        rows = tuple((v, lim, None if math.isnan(v) else bool(v <= lim)) for _, v, lim in checks)
+        return SummaryTable(
+            title=f"Applicability: {'applicable' if self.applicable else 'NOT applicable'}",
+            index=tuple(k for k, _, _ in checks), columns=("value", "threshold", "passes"), rows=rows,
+            index_name="check", info=(("equilibration steps", self.equilibration_steps),
+                                      ("worst autocorrelation time", self.tau_worst)),
+            notes=tuple(f"- {r}" for r in self.reasons))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object (non-finite numbers as the string ``"inf"``, as elsewhere in sgtune's JSON)."""
@@ -416,4 +440,5 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
                          curvature_change={"curvature": sl["curvature_change"], "gradient_noise": sl["noise_change"],
                                            "points": sl["points"]},
                          equilibration_steps=eq, tau_worst=tau, conditioning=cond, predicted_deviation=dev,
-                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"], subsample=sub)
+                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"], subsample=sub,
+                         parameter_names=stationary.parameter_names)

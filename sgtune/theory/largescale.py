@@ -368,7 +368,8 @@ def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.nda
                          method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=float(2.0 / mu.min() - 1.0),
                          augmented_cov=cov, step_matrix=lam, momentum=0.0, inv_temperature=chain.inv_temperature,
                          batch_size=chain.batch_size, without_replacement=chain.without_replacement, transition=F,
-                         spectral_radius_is_bound=True, dynamics=dyn)
+                         spectral_radius_is_bound=True, dynamics=dyn,
+                         parameter_names=getattr(chain.expansion, "parameter_names", None))
 
 
 def _target_settings(function: str, dynamics: Any, legacy: dict[str, Any]) -> Dynamics:
@@ -588,7 +589,8 @@ def _momentum_result(chain: LinearChain, cov: np.ndarray, St: np.ndarray, V: np.
                          method="iterative", tau=tau, tau_worst=tau_worst, tau_spectral=math.nan,
                          augmented_cov=Saug, step_matrix=lam, momentum=kappa, inv_temperature=chain.inv_temperature,
                          batch_size=chain.batch_size, without_replacement=chain.without_replacement,
-                         transition=chain.transition, spectral_radius_is_bound=True, dynamics=chain.dynamics)
+                         transition=chain.transition, spectral_radius_is_bound=True, dynamics=chain.dynamics,
+                         parameter_names=getattr(chain.expansion, "parameter_names", None))
 
 
 def _momentum_radius_bound(chain: LinearChain, V: np.ndarray, mu: np.ndarray, kappa: float, inj: float,

@@ -28,6 +28,7 @@ from ..core._refs import cites
 from ..core._validation import as_symmetric, check_int
 from ..core.config import Dynamics, step_matrix_of
 from ..core.errors import SgtuneError
+from ..core.results import ResultMixin, SummaryTable, resolve_parameter_names, table_from_columns
 from ..models import Expansion
 from .linear_chain import (ARPACK_MAX_DIM, DENSE_RADIUS_MAX_DIM, DIRECT_MAX_DIM, FAIL_RESIDUAL, WARN_RESIDUAL,
                            LinearChain, dynamics_from_keywords, equilibration_steps, finite_population_factor,
@@ -59,8 +60,8 @@ __all__ = [
 THEORIES = tuple(NOISE_MODELS)
 
 
-@dataclass(frozen=True)
-class StationaryCov:
+@dataclass(frozen=True, repr=False)
+class StationaryCov(ResultMixin):
     """Result of :func:`predict_stationary_cov`.
 
     Attributes
@@ -81,6 +82,7 @@ class StationaryCov:
         used for state dimensions above ``ARPACK_MAX_DIM`` and for out-of-core (streamed) expansions.
     dynamics : the :class:`~sgtune.core.config.Dynamics` predicted for (built from the fields above
         when not given).
+    parameter_names : the name of each coordinate of θ (the expansion's; ``theta[i]`` when none).
     """
 
     cov: np.ndarray
@@ -99,8 +101,10 @@ class StationaryCov:
     transition: np.ndarray
     spectral_radius_is_bound: bool = False
     dynamics: Any = None
+    parameter_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "parameter_names", resolve_parameter_names(self.parameter_names, self.cov.shape[0]))
         if self.dynamics is None:
             object.__setattr__(self, "dynamics", Dynamics(self.step_matrix, self.batch_size,
                                                           inv_temperature=self.inv_temperature,
@@ -110,7 +114,25 @@ class StationaryCov:
     def to_dict(self) -> dict[str, Any]:
         return {"cov": self.cov, "spectral_radius": self.spectral_radius,
                 "relative_residual": self.relative_residual, "method": self.method, "tau": self.tau,
-                "tau_worst": self.tau_worst}
+                "tau_worst": self.tau_worst, "parameter_names": list(self.parameter_names)}  # type: ignore[arg-type]
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("D", self.cov.shape[0]), ("spectral_radius", self.spectral_radius), ("tau_worst", self.tau_worst),
+                ("batch_size", self.batch_size), ("momentum", self.momentum), ("method", self.method)]
+
+    def summary(self) -> SummaryTable:
+        """Per coordinate: the predicted stationary standard deviation √Σ_ii, Λ_ii and the autocorrelation time."""
+        d = self.cov.shape[0]
+        return table_from_columns(
+            f"Stationary covariance of SG(L)D (Wang, Ding & Huggins 2026), D = {d}",
+            self.parameter_names, {"sd": np.sqrt(np.clip(np.diag(self.cov), 0.0, None)),  # type: ignore[arg-type]
+                                   "Λ_ii": np.diag(self.step_matrix), "tau": self.tau},
+            info=(("batch size", self.batch_size), ("inverse temperature", self.inv_temperature),
+                  ("momentum", self.momentum), ("spectral radius" + (" (bound)" if self.spectral_radius_is_bound
+                                                                     else ""), self.spectral_radius),
+                  ("worst autocorrelation time", self.tau_worst), ("relative residual", self.relative_residual)),
+            notes=("sd: √ of the predicted stationary variance of θ_i; tau: its integrated autocorrelation time "
+                   "(iterations).",))
 
 
 def _settings(function: str, new_form: str, dynamics: Any, legacy: dict[str, Any], *,
@@ -239,7 +261,8 @@ def stationary_result(chain: LinearChain, S: np.ndarray, spectral_radius: float,
                          step_matrix=chain.step_matrix, momentum=chain.momentum,
                          inv_temperature=chain.inv_temperature, batch_size=chain.batch_size,
                          without_replacement=chain.without_replacement, transition=chain.transition,
-                         spectral_radius_is_bound=is_bound, dynamics=chain.dynamics)
+                         spectral_radius_is_bound=is_bound, dynamics=chain.dynamics,
+                         parameter_names=getattr(chain.expansion, "parameter_names", None))
 
 
 @cites("wang2026", "Eqs. (2)–(3) (CT), Eq. (5) (DQ+const), Eqs. (5)–(6) (LR+WS), Eqs. (11)–(12)")

@@ -59,6 +59,7 @@ from scipy.sparse.linalg import LinearOperator, gmres
 from ..core._refs import cites
 from ..core._validation import as_spd, check_positive, check_probability
 from ..core.config import Dynamics
+from ..core.results import ResultMixin, SummaryTable, estimate_columns, resolve_parameter_names, table_from_columns
 from ..core.errors import (ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError)
 from ..models import Expansion
 from ..io.blocks import load_blocks
@@ -92,8 +93,8 @@ AUGMENTED_MAX_DIM = 50
 EDGE_OF_STABILITY = 1e-9
 
 
-@dataclass(frozen=True)
-class TuningResult:
+@dataclass(frozen=True, repr=False)
+class TuningResult(ResultMixin):
     """Result of :func:`tune`: the tuned Λ, what it gives, and the configuration that tuned it.
 
     Attributes
@@ -113,6 +114,8 @@ class TuningResult:
     target : the target as given (``"sandwich"``, ``"posterior"`` or the matrix).
     blocks : the partition of the ``block`` family (a tuple of index arrays), else None.
     family_criterion : the criterion used, ``"discrepancy"`` or ``"moment"`` (``"auto"`` resolved).
+    theta_hat : (D,) θ̂ of the expansion tuned at (None when not known).
+    parameter_names : the name of each coordinate of θ (the expansion's; ``theta[i]`` when none).
     """
 
     step_matrix: np.ndarray
@@ -132,6 +135,12 @@ class TuningResult:
     target: Any = "sandwich"
     blocks: tuple[np.ndarray, ...] | None = None
     family_criterion: str = "discrepancy"
+    theta_hat: np.ndarray | None = None
+    parameter_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parameter_names",
+                           resolve_parameter_names(self.parameter_names, np.shape(self.step_matrix)[0]))
 
     @property
     def spectral_radius(self) -> float:
@@ -150,6 +159,42 @@ class TuningResult:
         criterion): what :func:`sgtune.workflows.refine.refine` does each round."""
         return tune(expansion, self.dynamics, target=target, method=self.method, family=self.family,
                     blocks=self.blocks, family_criterion=self.family_criterion)
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("D", self.step_matrix.shape[0]), ("method", self.method), ("family", self.family),
+                ("target", self.target if isinstance(self.target, str) else "matrix"),
+                ("covariance_error", self.covariance_error), ("spectral_radius", self.spectral_radius),
+                ("batch_size", self.batch_size)]
+
+    def summary(self) -> SummaryTable:
+        """Per coordinate: θ̂ with the target's standard deviation √Σ*_ii as its standard error (z, P>|z|,
+        95 % interval), the tuned chain's predicted √Σ(Λ)_ii, Λ_ii and the autocorrelation time."""
+        sd_target = np.sqrt(np.diag(self.target_cov))
+        cols = (estimate_columns(self.theta_hat, sd_target) if self.theta_hat is not None
+                else {"sd target": sd_target})
+        cols.update({"sd predicted": np.sqrt(np.clip(np.diag(self.predicted_cov), 0.0, None)),
+                     "Λ_ii": np.diag(self.step_matrix), "tau": self.tau})
+        target = self.target if isinstance(self.target, str) else "a given matrix"
+        return table_from_columns(
+            f"Tuned step-size matrix Λ ({self.method}, {self.family}), D = {self.step_matrix.shape[0]}",
+            self.parameter_names, cols,  # type: ignore[arg-type]
+            info=(("target", target), ("batch size", self.batch_size),
+                  ("inverse temperature", self.inv_temperature), ("momentum", self.momentum),
+                  ("covariance error", self.covariance_error), ("spectral radius", self.spectral_radius),
+                  ("worst autocorrelation time", self.tau_worst), ("residual", self.residual)),
+            notes=((("std err: √ of the target's diagonal; z = coef / std err (normal P>|z| and interval). "
+                     if self.theta_hat is not None else "")
+                    + "sd predicted: the tuned chain's exact stationary standard deviation."),))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Λ, the target and predicted covariances, θ̂, the settings and the names (arrays stay NumPy arrays)."""
+        return {"parameter_names": list(self.parameter_names), "lambda": self.step_matrix,  # type: ignore[arg-type]
+                "target_cov": self.target_cov, "predicted_cov": self.predicted_cov, "theta_hat": self.theta_hat,
+                "residual": self.residual, "covariance_error": self.covariance_error, "method": self.method,
+                "family": self.family, "criterion": self.criterion, "spectral_radius": self.spectral_radius,
+                "tau_worst": self.tau_worst, "tau": self.tau, "batch_size": self.batch_size,
+                "inverse_temperature": self.inv_temperature, "momentum": self.momentum,
+                "without_replacement": self.without_replacement}
 
 
 @cites("wang2026", "§2.2: sandwich J⁻¹𝓘J⁻¹/N, posterior H⁻¹/N")
@@ -378,7 +423,8 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
                         covariance_error=err, method=method, family=family, criterion=criterion,
                         stationary=st, batch_size=dyn.batch_size, inv_temperature=dyn.inv_temperature,
                         momentum=dyn.momentum, without_replacement=dyn.without_replacement, dynamics=tuned,
-                        target=target, blocks=part, family_criterion=crit)
+                        target=target, blocks=part, family_criterion=crit, theta_hat=expansion.theta_hat,
+                        parameter_names=expansion.parameter_names)
 
 
 # --------------------------------------------------------------------------- internals

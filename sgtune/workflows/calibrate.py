@@ -14,6 +14,7 @@ from scipy.stats import kstest
 
 from ..core._refs import cites
 from ..core._validation import as_vector, check_int
+from ..core.results import ResultMixin, SummaryTable, estimate_columns, table_from_columns
 from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..models import Expansion, expand, model_dim, prior_matrix
@@ -25,8 +26,8 @@ from ..theory.tuning import TuningResult, tune
 __all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform"]
 
 
-@dataclass(frozen=True)
-class CalibrationResult:
+@dataclass(frozen=True, repr=False)
+class CalibrationResult(ResultMixin):
     """What Algorithm 1 reports (seed 003 §6 and THEORY §1.7).
 
     Attributes
@@ -41,6 +42,7 @@ class CalibrationResult:
     standard_errors : (D,) sqrt of the chains' marginal variances (the reported uncertainty of θ).
     pit : (D,) fraction of iterates ≤ θ*_d per coordinate (when ``true_theta`` is given).
     calibration_ks : exact Kolmogorov–Smirnov distance of ``pit`` to Unif(0, 1).
+    parameter_names : (property) the name of each coordinate of θ (the expansion's).
     """
 
     tuning: TuningResult
@@ -54,6 +56,44 @@ class CalibrationResult:
     burn_in: int
     pit: np.ndarray | None = None
     calibration_ks: float | None = None
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return self.expansion.parameter_names  # type: ignore[return-value]
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        return [("D", self.expansion.dim), ("cov_error_predicted", self.cov_error_predicted),
+                ("cov_error_empirical", self.cov_error_empirical), ("cov_error_noise_floor", self.cov_error_noise_floor),
+                ("steps", self.n_steps), ("chains", self.chains.n_chains)]
+
+    def summary(self) -> SummaryTable:
+        """Per coordinate: θ̂ with the target's standard deviation as standard error (z, P>|z|, 95 % interval),
+        the tuned chain's predicted and the chains' measured standard deviation, and the chains' mean."""
+        t = self.tuning
+        cols = {**estimate_columns(self.expansion.theta_hat, np.sqrt(np.diag(t.target_cov))),
+                "sd predicted": np.sqrt(np.clip(np.diag(t.predicted_cov), 0.0, None)),
+                "sd measured": self.standard_errors, "chain mean": self.chains.mean}
+        info = [("target", t.target if isinstance(t.target, str) else "a given matrix"),
+                ("covariance error, predicted", self.cov_error_predicted),
+                ("covariance error, measured", self.cov_error_empirical),
+                ("Monte Carlo noise floor", self.cov_error_noise_floor),
+                ("chains × steps", f"{self.chains.n_chains} × {self.n_steps} (burn-in {self.burn_in})")]
+        if self.calibration_ks is not None:
+            info.append(("calibration KS", self.calibration_ks))
+        return table_from_columns(
+            f"Calibration (Algorithm 1 of Wang, Ding & Huggins 2026), D = {self.expansion.dim}",
+            self.parameter_names, cols, info=tuple(info),
+            notes=("std err: √ of the target's diagonal (z = coef / std err, normal P>|z| and interval); "
+                   "sd measured: the chains' standard deviation.",))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Λ, the covariances, the errors and the names (arrays stay NumPy arrays)."""
+        return {"parameter_names": list(self.parameter_names), "lambda": self.tuning.step_matrix,
+                "target_cov": self.tuning.target_cov, "predicted_cov": self.tuning.predicted_cov,
+                "empirical_cov": self.chains.cov, "theta_hat": self.expansion.theta_hat,
+                "standard_errors": self.standard_errors, "cov_error_predicted": self.cov_error_predicted,
+                "cov_error_empirical": self.cov_error_empirical, "cov_error_noise_floor": self.cov_error_noise_floor,
+                "calibration_ks": self.calibration_ks}
 
 
 def pit_values(trace: np.ndarray, true_theta: np.ndarray) -> np.ndarray:

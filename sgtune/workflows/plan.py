@@ -40,6 +40,7 @@ import scipy.linalg as sla
 from ..core._validation import check_int, check_positive
 from ..core.config import BATCHINGS, Dynamics
 from ..core.errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
+from ..core.results import ResultMixin, SummaryTable, resolve_parameter_names
 from ..io.data import Dataset
 from ..models import Expansion
 from ..core.config import Dynamics, RunSpec
@@ -138,9 +139,9 @@ def _int_or_inf(x: float) -> Any:
     return int(x) if math.isfinite(x) else "inf"
 
 
-@dataclass
-class Plan:
-    """Result of :func:`plan_run`."""
+@dataclass(repr=False)
+class Plan(ResultMixin):
+    """Result of :func:`plan_run` (``parameter_names``: the rows of ``target_cov`` and of each Λ)."""
 
     candidates: list[Candidate]
     recommended: int | None
@@ -150,6 +151,46 @@ class Plan:
     target_cov: np.ndarray
     timing_seconds: float
     tuning_seconds: float
+    parameter_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self.parameter_names = resolve_parameter_names(self.parameter_names, np.shape(self.target_cov)[0])
+
+    def _repr_items(self) -> list[tuple[str, Any]]:
+        best = self.best
+        items: list[tuple[str, Any]] = [("D", np.shape(self.target_cov)[0]), ("candidates", len(self.candidates)),
+                                        ("feasible", sum(c.feasible for c in self.candidates)),
+                                        ("tolerance", self.tolerance), ("objective", self.objective)]
+        if best is not None:
+            items += [("recommended", f"B={best.batch_size} {best.family} κ={best.momentum:g} {best.batching}")]
+        return items
+
+    def summary(self) -> SummaryTable:
+        """One row per candidate: its configuration, covariance error, steps, cost and feasibility."""
+        cols = ("batch_size", "family", "momentum", "batching", "covariance_error", "steps", "gradient_evaluations",
+                "predicted_seconds", "feasible")
+        rows = tuple((c.batch_size, c.family, c.momentum, c.batching, c.covariance_error, c.steps,
+                      c.gradient_evaluations, c.predicted_seconds, c.feasible) for c in self.candidates)
+        index = tuple(("* " if i == self.recommended else "") + str(i) for i in range(len(self.candidates)))
+        return SummaryTable(
+            title=f"Plan: {len(self.candidates)} candidates, tolerance {self.tolerance:g}, objective {self.objective}",
+            index=index, columns=cols, rows=rows, index_name="candidate",
+            info=(("recommended", "none feasible" if self.recommended is None else self.recommended),
+                  ("chains", self.chains), ("D", np.shape(self.target_cov)[0])),
+            notes=("* marks the recommended candidate; steps exclude burn-in.",))
+
+    def to_dataframe(self) -> Any:
+        """The candidates as a pandas ``DataFrame`` (every key of ``Candidate.to_dict``; needs pandas)."""
+        from ..core.results import require_pandas
+
+        pd = require_pandas()
+        return pd.DataFrame([c.to_dict() for c in self.candidates]).rename_axis("candidate")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The candidates (their JSON entries), the recommendation, the target and the names."""
+        return {"parameter_names": list(self.parameter_names or ()), "candidates": [c.to_dict() for c in self.candidates],
+                "recommended": self.recommended, "objective": self.objective, "tolerance": self.tolerance,
+                "chains": self.chains, "target_cov": self.target_cov}
 
     @property
     def best(self) -> Candidate | None:
@@ -263,7 +304,7 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
     feasible = [i for i, c in enumerate(cands) if c.feasible]
     rec = min(feasible, key=lambda i: key(cands[i])) if feasible else None
     return Plan(candidates=cands, recommended=rec, objective=objective, tolerance=E, chains=C, target_cov=S_star,
-                timing_seconds=timing_seconds, tuning_seconds=tuning_seconds)
+                timing_seconds=timing_seconds, tuning_seconds=tuning_seconds, parameter_names=expansion.parameter_names)
 
 
 # --------------------------------------------------------------------------- internals
