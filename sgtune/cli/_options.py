@@ -131,9 +131,11 @@ class LoadedProblem:
 
 
 def expansion_keys(e: Expansion) -> dict[str, Any]:
-    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H)."""
+    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H), D and the
+    parameter names (one per coordinate of θ: the rows of θ̂, Λ and every covariance)."""
     return {"gradient_norm": e.gradient_norm, "gradient_noise_ratio": e.gradient_z,
-            "hessian_min_eigenvalue": e.hessian_min_eigenvalue, "dim": e.dim}
+            "hessian_min_eigenvalue": e.hessian_min_eigenvalue, "dim": e.dim,
+            "parameter_names": list(e.parameter_names or ())}
 
 
 def load_npy(path: str, name: str) -> np.ndarray:

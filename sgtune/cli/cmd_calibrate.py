@@ -16,7 +16,7 @@ from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
                        load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
-from ._render import key_values
+from ._render import coordinate_table, key_values
 from .cmd_run import progress_bar
 
 
@@ -43,7 +43,8 @@ def cli(**kw: Any) -> None:
     """Algorithm 1: fit θ̂ (on --subsample M rows), tune Λ, run SG(L)D on all rows, report the errors.
 
     \b
-    JSON keys: lambda, target_cov, predicted_cov, empirical_cov, empirical_cov_standard_error,
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    lambda, target_cov, predicted_cov, empirical_cov, empirical_cov_standard_error,
     cov_error_predicted, cov_error_empirical, cov_error_noise_floor, theta_hat, standard_errors,
     calibration_ks and pit (with --true-theta), health (as in `sgtune run`; its
     prediction_check compares the chains with predicted_cov within 5 % and Monte Carlo error),
@@ -122,7 +123,7 @@ def cli(**kw: Any) -> None:
         SimpleNamespace(model=prob.model, dataset=prob.dataset, expansion=r.expansion, dim=r.expansion.dim),
         t.stationary, target_cov=t.target_cov, backward_error=t.residual, seed=int(kw["seed"]))
     png = render_plot(kw, lambda: figure_calibrate(
-        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=prob.dataset.names,
+        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=r.parameter_names,
         title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
               f"{r.cov_error_predicted:.2g} predicted, {r.cov_error_empirical:.2g} empirical "
               f"(noise floor {r.cov_error_noise_floor:.2g})" + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
@@ -135,7 +136,7 @@ def cli(**kw: Any) -> None:
         rows.append(("calibration KS", r.calibration_ks))
     if "ksd" in doc:
         rows.append(("KSD (i.i.d. reference)", f"{doc['ksd']:.4g} ({doc['ksd_iid_reference']:.4g})"))
-    info(key_values(rows), kw["quiet"])
+    info(coordinate_table(r.summary()) + "\n" + key_values(rows), kw["quiet"])
 
 
 def _summary(r: Any, seed: int) -> dict[str, Any]:

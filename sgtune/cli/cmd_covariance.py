@@ -14,7 +14,7 @@ from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicabil
 from ._io import command_line, emit, handle_errors, info
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
-from ._render import key_values, matrix_summary
+from ._render import coordinate_table, key_values, matrix_summary
 
 
 @click.command("covariance")
@@ -32,7 +32,8 @@ def cli(**kw: object) -> None:
     """Exact stationary covariance, spectral radius and mixing time of SG(L)D with Λ (seed 003 eqs. 11–12).
 
     \b
-    JSON keys: cov, spectral_radius, spectral_radius_is_bound, tau_worst, tau,
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    cov, spectral_radius, spectral_radius_is_bound, tau_worst, tau,
     tau_spectral (Prop. 4.4's 2/μ_min(ΛH) − 1; without momentum), theta_hat,
     relative_residual, iterate_average_cov (with --average-window),
     mean_mc_variance (lim T·Cov(x̄_T), D×D), cov_mc_error_constant (lim T·E‖Ŝ_T − Σ‖²_F / ‖Σ‖²_F,
@@ -64,6 +65,7 @@ def cli(**kw: object) -> None:
     if math.isfinite(st.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = st.tau_spectral
     emit(doc, kw["json_path"], arrays={kw["output"] or None: st.cov})  # type: ignore[arg-type, dict-item]
-    info(matrix_summary("Σ", st.cov) + "\n" + key_values([
+    info(coordinate_table(st.summary()) + "\n" + matrix_summary("Σ", st.cov, names=st.parameter_names)
+         + "\n" + key_values([
         ("spectral radius", st.spectral_radius), ("relative residual", st.relative_residual),
         *applicability_rows(doc["applicability"], st.tau_worst)]) + "\n" + EQUILIBRATION_NOTE, bool(kw["quiet"]))

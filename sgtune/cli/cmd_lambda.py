@@ -15,7 +15,7 @@ from ._io import command_line, emit, handle_errors, info, untrusted
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
-from ._render import key_values, matrix_summary
+from ._render import coordinate_table, key_values, matrix_summary
 
 
 @click.command("lambda")
@@ -46,7 +46,8 @@ def cli(**kw: object) -> None:
 
     \b
     Update: θ ← θ − Λ[(1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N] + sqrt(2Λ/β) ξ  (mean loss).
-    JSON keys: lambda, target_cov, predicted_cov, theta_hat, spectral_radius (an upper bound when
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    lambda, target_cov, predicted_cov, theta_hat, spectral_radius (an upper bound when
     spectral_radius_is_bound: state dimension > 150, a scalar/diagonal/block family above D = 20, or
     data read out of core),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
@@ -92,12 +93,13 @@ def cli(**kw: object) -> None:
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
     png = render_plot(kw, lambda: figure_lambda(  # type: ignore[arg-type]
-        res.target_cov, res.predicted_cov, res.step_matrix, names=prob.dataset.names,
+        res.target_cov, res.predicted_cov, res.step_matrix, names=res.parameter_names,
         title=f"sgtune lambda: {prob.model.name}, N = {prob.dataset.n_data}, B = {B}, target {kw['target']}, "
               f"{res.method}/{res.family} (covariance error {res.covariance_error:.2g})"))
     emit(doc, kw["json_path"], arrays={kw["output"] or None: res.step_matrix})  # type: ignore[arg-type, dict-item]
     write_plot(kw, png)  # type: ignore[arg-type]
-    info(matrix_summary("Λ", res.step_matrix) + "\n" + key_values([
+    info(coordinate_table(res.summary()) + "\n" + matrix_summary("Λ", res.step_matrix, names=res.parameter_names)
+         + "\n" + key_values([
         ("method", res.method), ("family", res.family), ("residual", res.residual),
         ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),
         *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + EQUILIBRATION_NOTE,

@@ -8,6 +8,7 @@ import click
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
 from ..models import fit_map, model_dim
+from ..models.base import parameter_names
 from ..theory.minibatch import minibatch_error
 from ._io import check_writable, emit, handle_errors, info
 from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
@@ -36,7 +37,8 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
     Units: squared units of ∇U, i.e. 1/θ².
 
     \b
-    JSON keys: frob2_sgld, frob2_sglrw, ratio (= frob2_sglrw/frob2_sgld),
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    frob2_sgld, frob2_sglrw, ratio (= frob2_sglrw/frob2_sgld),
     diagonal_share (= 1 − ratio), expected_m_sgld (D×D, = G = Cov ζ),
     expected_m_sglrw (= offdiag G), the Gaussian-noise approximations
     *_gaussian, and e_cov_* (= δ²·E‖M‖²) with --step-size.
@@ -78,6 +80,7 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
         "theta_source": theta_source,
         "n_data": ds.n_data,
         "dim": d,
+        "parameter_names": list(parameter_names(model, ds.names, ds.dim)),
         "batch_size": b,
         "replacement": not without_replacement,
         "model": model.name,

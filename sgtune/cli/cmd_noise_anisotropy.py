@@ -8,6 +8,7 @@ import click
 
 from ..core._refs import references_of
 from ..models import fit_map, model_dim
+from ..models.base import parameter_names
 from ..theory.minibatch import noise_anisotropy
 from ._io import check_writable, emit, handle_errors, info
 from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
@@ -37,7 +38,8 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
     θ' = θ ⊙ p with the diagonal preconditioner p = √D σ/‖σ‖, σ_j = √V_jj.
 
     \b
-    JSON keys: noise_cov (D×D), condition_number, diagonal_preconditioner,
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    noise_cov (D×D), condition_number, diagonal_preconditioner,
     residual_condition_number_diagonal (κ after the diagonal rescaling),
     residual_condition_number_cholesky (after exact whitening: 1), eigenvalues.
     Non-finite condition numbers are reported as the string "inf".
@@ -72,6 +74,7 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
         "theta_source": theta_source,
         "n_data": ds.n_data,
         "dim": d,
+        "parameter_names": list(parameter_names(model, ds.names, ds.dim)),
         "batch_size": b,
         "replacement": not without_replacement,
         "model": model.name,

@@ -95,7 +95,8 @@ def cli(**kw: Any) -> None:
     c = lim T·E‖Ŝ_T − Σ(Λ)‖²_F/‖Σ*‖²_F (Gaussian fourth moments), the burn-in (steps until every second
     moment is within 1 % of stationary) and the steps T = ⌈c/(C(E² − b²))⌉ so that the predicted RMS
     relative error √(b² + c/(T·C)) is E; cost = C·B·(burn-in + T) gradient evaluations.
-    JSON keys: candidates (each: batch_size, family, momentum, batching, inverse_temperature, chains,
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    candidates (each: batch_size, family, momentum, batching, inverse_temperature, chains,
     covariance_error, cov_mc_error_constant, burn_in_steps, steps, gradient_evaluations,
     predicted_seconds, feasible, reason when not, predicted_rms_error, bounds, approximate, notes),
     recommended (index), lambda (its Λ), pareto_front, applicability (of the recommendation; with

@@ -16,12 +16,12 @@ from ..core.config import Dynamics, RunSpec
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
 from ..sampler.registry import options_for
-from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, to_inference_data, write_netcdf
+from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, write_netcdf
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, LoadedProblem, compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
-from ._render import key_values, matrix_summary
+from ._render import coordinate_table, key_values, matrix_summary
 
 step_options = compose(
     click.option("--step-size", type=float, default=None, help="Scalar step λ (Λ = λI)."),
@@ -212,7 +212,8 @@ def cli(**kw: Any) -> None:
     sghmc: v ← v + h(−βG_t − γv) + sqrt(2γh) ξ, θ ← θ + h v (h = --step-size).
     smile-naive/psmile-naive/smile/psmile: MCLMC (seed 001), minimal-norm integrator on one
     minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile).
-    JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, health, ...
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    mean, cov, cov_standard_error, ess, seconds, iterations_per_second, health, ...
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
     of the draws and below 100), nonstationary (each chain's second half against its first),
     prediction_check (sgld: the linearised chain's Σ(Λ); smile/psmile: (βH)⁻¹; within 5 %
@@ -268,11 +269,12 @@ def cli(**kw: Any) -> None:
         arrays["step_size_trace"] = res.step_size_trace
     if netcdf:
         dumps(doc)  # a document that cannot be written fails before the trace file exists
-        write_netcdf(to_inference_data(res, names=prob.dataset.names, theta_hat=prob.expansion.theta_hat,
-                                       step_matrix=step, attrs={"command": command_line(), "data": prob.dataset.source,
-                                                                "model": prob.model.name}), kw["output"])
+        write_netcdf(res.to_inference_data(theta_hat=prob.expansion.theta_hat, step_matrix=step,
+                                           attrs={"command": command_line(), "data": prob.dataset.source,
+                                                  "model": prob.model.name}), kw["output"])
     emit(doc, kw["json_path"], arrays={None if netcdf else kw["output"]: arrays})
-    info(matrix_summary("empirical cov", res.cov) + "\n" + key_values([
+    info(coordinate_table(res.summary()) + "\n" + matrix_summary("empirical cov", res.cov, names=res.parameter_names)
+         + "\n" + key_values([
         ("chains × steps", f"{res.n_chains} × {res.n_steps} (burn-in {res.burn_in})"),
         ("min ESS", float(np.min(res.ess))), ("seconds", res.seconds),
         ("iterations/s", res.iterations_per_second), ("diverged chains", res.n_diverged),

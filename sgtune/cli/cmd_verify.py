@@ -16,7 +16,7 @@ from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_
 from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
                        temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
-from ._render import key_values
+from ._render import coordinate_table, key_values
 from .cmd_run import (chain_json, chain_options, progress_bar, resolve_step, sampler_options, sampler_temperature,
                       smile_json, step_options)
 
@@ -51,7 +51,8 @@ def cli(**kw: Any) -> None:
     Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
     max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
     T = max(20000, 1000·τ_worst), burn-in max(T/10, 20·τ_worst).
-    JSON keys: predicted, empirical, z_max, passed, threshold, lambda, health, ...
+    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
+    predicted, empirical, z_max, passed, threshold, lambda, health, ...
     health (as in `sgtune run`, its prediction_check is this test): diverged, frozen and
     non-stationary chains are reported even when the test passes.
     Non-Gaussian posteriors (every model but linear) add ksd: the kernel Stein discrepancy
@@ -127,13 +128,13 @@ def cli(**kw: Any) -> None:
                "relative_frobenius_error": t.relative_frobenius_error})
     png = render_plot(kw, lambda: figure_verify(
         rep.predicted, rep.empirical, rep.step_matrix, target_cov=None if rep.tuning is None else rep.tuning.target_cov,
-        names=prob.dataset.names,
+        names=rep.parameter_names,
         title=f"sgtune verify: {prob.model.name}, B = {B}, {rep.chains.n_chains}×{rep.chains.n_steps} steps — "
               f"{'PASSED' if t.passed else 'REJECTED'} (max|z| = {t.z_max:.2f} vs {t.threshold:.2f})"
               + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
     emit(doc, kw["json_path"], arrays={kw["output"]: rep.empirical})
     write_plot(kw, png)
-    info(key_values([
+    info(coordinate_table(rep.summary()) + "\n" + key_values([
         ("mode", rep.mode), ("chains × steps", f"{rep.chains.n_chains} × {rep.chains.n_steps} "
                                                f"(burn-in {rep.chains.burn_in}, K = {rep.chains.n_batches})"),
         ("max |z|", t.z_max), ("threshold", t.threshold), ("relative Frobenius error", t.relative_frobenius_error),
