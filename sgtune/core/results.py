@@ -91,7 +91,7 @@ def _cell(v: Any) -> str:
 
 @dataclass(frozen=True)
 class SummaryTable:
-    """A printable table: ``str(table)`` is the text, :meth:`to_dataframe` the same rows in pandas.
+    """A printable table: ``str(table)`` is the text, ``to_dataframe()`` the same rows in pandas.
 
     Attributes
     ----------
@@ -176,6 +176,12 @@ def table_from_columns(title: str, names: Sequence[str], columns: dict[str, Any]
     return SummaryTable(title=title, index=tuple(names), columns=tuple(cols), rows=rows, **kw)
 
 
+def _repr_value(v: Any) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    return repr(v) if isinstance(v, str) else _cell(v)
+
+
 class ResultMixin:
     """A short ``repr`` and ``to_dataframe`` for a result dataclass (declare it with ``repr=False``).
 
@@ -186,7 +192,7 @@ class ResultMixin:
         return []
 
     def __repr__(self) -> str:
-        parts = [f"{k}={_cell(v) if not isinstance(v, str) else repr(v)}" for k, v in self._repr_items()]
+        parts = [f"{k}={_repr_value(v)}" for k, v in self._repr_items()]
         names = getattr(self, "parameter_names", None)
         if names:
             shown = ", ".join(short_label(n, 16) for n in names[:3]) + (", …" if len(names) > 3 else "")
@@ -197,5 +203,5 @@ class ResultMixin:
         raise NotImplementedError
 
     def to_dataframe(self) -> Any:
-        """:meth:`summary` as a pandas ``DataFrame`` (one row per coordinate; needs pandas)."""
+        """``summary()`` as a pandas ``DataFrame`` (one row per coordinate; needs pandas)."""
         return self.summary().to_dataframe()
