@@ -9,20 +9,22 @@ import numpy as np
 from ..core.results import SummaryTable, short_label
 
 #: the widest row label of a matrix block on stderr
-ROW_LABEL = 16
+ROW_LABEL = 24
 
 
 def matrix_summary(name: str, a: np.ndarray, max_dim: int = 6, names: Sequence[str] | None = None) -> str:
     """A short block showing the top-left corner and the diagonal range of a matrix; with ``names`` (one per
-    row, θ order) the rows and columns are labelled (long names shortened around an ellipsis)."""
+    row, θ order) each row is labelled ``[i] name`` (long names shortened around an ellipsis) and each
+    column ``[j]``."""
     d = a.shape[0]
     k = min(d, max_dim)
-    labels = [short_label(n, ROW_LABEL) for n in names[:k]] if names is not None and len(names) == d else []
+    labels = ([f"[{i}] {short_label(n, ROW_LABEL)}" for i, n in enumerate(names[:k])]
+              if names is not None and len(names) == d else [])
     lw = max((len(x) for x in labels), default=0)
     pre = (lambda i: f"{labels[i]:<{lw}} ") if labels else (lambda i: "")
     rows = [pre(i) + " ".join(f"{v:11.4g}" for v in a[i, :k]) + (" …" if d > k else "") for i in range(k)]
     if labels:
-        rows.insert(0, " " * (lw + 1) + " ".join(f"{short_label(n, 11):>11}" for n in names[:k]))  # type: ignore[index]
+        rows.insert(0, " " * (lw + 1) + " ".join(f"{f'[{j}]':>11}" for j in range(k)))
     diag = np.diag(a)
     head = f"{name} ({d}×{d}; diagonal in [{diag.min():.4g}, {diag.max():.4g}])"
     return "\n".join([head, *rows, "…" if d > k else ""]).rstrip()
@@ -38,7 +40,7 @@ def key_values(pairs: list[tuple[str, object]]) -> str:
 
 
 #: rows of the per-coordinate table on stderr (the first ones and the last few; the JSON has every coordinate)
-TABLE_ROWS = 12
+TABLE_ROWS = 20
 
 
 def coordinate_table(table: SummaryTable, max_rows: int = TABLE_ROWS) -> str:
