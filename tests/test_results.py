@@ -214,3 +214,33 @@ def test_default_names_carry_no_layout_for_the_exports():
         tx.init(jnp.zeros(3))
         with pytest.raises(SgtuneError, match="Λ carries no parameter names"):
             tx.init({"a": jnp.zeros(1), "b": jnp.zeros(2)})
+
+
+def test_verification_calibration_plan_and_applicability_present_themselves(problem):
+    from sgtune.sampler.verify import verify_stationary_cov
+    from sgtune.workflows.calibrate import calibrate
+
+    rep = verify_stationary_cov(problem.model, problem.ds, problem.e, 0.05, batch_size=32, n_steps=3000,
+                                n_chains=4, seed=1)
+    df = rep.summary().to_dataframe()
+    assert rep.parameter_names == NAMES and list(df.index) == list(NAMES)
+    np.testing.assert_allclose(df["sd predicted"], np.sqrt(np.diag(rep.predicted)), rtol=SOLVER_RTOL)
+    np.testing.assert_allclose(df["sd measured"], np.sqrt(np.diag(rep.empirical)), rtol=SOLVER_RTOL)
+    assert rep.to_dict()["parameter_names"] == list(NAMES)
+
+    cal = calibrate(problem.model, problem.ds, batch_size=32, n_steps=2000, n_chains=2, seed=1)
+    theta, sandwich, _ = _sandwich_by_hand(problem.X, problem.y, SIGMA2)
+    cdf = cal.summary().to_dataframe()
+    np.testing.assert_allclose(cdf["coef"], theta, rtol=SOLVER_RTOL)
+    np.testing.assert_allclose(cdf["std err"], np.sqrt(np.diag(sandwich)), rtol=SOLVER_RTOL)
+    np.testing.assert_allclose(cdf["sd measured"], np.sqrt(np.diag(cal.chains.cov)), rtol=SOLVER_RTOL)
+
+    p = plan_run(problem.model, problem.ds, problem.e, tolerance=0.2, batch_sizes=[16, 64], families=["dense"],
+                 time_steps=False, notes=False)
+    assert len(p.summary().rows) == 2 and len(p.to_dataframe()) == 2
+    app = applicability(problem.model, problem.ds, problem.e, cal.tuning.stationary)
+    table = app.summary()
+    assert "predicted_deviation" in table.index and table.rows[0][0] == app.predicted_deviation
+    for obj in (rep, cal, p, app):
+        text = repr(obj)
+        assert len(text) < 400 and "\n" not in text and "array(" not in text, text
