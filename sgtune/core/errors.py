@@ -21,7 +21,15 @@ __all__ = [
 
 
 class SgtuneError(Exception):
-    """Base class of every error sgtune raises on purpose."""
+    """Base class of every error sgtune raises on purpose.
+
+    Each subclass also derives from the builtin that fits (``ValueError``, ``ArithmeticError``, …),
+    so ``except ValueError`` keeps working; ``except SgtuneError`` catches every deliberate error.
+
+    See Also
+    --------
+    AccuracyWarning : A result sgtune cannot vouch for (a warning, not an error).
+    """
 
 
 class ShapeError(SgtuneError, ValueError):

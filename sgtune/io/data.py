@@ -36,11 +36,40 @@ __all__ = ["Dataset", "load_dataset", "make_dataset", "example", "EXAMPLES"]
 
 @dataclass(frozen=True)
 class Dataset:
-    """Design matrix ``X`` (N, D), response ``y`` (N,), and covariate names.
+    """A data set: design matrix ``X`` (N, D), response ``y`` (N,) and covariate names.
 
-    ``rows`` is set for data read out of core (a folder or a Parquet file): the file-backed
-    :class:`~sgtune.io.reduce.RowSource` the reductions stream over (``X`` is then a read-only
-    memory map of the same file). Datasets derived from it (``subsample``) are in memory.
+    Build one with :func:`make_dataset` (which validates the arrays), :func:`load_dataset` (a file)
+    or :func:`example` (a bundled synthetic set).
+
+    Parameters
+    ----------
+    X : (N, D) ndarray
+        The covariates, one row per observation (float64).
+    y : (N,) ndarray
+        The responses (float64).
+    names : tuple of str, optional
+        The covariates' names, one per column of ``X``.
+    source : str, optional
+        Where the data came from (a path or ``"arrays"``), used in messages.
+    rows : RowSource or None, optional
+        Set for data read out of core (a folder or a Parquet file): the file-backed
+        :class:`~sgtune.io.reduce.RowSource` the reductions stream over (``X`` is then a read-only
+        memory map of the same file). Datasets derived from it (``subsample``) are in memory.
+
+    See Also
+    --------
+    make_dataset : Validate arrays into a Dataset.
+    load_dataset : Read one from a file or folder.
+    example : A bundled synthetic data set.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> data = make_dataset([[0.0, 1.0], [1.0, 0.5], [2.0, -1.0]], [0.1, 0.9, 2.2])
+    >>> data.n_data, data.dim, data.names
+    (3, 2, ('x0', 'x1'))
+    >>> data.out_of_core
+    False
     """
 
     X: np.ndarray
@@ -93,7 +122,48 @@ def _check_scale(X: np.ndarray, source: str) -> None:
 
 def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[str, ...] = (),
                  source: str = "arrays") -> Dataset:
-    """Validate arrays into a :class:`Dataset` (finite float64, shapes (N, D) and (N,))."""
+    """Validate arrays into a :class:`Dataset` (finite float64, shapes (N, D) and (N,)).
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D) or (N,)
+        The covariates; a vector is one covariate.
+    y : array_like, shape (N,) or (N, 1)
+        The responses.
+    intercept : bool, optional
+        Prepend a column of ones (named ``intercept`` when ``names`` are given).
+    names : tuple of str, optional
+        The covariates' names (default ``x0``, ``x1``, … for every column, the intercept's included).
+    source : str, optional
+        What to call the data in error messages.
+
+    Returns
+    -------
+    Dataset
+        Contiguous float64 copies of ``X`` and ``y`` with their names.
+
+    Raises
+    ------
+    DataFormatError
+        If the arrays are not numeric, have the wrong shapes or lengths, hold fewer than two rows,
+        contain NaN or inf, or are so large that the curvature sums would overflow float64.
+
+    See Also
+    --------
+    load_dataset : The same checks on a file.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> data = make_dataset(np.arange(6.0).reshape(3, 2), [1.0, 0.0, 1.0], intercept=True,
+    ...                     names=("age", "dose"))
+    >>> data.X
+    array([[1., 0., 1.],
+           [1., 2., 3.],
+           [1., 4., 5.]])
+    >>> data.names
+    ('intercept', 'age', 'dose')
+    """
     try:
         Xa = np.array(X, dtype=np.float64)
         ya = np.array(y, dtype=np.float64)
@@ -186,6 +256,40 @@ def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = Fal
     """Load and validate a ``.csv`` or ``.npz`` file, a folder with X.npy/y.npy, or a ``.parquet`` file.
 
     Folders and Parquet files are read out of core (module docstring).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file or folder.
+    response : str, optional
+        The column of a CSV or Parquet file that holds y; the other columns are the covariates.
+    intercept : bool, optional
+        Prepend a column of ones (named ``intercept``).
+
+    Returns
+    -------
+    Dataset
+        The validated data (:func:`make_dataset`'s checks); out of core for a folder or a Parquet file.
+
+    Raises
+    ------
+    DataFormatError
+        If the file does not exist, has an unknown suffix, cannot be read, lacks the response
+        column or the X/y arrays, or fails the checks of :func:`make_dataset`.
+
+    See Also
+    --------
+    make_dataset : The same checks on arrays in memory.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.io.data import load_dataset
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "data.csv"
+    >>> _ = path.write_text("age,dose,y\\n1.0,0.5,2.0\\n2.0,0.1,1.5\\n3.0,0.7,3.1\\n")
+    >>> data = load_dataset(path)
+    >>> data.names, data.y
+    (('age', 'dose'), array([2. , 1.5, 3.1]))
     """
     p = Path(path)
     if not p.exists():
@@ -427,9 +531,31 @@ EXAMPLES = {
 def example(name: str, seed: int = 0) -> Dataset:
     """A bundled synthetic data set (generated deterministically from ``seed``).
 
-    ``hetero-linear`` is the heteroskedastic, misspecified linear regression of
-    seed 003, eq. (E.2) (D = 20, N = 2000); ``logistic`` and ``poisson`` are
-    well-specified GLM examples (D = 5, N = 2000).
+    Parameters
+    ----------
+    name : str
+        One of :data:`EXAMPLES`: ``hetero-linear`` is the heteroskedastic, misspecified linear
+        regression of Wang, Ding & Huggins (2026), Eq. (E.2) (D = 20, N = 2000); ``logistic`` and
+        ``poisson`` are well-specified GLM examples (D = 5, N = 2000).
+    seed : int, optional
+        Seed of the generator; the same seed gives the same data.
+
+    Returns
+    -------
+    Dataset
+        The data, in memory.
+
+    Raises
+    ------
+    DataFormatError
+        If ``name`` is not one of :data:`EXAMPLES`.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> data = example("hetero-linear")
+    >>> data.X.shape, data.y.shape
+    ((2000, 20), (2000,))
     """
     try:
         gen, _ = EXAMPLES[name]

@@ -1,10 +1,11 @@
 """A protocol model from a per-observation log-likelihood written in ``jax.numpy`` (extra ``[jax]``).
 
->>> import jax.numpy as jnp                                      # doctest: +SKIP
+>>> import jax.numpy as jnp
+>>> from sgtune.models.autodiff import from_jax
 >>> def loglik(theta, x, y):                                     # one observation
 ...     eta = x @ theta
 ...     return y * eta - jnp.logaddexp(0.0, eta)
->>> model = from_jax(loglik, name="logistic-jax")                # doctest: +SKIP
+>>> model = from_jax(loglik, name="logistic-jax")
 
 The per-observation loss is l_n(θ) = −loglik(θ, x_n, y_n). Per-sample gradients are
 ``vmap(grad)``; per-sample curvature is ``vmap(hessian)`` (dense J_n, ``hessian="exact"``), or

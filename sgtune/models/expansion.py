@@ -58,7 +58,28 @@ def prior_matrix(prior_precision: Any, dim: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class FitResult:
-    """MAP estimate and Newton diagnostics."""
+    """MAP estimate and Newton diagnostics, as :func:`fit_map` returns them.
+
+    Attributes
+    ----------
+    theta_hat : (D,) ndarray
+        The MAP θ̂.
+    iterations : int
+        Newton iterations taken (after L-BFGS, for models fitted that way).
+    grad_norm : float
+        ‖∇L(θ̂)‖ at the returned point.
+    loss : float
+        The penalised mean loss L(θ̂) = (1/N) Σ_n l_n(θ̂) + θ̂ᵀΓθ̂/(2N).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import fit_map, get_model
+    >>> data = make_dataset([[1.0], [2.0], [3.0]], [2.0, 4.0, 6.0])
+    >>> fit = fit_map(get_model("linear"), data)
+    >>> np.round(fit.theta_hat, 6), bool(fit.grad_norm < 1e-8)
+    (array([2.]), True)
+    """
 
     theta_hat: np.ndarray
     iterations: int
@@ -70,9 +91,50 @@ class FitResult:
 def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: Any = None,
             tol: float = 1e-10, max_iter: int = 200, population_size: int | None = None,
             seed: int = 0, scheduler: str | None = None) -> FitResult:
-    r"""θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) for any protocol model, with a convergence check.
+    r"""Fit the MAP θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) of any protocol model, with a convergence check.
 
-    Models with ``fit_method = "newton"`` (GLMs) are fitted by damped Newton with a backtracking
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model (a :class:`~sgtune.models.glm.GLM`, an MLP, a user's model).
+    data : Dataset
+        The observations.
+    prior_precision : float or array_like, optional
+        Γ: a scalar (Γ = γI), a (D,) diagonal or a (D, D) SPD matrix; 0 is a flat prior.
+    theta0 : array_like or None, optional
+        Starting point (default: the model's own start).
+    tol : float, optional
+        Convergence when the Newton decrement gᵀH⁻¹g ≤ tol².
+    max_iter : int, optional
+        Most Newton iterations.
+    population_size : int or None, optional
+        N when ``data`` is a subsample of M rows of a data set of N rows (the prior term is then
+        θᵀΓθ/(2N), so θ̂ estimates the full-data MAP).
+    seed : int, optional
+        Seed of a non-convex model's random start.
+    scheduler : str or None, optional
+        For data out of core: None (serial), ``"local"`` or a Dask scheduler's address.
+
+    Returns
+    -------
+    FitResult
+        The MAP θ̂, the iterations taken, ‖∇L(θ̂)‖ and L(θ̂).
+
+    Raises
+    ------
+    DataFormatError
+        Response outside the model's domain; the model's identifiability check failed (GLMs:
+        separable logistic data, rank-deficient design without a prior).
+    ConvergenceError
+        No convergence within ``max_iter`` Newton iterations (or L-BFGS failed).
+
+    See Also
+    --------
+    expand : Fit and expand the losses at θ̂ in one call.
+
+    Notes
+    -----
+    Implements θ̂ of Wang, Ding & Huggins (2026), §2.1. Models with ``fit_method = "newton"`` (GLMs) are fitted by damped Newton with a backtracking
     line search from ``model.newton_start`` (or ``theta0``). Other (non-convex) models — networks,
     user models — by L-BFGS from the seeded start ``model.initial_params(p, default_rng(seed))``
     (or ``theta0``), then polished by the same damped Newton on the model's curvature, which
@@ -86,13 +148,15 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     and each line-search trial point's pass also gives its gradient and curvature (an accepted
     point costs no second pass).
 
-    Raises
-    ------
-    DataFormatError
-        Response outside the model's domain; the model's identifiability check failed (GLMs:
-        separable logistic data, rank-deficient design without a prior).
-    ConvergenceError
-        No convergence within ``max_iter`` Newton iterations (or L-BFGS failed).
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import fit_map, get_model
+    >>> fit = fit_map(get_model("logistic"), example("logistic"))
+    >>> np.round(fit.theta_hat, 2)
+    array([ 0.13, -0.05,  0.51,  0.11, -0.59])
+    >>> fit.grad_norm < 1e-8
+    True
     """
     X, y = data.X, data.y
     m_rows = X.shape[0]
@@ -472,32 +536,70 @@ def _dense_affordable(model: Any, n: int, d: int) -> bool:
 
 @dataclass(frozen=True)
 class Expansion:
-    r"""Second-order expansion of the per-sample losses at θ̂ (seed 003, §3 and Thm. 4.3).
+    r"""Second-order expansion of the per-sample losses at θ̂ (Wang, Ding & Huggins 2026, §3 and Thm. 4.3).
 
-    Either rank-one curvature (``design`` X and ``weights`` w with J_n = w_n x_n x_nᵀ) or
-    dense ``per_sample_hessians`` (N, D, D) must be given — or, for data out of core,
-    ``grads=None`` with precomputed ``reductions`` (J, 𝓘, ḡ) and a ``stream`` over the rows,
+    Usually made by :func:`expand`. Either rank-one curvature (``design`` X and ``weights`` w with
+    J_n = w_n x_n x_nᵀ) or dense ``per_sample_hessians`` (N, D, D) must be given — or, for data out
+    of core, ``grads=None`` with precomputed ``reductions`` (J, 𝓘, ḡ) and a ``stream`` over the rows,
     which :meth:`mean_jsj` and the variance kernel re-read chunk by chunk.
 
     Attributes
     ----------
-    theta_hat : (D,) MAP θ̂.
-    grads : (N, D) per-sample gradients g_n = ∇l_n(θ̂).
-    prior_precision : (D, D) Γ.
-    curvature : (D, D) J = mean_n J_n.
-    hessian : (D, D) H = J + Γ/N.
-    fisher : (D, D) 𝓘 = mean_n g_n g_nᵀ.
-    mean_grad : (D,) ḡ = mean_n g_n (= −Γθ̂/N at the MAP).
-    gradient_norm : ‖∇L(θ̂)‖ = ‖ḡ + Γθ̂/N‖ (0 at the MAP; reported for given weights).
-    gradient_z : √(N ∇L(θ̂)ᵀ C⁺ ∇L(θ̂)), C = 𝓘 − ḡḡᵀ: the gradient in units of its own sampling
-        noise (above 1 the expansion point is not a stationary point to within noise).
-    hessian_min_eigenvalue : λ_min(H).
-    parameter_blocks : the model's default blocks of Λ (an MLP's layers), or None.
-    parameter_names : the name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
-    population_size : N when the expansion was fitted on a subsample of M < N rows
-        (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
-    reductions, stream : the streamed form (out-of-core data; ``grads``, ``design`` and
-        ``per_sample_hessians`` are then None).
+    theta_hat : (D,) ndarray
+        The expansion point θ̂ (the MAP unless given).
+    grads : (N, D) ndarray or None
+        Per-sample gradients g_n = ∇l_n(θ̂) (None out of core).
+    prior_precision : (D, D) ndarray
+        Γ.
+    design, weights : (N, D) and (N,) ndarray, or None
+        The rank-one curvature J_n = w_n x_n x_nᵀ (None for dense curvature or out of core).
+    per_sample_hessians : (N, D, D) ndarray or None
+        Dense per-sample curvature J_n (None for rank-one curvature or out of core).
+    curvature : (D, D) ndarray
+        J = mean_n J_n.
+    hessian : (D, D) ndarray
+        H = J + Γ/N.
+    fisher : (D, D) ndarray
+        𝓘 = mean_n g_n g_nᵀ.
+    mean_grad : (D,) ndarray
+        ḡ = mean_n g_n (= −Γθ̂/N at the MAP).
+    gradient_norm : float
+        ‖∇L(θ̂)‖ = ‖ḡ + Γθ̂/N‖ (0 at the MAP; reported for given weights).
+    gradient_z : float
+        √(N ∇L(θ̂)ᵀ C⁺ ∇L(θ̂)), C = 𝓘 − ḡḡᵀ: the gradient in units of its own sampling noise
+        (above 1 the expansion point is not a stationary point to within noise).
+    hessian_min_eigenvalue : float
+        λ_min(H).
+    model : str
+        The model's label.
+    noise_variance : float
+        σ² of a Gaussian likelihood (1 otherwise).
+    residual_variance : float
+        σ̂² = Σ r_n²/(N − D) of a linear model (NaN otherwise).
+    population_size : int or None
+        N when the expansion was fitted on a subsample of M < N rows (Wang, Ding & Huggins 2026,
+        Algorithm 1, steps 1–5): means are over the M rows, every 1/N uses N.
+    reductions, stream : Reductions and RowStream, or None
+        The streamed form (out-of-core data; ``grads``, ``design`` and ``per_sample_hessians``
+        are then None).
+    parameter_blocks : tuple of tuple of int, or None
+        The model's default blocks of Λ (an MLP's layers).
+    parameter_names : tuple of str or None
+        The name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
+
+    See Also
+    --------
+    expand : Fit θ̂ and build the expansion.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("linear"), example("hetero-linear"))
+    >>> e.dim, e.n_data, e.rank_one
+    (20, 2000, True)
+    >>> e.sandwich_cov().shape
+    (20, 20)
     """
 
     theta_hat: np.ndarray
@@ -677,6 +779,47 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
            scheduler: str | None = None) -> Expansion:
     """Fit θ̂ (unless given) and compute g_n and J_n at θ̂ through the model protocol.
 
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model (a :class:`~sgtune.models.glm.GLM`, an MLP, a user's model).
+    data : Dataset
+        The observations (in memory or out of core).
+    prior_precision : float or array_like, optional
+        Γ: a scalar (Γ = γI), a (D,) diagonal or a (D, D) SPD matrix; 0 is a flat prior.
+    theta_hat : array_like or None, optional
+        Expand at these parameters instead of fitting the MAP (e.g. a trained network's weights).
+    dense_hessians : bool, optional
+        Keep dense per-sample Hessians J_n even for a rank-one model.
+    population_size : int or None, optional
+        N when ``data`` is a subsample of M rows of a data set of N rows.
+    seed : int, optional
+        Seed of a non-convex model's random start (:func:`fit_map`).
+    scheduler : str or None, optional
+        For data out of core: None (serial), ``"local"`` or a Dask scheduler's address.
+
+    Returns
+    -------
+    Expansion
+        The point θ̂ with g_n, J_n (or their streamed reductions), J, H = J + Γ/N, 𝓘 and ḡ.
+
+    Raises
+    ------
+    NotPositiveDefiniteError
+        H = J + Γ/N is not positive definite at θ̂ (the message names the remedies).
+    ModelError
+        The model returned a wrong shape or a non-finite value.
+    SgtuneError
+        ``theta_hat`` does not have the model's length D.
+
+    See Also
+    --------
+    fit_map : The fit alone.
+    expansion_at : The same quantities at any θ, without a fit or checks.
+
+    Notes
+    -----
+    The second-order expansion of Wang, Ding & Huggins (2026), §3 and Theorem 4.3.
     The curvature keeps the structure the model declares (rank-one ``design``/``weights``, or
     dense ``per_sample_hessians``; ``dense_hessians`` forces dense). ``theta_hat`` expands at
     given parameters (e.g. trained weights of a non-convex model, which has no unique MAP): the
@@ -687,12 +830,17 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     Out-of-core data (``data.rows``) give a streamed Expansion (reductions + row stream, no
     (N, D) arrays); ``scheduler`` (None, "local" or a Dask address) runs its passes on Dask.
 
-    Raises
-    ------
-    NotPositiveDefiniteError
-        H = J + Γ/N is not positive definite at θ̂ (the message names the remedies).
-    ModelError
-        The model returned a wrong shape or a non-finite value.
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> e.n_data, e.dim
+    (2000, 5)
+    >>> np.allclose(e.hessian, e.curvature)  # flat prior: H = J
+    True
+    >>> bool(e.hessian_min_eigenvalue > 0)
+    True
     """
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)

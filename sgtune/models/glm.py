@@ -199,7 +199,41 @@ class GLM:
 
 
 def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None) -> GLM:
-    """Validated :class:`GLM` by name."""
+    """Validated :class:`GLM` by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`MODEL_NAMES`: ``linear`` (Gaussian), ``logistic`` (Bernoulli), ``poisson``
+        or ``beta-linear`` (a linear model with the generalised loss |r|^p / p).
+    noise_variance : float, optional
+        The variance σ² of the ``linear`` model's Gaussian likelihood (> 0).
+    beta_power : float or None, optional
+        The power p > 1 of ``beta-linear``; required for that model, unused by the others.
+
+    Returns
+    -------
+    GLM
+        The model, implementing the per-observation protocol (:class:`~sgtune.models.base.PerSampleModel`).
+
+    Raises
+    ------
+    SgtuneError
+        If ``name`` is unknown, ``noise_variance`` is not positive, or ``beta_power`` is missing or
+        not a finite number above 1 for ``beta-linear``.
+
+    See Also
+    --------
+    sgtune.models.make_mlp : A feed-forward network model.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model
+    >>> get_model("logistic").name
+    'logistic'
+    >>> get_model("beta-linear", beta_power=1.5).beta_power
+    1.5
+    """
     if name not in MODEL_NAMES:
         raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
     s2 = check_positive(noise_variance, "noise_variance")

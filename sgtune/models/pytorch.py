@@ -1,8 +1,11 @@
 """A protocol model from a PyTorch ``nn.Module`` and a likelihood (extra ``[torch]``).
 
->>> import torch                                                  # doctest: +SKIP
+>>> import torch
+>>> from sgtune.models import from_torch
 >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
->>> model = from_torch(net, "bernoulli")                          # doctest: +SKIP
+>>> model = from_torch(net, "bernoulli")
+>>> model.n_params(3)
+21
 
 The network's output f(x; θ) goes through the loss of the likelihood, l_n(θ) = ρ(f(x_n; θ), y_n):
 

@@ -51,47 +51,70 @@ SAMPLERS: tuple[str, ...] = SAMPLER_NAMES
 
 @dataclass(frozen=True)
 class ChainResult:
-    """Summary of C chains after burn-in (shapes use D = dimension, C = chains).
+    """Summary of C chains after burn-in, as :func:`run_chains` returns it (D = dimension, C = chains).
 
     Attributes
     ----------
-    mean, cov : (D,), (D, D)
+    mean, cov : (D,) and (D, D) ndarray
         Pooled over the non-diverged chains after burn-in (cov divides by the count).
-    mean_standard_error, cov_standard_error : (D,), (D, D)
+    mean_standard_error, cov_standard_error : (D,) and (D, D) ndarray
         Batch-means Monte Carlo standard errors (K batches = segments of the chains).
-    ess : (D,)
+    ess : (D,) ndarray
         Effective sample size per coordinate, Var(θ_i) / MCSE(mean_i)².
     n_batches : int
         K, the number of batches behind the standard errors (z-scores are t_{K−1}).
-    chain_means, chain_covs : (C, D), (C, D, D)
+    chain_means, chain_covs : (C, D) and (C, D, D) ndarray
         Per-chain moments (NaN rows for diverged chains).
-    batch_covs : (K, D, D)
+    batch_covs : (K, D, D) ndarray
         Per-batch second moments about the pooled mean (their average is ``cov``).
-    trace : (C, T', D) or None
+    trace : (C, T', D) ndarray or None
         Thinned draws after burn-in (``thin`` > 0).
-    observable_means : (C, K_obs) or None
+    observable_means : (C, K_obs) ndarray or None
         Per-chain time averages of the linear observables ℓ_kᵀθ.
-    epoch_position_mean, epoch_position_var : (R, D) or None
+    epoch_position_mean, epoch_position_var : (R, D) ndarray or None
         Reshuffling only: moments of θ after k batches of an epoch, k = 0..R−1, pooled over chains.
-    diverged_at : (C,) int
+    diverged_at : (C,) ndarray of int
         Step at which a chain diverged (non-finite state), −1 if it did not.
     clip_fraction : float
         SGLRW / clipped SGLD: fraction of coordinate updates whose probability/drift was clipped.
-    step_size_final : (C,) or None
+    final_state : (C, D) ndarray
+        Each chain's last θ.
+    n_steps, burn_in, n_chains, seed : int
+        The run (:class:`~sgtune.core.config.RunSpec`, burn-in resolved).
+    seconds, compile_seconds : float
+        Wall time of the chains and of the JIT compilation before them.
+    settings : dict
+        The sampler's settings as run (for reports).
+    step_size_final : (C,) ndarray or None
         MCLMC samplers: ε at the end of each chain (the tuned one for smile/psmile).
-    rejection_fraction : (C,) or None
+    rejection_fraction : (C,) ndarray or None
         MCLMC samplers: fraction of steps rejected by the energy-error guardrail (0 untuned).
-    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim : (C,) or None
+    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim : (C,) ndarray or None
         MCLMC samplers: mean ΔE, mean |ΔE| and mean ΔE²/D per step (all steps, burn-in included).
-    step_size_trace : (C, T') or None
+    step_size_trace : (C, T') ndarray or None
         MCLMC samplers with ``thin``: ε at the draws kept in ``trace``.
-    preconditioner, gradient_sd : (C, D) or None
+    preconditioner, gradient_sd : (C, D) ndarray or None
         pSMILE: the final diagonal preconditioner p = √D σ/|σ| and the EMA standard deviation σ of
         the minibatch ∇log p_β (its bias-corrected EMA variance; before ``precond_start`` steps p = 1).
-    half_means, half_variances : (C, 2, D) or None
+    half_means, half_variances : (C, 2, D) ndarray or None
         Each chain's mean and marginal variances over the first and the second half of its kept steps
         (its first and last ⌊S/2⌋ segments; NaN for diverged chains; None with one segment per chain):
         the non-stationarity test of :func:`sgtune.diagnostics.health.chain_health`.
+
+    See Also
+    --------
+    run_chains : Computes it.
+    sgtune.diagnostics.mcse.compare_covariance : Test ``cov`` against a prediction.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=2))
+    >>> res.mean.shape, res.cov.shape, res.n_diverged
+    ((5,), (5, 5), 0)
     """
 
     mean: np.ndarray
@@ -171,27 +194,6 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
                **legacy: Any) -> ChainResult:
     r"""Run C chains of a sampler on a model: SG(L)D θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ by default.
 
-    G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
-    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (Wang, Ding & Huggins 2026, §2.1
-    and eq. B.1). The other samplers (``options``, :mod:`sgtune.sampler.registry`):
-
-    - :class:`~sgtune.sampler.registry.SGLRWOptions` / :class:`~sgtune.sampler.registry.ClippedSGLDOptions`:
-      Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
-    - :class:`~sgtune.sampler.registry.SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
-      estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
-      ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
-      stationarity, so h ≲ 1/sqrt(β λ_max(H)).
-    - :class:`~sgtune.sampler.registry.SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
-      Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
-      (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
-      ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
-      coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
-      the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
-
-    SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
-    minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
-    and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
-
     Parameters
     ----------
     model : GLM, {"linear", "logistic", "poisson", "beta-linear"} or a protocol model
@@ -227,9 +229,15 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
         ``prepare``/``advance`` runs the plan itself (:mod:`sgtune.sampler.engine`; the tests' pure-Python
         reference implementation is one).
 
+    **legacy
+        The keyword form of 0.1 (``step_matrix`` as the third argument, ``batch_size=…``,
+        ``n_steps=…``, …): same chains, with a ``DeprecationWarning`` naming the new form.
+
     Returns
     -------
     ChainResult
+        Pooled moments, their batch-means standard errors, ESS, per-chain moments and (with
+        ``thin``) the trace.
 
     Raises
     ------
@@ -237,6 +245,51 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
         Every chain diverged.
     NotPositiveDefiniteError
         Λ is not SPD although β < ∞.
+    SgtuneError
+        Settings the sampler does not take (e.g. momentum with SMILE) or out of range.
+    TypeError
+        ``run`` is not a :class:`~sgtune.core.config.RunSpec`.
+
+    See Also
+    --------
+    sgtune.sampler.verify.verify_stationary_cov : Chains against the predicted covariance.
+    run_quadratic_chains : Chains on a quadratic potential with synthetic gradient noise.
+
+    Notes
+    -----
+    G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
+    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (Wang, Ding & Huggins 2026, §2.1
+    and Eq. (B.1)). The other samplers (``options``, :mod:`sgtune.sampler.registry`):
+
+    - :class:`~sgtune.sampler.registry.SGLRWOptions` / :class:`~sgtune.sampler.registry.ClippedSGLDOptions`:
+      Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
+    - :class:`~sgtune.sampler.registry.SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
+      estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
+      ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
+      stationarity, so h ≲ 1/sqrt(β λ_max(H)).
+    - :class:`~sgtune.sampler.registry.SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
+      Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
+      (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
+      ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
+      coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
+      the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
+
+    SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
+    minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
+    and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import SGLDOptions, run_chains
+    >>> data = example("logistic")
+    >>> res = run_chains("logistic", data, Dynamics(0.1, batch_size=32, inv_temperature=data.n_data),
+    ...                  RunSpec(1000, n_chains=2, seed=1), SGLDOptions())
+    >>> res.cov.shape, res.n_chains, res.n_steps
+    ((5, 5), 2, 1000)
+    >>> bool(np.all(res.cov_standard_error > 0))
+    True
     """
     if not isinstance(dynamics, Dynamics):
         return _legacy_run_chains(model, data, dynamics, initial=initial, prior_precision=prior_precision,

@@ -41,7 +41,38 @@ class PosteriorPrediction:
 
 @dataclass(frozen=True)
 class VerificationReport:
-    """Prediction vs chains: ``test.passed`` is the verdict."""
+    """Prediction vs chains, as :func:`verify_stationary_cov` returns it: ``test.passed`` is the verdict.
+
+    Attributes
+    ----------
+    predicted : (D, D) ndarray
+        The covariance the theory predicts (times ``inflate_prediction``).
+    empirical : (D, D) ndarray
+        The chains' pooled covariance.
+    test : CovarianceTest
+        The entrywise z-test (:func:`sgtune.diagnostics.mcse.compare_covariance`).
+    chains : ChainResult
+        The chains.
+    step_matrix : ndarray
+        The Λ the chains ran with (the scalar step as a diagonal for SGHMC and SMILE).
+    stationary : StationaryCov or PosteriorPrediction
+        The prediction behind ``predicted``.
+    tuning : TuningResult or None
+        The tuning, when Λ was tuned first.
+    mode : str
+        ``"covariance"`` (Λ given), ``"lambda"`` (Λ tuned) or ``"posterior"`` (SGHMC, SMILE).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.sampler.verify import verify_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> report = verify_stationary_cov(model, data, expand(model, data), 0.1, batch_size=32,
+    ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
+    >>> report.mode, report.predicted.shape, report.test.n_tests
+    ('covariance', (5, 5), 15)
+    """
 
     predicted: np.ndarray
     empirical: np.ndarray
@@ -74,8 +105,77 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
                           seed: int = 0, progress: ProgressCallback | None = None,
                           keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0) -> VerificationReport:
-    r"""Test Σ̂ (chains) = Σ(Λ) (eqs. 11–12) entrywise with batch-means z-scores and a Bonferroni t-threshold.
+    r"""Test Σ̂ (chains) = Σ(Λ) (Eqs. (11)–(12)) entrywise with batch-means z-scores and a Bonferroni threshold.
 
+    Parameters
+    ----------
+    model : GLM
+        The model (or its name).
+    data : Dataset
+        The observations the chains run on.
+    expansion : Expansion
+        The expansion at θ̂ (:func:`sgtune.models.expand`); the chains start at θ̂.
+    step_matrix : float, array_like or None, optional
+        Λ to check (a scalar, (D,) diagonal or (D, D) matrix); None tunes Λ to ``target`` first.
+        For SGHMC and SMILE the scalar step size (h or ε).
+    batch_size : int
+        The batch size B.
+    target : {"sandwich", "posterior"}, array_like or None, optional
+        The target of the tuning when ``step_matrix`` is None (default ``"sandwich"``).
+    method, family : str, optional
+        The tuning's noise model and family (:func:`sgtune.theory.tuning.tune`).
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` is SGD; for SGHMC and SMILE ``inf`` means N).
+    without_replacement : bool, optional
+        Draw each batch without replacement.
+    momentum : float, optional
+        The heavy-ball momentum κ ∈ [0, 1).
+    prior_precision : float or array_like, optional
+        Γ, as given to :func:`sgtune.models.expand`.
+    n_steps, burn_in : int or None, optional
+        Steps per chain and burn-in; default :func:`default_run_length` of the predicted τ.
+    n_chains : int, optional
+        The number of chains C.
+    batches_per_chain : int or None, optional
+        Segments per chain behind the standard errors (:class:`~sgtune.core.config.RunSpec`).
+    alpha : float, optional
+        Family-wise level of the test.
+    relative_tolerance : float, optional
+        A known model error r of the prediction, added in quadrature (e.g. 0.1 for a GLM
+        whose proxy carries an O(λ/B) error).
+    inflate_prediction : float, optional
+        Multiply the prediction (a deliberately wrong prediction, to see the test reject).
+    seed : int, optional
+        Seed of the chains.
+    progress : callable(done, total) or None, optional
+        Called after each chunk of steps.
+    keep_draws : int, optional
+        Keep about that many thinned draws (pooled over chains) in ``chains.trace``.
+    sampler : str, optional
+        The sampler (:data:`sgtune.sampler.SAMPLERS`).
+    friction : float, optional
+        SGHMC's friction γ.
+
+    Returns
+    -------
+    VerificationReport
+        The prediction, the chains' covariance, the z-test (``passed`` is the verdict) and the chains.
+
+    Raises
+    ------
+    SgtuneError
+        Incompatible settings (both ``step_matrix`` and ``target``; SGHMC or SMILE without a step
+        size), fewer than 2 batches, or a zero standard error.
+    UnstableStepSizeError
+        The predicted chain is unstable, or every chain diverged.
+
+    See Also
+    --------
+    sgtune.theory.stationary.predict_stationary_cov : The prediction alone.
+    sgtune.sampler.run_chains : The chains alone.
+
+    Notes
+    -----
     With ``step_matrix`` given, Σ(Λ) comes from :func:`sgtune.theory.stationary.predict_stationary_cov`;
     otherwise Λ is first tuned to ``target`` (default ``"sandwich"``) with
     :func:`sgtune.theory.tuning.tune` and Σ(Λ) is the tuned chain's exact prediction.
@@ -95,9 +195,18 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
     without a noise estimate is hot unless the minibatch noise is small).
 
-    Returns
-    -------
-    VerificationReport
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.sampler.verify import verify_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> report = verify_stationary_cov(model, data, expand(model, data), batch_size=32,
+    ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
+    >>> report.mode, report.tuning.family
+    ('lambda', 'dense')
+    >>> bool(report.test.threshold > 0)
+    True
     """
     from ..theory.stationary import predict_stationary_cov
     from ..theory.tuning import tune

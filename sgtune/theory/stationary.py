@@ -61,26 +61,61 @@ THEORIES = tuple(NOISE_MODELS)
 
 @dataclass(frozen=True)
 class StationaryCov:
-    """Result of :func:`predict_stationary_cov`.
+    """Result of :func:`predict_stationary_cov`: the stationary covariance and how the chain mixes.
 
     Attributes
     ----------
-    cov : (D, D) stationary covariance Σ of θ.
-    spectral_radius : spectral radius of the second-moment map S ↦ FSFᵀ + E𝒩(S_dd)Eᵀ (< 1 ⇔ stable).
-    relative_residual : ‖S − FSFᵀ − E𝒩(S)Eᵀ − Q₀‖_F / ‖S‖_F of the returned solution.
-    method : "direct" or "iterative".
-    tau : (D,) integrated autocorrelation time of each coordinate θ_d (iterations).
-    tau_worst : sup over linear functionals vᵀθ of τ_int (exact, see :func:`autocorrelation_times`).
-    tau_spectral : 2/μ_min(ΛH) − 1, Prop. 4.4 of Wang, Ding & Huggins (2026) (no momentum only; else nan).
-    augmented_cov : full second moment of (d, ν) with momentum (2D, 2D), else equal to ``cov``.
-    step_matrix, momentum, inv_temperature, batch_size, without_replacement : the chain's settings
-        (Λ as the dense, validated (D, D) matrix).
-    transition : the proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
-    spectral_radius_is_bound : True when ``spectral_radius`` is the certified upper bound
-        1 − λ_min(S^{-1/2}Q₀S^{-1/2}) (valid for a positive map with S = P(S) + Q₀, S, Q₀ ≻ 0),
-        used for state dimensions above ``ARPACK_MAX_DIM`` and for out-of-core (streamed) expansions.
-    dynamics : the :class:`~sgtune.core.config.Dynamics` predicted for (built from the fields above
-        when not given).
+    cov : (D, D) ndarray
+        The stationary covariance Σ of θ.
+    spectral_radius : float
+        Spectral radius of the second-moment map S ↦ FSFᵀ + E𝒩(S_dd)Eᵀ (< 1 ⇔ stable).
+    relative_residual : float
+        ‖S − FSFᵀ − E𝒩(S)Eᵀ − Q₀‖_F / ‖S‖_F of the returned solution.
+    method : str
+        The solver, ``"direct"`` or ``"iterative"``.
+    tau : (D,) ndarray
+        Integrated autocorrelation time of each coordinate θ_d (iterations).
+    tau_worst : float
+        The largest τ_int over linear functionals vᵀθ (exact, see :func:`autocorrelation_times`).
+    tau_spectral : float
+        2/μ_min(ΛH) − 1, Prop. 4.4 of Wang, Ding & Huggins (2026) (no momentum only; else NaN).
+    augmented_cov : (D, D) or (2D, 2D) ndarray
+        The full second moment of (d, ν) with momentum, else equal to ``cov``.
+    step_matrix : (D, D) ndarray
+        Λ as the dense, validated matrix.
+    momentum, inv_temperature : float
+        κ and β of the chain.
+    batch_size : int
+        B.
+    without_replacement : bool
+        Whether batches are drawn without replacement (noise × (N−B)/(N−1)).
+    transition : ndarray
+        The proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
+    spectral_radius_is_bound : bool
+        True when ``spectral_radius`` is the certified upper bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2})
+        (valid for a positive map with S = P(S) + Q₀, S, Q₀ ≻ 0), used for state dimensions above
+        ``ARPACK_MAX_DIM`` and for out-of-core (streamed) expansions.
+    dynamics : Dynamics
+        The :class:`~sgtune.core.config.Dynamics` predicted for (built from the fields above when
+        not given).
+
+    See Also
+    --------
+    predict_stationary_cov : Computes it.
+    iterate_average_cov : The covariance of an average of the chain's iterates.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> res = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> res.cov.shape, res.method
+    ((5, 5), 'direct')
+    >>> np.round(res.spectral_radius, 2)
+    np.float64(0.97)
     """
 
     cov: np.ndarray
@@ -167,7 +202,7 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
                            **legacy: Any) -> StationaryCov:
     r"""Solve ΛHΣ + ΣHΛ = Λ(C̄(Σ) + HΣH)Λ + 2β⁻¹Λ for Σ (Wang, Ding & Huggins 2026, Eqs. (11)–(12); Prop. B.1).
 
-    Computes the exact stationary covariance of the proxy SG(L)D chain (exact for linear
+    The exact stationary covariance of the proxy SG(L)D chain (exact for linear
     regression; O(λ/B) accurate in W₂ otherwise, Cor. 4.6) for any step-size matrix Λ
     (scalar, diagonal or dense; symmetric positive definite when β < ∞), with or without
     replacement, with heavy-ball momentum κ (the augmented (d, ν) chain is solved for any
@@ -194,9 +229,15 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
         dimension instead of ARPACK's ρ below ``ARPACK_MAX_DIM`` (no eigen-iteration, O(D³);
         ``spectral_radius_is_bound`` says which; ARPACK is still used when the bound is void).
 
+    **legacy
+        The keyword forms of 0.1 (``step_matrix`` as the second argument and ``batch_size=…``,
+        ``inv_temperature=…``, …): same numbers, with a ``DeprecationWarning`` naming the new form.
+
     Returns
     -------
     StationaryCov
+        Σ, the spectral radius of the second-moment map, the solver's residual, the
+        autocorrelation times and the chain's settings.
 
     Raises
     ------
@@ -206,11 +247,18 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
     ConvergenceError
         If the solution's relative residual exceeds 1e-6.
 
+    See Also
+    --------
+    sgtune.theory.tuning.tune : The inverse problem, Λ for a target Σ.
+    predict_comparison_cov : The predictions of the comparison theories.
+    sgtune.sampler.verify.verify_stationary_cov : Check the prediction against chains.
+
     Examples
     --------
     >>> from sgtune.core.config import Dynamics
     >>> from sgtune.io.data import example
     >>> from sgtune.models import get_model, expand
+    >>> from sgtune.theory.stationary import predict_stationary_cov
     >>> e = expand(get_model("linear"), example("hetero-linear"))
     >>> res = predict_stationary_cov(e, Dynamics(0.05, batch_size=32))
     >>> bool(res.relative_residual < 1e-10 and res.spectral_radius < 1)

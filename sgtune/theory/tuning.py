@@ -98,21 +98,60 @@ class TuningResult:
 
     Attributes
     ----------
-    step_matrix : (D, D) tuned Λ.
-    target_cov : (D, D) the target Σ*.
-    predicted_cov : (D, D) the exact stationary covariance of the chain run with Λ
-        (Wang, Ding & Huggins 2026, Eqs. (11)–(12), i.e. DQ+exact, whatever ``method`` chose Λ).
-    residual : relative residual of the tuning equation the method solves (machine
-        precision for every dense method; for the families, of Eq. (11) at the target).
-    covariance_error : ‖predicted − target‖_F / ‖target‖_F.
-    method, family : as passed to :func:`tune`.
-    criterion : what the family minimises or solves (a sentence).
-    stationary : the full :class:`StationaryCov` of the tuned chain (spectral radius, τ).
-    batch_size, inv_temperature, momentum, without_replacement : the chain's settings.
-    dynamics : the :class:`~sgtune.core.config.Dynamics` tuned, with the tuned Λ as ``step``.
-    target : the target as given (``"sandwich"``, ``"posterior"`` or the matrix).
-    blocks : the partition of the ``block`` family (a tuple of index arrays), else None.
-    family_criterion : the criterion used, ``"discrepancy"`` or ``"moment"`` (``"auto"`` resolved).
+    step_matrix : (D, D) ndarray
+        The tuned step-size matrix Λ.
+    target_cov : (D, D) ndarray
+        The target Σ*.
+    predicted_cov : (D, D) ndarray
+        The exact stationary covariance of the chain run with Λ (Wang, Ding & Huggins 2026,
+        Eqs. (11)–(12), i.e. DQ+exact, whatever ``method`` chose Λ).
+    residual : float
+        The relative residual of the tuning equation the method solves (machine precision for
+        every dense method; for the families, of Eq. (11) at the target).
+    covariance_error : float
+        ‖predicted − target‖_F / ‖target‖_F.
+    method : str
+        The noise model that chose Λ, as passed to :func:`tune`.
+    family : str
+        The family of Λ, as passed to :func:`tune`.
+    criterion : str
+        What the family minimises or solves (a sentence).
+    stationary : StationaryCov
+        The full prediction for the tuned chain (spectral radius, autocorrelation times).
+    batch_size : int
+        B of the chain.
+    inv_temperature : float
+        β of the chain (``inf`` for SGD).
+    momentum : float
+        κ of the chain.
+    without_replacement : bool
+        Whether the chain draws its batches without replacement.
+    dynamics : Dynamics
+        The :class:`~sgtune.core.config.Dynamics` tuned, with the tuned Λ as ``step``.
+    target : str or ndarray
+        The target as given (``"sandwich"``, ``"posterior"`` or the matrix).
+    blocks : tuple of ndarray or None
+        The partition of the ``block`` family (a tuple of index arrays), else None.
+    family_criterion : str
+        The criterion used, ``"discrepancy"`` or ``"moment"`` (``"auto"`` resolved).
+
+    See Also
+    --------
+    tune : Computes it.
+    sgtune.io.export.numpy_step : Λ back into a training loop.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> result = tune(e, Dynamics(None, batch_size=32))
+    >>> result.step_matrix.shape, result.family, result.family_criterion
+    ((5, 5), 'dense', 'discrepancy')
+    >>> result.dynamics.batch_size
+    32
     """
 
     step_matrix: np.ndarray
@@ -311,47 +350,77 @@ def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: 
 @cites("wang2026", "Alg. 1 step 6 (DQ+exact: Eqs. 11–12; CT: Eqs. 2–3; DQ+const: Eq. 5; LR+WS: Eqs. 5–6)")
 def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich", method: str = "dq-exact",
          family: str = "dense", blocks: Any = None, family_criterion: str = "auto", **legacy: Any) -> TuningResult:
-    r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ* (Algorithm 1, step 6).
-
-    Methods (each is "solve Eq. (11) for Λ at Σ = Σ* with a noise model R", one Lyapunov solve;
-    :data:`sgtune.theory.noise_models.NOISE_MODELS`):
-
-    - ``dq-exact`` (Wang, Ding & Huggins 2026, Eqs. (11)–(12)): R = C̄(Σ*) + HΣ*H, exact.
-    - ``ct`` (continuous time, Eqs. (2)–(3)): the OU proxy ΛHΣ + ΣHΛ = ΛĈΛ (+2Λ/β), R = Ĉ,
-      Ĉ = f(𝓘 − ḡḡᵀ)/B the gradient-noise covariance at θ̂. Its SPD solution; for Γ = 0 and
-      the sandwich target this is Λ = (2B/N)J⁻¹ (the authors' public code). The paper's printed
-      Eq. (3) Λ = (ΣH+HΣ)Ĉ⁻¹ agrees only when the matrices commute and is not offered.
-    - ``dq-const`` (Eq. (5) with constant noise, Dieuleveut et al. / Liu et al.): R = Ĉ + HΣ*H,
-      i.e. Eq. (12) without its Σ-dependent terms. (Algorithm 1 prints C̄ = 𝓘, appendix E.2
-      Ĥ/B and the public code J without 1/B; we take the noise covariance at θ̂ with its 1/B,
-      the only choice that is the B-sample gradient covariance the method assumes.)
-    - ``lr-ws`` (Eqs. (5)–(6), Ziyin et al.; linear regression assumed well specified):
-      R = (f/B)(JΣJ + tr(JΣ)J + (σ̂²/σ²)J) + HΣ*H with σ̂² = Σr_n²/(N−D) (the model's σ²
-      from the expansion). Only for ``linear`` models.
-
-    The comparison methods (``ct``, ``dq-const``, ``lr-ws``) give dense Λ for SG(L)D without
-    momentum; the structured families and momentum are defined through the exact noise
-    (``dq-exact``). The families, their criteria and the momentum equations are described in the
-    module docstring.
+    r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ*.
 
     Parameters
     ----------
-    expansion : Expansion at θ̂.
+    expansion : Expansion
+        The expansion at θ̂ (:func:`sgtune.models.expand`).
     dynamics : Dynamics
-        B, β, κ and the batching of the chain to tune; its ``step`` is None (or a Λ, e.g. of an
-        earlier result, which is replaced).
-    target : ``"sandwich"``, ``"posterior"`` or a (D, D) SPD matrix (:func:`target_covariance`).
-    method : one of :data:`METHODS`.
-    family : one of :data:`FAMILIES`.
-    blocks : the partition of the ``block`` family (a list of lists of indices or a JSON file).
-    family_criterion : one of :data:`FAMILY_CRITERIA`.
+        B, β, κ and the batching of the chain to tune; its ``step`` (None or an old Λ) is replaced.
+    target : {"sandwich", "posterior"} or (D, D) array_like, optional
+        Σ*: the sandwich J⁻¹𝓘J⁻¹/N, the posterior H⁻¹/N or an SPD matrix (:func:`target_covariance`).
+    method : str, optional
+        The noise model, one of :data:`METHODS` (see Notes).
+    family : str, optional
+        The form of Λ, one of :data:`FAMILIES`: ``dense``, ``diagonal``, ``scalar`` or ``block``.
+    blocks : list of list of int, str or None, optional
+        The ``block`` family's partition (index lists, a JSON file; default an MLP's layers).
+    family_criterion : str, optional
+        One of :data:`FAMILY_CRITERIA`: how a structured family is fitted (see Notes).
+    **legacy
+        The keyword form of 0.1 (``batch_size=…``, …): same numbers, with a ``DeprecationWarning``.
 
     Returns
     -------
     TuningResult
-        Λ, the exact predicted covariance of the tuned chain and its error to the target, and the
-        configuration (``dynamics`` with the tuned Λ, ``target``, ``method``, ``family``, ``blocks``,
-        ``family_criterion``).
+        Λ, the exact predicted covariance of the tuned chain, its error to the target, and the
+        configuration (``dynamics`` with the tuned Λ, ``target``, ``method``, ``family``, …).
+
+    Raises
+    ------
+    InfeasibleTargetError
+        No Λ of the family reaches the target (e.g. SGLD too hot; it gives the smallest feasible β).
+    UnstableStepSizeError
+        The solved Λ makes the chain unstable.
+    ConvergenceError
+        A family's fit or the momentum solve did not converge.
+    SgtuneError
+        Unknown or incompatible settings (e.g. a comparison method with a structured family).
+
+    See Also
+    --------
+    sgtune.theory.stationary.predict_stationary_cov : The forward problem, Σ for a given Λ.
+    sgtune.workflows.refine.refine : Repair a tuned Λ on short chains.
+
+    Notes
+    -----
+    Algorithm 1, step 6 of Wang, Ding & Huggins (2026): Eq. (11) solved for Λ at Σ = Σ* with the
+    noise model R of ``method``, one Lyapunov solve (:mod:`sgtune.theory.noise_models`):
+    ``dq-exact`` R = C̄(Σ*) + HΣ*H (Eqs. (11)–(12)), exact; ``ct`` R = Ĉ = f(𝓘 − ḡḡᵀ)/B, the OU
+    proxy of Eqs. (2)–(3) (for Γ = 0 and the sandwich target Λ = (2B/N)J⁻¹, as in the authors'
+    public code; the printed Eq. (3) Λ = (ΣH+HΣ)Ĉ⁻¹ agrees only when the matrices commute and is not
+    offered); ``dq-const`` R = Ĉ + HΣ*H, Eq. (5) with constant noise (Algorithm 1 prints C̄ = 𝓘,
+    appendix E.2 Ĥ/B and the public code J without 1/B; the noise covariance at θ̂ with its 1/B is
+    the B-sample gradient covariance the method assumes); ``lr-ws`` R = (f/B)(JΣJ + tr(JΣ)J +
+    (σ̂²/σ²)J) + HΣ*H, Eqs. (5)–(6), linear models only. The comparison methods give dense Λ
+    without momentum; the families, their criteria and the momentum equations are described in
+    the module docstring.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> e = expand(get_model("linear"), example("hetero-linear"))
+    >>> result = tune(e, Dynamics(None, batch_size=32), target="sandwich")
+    >>> bool(result.covariance_error < 1e-10)  # dense Λ reaches the target exactly
+    True
+    >>> logistic = expand(get_model("logistic"), example("logistic"))
+    >>> diagonal = tune(logistic, Dynamics(None, batch_size=32), family="diagonal")
+    >>> round(diagonal.covariance_error, 2)  # a diagonal Λ only approaches the target
+    0.11
     """
     if not isinstance(dynamics, Dynamics):
         if dynamics is not None:
