@@ -32,7 +32,8 @@ RESULT_IGNORED = {"PR01", "PR02"}
 #: exception and warning classes: they are raised, not called; an example would be absurd
 EXCEPTION_IGNORED = {"EX01"}
 
-#: (module, name) not converted yet: this set only shrinks
+#: (module, name) not converted yet: this set only shrinks. (structured_momentum_step_matrix: its derivation
+#: has to move to the module docstring first, or the sections push it over the 100-line rule of theory/.)
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.core.config": ("Dynamics", "RunSpec", "step_matrix_of"),
     "sgtune.core.errors": ("UnstableStepSizeError", "InfeasibleTargetError", "ConvergenceError",
@@ -86,7 +87,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
         "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum"),
     "sgtune.theory.linear_chain": ("LinearChain", "StationarySolution", "SteinSolver", "finite_population_factor",
         "noise_scale", "heavy_ball_transition", "variance_kernel", "equilibration_steps"),
-    "sgtune.theory.mcerror": ("MCError", "mean_asymptotic_cov", "cov_error_constant"),
     "sgtune.theory.minibatch": ("MomentCoefficients", "MinibatchError", "PosteriorMinibatchError", "IncrementMoments",
         "NoiseAnisotropy", "minibatch_moment_coefficients", "minibatch_error", "minibatch_error_from_grads",
         "gaussian_minibatch_error", "posterior_minibatch_error", "gradient_estimate_terms", "increment_moments",
@@ -97,13 +97,9 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.theory.smile": ("GammaFit", "B2Estimate", "gamma_moment_match", "wilson_hilferty_quantile", "ema_update",
         "ema_corrected", "b2_per_coordinate", "b2_chains", "bootstrap_b2", "gaussian_second_moments",
         "rosenbrock_second_moments", "funnel_second_moments", "normal_raw_moment"),
-    "sgtune.theory.stationary": ("noise_covariance", "iterate_average_cov", "autocorrelation_times",
-        "max_stable_step", "as_step_matrix", "predict_comparison_cov", "stationary_cov_evaluator"),
     "sgtune.theory.testloss": ("predicted_test_loss", "TestLossPath", "ridge_test_loss_path", "optimal_weight_decay",
         "optimal_batch_size"),
-    "sgtune.theory.tuning": ("solve_step_matrix", "tuning_residual", "closed_form_step_matrix", "target_covariance",
-        "solve_momentum_step_matrix", "momentum_tuning_residual", "structured_step_matrix",
-        "structured_momentum_step_matrix"),
+    "sgtune.theory.tuning": ("structured_momentum_step_matrix",),
     "sgtune.workflows.bnn": ("Split", "standardised_split", "gaussian_lppd", "predictive_rmse", "steps_for_budget",
         "EnsembleStart", "ensemble_start", "SamplerRun", "run_sampler", "StepChoice", "choose_step", "ComparisonRow",
         "compare_samplers", "summarise"),
