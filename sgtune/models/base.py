@@ -76,12 +76,46 @@ CURVATURE_METHODS = ("curvature", "per_sample_hessians", "hessian_vector_product
 
 
 class ModelError(SgtuneError, ValueError):
-    """A model returned something unusable (wrong shape, NaN/inf) or raised inside one of its methods."""
+    """A model returned something unusable (wrong shape, NaN/inf) or raised inside one of its methods.
+
+    See Also
+    --------
+    checked_call : Where sgtune raises it.
+    """
 
 
 @runtime_checkable
 class PerSampleModel(Protocol):
-    """Structural type of a per-observation model (see the module docstring for the optional parts)."""
+    """Structural type of a per-observation model (see the module docstring for the optional parts).
+
+    Any object with a ``name`` and the two methods below is a model (``isinstance`` checks them);
+    it also needs one way to give its curvature (``curvature``, ``per_sample_hessians`` or
+    ``hessian_vector_products``) for the expansion.
+
+    Attributes
+    ----------
+    name : str
+        Shown in outputs.
+
+    See Also
+    --------
+    sgtune.models.get_model : The built-in generalised linear models.
+    sgtune.models.user.check_protocol : Check a user's model and say what is missing.
+
+    Examples
+    --------
+    >>> from sgtune.models import PerSampleModel
+    >>> class Squares:  # l_n(θ) = (y_n − x_nᵀθ)²/2
+    ...     name = "squares"
+    ...     def per_sample_losses(self, theta, X, y):
+    ...         return 0.5 * (y - X @ theta) ** 2
+    ...     def per_sample_grads(self, theta, X, y):
+    ...         return -(y - X @ theta)[:, None] * X
+    ...     def per_sample_hessians(self, theta, X, y):
+    ...         return X[:, :, None] * X[:, None, :]
+    >>> isinstance(Squares(), PerSampleModel)
+    True
+    """
 
     name: str
 
@@ -92,7 +126,27 @@ class PerSampleModel(Protocol):
 
 @dataclass(frozen=True)
 class RankOneCurvature:
-    """J_n = w_n u_n u_nᵀ: ``features`` u (n, D), ``weights`` w (n,) (GLMs: u_n = x_n, w_n = ρ''(x_nᵀθ))."""
+    """Rank-one per-sample curvature J_n = w_n u_n u_nᵀ (GLMs: u_n = x_n, w_n = ρ''(x_nᵀθ)).
+
+    Parameters
+    ----------
+    features : (n, D) ndarray
+        The vectors u_n, one row per observation.
+    weights : (n,) ndarray
+        The weights w_n.
+
+    See Also
+    --------
+    DenseCurvature : The general form.
+
+    Examples
+    --------
+    >>> from sgtune.models import RankOneCurvature, get_model
+    >>> X, y = np.array([[1.0, 0.0], [1.0, 2.0]]), np.array([0.0, 1.0])
+    >>> cur = get_model("logistic").curvature(np.zeros(2), X, y)
+    >>> isinstance(cur, RankOneCurvature), cur.weights  # ρ''(0) = 1/4
+    (True, array([0.25, 0.25]))
+    """
 
     features: np.ndarray
     weights: np.ndarray
@@ -100,13 +154,46 @@ class RankOneCurvature:
 
 @dataclass(frozen=True)
 class DenseCurvature:
-    """Dense per-sample Hessians J_n, shape (n, D, D)."""
+    """Dense per-sample Hessians J_n.
+
+    Parameters
+    ----------
+    hessians : (n, D, D) ndarray
+        J_n = ∇²_θ l_n(θ), one symmetric matrix per observation.
+
+    See Also
+    --------
+    RankOneCurvature : The structured form of GLMs and Gauss–Newton networks.
+
+    Examples
+    --------
+    >>> from sgtune.models import DenseCurvature
+    >>> DenseCurvature(np.stack([np.eye(2), 2 * np.eye(2)])).hessians.shape
+    (2, 2, 2)
+    """
 
     hessians: np.ndarray
 
 
 def model_label(model: Any) -> str:
-    """A short name for messages: the model's ``name`` (else its class name), with its ``source`` file if known."""
+    """A short name for messages: the model's ``name`` (else its class name), with its ``source`` file if known.
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+
+    Returns
+    -------
+    str
+        The label, e.g. ``"logistic"`` or ``"net (model.py)"``.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, model_label
+    >>> model_label(get_model("poisson"))
+    'poisson'
+    """
     name = getattr(model, "name", None)
     label = str(name) if isinstance(name, str) and name else type(model).__name__
     source = getattr(model, "source", None)
@@ -114,7 +201,31 @@ def model_label(model: Any) -> str:
 
 
 def model_dim(model: Any, n_features: int) -> int:
-    """D = ``model.n_params(n_features)`` (default: D = n_features)."""
+    """The number of parameters D = ``model.n_params(n_features)`` (default: D = n_features).
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    n_features : int
+        The number of columns of the data.
+
+    Returns
+    -------
+    int
+        D ≥ 1.
+
+    Raises
+    ------
+    ModelError
+        ``n_params`` raised or did not return a positive integer.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, make_mlp, model_dim
+    >>> model_dim(get_model("linear"), 3), model_dim(make_mlp([4], likelihood="gaussian"), 3)
+    (3, 21)
+    """
     fn = getattr(model, "n_params", None)
     if fn is None:
         return int(n_features)
@@ -137,6 +248,34 @@ def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_fe
     otherwise the covariate names when D equals the number of covariates p (a GLM: ``intercept`` first
     with an added intercept), else ``theta[0]`` … ``theta[D−1]``. Covariates without names are called
     ``x0`` … ``x{p−1}``, as :func:`sgtune.io.data.make_dataset` calls them.
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    feature_names : sequence of str
+        The data's covariate names (possibly empty).
+    n_features : int
+        The number of covariates p.
+
+    Returns
+    -------
+    tuple of str
+        D distinct names.
+
+    Raises
+    ------
+    ModelError
+        The model's own ``parameter_names`` did not return D distinct strings.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, make_mlp
+    >>> from sgtune.models.base import parameter_names
+    >>> parameter_names(get_model("logistic"), ("age", "dose"), 2)
+    ('age', 'dose')
+    >>> parameter_names(make_mlp([2], likelihood="gaussian"), (), 1)[:3]
+    ('hidden1.weight[0,x0]', 'hidden1.weight[1,x0]', 'hidden1.bias[0]')
     """
     d = model_dim(model, n_features)
     names = tuple(str(f) for f in feature_names) or tuple(f"x{i}" for i in range(int(n_features)))
@@ -156,10 +295,41 @@ def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_fe
 
 
 def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | None = None) -> Any:
-    """``getattr(model, method)(*args)``; with ``shape``, the result as a finite float64 array of that shape.
+    """Call ``getattr(model, method)(*args)``; with ``shape``, return a finite float64 array of that shape.
 
-    Any exception raised by the model, a missing method, a wrong shape or a non-finite entry
-    becomes one :class:`ModelError` naming the model and the method.
+    Parameters
+    ----------
+    model : object
+        Any model.
+    method : str
+        The name of the method to call.
+    *args
+        Its arguments.
+    shape : tuple of int or None, optional
+        The shape the result must have (None: return it unchecked).
+
+    Returns
+    -------
+    object or ndarray
+        What the method returned, as a float64 array when ``shape`` is given.
+
+    Raises
+    ------
+    ModelError
+        Any exception raised by the model, a missing method, a wrong shape or a non-finite entry,
+        as one error naming the model and the method.
+
+    Examples
+    --------
+    >>> from sgtune.models import ModelError, checked_call, get_model
+    >>> X, y = np.ones((3, 2)), np.zeros(3)
+    >>> checked_call(get_model("linear"), "per_sample_grads", np.zeros(2), X, y, shape=(3, 2)).shape
+    (3, 2)
+    >>> try:
+    ...     checked_call(get_model("linear"), "per_sample_grads", np.zeros(2), X, y, shape=(3, 5))
+    ... except ModelError as exc:
+    ...     print(exc)
+    model linear: per_sample_grads() returned shape (3, 2), expected (3, 5)
     """
     label = model_label(model)
     fn = getattr(model, method, None)
@@ -193,6 +363,34 @@ def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.nda
 
     Preference: the model's own ``curvature`` (it knows its structure), then dense
     ``per_sample_hessians``, then D ``hessian_vector_products`` with the unit vectors.
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    theta : (D,) ndarray
+        The parameters θ.
+    X : (n, p) ndarray
+        The covariates.
+    y : (n,) ndarray
+        The responses.
+
+    Returns
+    -------
+    RankOneCurvature or DenseCurvature
+        J_n for every row, checked finite and of the right shapes.
+
+    Raises
+    ------
+    ModelError
+        The model offers no curvature, or it returned a wrong shape or a non-finite value.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, per_sample_curvature
+    >>> X, y = np.array([[1.0, 0.0], [0.5, 2.0]]), np.array([0.3, -0.1])
+    >>> type(per_sample_curvature(get_model("linear"), np.zeros(2), X, y)).__name__
+    'RankOneCurvature'
     """
     n, d = X.shape[0], theta.shape[0]
     label = model_label(model)

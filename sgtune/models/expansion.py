@@ -41,7 +41,36 @@ DENSE_HESSIAN_BUDGET = 100_000_000
 
 
 def prior_matrix(prior_precision: Any, dim: int) -> np.ndarray:
-    """Γ as a (D, D) symmetric positive semi-definite matrix from a scalar G (Γ = G·I) or a matrix."""
+    """Γ as a (D, D) symmetric positive semi-definite matrix from a scalar G (Γ = G·I) or a matrix.
+
+    Parameters
+    ----------
+    prior_precision : float or (D, D) array_like
+        G ≥ 0 or the matrix Γ (the prior term of the mean loss is θᵀΓθ/(2N)).
+    dim : int
+        D.
+
+    Returns
+    -------
+    (D, D) ndarray
+        Γ.
+
+    Raises
+    ------
+    SgtuneError
+        A negative or non-finite scalar.
+    ShapeError
+        A matrix that is not (D, D).
+    NotPositiveDefiniteError
+        A matrix with a negative eigenvalue.
+
+    Examples
+    --------
+    >>> from sgtune.models import prior_matrix
+    >>> prior_matrix(2.0, 2)
+    array([[2., 0.],
+           [0., 2.]])
+    """
     arr = np.asarray(prior_precision, dtype=float)
     if arr.ndim == 0:
         g = float(arr)
@@ -100,7 +129,7 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     data : Dataset
         The observations.
     prior_precision : float or array_like, optional
-        Γ: a scalar (Γ = γI), a (D,) diagonal or a (D, D) SPD matrix; 0 is a flat prior.
+        Γ: a scalar (Γ = γI) or a (D, D) positive semi-definite matrix; 0 is a flat prior.
     theta0 : array_like or None, optional
         Starting point (default: the model's own start).
     tol : float, optional
@@ -502,8 +531,25 @@ def _dense_block(cur: RankOneCurvature | DenseCurvature, a: int, b: int) -> np.n
 class Reductions:
     """Per-sample means an :class:`Expansion` needs, computed elsewhere (streamed over chunks).
 
-    ``curvature`` J = mean_n J_n, ``fisher`` 𝓘 = mean_n g_n g_nᵀ, ``mean_grad`` ḡ, over ``n_rows`` rows;
-    ``column_mean_squares`` mean_n x_n² per covariate column (when the pass computed it).
+    Parameters
+    ----------
+    curvature : (D, D) ndarray
+        J = mean_n J_n.
+    fisher : (D, D) ndarray
+        𝓘 = mean_n g_n g_nᵀ.
+    mean_grad : (D,) ndarray
+        The mean gradient ḡ = mean_n g_n.
+    n_rows : int
+        The number of rows averaged over.
+    column_mean_squares : (p,) ndarray or None, optional
+        The mean of x_n² per covariate column (when the pass computed it).
+
+    Examples
+    --------
+    >>> from sgtune.models.expansion import Reductions
+    >>> r = Reductions(np.eye(2), 0.5 * np.eye(2), np.zeros(2), n_rows=100)
+    >>> r.n_rows, r.column_mean_squares is None
+    (100, True)
     """
 
     curvature: np.ndarray
@@ -515,7 +561,39 @@ class Reductions:
 
 @dataclass(frozen=True)
 class RowStream:
-    """Rows an :class:`Expansion` re-reads at θ̂ for C̄(Σ) and the variance kernel (out-of-core data)."""
+    """Rows an :class:`Expansion` re-reads at θ̂ for C̄(Σ) and the variance kernel (out-of-core data).
+
+    Made by :func:`expand` for data out of core; not built by hand.
+
+    Parameters
+    ----------
+    rows : RowSource
+        The file-backed rows.
+    model : PerSampleModel
+        The model whose per-sample quantities each pass computes.
+    rank_one : bool
+        Whether the model's curvature is rank one.
+    scheduler : str or None, optional
+        None (serial), ``"local"`` or a Dask scheduler's address.
+    chunk_rows : int, optional
+        Rows per chunk of a pass.
+
+    See Also
+    --------
+    sgtune.io.reduce.reduce_rows : One chunked pass.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.io.data import example, load_dataset
+    >>> from sgtune.models import expand, get_model
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> data = example("logistic")
+    >>> np.save(folder / "X.npy", data.X); np.save(folder / "y.npy", data.y)
+    >>> e = expand(get_model("logistic"), load_dataset(folder))
+    >>> e.grads is None, type(e.stream).__name__
+    (True, 'RowStream')
+    """
 
     rows: RowSource
     model: Any
@@ -786,7 +864,7 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     data : Dataset
         The observations (in memory or out of core).
     prior_precision : float or array_like, optional
-        Γ: a scalar (Γ = γI), a (D,) diagonal or a (D, D) SPD matrix; 0 is a flat prior.
+        Γ: a scalar (Γ = γI) or a (D, D) positive semi-definite matrix; 0 is a flat prior.
     theta_hat : array_like or None, optional
         Expand at these parameters instead of fitting the MAP (e.g. a trained network's weights).
     dense_hessians : bool, optional
@@ -870,6 +948,45 @@ def expansion_at(model: Any, data: Dataset, prior_precision: Any, theta: Any, *,
     The applicability report evaluates the curvature and the gradient noise at points of the
     predicted stationary spread through this (the same model calls and chunked passes as
     :func:`expand`); H may be indefinite there.
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    data : Dataset
+        The observations (in memory or out of core).
+    prior_precision : float or array_like
+        Γ (:func:`prior_matrix`).
+    theta : array_like
+        The point θ, length D.
+    dense_hessians : bool, optional
+        Keep dense per-sample Hessians even for a rank-one model.
+    population_size : int or None, optional
+        N when ``data`` is a subsample of M rows of a data set of N rows.
+    scheduler : str or None, optional
+        For data out of core: None (serial), ``"local"`` or a Dask scheduler's address.
+
+    Returns
+    -------
+    Expansion
+        The quantities at θ (not checked: ``gradient_norm`` need not be 0, H need not be SPD).
+
+    Raises
+    ------
+    ModelError
+        The model returned a wrong shape or a non-finite value.
+
+    See Also
+    --------
+    expand : The expansion at the MAP, with its checks.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expansion_at, get_model
+    >>> e = expansion_at(get_model("logistic"), example("logistic"), 0.0, np.zeros(5))
+    >>> bool(e.gradient_norm > 0)  # θ = 0 is not the MAP
+    True
     """
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)

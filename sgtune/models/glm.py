@@ -53,25 +53,37 @@ class GLM:
     Parameters
     ----------
     name : {"linear", "logistic", "poisson", "beta-linear"}
-        ``linear``: ρ = (y−η)²/(2σ²) (Gaussian, known noise variance σ²).
+        The family. ``linear``: ρ = (y−η)²/(2σ²) (Gaussian, known noise variance σ²).
         ``logistic``: ρ = log(1+e^η) − yη, y ∈ {0, 1}.
         ``poisson``: ρ = e^η − yη (log link; the constant log y! is dropped), y ∈ {0, 1, 2, …}.
         ``beta-linear``: the β-divergence (density-power) loss of the Gaussian linear model,
-        seed 003 appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
+        Wang, Ding & Huggins (2026), appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
         f(·; η) = N(η, σ²) and power p = ``beta_power`` > 1.
     noise_variance : float
-        σ² of the Gaussian models (``linear``, ``beta-linear``).
+        The variance σ² of the Gaussian models (``linear``, ``beta-linear``).
     beta_power : float
         The power p of the β-divergence (``beta-linear`` only); p → 1 recovers the log loss.
+
+    See Also
+    --------
+    get_model : The validated constructor.
 
     Notes
     -----
     For the β-divergence the integral term has the closed form
     ∫ N(z; η, σ²)^p dz = (2πσ²)^{(1−p)/2} p^{−1/2}; it does not depend on η, so it
-    contributes nothing to gradients or Hessians (the seed's public code estimates it by
+    contributes nothing to gradients or Hessians (the paper's public code estimates it by
     Monte Carlo, which only adds noise and bias to the loss value). The curvature weight
     ρ'' = c e^{−(p−1)r²/(2σ²)} (1 − (p−1) r²/σ²)/σ², r = y − η, c = (2πσ²)^{(1−p)/2}, is
     negative for outlying residuals, so J_n is rank-one but not necessarily positive.
+
+    Examples
+    --------
+    >>> from sgtune.models import GLM
+    >>> model = GLM("logistic")
+    >>> X, y = np.array([[1.0, 0.0], [1.0, 2.0]]), np.array([0.0, 1.0])
+    >>> model.per_sample_losses(np.zeros(2), X, y)  # log 2 at θ = 0
+    array([0.6931, 0.6931])
     """
 
     name: str

@@ -53,13 +53,53 @@ REQUIRED = ("per_sample_losses", "per_sample_grads")
 
 
 def is_model_file_spec(spec: str) -> bool:
-    """Does ``spec`` look like ``path.py:NAME``?"""
+    """Tell whether ``spec`` looks like ``path.py:NAME``.
+
+    Parameters
+    ----------
+    spec : str
+        What the user gave as the model (a model name or ``path.py:NAME``).
+
+    Returns
+    -------
+    bool
+        True for a model file and the name of an object in it.
+
+    Examples
+    --------
+    >>> from sgtune.models.user import is_model_file_spec
+    >>> is_model_file_spec("models/net.py:MODEL"), is_model_file_spec("logistic")
+    (True, False)
+    """
     path, sep, name = spec.rpartition(":")
     return bool(sep) and path.endswith(".py") and bool(name)
 
 
 def check_protocol(model: Any, where: str) -> None:
-    """Raise :class:`ModelError` listing the protocol methods ``model`` lacks."""
+    """Raise :class:`ModelError` listing the protocol methods ``model`` lacks.
+
+    Parameters
+    ----------
+    model : object
+        The candidate model.
+    where : str
+        What to call it in the message (e.g. ``"net.py:MODEL"``).
+
+    Raises
+    ------
+    ModelError
+        A required method or every way to give the curvature is missing.
+
+    Examples
+    --------
+    >>> from sgtune.models import ModelError
+    >>> from sgtune.models.user import check_protocol
+    >>> try:
+    ...     check_protocol(object(), "net.py:MODEL")
+    ... except ModelError as exc:
+    ...     print(str(exc)[:40])
+    net.py:MODEL is not a model: it lacks pe
+    """
     missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
     if not any(callable(getattr(model, m, None)) for m in CURVATURE_METHODS):
         missing.append(" or ".join(f"{m}()" for m in CURVATURE_METHODS))
@@ -71,11 +111,37 @@ def check_protocol(model: Any, where: str) -> None:
 def load_model_file(spec: str) -> Any:
     """The model object NAME from ``path.py:NAME`` (imported as a fresh module), checked against the protocol.
 
+    Parameters
+    ----------
+    spec : str
+        ``path.py:NAME``.
+
+    Returns
+    -------
+    UserModel
+        The object, wrapped so that its errors name the file and the method.
+
     Raises
     ------
     ModelError
         The file does not exist, fails on import, lacks NAME, or NAME is not a model (one line
         naming the file and what is wrong).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.models.user import load_model_file
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "squares.py"
+    >>> _ = path.write_text(
+    ...     "class Squares:\\n"
+    ...     "    name = 'squares'\\n"
+    ...     "    def per_sample_losses(self, theta, X, y): return 0.5 * (y - X @ theta) ** 2\\n"
+    ...     "    def per_sample_grads(self, theta, X, y): return -(y - X @ theta)[:, None] * X\\n"
+    ...     "    def per_sample_hessians(self, theta, X, y): return X[:, :, None] * X[:, None, :]\\n"
+    ...     "MODEL = Squares()\\n")
+    >>> model = load_model_file(f"{path}:MODEL")
+    >>> model.name
+    'squares'
     """
     path_s, sep, name = spec.rpartition(":")
     if not sep or not path_s.endswith(".py") or not name:
@@ -144,8 +210,39 @@ def guarded(fn: Callable[..., Any], subject: str, cwd: str, method: str = "") ->
 
 
 class UserModel:
-    """A user's model object with its source (``file.py:NAME``) for messages; every attribute is forwarded,
-    its methods ``guarded`` (an error names the file and the method)."""
+    """A user's model object with its source (``file.py:NAME``) for messages.
+
+    Every attribute is forwarded, its methods guarded (an error names the file and the method).
+
+    Parameters
+    ----------
+    model : object
+        The user's model.
+    source : str
+        ``file.py:NAME``.
+    cwd : str or None, optional
+        The working directory the file was loaded from (default: the current one).
+
+    See Also
+    --------
+    load_model_file : Loads and wraps a model file.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.models.user import load_model_file
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "squares.py"
+    >>> _ = path.write_text(
+    ...     "class Squares:\\n"
+    ...     "    name = 'squares'\\n"
+    ...     "    def per_sample_losses(self, theta, X, y): return 0.5 * (y - X @ theta) ** 2\\n"
+    ...     "    def per_sample_grads(self, theta, X, y): return -(y - X @ theta)[:, None] * X\\n"
+    ...     "    def per_sample_hessians(self, theta, X, y): return X[:, :, None] * X[:, None, :]\\n"
+    ...     "MODEL = Squares()\\n")
+    >>> model = load_model_file(f"{path}:MODEL")
+    >>> type(model).__name__, model.source.endswith("squares.py:MODEL")
+    ('UserModel', True)
+    """
 
     def __init__(self, model: Any, source: str, cwd: str | None = None) -> None:
         self.model = model
