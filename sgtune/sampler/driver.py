@@ -358,33 +358,72 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
                          noise_scale: float = 1.0, initial: Any = None, observables: Any = None,
                          progress: ProgressCallback | None = None, backend: Any = "numba",
                          **legacy: Any) -> ChainResult:
-    r"""Chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the quadratic potential ½(θ−μ)ᵀA(θ−μ).
+    r"""Run chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the quadratic potential ½(θ−μ)ᵀA(θ−μ).
 
     ε ~ N(0, C) with ``noise_cov`` C (default: no noise), or ε_i = ``noise_scale``·S_α i.i.d.
     symmetric α-stable with ``noise_alpha`` α ∈ (0, 2] (characteristic function e^{−|t|^α}).
     The update rules are those of :func:`run_chains` (SG(L)D, SGLRW, clipped SGLD; the batch size
     of ``dynamics`` is not used: there are no data). For SG(L)D with Gaussian noise the chain is
     linear and its stationary covariance solves Σ = (I−ΛA)Σ(I−ΛA)ᵀ + ΛCΛᵀ + 2Λ/β exactly
-    (Wang, Ding & Huggins 2026, eq. 11, with a constant C̄) — the exact oracle the tests use.
+    (Wang, Ding & Huggins 2026, Eq. (11), with a constant C̄) — the exact oracle the tests use;
+    the GNLD paper (anonymous, 2025), Eq. (2.8) with Q = 0, is the same recursion.
 
     Parameters
     ----------
-    hessian : (D, D)
-        A (symmetric).
-    dynamics, run, options, observables, progress, backend
-        As in :func:`run_chains`.
-    mean : (D,), optional
-        μ (default 0).
-    noise_cov : (D, D), optional
-        C, positive semi-definite.
-    noise_alpha, noise_scale : float
-        α-stable noise instead of Gaussian.
-    initial : (D,) or (C, D), optional
+    hessian : (D, D) array_like
+        The symmetric matrix A of the potential.
+    dynamics : Dynamics
+        Λ, β, κ and the decay, as in :func:`run_chains` (B is not used).
+    run : RunSpec
+        Steps, chains, burn-in, thinning, segments and seed, as in :func:`run_chains`.
+    options : SGLDOptions, SGLRWOptions or ClippedSGLDOptions, optional
+        The sampler (default SG(L)D).
+    mean : (D,) array_like, optional
+        The minimum μ (default 0).
+    noise_cov : (D, D) array_like, optional
+        The Gaussian gradient-noise covariance C, positive semi-definite (default: no noise).
+    noise_alpha : float or None, optional
+        Use i.i.d. symmetric α-stable noise with this α ∈ (0, 2] instead of Gaussian.
+    noise_scale : float, optional
+        The scale of the α-stable noise.
+    initial : (D,) or (C, D) array_like, optional
         Start (default μ).
+    observables : (K, D) array_like, optional
+        Rows ℓ_k of linear observables whose per-chain time averages are returned.
+    progress : callable(done, total), optional
+        Called after each chunk of steps.
+    backend : "numba" or a backend object, optional
+        The engine (as in :func:`run_chains`; the NumPy path does not run quadratic chains).
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
     ChainResult
+        The chains' moments and their standard errors.
+
+    Raises
+    ------
+    SgtuneError
+        A sampler of the posterior (SGHMC, SMILE), the ``numpy`` backend, or α outside (0, 2].
+    TypeError
+        ``run`` is not a :class:`~sgtune.core.config.RunSpec`.
+
+    See Also
+    --------
+    run_chains : Chains of a model on data.
+
+    Examples
+    --------
+    The chain on ½θ² with unit gradient noise and λ = 0.5 has stationary variance
+    λ²/(1 − (1 − λ)²) = 1/3:
+
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.sampler import run_quadratic_chains
+    >>> res = run_quadratic_chains(np.eye(1), Dynamics(0.5, batch_size=1), RunSpec(4000, n_chains=4),
+    ...                            noise_cov=np.eye(1))
+    >>> bool(abs(res.cov[0, 0] - 1 / 3) < 5 * res.cov_standard_error[0, 0])
+    True
     """
     if not isinstance(dynamics, Dynamics):
         return _legacy_quadratic(hessian, dynamics, mean=mean, noise_cov=noise_cov, noise_alpha=noise_alpha,
@@ -660,9 +699,50 @@ def _mclmc_extras(plan: ChainPlan, rec: Recorder, T: int, d: int, thin: int) -> 
 
 def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
                  spec: SamplerSpec | None = None) -> tuple[np.ndarray, int, np.ndarray, bool]:
-    """(Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ.
+    """The engine's step inputs (Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ.
 
-    A sampler whose registry entry takes a diagonal step (SGLRW, clipped SGLD) refuses a dense Λ and β = ∞."""
+    A sampler whose registry entry takes a diagonal step (SGLRW, clipped SGLD) refuses a dense Λ and β = ∞.
+
+    Parameters
+    ----------
+    step_matrix : float or array_like
+        Λ: a scalar, a (D,) diagonal or a (D, D) matrix.
+    dim : int
+        D.
+    inv_temperature : float
+        The inverse temperature β (``inf``: no injected noise).
+    spec : SamplerSpec or None, optional
+        The sampler whose step kind is checked.
+
+    Returns
+    -------
+    lam : (D, D) ndarray
+        Λ.
+    kind : int
+        ``LAM_DIAG`` or ``LAM_DENSE`` (:mod:`sgtune.sampler.state`).
+    factor : (D, D) ndarray
+        A factor L with LLᵀ = 2Λ/β (zeros without noise).
+    inject : bool
+        Whether noise is injected (β < ∞).
+
+    Raises
+    ------
+    ShapeError
+        Λ of the wrong shape.
+    NotPositiveDefiniteError
+        A non-positive diagonal, or a dense Λ that is not SPD while β < ∞.
+    SgtuneError
+        A dense Λ or β = ∞ for a diagonal-step sampler.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.driver import step_factors
+    >>> lam, kind, factor, inject = step_factors(0.5, 2, 4.0)
+    >>> lam, factor, inject
+    (array([[0.5, 0. ],
+           [0. , 0.5]]), array([[0.5, 0. ],
+           [0. , 0.5]]), True)
+    """
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
     inject = not math.isinf(beta)
     arr = as_float_array(step_matrix, "step_matrix")
@@ -716,8 +796,40 @@ def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, labe
 
 
 def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:
-    """D of ``model`` on p = ``n_features`` features: ``model.n_params(p)`` if it has one (checked against the
-    numba spec's count), else the spec's count, else p."""
+    """The number of parameters D of ``model`` on p = ``n_features`` features.
+
+    ``model.n_params(p)`` if it has one (checked against the numba spec's count), else the spec's
+    count, else p.
+
+    Parameters
+    ----------
+    model : object
+        The model.
+    spec : tuple or None
+        Its numba spec ``(kind, ints, floats)``, if it has one.
+    n_features : int
+        The number of features p.
+
+    Returns
+    -------
+    int
+        D.
+
+    Raises
+    ------
+    ShapeError
+        The spec's input width differs from p.
+    SgtuneError
+        ``n_params`` disagrees with the spec.
+
+    Examples
+    --------
+    >>> from sgtune.models import make_mlp
+    >>> from sgtune.sampler.driver import parameter_dim
+    >>> net = make_mlp([3])
+    >>> parameter_dim(net, net.numba_spec(2), 2)
+    13
+    """
     label = model_label(model)
     fn = getattr(model, "n_params", None)
     own = check_int(fn(n_features), f"{label}.n_params({n_features})", low=1) if callable(fn) else None
@@ -736,10 +848,44 @@ def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n
 
 def chain_memory(*, n_chains: int, dim: int, n_trace: int, n_segments: int, n_perm: int = 1,
                  n_positions: int = 0, n_observables: int = 0, mclmc: bool = False) -> dict[str, int]:
-    """Estimated peak bytes of :func:`run_chains`, by part: ``draws`` (the kept trace, C × T' × D
-    float64, plus the step-size trace of the SMILE samplers), ``moments`` (the streaming Welford sums,
-    C × S × D² and their merge's temporaries, about four more copies) and ``state`` (positions,
-    momenta, RNG states, permutations, per-position epoch moments, covariance blocks)."""
+    """Estimated peak bytes of :func:`run_chains`, by part.
+
+    ``draws`` (the kept trace, C × T' × D float64, plus the step-size trace of the SMILE samplers),
+    ``moments`` (the streaming Welford sums, C × S × D² and their merge's temporaries, about four
+    more copies) and ``state`` (positions, momenta, RNG states, permutations, per-position epoch
+    moments, covariance blocks).
+
+    Parameters
+    ----------
+    n_chains : int
+        C.
+    dim : int
+        D.
+    n_trace : int
+        Draws kept per chain T'.
+    n_segments : int
+        Segments per chain S.
+    n_perm : int, optional
+        Length of a reshuffling permutation.
+    n_positions : int, optional
+        Positions within an epoch with their own moments.
+    n_observables : int, optional
+        Linear observables.
+    mclmc : bool, optional
+        The SMILE samplers (their extra state and step-size trace).
+
+    Returns
+    -------
+    dict of str to int
+        Bytes for ``draws``, ``moments`` and ``state``.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.driver import chain_memory
+    >>> parts = chain_memory(n_chains=4, dim=10, n_trace=1000, n_segments=8)
+    >>> parts["draws"] == 8 * 4 * 1000 * 10
+    True
+    """
     C, d, S = int(n_chains), int(dim), int(n_segments)
     draws = 8 * C * int(n_trace) * (d + (1 if mclmc else 0))
     moments = 8 * C * S * (d * d + d + 1) * 5 + 8 * C * (d * d + d)
@@ -750,9 +896,29 @@ def chain_memory(*, n_chains: int, dim: int, n_trace: int, n_segments: int, n_pe
 
 def check_chain_memory(*, n_chains: int, n_steps: int, dim: int, n_trace: int, n_segments: int,
                        n_perm: int = 1, n_positions: int = 0, n_observables: int = 0, mclmc: bool = False) -> None:
-    """Refuse, before allocating anything, chains whose :func:`chain_memory` exceeds the memory available
-    (:func:`~sgtune.core._validation.available_memory`): an :class:`InsufficientMemoryError` that
-    gives both numbers and says which setting to lower, instead of a MemoryError or the kernel's OOM kill."""
+    """Refuse, before allocating anything, chains whose :func:`chain_memory` exceeds the memory available.
+
+    Parameters
+    ----------
+    n_chains, n_steps, dim, n_trace, n_segments : int
+        C, T, D, the draws kept per chain and the segments per chain.
+    n_perm, n_positions, n_observables : int, optional
+        As in :func:`chain_memory`.
+    mclmc : bool, optional
+        As in :func:`chain_memory`.
+
+    Raises
+    ------
+    InsufficientMemoryError
+        The estimate exceeds the available memory: the message gives both numbers and says which
+        setting to lower, instead of a MemoryError or the kernel's OOM kill.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.driver import check_chain_memory
+    >>> check_chain_memory(n_chains=4, n_steps=1000, dim=10, n_trace=0, n_segments=8) is None
+    True
+    """
     parts = chain_memory(n_chains=n_chains, dim=dim, n_trace=n_trace, n_segments=n_segments, n_perm=n_perm,
                          n_positions=n_positions, n_observables=n_observables, mclmc=mclmc)
     need = sum(parts.values())

@@ -29,9 +29,26 @@ CHECK_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class PosteriorPrediction:
-    """The prediction for samplers of the posterior itself (sghmc, the SMILE samplers): Σ = (β H)⁻¹,
+    """The prediction for samplers of the posterior itself (sghmc, the SMILE samplers): Σ = (β H)⁻¹.
+
     H = J + Γ/N at θ̂ (exact for a linear model, the Laplace approximation otherwise); no Λ, so no
-    spectral radius or autocorrelation time (NaN)."""
+    spectral radius or autocorrelation time (NaN).
+
+    Attributes
+    ----------
+    cov : (D, D) ndarray
+        (β H)⁻¹.
+    step_matrix : ndarray
+        The scalar step as a diagonal (for reports).
+    spectral_radius, tau_worst : float
+        NaN (the sampler has no Λ).
+
+    Examples
+    --------
+    >>> from sgtune.sampler.verify import PosteriorPrediction
+    >>> PosteriorPrediction(np.eye(2), np.full(2, 0.1)).tau_worst
+    nan
+    """
 
     cov: np.ndarray
     step_matrix: np.ndarray
@@ -89,7 +106,26 @@ class VerificationReport:
 
 
 def default_run_length(tau_worst: float) -> tuple[int, int]:
-    """(steps, burn-in) long enough for batch means: T = max(20 000, 1000·τ), T₀ = max(T/10, 20·τ)."""
+    """Choose steps and burn-in long enough for batch means: T = max(20 000, 1000·τ), T₀ = max(T/10, 20·τ).
+
+    Parameters
+    ----------
+    tau_worst : float
+        The predicted worst integrated autocorrelation time τ (NaN or inf: 1).
+
+    Returns
+    -------
+    steps : int
+        T.
+    burn_in : int
+        T₀ (at most T/2).
+
+    Examples
+    --------
+    >>> from sgtune.sampler.verify import default_run_length
+    >>> default_run_length(10.0), default_run_length(100.0)
+    ((20000, 2000), (100000, 10000))
+    """
     tau = max(1.0, float(tau_worst)) if math.isfinite(tau_worst) else 1.0
     steps = int(max(20_000, math.ceil(1000 * tau)))
     burn = int(min(max(steps // 10, math.ceil(20 * tau)), steps // 2))
@@ -266,6 +302,36 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
                      decay: float = 0.0) -> tuple[np.ndarray | None, str]:
     """The stationary covariance sgtune predicts for chains run with these settings, and its mode.
 
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    step_matrix : float or array_like
+        Λ (or the scalar step of SGHMC and SMILE).
+    sampler : str
+        The sampler (:data:`~sgtune.sampler.registry.SAMPLERS`).
+    batch_size : int
+        B.
+    inv_temperature : float
+        The inverse temperature β (``inf``: SGD, or N for the posterior samplers).
+    n_data : int
+        N.
+    batching : str, optional
+        One of :data:`~sgtune.core.config.BATCHINGS`.
+    momentum : float, optional
+        The heavy-ball momentum κ.
+    decay : float, optional
+        The step-size decay γ.
+
+    Returns
+    -------
+    cov : (D, D) ndarray or None
+        The prediction, or None when there is none.
+    mode : str
+        ``"covariance"``, ``"posterior"``, or why there is no prediction.
+
+    Notes
+    -----
     ``"covariance"``: SG(L)D with a constant Λ and minibatches with or without replacement, the
     exact stationary covariance of the linearised chain (wang2026 eqs. 11–12,
     :func:`~sgtune.theory.stationary.predict_stationary_cov`). ``"posterior"``: the tuned SMILE
@@ -274,6 +340,19 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
     stationary law, and sgtune has no exact prediction for reshuffled epochs, SGLRW, clipped SGLD,
     SGHMC's or SMILE-naive's minibatch bias; ``(None, "unstable: …")`` when the linearised chain
     has no stationary law at this Λ (see :func:`prediction_check`).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.sampler.verify import chain_prediction
+    >>> cov, mode = chain_prediction(e, 0.1, sampler="sgld", batch_size=32, inv_temperature=float("inf"),
+    ...                              n_data=e.n_data)
+    >>> mode, cov.shape
+    ('covariance', (5, 5))
+    >>> chain_prediction(e, 0.1, sampler="sglrw", batch_size=32, inv_temperature=2000.0, n_data=e.n_data)
+    (None, 'sgtune has no exact stationary prediction for the sglrw sampler')
     """
     from ..theory.stationary import predict_stationary_cov
 
@@ -297,11 +376,35 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
 
 def prediction_check(chains: ChainResult, predicted: np.ndarray | None, *, mode: str, alpha: float = CHECK_ALPHA,
                      relative_tolerance: float = CHECK_TOLERANCE) -> dict[str, Any] | None:
-    """The chains' covariance against ``predicted`` (:func:`compare_covariance`, with a model error of
-    ``relative_tolerance`` in quadrature): the ``prediction_check`` of the chain-health report.
-    ``None`` when there is no prediction, the run has fewer than 2 batches or a zero standard error
-    (nothing to test). ``mode`` "unstable: …" (from :func:`chain_prediction`) is a failed check whose
-    ``reason`` says that the chain cannot be stationary near θ̂, whatever it looks like."""
+    """Test the chains' covariance against ``predicted``: the ``prediction_check`` of the chain-health report.
+
+    Parameters
+    ----------
+    chains : ChainResult
+        The chains.
+    predicted : (D, D) ndarray or None
+        The prediction (:func:`chain_prediction`).
+    mode : str
+        Its mode; ``"unstable: …"`` (from :func:`chain_prediction`) is a failed check whose
+        ``reason`` says that the chain cannot be stationary near θ̂, whatever it looks like.
+    alpha : float, optional
+        Family-wise level of :func:`~sgtune.diagnostics.mcse.compare_covariance`.
+    relative_tolerance : float, optional
+        A model error added in quadrature.
+
+    Returns
+    -------
+    dict or None
+        ``mode``, ``passed``, ``z_max``, ``threshold``, … (JSON-ready); None when there is no
+        prediction, the run has fewer than 2 batches or a zero standard error (nothing to test).
+
+    Examples
+    --------
+    >>> from sgtune.sampler.verify import prediction_check
+    >>> check = prediction_check(None, None, mode="unstable: spectral radius 1.2")
+    >>> check["mode"], check["passed"]
+    ('unstable', False)
+    """
     if mode.startswith("unstable:"):
         return {"mode": "unstable", "passed": False,
                 "reason": f"the step size is unstable for the linearised chain ({mode[len('unstable:'):].strip()}); "
