@@ -37,10 +37,6 @@ PROTOCOL_IGNORED = {"PR01", "PR02"}
 #: (module, name) not converted yet: this set only shrinks. (structured_momentum_step_matrix: its derivation
 #: has to move to the module docstring first, or the sections push it over the 100-line rule of theory/.)
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
-    "sgtune.core.config": ("Dynamics", "RunSpec", "step_matrix_of"),
-    "sgtune.core.errors": ("UnstableStepSizeError", "InfeasibleTargetError", "ConvergenceError",
-        "InsufficientMemoryError"),
-    "sgtune.core.reasons": ("Reason", "Remedy"),
     "sgtune.diagnostics.health": ("ChainHealth", "chain_health", "half_split_test", "batch_length_test"),
     "sgtune.diagnostics.ksd": ("KSDResult", "imq_stein_kernel", "ksd", "posterior_scores", "posterior_ksd",
         "chain_ksd", "chain_ksd_summary", "posterior_is_gaussian"),
