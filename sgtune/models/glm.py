@@ -10,7 +10,7 @@ array). A GLM declares this structure through :meth:`GLM.curvature` (a
 :class:`~sgtune.models.base.RankOneCurvature`); the expansion and the theory choose their fast
 path from it, never from the model's name.
 
-Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+Scaling (Wang, Ding & Huggins (2026), §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)).
 """
 from __future__ import annotations
