@@ -40,8 +40,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.diagnostics.health": ("ChainHealth", "chain_health", "half_split_test", "batch_length_test"),
     "sgtune.diagnostics.ksd": ("KSDResult", "imq_stein_kernel", "ksd", "posterior_scores", "posterior_ksd",
         "chain_ksd", "chain_ksd_summary", "posterior_is_gaussian"),
-    "sgtune.io.export": ("StepMatrix", "step_matrix", "UpdateRule", "update_rule", "numpy_step", "optax_transform",
-        "torch_optimizer", "SGMCMCState", "pytree_parameter_names"),
     "sgtune.io.plan_plot": ("figure_plan",),
     "sgtune.io.plots": ("require_matplotlib", "most_correlated_pairs", "draw_covariance_ellipses", "draw_step_matrix",
         "draw_pit_histogram", "draw_marginal_sd_ratios", "figure_lambda", "figure_verify", "figure_calibrate",

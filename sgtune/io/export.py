@@ -88,15 +88,35 @@ _SGLD_SAMPLERS = ("sgld", "sgd")
 class StepMatrix:
     """A step-size matrix Λ in its structure, with the name of each row.
 
-    Attributes
+    Parameters
     ----------
-    kind : "scalar", "diagonal", "block" or "dense".
-    dim : D.
-    scalar : λ (kind scalar).
-    diagonal : (D,) diagonal (kind diagonal).
-    blocks : index arrays (kind block), with ``block_values`` the SPD blocks Λ_b.
-    dense : (D, D) Λ (kind dense; non-symmetric only for SGD, see :attr:`symmetric`).
-    names : the parameter of each row (θ order), or None when unknown.
+    kind : {"scalar", "diagonal", "block", "dense"}
+        The structure.
+    dim : int
+        D.
+    scalar : float, optional
+        The scalar λ (kind scalar).
+    diagonal : (D,) ndarray or None, optional
+        The diagonal (kind diagonal).
+    blocks : tuple of ndarray, optional
+        Index arrays (kind block).
+    block_values : tuple of ndarray, optional
+        The SPD blocks Λ_b (kind block).
+    dense : (D, D) ndarray or None, optional
+        Λ (kind dense; non-symmetric only for SGD, see :attr:`symmetric`).
+    names : tuple of str or None, optional
+        The parameter of each row (θ order), or None when unknown.
+
+    See Also
+    --------
+    step_matrix : Builds one from a result, a Dynamics or an array.
+
+    Examples
+    --------
+    >>> from sgtune.io.export import StepMatrix
+    >>> StepMatrix("scalar", 2, scalar=0.1).to_dense()
+    array([[0.1, 0. ],
+           [0. , 0.1]])
     """
 
     kind: str
@@ -177,6 +197,36 @@ def step_matrix(value: Any, *, kind: str | None = None, blocks: Any = None,
     must be positive definite; a non-symmetric one is kept as it is (kind ``dense``, SGD only).
     ``names`` (default: the result's ``parameter_names``) names the rows. A scalar needs the
     dimension: give ``names`` (one per parameter).
+
+    Parameters
+    ----------
+    value : float, array_like, Dynamics, TuningResult or StepMatrix
+        Λ or what holds it.
+    kind : {"scalar", "diagonal", "block", "dense"} or None, optional
+        The structure of a (D, D) input.
+    blocks : list of list of int or None, optional
+        The index sets of ``kind="block"``.
+    names : sequence of str or None, optional
+        The name of each row.
+
+    Returns
+    -------
+    StepMatrix
+        Λ in its structure.
+
+    Raises
+    ------
+    SgtuneError
+        A scalar without ``names``, an unknown kind, or blocks that are not SPD.
+    NotPositiveDefiniteError
+        A symmetric Λ that is not positive definite.
+
+    Examples
+    --------
+    >>> from sgtune.io.export import step_matrix
+    >>> lam = step_matrix([0.1, 0.2], names=["age", "dose"])
+    >>> lam.kind, lam.dim, lam.names
+    ('diagonal', 2, ('age', 'dose'))
     """
     from .blocks import load_blocks
 
@@ -257,14 +307,34 @@ class UpdateRule:
 
     Attributes
     ----------
-    step : Λ, with its row names.
-    momentum : κ.
-    inv_temperature : β (``inf``: SGD).
-    batch_size : B the predicted covariance holds for (None: not known, not checked).
-    batching : the result's batching (None: not known); the caller draws the batches.
-    prior : "in-loss" (G passed in contains Γθ/N) or "add" (the update adds Γθ/N).
-    prior_precision : Γ for ``prior="add"``: a scalar, a (D,) diagonal or a (D, D) matrix.
-    n_data : N for ``prior="add"``.
+    step : StepMatrix
+        Λ, with its row names.
+    momentum : float
+        The heavy-ball momentum κ.
+    inv_temperature : float
+        The inverse temperature β (``inf``: SGD).
+    batch_size : int or None
+        B the predicted covariance holds for (None: not known, not checked).
+    batching : str or None
+        The result's batching (None: not known); the caller draws the batches.
+    prior : str
+        ``"in-loss"`` (G passed in contains Γθ/N) or ``"add"`` (the update adds Γθ/N).
+    prior_precision : ndarray or None
+        Γ for ``prior="add"``: a scalar, a (D,) diagonal or a (D, D) matrix.
+    n_data : int or None
+        N for ``prior="add"``.
+
+    See Also
+    --------
+    update_rule : Builds one, with the checks.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import update_rule
+    >>> rule = update_rule(Dynamics([0.1, 0.1], batch_size=32, momentum=0.5), prior="in-loss")
+    >>> rule.momentum, rule.batch_size, rule.step.kind
+    (0.5, 32, 'diagonal')
     """
 
     step: StepMatrix
@@ -412,6 +482,47 @@ def update_rule(source: Any, *, momentum: float | None = None, inv_temperature: 
     sampler or a non-symmetric Λ with β < ∞ is refused (module docstring). A bare Λ (a
     :class:`StepMatrix` or an array) takes κ = 0, β = ∞ and no batch-size check unless given.
     ``prior``, ``prior_precision``, ``n_data``: where Γθ/N comes from (module docstring).
+
+    Parameters
+    ----------
+    source : TuningResult, Dynamics, StepMatrix or array_like
+        What the update applies.
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
+    where : str, optional
+        The caller's name in messages.
+
+    Returns
+    -------
+    UpdateRule
+        Λ, κ, β, B, the batching and the prior's handling.
+
+    Raises
+    ------
+    SgtuneError
+        A setting that contradicts the source, a missing ``prior`` choice, a step-size schedule,
+        another sampler, or a non-symmetric Λ with β < ∞ (module docstring).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import update_rule
+    >>> update_rule(Dynamics(0.1, batch_size=32, momentum=0.9), parameter_names=["a", "b"],
+    ...             prior="in-loss").momentum
+    0.9
     """
     if isinstance(source, UpdateRule):  # already resolved: nothing may change it
         given = {k: v for k, v in dict(momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
@@ -566,10 +677,26 @@ def _pytree_leaves(tree: Any) -> list[tuple[str, str, tuple[int, ...]]]:
 
 
 def pytree_parameter_names(params: Any) -> list[str]:
-    """Names ``hidden1.weight[i,j]`` of every entry of a JAX pytree, in JAX's flattening order (``ravel_pytree``).
+    """Name every entry of a JAX pytree (``hidden1.weight[i,j]``), in JAX's flattening order (``ravel_pytree``).
 
     For a Λ whose rows are in that order (e.g. tuned on ``ravel_pytree(params)``): pass them as
     ``parameter_names=`` so :func:`optax_transform` can check the pytree it is given.
+
+    Parameters
+    ----------
+    params : pytree
+        The parameters (nested dicts, lists or tuples of arrays).
+
+    Returns
+    -------
+    list of str
+        One name per scalar entry.
+
+    Examples
+    --------
+    >>> from sgtune.io.export import pytree_parameter_names
+    >>> pytree_parameter_names({"w": np.zeros((2, 1)), "b": np.zeros(1)})
+    ['b[0]', 'w[0,0]', 'w[1,0]']
     """
     out: list[str] = []
     for _, prefix, shape in _pytree_leaves(params):
@@ -606,6 +733,51 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     at θ (with Γθ/N unless ``prior="add"``). Start with m = 0. Pass ``batch_size=`` (the rows of the
     batch behind G) to have it checked against the B the result was tuned for. The rule applied is
     ``step.rule`` (:class:`UpdateRule`).
+
+    Parameters
+    ----------
+    source : TuningResult, Dynamics, StepMatrix or array_like
+        What the update applies.
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
+    rng : numpy.random.Generator or None, optional
+        The noise stream (default ``numpy.random.default_rng()``).
+
+    Returns
+    -------
+    callable
+        ``step(theta, m, grad, *, batch_size=None) -> (theta, m)``, with the rule as ``step.rule``.
+
+    Raises
+    ------
+    SgtuneError
+        A setting that contradicts the source, a missing ``prior`` choice, a step-size schedule,
+        another sampler, or a non-symmetric Λ with β < ∞ (module docstring).
+
+    See Also
+    --------
+    optax_transform, torch_optimizer : The same update for JAX and PyTorch.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import numpy_step
+    >>> step = numpy_step(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")  # SGD: β = ∞
+    >>> step(np.ones(2), np.zeros(2), np.array([1.0, 1.0]), batch_size=32)
+    (array([0.9, 0.8]), array([1., 1.]))
     """
     rule = update_rule(source, momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
                        parameter_names=parameter_names, blocks=blocks, prior=prior, prior_precision=prior_precision,
@@ -633,7 +805,24 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
 
 # --------------------------------------------------------------------------- optax
 class SGMCMCState(NamedTuple):
-    """optax state: the momentum buffer (flat, (D,), θ order) and the PRNG key of the injected noise."""
+    """The optax state of :func:`optax_transform`: the momentum buffer and the PRNG key of the noise.
+
+    Parameters
+    ----------
+    momentum : jax.Array
+        The momentum buffer (flat, (D,), θ order).
+    key : jax.Array
+        The PRNG key of the injected noise.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import SGMCMCState, optax_transform
+    >>> tx = optax_transform(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")
+    >>> state = tx.init(np.zeros(2))
+    >>> isinstance(state, SGMCMCState), state.momentum.shape
+    (True, (2,))
+    """
 
     momentum: Any
     key: Any
@@ -653,6 +842,52 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     them (``params["hidden1"]["weight"][i, j]`` ↔ ``hidden1.weight[i,j]``), so Λ's rows reach the
     right entries whatever JAX's flattening order; a single array is θ itself; several leaves
     without names are refused. Needs the ``jax`` extra (``pip install 'sgtune[jax]'``).
+
+    Parameters
+    ----------
+    source : TuningResult, Dynamics, StepMatrix or array_like
+        What the update applies.
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
+    seed : int, optional
+        Seed of the noise's PRNG key.
+
+    Returns
+    -------
+    optax.GradientTransformation
+        ``init(params)`` and ``update(grads, state, params=None, *, batch_size=None)``.
+
+    Raises
+    ------
+    MissingExtraError
+        JAX or optax is not installed.
+    SgtuneError
+        A setting that contradicts the source, a missing ``prior`` choice, a step-size schedule,
+        another sampler, or a non-symmetric Λ with β < ∞ (module docstring).
+
+    Examples
+    --------
+    >>> import optax
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import optax_transform
+    >>> tx = optax_transform(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")
+    >>> params = np.ones(2)
+    >>> updates, state = tx.update(np.ones(2), tx.init(params), params)
+    >>> np.asarray(optax.apply_updates(params, updates), dtype=float)
+    array([0.9, 0.8])
     """
     try:
         import jax
@@ -751,21 +986,68 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
         A module: its ``named_parameters`` are matched by name to the rows of Λ (``fc1.weight[i,j]``:
         the layout of :func:`sgtune.models.pytorch.from_torch`), in any order; a list: the tensors in θ
         order (checked by shape against the names when Λ has them).
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
     generator : torch.Generator, optional
         The noise stream (default ``torch.Generator().manual_seed(seed)`` on the parameters' device).
+    seed : int, optional
+        Seed of the default generator.
     n_chains : int, optional
         Every parameter carries a leading axis of C independent chains (e.g. from
         ``torch.func.stack_module_state``); the loss is then the sum over chains of each chain's
         batch-mean loss, so each chain's slice of the gradient is its own G.
-    check_batch_size : bool
+    check_batch_size : bool, optional
         With a module (and no ``n_chains``), record the rows of every forward pass run with gradients
         enabled since the last step and refuse a step after a batch of another size than B.
 
+    Returns
+    -------
+    torch.optim.Optimizer
+        The optimizer (``step(closure=None, *, batch_size=None)``, ``state_dict`` round-trips).
+
+    Raises
+    ------
+    MissingExtraError
+        PyTorch is not installed.
+    SgtuneError
+        A layout that does not match Λ's names, or a setting refused as by :func:`update_rule`.
+
+    See Also
+    --------
+    numpy_step, optax_transform : The same update for NumPy and JAX.
+
+    Notes
+    -----
     The gradients ``loss.backward()`` leaves in ``p.grad`` must be those of the batch-MEAN loss
     (``reduction="mean"``), plus the prior term unless ``prior="add"``. ``step(closure=None, *,
     batch_size=None)`` also checks an explicit ``batch_size``. The momentum buffer is kept per
     parameter (``state_dict`` round-trips); the arithmetic is float64, the parameters keep their dtype.
     Needs the ``torch`` extra (``pip install 'sgtune[torch]'``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.io.export import step_matrix, torch_optimizer
+    >>> net = torch.nn.Linear(2, 1)  # θ = (weight[0,0], weight[0,1], bias[0])
+    >>> opt = torch_optimizer(step_matrix([0.1, 0.1, 0.1]), net)
+    >>> net(torch.ones(4, 2)).pow(2).mean().backward()
+    >>> before = net.bias.detach().clone()
+    >>> opt.step()
+    >>> bool(net.bias.detach() != before)
+    True
     """
     try:
         import torch
