@@ -79,14 +79,12 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.workflows.bnn": ("Split", "standardised_split", "gaussian_lppd", "predictive_rmse", "steps_for_budget",
         "EnsembleStart", "ensemble_start", "SamplerRun", "run_sampler", "StepChoice", "choose_step", "ComparisonRow",
         "compare_samplers", "summarise"),
-    "sgtune.workflows.calibrate": ("CalibrationResult", "calibrate", "pit_values", "ks_uniform"),
     "sgtune.workflows.experiments": ("load_diabetes_arrays", "true_parameter", "contaminated_linear",
         "poisson_regression_data", "diabetes", "randhie", "covariance_error_floor", "MethodRun", "evaluate_method",
         "repeat_experiment", "SummaryRow", "summarize", "batch_size_sweep", "ForwardRow",
         "forward_prediction_errors"),
-    "sgtune.workflows.plan": ("Candidate", "Plan", "plan_run"),
+    "sgtune.workflows.plan": ("Candidate",),
     "sgtune.workflows.plan_notes": ("add_notes", "reshuffle_adjust"),
-    "sgtune.workflows.refine": ("RefineRound", "refine"),
 }.items() for name in names}
 
 
