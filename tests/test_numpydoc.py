@@ -70,8 +70,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.theory.smile": ("GammaFit", "B2Estimate", "gamma_moment_match", "wilson_hilferty_quantile", "ema_update",
         "ema_corrected", "b2_per_coordinate", "b2_chains", "bootstrap_b2", "gaussian_second_moments",
         "rosenbrock_second_moments", "funnel_second_moments", "normal_raw_moment"),
-    "sgtune.theory.testloss": ("predicted_test_loss", "TestLossPath", "ridge_test_loss_path", "optimal_weight_decay",
-        "optimal_batch_size"),
     "sgtune.theory.tuning": ("structured_momentum_step_matrix",),
     "sgtune.workflows.bnn": ("Split", "standardised_split", "gaussian_lppd", "predictive_rmse", "steps_for_budget",
         "EnsembleStart", "ensemble_start", "SamplerRun", "run_sampler", "StepChoice", "choose_step", "ComparisonRow",
