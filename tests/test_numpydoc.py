@@ -49,8 +49,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
         "seed_states"),
     "sgtune.sampler.smile": ("SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2", "GridSearchResult",
         "ensemble_options", "check_tuner_settings"),
-    "sgtune.sampler.targets": ("AnalyticTarget", "make_target", "random_rotation"),
-    "sgtune.theory.adjoint": ("CovarianceGradient", "affine_discrepancy", "criterion_gradient", "GradientEvaluator"),
     "sgtune.theory.alternatives": ("ModalDirections", "modal_directions", "ReshuffleChange",
         "reshuffle_variance_change", "sglrw_variance_change", "NonReversibleGain", "nonreversible_gain"),
     "sgtune.theory.applicability": ("statistically_linearised_cov",),
