@@ -162,7 +162,8 @@ def half_split_test(half_means: Any, half_variances: Any, *, alpha: float = ALPH
 def batch_length_test(chains: Any, *, alpha: float = ALPHA) -> dict[str, Any] | None:
     """Test whether the batches behind the standard errors are long enough for the chains' autocorrelation.
 
-    See the module docstring. Reads ``half_means`` (C, 2, D), ``cov``, ``ess``, ``n_batches``, ``n_steps``, ``burn_in`` and
+    See the module docstring. Reads ``half_means`` (C, 2, D), ``cov``, ``ess``, ``n_batches``, ``n_steps``,
+    ``burn_in`` and
     ``settings["batches_per_chain"]`` of a :class:`~sgtune.sampler.ChainResult`. Returns ``None`` when
     there is nothing to test (no halves, S ≤ 2, fewer than 2 usable chains), else a dict with
     ``passed``, ``ratio`` (min ρ), ``threshold``, ``coordinate``, ``batch_steps`` (L_s), ``tau`` (τ̂_H of

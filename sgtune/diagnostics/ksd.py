@@ -265,7 +265,7 @@ def posterior_is_gaussian(model: Any) -> bool:
 @cites("gorham2017", "§2: the Langevin Stein operator needs only the score ∇ log p")
 def posterior_scores(model: Any, X: Any, y: Any, samples: Any, prior_precision: Any = None, *,
                      progress: ProgressCallback | None = None) -> np.ndarray:
-    r"""Compute the scores s(θ_i) = −Σ_n ∇l_n(θ_i) − Γθ_i of the full-data posterior p(θ | 𝒟) ∝ exp(−N·L(θ)).
+    r"""Compute the scores s(θ_i) = −Σ_n ∇l_n(θ_i) − Γθ_i of the full-data posterior p(θ | 𝒟) ∝ e^(−N·L(θ)).
 
     Mean-loss convention L(θ) = (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N), so ∇ log p = −N∇L. Uses only
     ``model.per_sample_grads(theta, X, y) -> (N, D)`` (the model protocol); one call per sample.

@@ -120,7 +120,7 @@ class FitResult:
 def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: Any = None,
             tol: float = 1e-10, max_iter: int = 200, population_size: int | None = None,
             seed: int = 0, scheduler: str | None = None) -> FitResult:
-    r"""Fit the MAP θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) of any protocol model, with a convergence check.
+    r"""Fit the MAP θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) of a protocol model, checking convergence.
 
     Parameters
     ----------
@@ -163,7 +163,8 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
 
     Notes
     -----
-    Implements θ̂ of Wang, Ding & Huggins (2026), §2.1. Models with ``fit_method = "newton"`` (GLMs) are fitted by damped Newton with a backtracking
+    Implements θ̂ of Wang, Ding & Huggins (2026), §2.1. Models with ``fit_method = "newton"`` (GLMs)
+    are fitted by damped Newton with a backtracking
     line search from ``model.newton_start`` (or ``theta0``). Other (non-convex) models — networks,
     user models — by L-BFGS from the seeded start ``model.initial_params(p, default_rng(seed))``
     (or ``theta0``), then polished by the same damped Newton on the model's curvature, which

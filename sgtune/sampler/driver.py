@@ -358,7 +358,7 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
                          noise_scale: float = 1.0, initial: Any = None, observables: Any = None,
                          progress: ProgressCallback | None = None, backend: Any = "numba",
                          **legacy: Any) -> ChainResult:
-    r"""Run chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the quadratic potential ½(θ−μ)ᵀA(θ−μ).
+    r"""Run chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the potential ½(θ−μ)ᵀA(θ−μ).
 
     ε ~ N(0, C) with ``noise_cov`` C (default: no noise), or ε_i = ``noise_scale``·S_α i.i.d.
     symmetric α-stable with ``noise_alpha`` α ∈ (0, 2] (characteristic function e^{−|t|^α}).

@@ -81,7 +81,9 @@ class CovarianceGradient:
 
 @cites("sgtune", "criterion of the tuning families: ‖Σ*^{-1/2}ΣΣ*^{-1/2} − I‖²_F (affine invariant)")
 def affine_discrepancy(target_cov: np.ndarray) -> Criterion:
-    r"""The affine-invariant discrepancy φ(Σ) = ‖L⁻¹ Σ L⁻ᵀ − I‖²_F with Σ* = LLᵀ, and ∂φ/∂Σ = 2 L⁻ᵀ(L⁻¹ΣL⁻ᵀ − I)L⁻¹.
+    r"""The affine-invariant discrepancy φ(Σ) = ‖L⁻¹ Σ L⁻ᵀ − I‖²_F (Σ* = LLᵀ) and its gradient in Σ.
+
+    ∂φ/∂Σ = 2 L⁻ᵀ(L⁻¹ΣL⁻ᵀ − I)L⁻¹.
 
     (The Cholesky factor gives the same value as the symmetric square root: the two whitened
     matrices are orthogonally similar.)

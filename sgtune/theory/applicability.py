@@ -101,7 +101,8 @@ class Applicability:
         The largest relative changes of the curvature and of the gradient noise over the
         predicted spread, and the model evaluations used (module docstring).
     equilibration_steps : float
-        Steps from θ̂ until the second moments are stationary (:func:`~sgtune.theory.linear_chain.equilibration_steps`).
+        Steps from θ̂ until the second moments are stationary
+        (:func:`~sgtune.theory.linear_chain.equilibration_steps`).
     tau_worst : float
         The worst integrated autocorrelation time of the prediction.
     conditioning : dict

@@ -333,7 +333,8 @@ def structured_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *, fam
 
     Notes
     -----
-    Eq. (11) of Wang, Ding & Huggins (2026) at the target, ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β = 0, cannot hold for a structured Λ in
+    Eq. (11) of Wang, Ding & Huggins (2026) at the target, ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β = 0, cannot hold
+    for a structured Λ in
     general; its block-diagonal part can. For block-diagonal Λ, (ΛHΣ)_bb = Λ_b(HΣ)_bb and
     (ΛRΛ)_bb = Λ_b R_bb Λ_b, so with Y_b = Λ_b⁻¹ each block solves the Lyapunov equation
 
@@ -961,7 +962,8 @@ def solve_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: Any, *,
     Notes
     -----
     Derivation (Wang, Ding & Huggins 2026, Prop. B.1 with Σ fixed). With m_t = κm_{t−1} + G_t and
-    θ_t = θ_{t−1} − Λm_t + ξ_t (ξ ~ N(0, Q), Q = 2Λ/β), eliminating m gives the VARMA(2,1) recursion of the proxy d_t = θ_t − θ̂:
+    θ_t = θ_{t−1} − Λm_t + ξ_t (ξ ~ N(0, Q), Q = 2Λ/β), eliminating m gives the VARMA(2,1) recursion
+    of the proxy d_t = θ_t − θ̂:
 
         d_t = A₁d_{t−1} − κd_{t−2} + w_t,  A₁ = (1+κ)I − ΛH,  w_t = −Λη_t + ξ_t − κξ_{t−1},
 
@@ -986,7 +988,8 @@ def solve_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: Any, *,
 
     Examples
     --------
-    For H = I, Σ = I/2, M = I and κ = 1/2 the equation gives Λ = 2(1−κ)·½ / (1 + (1−κ)·½/(1+κ)) I = (3/7) I:
+    For H = I, Σ = I/2, M = I and κ = 1/2 the equation gives
+    Λ = 2(1−κ)·½ / (1 + (1−κ)·½/(1+κ)) I = (3/7) I:
 
     >>> from sgtune.theory.tuning import solve_momentum_step_matrix
     >>> lam = solve_momentum_step_matrix(np.eye(2), 0.5 * np.eye(2), np.eye(2), momentum=0.5)
