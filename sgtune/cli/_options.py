@@ -23,10 +23,14 @@ from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat", "scheduler")
+             "likelihood", "hessian", "theta_hat", "scheduler", "features", "features_from")
 MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'mlp' (a feed-forward network: "
-              "--hidden-sizes, --activation, --likelihood), or a user model path/to/file.py:NAME (NAME is an object "
-              "implementing sgtune's model protocol; see the README). Default: the example's model, else required.")
+              "--hidden-sizes, --activation, --likelihood), 'last-layer' (the output layer of a trained network on its "
+              "frozen features: --features or --features-from, --likelihood), or a user model path/to/file.py:NAME "
+              "(NAME is an object implementing sgtune's model protocol; see the README). Default: the example's "
+              "model, else required.")
+#: --likelihood: the mlp's (gaussian, bernoulli, poisson) and the last layer's (gaussian, bernoulli, softmax)
+LIKELIHOODS = ("gaussian", "bernoulli", "poisson", "softmax")
 
 
 def compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -50,8 +54,19 @@ data_options = compose(
                  help="mlp: hidden layer widths from the input, comma-separated (e.g. 16,16; '' for none)."),
     click.option("--activation", type=click.Choice(["tanh", "relu", "softplus"]), default="tanh",
                  show_default=True, help="mlp: hidden-layer activation."),
-    click.option("--likelihood", type=click.Choice(["gaussian", "bernoulli", "poisson"]), default="gaussian",
-                 show_default=True, help="mlp: likelihood of y given the network output f (σ² = --noise-variance)."),
+    click.option("--likelihood", type=click.Choice(LIKELIHOODS), default="gaussian",
+                 show_default=True, help="mlp (gaussian, bernoulli, poisson) and last-layer (gaussian, bernoulli, "
+                                         "softmax = K classes, the full softmax layout; needs --prior-precision): "
+                                         "likelihood of y given the network output f (σ² = --noise-variance)."),
+    click.option("--features", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+                 help="last-layer: the network's features φ(x), a .npy or .csv of numbers with one row per row of "
+                      "DATA (the input of the output layer); DATA gives the response. The head gets a bias column. "
+                      "The result describes SGD/SGLD on the head's weights and bias with the body frozen (batches "
+                      "are rows of features)."),
+    click.option("--features-from", "features_from", default=None, metavar="FILE.py:NAME",
+                 help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
+                      "is the output layer (its weights start the fit; nothing may follow it) — or a function "
+                      "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64."),
     click.option("--hessian", type=click.Choice(["exact", "gauss-newton"]), default="exact", show_default=True,
                  help="Per-sample curvature J_n: exact, or Gauss–Newton ρ''(f)∇f∇fᵀ (rank one: the fast path; "
                       "positive semi-definite even where the network is non-convex). Identical for GLMs."),
@@ -224,7 +239,49 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
             raise click.UsageError("--model is required with a DATA file")
         ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
         model_name = kw["model"]
+    if model_name == "last-layer":
+        return load_last_layer(ds, kw)
+    if kw.get("features") or kw.get("features_from"):
+        opt = "--features" if kw.get("features") else "--features-from"
+        raise click.UsageError(f"{opt} is an option of --model last-layer, not of --model {model_name}")
+    if kw.get("likelihood") == "softmax":
+        raise click.UsageError(f"--likelihood softmax is a likelihood of --model last-layer, not of --model "
+                               f"{model_name} (mlp: gaussian, bernoulli or poisson)")
     return ds, load_model(model_name, kw)
+
+
+def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
+    """``--model last-layer``: the head of a trained network on its features (``--features`` FILE, or computed by
+    ``--features-from`` FILE.py:NAME from DATA's covariates), with ``--likelihood``; (features data, model)."""
+    from ..models.lastlayer import last_layer
+    from ..models.user import guarded, load_file_object
+
+    feats, spec = kw.get("features"), kw.get("features_from")
+    if bool(feats) == bool(spec):
+        raise click.UsageError("--model last-layer needs exactly one of --features FILE (the features, one row per "
+                               "row of DATA) or --features-from FILE.py:NAME (the trained network)")
+    if kw.get("intercept"):
+        raise click.UsageError("--intercept does not apply to --model last-layer: the output layer has its own bias")
+    lik = kw.get("likelihood") or "gaussian"
+    if lik == "poisson":
+        raise click.UsageError("--model last-layer takes --likelihood gaussian, bernoulli or softmax, not poisson")
+    common = dict(likelihood=lik, noise_variance=kw.get("noise_variance", 1.0))
+    if feats:
+        phi = load_float_npy(feats, "--features")
+        phi = phi[:, None] if phi.ndim == 1 else phi
+        if phi.ndim != 2 or phi.shape[0] != ds.n_data:
+            raise DataFormatError(f"--features {feats} must hold one row of features per row of DATA ({ds.n_data} "
+                                  f"rows), got shape {phi.shape}")
+        model, data = last_layer(lambda rows: rows, phi, np.asarray(ds.y), source=feats, **common)
+        return data, model
+    net = load_file_object(spec, "--features-from")
+    if not callable(net):
+        raise ModelError(f"--features-from {spec}: {type(net).__name__} is neither a torch.nn.Module nor a function "
+                         "features(X)")
+    X = np.asarray(ds.X)
+    build = guarded(last_layer, f"--features-from {spec}", str(Path.cwd()), "computing the features")
+    model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    return data, model
 
 
 def load_model(spec: str, kw: dict[str, Any]) -> Any:
@@ -248,7 +305,7 @@ def load_model(spec: str, kw: dict[str, Any]) -> Any:
                                  "no Gauss–Newton curvature; return RankOneCurvature from its curvature() instead")
             model = model.with_hessian(hessian)
         return model
-    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, mlp, or path/to/file.py:NAME; "
+    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, mlp, last-layer, or path/to/file.py:NAME; "
                            f"got {spec!r}")
 
 
