@@ -23,8 +23,9 @@ from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat", "scheduler", "features", "features_from")
-MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'mlp' (a feed-forward network: "
+             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from")
+MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'multinomial' (softmax regression over "
+              "the response's class labels, numbers or text: --layout), 'mlp' (a feed-forward network: "
               "--hidden-sizes, --activation, --likelihood), 'last-layer' (the output layer of a trained network on its "
               "frozen features: --features or --features-from, --likelihood), or a user model path/to/file.py:NAME "
               "(NAME is an object implementing sgtune's model protocol; see the README). Default: the example's "
@@ -67,6 +68,12 @@ data_options = compose(
                  help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
                       "is the output layer (its weights start the fit; nothing may follow it) — or a function "
                       "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64."),
+    click.option("--layout", type=click.Choice(["baseline", "full"]), default="baseline", show_default=True,
+                 help="multinomial: θ's layout. baseline: the smallest label is the reference class (logit 0) and θ "
+                      "stacks the K−1 coefficient vectors of the other classes in sorted label order, each of length "
+                      "p (intercept first with --intercept); names class[LABEL].COVARIATE. full: K vectors, one per "
+                      "class (a network's output layer); identified only through the prior (needs --prior-precision "
+                      "> 0), no sandwich target."),
     click.option("--hessian", type=click.Choice(["exact", "gauss-newton"]), default="exact", show_default=True,
                  help="Per-sample curvature J_n: exact, or Gauss–Newton ρ''(f)∇f∇fᵀ (rank one: the fast path; "
                       "positive semi-definite even where the network is non-convex). Identical for GLMs."),
@@ -146,9 +153,15 @@ class LoadedProblem:
 
 
 def expansion_keys(e: Expansion) -> dict[str, Any]:
-    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H)."""
-    return {"gradient_norm": e.gradient_norm, "gradient_noise_ratio": e.gradient_z,
+    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H); for a model that
+    describes its parameterisation (multinomial: ``classes``, ``layout``, …) those keys and ``parameter_names``."""
+    keys = {"gradient_norm": e.gradient_norm, "gradient_noise_ratio": e.gradient_z,
             "hessian_min_eigenvalue": e.hessian_min_eigenvalue, "dim": e.dim}
+    if e.model_description:
+        keys.update(e.model_description)
+        if e.parameter_names is not None:
+            keys["parameter_names"] = list(e.parameter_names)
+    return keys
 
 
 def load_npy(path: str, name: str) -> np.ndarray:
@@ -237,9 +250,13 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     else:
         if kw.get("model") is None:
             raise click.UsageError("--model is required with a DATA file")
-        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
+        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False),
+                          categorical_response=kw["model"] == "multinomial")
         model_name = kw["model"]
     if model_name == "last-layer":
+        if kw.get("layout", "baseline") != "baseline":
+            raise click.UsageError("--layout is an option of --model multinomial; a softmax last layer "
+                                   "(--likelihood softmax) always has the full layout (one vector per class)")
         return load_last_layer(ds, kw)
     if kw.get("features") or kw.get("features_from"):
         opt = "--features" if kw.get("features") else "--features-from"
@@ -247,7 +264,7 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     if kw.get("likelihood") == "softmax":
         raise click.UsageError(f"--likelihood softmax is a likelihood of --model last-layer, not of --model "
                                f"{model_name} (mlp: gaussian, bernoulli or poisson)")
-    return ds, load_model(model_name, kw)
+    return ds, load_model(model_name, kw, ds)
 
 
 def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
@@ -284,9 +301,20 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
     return data, model
 
 
-def load_model(spec: str, kw: dict[str, Any]) -> Any:
-    """The model named by ``--model``: a GLM name, ``mlp`` (with its options), or ``path.py:NAME``."""
+def load_model(spec: str, kw: dict[str, Any], dataset: Dataset | None = None) -> Any:
+    """The model named by ``--model``: a GLM name, ``multinomial`` (its classes from ``dataset``'s response),
+    ``mlp`` (with its options), or ``path.py:NAME``."""
     hessian = kw.get("hessian") or "exact"
+    if kw.get("layout", "baseline") != "baseline" and spec != "multinomial":
+        raise click.UsageError(f"--layout is an option of --model multinomial, not of --model {spec}")
+    if spec == "multinomial":
+        if dataset is None:  # pragma: no cover (every caller passes the data)
+            raise click.UsageError("--model multinomial takes its classes from the data's response")
+        from ..models.multinomial import make_multinomial
+
+        response = "y" if dataset.source.startswith("example:") else kw.get("response", "y")
+        return make_multinomial(dataset.y, layout=kw.get("layout") or "baseline",
+                                source=f"{dataset.source} (--response {response})", class_names=dataset.classes)
     if spec in MODEL_NAMES:  # GLMs: the exact J_n is rank one already, --hessian changes nothing
         return get_model(spec, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
     if spec == "mlp":
@@ -305,7 +333,8 @@ def load_model(spec: str, kw: dict[str, Any]) -> Any:
                                  "no Gauss–Newton curvature; return RankOneCurvature from its curvature() instead")
             model = model.with_hessian(hessian)
         return model
-    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, mlp, last-layer, or path/to/file.py:NAME; "
+    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, multinomial, mlp, last-layer, or "
+                           f"path/to/file.py:NAME; "
                            f"got {spec!r}")
 
 

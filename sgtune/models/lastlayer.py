@@ -170,6 +170,31 @@ class LastLayerModel:
         """The trained head, else zeros."""
         return self.trained.copy() if self.trained is not None else np.zeros(self.layout.dim)
 
+    @property
+    def sandwich_refusal(self) -> str | None:
+        """Softmax: why the full layout has no sandwich target (J singular along the shift); None otherwise."""
+        if self.likelihood != "softmax":
+            return None
+        return ("a softmax last layer has no sandwich target: J = mean J_n is singular along the softmax's shift "
+                "(adding one vector to every class's weights and biases changes no probability), so J⁻¹𝓘J⁻¹/N does "
+                "not exist; use the posterior target (--target posterior)")
+
+    def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:
+        """Softmax: refuse a prior that leaves the shift direction free (the loss is flat along it); else the inner
+        model's checks (rank-deficient features, separable classes without a prior)."""
+        if self.likelihood == "softmax":
+            k, w = self.layout.n_outputs, self.layout.width
+            shift = np.kron(np.ones((k, 1)), np.eye(w)) / np.sqrt(k)
+            if np.linalg.eigvalsh(shift.T @ np.asarray(prior_precision, dtype=float) @ shift)[0] <= 0:
+                raise DataFormatError(
+                    "a softmax last layer needs a prior precision > 0 (--prior-precision, prior_precision=): adding "
+                    "one vector to every class's weights and biases changes no probability, so only the prior "
+                    "identifies θ; laplace-torch's default is 1")
+            return
+        fn = getattr(self.inner, "check_identifiable", None)
+        if callable(fn):
+            fn(X, y, prior_precision, source)
+
     def describe(self) -> dict[str, Any]:
         """JSON keys: ``last_layer`` (likelihood, head name, K, d, bias, where the features came from) and the
         inner model's own description (the multinomial model's classes and layout)."""
@@ -302,12 +327,7 @@ def _inner_model(lik: str, n_outputs: int, noise_variance: float) -> Any:
     if n_outputs < 2:
         raise ShapeError(f"a softmax last layer needs a head with K ≥ 2 outputs (one logit per class), got {n_outputs}"
                          "; for one logit use likelihood='bernoulli'")
-    try:
-        from . import multinomial  # noqa: F401  (the full softmax layout)
-    except ImportError:
-        raise SgtuneError("K-class last layers need the multinomial model (sgtune.models.multinomial), which this "
-                          "version of sgtune lacks") from None
-    return get_model("multinomial", labels=tuple(float(k) for k in range(n_outputs)), layout="full")
+    return get_model("multinomial", labels=n_outputs, layout="full")
 
 
 def _numpy_head(head: Any, d: int, lik: str, y: np.ndarray, n_classes: int | None,
