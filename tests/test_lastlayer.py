@@ -369,3 +369,22 @@ def test_cli_features_and_softmax_belong_to_last_layer(cli_files, monkeypatch):
     assert r.exit_code == 2 and "option of --model last-layer" in r.output
     r = _lam(["d.npz", "--model", "mlp", "--hidden-sizes", "2", "--likelihood", "softmax"])
     assert r.exit_code == 2 and "--likelihood softmax" in r.output
+
+
+@pytest.mark.slow
+def test_verify_passes_on_a_softmax_last_layer_with_sgld():
+    """K = 3 classes, full softmax layout, SGLD at β = 2N tuned to the posterior: the applicability report finds
+    the prediction applicable, and the chains agree with it within the O(λ/B) proxy error the report
+    measures (relative_tolerance 5 %, as for the non-Gaussian GLMs of test_applicability). Fast version: the
+    Gaussian head above."""
+    net, X, y = _net("softmax", steps=300)
+    model, data = last_layer(net, X, y, likelihood="softmax")
+    e = expand(model, data, prior_precision=1.0)
+    beta = 2.0 * data.n_data
+    res = tune(e, Dynamics(None, 32, inv_temperature=beta), target="posterior")
+    a = applicability(model, data, e, res.stationary, target_cov=res.target_cov)
+    assert a.applicable, a.reasons
+    rep = verify_stationary_cov(model, data, e, res.step_matrix, batch_size=32, inv_temperature=beta,
+                                prior_precision=1.0, n_steps=40_000, n_chains=8, relative_tolerance=0.05,
+                                alpha=MC_ALPHA, seed=1)
+    assert rep.test.passed, rep.test.z_max
