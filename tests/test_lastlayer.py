@@ -304,6 +304,9 @@ NET_FILE = textwrap.dedent("""
     def features(X):
         return np.tanh(X @ np.linspace(-1, 1, 12).reshape(3, 4))
     NOT_A_NET = 3
+    WIDE = torch.nn.Sequential(torch.nn.Linear(5, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1))
+    def broken(X):
+        raise ValueError("boom")
 """)
 
 
@@ -354,6 +357,8 @@ def test_cli_last_layer_torch_network(cli_files):
     (["--features", "phi.npy", "--layout", "full"], 2, "full layout"),
     (["--features-from", "net.py:NOT_A_NET"], 1, "neither a torch.nn.Module nor a function"),
     (["--features", "d.npz"], 1, ".npz archive"),
+    (["--features-from", "net.py:WIDE"], 1, "raised RuntimeError"),
+    (["--features-from", "net.py:broken"], 1, "raised ValueError: boom"),
 ])
 def test_cli_last_layer_errors(cli_files, monkeypatch, extra, code, text):
     tmp, _, _ = cli_files

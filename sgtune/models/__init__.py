@@ -6,6 +6,7 @@
 - :mod:`sgtune.models.user` — loading a user's model from ``file.py:NAME``;
 - :mod:`sgtune.models.autodiff` — a model from a JAX log-likelihood (extra ``[jax]``);
 - :mod:`sgtune.models.pytorch` — a model from a PyTorch ``nn.Module`` and a likelihood (extra ``[torch]``);
+- :mod:`sgtune.models.lastlayer` — the output layer of a trained network on its frozen features (a GLM);
 - :mod:`sgtune.models.expansion` — MAP fit and the expansion at θ̂ (g_n, J_n, H, J, 𝓘, ḡ).
 """
 from __future__ import annotations
@@ -15,9 +16,10 @@ from .base import (DenseCurvature, ModelError, PerSampleModel, RankOneCurvature,
 from .expansion import DENSE_HESSIAN_BUDGET, Expansion, FitResult, expand, expansion_at, fit_map, prior_matrix
 from .glm import GLM, GLM_IDS, MODEL_NAMES, get_model
 from .mlp import MLP, make_mlp
+from .lastlayer import LastLayerModel, last_layer  # imports torch only for a torch network
 from .pytorch import TorchModel, from_torch  # imports torch only when a model is built
 
 __all__ = ["PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "checked_call", "model_dim",
            "model_label", "per_sample_curvature", "GLM", "GLM_IDS", "MODEL_NAMES", "get_model", "FitResult",
            "fit_map", "Expansion", "expand", "expansion_at", "prior_matrix", "DENSE_HESSIAN_BUDGET", "MLP", "make_mlp",
-           "from_torch", "TorchModel"]
+           "from_torch", "TorchModel", "last_layer", "LastLayerModel"]

@@ -330,22 +330,19 @@ def _inner_model(lik: str, n_outputs: int, noise_variance: float) -> Any:
     return get_model("multinomial", labels=n_outputs, layout="full")
 
 
-def _numpy_head(head: Any, d: int, lik: str, y: np.ndarray, n_classes: int | None,
-                bias: bool) -> tuple[int, bool, np.ndarray | None]:
-    """(K, bias, trained weight/bias as (W (K, d), b (K,) or None)) of a head given as arrays (or not at all)."""
+def _numpy_head(head: Any, d: int, lik: str, y: np.ndarray, n_classes: int | None, bias: bool) -> tuple[int, bool]:
+    """(K, whether the head has a bias) of a head given as arrays (weight, bias), or of none (fitted from the start)."""
     if head is None:
-        if lik == "softmax":
-            k = int(n_classes) if n_classes is not None else int(np.max(y)) + 1 if y.size else 0
-        else:
-            k = 1
-        return k, bool(bias), None
+        if lik != "softmax":
+            return 1, bool(bias)
+        return (int(n_classes) if n_classes is not None else int(np.max(y)) + 1 if y.size else 0), bool(bias)
     if not (isinstance(head, (tuple, list)) and len(head) == 2):
         raise SgtuneError("head must be a torch nn.Linear or a pair (weight, bias) of arrays (bias may be None)")
     w = np.asarray(head[0], dtype=float)
     w = w.reshape(1, -1) if w.ndim == 1 else w
     if w.ndim != 2 or w.shape[1] != d:
         raise ShapeError(f"head: the weight must be (K, d) with d = {d} features, got shape {np.shape(head[0])}")
-    return w.shape[0], head[1] is not None, None
+    return w.shape[0], head[1] is not None
 
 
 @cites("sgtune", "output layer on frozen features = GLM; posterior H⁻¹/N = last-layer GGN Laplace (Daxberger et "
@@ -422,7 +419,7 @@ def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood:
     phi = compute_features(network if network is not None else body, Xa, chunk_rows=chunk_rows, source=src)
     if torch_head:
         return _from_torch_head(phi, ya, head, head_name or "output", lik, noise_variance, src)
-    k, has_bias, _ = _numpy_head(head, phi.shape[1], lik, ya, n_classes, bias)
+    k, has_bias = _numpy_head(head, phi.shape[1], lik, ya, n_classes, bias)
     layout = HeadLayout(head_name if head_name is not None else "output", k, phi.shape[1], has_bias)
     trained = None if head is None else layout.theta_of(head[0], head[1])
     return _assemble(phi, ya, layout, lik, noise_variance, trained, src)
