@@ -127,7 +127,7 @@ class LastLayerModel:
     Every protocol method is the inner GLM's (``linear`` / ``logistic``) or the full-layout
     multinomial model's, on the data :func:`last_layer` returns (features with the bias column
     last). Added: the head's parameter names, the trained head as the Newton fit's starting point
-    (:meth:`newton_start`, :meth:`initial_params`), and the conversions :attr:`layout`
+    (:meth:`newton_start`, :meth:`initial_params`), and the conversions of ``layout``
     (:meth:`HeadLayout.theta_of`, :meth:`HeadLayout.head_of`, :meth:`HeadLayout.torch_order`).
     """
 
