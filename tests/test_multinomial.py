@@ -347,3 +347,23 @@ def test_expansion_refuses_two_curvature_structures():
     with pytest.raises(SgtuneError, match="exactly one of"):
         Expansion(theta_hat=theta, grads=g, prior_precision=np.zeros((theta.size, theta.size)), block=cur,
                   per_sample_hessians=m.per_sample_hessians(theta, X, y))
+
+
+def test_every_tuning_method_and_family_behaves_as_for_logistic_regression():
+    """The multinomial expansion goes through tune() like a GLM's: each (method, family) succeeds for both
+    models or is refused for both (the comparison theories give dense Λ only; lr-ws is Gaussian-only)."""
+    from sgtune.theory.tuning import FAMILIES, METHODS
+
+    X, y, names = wine()
+    em = expand(Multinomial.from_response(y), make_dataset(X, y, intercept=True, names=names))
+    el = expand(get_model("logistic"), make_dataset(X, (y > 0).astype(float), intercept=True, names=names))
+    for method in METHODS:
+        for family in FAMILIES:
+            outcome = []
+            for e in (em, el):
+                try:
+                    t = tune(e, Dynamics(None, 32), target="sandwich", method=method, family=family)
+                    outcome.append(bool(np.all(np.isfinite(t.step_matrix)) and t.step_matrix.shape == (e.dim,) * 2))
+                except SgtuneError as exc:
+                    outcome.append(type(exc).__name__)
+            assert outcome[0] == outcome[1], (method, family, outcome)
