@@ -360,9 +360,10 @@ def test_every_tuning_method_and_family_behaves_as_for_logistic_regression():
     for method in METHODS:
         for family in FAMILIES:
             outcome = []
-            for e in (em, el):
+            for e, blocks in ((em, None), (el, [[0, 1], [2, 3]])):  # the multinomial's default blocks: its classes
                 try:
-                    t = tune(e, Dynamics(None, 32), target="sandwich", method=method, family=family)
+                    t = tune(e, Dynamics(None, 32), target="sandwich", method=method, family=family,
+                             blocks=blocks if family == "block" else None)
                     outcome.append(bool(np.all(np.isfinite(t.step_matrix)) and t.step_matrix.shape == (e.dim,) * 2))
                 except SgtuneError as exc:
                     outcome.append(type(exc).__name__)
