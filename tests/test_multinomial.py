@@ -368,3 +368,18 @@ def test_every_tuning_method_and_family_behaves_as_for_logistic_regression():
                 except SgtuneError as exc:
                     outcome.append(type(exc).__name__)
             assert outcome[0] == outcome[1], (method, family, outcome)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_streamed_variance_kernel_against_kronecker_brute_force(tmp_path, dense):
+    """Out of core, the block stream and the forced-dense stream give mean_n J_n ⊗ J_n − J ⊗ J of the explicit
+    Hessians (J_n of rank K − 1 > 1: vec(J_n)vec(J_n)ᵀ is not J_n ⊗ J_n, the rearrangement matters)."""
+    m, X, y, _ = _problem("baseline", seed=6, n=80)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", np.ascontiguousarray(X))
+    np.save(tmp_path / "d" / "y.npy", y)
+    e = expand(m, load_dataset(tmp_path / "d"), 1.0, dense_hessians=dense)
+    assert e.stream is not None and e.structure == ("dense" if dense else "block")
+    _, Js = _brute(m, X, y, e.theta_hat)
+    kern = sum(np.kron(J, J) for J in Js) / len(Js) - np.kron(Js.mean(axis=0), Js.mean(axis=0))
+    np.testing.assert_allclose(variance_kernel(e), kern, rtol=0, atol=1e-12 * np.abs(kern).max())
