@@ -383,3 +383,27 @@ def test_streamed_variance_kernel_against_kronecker_brute_force(tmp_path, dense)
     _, Js = _brute(m, X, y, e.theta_hat)
     kern = sum(np.kron(J, J) for J in Js) / len(Js) - np.kron(Js.mean(axis=0), Js.mean(axis=0))
     np.testing.assert_allclose(variance_kernel(e), kern, rtol=0, atol=1e-12 * np.abs(kern).max())
+
+
+def test_text_labels_from_csv_folder_and_parquet_agree(wine_csv, tmp_path):
+    """Text labels are encoded the same way in memory (CSV) and out of core (a folder's y.npy of strings,
+    a Parquet string column): the same classes, θ̂ and J."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    X, y, names = wine()
+    text = np.array(["barolo", "grignolino", "barbera"])[y.astype(int)]
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", np.ascontiguousarray(X))
+    np.save(tmp_path / "d" / "y.npy", text)
+    pq.write_table(pa.table({**{n: X[:, j] for j, n in enumerate(names)}, "cultivar": text}), tmp_path / "w.parquet")
+    sets = [load_dataset(wine_csv, response="cultivar", categorical_response=True),
+            load_dataset(tmp_path / "d", categorical_response=True),
+            load_dataset(tmp_path / "w.parquet", response="cultivar", categorical_response=True)]
+    assert [ds.classes for ds in sets] == [("barbera", "barolo", "grignolino")] * 3
+    assert [ds.out_of_core for ds in sets] == [False, True, True]
+    es = [expand(Multinomial.from_response(ds.y, class_names=ds.classes), ds) for ds in sets]
+    for e in es[1:]:
+        assert rel(e.theta_hat, es[0].theta_hat) < SOLVER_RTOL and rel(e.curvature, es[0].curvature) < SOLVER_RTOL
+    with pytest.raises(DataFormatError, match="not a number"):
+        load_dataset(wine_csv, response="cultivar")  # other models: a text response stays an error
