@@ -347,3 +347,63 @@ def test_expansion_refuses_two_curvature_structures():
     with pytest.raises(SgtuneError, match="exactly one of"):
         Expansion(theta_hat=theta, grads=g, prior_precision=np.zeros((theta.size, theta.size)), block=cur,
                   per_sample_hessians=m.per_sample_hessians(theta, X, y))
+
+
+def test_every_tuning_method_and_family_behaves_as_for_logistic_regression():
+    """The multinomial expansion goes through tune() like a GLM's: each (method, family) succeeds for both
+    models or is refused for both (the comparison theories give dense Λ only; lr-ws is Gaussian-only)."""
+    from sgtune.theory.tuning import FAMILIES, METHODS
+
+    X, y, names = wine()
+    em = expand(Multinomial.from_response(y), make_dataset(X, y, intercept=True, names=names))
+    el = expand(get_model("logistic"), make_dataset(X, (y > 0).astype(float), intercept=True, names=names))
+    for method in METHODS:
+        for family in FAMILIES:
+            outcome = []
+            for e, blocks in ((em, None), (el, [[0, 1], [2, 3]])):  # the multinomial's default blocks: its classes
+                try:
+                    t = tune(e, Dynamics(None, 32), target="sandwich", method=method, family=family,
+                             blocks=blocks if family == "block" else None)
+                    outcome.append(bool(np.all(np.isfinite(t.step_matrix)) and t.step_matrix.shape == (e.dim,) * 2))
+                except SgtuneError as exc:
+                    outcome.append(type(exc).__name__)
+            assert outcome[0] == outcome[1], (method, family, outcome)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_streamed_variance_kernel_against_kronecker_brute_force(tmp_path, dense):
+    """Out of core, the block stream and the forced-dense stream give mean_n J_n ⊗ J_n − J ⊗ J of the explicit
+    Hessians (J_n of rank K − 1 > 1: vec(J_n)vec(J_n)ᵀ is not J_n ⊗ J_n, the rearrangement matters)."""
+    m, X, y, _ = _problem("baseline", seed=6, n=80)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", np.ascontiguousarray(X))
+    np.save(tmp_path / "d" / "y.npy", y)
+    e = expand(m, load_dataset(tmp_path / "d"), 1.0, dense_hessians=dense)
+    assert e.stream is not None and e.structure == ("dense" if dense else "block")
+    _, Js = _brute(m, X, y, e.theta_hat)
+    kern = sum(np.kron(J, J) for J in Js) / len(Js) - np.kron(Js.mean(axis=0), Js.mean(axis=0))
+    np.testing.assert_allclose(variance_kernel(e), kern, rtol=0, atol=1e-12 * np.abs(kern).max())
+
+
+def test_text_labels_from_csv_folder_and_parquet_agree(wine_csv, tmp_path):
+    """Text labels are encoded the same way in memory (CSV) and out of core (a folder's y.npy of strings,
+    a Parquet string column): the same classes, θ̂ and J."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    X, y, names = wine()
+    text = np.array(["barolo", "grignolino", "barbera"])[y.astype(int)]
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", np.ascontiguousarray(X))
+    np.save(tmp_path / "d" / "y.npy", text)
+    pq.write_table(pa.table({**{n: X[:, j] for j, n in enumerate(names)}, "cultivar": text}), tmp_path / "w.parquet")
+    sets = [load_dataset(wine_csv, response="cultivar", categorical_response=True),
+            load_dataset(tmp_path / "d", categorical_response=True),
+            load_dataset(tmp_path / "w.parquet", response="cultivar", categorical_response=True)]
+    assert [ds.classes for ds in sets] == [("barbera", "barolo", "grignolino")] * 3
+    assert [ds.out_of_core for ds in sets] == [False, True, True]
+    es = [expand(Multinomial.from_response(ds.y, class_names=ds.classes), ds) for ds in sets]
+    for e in es[1:]:
+        assert rel(e.theta_hat, es[0].theta_hat) < SOLVER_RTOL and rel(e.curvature, es[0].curvature) < SOLVER_RTOL
+    with pytest.raises(DataFormatError, match="not a number"):
+        load_dataset(wine_csv, response="cultivar")  # other models: a text response stays an error

@@ -73,7 +73,8 @@ data_options = compose(
                       "stacks the K−1 coefficient vectors of the other classes in sorted label order, each of length "
                       "p (intercept first with --intercept); names class[LABEL].COVARIATE. full: K vectors, one per "
                       "class (a network's output layer); identified only through the prior (needs --prior-precision "
-                      "> 0), no sandwich target."),
+                      "> 0), no sandwich target. JSON keys: classes, layout, block_classes, reference_class "
+                      "(baseline), parameter_names."),
     click.option("--hessian", type=click.Choice(["exact", "gauss-newton"]), default="exact", show_default=True,
                  help="Per-sample curvature J_n: exact, or Gauss–Newton ρ''(f)∇f∇fᵀ (rank one: the fast path; "
                       "positive semi-definite even where the network is non-convex). Identical for GLMs."),

@@ -41,8 +41,8 @@ class Dataset:
     ``rows`` is set for data read out of core (a folder or a Parquet file): the file-backed
     :class:`~sgtune.io.reduce.RowSource` the reductions stream over (``X`` is then a read-only
     memory map of the same file). Datasets derived from it (``subsample``) are in memory.
-    ``classes`` is set when the response column held text labels (a CSV read with
-    ``categorical_response``): the sorted labels, and ``y`` holds their codes 0 … K−1
+    ``classes`` is set when the response held text labels (read with ``categorical_response``,
+    :func:`load_dataset`): the sorted labels, and ``y`` holds their codes 0 … K−1
     (:func:`encode_labels`).
     """
 
@@ -227,17 +227,18 @@ def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = Fal
     """Load and validate a ``.csv`` or ``.npz`` file, a folder with X.npy/y.npy, or a ``.parquet`` file.
 
     Folders and Parquet files are read out of core (module docstring). ``categorical_response``
-    (class labels, e.g. for multinomial regression): a CSV response column with text labels is
-    encoded by :func:`encode_labels` (``Dataset.classes`` holds the labels); numbers stay as they are.
+    (class labels, e.g. for multinomial regression): a response with text labels (a CSV or Parquet
+    column, a folder's y.npy of strings) is encoded by :func:`encode_labels` (``Dataset.classes``
+    holds the labels); numbers stay as they are.
     """
     p = Path(path)
     if not p.exists():
         raise DataFormatError(f"data file {p} does not exist")
     if p.is_dir():
-        return _load_folder(p, intercept)
+        return _load_folder(p, intercept, categorical_response)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
-        return _load_parquet(p, response, intercept)
+        return _load_parquet(p, response, intercept, categorical_response)
     if suffix == ".csv":
         X, y, names, classes = _read_csv(p, response, categorical_response)
         ds = make_dataset(X, y, intercept=intercept, names=names, source=str(p))
@@ -310,7 +311,7 @@ def _out_of_core(xf: NpyFile, y: np.ndarray, yf: NpyFile | None, names: tuple[st
     return Dataset(xf.memmap(), y, names, source, RowSource(xf, yf))
 
 
-def _load_folder(p: Path, intercept: bool) -> Dataset:
+def _load_folder(p: Path, intercept: bool, categorical: bool = False) -> Dataset:
     """A folder with X.npy (N, D) float64 and y.npy (N,): X stays on disk, validated chunk by chunk."""
     for f in ("X.npy", "y.npy"):
         if not (p / f).exists():
@@ -323,6 +324,10 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
         y_raw = np.load(p / "y.npy", allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise DataFormatError(f"{p / 'y.npy'}: cannot read as .npy ({exc})") from None
+    classes: tuple[str, ...] = ()
+    if categorical and y_raw.dtype.kind in "US" and y_raw.ndim >= 1:  # class labels as text
+        codes, classes = encode_labels(y_raw.reshape(-1) if y_raw.ndim == 2 and 1 in y_raw.shape else y_raw)
+        y_raw = codes.reshape(y_raw.shape) if y_raw.ndim == 1 else codes
     if y_raw.dtype.kind not in "biuf":
         raise DataFormatError(f"{p / 'y.npy'}: y must be numeric, got dtype {y_raw.dtype}")
     if y_raw.ndim == 2 and 1 in y_raw.shape:
@@ -337,7 +342,9 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
     y = np.ascontiguousarray(y_raw, dtype=np.float64)
     _check_finite_chunk(y, 0, "y", src)
     yf = None
-    if y_raw.dtype == np.dtype("<f8") and y_raw.ndim == 1:
+    if classes:  # the codes live in memory (y.npy holds the text)
+        pass
+    elif y_raw.dtype == np.dtype("<f8") and y_raw.ndim == 1:
         yf = NpyFile.open(p / "y.npy", "y")
     elif y_raw.dtype == np.dtype("<f8"):  # (N, 1) or (1, N): same bytes as (N,)
         yf0 = NpyFile.open(p / "y.npy", "y")
@@ -356,7 +363,8 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
         for _ in checked():
             pass
         names = ()
-    return _out_of_core(xf, y, yf, names, src)
+    ds = _out_of_core(xf, y, yf, names, src)
+    return replace(ds, classes=classes) if classes else ds
 
 
 def _pandas_index_columns(schema: object) -> list[str]:
@@ -371,7 +379,7 @@ def _pandas_index_columns(schema: object) -> list[str]:
     return [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
 
 
-def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
+def _load_parquet(p: Path, response: str, intercept: bool, categorical: bool = False) -> Dataset:
     """A Parquet file, read batch by batch (pyarrow), validated and written to a float64 .npy cache."""
     try:
         import pyarrow as pa
@@ -392,8 +400,18 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
                               "reset_index() first to keep it as data), or drop the column")
     if response not in header:
         raise DataFormatError(f"{p}: no response column {response!r} in columns {header}; pass --response NAME")
+    classes: tuple[str, ...] = ()
+    codes = None
     for field in schema:
         t = field.type
+        if categorical and field.name == response and (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                                       or pa.types.is_dictionary(t)):
+            col = pf.read(columns=[response]).column(response)  # class labels as text: one column in memory
+            if col.null_count:
+                i = int(np.argmax(np.asarray(col.is_null())))
+                raise DataFormatError(f"{p}: column {response!r} is missing (null) at row {i}; remove or impute it")
+            codes, classes = encode_labels(col.to_pylist())
+            continue
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
             raise DataFormatError(f"{p}: column {field.name!r} has type {t}; every column must be numeric")
     covs = [h for h in header if h != response]
@@ -411,6 +429,9 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
                 m = batch.num_rows
                 cols = {}
                 for name in header:
+                    if codes is not None and name == response:
+                        cols[name] = codes[start:start + m]
+                        continue
                     col = batch.column(name)
                     if col.null_count:
                         i = int(np.argmax(np.asarray(col.is_null())))
@@ -430,7 +451,8 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
     cache = _cache_dir()
     xf = _write_npy(os.path.join(cache, "X.npy"), (n, d + int(intercept)), batches())
     names = ("intercept", *covs) if intercept else tuple(covs)
-    return _out_of_core(xf, y, None, names, src)
+    ds = _out_of_core(xf, y, None, names, src)
+    return replace(ds, classes=classes) if classes else ds
 
 
 def _hetero_linear(seed: int = 0, n_data: int = 2000, dim: int = 20) -> Dataset:

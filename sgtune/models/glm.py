@@ -204,7 +204,7 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
 
     ``labels`` (multinomial only): the class labels (the values the response takes, e.g.
     ``np.unique(y)``) or their number K (labels 0 … K−1); ``layout`` ``"baseline"`` or ``"full"``
-    (:mod:`sgtune.models.multinomial`; :meth:`~sgtune.models.multinomial.Multinomial.from_response`
+    (:mod:`sgtune.models.multinomial`; ``Multinomial.from_response``
     builds the model from a response).
     """
     if name == "multinomial":

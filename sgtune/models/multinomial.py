@@ -36,7 +36,7 @@ curvature sum costs O(N·D²) with D = r·p, never an (N, D, D) array.
 Labels. The response y holds numbers: the class values themselves (any integers, any sign), or —
 for string labels read from a CSV — the codes 0 … K−1 of the sorted strings, with the strings kept
 as ``class_names`` for the parameter names. Build the model from a response with
-:meth:`Multinomial.from_response` (the command line does) or :func:`make_multinomial`.
+``Multinomial.from_response`` (the command line does) or :func:`make_multinomial`.
 
 Parameter names: ``class[<label>].<covariate>`` in θ order, e.g. ``class[versicolor].intercept``,
 ``class[2].x1``.
@@ -320,7 +320,7 @@ class Multinomial:
 
 def make_multinomial(y: Any, layout: str = "baseline", source: str = "y",
                      class_names: tuple[str, ...] = ()) -> Multinomial:
-    """:meth:`Multinomial.from_response`: the classes of the response ``y`` in ``layout``."""
+    """``Multinomial.from_response``: the classes of the response ``y`` in ``layout``."""
     return Multinomial.from_response(y, layout, source, class_names)
 
 
