@@ -225,6 +225,11 @@ def test_softmax_needs_a_prior_and_has_no_sandwich():
         tune(e, Dynamics(None, 32), target="posterior")
     res = tune(e, Dynamics(None, 32, inv_temperature=2.0 * data.n_data), target="posterior")
     assert res.step_matrix.shape == (21, 21) and res.spectral_radius < 1
+    keep = y != 2  # a class without rows: its weights are identified by the prior
+    m2, d2 = last_layer(net, X[keep], y[keep], likelihood="softmax")
+    assert np.all(np.isfinite(expand(m2, d2, prior_precision=1.0).posterior_cov()))
+    with pytest.raises(DataFormatError, match=r"class indices 0 … 2, but y\[0\] = 3"):
+        last_layer(net, X, np.r_[3.0, y[1:]], likelihood="softmax")
 
 
 # ----------------------------------------------------------------------------- exports on the head only

@@ -179,6 +179,20 @@ class LastLayerModel:
                 "(adding one vector to every class's weights and biases changes no probability), so J⁻¹𝓘J⁻¹/N does "
                 "not exist; use the posterior target (--target posterior)")
 
+    def check_response(self, y: np.ndarray, source: str = "y") -> None:
+        """Softmax: y holds class indices 0 … K−1 of the head's K logits (a class without rows is fine: the prior
+        identifies its weights); otherwise the inner GLM's check (0/1 for bernoulli)."""
+        if self.likelihood != "softmax":
+            self.inner.check_response(y, source)
+            return
+        ya = np.asarray(y, dtype=float).reshape(-1)
+        k = self.layout.n_outputs
+        bad = ~np.isfinite(ya) | (ya != np.round(ya)) | (ya < 0) | (ya > k - 1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise DataFormatError(f"{source}: a softmax last layer with K = {k} logits needs class indices 0 … {k - 1}, "
+                                  f"but y[{i}] = {ya[i]:g}; recode the labels as the network's class indices")
+
     def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:
         """Softmax: refuse a prior that leaves the shift direction free (the loss is flat along it); else the inner
         model's checks (rank-deficient features, separable classes without a prior)."""
@@ -446,7 +460,5 @@ def _assemble(phi: np.ndarray, y: np.ndarray, layout: HeadLayout, lik: str, nois
     names = tuple(f"phi[{j}]" for j in range(layout.n_features)) + (("bias",) if layout.bias else ())
     data = make_dataset(np.column_stack(cols), y, names=names, source=f"features of {src}")
     model = LastLayerModel(inner, layout, lik, trained, src)
-    check = getattr(inner, "check_response", None)
-    if callable(check):
-        check(data.y, "y")
+    model.check_response(data.y, "y")
     return model, data
