@@ -283,6 +283,27 @@ def test_optax_subset_updates_the_head_leaves_only():
     np.testing.assert_allclose(step, ref, rtol=1e-5, atol=1e-6)
 
 
+def test_numpy_step_on_a_whole_network_vector_updates_the_head_entries_only():
+    net, X, model, data, e, res = _tuned()
+    full_names = [f"{n}[{','.join(map(str, i))}]" for n, p in net.named_parameters() for i in np.ndindex(*p.shape)]
+    full = torch.nn.utils.parameters_to_vector(net.parameters()).detach().numpy()
+    g_full = np.random.default_rng(1).standard_normal(full.size)
+    for prior in ("in-loss", "add"):
+        kw = dict(prior=prior, parameter_names=e.parameter_names)
+        if prior == "add":
+            kw.update(prior_precision=1.0, n_data=data.n_data)
+        out, m = numpy_step(res, vector_names=full_names, **kw)(full, np.zeros_like(full), g_full)
+        pos = np.array([full_names.index(n) for n in e.parameter_names])
+        head, m_head = numpy_step(res, **kw)(full[pos], np.zeros(pos.size), g_full[pos])
+        np.testing.assert_array_equal(out[pos], head)
+        np.testing.assert_array_equal(m[pos], m_head)
+        frozen = np.setdiff1d(np.arange(full.size), pos)
+        np.testing.assert_array_equal(out[frozen], full[frozen])
+        assert not np.any(m[frozen])
+    with pytest.raises(SgtuneError, match="not among vector_names"):
+        numpy_step(res, prior="in-loss", parameter_names=e.parameter_names, vector_names=full_names[:-1])
+
+
 # ----------------------------------------------------------------------------- verify, applicability
 def test_verify_passes_and_applicability_reports_on_a_trained_last_layer():
     """Gaussian last layer: the chain on the head is linear, so the prediction is exact and verify passes

@@ -52,9 +52,9 @@ header and ``intercept`` of a GLM, ``hidden1.weight[i,j]`` of a network, from th
 (``params["hidden1"]["weight"]``) is matched to the names ``hidden1.weight[i,j]``, so Λ's rows are
 applied to the right entries whatever JAX's flattening order (sorted dict keys); PyTorch parameters
 are matched by their ``named_parameters`` names. A layout that differs (a missing or extra leaf, a
-transposed shape) is refused naming the first difference. ``subset=True`` (optax, PyTorch) applies a Λ
-that covers some parameters only — a network's last layer
-(:func:`sgtune.models.lastlayer.last_layer`) — to those, by name, and leaves the others frozen.
+transposed shape) is refused naming the first difference. ``subset=True`` (optax, PyTorch) and
+``vector_names=`` (NumPy) apply a Λ that covers some parameters only — a network's last layer
+(:func:`sgtune.models.lastlayer.last_layer`) — to those, by name, and leave the others frozen.
 
 With these updates the chain's stationary covariance is the one sgtune predicts
 (:func:`sgtune.theory.stationary.predict_stationary_cov`), which ``tests/test_export*.py`` check by
@@ -617,7 +617,8 @@ def _apply_numpy(lam: StepMatrix, v: np.ndarray, factor: Any = None) -> np.ndarr
 def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: float | None = None,
                batch_size: int | None = None, parameter_names: Sequence[str] | None = None, blocks: Any = None,
                prior: str | None = None, prior_precision: Any = None, n_data: int | None = None,
-               rng: np.random.Generator | None = None) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+               rng: np.random.Generator | None = None,
+               vector_names: Sequence[str] | None = None) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     r"""A NumPy step ``(θ, m, G[, batch_size=b]) ↦ (θ', m')``: m' = κm + G, θ' = θ − Λm' + sqrt(2/β)Λ^{1/2}ξ.
 
     ``source``: a ``TuningResult`` or ``Dynamics`` (Λ, κ, β, B are theirs) or a bare Λ (module
@@ -626,6 +627,12 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     at θ (with Γθ/N unless ``prior="add"``). Start with m = 0. Pass ``batch_size=`` (the rows of the
     batch behind G) to have it checked against the B the result was tuned for. The rule applied is
     ``step.rule`` (:class:`UpdateRule`).
+
+    ``vector_names``: Λ covers part of a longer vector (e.g. a network's last layer,
+    :func:`sgtune.models.lastlayer.last_layer`, inside the whole network's parameters): the names of
+    that vector's entries, in its order. The step then takes and returns the whole vector (θ, m and G
+    of its length), applies the update to the entries Λ's names name (each must occur once) and leaves
+    every other entry unchanged (frozen; its m stays 0).
     """
     rule = update_rule(source, momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
                        parameter_names=parameter_names, blocks=blocks, prior=prior, prior_precision=prior_precision,
@@ -633,6 +640,11 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     L, kappa, scale = rule.step, rule.momentum, rule.noise_scale
     fac = L.factors() if scale > 0 else None
     gen = rng if rng is not None else np.random.default_rng()
+    if vector_names is not None:
+        return _subset_numpy_step(numpy_step(rule.step, momentum=kappa, inv_temperature=rule.inv_temperature,
+                                             batch_size=rule.batch_size, prior=rule.prior,
+                                             prior_precision=rule.prior_precision, n_data=rule.n_data, rng=gen),
+                                  rule, vector_names)
 
     def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
              batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -646,6 +658,36 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
         if fac is not None:
             out = out + scale * _apply_numpy(L, gen.standard_normal(np.shape(out)), fac)
         return out, m_new
+
+    step.rule = rule  # type: ignore[attr-defined]
+    return step
+
+
+def _subset_numpy_step(inner: Callable[..., tuple[np.ndarray, np.ndarray]], rule: UpdateRule,
+                       vector_names: Sequence[str]) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """``inner`` (the step on Λ's rows) applied inside a longer vector whose entries are ``vector_names``."""
+    if rule.names is None:
+        raise SgtuneError("numpy_step: vector_names= places Λ's rows by name, but Λ carries no parameter names; pass "
+                          "parameter_names= (e.g. the result's, output.weight[k,j])")
+    where = {str(n): k for k, n in enumerate(vector_names)}
+    if len(where) != len(vector_names):
+        raise SgtuneError("numpy_step: vector_names must be distinct")
+    missing = [n for n in rule.names if n not in where]
+    if missing:
+        raise SgtuneError(f"numpy_step: Λ's row {missing[0]!r} is not among vector_names ({vector_names[0]} … "
+                          f"{vector_names[-1]}); give the names of the whole vector, in its order")
+    idx = np.array([where[n] for n in rule.names], dtype=np.int64)
+    size = len(vector_names)
+
+    def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
+             batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if np.shape(grad)[-1] != size:
+            raise ShapeError(f"gradient must have last axis {size} (the entries of vector_names), got shape "
+                             f"{np.shape(grad)}")
+        sub, m_sub = inner(theta[..., idx], m[..., idx], grad[..., idx], batch_size=batch_size)
+        out, m_out = np.array(theta, dtype=float), np.array(m, dtype=float)
+        out[..., idx], m_out[..., idx] = sub, m_sub
+        return out, m_out
 
     step.rule = rule  # type: ignore[attr-defined]
     return step
