@@ -419,3 +419,19 @@ def test_verify_passes_on_a_softmax_last_layer_with_sgld():
                                 prior_precision=1.0, n_steps=40_000, n_chains=8, relative_tolerance=0.05,
                                 alpha=MC_ALPHA, seed=1)
     assert rep.test.passed, rep.test.z_max
+
+
+@pytest.mark.parametrize("command,extra", [
+    ("covariance", ["--step-size", "0.05", "--batch-size", "16"]),
+    ("verify", ["--target", "posterior", "--batch-size", "16", "--steps", "4000", "--chains", "4"]),
+    ("run", ["--step-size", "0.05", "--batch-size", "16", "--steps", "500", "--chains", "2"]),
+    ("plan", ["--target", "posterior", "--tolerance", "0.2", "--batch-sizes", "16,32"]),
+])
+def test_cli_commands_take_the_last_layer(cli_files, monkeypatch, command, extra):
+    tmp, _, _ = cli_files
+    monkeypatch.chdir(tmp)
+    r = CliRunner().invoke(main, [command, "d.npz", "--model", "last-layer", "--features-from", "net.py:NET",
+                                  "--likelihood", "gaussian", "--prior-precision", "1", "-q", *extra])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["model"] == "last-layer (gaussian)" and doc["last_layer"]["features"] == "net.py:NET"
