@@ -64,6 +64,8 @@ SUGGESTED_PRIOR_PRECISION = 1.0
 #: overlapping and separated problems (N = 1000–5000, p = 10–30, K = 4–6) ≤ 1.5 s at 2·10⁵, while the digits
 #: data (N·(K−1)·p = 10⁶) took 170 s. Above it only the one-class-against-the-rest LPs run
 SEPARATION_LP_BUDGET = 200_000
+#: rows per slice of :meth:`Multinomial.check_response`
+_CHECK_ROWS = 1 << 16
 
 
 def _label_text(c: Any) -> str:
@@ -204,18 +206,22 @@ class Multinomial:
         return np.searchsorted(np.asarray(self.labels), np.asarray(y, dtype=float))
 
     def check_response(self, y: np.ndarray, source: str = "y") -> None:
-        """Every y is one of the labels, and every class has at least one row."""
+        """Every y is one of the labels, and every class has at least one row (in slices of 2¹⁶ rows: O(1) memory
+        beyond y, which out-of-core data keep in memory)."""
         ya = np.asarray(y, dtype=float).reshape(-1)
         labs = np.asarray(self.labels)
-        idx = np.minimum(np.searchsorted(labs, ya), labs.size - 1)
-        bad = labs[idx] != ya
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise DataFormatError(
-                f"{source}: y[{i}] = {ya[i]:g} is not one of the model's class labels "
-                f"{', '.join(_label_text(c) for c in self.labels)}; build the model from this response "
-                "(Multinomial.from_response)")
-        counts = np.bincount(idx, minlength=labs.size)
+        counts = np.zeros(labs.size, dtype=np.int64)
+        for start in range(0, ya.size, _CHECK_ROWS):
+            part = ya[start:start + _CHECK_ROWS]
+            idx = np.minimum(np.searchsorted(labs, part), labs.size - 1)
+            bad = labs[idx] != part
+            if bad.any():
+                i = start + int(np.argmax(bad))
+                raise DataFormatError(
+                    f"{source}: y[{i}] = {ya[i]:g} is not one of the model's class labels "
+                    f"{', '.join(_label_text(c) for c in self.labels)}; build the model from this response "
+                    "(Multinomial.from_response)")
+            counts += np.bincount(idx, minlength=labs.size)
         if np.any(counts == 0):
             c = self.class_names[int(np.argmin(counts))]
             raise DataFormatError(f"{source}: class {c} has no rows, so its coefficients are not identified by the "
