@@ -100,7 +100,7 @@ class GLM:
             raise DataFormatError(
                 f"{source or 'X'}: the design matrix has rank {rank} < D = {d} (collinear or constant "
                 "columns), so θ̂ is not identified; drop columns or pass a prior precision > 0")
-        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and _separable(X, y):
+        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and separable(X, y):
             raise DataFormatError(
                 f"{source or 'data'}: the logistic data are linearly separable, so the maximum-likelihood "
                 "estimate does not exist (θ̂ → ∞); pass a prior precision > 0 (--prior-precision)")
@@ -198,10 +198,28 @@ class GLM:
         return w[:, None, None] * X[:, :, None] * X[:, None, :]
 
 
-def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None) -> GLM:
-    """Validated :class:`GLM` by name."""
+def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None, labels: Any = None,
+              layout: str = "baseline") -> Any:
+    """A validated model by name: a :class:`GLM`, or ``"multinomial"`` with its class ``labels`` and ``layout``.
+
+    ``labels`` (multinomial only): the class labels (the values the response takes, e.g.
+    ``np.unique(y)``) or their number K (labels 0 … K−1); ``layout`` ``"baseline"`` or ``"full"``
+    (:mod:`sgtune.models.multinomial`; ``Multinomial.from_response``
+    builds the model from a response).
+    """
+    if name == "multinomial":
+        from .multinomial import Multinomial
+
+        if labels is None:
+            raise SgtuneError("model 'multinomial' needs its class labels: get_model('multinomial', labels=np.unique(y)) "
+                              "or Multinomial.from_response(y)")
+        if isinstance(labels, (int, np.integer)):
+            labels = range(int(labels))
+        return Multinomial(tuple(np.asarray(labels, dtype=float).reshape(-1)), layout)
+    if layout != "baseline":
+        raise SgtuneError(f"layout is an option of the multinomial model, not of {name!r}")
     if name not in MODEL_NAMES:
-        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
+        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)} or multinomial, got {name!r}")
     s2 = check_positive(noise_variance, "noise_variance")
     if name == "beta-linear":
         if beta_power is None:
@@ -213,9 +231,7 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
     return GLM(name, s2)
 
 
-
-
-def _separable(X: np.ndarray, y: np.ndarray) -> bool:
+def separable(X: np.ndarray, y: np.ndarray) -> bool:
     """Is there θ with (2y−1)·x_nᵀθ ≥ 1 for all n (complete separation)? One LP (HiGHS)."""
     from scipy.optimize import linprog
 
