@@ -112,7 +112,7 @@ class GLM:
             raise DataFormatError(
                 f"{source or 'X'}: the design matrix has rank {rank} < D = {d} (collinear or constant "
                 "columns), so θ̂ is not identified; drop columns or pass a prior precision > 0")
-        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and _separable(X, y):
+        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and separable(X, y):
             raise DataFormatError(
                 f"{source or 'data'}: the logistic data are linearly separable, so the maximum-likelihood "
                 "estimate does not exist (θ̂ → ∞); pass a prior precision > 0 (--prior-precision)")
@@ -210,29 +210,37 @@ class GLM:
         return w[:, None, None] * X[:, :, None] * X[:, None, :]
 
 
-def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None) -> GLM:
-    """Validated :class:`GLM` by name.
+def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None, labels: Any = None,
+              layout: str = "baseline") -> Any:
+    """A validated model by name: a :class:`GLM`, or ``"multinomial"`` with its class ``labels`` and ``layout``.
 
     Parameters
     ----------
     name : str
-        One of :data:`MODEL_NAMES`: ``linear`` (Gaussian), ``logistic`` (Bernoulli), ``poisson``
-        or ``beta-linear`` (a linear model with the generalised loss |r|^p / p).
+        One of :data:`MODEL_NAMES`: ``linear`` (Gaussian), ``logistic`` (Bernoulli), ``poisson``,
+        ``beta-linear`` (a linear model with the generalised loss |r|^p / p), or ``multinomial``
+        (:mod:`sgtune.models.multinomial`; ``Multinomial.from_response`` builds it from a response).
     noise_variance : float, optional
         The variance σ² of the ``linear`` model's Gaussian likelihood (> 0).
     beta_power : float or None, optional
         The power p > 1 of ``beta-linear``; required for that model, unused by the others.
+    labels : array_like or int, optional
+        Multinomial only: the class labels (the values the response takes, e.g. ``np.unique(y)``)
+        or their number K (labels 0 … K−1).
+    layout : {"baseline", "full"}, optional
+        Multinomial only: the parameterisation.
 
     Returns
     -------
-    GLM
+    GLM or Multinomial
         The model, implementing the per-observation protocol (:class:`~sgtune.models.base.PerSampleModel`).
 
     Raises
     ------
     SgtuneError
-        If ``name`` is unknown, ``noise_variance`` is not positive, or ``beta_power`` is missing or
-        not a finite number above 1 for ``beta-linear``.
+        If ``name`` is unknown, ``noise_variance`` is not positive, ``beta_power`` is missing or
+        not a finite number above 1 for ``beta-linear``, ``labels`` are missing for
+        ``multinomial``, or ``layout`` is given to another model.
 
     See Also
     --------
@@ -246,8 +254,19 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
     >>> get_model("beta-linear", beta_power=1.5).beta_power
     1.5
     """
+    if name == "multinomial":
+        from .multinomial import Multinomial
+
+        if labels is None:
+            raise SgtuneError("model 'multinomial' needs its class labels: get_model('multinomial', labels=np.unique(y)) "
+                              "or Multinomial.from_response(y)")
+        if isinstance(labels, (int, np.integer)):
+            labels = range(int(labels))
+        return Multinomial(tuple(np.asarray(labels, dtype=float).reshape(-1)), layout)
+    if layout != "baseline":
+        raise SgtuneError(f"layout is an option of the multinomial model, not of {name!r}")
     if name not in MODEL_NAMES:
-        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
+        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)} or multinomial, got {name!r}")
     s2 = check_positive(noise_variance, "noise_variance")
     if name == "beta-linear":
         if beta_power is None:
@@ -259,9 +278,7 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
     return GLM(name, s2)
 
 
-
-
-def _separable(X: np.ndarray, y: np.ndarray) -> bool:
+def separable(X: np.ndarray, y: np.ndarray) -> bool:
     """Is there θ with (2y−1)·x_nᵀθ ≥ 1 for all n (complete separation)? One LP (HiGHS)."""
     from scipy.optimize import linprog
 

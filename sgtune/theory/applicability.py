@@ -321,6 +321,7 @@ class _Anchor:
         return 0.5 * (c + c.T)
 
 
+@cites("sgtune", "the subsample size of the out-of-core applicability report (a work budget, no paper equation)")
 def subsample_rows(n_data: int, dim: int) -> int:
     """Choose the rows of the random subsample the report evaluates out-of-core data on (all N when N is at most that).
 
