@@ -222,10 +222,29 @@ def _check_header(path: Path, header: list[str]) -> None:
 
 
 def encode_labels(labels: Any) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Class labels as numbers: (codes, names) with ``names`` the sorted distinct labels as text and
-    ``codes[n]`` the position of ``labels[n]`` among them (float64, 0 … K−1).
+    """Encode class labels as numbers 0 … K−1.
 
     Labels that all read as numbers sort numerically (``"10"`` after ``"9"``), others as text.
+
+    Parameters
+    ----------
+    labels : array_like
+        One label per observation (text or numbers).
+
+    Returns
+    -------
+    codes : (N,) ndarray
+        The position of ``labels[n]`` among the sorted distinct labels (float64).
+    names : tuple of str
+        The sorted distinct labels as text.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import encode_labels
+    >>> encode_labels(["b", "a", "b", "c"])
+    (array([1., 0., 1., 2.]), ('a', 'b', 'c'))
+    >>> encode_labels(["10", "9", "9"])[1]
+    ('9', '10')
     """
     text = [str(v).strip() for v in np.asarray(labels, dtype=object).reshape(-1)]
     if all(_is_number(t) for t in text):

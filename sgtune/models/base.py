@@ -175,6 +175,24 @@ class BlockCurvature:
     J_n[a·p + i, b·p + j] = W_n[a, b] x_n[i] x_n[j]. Multinomial logistic regression has this
     structure with W_n = diag(π_n) − π_nπ_nᵀ over its r free classes (rank ≤ r); every curvature
     sum then costs O(N·D²) through x_nᵀ Σ_{ab} x_n, never an (N, D, D) array.
+
+    Parameters
+    ----------
+    features : (n, p) ndarray
+        The covariates x_n.
+    weights : (n, r, r) ndarray
+        The symmetric weights W_n.
+
+    See Also
+    --------
+    RankOneCurvature : The case r = 1.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import BlockCurvature, block_dense
+    >>> cur = BlockCurvature(np.array([[1.0, 2.0]]), np.array([[[1.0, 0.5], [0.5, 2.0]]]))
+    >>> block_dense(cur.features, cur.weights).shape  # D = r·p = 4
+    (1, 4, 4)
     """
 
     features: np.ndarray
@@ -182,7 +200,27 @@ class BlockCurvature:
 
 
 def block_matrix(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Σ_n M_n ⊗ x_n x_nᵀ (D×D, class-major; M_n symmetric r×r): r(r+1)/2 products Xᵀ diag(M_{ab}) X."""
+    """Sum Σ_n M_n ⊗ x_n x_nᵀ (D×D, class-major; M_n symmetric r×r) by r(r+1)/2 products Xᵀ diag(M_{ab}) X.
+
+    Parameters
+    ----------
+    features : (n, p) ndarray
+        The covariates x_n.
+    weights : (n, r, r) ndarray
+        The symmetric matrices M_n.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The sum, D = r·p.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import block_dense, block_matrix
+    >>> X, W = np.array([[1.0, 2.0], [0.5, -1.0]]), np.array([[[1.0, 0.5], [0.5, 2.0]]] * 2)
+    >>> bool(np.allclose(block_matrix(X, W), block_dense(X, W).sum(axis=0)))
+    True
+    """
     X, M = features, weights
     n, p = X.shape
     r = M.shape[1]
@@ -197,7 +235,27 @@ def block_matrix(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def block_dense(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """The dense J_n = W_n ⊗ x_n x_nᵀ, shape (n, D, D) (small n·D² only: tests and the direct solve)."""
+    """The dense J_n = W_n ⊗ x_n x_nᵀ, shape (n, D, D) (small n·D² only: tests and the direct solve).
+
+    Parameters
+    ----------
+    features : (n, p) ndarray
+        The covariates x_n.
+    weights : (n, r, r) ndarray
+        The symmetric weights W_n.
+
+    Returns
+    -------
+    (n, D, D) ndarray
+        J_n, D = r·p, class-major.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import block_dense
+    >>> block_dense(np.array([[1.0, 2.0]]), np.array([[[2.0]]]))[0]  # r = 1: 2·x xᵀ
+    array([[2., 4.],
+           [4., 8.]])
+    """
     n, p = features.shape
     r = weights.shape[1]
     return np.einsum("nab,ni,nj->naibj", weights, features, features).reshape(n, r * p, r * p)

@@ -617,6 +617,8 @@ class RowStream:
         None (serial), ``"local"`` or a Dask scheduler's address.
     chunk_rows : int, optional
         Rows per chunk of a pass.
+    block : bool, optional
+        Whether the model's curvature is block structured (:class:`~sgtune.models.base.BlockCurvature`).
 
     See Also
     --------

@@ -326,7 +326,31 @@ class Multinomial:
 
 def make_multinomial(y: Any, layout: str = "baseline", source: str = "y",
                      class_names: tuple[str, ...] = ()) -> Multinomial:
-    """``Multinomial.from_response``: the classes of the response ``y`` in ``layout``."""
+    """Build the multinomial model of the classes of the response ``y`` (``Multinomial.from_response``).
+
+    Parameters
+    ----------
+    y : array_like
+        The responses (class labels, numbers).
+    layout : {"baseline", "full"}, optional
+        The parameterisation.
+    source : str, optional
+        What to call the response in messages.
+    class_names : tuple of str, optional
+        The classes' names (e.g. ``Dataset.classes``).
+
+    Returns
+    -------
+    Multinomial
+        The model.
+
+    Examples
+    --------
+    >>> from sgtune.models.multinomial import make_multinomial
+    >>> model = make_multinomial(np.array([0.0, 1.0, 2.0, 1.0]))
+    >>> model.class_names, model.n_params(3)  # baseline layout: (K − 1)·p
+    (('0', '1', '2'), 6)
+    """
     return Multinomial.from_response(y, layout, source, class_names)
 
 

@@ -152,13 +152,35 @@ def load_model_file(spec: str) -> Any:
 
 
 def load_file_object(spec: str, option: str) -> Any:
-    """The object NAME of ``path.py:NAME`` as the file defines it (imported as a fresh module under the model
-    file's rules, module docstring); ``option`` (``--model``, ``--features-from``) names it in messages.
+    """The object NAME of ``path.py:NAME`` as the file defines it.
+
+    The file is imported as a fresh module under the model file's rules (module docstring).
+
+    Parameters
+    ----------
+    spec : str
+        ``path.py:NAME``.
+    option : str
+        The option that gave it (``--model``, ``--features-from``), named in messages.
+
+    Returns
+    -------
+    object
+        The object, unchecked.
 
     Raises
     ------
     ModelError
         The file does not exist, fails on import, or lacks NAME.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.models.user import load_file_object
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "features.py"
+    >>> _ = path.write_text("WIDTH = 3\\n")
+    >>> load_file_object(f"{path}:WIDTH", "--features-from")
+    3
     """
     path_s, sep, name = spec.rpartition(":")
     if not sep or not path_s.endswith(".py") or not name:
