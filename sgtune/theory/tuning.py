@@ -629,12 +629,11 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
     tuned = dyn.replace(step=lam)
     st = _tuned_stationary(expansion, tuned, S, cbar, guess, large=large, family=family, method=method)
     err = float(np.linalg.norm(st.cov - S) / np.linalg.norm(S))
-    return TuningResult(step_matrix=lam, target_cov=S, predicted_cov=st.cov, residual=residual,
-                        covariance_error=err, method=method, family=family, criterion=criterion,
-                        stationary=st, batch_size=dyn.batch_size, inv_temperature=dyn.inv_temperature,
-                        momentum=dyn.momentum, without_replacement=dyn.without_replacement, dynamics=tuned,
-                        target=target, blocks=part, family_criterion=crit, theta_hat=expansion.theta_hat,
-                        parameter_names=expansion.parameter_names)
+    return TuningResult(step_matrix=lam, target_cov=S, predicted_cov=st.cov, residual=residual, covariance_error=err,
+                        method=method, family=family, criterion=criterion, stationary=st, batch_size=dyn.batch_size,
+                        inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
+                        without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=part,
+                        family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names)
 
 
 # --------------------------------------------------------------------------- internals
