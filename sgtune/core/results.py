@@ -29,13 +29,56 @@ LABEL_WIDTH = 24
 
 
 def default_parameter_names(dim: int) -> tuple[str, ...]:
-    """``theta[0]`` … ``theta[D−1]``: the names of coordinates nobody named."""
+    """``theta[0]`` … ``theta[D−1]``: the names of coordinates nobody named.
+
+    Parameters
+    ----------
+    dim : int
+        D, the number of coordinates.
+
+    Returns
+    -------
+    tuple of str
+        ``theta[0]`` … ``theta[D−1]``.
+
+    Examples
+    --------
+    >>> default_parameter_names(2)
+    ('theta[0]', 'theta[1]')
+    """
     return tuple(f"theta[{i}]" for i in range(int(dim)))
 
 
 def resolve_parameter_names(names: Iterable[Any] | None, dim: int, *, what: str = "parameter_names"
                             ) -> tuple[str, ...]:
-    """``names`` as a tuple of D strings (``theta[i]`` when None); a wrong length is a :class:`ShapeError`."""
+    """``names`` as a tuple of D strings (``theta[i]`` when None).
+
+    Parameters
+    ----------
+    names : iterable or None
+        One name per coordinate (converted with ``str``), or None.
+    dim : int
+        D, the number of coordinates.
+    what : str
+        What the names are called in the error message.
+
+    Returns
+    -------
+    tuple of str
+        The names.
+
+    Raises
+    ------
+    ShapeError
+        The number of names is not D.
+
+    Examples
+    --------
+    >>> resolve_parameter_names(None, 2)
+    ('theta[0]', 'theta[1]')
+    >>> resolve_parameter_names(["age", "dose"], 2)
+    ('age', 'dose')
+    """
     if names is None:
         return default_parameter_names(dim)
     out = tuple(str(n) for n in names)
@@ -46,7 +89,25 @@ def resolve_parameter_names(names: Iterable[Any] | None, dim: int, *, what: str 
 
 
 def short_label(name: str, width: int = LABEL_WIDTH) -> str:
-    """``name`` cut to ``width`` characters around an ellipsis (start and end kept: indices sit at the end)."""
+    """``name`` cut to ``width`` characters around an ellipsis (start and end kept: indices sit at the end).
+
+    Parameters
+    ----------
+    name : str
+        The name.
+    width : int
+        The largest length returned.
+
+    Returns
+    -------
+    str
+        ``name`` itself when it fits, else its start, ``…`` and its end.
+
+    Examples
+    --------
+    >>> short_label("hidden1.weight[0,dose_in_milligrams_per_kilogram]")
+    'hidden1.weight[0…logram]'
+    """
     name = str(name)
     if len(name) <= width:
         return name
@@ -55,7 +116,23 @@ def short_label(name: str, width: int = LABEL_WIDTH) -> str:
 
 
 def require_pandas() -> Any:
-    """Import pandas or raise :class:`MissingExtraError` naming the fix."""
+    """Import pandas or raise :class:`MissingExtraError` naming the fix.
+
+    Returns
+    -------
+    module
+        The pandas module.
+
+    Raises
+    ------
+    MissingExtraError
+        pandas is not installed.
+
+    Examples
+    --------
+    >>> require_pandas().__name__
+    'pandas'
+    """
     try:
         import pandas
     except ImportError:
@@ -65,7 +142,28 @@ def require_pandas() -> Any:
 
 
 def estimate_columns(estimate: Any, std_err: Any, *, label: str = "std err") -> dict[str, np.ndarray]:
-    """The columns of an estimate table: coef, ``label``, z = coef/se, P>|z| (normal), the 95 % interval."""
+    """The columns of an estimate table: coef, ``label``, z = coef/se, P>|z| (normal), the 95 % interval.
+
+    Parameters
+    ----------
+    estimate : (D,) array_like
+        The estimates (``coef``).
+    std_err : (D,) array_like
+        Their standard errors.
+    label : str
+        The header of the standard-error column.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``coef``, ``label``, ``z``, ``P>|z|``, ``[0.025`` and ``0.975]``, in that order.
+
+    Examples
+    --------
+    >>> cols = estimate_columns([1.0], [0.5])
+    >>> list(cols), float(cols["z"][0])
+    (['coef', 'std err', 'z', 'P>|z|', '[0.025', '0.975]'], 2.0)
+    """
     coef = np.asarray(estimate, dtype=float)
     se = np.asarray(std_err, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -102,6 +200,12 @@ class SummaryTable:
     info : (key, value) pairs printed above the table (the result's key scalars).
     notes : lines printed under the table (what the columns mean).
     index_name : what the rows are (the data frame's index name).
+
+    Examples
+    --------
+    >>> t = SummaryTable("example", ("a", "b"), ("sd",), ((1.0,), (2.0,)))
+    >>> print(t.as_text().splitlines()[2])
+       sd
     """
 
     title: str
@@ -170,7 +274,30 @@ def _plain(v: Any) -> Any:
 
 
 def table_from_columns(title: str, names: Sequence[str], columns: dict[str, Any], **kw: Any) -> SummaryTable:
-    """A :class:`SummaryTable` with one row per name from per-coordinate arrays (``columns``: header → (D,))."""
+    """A :class:`SummaryTable` with one row per name from per-coordinate arrays.
+
+    Parameters
+    ----------
+    title : str
+        The table's first line.
+    names : sequence of str
+        The row labels (D of them).
+    columns : dict of str to (D,) array_like
+        Header → the column's values.
+    **kw
+        ``info``, ``notes``, ``index_name`` of :class:`SummaryTable`.
+
+    Returns
+    -------
+    SummaryTable
+        The table.
+
+    Examples
+    --------
+    >>> t = table_from_columns("example", ["a", "b"], {"sd": [1.0, 2.0]})
+    >>> t.index, t.rows
+    (('a', 'b'), ((1.0,), (2.0,)))
+    """
     cols = {k: np.asarray(v) for k, v in columns.items()}
     rows = tuple(tuple(cols[k][i].item() for k in cols) for i in range(len(names)))
     return SummaryTable(title=title, index=tuple(names), columns=tuple(cols), rows=rows, **kw)
@@ -186,6 +313,14 @@ class ResultMixin:
     """A short ``repr`` and ``to_dataframe`` for a result dataclass (declare it with ``repr=False``).
 
     A result implements ``_repr_items()`` (the key scalars as (name, value) pairs) and ``summary()``.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> repr(e).startswith("Expansion(model='logistic', D=5")
+    True
     """
 
     def _repr_items(self) -> list[tuple[str, Any]]:
