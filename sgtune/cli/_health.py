@@ -5,7 +5,7 @@ from typing import Any
 
 from ..diagnostics.health import chain_health
 from ..sampler import ChainResult
-from ..sampler.verify import chain_prediction, prediction_check
+from ..workflows.verify import chain_prediction, prediction_check
 from ._io import untrusted
 
 #: above this D, ``run`` does not solve for its own prediction (a dense Lyapunov solve; seconds at D = 1000)
@@ -18,7 +18,7 @@ def health_report(chains: ChainResult, *, initial_step_size: float | None = None
     even with ``-q``, JSON ``warnings``) and marks the result untrusted (``--strict`` exits 4).
 
     ``check`` is a prediction check the command already made (verify's test, calibrate's); else
-    ``predict`` holds the keyword arguments of :func:`~sgtune.sampler.verify.chain_prediction` (with
+    ``predict`` holds the keyword arguments of :func:`~sgtune.workflows.verify.chain_prediction` (with
     ``expansion`` and ``step_matrix``), solved here up to :data:`PREDICTION_MAX_DIM`.
     """
     note = None

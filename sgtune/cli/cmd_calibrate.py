@@ -10,7 +10,7 @@ from ..workflows.calibrate import calibrate
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
-from ..sampler.verify import prediction_check
+from ..workflows.verify import prediction_check
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,

@@ -9,7 +9,7 @@ from ..core._refs import references_of
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_verify
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
-from ..sampler.verify import verify_stationary_cov
+from ..workflows.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._health import health_report
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info

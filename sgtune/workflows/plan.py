@@ -47,10 +47,11 @@ from ..sampler import run_chains
 from ..theory.alternatives import modal_directions
 from ..theory.mcerror import cov_error_constant, mc_error
 from ..theory.linear_chain import LinearChain
-from ..theory.stationary import ARPACK_MAX_DIM, equilibration_steps, finite_population_factor, noise_covariance
+from ..theory.stationary import ARPACK_MAX_DIM, finite_population_factor, noise_covariance
 from ..theory.largescale import stationary_cov_from_target_momentum
 from ..theory.tuning import (FAMILIES, structured_momentum_step_matrix,
                              structured_step_matrix, target_covariance, tune, tuning_residual)
+from .run_length import minimum_burn_in, steps_for_error
 
 __all__ = ["Candidate", "Plan", "plan_run", "BATCHINGS", "OBJECTIVES", "DEFAULT_BATCH_SIZES",
            "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM", "FAST_DENSE_DIM"]
@@ -352,7 +353,7 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
     except (UnstableStepSizeError, InfeasibleTargetError, ConvergenceError) as exc:
         cand.reason = f"no stable chain reaches the target with this configuration: {_first_line(exc)}"
         return
-    cand.burn_in_steps = equilibration_steps(cand.spectral_radius)
+    cand.burn_in_steps = minimum_burn_in(cand.spectral_radius)
     if cand.batching == "reshuffle":
         from .plan_notes import reshuffle_adjust
 
@@ -372,7 +373,7 @@ def finish_candidate(cand: Candidate, E: float) -> None:
                        "that far from the target at any run length; use a richer family")
         cand.feasible = False
         return
-    T = math.ceil(c / (C * (E * E - b * b)))
+    T = steps_for_error(c, C, E * E - b * b)
     floor = math.ceil(MIN_TAU_MULTIPLE * max(cand.tau_worst, 1.0)) if math.isfinite(cand.tau_worst) else 0
     cand.steps = float(max(T, floor, 1))
     cand.gradient_evaluations = float(C * cand.batch_size * (cand.burn_in_steps + cand.steps))

@@ -14,7 +14,6 @@ its sample covariance is not a trustworthy measurement.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +24,8 @@ from ..io.data import Dataset
 from ..models import Expansion
 from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
-from ..theory.stationary import equilibration_steps
 from ..theory.tuning import TuningResult
+from .run_length import MIN_STEPS, burn_in_steps, steps_for_error
 
 __all__ = ["RefineRound", "refine", "MC_TARGET"]
 
@@ -91,8 +90,8 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
     for k in range(rounds):
         tau = max(1.0, float(current.tau_worst))
         # chains long enough for an MC_TARGET relative error of a variance: Var ≈ 2τ Σ²/(C·T)
-        steps = int(min(MAX_STEPS, max(20_000, math.ceil(2.0 * tau / (n_chains * MC_TARGET ** 2)))))
-        burn = int(min(steps, max(steps // 10, 20 * tau, equilibration_steps(current.spectral_radius))))
+        steps = min(MAX_STEPS, max(MIN_STEPS, steps_for_error(2.0 * tau, n_chains, MC_TARGET ** 2)))
+        burn = min(steps, burn_in_steps(tau, current.spectral_radius, kept=steps))
         ch = run_chains(model, data,
                         Dynamics(current.step_matrix, st.batch_size, inv_temperature=st.inv_temperature,
                                  momentum=st.momentum,

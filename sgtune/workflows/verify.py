@@ -10,13 +10,13 @@ import numpy as np
 from ..core._refs import cites
 from ..core._validation import check_positive
 from ..core.config import Dynamics
-from ..io.data import Dataset
-from ..diagnostics.mcse import CovarianceTest, compare_covariance
 from ..core.errors import SgtuneError, UnstableStepSizeError
+from ..diagnostics.mcse import CovarianceTest, compare_covariance
+from ..io.data import Dataset
 from ..models import GLM, Expansion
-from ..core.config import Dynamics, RunSpec
-from .driver import ChainResult, ProgressCallback, run_chains
-from .registry import options_for, sampler_spec
+from ..sampler.driver import ChainResult, ProgressCallback, run_chains
+from ..sampler.registry import options_for, sampler_spec
+from .run_length import default_run_length, run_spec
 
 __all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction",
            "chain_prediction", "prediction_check", "CHECK_ALPHA", "CHECK_TOLERANCE"]
@@ -55,14 +55,6 @@ class VerificationReport:
     @property
     def passed(self) -> bool:
         return self.test.passed
-
-
-def default_run_length(tau_worst: float) -> tuple[int, int]:
-    """(steps, burn-in) long enough for batch means: T = max(20 000, 1000·τ), T₀ = max(T/10, 20·τ)."""
-    tau = max(1.0, float(tau_worst)) if math.isfinite(tau_worst) else 1.0
-    steps = int(max(20_000, math.ceil(1000 * tau)))
-    burn = int(min(max(steps // 10, math.ceil(20 * tau)), steps // 2))
-    return steps, burn
 
 
 @cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12) — prediction checked by simulation")
@@ -129,15 +121,12 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         stationary = predict_stationary_cov(expansion, Dynamics(lam, batch_size, inv_temperature=inv_temperature,
                                                                 momentum=momentum, batching=bool(without_replacement)))
         mode = "covariance"
-    auto_steps, auto_burn = default_run_length(stationary.tau_worst)
-    steps = auto_steps if n_steps is None else int(n_steps)
-    burn = (auto_burn if n_steps is None else steps // 10) if burn_in is None else int(burn_in)
+    run = run_spec(stationary.tau_worst, stationary.spectral_radius, n_chains=n_chains, n_steps=n_steps,
+                   burn_in=burn_in, max_draws=keep_draws, batches_per_chain=batches_per_chain, seed=seed)
     chains = run_chains(model, data,
                         Dynamics(lam, batch_size, inv_temperature=inv_temperature, momentum=momentum,
                                  batching="without-replacement" if without_replacement else "replacement"),
-                        RunSpec(steps, n_chains=n_chains, burn_in=burn,
-                                thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0,
-                                batches_per_chain=batches_per_chain, seed=seed),
+                        run,
                         options_for(sampler, friction=friction), prior_precision=prior_precision,
                         initial=expansion.theta_hat, progress=progress)
     if chains.n_batches < 2:
