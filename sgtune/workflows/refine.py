@@ -14,7 +14,7 @@ its sample covariance is not a trustworthy measurement.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,14 @@ class RefineRound:
     mcse: float           # the same scale, of the standard errors of Σ̂
     lambda_change: float  # ‖Λ_{k+1} − Λ_k‖_F / ‖Λ_k‖_F (0 after the last round)
     converged: bool
+    cov: np.ndarray | None = field(default=None, repr=False, compare=False)  # Σ̂ of this round's chains
+    cov_standard_error: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tolerance(self) -> float:
+        """How close (largest entry-wise error, scaled like ``error``) the round's chain is vouched to be to
+        the target: max(``CONVERGED``, error + 3·MCSE), an upper confidence bound on its true error."""
+        return max(CONVERGED, self.error + 3.0 * self.mcse)
 
     def to_dict(self) -> dict[str, Any]:
         return {"round": self.round, "steps": self.steps, "chains": self.chains, "error": self.error,
@@ -79,7 +87,8 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
     method, family, blocks and family criterion); only the target moves.
 
     Returns the last tuning result (its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
-    *proxy's* covariance for that Λ, not Σ*) and the rounds.
+    *proxy's* covariance for that Λ, not Σ*) and the rounds. The last round's chains ran with the returned
+    Λ: its ``cov`` is their covariance, the Monte Carlo measurement of what the refined chain gives.
     """
     if rounds < 1:
         raise SgtuneError(f"--refine must be >= 1 round, got {rounds}")
@@ -102,7 +111,7 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
         mcse = float(_scaled(ch.cov_standard_error, sigma_star).max())
         converged = err <= max(CONVERGED, 3.0 * mcse)
         if converged or k == rounds - 1:
-            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, converged))
+            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, converged, ch.cov, ch.cov_standard_error))
             break
         nxt = None
         for damping in (1.0, 0.5, 0.25):  # keep Λ tunable: a shorter step when the corrected target is not
@@ -117,9 +126,9 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
             target = cand
             break
         if nxt is None:
-            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, False))
+            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, False, ch.cov, ch.cov_standard_error))
             break
         change = float(np.linalg.norm(nxt.step_matrix - current.step_matrix) / np.linalg.norm(current.step_matrix))
-        out.append(RefineRound(k + 1, steps, n_chains, err, mcse, change, False))
+        out.append(RefineRound(k + 1, steps, n_chains, err, mcse, change, False, ch.cov, ch.cov_standard_error))
         current = nxt
     return current, out

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..core._refs import cites
-from ..core._validation import check_positive
+from ..core._validation import as_spd, check_positive
 from ..core.config import Dynamics
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ..diagnostics.mcse import CovarianceTest, compare_covariance
@@ -51,10 +51,18 @@ class VerificationReport:
     stationary: Any
     tuning: Any
     mode: str
+    against: str = "prediction"
+    reference: Any = None
 
     @property
     def passed(self) -> bool:
         return self.test.passed
+
+    @property
+    def compared_with(self) -> np.ndarray:
+        """The matrix the chains were tested against: ``reference`` (``against`` = "target" or "matrix"),
+        else ``predicted``."""
+        return self.predicted if self.reference is None else self.reference
 
 
 @cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12) — prediction checked by simulation")
@@ -65,7 +73,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           burn_in: int | None = None, n_chains: int = 16, batches_per_chain: int | None = None,
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
                           seed: int = 0, progress: ProgressCallback | None = None,
-                          keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0) -> VerificationReport:
+                          keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0,
+                          against: Any = "prediction") -> VerificationReport:
     r"""Test Σ̂ (chains) = Σ(Λ) (eqs. 11–12) entrywise with batch-means z-scores and a Bonferroni t-threshold.
 
     With ``step_matrix`` given, Σ(Λ) comes from :func:`sgtune.theory.stationary.predict_stationary_cov`;
@@ -86,6 +95,12 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     ``"posterior"``; exact for linear regression up to the sampler's own bias: SMILE-naive's
     stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
     without a noise estimate is hot unless the minibatch noise is small).
+
+    ``against`` chooses what the chains are tested against: ``"prediction"`` (default, the above),
+    ``"target"`` (the tuning target Σ*; needs ``target``, i.e. Λ tuned here) or a (D, D) SPD matrix,
+    e.g. the target a Λ refined on chains (:func:`sgtune.workflows.refine.refine`) is meant to give,
+    whose linearised prediction is not what its chain gives. ``inflate_prediction`` multiplies
+    whichever is compared.
 
     Returns
     -------
@@ -134,11 +149,28 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     if np.any(chains.cov_standard_error[np.triu_indices(expansion.dim)] <= 0):
         raise SgtuneError("a covariance standard error is zero (deterministic chains?); nothing to test")
     predicted = f * stationary.cov
-    test = compare_covariance(predicted, chains.cov, chains.cov_standard_error, n_batches=chains.n_batches,
+    label, reference = _reference(against, tuning, expansion.dim)
+    compared = predicted if reference is None else f * reference
+    test = compare_covariance(compared, chains.cov, chains.cov_standard_error, n_batches=chains.n_batches,
                               alpha=alpha, relative_tolerance=relative_tolerance)
     return VerificationReport(predicted=predicted, empirical=chains.cov, test=test, chains=chains,
                               step_matrix=np.asarray(stationary.step_matrix), stationary=stationary,
-                              tuning=tuning, mode=mode)
+                              tuning=tuning, mode=mode, against=label,
+                              reference=None if reference is None else f * reference)
+
+
+def _reference(against: Any, tuning: Any, dim: int) -> tuple[str, np.ndarray | None]:
+    """(label, matrix) of ``against``: ("prediction", None), ("target", Σ*) or ("matrix", the array)."""
+    if isinstance(against, str):
+        if against == "prediction":
+            return "prediction", None
+        if against == "target":
+            if tuning is None:
+                raise SgtuneError("against='target' needs Λ tuned here (a target, no step_matrix); with a given Λ "
+                                  "pass the target covariance itself as against=")
+            return "target", np.asarray(tuning.target_cov)
+        raise SgtuneError(f"against must be 'prediction', 'target' or a (D, D) matrix, got {against!r}")
+    return "matrix", as_spd(against, "against", dim, rtol=1e-10)
 
 
 def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, batch_size: int,
