@@ -17,7 +17,7 @@ from ._options import (applicability_option, batch_options, check_batch_size, da
                        load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import key_values
-from .cmd_run import progress_bar
+from .cmd_run import check_steps, progress_bar
 
 
 @click.command("calibrate")
@@ -27,7 +27,8 @@ from .cmd_run import progress_bar
               help="'sandwich' (J⁻¹𝓘J⁻¹/N), 'posterior' (H⁻¹/N) or a (D, D) .npy file.")
 @click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True)
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True)
-@click.option("--steps", type=int, default=None, help="Steps per chain (default max(20000, 1000·τ)).")
+@click.option("--steps", type=int, default=None, callback=check_steps,
+              help="Steps per chain, burn-in included (default max(20000, 1000·τ); at most 10^12).")
 @click.option("--burn-in", type=int, default=None, help="Steps discarded (default max(T/10, 20·τ)).")
 @click.option("--chains", type=int, default=8, show_default=True, help="Independent chains.")
 @click.option("--true-theta", type=click.Path(dir_okay=False), default=None,

@@ -12,7 +12,7 @@ import numpy as np
 from ..io._json import dumps
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
-from ..core.config import Dynamics, RunSpec
+from ..core.config import MAX_STEPS, Dynamics, RunSpec
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
 from ..sampler.registry import options_for
@@ -30,8 +30,20 @@ step_options = compose(
                  help="Step-size matrix Λ from a .npy file: (D, D) dense or (D,) diagonal (e.g. `sgtune lambda -o`)."),
 )
 
+def check_steps(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """--steps in [1, MAX_STEPS]: an absurd length is a one-line usage error, not a run that never ends
+    (or overflows the kernels' counters)."""
+    if value is not None and not 1 <= value <= MAX_STEPS:
+        raise click.BadParameter(f"{value} is not a number of steps in [1, 10^12]; give a run length such as "
+                                 "20000 (sgtune plan --tolerance E proposes one)", ctx=ctx, param=param)
+    return value
+
+
+steps_option = click.option("--steps", type=int, default=None, callback=check_steps,
+                            help="Steps per chain T, burn-in included (at most 10^12).")
+
 chain_options = compose(
-    click.option("--steps", type=int, default=None, help="Steps per chain T, burn-in included."),
+    steps_option,
     click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
     click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
     click.option("--batches-per-chain", type=int, default=None,
