@@ -9,7 +9,8 @@ longer one per configuration, no repeats), applied to the same recommended confi
 is made ``--reruns`` times with the cost models forgotten in between; the spread of the recommended
 candidate's ``predicted_seconds`` (max/min − 1) and whether the recommendation changed.
 
-Run: ``python benchmarks/plan_seconds.py [--reruns 3]``. Wall-clock numbers on a shared machine: the load
+Run: ``python benchmarks/plan_seconds.py [--reruns 2] [--only I]``; the measured seconds are the median
+(and range) of three runs of the recommended command. Wall-clock numbers on a shared machine: the load
 average is printed first. A benchmark, not a test.
 """
 from __future__ import annotations
@@ -78,12 +79,15 @@ def old_predictor(model, ds, e, c, prior, per=0.05, seed=0):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reruns", type=int, default=3)
+    ap.add_argument("--reruns", type=int, default=2)
+    ap.add_argument("--only", type=int, default=None, help="run only configuration i (0-4)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print(f"{'configuration':<42} {'rec':>26} {'steps':>8} {'measured s':>10} {'new pred':>9} {'ratio':>6} "
-          f"{'old pred':>9} {'ratio':>6} {'rerun spread':>12} {'same rec':>8}")
-    for label, ds, model, prior, kw in configs():
+    print(f"{'configuration':<42} {'rec':>24} {'steps':>8} {'measured s (3 runs)':>22} {'new pred':>9} {'ratio':>6} "
+          f"{'old pred':>9} {'ratio':>6} {'rerun spread':>12} {'same rec':>8}", flush=True)
+    for i, (label, ds, model, prior, kw) in enumerate(configs()):
+        if args.only is not None and i != args.only:
+            continue
         e = expand(model, ds, prior)
         preds, recs = [], []
         for r in range(args.reruns):
@@ -99,14 +103,16 @@ def main() -> None:
                 best, plan_s = p.best, time.perf_counter() - t0
         else:
             c = best
-            res = run_chains(model, ds, dynamics_of(c), c.run_spec(seed=0), prior_precision=prior,
-                             initial=e.theta_hat)
+            secs = [run_chains(model, ds, dynamics_of(c), c.run_spec(seed=0), prior_precision=prior,
+                               initial=e.theta_hat).seconds for _ in range(3)]
+            measured = float(np.median(secs))
             old = old_predictor(model, ds, e, c, prior)
             rec = f"B={c.batch_size} {c.family} κ={c.momentum:g}"
             spread = max(preds) / min(preds) - 1
-            print(f"{label:<42} {rec:>26} {int(c.run_steps):>8} {res.seconds:>10.3f} {preds[0]:>9.3f} "
-                  f"{preds[0] / res.seconds:>6.2f} {old:>9.3f} {old / res.seconds:>6.2f} {spread:>12.1%} "
-                  f"{str(len(set(recs)) == 1):>8}   (plan {plan_s:.1f} s)")
+            print(f"{label:<42} {rec:>24} {int(c.run_steps):>8} {measured:>8.3f} ({min(secs):.2f}–{max(secs):.2f}) "
+                  f"{preds[0]:>9.3f} {preds[0] / measured:>6.2f} {old:>9.3f} {old / measured:>6.2f} "
+                  f"{spread:>12.1%} {str(len(set(recs)) == 1):>8}   (plan {plan_s:.1f} s, load "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
 
 
 if __name__ == "__main__":

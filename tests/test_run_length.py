@@ -76,3 +76,25 @@ def test_old_verify_module_is_a_deprecated_alias():
     dep = [w for w in caught if issubclass(w.category, DeprecationWarning)]
     assert len(dep) == 1 and "sgtune.workflows.verify" in str(dep[0].message)  # warns once
     sys.modules.pop("sgtune.sampler.verify", None)
+
+
+@pytest.mark.parametrize("command", ["verify", "calibrate"])
+def test_given_steps_get_the_policy_burn_in(command):
+    """With --steps T and no --burn-in, verify and calibrate discard the policy's burn-in for T: the largest of
+    T/10, 20·τ and the equilibration steps, at most T/2 (verify used to take T/10 whatever τ; calibrate a tenth
+    of the *default* 20 000-step run, half of a 4000-step one)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sgtune.cli import main
+
+    r = CliRunner().invoke(main, [command, "--example", "hetero-linear", "--batch-size", "64", "--steps", "4000",
+                                  "--chains", "4", "-q", "--no-applicability"] if command == "calibrate" else
+                           [command, "--example", "hetero-linear", "--batch-size", "64", "--steps", "4000",
+                            "--chains", "4", "-q"])
+    assert r.exit_code in (0, 3), r.stderr
+    doc = json.loads(r.stdout)
+    tau, rho = doc["tau_worst"], doc["spectral_radius"]
+    want = min(max(400, math.ceil(20 * max(tau, 1.0)), int(equilibration_steps(rho))), 2000)
+    assert doc["burn_in"] == want and doc["steps"] == 4000

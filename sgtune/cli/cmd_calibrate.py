@@ -29,7 +29,7 @@ from .cmd_run import check_steps, progress_bar
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True)
 @click.option("--steps", type=int, default=None, callback=check_steps,
               help="Steps per chain, burn-in included (default max(20000, 1000·τ); at most 10^12).")
-@click.option("--burn-in", type=int, default=None, help="Steps discarded (default max(T/10, 20·τ)).")
+@click.option("--burn-in", type=int, default=None, help="Steps discarded (default the largest of T/10, 20·τ and the equilibration steps, at most T/2).")
 @click.option("--chains", type=int, default=8, show_default=True, help="Independent chains.")
 @click.option("--true-theta", type=click.Path(dir_okay=False), default=None,
               help="Data-generating θ* (.npy): adds the PIT values and their KS distance to Unif(0,1).")

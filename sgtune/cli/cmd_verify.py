@@ -54,7 +54,8 @@ def cli(**kw: Any) -> None:
     FILE.npy) test the forward prediction for that Λ. The chains start at θ̂.
     Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
     max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
-    T = max(20000, 1000·τ_worst), burn-in max(T/10, 20·τ_worst).
+    T = max(20000, 1000·τ_worst); burn-in (also with --steps) the largest of T/10, 20·τ_worst
+    and the equilibration steps of the second-moment map, at most T/2.
     --against prediction|target|FILE.npy: what the chains are tested against (default: the
     prediction; with --lambda LAM.npy whose JSON sidecar LAM.json comes from `sgtune lambda
     --refine`, the target the refined chain measured within expected_cov_tolerance, which is

@@ -574,8 +574,9 @@ def sampler_cost(model: Any, dataset: Dataset, expansion: Expansion, c: Candidat
     A run costs a + b·T: a fixed part (the engine advances in 50 chunks, each waking the thread pool) and
     b per step with C chains in parallel. Both lengths timed, TIMING_SHORT and a longer k whose extra work
     takes about ``per`` seconds, make the same 50 calls, so b = (t_k − t_short)/(k − TIMING_SHORT) and
-    a = t_short − b·TIMING_SHORT, each t the median of ``TIMING_REPEATS`` alternating runs (robust to other
-    jobs on the machine); a first run compiles (or loads) the kernel and is not timed. Measured once per
+    a = t_short − b·TIMING_SHORT, each t the median of ``TIMING_REPEATS`` runs (robust to other jobs on the
+    machine; k grows further while the difference does not stand out of the short runs' jitter); a first run
+    compiles (or loads) the kernel and is not timed. Measured once per
     process and configuration (:func:`clear_cost_cache` forgets).
     """
     cache_key = (getattr(model, "name", type(model).__name__), expansion.n_data, expansion.dim, _timing_key(c))
@@ -603,6 +604,12 @@ def sampler_cost(model: Any, dataset: Dataset, expansion: Expansion, c: Candidat
         t = run(k)
     longs = [t, *(run(k) for _ in range(TIMING_REPEATS - 1))]
     t1 = float(np.median(longs))
+    spread = float(np.median(np.abs(np.asarray(shorts) - base)))  # the fixed cost's jitter (other jobs)
+    for _ in range(3):  # the extra work must stand out of that jitter, or b would be noise (even ≤ 0)
+        if t1 - base > 3.0 * spread and t1 - base > 0.2 * t1 or k >= 2_000_000:
+            break
+        k = min(2_000_000, 4 * k)
+        t1 = float(np.median([run(k) for _ in range(TIMING_REPEATS)]))
     per_step = max(t1 - base, 1e-9) / (k - k0)
     out = (per_step / c.chains, max(base - k0 * per_step, 0.0))
     _COSTS[cache_key] = out
