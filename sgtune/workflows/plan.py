@@ -605,10 +605,10 @@ def sampler_cost(model: Any, dataset: Dataset, expansion: Expansion, c: Candidat
     longs = [t, *(run(k) for _ in range(TIMING_REPEATS - 1))]
     t1 = float(np.median(longs))
     spread = float(np.median(np.abs(np.asarray(shorts) - base)))  # the fixed cost's jitter (other jobs)
-    for _ in range(3):  # the extra work must stand out of that jitter, or b would be noise (even ≤ 0)
-        if t1 - base > 3.0 * spread and t1 - base > 0.2 * t1 or k >= 2_000_000:
+    for _ in range(2):  # the extra work must stand out of that jitter, or b would be noise (even ≤ 0)
+        if t1 - base > 3.0 * spread or t1 - base > 4.0 * per or k >= 2_000_000:
             break
-        k = min(2_000_000, 4 * k)
+        k = min(2_000_000, 2 * k)
         t1 = float(np.median([run(k) for _ in range(TIMING_REPEATS)]))
     per_step = max(t1 - base, 1e-9) / (k - k0)
     out = (per_step / c.chains, max(base - k0 * per_step, 0.0))
