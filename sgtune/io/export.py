@@ -52,7 +52,9 @@ header and ``intercept`` of a GLM, ``hidden1.weight[i,j]`` of a network, from th
 (``params["hidden1"]["weight"]``) is matched to the names ``hidden1.weight[i,j]``, so Λ's rows are
 applied to the right entries whatever JAX's flattening order (sorted dict keys); PyTorch parameters
 are matched by their ``named_parameters`` names. A layout that differs (a missing or extra leaf, a
-transposed shape) is refused naming the first difference.
+transposed shape) is refused naming the first difference. ``subset=True`` (optax, PyTorch) and
+``vector_names=`` (NumPy) apply a Λ that covers some parameters only — a network's last layer
+(:func:`sgtune.models.lastlayer.last_layer`) — to those, by name, and leave the others frozen.
 
 With these updates the chain's stationary covariance is the one sgtune predicts
 (:func:`sgtune.theory.stationary.predict_stationary_cov`), which ``tests/test_export*.py`` check by
@@ -550,6 +552,24 @@ def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: 
     return out
 
 
+def _subset_leaves(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: Sequence[str] | None,
+                   where: str) -> list[int]:
+    """Positions of the leaves whose prefix is a group of ``names`` (``subset=True``: the others stay frozen).
+
+    Refuses Λ without names (nothing to select by) and a selection that is empty; :func:`_match_layout`
+    then checks the selected leaves' shapes and that every group of the layout has its leaf.
+    """
+    if names is None:
+        raise SgtuneError(f"{where}: subset=True selects the parameters Λ's rows name, but Λ carries no parameter "
+                          "names; pass parameter_names= (e.g. the result's, output.weight[k,j])")
+    groups = _layout_groups(names)
+    keep = [k for k, (_, prefix, _) in enumerate(leaves) if prefix in groups]
+    if not keep:
+        raise SgtuneError(f"{where}: subset=True, but none of the {len(leaves)} parameters ({leaves[0][0]}, …) is "
+                          f"named in Λ's layout ({names[0]} … {names[-1]}); give the module or pytree that holds them")
+    return keep
+
+
 def _key_name(key: Any) -> str:
     for attr in ("key", "name", "idx"):
         if hasattr(key, attr):
@@ -597,7 +617,8 @@ def _apply_numpy(lam: StepMatrix, v: np.ndarray, factor: Any = None) -> np.ndarr
 def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: float | None = None,
                batch_size: int | None = None, parameter_names: Sequence[str] | None = None, blocks: Any = None,
                prior: str | None = None, prior_precision: Any = None, n_data: int | None = None,
-               rng: np.random.Generator | None = None) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+               rng: np.random.Generator | None = None,
+               vector_names: Sequence[str] | None = None) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     r"""A NumPy step ``(θ, m, G[, batch_size=b]) ↦ (θ', m')``: m' = κm + G, θ' = θ − Λm' + sqrt(2/β)Λ^{1/2}ξ.
 
     ``source``: a ``TuningResult`` or ``Dynamics`` (Λ, κ, β, B are theirs) or a bare Λ (module
@@ -606,6 +627,12 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     at θ (with Γθ/N unless ``prior="add"``). Start with m = 0. Pass ``batch_size=`` (the rows of the
     batch behind G) to have it checked against the B the result was tuned for. The rule applied is
     ``step.rule`` (:class:`UpdateRule`).
+
+    ``vector_names``: Λ covers part of a longer vector (e.g. a network's last layer,
+    :func:`sgtune.models.lastlayer.last_layer`, inside the whole network's parameters): the names of
+    that vector's entries, in its order. The step then takes and returns the whole vector (θ, m and G
+    of its length), applies the update to the entries Λ's names name (each must occur once) and leaves
+    every other entry unchanged (frozen; its m stays 0).
     """
     rule = update_rule(source, momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
                        parameter_names=parameter_names, blocks=blocks, prior=prior, prior_precision=prior_precision,
@@ -613,6 +640,11 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     L, kappa, scale = rule.step, rule.momentum, rule.noise_scale
     fac = L.factors() if scale > 0 else None
     gen = rng if rng is not None else np.random.default_rng()
+    if vector_names is not None:
+        return _subset_numpy_step(numpy_step(rule.step, momentum=kappa, inv_temperature=rule.inv_temperature,
+                                             batch_size=rule.batch_size, prior=rule.prior,
+                                             prior_precision=rule.prior_precision, n_data=rule.n_data, rng=gen),
+                                  rule, vector_names)
 
     def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
              batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -631,6 +663,36 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     return step
 
 
+def _subset_numpy_step(inner: Callable[..., tuple[np.ndarray, np.ndarray]], rule: UpdateRule,
+                       vector_names: Sequence[str]) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """``inner`` (the step on Λ's rows) applied inside a longer vector whose entries are ``vector_names``."""
+    if rule.names is None:
+        raise SgtuneError("numpy_step: vector_names= places Λ's rows by name, but Λ carries no parameter names; pass "
+                          "parameter_names= (e.g. the result's, output.weight[k,j])")
+    where = {str(n): k for k, n in enumerate(vector_names)}
+    if len(where) != len(vector_names):
+        raise SgtuneError("numpy_step: vector_names must be distinct")
+    missing = [n for n in rule.names if n not in where]
+    if missing:
+        raise SgtuneError(f"numpy_step: Λ's row {missing[0]!r} is not among vector_names ({vector_names[0]} … "
+                          f"{vector_names[-1]}); give the names of the whole vector, in its order")
+    idx = np.array([where[n] for n in rule.names], dtype=np.int64)
+    size = len(vector_names)
+
+    def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
+             batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if np.shape(grad)[-1] != size:
+            raise ShapeError(f"gradient must have last axis {size} (the entries of vector_names), got shape "
+                             f"{np.shape(grad)}")
+        sub, m_sub = inner(theta[..., idx], m[..., idx], grad[..., idx], batch_size=batch_size)
+        out, m_out = np.array(theta, dtype=float), np.array(m, dtype=float)
+        out[..., idx], m_out[..., idx] = sub, m_sub
+        return out, m_out
+
+    step.rule = rule  # type: ignore[attr-defined]
+    return step
+
+
 # --------------------------------------------------------------------------- optax
 class SGMCMCState(NamedTuple):
     """optax state: the momentum buffer (flat, (D,), θ order) and the PRNG key of the injected noise."""
@@ -643,7 +705,7 @@ class SGMCMCState(NamedTuple):
 def optax_transform(source: Any, *, momentum: float | None = None, inv_temperature: float | None = None,
                     batch_size: int | None = None, parameter_names: Sequence[str] | None = None, blocks: Any = None,
                     prior: str | None = None, prior_precision: Any = None, n_data: int | None = None,
-                    seed: int = 0) -> Any:
+                    seed: int = 0, subset: bool = False) -> Any:
     r"""An optax transformation whose update is −Λm' + sqrt(2/β)Λ^{1/2}ξ, m' = κm + g (+ Γθ/N with ``prior="add"``).
 
     ``source`` and the settings as in :func:`numpy_step`. Feed it the mean-loss minibatch gradient
@@ -652,7 +714,10 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     with parameter names (the result's, or ``parameter_names=``) each leaf's key path is matched to
     them (``params["hidden1"]["weight"][i, j]`` ↔ ``hidden1.weight[i,j]``), so Λ's rows reach the
     right entries whatever JAX's flattening order; a single array is θ itself; several leaves
-    without names are refused. Needs the ``jax`` extra (``pip install 'sgtune[jax]'``).
+    without names are refused. ``subset=True``: Λ covers some leaves only (e.g. a network's last
+    layer, :func:`sgtune.models.lastlayer.last_layer`): the leaves whose key paths Λ's names name are
+    updated, every other leaf gets a zero update (frozen); the named ones are still checked leaf by
+    leaf. Needs the ``jax`` extra (``pip install 'sgtune[jax]'``).
     """
     try:
         import jax
@@ -672,19 +737,37 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     layouts: dict[Any, tuple[Any, Any]] = {}
 
     def layout(tree: Any) -> tuple[Any, Any]:
-        """(θ row of each ravel entry, ravel entry of each θ row), or (None, None) for θ's own order."""
+        """(None, None) for θ's own order; else (the θ row of each ravel entry, or with ``subset`` the ravel
+        length, and the ravel entry of each θ row)."""
         leaves = _pytree_leaves(tree)
         key = (jax.tree_util.tree_structure(tree), tuple(s for _, _, s in leaves))
         if key not in layouts:
-            rows = np.concatenate([r.ravel() for r in _match_layout(leaves, L.names, L.dim, "optax_transform")])
-            ident = np.array_equal(rows, np.arange(L.dim))
-            layouts[key] = (None, None) if ident else (jnp.asarray(rows), jnp.asarray(np.argsort(rows)))
+            if subset:
+                keep = _subset_leaves(leaves, L.names, "optax_transform")
+                rows = _match_layout([leaves[k] for k in keep], L.names, L.dim, "optax_transform")
+                offs = np.concatenate([[0], np.cumsum([int(np.prod(s, dtype=np.int64)) for _, _, s in leaves])])
+                pos = np.empty(L.dim, dtype=np.int64)  # ravel entry of each θ row
+                for k, r in zip(keep, rows):
+                    pos[r.ravel()] = offs[k] + np.arange(r.size)
+                layouts[key] = (int(offs[-1]), jnp.asarray(pos))
+            else:
+                rows = np.concatenate([r.ravel() for r in _match_layout(leaves, L.names, L.dim, "optax_transform")])
+                ident = np.array_equal(rows, np.arange(L.dim))
+                layouts[key] = (None, None) if ident else (jnp.asarray(rows), jnp.asarray(np.argsort(rows)))
         return layouts[key]
 
     def to_theta(tree: Any) -> tuple[Any, Any, Any]:
         flat, unravel = ravel_pytree(tree)
         rows, inv = layout(tree)
-        return (flat if inv is None else flat[inv]), unravel, rows
+        return (flat if inv is None else flat[inv]), unravel, (rows, inv)
+
+    def to_tree(step: Any, unravel: Any, where: tuple[Any, Any]) -> Any:
+        rows, inv = where
+        if rows is None:
+            return unravel(step)
+        if subset:  # frozen leaves: zero update
+            return unravel(jnp.zeros(rows, step.dtype).at[inv].set(step))
+        return unravel(step[rows])
 
     def init_fn(params: Any) -> SGMCMCState:
         flat, _, _ = to_theta(params)
@@ -706,7 +789,7 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
         if noisy:
             key, sub = jax.random.split(key)
             step = step + scale * apply(fac, jax.random.normal(sub, g.shape, g.dtype))
-        return unravel(step if rows is None else step[rows]), SGMCMCState(momentum=m, key=key)
+        return to_tree(step, unravel, rows), SGMCMCState(momentum=m, key=key)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -740,7 +823,7 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                     inv_temperature: float | None = None, batch_size: int | None = None,
                     parameter_names: Sequence[str] | None = None, blocks: Any = None, prior: str | None = None,
                     prior_precision: Any = None, n_data: int | None = None, generator: Any = None, seed: int = 0,
-                    n_chains: int | None = None, check_batch_size: bool = True) -> Any:
+                    n_chains: int | None = None, check_batch_size: bool = True, subset: bool = False) -> Any:
     r"""A ``torch.optim.Optimizer`` whose ``step()`` is sgtune's update: m ← κm + G, θ ← θ − Λm + sqrt(2/β)Λ^{1/2}ξ.
 
     Parameters
@@ -760,6 +843,12 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
     check_batch_size : bool
         With a module (and no ``n_chains``), record the rows of every forward pass run with gradients
         enabled since the last step and refuse a step after a batch of another size than B.
+    subset : bool
+        Λ covers some of the module's parameters only (e.g. its last layer,
+        :func:`sgtune.models.lastlayer.last_layer`: names ``output.weight[k,j]``, ``output.bias[k]``):
+        the optimizer holds and updates the parameters Λ's names name (checked by shape, and every
+        name must be a parameter of the module); the others are not touched (frozen: set
+        ``requires_grad_(False)`` on them, or give them another optimizer). Needs a module.
 
     The gradients ``loss.backward()`` leaves in ``p.grad`` must be those of the batch-MEAN loss
     (``reduction="mean"``), plus the prior term unless ``prior="add"``. ``step(closure=None, *,
@@ -787,6 +876,12 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                               f"{type(params).__name__}") from None
         if not named or not all(isinstance(p, torch.Tensor) for _, p in named):
             raise SgtuneError("torch_optimizer: params must be a torch.nn.Module or a non-empty list of tensors")
+    if subset:
+        if module is None:
+            raise SgtuneError("torch_optimizer: subset=True selects parameters by name: pass the module, not a list "
+                              "of tensors")
+        keep = _subset_leaves([(n, n, tuple(p.shape[len(lead):])) for n, p in named], rule.names, "torch_optimizer")
+        named = [named[k] for k in keep]
     leaves = []
     for k, (n, p) in enumerate(named):
         if tuple(p.shape[:len(lead)]) != lead:

@@ -16,9 +16,10 @@ Required
 
 and one way to get the per-sample curvature J_n = ∇²_θ l_n(θ):
 
-``curvature(theta, X, y) -> RankOneCurvature | DenseCurvature``
+``curvature(theta, X, y) -> RankOneCurvature | BlockCurvature | DenseCurvature``
     the structure the model has (rank-one J_n = w_n u_n u_nᵀ, as for GLMs with u_n = x_n
-    and for a Gauss–Newton network with u_n = ∇_θ f(x_n)); or
+    and for a Gauss–Newton network with u_n = ∇_θ f(x_n); block J_n = W_n ⊗ x_n x_nᵀ with a
+    small r×r W_n, as for multinomial logistic regression); or
 ``per_sample_hessians(theta, X, y) -> (n, D, D)``
     dense J_n (small D); or
 ``hessian_vector_products(theta, X, y, v) -> (n, D)``
@@ -50,6 +51,19 @@ Optional
     D equals the number of covariates (a GLM), else ``theta[i]``.
 ``residual_variance(theta, X, y) -> float``
     Gaussian linear models only (the LR+WS comparison theory needs it).
+``rank_one`` / ``block_curvature`` : bool
+    Declared before any curvature is computed (a GLM: ``rank_one``; the multinomial model:
+    ``block_curvature``): the expansion then never budgets for dense (N, D, D) Hessians.
+``sandwich_refusal`` : str or None
+    Why the sandwich target J⁻¹𝓘J⁻¹/N does not exist for this model (J singular along a symmetry
+    of the loss, as the full softmax's shift); :meth:`~sgtune.models.expansion.Expansion.sandwich_cov`
+    raises with it. Default None.
+``describe() -> dict``
+    JSON-ready keys describing the parameterisation (the multinomial model's ``classes`` and
+    ``layout``); the command line adds them to every result.
+``batched_grads(thetas (C, D), X (C, B, p), y (C, B)) -> (C, D)``
+    The mean gradient of each chain's minibatch, vectorised over chains (the sampler's general
+    NumPy path, :mod:`sgtune.sampler.general`).
 ``numba_spec(n_features) -> (kind, ints, floats)``
     Pure data the sampler maps to a compiled gradient (``"glm"``, ``"mlp"``); models without
     it run through the sampler's general NumPy path.
@@ -67,8 +81,9 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 
-__all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
-           "per_sample_curvature", "checked_call", "model_label", "parameter_names"]
+__all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "BlockCurvature", "DenseCurvature", "ModelError",
+           "model_dim", "per_sample_curvature", "checked_call", "model_label", "parameter_names", "block_matrix",
+           "block_dense"]
 
 
 #: the ways a model can give its per-sample curvature, in the order sgtune prefers them
@@ -96,6 +111,42 @@ class RankOneCurvature:
 
     features: np.ndarray
     weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class BlockCurvature:
+    """J_n = W_n ⊗ x_n x_nᵀ: ``features`` x (n, p), symmetric ``weights`` W (n, r, r); D = r·p.
+
+    The layout is class-major: coordinate a·p + i of θ is covariate i of block a, so
+    J_n[a·p + i, b·p + j] = W_n[a, b] x_n[i] x_n[j]. Multinomial logistic regression has this
+    structure with W_n = diag(π_n) − π_nπ_nᵀ over its r free classes (rank ≤ r); every curvature
+    sum then costs O(N·D²) through x_nᵀ Σ_{ab} x_n, never an (N, D, D) array.
+    """
+
+    features: np.ndarray
+    weights: np.ndarray
+
+
+def block_matrix(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Σ_n M_n ⊗ x_n x_nᵀ (D×D, class-major; M_n symmetric r×r): r(r+1)/2 products Xᵀ diag(M_{ab}) X."""
+    X, M = features, weights
+    n, p = X.shape
+    r = M.shape[1]
+    out = np.empty((r, p, r, p))
+    for a in range(r):
+        for b in range(a, r):
+            blk = (X.T * M[:, a, b]) @ X
+            out[a, :, b, :] = blk
+            if b != a:
+                out[b, :, a, :] = blk.T
+    return out.reshape(r * p, r * p)
+
+
+def block_dense(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The dense J_n = W_n ⊗ x_n x_nᵀ, shape (n, D, D) (small n·D² only: tests and the direct solve)."""
+    n, p = features.shape
+    r = weights.shape[1]
+    return np.einsum("nab,ni,nj->naibj", weights, features, features).reshape(n, r * p, r * p)
 
 
 @dataclass(frozen=True)
@@ -188,7 +239,7 @@ def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | N
 
 
 def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.ndarray
-                         ) -> RankOneCurvature | DenseCurvature:
+                         ) -> RankOneCurvature | BlockCurvature | DenseCurvature:
     """The per-sample curvature J_n at θ in the structure the model offers (module docstring).
 
     Preference: the model's own ``curvature`` (it knows its structure), then dense
@@ -202,10 +253,20 @@ def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.nda
             u = _finite(cur.features, (n, d), label, "curvature().features")
             w = _finite(cur.weights, (n,), label, "curvature().weights")
             return RankOneCurvature(u, w)
+        if isinstance(cur, BlockCurvature):
+            x = np.asarray(cur.features)
+            p = x.shape[1] if x.ndim == 2 else 0
+            r = d // p if p and d % p == 0 else 0
+            if not r:
+                raise ModelError(f"model {label}: curvature().features has shape {x.shape}, expected (n, p) with p "
+                                 f"dividing D = {d}")
+            x = _finite(x, (n, p), label, "curvature().features")
+            w = _finite(cur.weights, (n, r, r), label, "curvature().weights")
+            return BlockCurvature(x, w)
         if isinstance(cur, DenseCurvature):
             return DenseCurvature(_finite(cur.hessians, (n, d, d), label, "curvature().hessians"))
-        raise ModelError(f"model {label}: curvature() must return RankOneCurvature or DenseCurvature, "
-                         f"got {type(cur).__name__}")
+        raise ModelError(f"model {label}: curvature() must return RankOneCurvature, BlockCurvature or "
+                         f"DenseCurvature, got {type(cur).__name__}")
     if callable(getattr(model, "per_sample_hessians", None)):
         return DenseCurvature(checked_call(model, "per_sample_hessians", theta, X, y, shape=(n, d, d)))
     if callable(getattr(model, "hessian_vector_products", None)):

@@ -10,7 +10,7 @@ array). A GLM declares this structure through :meth:`GLM.curvature` (a
 :class:`~sgtune.models.base.RankOneCurvature`); the expansion and the theory choose their fast
 path from it, never from the model's name.
 
-Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+Scaling (Wang, Ding & Huggins (2026), §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)).
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ class GLM:
         ``logistic``: ρ = log(1+e^η) − yη, y ∈ {0, 1}.
         ``poisson``: ρ = e^η − yη (log link; the constant log y! is dropped), y ∈ {0, 1, 2, …}.
         ``beta-linear``: the β-divergence (density-power) loss of the Gaussian linear model,
-        seed 003 appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
+        Wang, Ding & Huggins (2026) appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
         f(·; η) = N(η, σ²) and power p = ``beta_power`` > 1.
     noise_variance : float
         σ² of the Gaussian models (``linear``, ``beta-linear``).
@@ -100,7 +100,7 @@ class GLM:
             raise DataFormatError(
                 f"{source or 'X'}: the design matrix has rank {rank} < D = {d} (collinear or constant "
                 "columns), so θ̂ is not identified; drop columns or pass a prior precision > 0")
-        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and _separable(X, y):
+        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and separable(X, y):
             raise DataFormatError(
                 f"{source or 'data'}: the logistic data are linearly separable, so the maximum-likelihood "
                 "estimate does not exist (θ̂ → ∞); pass a prior precision > 0 (--prior-precision)")
@@ -198,10 +198,28 @@ class GLM:
         return w[:, None, None] * X[:, :, None] * X[:, None, :]
 
 
-def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None) -> GLM:
-    """Validated :class:`GLM` by name."""
+def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None, labels: Any = None,
+              layout: str = "baseline") -> Any:
+    """A validated model by name: a :class:`GLM`, or ``"multinomial"`` with its class ``labels`` and ``layout``.
+
+    ``labels`` (multinomial only): the class labels (the values the response takes, e.g.
+    ``np.unique(y)``) or their number K (labels 0 … K−1); ``layout`` ``"baseline"`` or ``"full"``
+    (:mod:`sgtune.models.multinomial`; ``Multinomial.from_response``
+    builds the model from a response).
+    """
+    if name == "multinomial":
+        from .multinomial import Multinomial
+
+        if labels is None:
+            raise SgtuneError("model 'multinomial' needs its class labels: get_model('multinomial', labels=np.unique(y)) "
+                              "or Multinomial.from_response(y)")
+        if isinstance(labels, (int, np.integer)):
+            labels = range(int(labels))
+        return Multinomial(tuple(np.asarray(labels, dtype=float).reshape(-1)), layout)
+    if layout != "baseline":
+        raise SgtuneError(f"layout is an option of the multinomial model, not of {name!r}")
     if name not in MODEL_NAMES:
-        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
+        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)} or multinomial, got {name!r}")
     s2 = check_positive(noise_variance, "noise_variance")
     if name == "beta-linear":
         if beta_power is None:
@@ -213,9 +231,7 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
     return GLM(name, s2)
 
 
-
-
-def _separable(X: np.ndarray, y: np.ndarray) -> bool:
+def separable(X: np.ndarray, y: np.ndarray) -> bool:
     """Is there θ with (2y−1)·x_nᵀθ ≥ 1 for all n (complete separation)? One LP (HiGHS)."""
     from scipy.optimize import linprog
 

@@ -47,7 +47,7 @@ from typing import Any, Callable
 from ..core.errors import SgtuneError
 from .base import CURVATURE_METHODS, ModelError, model_label
 
-__all__ = ["load_model_file", "is_model_file_spec", "check_protocol", "UserModel"]
+__all__ = ["load_model_file", "load_file_object", "is_model_file_spec", "check_protocol", "UserModel"]
 
 REQUIRED = ("per_sample_losses", "per_sample_grads")
 
@@ -77,16 +77,33 @@ def load_model_file(spec: str) -> Any:
         The file does not exist, fails on import, lacks NAME, or NAME is not a model (one line
         naming the file and what is wrong).
     """
+    obj = load_file_object(spec, "--model")
+    path_s, _, name = spec.rpartition(":")
+    if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
+        obj = guarded(obj, f"--model {spec}: calling {name}() in {path_s}", os.getcwd())()
+    check_protocol(obj, f"--model {spec} ({model_label(obj)})")
+    return UserModel(obj, spec)
+
+
+def load_file_object(spec: str, option: str) -> Any:
+    """The object NAME of ``path.py:NAME`` as the file defines it (imported as a fresh module under the model
+    file's rules, module docstring); ``option`` (``--model``, ``--features-from``) names it in messages.
+
+    Raises
+    ------
+    ModelError
+        The file does not exist, fails on import, or lacks NAME.
+    """
     path_s, sep, name = spec.rpartition(":")
     if not sep or not path_s.endswith(".py") or not name:
-        raise SgtuneError(f"--model {spec!r}: a user model is given as path/to/file.py:NAME")
+        raise SgtuneError(f"{option} {spec!r}: give path/to/file.py:NAME")
     path = Path(path_s)
     if not path.is_file():
-        raise ModelError(f"--model {spec}: model file {path_s} does not exist")
+        raise ModelError(f"{option} {spec}: file {path_s} does not exist")
     mod_name = f"sgtune_user_model_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(mod_name, path)
     if loader_spec is None or loader_spec.loader is None:  # pragma: no cover - .py files always get a loader
-        raise ModelError(f"--model {spec}: cannot import {path_s}")
+        raise ModelError(f"{option} {spec}: cannot import {path_s}")
     module = importlib.util.module_from_spec(loader_spec)
     folder = str(path.resolve().parent)
     if folder not in sys.path:  # as for a script: a module beside the file can be imported
@@ -95,19 +112,15 @@ def load_model_file(spec: str) -> Any:
     argv = sys.argv
     sys.argv = [path_s]  # argparse at import time must not read sgtune's options
     try:
-        guarded(loader_spec.loader.exec_module, f"--model {spec}: importing {path_s}", os.getcwd())(module)
+        guarded(loader_spec.loader.exec_module, f"{option} {spec}: importing {path_s}", os.getcwd())(module)
     except ModelError:
         sys.modules.pop(mod_name, None)
         raise
     finally:
         sys.argv = argv
     if not hasattr(module, name):
-        raise ModelError(f"--model {spec}: {path_s} defines no name {name!r}")
-    obj = getattr(module, name)
-    if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
-        obj = guarded(obj, f"--model {spec}: calling {name}() in {path_s}", os.getcwd())()
-    check_protocol(obj, f"--model {spec} ({model_label(obj)})")
-    return UserModel(obj, spec)
+        raise ModelError(f"{option} {spec}: {path_s} defines no name {name!r}")
+    return getattr(module, name)
 
 
 def guarded(fn: Callable[..., Any], subject: str, cwd: str, method: str = "") -> Callable[..., Any]:

@@ -281,6 +281,7 @@ class _Anchor:
         return 0.5 * (c + c.T)
 
 
+@cites("sgtune", "the subsample size of the out-of-core applicability report (a work budget, no paper equation)")
 def subsample_rows(n_data: int, dim: int) -> int:
     """Rows of the random subsample the report evaluates out-of-core data on (all N when N is at most that)."""
     return int(min(n_data, SUBSAMPLE_MAX_ROWS, max(SUBSAMPLE_MIN_ROWS, SUBSAMPLE_WORK // max(dim, 1) ** 2)))

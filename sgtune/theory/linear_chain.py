@@ -120,28 +120,14 @@ def _noise_map(step_matrix: np.ndarray, momentum: float) -> np.ndarray:
 
 @cites("wang2026", "Thm. 4.3, Eq. (12): the Σ-dependent part mean_n J_nΣJ_n − JΣJ as a D²×D² matrix")
 def variance_kernel(expansion: Expansion) -> np.ndarray:
-    """vec-matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ (D²×D², C-order vec), accumulated in row blocks of 4096."""
-    e = expansion
-    d = e.dim
-    J = e.curvature
-    if e.stream is not None:  # rows out of core: streamed over chunks (sgtune.io.reduce)
-        return e.variance_kernel_sum() - np.kron(J, J)
-    K = np.zeros((d * d, d * d))
-    if e.rank_one:
-        X, w = e.design, e.weights
-        for start in range(0, e.n_samples, 4096):
-            xb = X[start:start + 4096]
-            Z = (w[start:start + 4096][:, None, None] * xb[:, :, None] * xb[:, None, :]).reshape(len(xb), d * d)
-            K += Z.T @ Z
-    else:
-        Hs = e.per_sample_hessians
-        G = np.zeros((d * d, d * d))  # G[(i,j),(k,l)] = Σ_n J_n[i,j] J_n[k,l]: one BLAS product per block
-        for start in range(0, e.n_samples, 4096):
-            Z = Hs[start:start + 4096].reshape(-1, d * d)
-            G += Z.T @ Z
-        K += G.reshape(d, d, d, d).transpose(0, 2, 1, 3).reshape(d * d, d * d)  # K[(i,k),(j,l)]
-    K /= e.n_samples
-    return K - np.kron(J, J)
+    """vec-matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ (D²×D², C-order vec).
+
+    mean_n J_n ⊗ J_n is the expansion's (:meth:`~sgtune.models.expansion.Expansion.variance_kernel_sum`:
+    accumulated in row blocks for every curvature structure — rank-one, block, dense — or streamed over
+    the rows of out-of-core data).
+    """
+    J = expansion.curvature
+    return expansion.variance_kernel_sum() - np.kron(J, J)
 
 
 @cites("wang2026", "Prop. 4.2 / Thm. 4.3: S_t = 𝒫(S_{t−1}) + Q₀, so S_t − Σ = 𝒫^t(S_0 − Σ)")
