@@ -575,8 +575,9 @@ def sampler_cost(model: Any, dataset: Dataset, expansion: Expansion, c: Candidat
     b per step with C chains in parallel. Both lengths timed, TIMING_SHORT and a longer k whose extra work
     takes about ``per`` seconds, make the same 50 calls, so b = (t_k − t_short)/(k − TIMING_SHORT) and
     a = t_short − b·TIMING_SHORT, each t the median of ``TIMING_REPEATS`` runs (robust to other jobs on the
-    machine; k grows further while the difference does not stand out of the short runs' jitter); a first run
-    compiles (or loads) the kernel and is not timed. Measured once per
+    machine; k grows further while the difference does not stand out of the short runs' jitter, and when it
+    never does, b = t_k/k and a = 0, an upper bound); a first run compiles (or loads) the kernel and is not
+    timed. Measured once per
     process and configuration (:func:`clear_cost_cache` forgets).
     """
     cache_key = (getattr(model, "name", type(model).__name__), expansion.n_data, expansion.dim, _timing_key(c))
@@ -610,7 +611,10 @@ def sampler_cost(model: Any, dataset: Dataset, expansion: Expansion, c: Candidat
             break
         k = min(2_000_000, 2 * k)
         t1 = float(np.median([run(k) for _ in range(TIMING_REPEATS)]))
-    per_step = max(t1 - base, 1e-9) / (k - k0)
-    out = (per_step / c.chains, max(base - k0 * per_step, 0.0))
+    if t1 - base > 3.0 * spread:
+        per_step = (t1 - base) / (k - k0)
+        out = (per_step / c.chains, max(base - k0 * per_step, 0.0))
+    else:  # the steps' cost is lost in the jitter: charge the whole long run to its steps (an upper bound)
+        out = (t1 / k / c.chains, 0.0)
     _COSTS[cache_key] = out
     return out
