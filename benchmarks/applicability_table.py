@@ -10,7 +10,7 @@ from sgtune.io.data import make_dataset, example
 from sgtune.models import get_model, expand
 from sgtune.theory.tuning import tune
 from sgtune.theory.applicability import applicability
-from sgtune.sampler.verify import verify_stationary_cov
+from sgtune.workflows.verify import verify_stationary_cov
 from sgtune.core.config import Dynamics
 
 def std(X): 

@@ -31,7 +31,7 @@ from sgtune.diagnostics.health import ESS_MIN, chain_health
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
-from sgtune.sampler.verify import chain_prediction, default_run_length, prediction_check
+from sgtune.workflows.verify import chain_prediction, default_run_length, prediction_check
 from sgtune.theory.stationary import equilibration_steps
 from sgtune.theory.tuning import tune
 from sgtune.core.config import Dynamics

@@ -24,7 +24,7 @@ LAYERS = {"core": 0, "io": 1, "models": 2, "symbolic": 2, "diagnostics": 3, "the
 
 
 def walk() -> list[tuple[str, str]]:
-    from sgtune.sampler.verify import verify_stationary_cov
+    from sgtune.workflows.verify import verify_stationary_cov
 
     data = example("hetero-linear")
     model = get_model("linear")

@@ -11,8 +11,9 @@ The package is layered; each subpackage imports only from the layers below it
 ``sgtune.symbolic``   sympy derivations of the closed forms (oracles for the numeric code)
 ``sgtune.diagnostics`` ESS, MCSE, covariance z-tests, kernel Stein discrepancy
 ``sgtune.theory``     stationary covariance, tuning, fluctuation, minibatch, reshuffling, SMILE
-``sgtune.sampler``    numba-compiled chains and the ``verify`` check (the only numba user)
-``sgtune.workflows``  multi-step studies: calibration, Wang, Ding & Huggins's (2026) experiments, the BNN study
+``sgtune.sampler``    numba-compiled chains (the only numba user)
+``sgtune.workflows``  multi-step studies: the ``verify`` check, calibration, refinement, planning,
+                      the experiments of Wang, Ding & Huggins (2026), the BNN study
 ``sgtune.cli``        the ``sgtune`` command line
 ====================  =====================================================================
 
@@ -38,7 +39,7 @@ _API = {
     "tune": "sgtune.theory.tuning", "TuningResult": "sgtune.theory.tuning",
     "predict_stationary_cov": "sgtune.theory.stationary", "StationaryCov": "sgtune.theory.stationary",
     "run_chains": "sgtune.sampler", "ChainResult": "sgtune.sampler",
-    "verify_stationary_cov": "sgtune.sampler.verify",
+    "verify_stationary_cov": "sgtune.workflows.verify",
     "SgtuneError": "sgtune.core.errors",
 }
 __all__ = ["__version__", *_API]
@@ -59,6 +60,7 @@ _MOVED = {
     "sgtune.calibrate": "sgtune.workflows.calibrate",
     "sgtune.experiments": "sgtune.workflows.experiments",
     "sgtune.bnn": "sgtune.workflows.bnn",
+    "sgtune.sampler.verify": "sgtune.workflows.verify",
 }
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sgtune.cli import main
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
-from sgtune.sampler.verify import verify_stationary_cov
+from sgtune.workflows.verify import verify_stationary_cov
 from sgtune.theory.applicability import MAX_DEVIATION, applicability
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune

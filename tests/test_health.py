@@ -16,7 +16,7 @@ from sgtune.diagnostics.health import ALPHA, ESS_MIN, STEP_COLLAPSE, chain_healt
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
-from sgtune.sampler.verify import chain_prediction, prediction_check
+from sgtune.workflows.verify import chain_prediction, prediction_check
 from sgtune.theory.tuning import tune
 from sgtune.core.config import Dynamics
 

@@ -248,7 +248,7 @@ def test_keep_draws_does_not_change_the_chains_and_bounds_the_trace():
     from sgtune.workflows.calibrate import calibrate
     from sgtune.io.data import example
     from sgtune.models import expand
-    from sgtune.sampler.verify import verify_stationary_cov
+    from sgtune.workflows.verify import verify_stationary_cov
 
     ds, m = example("logistic"), get_model("logistic")
     e = expand(m, ds, 1.0)

@@ -25,7 +25,7 @@ from sgtune.core.errors import DataFormatError, NotPositiveDefiniteError, Sgtune
 from sgtune.io.export import numpy_step, optax_transform, torch_optimizer  # noqa: E402
 from sgtune.models import expand  # noqa: E402
 from sgtune.models.lastlayer import HeadLayout, last_layer  # noqa: E402
-from sgtune.sampler.verify import verify_stationary_cov  # noqa: E402
+from sgtune.workflows.verify import verify_stationary_cov  # noqa: E402
 from sgtune.theory.applicability import applicability  # noqa: E402
 from sgtune.theory.stationary import predict_stationary_cov  # noqa: E402
 from sgtune.theory.tuning import tune  # noqa: E402

@@ -89,7 +89,8 @@ def test_objective_seconds_picks_the_fastest(logistic):
                  time_budget=0.05)
     secs = [c.predicted_seconds for c in p.candidates]
     assert all(math.isfinite(s) and s > 0 for s in secs)
-    assert p.recommended == int(np.argmin(secs))
+    tied = [i for i, s in enumerate(secs) if s <= min(secs) * (1 + planmod.SECONDS_TIE)]
+    assert p.recommended == min(tied, key=lambda i: (p.candidates[i].gradient_evaluations, i))
     for c in p.candidates:
         assert c.predicted_seconds == pytest.approx(
             c.chains * (c.burn_in_steps + c.steps) * c.seconds_per_step + c.seconds_per_run)
@@ -237,3 +238,64 @@ def _has_matplotlib():
     except ImportError:
         return False
     return True
+
+
+def test_recommendation_breaks_ties_by_grid_order_never_by_measured_time():
+    """Equal gradient evaluations: the earlier candidate wins whatever the timings say; with the seconds
+    objective, predictions within SECONDS_TIE of the fastest are tied and the fewest gradients win."""
+    def cand(grads, secs):
+        c = planmod.Candidate(batch_size=8, family="dense", momentum=0.0, batching="replacement",
+                              inverse_temperature=math.inf, chains=4, feasible=True)
+        c.gradient_evaluations, c.predicted_seconds = grads, secs
+        return c
+
+    cands = [cand(5e5, 9.0), cand(1e5, 3.0), cand(1e5, 1.0), cand(2e4, math.inf)]
+    cands[3].feasible = False
+    assert planmod.recommend(cands, "gradients") == 1  # 1 and 2 tie on gradients: index, not seconds
+    cands[0].predicted_seconds = 0.95  # within 10 % of the fastest (2: 1.0): tied, and has more gradients
+    assert planmod.recommend(cands, "seconds") == 2
+    cands[0].predicted_seconds = 0.5
+    assert planmod.recommend(cands, "seconds") == 0
+    assert planmod.recommend([cands[3]], "gradients") is None
+
+
+def test_absurd_runs_are_infeasible_with_the_reason(logistic, monkeypatch):
+    m, ds, e = logistic
+    p = plan_run(m, ds, e, tolerance=1e-7, batch_sizes=(8,), families=("dense",), time_steps=False, notes=False)
+    c = p.candidates[0]
+    assert not c.feasible and "10^12" in c.reason and c.run_steps > 1e12
+    # more memory than the machine has (here: pretend 1 kB is available)
+    monkeypatch.setattr(planmod, "available_memory", lambda: 1000)
+    p = plan_run(m, ds, e, tolerance=0.2, batch_sizes=(8,), families=("dense",), time_steps=False, notes=False)
+    c = p.candidates[0]
+    assert not c.feasible and "memory" in c.reason and c.memory_bytes > 1000 and p.recommended is None
+
+
+def test_candidate_run_spec_includes_the_burn_in(logistic):
+    m, ds, e = logistic
+    p = plan_run(m, ds, e, tolerance=0.2, batch_sizes=(32,), families=("dense",), time_steps=False, notes=False)
+    c = p.best
+    spec = c.run_spec(seed=5)
+    assert spec.n_steps == c.burn_in_steps + c.steps and spec.burn_in_steps == c.burn_in_steps
+    assert spec.kept_steps == c.steps and spec.n_chains == c.chains and spec.seed == 5
+    d = c.to_dict()
+    assert d["run_steps"] == d["burn_in_steps"] + d["steps"] and d["steps_after_burn_in"] == d["steps"]
+
+
+def test_cost_model_is_measured_once_per_process(logistic, monkeypatch):
+    """The second plan of the same problem reuses the calibrated cost model (identical predictions, no sampler
+    runs); forgetting it measures again."""
+    m, ds, e = logistic
+    planmod.clear_cost_cache()
+    kw = dict(tolerance=0.2, batch_sizes=(8, 64), families=("dense",), time_budget=0.05, notes=False)
+    first = plan_run(m, ds, e, **kw)
+    calls = []
+    real = planmod.run_chains
+    monkeypatch.setattr(planmod, "run_chains", lambda *a, **k: calls.append(1) or real(*a, **k))
+    second = plan_run(m, ds, e, **kw)
+    assert not calls
+    assert [c.predicted_seconds for c in second.candidates] == [c.predicted_seconds for c in first.candidates]
+    assert second.recommended == first.recommended
+    planmod.clear_cost_cache()
+    plan_run(m, ds, e, **kw)
+    assert len(calls) >= 2 * planmod.TIMING_REPEATS

@@ -217,7 +217,7 @@ def test_default_names_carry_no_layout_for_the_exports():
 
 
 def test_verification_calibration_plan_and_applicability_present_themselves(problem):
-    from sgtune.sampler.verify import verify_stationary_cov
+    from sgtune.workflows.verify import verify_stationary_cov
     from sgtune.workflows.calibrate import calibrate
 
     rep = verify_stationary_cov(problem.model, problem.ds, problem.e, 0.05, batch_size=32, n_steps=3000,

@@ -5,7 +5,8 @@ from typing import Any
 
 from ..diagnostics.health import chain_health
 from ..sampler import ChainResult
-from ..sampler.verify import chain_prediction, prediction_check
+from ..workflows.verify import CHECK_TOLERANCE, chain_prediction, prediction_check
+from ._against import Against
 from ._io import untrusted
 
 #: above this D, ``run`` does not solve for its own prediction (a dense Lyapunov solve; seconds at D = 1000)
@@ -13,16 +14,22 @@ PREDICTION_MAX_DIM = 200
 
 
 def health_report(chains: ChainResult, *, initial_step_size: float | None = None,
-                  check: dict[str, Any] | None = None, predict: dict[str, Any] | None = None) -> dict[str, Any]:
+                  check: dict[str, Any] | None = None, predict: dict[str, Any] | None = None,
+                  against: Against | None = None) -> dict[str, Any]:
     """:func:`~sgtune.diagnostics.health.chain_health` as a JSON object; every reason is a warning (stderr
     even with ``-q``, JSON ``warnings``) and marks the result untrusted (``--strict`` exits 4).
 
     ``check`` is a prediction check the command already made (verify's test, calibrate's); else
-    ``predict`` holds the keyword arguments of :func:`~sgtune.sampler.verify.chain_prediction` (with
-    ``expansion`` and ``step_matrix``), solved here up to :data:`PREDICTION_MAX_DIM`.
+    ``predict`` holds the keyword arguments of :func:`~sgtune.workflows.verify.chain_prediction` (with
+    ``expansion`` and ``step_matrix``), solved here up to :data:`PREDICTION_MAX_DIM`, unless ``against``
+    (``--against``) names another covariance: the check then compares with it, with a model error of
+    the larger of :data:`~sgtune.workflows.verify.CHECK_TOLERANCE` and what its source vouches for.
     """
     note = None
-    if check is None and predict is not None:
+    if check is None and against is not None and against.cov is not None:
+        check = prediction_check(chains, against.cov, mode=against.label,
+                                 relative_tolerance=max(CHECK_TOLERANCE, against.tolerance))
+    elif check is None and predict is not None:
         dim = predict["expansion"].dim
         if dim > PREDICTION_MAX_DIM:
             note = f"no prediction check above D = {PREDICTION_MAX_DIM} (run sgtune verify for one)"

@@ -34,6 +34,29 @@ MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'm
 LIKELIHOODS = ("gaussian", "bernoulli", "poisson", "softmax")
 
 
+def data_argv(kw: dict[str, Any]) -> list[str]:
+    """The shared data options (:data:`DATA_KEYS`, but ``--seed``) as the user gave them, as command-line
+    tokens: what another ``sgtune`` command needs to load the same problem (e.g. ``plan``'s ``run_argv``)."""
+    ctx = click.get_current_context()
+    out: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if name not in DATA_KEYS or name == "seed" or kw.get(name) is None:
+            continue
+        if ctx.get_parameter_source(name) in (click.core.ParameterSource.DEFAULT,
+                                              click.core.ParameterSource.DEFAULT_MAP):
+            continue
+        value = kw[name]
+        if isinstance(param, click.Argument):
+            out.append(str(value))
+        elif getattr(param, "is_flag", False):
+            if value:
+                out.append(param.opts[0])
+        else:
+            out += [param.opts[0], str(value)]
+    return out
+
+
 def compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """One decorator applying ``decorators`` in the order listed (a group of click options)."""
     def deco(f: Any) -> Any:

@@ -10,14 +10,14 @@ from ..workflows.calibrate import calibrate
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
-from ..sampler.verify import prediction_check
+from ..workflows.verify import prediction_check
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
                        load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._render import coordinate_table, key_values
-from .cmd_run import progress_bar
+from .cmd_run import check_steps, progress_bar
 
 
 @click.command("calibrate")
@@ -27,8 +27,9 @@ from .cmd_run import progress_bar
               help="'sandwich' (J⁻¹𝓘J⁻¹/N), 'posterior' (H⁻¹/N) or a (D, D) .npy file.")
 @click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True)
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True)
-@click.option("--steps", type=int, default=None, help="Steps per chain (default max(20000, 1000·τ)).")
-@click.option("--burn-in", type=int, default=None, help="Steps discarded (default max(T/10, 20·τ)).")
+@click.option("--steps", type=int, default=None, callback=check_steps,
+              help="Steps per chain, burn-in included (default max(20000, 1000·τ); at most 10^12).")
+@click.option("--burn-in", type=int, default=None, help="Steps discarded (default the largest of T/10, 20·τ and the equilibration steps, at most T/2).")
 @click.option("--chains", type=int, default=8, show_default=True, help="Independent chains.")
 @click.option("--true-theta", type=click.Path(dir_okay=False), default=None,
               help="Data-generating θ* (.npy): adds the PIT values and their KS distance to Unif(0,1).")

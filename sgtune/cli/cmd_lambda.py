@@ -5,6 +5,7 @@ import math
 from typing import Any
 
 import click
+import numpy as np
 
 from ..core._refs import references_of
 from ..core.config import Dynamics
@@ -51,8 +52,15 @@ def cli(**kw: object) -> None:
     spectral_radius_is_bound: state dimension > 150, a scalar/diagonal/block family above D = 20, or
     data read out of core),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
-    covariance_error (‖predicted − target‖_F/‖target‖_F, every family), family,
-    criterion (what the family minimises or solves), blocks (with --family block), ...
+    covariance_error (‖predicted − target‖_F/‖target‖_F, every family; after --refine the
+    chains' ‖Σ̂ − target‖_F/‖target‖_F, a Monte Carlo estimate: covariance_error_source says
+    which, covariance_error_noise_floor its Monte Carlo floor), predicted_covariance_error
+    (always the linearised prediction's), expects ('prediction', or 'target' after --refine)
+    with expected_cov (the covariance the chain with this Λ is expected to have) and
+    expected_cov_tolerance (entry-wise, relative to √(Σ_ii Σ_jj), what the chains measured),
+    family, criterion (what the family minimises or solves), blocks (with --family block), ...
+    Save the JSON next to Λ (-o LAM.npy --json LAM.json): `run`/`verify --lambda LAM.npy`
+    then compare their chains with expected_cov by default (--against).
     --plot FILE.png: target vs predicted covariance ellipses and Λ as a heat map.
     Example:  sgtune lambda --example hetero-linear --batch-size 64 --plot lambda.png
     """
@@ -73,7 +81,9 @@ def cli(**kw: object) -> None:
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
         "spectral_radius_is_bound": res.stationary.spectral_radius_is_bound,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
-        "covariance_error": res.covariance_error, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dim,
+        "covariance_error": res.covariance_error, "covariance_error_source": "prediction",
+        "predicted_covariance_error": res.covariance_error, "expects": "prediction",
+        "expected_cov": res.predicted_cov, "expected_cov_tolerance": 0.0, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
         "without_replacement": res.without_replacement, "model": prob.model.name,
         "target": kw["target"], "seed": kw["seed"], "data": prob.dataset.source,
@@ -123,8 +133,19 @@ def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) ->
                           prior_precision=prob.prior_precision, seed=seed)
     doc["refine"] = [r.to_dict() for r in rounds_]
     last = rounds_[-1]
+    # the refined chain is meant to give the target, and the last round measured how close it comes: that is
+    # what it expects and what covariance_error reports (a Monte Carlo estimate); the linearised prediction of
+    # the refined Λ stays in predicted_cov / predicted_covariance_error (it is not what the chain gives)
+    S = res.target_cov
+    norm = float(np.linalg.norm(S))
     doc.update({"lambda": new.step_matrix, "predicted_cov": new.predicted_cov, "spectral_radius": new.spectral_radius,
-                "tau_worst": new.tau_worst, "tau": new.tau})
+                "tau_worst": new.tau_worst, "tau": new.tau, "residual": new.residual,
+                "predicted_covariance_error": float(np.linalg.norm(new.predicted_cov - S) / norm),
+                "covariance_error": float(np.linalg.norm(last.cov - S) / norm),
+                "covariance_error_noise_floor": float(np.sqrt(np.sum(last.cov_standard_error ** 2)) / norm),
+                "covariance_error_source": "chains", "empirical_cov": last.cov,
+                "empirical_cov_standard_error": last.cov_standard_error,
+                "expects": "target", "expected_cov": S, "expected_cov_tolerance": last.tolerance})
     app = applicability_report(prob, new.stationary, target_cov=res.target_cov, backward_error=new.residual,
                                seed=seed, quiet_reasons=True)
     if last.converged:

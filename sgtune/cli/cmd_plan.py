@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from pathlib import Path
 from typing import Any
 
 import click
@@ -17,7 +18,7 @@ from ..theory.tuning import FAMILIES, tune
 from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
 from ._applicability import applicability_report, skipped_report
 from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
-from ._options import data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
+from ._options import data_argv, data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
     parse_inv_temperature, temperature_json
 from ._plot import check_plot, render_plot, write_plot
 
@@ -81,6 +82,9 @@ def _ints(value: str, name: str) -> list[int]:
               help="Skip the short sampler runs that time a step (predicted_seconds is then 'inf').")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, metavar="PLAN.csv",
               help="Write the candidate table as CSV.")
+@click.option("--lambda-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Write each feasible candidate's Λ to DIR/plan-lambda-<index>.npy ((D, D) dense, (D,) diagonal) so "
+                   "that its run_argv runs as given (scalar candidates' run_argv need no file).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
               help="Draw gradient evaluations and seconds against the batch size per family, the Pareto front "
                    "circled and the recommendation starred. Needs matplotlib: pip install 'sgtune[plot]'.")
@@ -97,8 +101,13 @@ def cli(**kw: Any) -> None:
     relative error √(b² + c/(T·C)) is E; cost = C·B·(burn-in + T) gradient evaluations.
     JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
     candidates (each: batch_size, family, momentum, batching, inverse_temperature, chains,
-    covariance_error, cov_mc_error_constant, burn_in_steps, steps, gradient_evaluations,
-    predicted_seconds, feasible, reason when not, predicted_rms_error, bounds, approximate, notes),
+    covariance_error, cov_mc_error_constant, burn_in_steps, steps (T, after burn-in; also as
+    steps_after_burn_in), run_steps (burn-in + T: what `run --steps` takes), gradient_evaluations,
+    predicted_seconds (a cost model of sgtune's sampler, calibrated on short timed runs),
+    memory_bytes, feasible, reason when not (also: more than 10^12 steps, more memory than this
+    machine has), predicted_rms_error, bounds, approximate, notes, run_argv: the `sgtune run`
+    command that executes it, burn-in included ([] when infeasible; with run_argv_ready false
+    when its Λ file needs --lambda-dir DIR)),
     recommended (index), lambda (its Λ), pareto_front, applicability (of the recommendation; with
     checked = false and no verdict when skipped above D = 200), …
     Numbers that do not exist for an infeasible candidate are the string "inf".
@@ -106,6 +115,8 @@ def cli(**kw: Any) -> None:
     """
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
+    if kw["lambda_dir"] is not None:
+        Path(kw["lambda_dir"]).mkdir(parents=True, exist_ok=True)
     check_plot(kw)
     tol = kw["tolerance"]
     if not (tol > 0 and math.isfinite(tol)):
@@ -125,6 +136,7 @@ def cli(**kw: Any) -> None:
                  chains=int(kw["chains"]), objective=str(kw["objective"]), prior_precision=prob.prior_precision,
                  time_steps=not kw["no_timing"], seed=int(kw["seed"]))
     rows = [c.to_dict() for c in p.candidates]
+    lambda_files = _add_run_argv(rows, p, kw)
     front = p.pareto_front()
     table = _table(p, rows, front)
     if p.recommended is None:
@@ -162,7 +174,7 @@ def cli(**kw: Any) -> None:
            "references": references_of(tune) + references_of(mc_error) + references_of(predict_stationary_cov)}
     csv_text = _csv(rows, p.recommended, front) if kw["output"] else None
     png = render_plot(kw, lambda: _figure(rows, p, front, prob, tol))
-    emit(doc, kw["json_path"])
+    emit(doc, kw["json_path"], arrays=lambda_files)
     if csv_text is not None:
         atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
     write_plot(kw, png)
@@ -178,7 +190,7 @@ def _figure(rows: list[dict[str, Any]], p: Plan, front: list[int], prob: Any, to
 
 
 def _csv(rows: list[dict[str, Any]], recommended: int | None, front: list[int]) -> str:
-    extras = sorted({k for r in rows for k in r if k not in CSV_COLUMNS and k != "notes"})
+    extras = sorted({k for r in rows for k in r if k not in CSV_COLUMNS and k not in ("notes", "run_argv")})
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*CSV_COLUMNS, *extras])
@@ -239,3 +251,36 @@ def _run_summary(r: dict[str, Any]) -> str:
     return (f"{r['chains']} chains × ({r['burn_in_steps']} burn-in + {r['steps']} steps) = "
             f"{_fmt(r['gradient_evaluations'], '.4g')} gradient evaluations, predicted RMS error "
             f"{_fmt(r['predicted_rms_error'], '.3g')}")
+
+
+def _add_run_argv(rows: list[dict[str, Any]], p: Plan, kw: dict[str, Any]) -> dict[str | None, Any]:
+    """Each candidate's ``run_argv`` (and ``run_argv_ready``); returns the Λ files to write (--lambda-dir)."""
+    files: dict[str | None, Any] = {}
+    base = ["sgtune", "run", *data_argv(kw)]
+    for i, (c, row) in enumerate(zip(p.candidates, rows)):
+        if not c.feasible or c.step_matrix is None:
+            row["run_argv"], row["run_argv_ready"] = [], False
+            continue
+        argv = [*base, "--batch-size", str(c.batch_size)]
+        if math.isfinite(c.inverse_temperature):
+            argv += ["--inverse-temperature", repr(float(c.inverse_temperature))]
+        if c.momentum:
+            argv += ["--momentum", repr(float(c.momentum))]
+        if c.batching != "replacement":
+            argv += ["--batching", c.batching]
+        ready = True
+        if c.family == "scalar":
+            argv += ["--step-size", repr(float(c.step_matrix.reshape(-1)[0]))]
+        else:
+            path = str(Path(kw["lambda_dir"] or ".") / f"plan-lambda-{i}.npy")
+            argv += ["--lambda", path]
+            if kw["lambda_dir"] is not None:
+                check_writable(path, bool(kw["overwrite"]), "--lambda-dir")
+                files[path] = c.step_matrix.diagonal().copy() if c.lam_kind == "diagonal" else c.step_matrix
+            else:
+                ready = False
+        spec = c.run_spec(seed=int(kw["seed"]))
+        argv += ["--steps", str(spec.n_steps), "--burn-in", str(spec.burn_in), "--chains", str(spec.n_chains),
+                 "--seed", str(spec.seed)]
+        row["run_argv"], row["run_argv_ready"] = argv, ready
+    return files

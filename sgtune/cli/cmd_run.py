@@ -12,11 +12,12 @@ import numpy as np
 from ..io._json import dumps
 from ..core._refs import references_of
 from ..core.errors import SgtuneError
-from ..core.config import Dynamics, RunSpec
+from ..core.config import MAX_STEPS, Dynamics, RunSpec
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
 from ..sampler.registry import options_for
-from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, write_netcdf
+from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, to_inference_data, write_netcdf
+from ._against import against_option, resolve_against
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, LoadedProblem, compose, batch_options, check_batch_size, data_options, load_npy,
@@ -29,8 +30,20 @@ step_options = compose(
                  help="Step-size matrix Λ from a .npy file: (D, D) dense or (D,) diagonal (e.g. `sgtune lambda -o`)."),
 )
 
+def check_steps(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """--steps in [1, MAX_STEPS]: an absurd length is a one-line usage error, not a run that never ends
+    (or overflows the kernels' counters)."""
+    if value is not None and not 1 <= value <= MAX_STEPS:
+        raise click.BadParameter(f"{value} is not a number of steps in [1, 10^12]; give a run length such as "
+                                 "20000 (sgtune plan --tolerance E proposes one)", ctx=ctx, param=param)
+    return value
+
+
+steps_option = click.option("--steps", type=int, default=None, callback=check_steps,
+                            help="Steps per chain T, burn-in included (at most 10^12).")
+
 chain_options = compose(
-    click.option("--steps", type=int, default=None, help="Steps per chain T, burn-in included."),
+    steps_option,
     click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
     click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
     click.option("--batches-per-chain", type=int, default=None,
@@ -197,6 +210,7 @@ def chain_json(res: ChainResult) -> dict[str, Any]:
                    "most 1000 draws per chain, echoed).")
 @click.option("--decay", type=float, default=0.0, show_default=True,
               help="Schedule exponent γ: Λ_t = Λ·(1+t)^−γ (t = 0, 1, …).")
+@against_option
 @click.option("--format", "out_format", type=click.Choice(["npz", "netcdf"]), default=None,
               help="Format of -o: npz (default) or netcdf, an ArviZ InferenceData of the --thin draws "
                    "(default when -o ends in .nc; needs pip install 'sgtune[arviz]').")
@@ -217,7 +231,9 @@ def cli(**kw: Any) -> None:
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
     of the draws and below 100), nonstationary (each chain's second half against its first),
     prediction_check (sgld: the linearised chain's Σ(Λ); smile/psmile: (βH)⁻¹; within 5 %
-    and Monte Carlo error; D ≤ 200), batch_length (batches too short for the chains'
+    and Monte Carlo error; D ≤ 200; --against target|FILE.npy compares with that instead, and
+    --lambda LAM.npy with a JSON sidecar LAM.json from `sgtune lambda --refine` with its target
+    by default; keys against, against_source, against_tolerance), batch_length (batches too short for the chains'
     autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
     SMILE runs add (one entry per chain) step_size_final, rejection_fraction,
     energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
@@ -244,13 +260,14 @@ def cli(**kw: Any) -> None:
              f"{DEFAULT_DRAWS_PER_CHAIN} draws per chain; pass --thin to choose)", bool(kw["quiet"]))
     beta = sampler_temperature(kw, str(kw["sampler"]), n)
     batching = resolve_batching(kw)
+    ag = resolve_against(kw["against"], dim=d, lambda_path=kw["lambda_path"], lam=step, quiet=bool(kw["quiet"]))
     res = execute_chains(prob, step, kw, sampler=str(kw["sampler"]), batching=batching, steps=int(kw["steps"]),
                          burn_in=kw["burn_in"], inv_temperature=beta, decay=float(kw["decay"]),
                          thin=int(kw["thin"]))
     doc = {**expansion_keys(prob.expansion), **chain_json(res), "theta_hat": prob.expansion.theta_hat, "sampler": kw["sampler"],
            "batching": batching, "batch_size": int(kw["batch_size"]), "n_data": n, "dim": d,
            "inverse_temperature": temperature_json(beta), "momentum": float(kw["momentum"]),
-           "decay": float(kw["decay"]), "thin": int(kw["thin"]), "model": prob.model.name, "seed": int(kw["seed"]),
+           "decay": float(kw["decay"]), "thin": int(kw["thin"]), **ag.to_dict(), "model": prob.model.name, "seed": int(kw["seed"]),
            "data": prob.dataset.source, "command": command_line(), "references": references_of(run_chains),
            **smile_json(res)}
     if "friction" in res.settings:  # the samplers with a friction (SGHMC)
@@ -259,7 +276,7 @@ def cli(**kw: Any) -> None:
                                   predict=dict(expansion=prob.expansion, step_matrix=step, sampler=str(kw["sampler"]),
                                                batch_size=int(kw["batch_size"]), inv_temperature=beta, n_data=n,
                                                batching=batching, momentum=float(kw["momentum"]),
-                                               decay=float(kw["decay"])))
+                                               decay=float(kw["decay"])), against=ag)
     arrays = {"mean": res.mean, "cov": res.cov, "cov_standard_error": res.cov_standard_error,
               "chain_means": res.chain_means, "chain_covs": res.chain_covs, "diverged_at": res.diverged_at,
               "seed": np.array(int(kw["seed"]))}

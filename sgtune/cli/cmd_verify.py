@@ -4,13 +4,15 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import numpy as np
 
 from ..core._refs import references_of
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_verify
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
-from ..sampler.verify import verify_stationary_cov
+from ..workflows.verify import verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
+from ._against import Against, against_option, resolve_against
 from ._health import health_report
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info
 from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
@@ -33,9 +35,11 @@ from .cmd_run import (chain_json, chain_options, progress_bar, resolve_step, sam
 @chain_options
 @click.option("--alpha", type=float, default=1e-3, show_default=True,
               help="Family-wise level: reject when max|z| exceeds the Bonferroni t-quantile 1 − α/(2k).")
-@click.option("--relative-tolerance", type=float, default=0.0, show_default=True,
+@click.option("--relative-tolerance", type=float, default=None,
               help="Allowed model error r, added in quadrature: se² + (r·sqrt(Σ_ii Σ_jj))² "
-                   "(e.g. for the O(λ/B) proxy error of logistic/Poisson).")
+                   "(e.g. for the O(λ/B) proxy error of logistic/Poisson). Default 0, or the "
+                   "expected_cov_tolerance of the Λ's JSON sidecar when comparing with its target.")
+@against_option
 @click.option("--inflate-prediction", type=float, default=1.0, show_default=True,
               help="Multiply the prediction by F (a deliberately wrong prediction must be rejected).")
 @output_options
@@ -50,9 +54,14 @@ def cli(**kw: Any) -> None:
     FILE.npy) test the forward prediction for that Λ. The chains start at θ̂.
     Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
     max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
-    T = max(20000, 1000·τ_worst), burn-in max(T/10, 20·τ_worst).
-    JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
-    predicted, empirical, z_max, passed, threshold, lambda, health, ...
+    T = max(20000, 1000·τ_worst); burn-in (also with --steps) the largest of T/10, 20·τ_worst
+    and the equilibration steps of the second-moment map, at most T/2.
+    --against prediction|target|FILE.npy: what the chains are tested against (default: the
+    prediction; with --lambda LAM.npy whose JSON sidecar LAM.json comes from `sgtune lambda
+    --refine`, the target the refined chain measured within expected_cov_tolerance, which is
+    then the default --relative-tolerance). JSON keys: parameter_names (the name of each
+    coordinate of θ, in θ order), predicted (the linearised prediction), compared_with (what
+    was tested), against, against_source, empirical, z_max, passed, threshold, lambda, health, ...
     health (as in `sgtune run`, its prediction_check is this test): diverged, frozen and
     non-stationary chains are reported even when the test passes.
     Non-Gaussian posteriors (every model but linear) add ksd: the kernel Stein discrepancy
@@ -85,6 +94,19 @@ def cli(**kw: Any) -> None:
         if target not in ("sandwich", "posterior"):
             target = load_npy(str(target), "--target")
     quiet = bool(kw["quiet"])
+    if covariance_mode:
+        ag = resolve_against(kw["against"], dim=d, lambda_path=kw["lambda_path"], lam=step, quiet=quiet)
+        against: Any = "prediction" if ag.cov is None else ag.cov
+    elif kw["against"] == "target":  # Λ is tuned here: the tuning's own target
+        ag, against = Against("target", None, 0.0, "tuning"), "target"
+    elif kw["against"] in (None, "prediction"):
+        ag, against = Against("prediction"), "prediction"
+    else:
+        ag = resolve_against(kw["against"], dim=d)
+        against = ag.cov
+    rel_tol = ag.tolerance if kw["relative_tolerance"] is None else float(kw["relative_tolerance"])
+    if not (rel_tol >= 0 and np.isfinite(rel_tol)):
+        raise click.BadParameter(f"must be a finite number >= 0, got {rel_tol}", param_hint="'--relative-tolerance'")
     state = {"last": 0}
     with progress_bar(quiet, "verify: running chains", 1000) as bar:
         def progress(done: int, total: int) -> None:
@@ -98,7 +120,7 @@ def cli(**kw: Any) -> None:
             without_replacement=bool(kw["without_replacement"]), momentum=float(kw["momentum"]),
             prior_precision=prob.prior_precision, n_steps=kw["steps"], burn_in=kw["burn_in"],
             n_chains=int(kw["chains"]), batches_per_chain=kw["batches_per_chain"], alpha=float(kw["alpha"]),
-            relative_tolerance=float(kw["relative_tolerance"]), inflate_prediction=float(kw["inflate_prediction"]),
+            relative_tolerance=rel_tol, inflate_prediction=float(kw["inflate_prediction"]), against=against,
             seed=int(kw["seed"]), progress=None if quiet else progress,
             keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
             sampler=str(kw["sampler"]), friction=float(kw["friction"]))
@@ -108,6 +130,7 @@ def cli(**kw: Any) -> None:
         "threshold": t.threshold, "argmax": list(t.argmax), "n_tests": t.n_tests, "dof": t.dof, "alpha": t.alpha,
         "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error,
         "inflate_prediction": float(kw["inflate_prediction"]), "mode": rep.mode, "lambda": rep.step_matrix,
+        **ag.to_dict(), "compared_with": rep.compared_with,
         **({} if rep.mode == "posterior" else {"spectral_radius": rep.stationary.spectral_radius,
                                                "tau_worst": rep.stationary.tau_worst}),
         "theta_hat": prob.expansion.theta_hat, **chain_json(rep.chains),
@@ -123,11 +146,12 @@ def cli(**kw: Any) -> None:
     doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains, prob.prior_precision))
     doc["health"] = health_report(
         rep.chains, initial_step_size=step if SAMPLER_SPECS[kw["sampler"]].mclmc else None,
-        check={"mode": rep.mode, "passed": t.passed, "z_max": t.z_max, "threshold": t.threshold,
+        check={"mode": rep.mode if ag.label == "prediction" else ag.label, "passed": t.passed, "z_max": t.z_max, "threshold": t.threshold,
                "argmax": list(t.argmax), "alpha": t.alpha, "relative_tolerance": t.relative_tolerance,
                "relative_frobenius_error": t.relative_frobenius_error})
     png = render_plot(kw, lambda: figure_verify(
-        rep.predicted, rep.empirical, rep.step_matrix, target_cov=None if rep.tuning is None else rep.tuning.target_cov,
+        rep.compared_with, rep.empirical, rep.step_matrix,
+        target_cov=None if rep.tuning is None else rep.tuning.target_cov,
         names=rep.parameter_names,
         title=f"sgtune verify: {prob.model.name}, B = {B}, {rep.chains.n_chains}×{rep.chains.n_steps} steps — "
               f"{'PASSED' if t.passed else 'REJECTED'} (max|z| = {t.z_max:.2f} vs {t.threshold:.2f})"
@@ -135,7 +159,8 @@ def cli(**kw: Any) -> None:
     emit(doc, kw["json_path"], arrays={kw["output"]: rep.empirical})
     write_plot(kw, png)
     info(coordinate_table(rep.summary()) + "\n" + key_values([
-        ("mode", rep.mode), ("chains × steps", f"{rep.chains.n_chains} × {rep.chains.n_steps} "
+        ("mode", rep.mode), ("compared with", ag.label if ag.source in ("prediction", "tuning")
+                                               else f"{ag.label} ({ag.source})"), ("chains × steps", f"{rep.chains.n_chains} × {rep.chains.n_steps} "
                                                f"(burn-in {rep.chains.burn_in}, K = {rep.chains.n_batches})"),
         ("max |z|", t.z_max), ("threshold", t.threshold), ("relative Frobenius error", t.relative_frobenius_error),
         *([("KSD (i.i.d. reference)", f"{doc['ksd']:.4g} ({doc['ksd_iid_reference']:.4g})")] if "ksd" in doc else []),

@@ -29,10 +29,13 @@ import numpy as np
 from ._validation import as_float_array, check_int, check_positive, is_symmetric
 from .errors import NotPositiveDefiniteError, SgtuneError, ShapeError
 
-__all__ = ["BATCHINGS", "Dynamics", "RunSpec", "step_matrix_of"]
+__all__ = ["BATCHINGS", "MAX_STEPS", "Dynamics", "RunSpec", "step_matrix_of"]
 
 #: every minibatch scheme, in the order the CLI lists them
 BATCHINGS: tuple[str, ...] = ("replacement", "without-replacement", "reshuffle")
+#: the longest chain a RunSpec describes: 10¹² steps (about a day per chain even at 10⁷ steps a second, and
+#: far below where the kernels' 64-bit step counters and C·T products would overflow)
+MAX_STEPS = 10 ** 12
 
 
 def _as_batching(value: Any) -> str:
@@ -272,7 +275,7 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        T = check_int(self.n_steps, "n_steps", low=1)
+        T = check_int(self.n_steps, "n_steps", low=1, high=MAX_STEPS)
         set_(self, "n_steps", T)
         set_(self, "n_chains", check_int(self.n_chains, "n_chains", low=1))
         if self.burn_in is not None:

@@ -240,7 +240,7 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
         The MCLMC samplers' initial ε (the collapse check needs it).
     prediction_check : dict or None, optional
         The caller's comparison with sgtune's prediction, a dict with at least ``passed`` (bool)
-        and ``z_max``/``threshold`` (:func:`sgtune.sampler.verify.prediction_check`), or ``None``
+        and ``z_max``/``threshold`` (:func:`sgtune.workflows.verify.prediction_check`), or ``None``
         when there is no prediction.
     alpha : float, optional
         Level of the half-split and batch-length tests.
@@ -321,12 +321,18 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
     if prediction_check is not None and prediction_check.get("reason"):
         reasons.append(str(prediction_check["reason"]))
     elif prediction_check is not None and not prediction_check.get("passed", True):
-        what = ("the posterior covariance (βH)⁻¹ they sample" if prediction_check.get("mode") == "posterior"
-                else "sgtune's prediction for the linearised chain")
+        mode = prediction_check.get("mode")
+        what = {"posterior": "the posterior covariance (βH)⁻¹ they sample",
+                "target": "the target covariance the step size was tuned (or refined) for",
+                "matrix": "the covariance they were compared with (--against)"}.get(
+                    str(mode), "sgtune's prediction for the linearised chain")
         reasons.append(f"the chains disagree with {what} (max |z| = {prediction_check['z_max']:.3g} > "
                        f"{prediction_check['threshold']:.3g}, relative error "
                        f"{prediction_check.get('relative_frobenius_error', float('nan')):.2g}); "
-                       + ("see the applicability report of sgtune covariance for this Λ"
-                          if prediction_check.get("mode") != "posterior" else "the sampler is biased or has not mixed"))
+                       + {"posterior": "the sampler is biased or has not mixed",
+                          "target": "this Λ's chain does not reach the target here (refine it again with sgtune "
+                                    "lambda --refine, or compare with --against prediction)",
+                          "matrix": "check that the covariance given is the one this chain should have"}.get(
+                              str(mode), "see the applicability report of sgtune covariance for this Λ"))
     return ChainHealth(healthy=not reasons, reasons=tuple(reasons), diverged=diverged, frozen=frozen,
                        nonstationary=nonstationary, prediction_check=prediction_check, details=details)

@@ -302,7 +302,7 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
 
     See Also
     --------
-    sgtune.sampler.verify.verify_stationary_cov : Chains against the predicted covariance.
+    sgtune.workflows.verify.verify_stationary_cov : Chains against the predicted covariance.
     run_quadratic_chains : Chains on a quadratic potential with synthetic gradient noise.
 
     Notes

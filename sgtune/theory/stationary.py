@@ -322,7 +322,7 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
     --------
     sgtune.theory.tuning.tune : The inverse problem, Λ for a target Σ.
     predict_comparison_cov : The predictions of the comparison theories.
-    sgtune.sampler.verify.verify_stationary_cov : Check the prediction against chains.
+    sgtune.workflows.verify.verify_stationary_cov : Check the prediction against chains.
 
     Examples
     --------

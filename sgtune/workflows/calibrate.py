@@ -18,12 +18,14 @@ from ..core.results import ResultMixin, SummaryTable, estimate_columns, table_fr
 from ..core.config import Dynamics
 from ..io.data import Dataset
 from ..models import Expansion, expand, model_dim, prior_matrix
-from ..core.config import Dynamics, RunSpec
 from ..sampler import ChainResult, run_chains
-from ..sampler.verify import default_run_length
 from ..theory.tuning import TuningResult, tune
+from .run_length import run_spec
 
-__all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform"]
+__all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform", "PIT_DRAWS"]
+
+#: with ``true_theta``, the probability-integral transforms use at least this many draws per chain
+PIT_DRAWS = 4000
 
 
 @dataclass(frozen=True, repr=False)
@@ -178,9 +180,10 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     covariance) with the Monte Carlo noise floor that an exact Λ would show — with short runs
     the empirical error is dominated by Monte Carlo noise, so the floor is part of the answer.
     With ``true_theta``, also the probability-integral transforms q_d and their exact KS
-    distance to Unif(0, 1). Run length defaults to T = max(20 000, 1000·τ) with τ the tuned
-    chain's worst-case integrated autocorrelation time. ``keep_draws`` > 0 keeps at least about
-    that many thinned draws (pooled over chains) in ``chains.trace`` (e.g. for the KSD).
+    distance to Unif(0, 1). Run length and burn-in default to :func:`sgtune.workflows.run_length.run_spec`'s
+    (T = max(20 000, 1000·τ) with τ the tuned chain's worst-case integrated autocorrelation time).
+    ``keep_draws`` > 0 keeps at most about that many thinned draws (pooled over chains) in
+    ``chains.trace`` (e.g. for the KSD); with ``true_theta`` at least ``PIT_DRAWS`` per chain are kept.
     ``scheduler`` (None, "local" or a Dask address) runs the fit's and the expansion's passes over
     out-of-core data (``data.rows``) on Dask, with the same numbers.
 
@@ -252,19 +255,18 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     dynamics = Dynamics(None, batch_size, inv_temperature=inv_temperature, momentum=momentum,
                         batching="without-replacement" if without_replacement else "replacement")
     t = tune(e, dynamics, target=target, method=method, family=family)
-    steps_default, burn_default = default_run_length(t.tau_worst)
-    steps = check_int(n_steps, "n_steps", low=2) if n_steps is not None else steps_default
-    burn = check_int(burn_in, "burn_in", low=0, high=steps - 1) if burn_in is not None else min(burn_default,
-                                                                                              steps // 2)
+    steps = check_int(n_steps, "n_steps", low=2) if n_steps is not None else None
+    burn = check_int(burn_in, "burn_in", low=0, high=steps - 1 if steps is not None else None) \
+        if burn_in is not None else None
     theta_star = None if true_theta is None else as_vector(true_theta, "true_theta", d)
-    thin = max(1, (steps - burn) // 4000) if theta_star is not None else 0
-    if keep_draws > 0 and thin == 0:
-        thin = max(1, -(-(steps - burn) * n_chains // keep_draws))  # ≤ keep_draws draws in all
+    # the PIT needs at least PIT_DRAWS draws per chain; otherwise at most keep_draws in all (for the KSD)
+    run = run_spec(t.tau_worst, t.spectral_radius, n_chains=n_chains, n_steps=steps, burn_in=burn,
+                   min_draws=PIT_DRAWS if theta_star is not None else 0,
+                   max_draws=keep_draws if theta_star is None else 0, seed=seed)
     res = run_chains(model, data,
                      Dynamics(t.step_matrix, batch_size, inv_temperature=inv_temperature, momentum=momentum,
                               batching="without-replacement" if without_replacement else "replacement"),
-                     RunSpec(steps, n_chains=n_chains, burn_in=burn, thin=thin, seed=seed), prior_precision=gam,
-                     initial=e.theta_hat, progress=progress)
+                     run, prior_precision=gam, initial=e.theta_hat, progress=progress)
     S = t.target_cov
     norm = float(np.linalg.norm(S))
     pit = ks = None
@@ -275,4 +277,5 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
         tuning=t, chains=res, expansion=e, cov_error_predicted=t.covariance_error,
         cov_error_empirical=float(np.linalg.norm(res.cov - S) / norm),
         cov_error_noise_floor=float(math.sqrt(np.sum(res.cov_standard_error**2)) / norm),
-        standard_errors=np.sqrt(np.diag(res.cov)), n_steps=steps, burn_in=burn, pit=pit, calibration_ks=ks)
+        standard_errors=np.sqrt(np.diag(res.cov)), n_steps=run.n_steps, burn_in=run.burn_in_steps, pit=pit,
+        calibration_ks=ks)

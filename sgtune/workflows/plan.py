@@ -16,10 +16,16 @@ The predicted RMS relative error of the covariance pooled over C chains of T ste
 sqrt(b² + c/(T·C)), so the tolerance E needs T = ⌈c/(C·(E² − b²))⌉ steps (never fewer than
 ``MIN_TAU_MULTIPLE`` integrated autocorrelation times, where the asymptotic formula starts to hold), and
 the run costs C·B·(t₀ + T) gradient evaluations. A configuration with b ≥ E is infeasible at any length.
-``predicted_seconds`` multiplies the steps by the measured wall time per chain-step of sgtune's own
-sampler on this machine (a short timed run per batch size, Λ kind and momentum): with an exactly tuned
-Λ the gradient evaluations per unit of precision barely depend on B (c/B scales like the gradient noise),
-so the per-step overhead decides the wall time.
+``predicted_seconds`` is a cost model of sgtune's own sampler on this machine, a + b·(t₀ + T): a fixed
+cost per run and a wall time per step, calibrated once per process and configuration (batch size, Λ
+kind, momentum, batching, chains) from the medians of repeated short runs of the compiled kernel at two
+lengths (compilation excluded; :func:`sampler_cost`). With an exactly tuned Λ the gradient evaluations
+per unit of precision barely depend on B (c/B scales like the gradient noise), so the per-step overhead
+decides the wall time. The recommendation minimises the objective with ties broken by the candidate's
+place in the grid, never by a measured time (``--objective seconds`` counts predictions within
+``SECONDS_TIE`` of the fastest as tied). A candidate is infeasible when its run would need more than
+:data:`~sgtune.core.config.MAX_STEPS` steps per chain or more memory than this machine has. ``steps``
+(T) excludes the burn-in; ``run_steps`` = t₀ + T is what ``sgtune run --steps`` takes.
 
 Large D: above ``FAST_DENSE_DIM`` the dense SGD family skips the forward solve (its Σ(Λ) is Σ* by
 construction) and the burn-in comes from the certified bound on the spectral radius
@@ -37,24 +43,27 @@ from typing import Any, Callable
 import numpy as np
 import scipy.linalg as sla
 
-from ..core._validation import check_int, check_positive
-from ..core.config import BATCHINGS, Dynamics
+from ..core._validation import available_memory, check_int, check_positive, format_bytes
+from ..core.config import BATCHINGS, MAX_STEPS, Dynamics
 from ..core.errors import ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError
 from ..core.results import ResultMixin, SummaryTable, resolve_parameter_names
 from ..io.data import Dataset
 from ..models import Expansion
 from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
+from ..sampler.driver import chain_memory
 from ..theory.alternatives import modal_directions
 from ..theory.mcerror import cov_error_constant, mc_error
 from ..theory.linear_chain import LinearChain
-from ..theory.stationary import ARPACK_MAX_DIM, equilibration_steps, finite_population_factor, noise_covariance
+from ..theory.stationary import ARPACK_MAX_DIM, finite_population_factor, noise_covariance
 from ..theory.largescale import stationary_cov_from_target_momentum
 from ..theory.tuning import (FAMILIES, structured_momentum_step_matrix,
                              structured_step_matrix, target_covariance, tune, tuning_residual)
+from .run_length import minimum_burn_in, steps_for_error
 
-__all__ = ["Candidate", "Plan", "plan_run", "BATCHINGS", "OBJECTIVES", "DEFAULT_BATCH_SIZES",
-           "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM", "FAST_DENSE_DIM"]
+__all__ = ["Candidate", "Plan", "plan_run", "recommend", "sampler_cost", "clear_cost_cache", "BATCHINGS",
+           "OBJECTIVES", "DEFAULT_BATCH_SIZES", "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM",
+           "FAST_DENSE_DIM", "TIMING_REPEATS", "SECONDS_TIE"]
 
 OBJECTIVES = ("gradients", "seconds")
 DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 128, 256)
@@ -70,7 +79,13 @@ FAST_DENSE_DIM = ARPACK_MAX_DIM
 PLAN_COV_TOL = 1e-4
 #: wall-clock budget of the sampler timings' measured work (seconds, all configurations together; compilation
 #: and the fixed cost of the short probing runs come on top)
-TIME_BUDGET = 0.3
+TIME_BUDGET = 1.0
+#: each configuration's cost model is the median of this many timings at each of its two lengths
+TIMING_REPEATS = 5
+#: the short timing length: ≥ the engine's 50 chunks, so both lengths pay the same per-call overhead
+TIMING_SHORT = 64
+#: with ``objective="seconds"``, predictions within this fraction of the fastest count as tied
+SECONDS_TIE = 0.1
 
 @dataclass
 class Candidate:
@@ -88,6 +103,7 @@ class Candidate:
     cov_mc_error_constant: float = math.inf
     burn_in_steps: float = math.inf
     steps: float = math.inf
+    memory_bytes: float = math.nan
     gradient_evaluations: float = math.inf
     predicted_seconds: float = math.inf
     seconds_per_step: float = math.nan
@@ -102,6 +118,17 @@ class Candidate:
     step_matrix: np.ndarray | None = field(default=None, repr=False)
     stationary: Any = field(default=None, repr=False)
     modes: Any = field(default=None, repr=False)  # ModalDirections of (H, Λ) when already computed
+
+    @property
+    def run_steps(self) -> float:
+        """t₀ + T: the ``n_steps`` of the run that executes the candidate (burn-in included)."""
+        return self.burn_in_steps + self.steps
+
+    def run_spec(self, seed: int = 0) -> RunSpec:
+        """The :class:`~sgtune.core.config.RunSpec` that executes the candidate (feasible ones only)."""
+        if not self.feasible:
+            raise SgtuneError(f"candidate is infeasible: {self.reason}")
+        return RunSpec(int(self.run_steps), n_chains=self.chains, burn_in=int(self.burn_in_steps), seed=seed)
 
     @property
     def lam_kind(self) -> str:
@@ -121,6 +148,8 @@ class Candidate:
             "chains": self.chains, "covariance_error": num(self.covariance_error),
             "cov_mc_error_constant": num(self.cov_mc_error_constant),
             "burn_in_steps": _int_or_inf(self.burn_in_steps), "steps": _int_or_inf(self.steps),
+            "steps_after_burn_in": _int_or_inf(self.steps), "run_steps": _int_or_inf(self.run_steps),
+            "memory_bytes": _int_or_inf(self.memory_bytes) if math.isfinite(self.memory_bytes) else "inf",
             "gradient_evaluations": _int_or_inf(self.gradient_evaluations),
             "predicted_seconds": num(self.predicted_seconds), "feasible": self.feasible,
             "predicted_rms_error": num(self.predicted_rms_error),
@@ -339,19 +368,51 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
                             add_notes(ctx, model, dataset, cand, E)
                         cands.append(cand)
     tuning_seconds = time.perf_counter() - t0
+    for c in cands:
+        if c.feasible:
+            _check_resources(c, expansion.dim, n)
     t1 = time.perf_counter()
     if time_steps:
         _time_candidates(model, dataset, expansion, cands, prior_precision, time_budget, seed)
     timing_seconds = time.perf_counter() - t1
     for c in cands:
         if c.feasible and math.isfinite(c.seconds_per_step):
-            c.predicted_seconds = c.chains * (c.burn_in_steps + c.steps) * c.seconds_per_step + c.seconds_per_run
-    key = (lambda c: (c.gradient_evaluations, c.predicted_seconds)) if objective == "gradients" else \
-        (lambda c: (c.predicted_seconds, c.gradient_evaluations))
+            c.predicted_seconds = c.chains * c.run_steps * c.seconds_per_step + c.seconds_per_run
+    return Plan(candidates=cands, recommended=recommend(cands, objective), objective=objective, tolerance=E,
+                chains=C, target_cov=S_star, timing_seconds=timing_seconds, tuning_seconds=tuning_seconds,
+                parameter_names=expansion.parameter_names)
+
+
+def recommend(cands: list[Candidate], objective: str) -> int | None:
+    """Index of the feasible candidate that minimises ``objective``; ties go to the earlier candidate of the
+    grid (a deterministic key), never to a measured time. With ``"seconds"``, predictions within
+    ``SECONDS_TIE`` of the fastest are tied and the fewest gradient evaluations among them wins."""
     feasible = [i for i, c in enumerate(cands) if c.feasible]
-    rec = min(feasible, key=lambda i: key(cands[i])) if feasible else None
-    return Plan(candidates=cands, recommended=rec, objective=objective, tolerance=E, chains=C, target_cov=S_star,
-                timing_seconds=timing_seconds, tuning_seconds=tuning_seconds, parameter_names=expansion.parameter_names)
+    if not feasible:
+        return None
+    if objective == "seconds":
+        fastest = min(cands[i].predicted_seconds for i in feasible)
+        if math.isfinite(fastest):
+            feasible = [i for i in feasible if cands[i].predicted_seconds <= fastest * (1.0 + SECONDS_TIE)]
+    return min(feasible, key=lambda i: (cands[i].gradient_evaluations, i))
+
+
+def _check_resources(cand: Candidate, dim: int, n_data: int) -> None:
+    """Mark infeasible a run longer than ``MAX_STEPS`` per chain or larger than this machine's memory."""
+    if cand.run_steps > MAX_STEPS:
+        cand.feasible = False
+        cand.reason = (f"the run needs {cand.run_steps:.3g} steps per chain (> 10^12, about a day per chain at "
+                       "10^7 steps a second): loosen the tolerance or use more chains")
+        return
+    segments = RunSpec(int(cand.run_steps), n_chains=cand.chains, burn_in=int(cand.burn_in_steps)).segments
+    need = sum(chain_memory(n_chains=cand.chains, dim=dim, n_trace=0, n_segments=segments,
+                            n_perm=1 if cand.batching == "replacement" else n_data).values())
+    cand.memory_bytes = float(need)
+    avail = available_memory()
+    if avail is not None and need > avail:
+        cand.feasible = False
+        cand.reason = (f"the run needs about {format_bytes(need)} of memory but this machine has {format_bytes(avail)} "
+                       "available: use fewer chains")
 
 
 # --------------------------------------------------------------------------- internals
@@ -440,7 +501,7 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
     except (UnstableStepSizeError, InfeasibleTargetError, ConvergenceError) as exc:
         cand.reason = f"no stable chain reaches the target with this configuration: {_first_line(exc)}"
         return
-    cand.burn_in_steps = equilibration_steps(cand.spectral_radius)
+    cand.burn_in_steps = minimum_burn_in(cand.spectral_radius)
     if cand.batching == "reshuffle":
         from .plan_notes import reshuffle_adjust
 
@@ -460,7 +521,7 @@ def finish_candidate(cand: Candidate, E: float) -> None:
                        "that far from the target at any run length; use a richer family")
         cand.feasible = False
         return
-    T = math.ceil(c / (C * (E * E - b * b)))
+    T = steps_for_error(c, C, E * E - b * b)
     floor = math.ceil(MIN_TAU_MULTIPLE * max(cand.tau_worst, 1.0)) if math.isfinite(cand.tau_worst) else 0
     cand.steps = float(max(T, floor, 1))
     cand.gradient_evaluations = float(C * cand.batch_size * (cand.burn_in_steps + cand.steps))
@@ -559,54 +620,90 @@ def _first_line(exc: BaseException) -> str:
 
 def _time_candidates(model: Any, dataset: Dataset, expansion: Expansion, cands: list[Candidate],
                      prior_precision: Any, budget: float, seed: int) -> None:
-    """seconds_per_step of each feasible candidate from short runs of sgtune's sampler, cached per
-    (B, Λ kind, momentum > 0, SGLD noise, batching): wall seconds per chain-step with C chains in parallel."""
-    keys: dict[tuple[Any, ...], Candidate] = {}
+    """seconds_per_step and seconds_per_run of each feasible candidate from the per-step cost model: for each
+    group of configurations that differ only in B (same Λ kind, momentum > 0, SGLD noise, batching, chains),
+    :func:`sampler_cost` at the group's smallest and largest B, and linear in B between them (a step's work is
+    a fixed part plus the B per-sample gradients)."""
+    groups: dict[tuple[Any, ...], dict[int, Candidate]] = {}
     for c in cands:
         if c.feasible and c.step_matrix is not None:
-            keys.setdefault(_timing_key(c), c)
-    if not keys:
+            groups.setdefault(_timing_key(c)[1:], {}).setdefault(c.batch_size, c)
+    if not groups:
         return
-    per = max(budget / len(keys), 0.01)
-    cache: dict[tuple[Any, ...], tuple[float, float]] = {}
-    for key, c in keys.items():
-        cache[key] = _time_one(model, dataset, expansion, c, prior_precision, per, seed)
+    points = [(g, b) for g, by_b in groups.items() for b in sorted({min(by_b), max(by_b)})]
+    per = max(budget / len(points), 0.02)
+    costs = {(g, b): sampler_cost(model, dataset, expansion, groups[g][b], prior_precision, per, seed)
+             for g, b in points}
     for c in cands:
         if c.feasible and c.step_matrix is not None:
-            c.seconds_per_step, c.seconds_per_run = cache[_timing_key(c)]
+            g = _timing_key(c)[1:]
+            lo, hi = min(groups[g]), max(groups[g])
+            (s0, r0), (s1, r1) = costs[(g, lo)], costs[(g, hi)]
+            w = 0.0 if hi == lo else (c.batch_size - lo) / (hi - lo)
+            c.seconds_per_step, c.seconds_per_run = (1 - w) * s0 + w * s1, (1 - w) * r0 + w * r1
 
 
 def _timing_key(c: Candidate) -> tuple[Any, ...]:
     return (c.batch_size, c.lam_kind, c.momentum > 0, math.isfinite(c.inverse_temperature), c.batching, c.chains)
 
 
-def _time_one(model: Any, dataset: Dataset, expansion: Expansion, c: Candidate, prior_precision: Any,
-              per: float, seed: int) -> tuple[float, float]:
-    """(wall seconds per chain-step, fixed seconds per run) of sgtune's sampler for this configuration.
+#: the cost models measured in this process: (model, N, D, timing key) -> (seconds per chain-step, per run)
+_COSTS: dict[tuple[Any, ...], tuple[float, float]] = {}
 
-    A run has a fixed cost (thread-pool wake-up: ≈ 16 ms here) besides its steps, so the per-step time is a
-    difference between a 16-step run and a longer one, grown from 64 steps until its extra work takes about
-    ``per`` seconds.
+
+def clear_cost_cache() -> None:
+    """Forget the cost models measured so far (the next plan measures again; benchmarks)."""
+    _COSTS.clear()
+
+
+def sampler_cost(model: Any, dataset: Dataset, expansion: Expansion, c: Candidate, prior_precision: Any,
+                 per: float = TIME_BUDGET, seed: int = 0) -> tuple[float, float]:
+    """(wall seconds per chain-step, fixed seconds per run) of sgtune's sampler for ``c``'s configuration.
+
+    A run costs a + b·T: a fixed part (the engine advances in 50 chunks, each waking the thread pool) and
+    b per step with C chains in parallel. Both lengths timed, TIMING_SHORT and a longer k whose extra work
+    takes about ``per`` seconds, make the same 50 calls, so b = (t_k − t_short)/(k − TIMING_SHORT) and
+    a = t_short − b·TIMING_SHORT, each t the median of ``TIMING_REPEATS`` runs (robust to other jobs on the
+    machine; k grows further while the difference does not stand out of the short runs' jitter, and when it
+    never does, b = t_k/k and a = 0, an upper bound); a first run compiles (or loads) the kernel and is not
+    timed. Measured once per
+    process and configuration (:func:`clear_cost_cache` forgets).
     """
+    cache_key = (getattr(model, "name", type(model).__name__), expansion.n_data, expansion.dim, _timing_key(c))
+    if cache_key in _COSTS:
+        return _COSTS[cache_key]
     lam = c.step_matrix
     if c.lam_kind == "diagonal":
         lam = np.diag(lam).copy()
-    beta = c.inverse_temperature
+    dynamics = Dynamics(lam, c.batch_size, inv_temperature=c.inverse_temperature, momentum=c.momentum,
+                        batching=c.batching)
 
-    def run(steps: int) -> float:
-        res = run_chains(model, dataset,
-                         Dynamics(lam, c.batch_size, inv_temperature=beta, momentum=c.momentum, batching=c.batching),
-                         RunSpec(steps, n_chains=c.chains, burn_in=0, batches_per_chain=1, seed=seed),
+    def run(steps: int) -> float:  # the run's own sampler seconds: compilation and result assembly excluded
+        res = run_chains(model, dataset, dynamics, RunSpec(steps, n_chains=c.chains, burn_in=0, seed=seed),
                          prior_precision=prior_precision, initial=expansion.theta_hat)
-        return float(res.seconds)  # one batch per chain: no (K, D, D) accumulators to allocate at large D
+        return float(res.seconds)
 
-    k0 = 16
-    base = run(k0)  # res.seconds excludes the compilation (or cache load) the first call does
-    k = 64
-    t = run(k)
-    while t - base < 0.5 * per and k < 2_000_000:  # too little work to resolve against the fixed cost
-        rate = max(t - base, 1e-4) / (k - k0)
-        k = int(min(2_000_000, max(4 * k, k0 + per / rate)))
+    k0 = TIMING_SHORT
+    run(k0)  # compiles (or loads from the cache)
+    shorts = [run(k0) for _ in range(TIMING_REPEATS)]
+    base = float(np.median(shorts))
+    k, t = 8 * k0, run(8 * k0)
+    while t - base < per and k < 2_000_000:  # too little work to resolve against the fixed cost
+        rate = max(t - base, 1e-5) / (k - k0)
+        k = int(min(2_000_000, max(2 * k, k0 + 1.5 * per / rate)))
         t = run(k)
-    per_step = max(t - base, 1e-9) / ((k - k0) * c.chains)
-    return per_step, max(base - k0 * c.chains * per_step, 0.0)
+    longs = [t, *(run(k) for _ in range(TIMING_REPEATS - 1))]
+    t1 = float(np.median(longs))
+    spread = float(np.median(np.abs(np.asarray(shorts) - base)))  # the fixed cost's jitter (other jobs)
+    for _ in range(2):  # the extra work must stand out of that jitter, or b would be noise (even ≤ 0)
+        if t1 - base > 3.0 * spread or t1 - base > 4.0 * per or k >= 2_000_000:
+            break
+        k = min(2_000_000, 2 * k)
+        t1 = float(np.median([run(k) for _ in range(TIMING_REPEATS)]))
+    if t1 - base > 3.0 * spread:
+        per_step = (t1 - base) / (k - k0)
+        out = (per_step / c.chains, max(base - k0 * per_step, 0.0))
+    else:  # the steps' cost is lost in the jitter: charge the whole long run to its steps (an upper bound)
+        out = (t1 / k / c.chains, 0.0)
+    _COSTS[cache_key] = out
+    return out

@@ -14,8 +14,7 @@ its sample covariance is not a trustworthy measurement.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,8 @@ from ..io.data import Dataset
 from ..models import Expansion
 from ..core.config import Dynamics, RunSpec
 from ..sampler import run_chains
-from ..theory.stationary import equilibration_steps
 from ..theory.tuning import TuningResult
+from .run_length import MIN_STEPS, burn_in_steps, steps_for_error
 
 __all__ = ["RefineRound", "refine", "MC_TARGET"]
 
@@ -70,6 +69,14 @@ class RefineRound:
     mcse: float           # the same scale, of the standard errors of Σ̂
     lambda_change: float  # ‖Λ_{k+1} − Λ_k‖_F / ‖Λ_k‖_F (0 after the last round)
     converged: bool
+    cov: np.ndarray | None = field(default=None, repr=False, compare=False)  # Σ̂ of this round's chains
+    cov_standard_error: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tolerance(self) -> float:
+        """How close (largest entry-wise error, scaled like ``error``) the round's chain is vouched to be to
+        the target: max(``CONVERGED``, error + 3·MCSE), an upper confidence bound on its true error."""
+        return max(CONVERGED, self.error + 3.0 * self.mcse)
 
     def to_dict(self) -> dict[str, Any]:
         return {"round": self.round, "steps": self.steps, "chains": self.chains, "error": self.error,
@@ -128,7 +135,8 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
         The last tuning result: its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
         *proxy's* covariance for that Λ, not Σ*.
     rounds : list of RefineRound
-        What each round measured.
+        What each round measured. The last round's chains ran with the returned Λ: its ``cov`` is
+        their covariance, the Monte Carlo measurement of what the refined chain gives.
 
     Raises
     ------
@@ -157,8 +165,8 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
     for k in range(rounds):
         tau = max(1.0, float(current.tau_worst))
         # chains long enough for an MC_TARGET relative error of a variance: Var ≈ 2τ Σ²/(C·T)
-        steps = int(min(MAX_STEPS, max(20_000, math.ceil(2.0 * tau / (n_chains * MC_TARGET ** 2)))))
-        burn = int(min(steps, max(steps // 10, 20 * tau, equilibration_steps(current.spectral_radius))))
+        steps = min(MAX_STEPS, max(MIN_STEPS, steps_for_error(2.0 * tau, n_chains, MC_TARGET ** 2)))
+        burn = min(steps, burn_in_steps(tau, current.spectral_radius, kept=steps))
         ch = run_chains(model, data,
                         Dynamics(current.step_matrix, st.batch_size, inv_temperature=st.inv_temperature,
                                  momentum=st.momentum,
@@ -169,7 +177,7 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
         mcse = float(_scaled(ch.cov_standard_error, sigma_star).max())
         converged = err <= max(CONVERGED, 3.0 * mcse)
         if converged or k == rounds - 1:
-            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, converged))
+            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, converged, ch.cov, ch.cov_standard_error))
             break
         nxt = None
         for damping in (1.0, 0.5, 0.25):  # keep Λ tunable: a shorter step when the corrected target is not
@@ -184,9 +192,9 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
             target = cand
             break
         if nxt is None:
-            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, False))
+            out.append(RefineRound(k + 1, steps, n_chains, err, mcse, 0.0, False, ch.cov, ch.cov_standard_error))
             break
         change = float(np.linalg.norm(nxt.step_matrix - current.step_matrix) / np.linalg.norm(current.step_matrix))
-        out.append(RefineRound(k + 1, steps, n_chains, err, mcse, change, False))
+        out.append(RefineRound(k + 1, steps, n_chains, err, mcse, change, False, ch.cov, ch.cov_standard_error))
         current = nxt
     return current, out

@@ -74,7 +74,9 @@ def test_plan_quiet_plot_and_timing(tmp_path):
     doc = json.loads(r.stdout)
     secs = [c["predicted_seconds"] for c in doc["candidates"]]
     assert all(isinstance(s, float) and s > 0 for s in secs)
-    assert doc["recommended"] == int(np.argmin(secs)) and doc["objective"] == "seconds"
+    tied = [i for i, s in enumerate(secs) if s <= min(secs) * 1.1]  # SECONDS_TIE: fewest gradients among them
+    assert doc["recommended"] == min(tied, key=lambda i: (doc["candidates"][i]["gradient_evaluations"], i))
+    assert doc["objective"] == "seconds"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -113,3 +115,38 @@ def test_plan_skipped_applicability_is_not_silent():
     doc = json.loads(r.stdout)
     assert doc["applicability"]["checked"] is False
     assert any("not checked" in w for w in doc["warnings"]) and "warning: applicability" in r.stderr
+
+
+def test_recommended_run_argv_runs_as_given(tmp_path):
+    """Every feasible candidate carries the `sgtune run` command that executes it (burn-in inside --steps);
+    the recommended one runs and its chains are the planned ones."""
+    lam_dir = tmp_path / "lams"
+    r = run(["plan", "--example", "logistic", "--prior-precision", "1", "--tolerance", "0.3", "--batch-sizes", "32",
+             "--families", "dense,scalar", "--chains", "2", "--no-timing", "--lambda-dir", str(lam_dir), "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for c in doc["candidates"]:
+        assert c["run_argv"] == [] if not c["feasible"] else c["run_argv"][:2] == ["sgtune", "run"]
+    best = doc["recommended_candidate"]
+    argv = best["run_argv"]
+    assert best["run_argv_ready"] is True and best["run_steps"] == best["burn_in_steps"] + best["steps"]
+    assert argv[argv.index("--steps") + 1] == str(best["run_steps"])
+    assert argv[argv.index("--burn-in") + 1] == str(best["burn_in_steps"])
+    out = run([*argv[1:], "-q"])
+    assert out.exit_code == 0, out.stderr
+    rdoc = json.loads(out.stdout)
+    assert rdoc["steps"] == best["run_steps"] and rdoc["burn_in"] == best["burn_in_steps"]
+    assert rdoc["chains"] == 2 and rdoc["batch_size"] == 32
+    # without --lambda-dir, the dense candidates' command names a file that plan did not write
+    r = run(["plan", "--example", "logistic", "--prior-precision", "1", "--tolerance", "0.3", "--batch-sizes", "32",
+             "--families", "dense,scalar", "--chains", "2", "--no-timing", "-q"])
+    by_family = {c["family"]: c for c in json.loads(r.stdout)["candidates"] if c["feasible"]}
+    assert by_family["dense"]["run_argv_ready"] is False
+    if "scalar" in by_family:
+        assert by_family["scalar"]["run_argv_ready"] is True and "--step-size" in by_family["scalar"]["run_argv"]
+
+
+def test_absurd_run_length_is_a_one_line_error():
+    r = run(["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.5", "--steps",
+             "10000000000000", "-q"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--steps" in r.stderr and "10^12" in r.stderr

@@ -8,16 +8,16 @@ from typing import Any
 import numpy as np
 
 from ..core._refs import cites
-from ..core._validation import check_positive
+from ..core._validation import as_spd, check_positive
 from ..core.results import ResultMixin, SummaryTable, table_from_columns
 from ..core.config import Dynamics
-from ..io.data import Dataset
-from ..diagnostics.mcse import CovarianceTest, compare_covariance
 from ..core.errors import SgtuneError, UnstableStepSizeError
+from ..diagnostics.mcse import CovarianceTest, compare_covariance
+from ..io.data import Dataset
 from ..models import GLM, Expansion
-from ..core.config import Dynamics, RunSpec
-from .driver import ChainResult, ProgressCallback, run_chains
-from .registry import options_for, sampler_spec
+from ..sampler.driver import ChainResult, ProgressCallback, run_chains
+from ..sampler.registry import options_for, sampler_spec
+from .run_length import default_run_length, run_spec
 
 __all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction",
            "chain_prediction", "prediction_check", "CHECK_ALPHA", "CHECK_TOLERANCE"]
@@ -46,7 +46,7 @@ class PosteriorPrediction:
 
     Examples
     --------
-    >>> from sgtune.sampler.verify import PosteriorPrediction
+    >>> from sgtune.workflows.verify import PosteriorPrediction
     >>> PosteriorPrediction(np.eye(2), np.full(2, 0.1)).tau_worst
     nan
     """
@@ -86,7 +86,7 @@ class VerificationReport(ResultMixin):
     --------
     >>> from sgtune.io.data import example
     >>> from sgtune.models import expand, get_model
-    >>> from sgtune.sampler.verify import verify_stationary_cov
+    >>> from sgtune.workflows.verify import verify_stationary_cov
     >>> data, model = example("logistic"), get_model("logistic")
     >>> report = verify_stationary_cov(model, data, expand(model, data), 0.1, batch_size=32,
     ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
@@ -102,10 +102,18 @@ class VerificationReport(ResultMixin):
     stationary: Any
     tuning: Any
     mode: str
+    against: str = "prediction"
+    reference: Any = None
 
     @property
     def passed(self) -> bool:
         return self.test.passed
+
+    @property
+    def compared_with(self) -> np.ndarray:
+        """The matrix the chains were tested against: ``reference`` (``against`` = "target" or "matrix"),
+        else ``predicted``."""
+        return self.predicted if self.reference is None else self.reference
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -119,7 +127,7 @@ class VerificationReport(ResultMixin):
     def summary(self) -> SummaryTable:
         """Per coordinate: the predicted and the measured standard deviation, their ratio, the chains' mean and
         the z-score of the variance (the entrywise test's diagonal)."""
-        psd = np.sqrt(np.clip(np.diag(self.predicted), 0.0, None))
+        psd = np.sqrt(np.clip(np.diag(self.compared_with), 0.0, None))
         esd = np.sqrt(np.clip(np.diag(self.empirical), 0.0, None))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = esd / psd
@@ -136,34 +144,8 @@ class VerificationReport(ResultMixin):
         """Predicted and empirical covariances, the test and the names (arrays stay NumPy arrays)."""
         return {"parameter_names": list(self.parameter_names), "predicted": self.predicted,
                 "empirical": self.empirical, "z_max": self.test.z_max, "passed": self.passed, "mode": self.mode,
+                "against": self.against, "compared_with": self.compared_with,
                 "test": self.test.to_dict(), "lambda": self.step_matrix}
-
-
-def default_run_length(tau_worst: float) -> tuple[int, int]:
-    """Choose steps and burn-in long enough for batch means: T = max(20 000, 1000·τ), T₀ = max(T/10, 20·τ).
-
-    Parameters
-    ----------
-    tau_worst : float
-        The predicted worst integrated autocorrelation time τ (NaN or inf: 1).
-
-    Returns
-    -------
-    steps : int
-        T.
-    burn_in : int
-        T₀ (at most T/2).
-
-    Examples
-    --------
-    >>> from sgtune.sampler.verify import default_run_length
-    >>> default_run_length(10.0), default_run_length(100.0)
-    ((20000, 2000), (100000, 10000))
-    """
-    tau = max(1.0, float(tau_worst)) if math.isfinite(tau_worst) else 1.0
-    steps = int(max(20_000, math.ceil(1000 * tau)))
-    burn = int(min(max(steps // 10, math.ceil(20 * tau)), steps // 2))
-    return steps, burn
 
 
 @cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12) — prediction checked by simulation")
@@ -174,7 +156,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           burn_in: int | None = None, n_chains: int = 16, batches_per_chain: int | None = None,
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
                           seed: int = 0, progress: ProgressCallback | None = None,
-                          keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0) -> VerificationReport:
+                          keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0,
+                          against: Any = "prediction") -> VerificationReport:
     r"""Test Σ̂ (chains) = Σ(Λ) (Eqs. (11)–(12)) entrywise with batch-means z-scores and a Bonferroni threshold.
 
     Parameters
@@ -225,6 +208,9 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         The sampler (:data:`sgtune.sampler.SAMPLERS`).
     friction : float, optional
         SGHMC's friction γ.
+    against : {"prediction", "target"} or array_like, optional
+        What the chains are tested against: the linearised prediction (default), the tuning target
+        Σ* (Λ tuned here), or a given (D, D) SPD matrix (see Notes).
 
     Returns
     -------
@@ -265,11 +251,17 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
     without a noise estimate is hot unless the minibatch noise is small).
 
+    ``against`` chooses what the chains are tested against: ``"prediction"`` (default, the above),
+    ``"target"`` (the tuning target Σ*; needs ``target``, i.e. Λ tuned here) or a (D, D) SPD matrix,
+    e.g. the target a Λ refined on chains (:func:`sgtune.workflows.refine.refine`) is meant to give,
+    whose linearised prediction is not what its chain gives. ``inflate_prediction`` multiplies
+    whichever is compared.
+
     Examples
     --------
     >>> from sgtune.io.data import example
     >>> from sgtune.models import expand, get_model
-    >>> from sgtune.sampler.verify import verify_stationary_cov
+    >>> from sgtune.workflows.verify import verify_stationary_cov
     >>> data, model = example("logistic"), get_model("logistic")
     >>> report = verify_stationary_cov(model, data, expand(model, data), batch_size=32,
     ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
@@ -308,15 +300,12 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         stationary = predict_stationary_cov(expansion, Dynamics(lam, batch_size, inv_temperature=inv_temperature,
                                                                 momentum=momentum, batching=bool(without_replacement)))
         mode = "covariance"
-    auto_steps, auto_burn = default_run_length(stationary.tau_worst)
-    steps = auto_steps if n_steps is None else int(n_steps)
-    burn = (auto_burn if n_steps is None else steps // 10) if burn_in is None else int(burn_in)
+    run = run_spec(stationary.tau_worst, stationary.spectral_radius, n_chains=n_chains, n_steps=n_steps,
+                   burn_in=burn_in, max_draws=keep_draws, batches_per_chain=batches_per_chain, seed=seed)
     chains = run_chains(model, data,
                         Dynamics(lam, batch_size, inv_temperature=inv_temperature, momentum=momentum,
                                  batching="without-replacement" if without_replacement else "replacement"),
-                        RunSpec(steps, n_chains=n_chains, burn_in=burn,
-                                thin=max(1, -(-(steps - burn) * n_chains // keep_draws)) if keep_draws > 0 else 0,
-                                batches_per_chain=batches_per_chain, seed=seed),
+                        run,
                         options_for(sampler, friction=friction), prior_precision=prior_precision,
                         initial=expansion.theta_hat, progress=progress)
     if chains.n_batches < 2:
@@ -324,11 +313,28 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     if np.any(chains.cov_standard_error[np.triu_indices(expansion.dim)] <= 0):
         raise SgtuneError("a covariance standard error is zero (deterministic chains?); nothing to test")
     predicted = f * stationary.cov
-    test = compare_covariance(predicted, chains.cov, chains.cov_standard_error, n_batches=chains.n_batches,
+    label, reference = _reference(against, tuning, expansion.dim)
+    compared = predicted if reference is None else f * reference
+    test = compare_covariance(compared, chains.cov, chains.cov_standard_error, n_batches=chains.n_batches,
                               alpha=alpha, relative_tolerance=relative_tolerance)
     return VerificationReport(predicted=predicted, empirical=chains.cov, test=test, chains=chains,
                               step_matrix=np.asarray(stationary.step_matrix), stationary=stationary,
-                              tuning=tuning, mode=mode)
+                              tuning=tuning, mode=mode, against=label,
+                              reference=None if reference is None else f * reference)
+
+
+def _reference(against: Any, tuning: Any, dim: int) -> tuple[str, np.ndarray | None]:
+    """(label, matrix) of ``against``: ("prediction", None), ("target", Σ*) or ("matrix", the array)."""
+    if isinstance(against, str):
+        if against == "prediction":
+            return "prediction", None
+        if against == "target":
+            if tuning is None:
+                raise SgtuneError("against='target' needs Λ tuned here (a target, no step_matrix); with a given Λ "
+                                  "pass the target covariance itself as against=")
+            return "target", np.asarray(tuning.target_cov)
+        raise SgtuneError(f"against must be 'prediction', 'target' or a (D, D) matrix, got {against!r}")
+    return "matrix", as_spd(against, "against", dim, rtol=1e-10)
 
 
 def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, batch_size: int,
@@ -380,7 +386,7 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
     >>> from sgtune.io.data import example
     >>> from sgtune.models import expand, get_model
     >>> e = expand(get_model("logistic"), example("logistic"))
-    >>> from sgtune.sampler.verify import chain_prediction
+    >>> from sgtune.workflows.verify import chain_prediction
     >>> cov, mode = chain_prediction(e, 0.1, sampler="sgld", batch_size=32, inv_temperature=float("inf"),
     ...                              n_data=e.n_data)
     >>> mode, cov.shape
@@ -434,7 +440,7 @@ def prediction_check(chains: ChainResult, predicted: np.ndarray | None, *, mode:
 
     Examples
     --------
-    >>> from sgtune.sampler.verify import prediction_check
+    >>> from sgtune.workflows.verify import prediction_check
     >>> check = prediction_check(None, None, mode="unstable: spectral radius 1.2")
     >>> check["mode"], check["passed"]
     ('unstable', False)

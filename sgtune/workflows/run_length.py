@@ -1,0 +1,115 @@
+r"""How long to run chains, and how much of them to keep: the one run-length policy of the workflows.
+
+Every workflow that runs chains it has not been told the length of (``verify``, ``calibrate``, ``lambda
+--refine``, ``plan``) takes its numbers from here, so that they agree on what "long enough" means:
+
+- **burn-in** (:func:`burn_in_steps`): the chain starts at θ̂, so its second moments start at zero and
+  approach the stationary ones like ρ(𝒫)^t, ρ(𝒫) the spectral radius of the second-moment map (Wang, Ding &
+  Huggins 2026, Eqs. (11)–(12); :func:`~sgtune.theory.linear_chain.equilibration_steps`, the steps until
+  every second moment is within 1 % of stationary); a chain also forgets its start only after some
+  integrated autocorrelation times τ. The burn-in of a check is the largest of ``BURN_IN_TAUS``·τ, the
+  equilibration steps and a tenth of the kept steps, and at most half of the run when the run's total
+  length is fixed; ``plan`` prices the equilibration steps alone (:func:`minimum_burn_in`), the least a
+  run needs, and says so in its JSON.
+- **length** from a target Monte Carlo error (:func:`steps_for_error`): an estimate whose relative Monte
+  Carlo variance is c/T per chain (c the Monte Carlo constant — for one entry of a covariance
+  c ≈ 2τ, Gaussian fourth moments; :func:`~sgtune.theory.mcerror.mc_error` gives its exact value for
+  the Frobenius error) needs T = ⌈c/(C·v)⌉ steps per chain for a variance v pooled over C chains.
+  :func:`default_steps` is the batch-means default of the checking commands: T = max(20 000, 1000·τ).
+- **thinning** from a draw budget (:func:`thinning`): keep every k-th draw after burn-in so that at most
+  (or at least) a given number of draws is kept.
+
+:func:`run_spec` assembles them into a :class:`~sgtune.core.config.RunSpec`.
+"""
+from __future__ import annotations
+
+import math
+
+from ..core.config import RunSpec
+from ..core.errors import SgtuneError
+from ..theory.linear_chain import equilibration_steps
+
+__all__ = ["MIN_STEPS", "TAU_MULTIPLE", "BURN_IN_TAUS", "default_steps", "burn_in_steps", "minimum_burn_in",
+           "steps_for_error",
+           "thinning", "run_spec", "default_run_length"]
+
+#: the checking commands' default run is never shorter than this (batch means need many segments)
+MIN_STEPS = 20_000
+#: … nor shorter than this many integrated autocorrelation times
+TAU_MULTIPLE = 1000
+#: the burn-in is at least this many integrated autocorrelation times
+BURN_IN_TAUS = 20
+
+
+def _tau(tau_worst: float) -> float:
+    """τ ≥ 1; an unknown (NaN or infinite) τ counts as 1 (the caller decides the length then)."""
+    return max(1.0, float(tau_worst)) if math.isfinite(tau_worst) else 1.0
+
+
+def default_steps(tau_worst: float) -> int:
+    """Steps per chain (burn-in included) when none are given: T = max(``MIN_STEPS``, ⌈``TAU_MULTIPLE``·τ⌉)."""
+    return int(max(MIN_STEPS, math.ceil(TAU_MULTIPLE * _tau(tau_worst))))
+
+
+def burn_in_steps(tau_worst: float, spectral_radius: float = math.nan, *, kept: int | None = None,
+                  total: int | None = None) -> int:
+    """Steps to discard from the start at θ̂ (module docstring).
+
+    Give ``kept`` (the steps after burn-in, when the burn-in comes on top of them) or ``total`` (the run's
+    length, burn-in included: the burn-in is then at most half of it). The result is the largest of
+    ⌈``BURN_IN_TAUS``·τ⌉, the equilibration steps of ``spectral_radius`` (ignored when NaN, i.e. unknown)
+    and a tenth of ``kept`` (or ``total``).
+    """
+    if (kept is None) == (total is None):
+        raise SgtuneError("burn_in_steps needs exactly one of kept= or total=")
+    n = int(kept if kept is not None else total)  # type: ignore[arg-type]
+    burn = max(n // 10, math.ceil(BURN_IN_TAUS * _tau(tau_worst)))
+    if math.isfinite(spectral_radius):
+        eq = minimum_burn_in(spectral_radius)
+        if math.isfinite(eq):
+            burn = max(burn, int(eq))
+    return int(burn if total is None else min(burn, n // 2))
+
+
+def minimum_burn_in(spectral_radius: float) -> float:
+    """The equilibration steps of the second-moment map alone (``inf`` when ρ ≥ 1): the burn-in ``plan``
+    prices, the least a run from θ̂ needs before its covariance is within 1 % of stationary."""
+    return equilibration_steps(spectral_radius)
+
+
+def steps_for_error(mc_constant: float, n_chains: int, variance: float) -> int:
+    """T = ⌈c/(C·v)⌉: the steps per chain after which an estimate with Monte Carlo constant c (lim T·Var
+    per chain) has variance v when pooled over C chains. ``inf`` constant or v ≤ 0: an error."""
+    if not (variance > 0 and math.isfinite(mc_constant) and mc_constant >= 0):
+        raise SgtuneError(f"no finite run length reaches a Monte Carlo variance {variance!r} with constant "
+                          f"{mc_constant!r}")
+    return int(math.ceil(mc_constant / (n_chains * variance)))
+
+
+def thinning(kept: int, n_chains: int, *, max_draws: int | None = None, min_draws: int | None = None) -> int:
+    """Keep every k-th of the ``kept`` steps per chain: at most ``max_draws`` draws pooled over the chains
+    (k = ⌈kept·C/max_draws⌉), or at least ``min_draws`` per chain (k = ⌊kept/min_draws⌋); k ≥ 1. Neither
+    given (or 0): 0, no draws kept."""
+    if max_draws:
+        return max(1, -(-kept * n_chains // int(max_draws)))
+    if min_draws:
+        return max(1, kept // int(min_draws))
+    return 0
+
+
+def run_spec(tau_worst: float, spectral_radius: float = math.nan, *, n_chains: int, n_steps: int | None = None,
+             burn_in: int | None = None, max_draws: int = 0, min_draws: int = 0,
+             batches_per_chain: int | None = None, seed: int = 0) -> RunSpec:
+    """The :class:`~sgtune.core.config.RunSpec` of a check: ``n_steps`` (default :func:`default_steps`),
+    ``burn_in`` (default :func:`burn_in_steps` with ``total=n_steps``) and the thinning that keeps at most
+    ``max_draws`` (pooled) or at least ``min_draws`` (per chain) draws; given values are used as they are."""
+    steps = default_steps(tau_worst) if n_steps is None else int(n_steps)
+    burn = burn_in_steps(tau_worst, spectral_radius, total=steps) if burn_in is None else int(burn_in)
+    thin = thinning(steps - burn, n_chains, max_draws=max_draws, min_draws=min_draws)
+    return RunSpec(steps, n_chains=n_chains, burn_in=burn, thin=thin, batches_per_chain=batches_per_chain, seed=seed)
+
+
+def default_run_length(tau_worst: float, spectral_radius: float = math.nan) -> tuple[int, int]:
+    """(steps, burn-in) of :func:`run_spec` when neither is given."""
+    steps = default_steps(tau_worst)
+    return steps, burn_in_steps(tau_worst, spectral_radius, total=steps)
