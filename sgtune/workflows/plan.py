@@ -652,7 +652,13 @@ _COSTS: dict[tuple[Any, ...], tuple[float, float]] = {}
 
 
 def clear_cost_cache() -> None:
-    """Forget the cost models measured so far (the next plan measures again; benchmarks)."""
+    """Forget the cost models measured so far (the next plan measures again; benchmarks).
+
+    Examples
+    --------
+    >>> from sgtune.workflows.plan import clear_cost_cache
+    >>> clear_cost_cache()
+    """
     _COSTS.clear()
 
 
