@@ -401,6 +401,11 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
     been serialised, so a document that cannot be written leaves no array file behind.
     The warnings issued so far (:func:`warn`) are added as the document's ``warnings`` list.
     """
+    from ._config import config_json
+
+    config = config_json(click.get_current_context(silent=True))
+    if config is not None:
+        doc = {**doc, "config": config}
     report = _REPORT.get()
     if report is not None:
         doc = {**doc, "warnings": list(dict.fromkeys([*doc.get("warnings", []), *report.warnings]))}

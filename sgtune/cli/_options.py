@@ -19,6 +19,7 @@ from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, Expansion, expand, get_model, model_dim, prior_matrix
 from ..models.base import ModelError
 from ..models.user import is_model_file_spec, load_model_file
+from ._config import config_option, from_file
 from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
@@ -91,6 +92,7 @@ batch_options = compose(
 #: --json, --overwrite, -q, --strict: the output options of every command (those without a main array use
 #: only these)
 json_output_options = compose(
+    config_option,
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                  help="Write the JSON document to FILE (a name ending in .json; '-' is stdout) instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
@@ -211,6 +213,9 @@ def load_float_npy(path: str, name: str) -> np.ndarray:
 
 def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
+    if kw.get("data") is not None and kw.get("example") is not None:  # one from the file: the command line wins
+        if from_file("data") != from_file("example"):
+            kw = {**kw, ("data" if from_file("data") else "example"): None}
     if (kw.get("data") is None) == (kw.get("example") is None):
         raise click.UsageError("give exactly one of DATA (a .csv, .npz or .parquet file, or a folder with X.npy "
                                "and y.npy) or --example NAME")
