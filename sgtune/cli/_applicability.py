@@ -16,18 +16,22 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
                          seed: int = 0, quiet_reasons: bool = False) -> dict[str, Any]:
     """Run :func:`sgtune.theory.applicability.applicability` for a loaded problem; warn (and mark the result
     untrusted, so ``--strict`` exits 4) for each reason; return the JSON object."""
-    if prob.expansion.whitening() is not None:  # the check's solves run in θ's own units
-        lam = np.linalg.eigvalsh(prob.expansion.hessian)
-        return skipped_report(f"the Hessian's condition number {lam[-1] / lam[0]:.2g} in the units of θ is beyond "
-                              "the check's solves", "standardise the covariates (subtract the mean, divide by the "
-                              "standard deviation) to have it checked")
     small = prob.dim <= LARGE_DIM
     data = prob.dataset
     if prob.expansion.n_samples != data.n_data:  # --subsample M: the rows the expansion used (same seeded draw)
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
-    with slow_stage("applicability: evaluating the loss over the predicted spread"):
-        a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
-                          backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    try:
+        with slow_stage("applicability: evaluating the loss over the predicted spread"):
+            a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
+                              backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    except np.linalg.LinAlgError:
+        if prob.expansion.whitening() is None:
+            raise
+        # the prediction was solved in whitened coordinates; the check's solves run in θ's own units
+        lam = np.linalg.eigvalsh(prob.expansion.hessian)
+        return skipped_report(f"the Hessian's condition number {lam[-1] / lam[0]:.2g} in the units of θ is beyond "
+                              "the check's solves", "standardise the covariates (subtract the mean, divide by the "
+                              "standard deviation) to have it checked")
     for reason in () if quiet_reasons else a.reasons:
         untrusted(f"not applicable: {reason}")
     csr = a.conditioning.get("column_scale_ratio")

@@ -6,7 +6,8 @@ batch options under their option names (``data``, ``model``, ``batch-size``, ``p
 …; ``_`` may stand for ``-``). Precedence: the command line, then the file, then the defaults (the
 file's values are click's ``default_map``, so an option typed on the command line always wins). A
 command uses the keys it has options for (``sgtune reshuffle`` takes none of them); a key that is
-no shared option is a usage error naming it and the file. Relative paths in a file outside the
+no shared option is a usage error naming it and the file. ``--example NAME`` on the command line
+replaces the file's DATA and brings the example's own model (unless ``--model`` is typed too). Relative paths in a file outside the
 working directory are relative to the file. The JSON document echoes ``config``: the file and the
 values it supplied to this command.
 """

@@ -221,7 +221,9 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
                                "and y.npy) or --example NAME")
     if kw.get("example"):
         ds = example(kw["example"], seed=0)
-        model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
+        # an example named on the command line brings its own model (the file's model is for the file's DATA)
+        own = kw.get("model") is None or (from_file("model") and not from_file("example"))
+        model_name = EXAMPLES[kw["example"]][1] if own else kw["model"]
         if kw.get("intercept"):
             ds = Dataset(np.column_stack([np.ones(ds.n_data), ds.X]), ds.y, ("intercept", *ds.names), ds.source)
     else:

@@ -44,9 +44,9 @@ def test_the_command_line_overrides_the_file(project):
     doc = json.loads(run(["lambda", "--batch-size", "64", "-q", "--no-applicability"]).stdout)
     assert doc["batch_size"] == 64
     assert "batch-size" not in doc["config"]["values"]  # only what the file supplied is echoed
-    doc = json.loads(run(["lambda", "--example", "hetero-linear", "--model", "linear", "-q",
-                          "--no-applicability"]).stdout)
-    assert doc["n_data"] == 2000  # --example on the command line replaces the file's DATA
+    doc = json.loads(run(["lambda", "--example", "hetero-linear", "-q", "--no-applicability"]).stdout)
+    # --example on the command line replaces the file's DATA and brings its own model (linear, not the file's)
+    assert doc["n_data"] == 2000 and doc["model"] == "linear" and doc["batch_size"] == 32
 
 
 def test_explicit_config_file_at_group_and_command_level(project):
