@@ -73,13 +73,13 @@ def test_longley_meets_nist_certified_values():
     assert d == e.dim
 
 
-@pytest.mark.parametrize("batch_size", [4, 16])
-def test_raw_and_standardised_longley_give_the_same_lambda(batch_size):
+@pytest.mark.parametrize("batch_size, momentum", [(4, 0.0), (16, 0.0), (4, 0.5)])
+def test_raw_and_standardised_longley_give_the_same_lambda(batch_size, momentum):
     """Λ_raw = A Λ_std Aᵀ, Σ_raw = s_y² A Σ_std Aᵀ (SGD: Λ does not depend on the response's units)."""
     A = _change_of_variables()
     sy = LONGLEY[:, 0].std(ddof=1)
-    raw = tune(expand(get_model("linear"), _longley()), Dynamics(None, batch_size))
-    std = tune(expand(get_model("linear"), _longley(True)), Dynamics(None, batch_size))
+    raw = tune(expand(get_model("linear"), _longley()), Dynamics(None, batch_size, momentum=momentum))
+    std = tune(expand(get_model("linear"), _longley(True)), Dynamics(None, batch_size, momentum=momentum))
     Ai = np.linalg.inv(A)
 
     def rel(a, b):
@@ -92,9 +92,9 @@ def test_raw_and_standardised_longley_give_the_same_lambda(batch_size):
     assert raw.covariance_error < UNITS_RTOL
     # the forward prediction for a Λ of our choosing, in both unit systems
     fwd_raw = predict_stationary_cov(expand(get_model("linear"), _longley()),
-                                     Dynamics(0.5 * raw.step_matrix, batch_size))
+                                     Dynamics(0.5 * raw.step_matrix, batch_size, momentum=momentum))
     fwd_std = predict_stationary_cov(expand(get_model("linear"), _longley(True)),
-                                     Dynamics(0.5 * std.step_matrix, batch_size))
+                                     Dynamics(0.5 * std.step_matrix, batch_size, momentum=momentum))
     assert rel(Ai @ fwd_raw.cov @ Ai.T / sy**2, fwd_std.cov) < UNITS_RTOL
     assert fwd_raw.tau_worst == pytest.approx(fwd_std.tau_worst, rel=UNITS_RTOL)
 

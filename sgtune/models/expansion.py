@@ -656,7 +656,7 @@ class Expansion:
         with the intercept) that solving in θ's own units loses the answer to rounding; else None.
 
         The theory's solves (:func:`sgtune.theory.tuning.tune` with the dense family,
-        :func:`sgtune.theory.stationary.predict_stationary_cov` without momentum) then run on
+        :func:`sgtune.theory.stationary.predict_stationary_cov`) then run on
         :meth:`in_coordinates` and map the answer back, so it does not depend on the units of θ.
         Streamed expansions (their passes re-read the rows in θ's units) are left as they are.
         """

@@ -67,7 +67,7 @@ from .adjoint import GradientEvaluator, affine_discrepancy
 from .largescale import stationary_cov_from_target_momentum
 from .linear_chain import LinearChain, dynamics_from_keywords, noise_scale
 from .noise_models import NOISE_MODELS, NoiseModel, noise_model
-from .stationary import StationaryCov, predict_stationary_cov, stationary_result
+from .stationary import StationaryCov, augmented_basis, predict_stationary_cov, stationary_result
 
 __all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
            "target_covariance", "solve_momentum_step_matrix", "momentum_tuning_residual", "load_blocks",
@@ -365,7 +365,7 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
     dyn.check_data(expansion.n_data)
     model = noise_model(method)
     crit, large = _check_family(expansion, dyn, model, family, family_criterion)
-    T = expansion.whitening() if family == "dense" and dyn.momentum == 0.0 else None
+    T = expansion.whitening() if family == "dense" else None
     if T is not None:  # κ(H) too large to solve in θ's own units
         return _tune_whitened(expansion, dyn, T, target, method)
     S = target_covariance(expansion, target)
@@ -421,7 +421,7 @@ def warn_if_rounding_level(expansion: Expansion, target_cov: np.ndarray) -> None
 
 # --------------------------------------------------------------------------- internals
 def _tune_whitened(e: Expansion, dyn: Dynamics, T: np.ndarray, target: Any, method: str) -> TuningResult:
-    """:func:`tune` (dense, no momentum) solved in the coordinates θ − θ̂ = Tφ where H = I
+    """:func:`tune` (dense family) solved in the coordinates θ − θ̂ = Tφ where H = I
     (:meth:`~sgtune.models.expansion.Expansion.whitening`), mapped back: Λ = TΛ_φTᵀ, Σ = TΣ_φTᵀ. The
     answer then does not depend on the units of θ (rescaling a covariate rescales Λ, nothing else)."""
     Ti = np.linalg.inv(T)
@@ -436,7 +436,9 @@ def _tune_whitened(e: Expansion, dyn: Dynamics, T: np.ndarray, target: Any, meth
     lam = back(inner.step_matrix)
     S = back(inner.target_cov) if given is None else given
     tuned = dyn.replace(step=lam)
-    st = stationary_result(LinearChain.of(e, tuned), back(inner.stationary.augmented_cov),
+    Ta = augmented_basis(T, dyn.momentum)
+    aug = Ta @ inner.stationary.augmented_cov @ Ta.T
+    st = stationary_result(LinearChain.of(e, tuned), 0.5 * (aug + aug.T),
                            inner.stationary.spectral_radius, inner.stationary.relative_residual,
                            inner.stationary.method, is_bound=inner.stationary.spectral_radius_is_bound,
                            solved=(LinearChain.of(e.in_coordinates(T), inner.dynamics),
@@ -539,6 +541,12 @@ def _tuned_stationary(e: Expansion, dyn: Dynamics, S: np.ndarray, cbar: np.ndarr
             st = stationary_cov_from_target_momentum(e, dyn, S, cbar, tol=LARGE_COV_TOL if large else 1e-12)
         else:
             st = predict_stationary_cov(e, dyn, initial_guess=guess, radius_bound=family != "dense")
+    except ConvergenceError as exc:  # the forward solve's own advice ("reduce the step size") means nothing here
+        raise ConvergenceError(
+            f"the stationary covariance of the tuned chain could not be solved accurately (relative residual "
+            f"{exc.residual:.2g}): the problem is too ill-conditioned in these units — standardise the covariates "
+            "(subtract the mean, divide by the standard deviation), or use the dense family, which is solved in "
+            "whitened coordinates", residual=exc.residual, method=exc.method) from None
     except UnstableStepSizeError as exc:
         if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
             raise _out_of_reach(str(exc), exc.spectral_radius, exc.max_stable_step) from None
