@@ -386,6 +386,7 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
                         target=target, blocks=part, family_criterion=crit)
 
 
+@cites("sgtune", "a target at rounding level: √tr(HΣ*) against ε√(θ̂ᵀHθ̂), both lengths in the metric H")
 def spread_in_rounding_units(expansion: Expansion, target_cov: np.ndarray) -> float:
     """√tr(HΣ*) / (ε √(θ̂ᵀHθ̂)): the target's spread in units of the rounding of θ̂ (ε machine epsilon).
 
