@@ -90,8 +90,11 @@ def find_config(explicit: str | None) -> str | None:
 
 
 def command_defaults(command: click.Command, values: dict[str, Any]) -> dict[str, Any]:
-    """The file's values that ``command`` has options for (others are for other commands)."""
+    """The file's values that ``command`` has options for, if it has the shared data options at all (``reshuffle``'s
+    ``--data`` and ``--batch-size`` are a one-dimensional problem's, not the project's)."""
     names = {p.name for p in command.params}
+    if "example" not in names:
+        return {}
     return {k: v for k, v in values.items() if k in names}
 
 

@@ -148,8 +148,17 @@ def cli(**kw: Any) -> None:
         health_row(doc["health"]),
         ("applicable", "tested directly: these are the real chains, not the linearised one"),
         ("verdict", "PASSED" if t.passed else "REJECTED: the chains do not have the predicted covariance")]) + "\n"
-        + (next_line("run", *step_arguments(kw), "-o", "trace.npz") if t.passed
-           else next_line("lambda", "--refine", "2", "-o", "lambda.npy")), quiet)
+        + _next(kw, t.passed, covariance_mode), quiet)
     if not t.passed:
         raise click.exceptions.Exit(EXIT_VERIFY_FAILED)
 
+
+def _next(kw: dict[str, Any], passed: bool, covariance_mode: bool) -> str:
+    """Passed: run the chains (a Λ tuned here is saved by lambda first); rejected: correct Λ on chains."""
+    if not passed:
+        return next_line("lambda", "--refine", "2", "-o", "lambda.npy")
+    if covariance_mode:
+        return next_line("run", *step_arguments(kw), "-o", "trace.npz")
+    same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))
+            for a in ((opt, str(kw[k])) if kw[k] is not None else ())]
+    return next_line("lambda", *same, "-o", "lambda.npy") + " (then sgtune run … --lambda lambda.npy)"

@@ -578,7 +578,9 @@ class Expansion:
         # ∇L against its own sampling noise: √(N ∇Lᵀ C⁺ ∇L), C = Cov_n g_n (pseudo-inverse if singular)
         z2 = float(grad_l @ np.linalg.pinv(self.gradient_cov(), hermitian=True) @ grad_l) * self.n_data
         object.__setattr__(self, "gradient_z", math.sqrt(max(z2, 0.0)))
-        object.__setattr__(self, "hessian_min_eigenvalue", float(np.linalg.eigvalsh(self.hessian)[0]))
+        lam = np.linalg.eigvalsh(self.hessian)
+        object.__setattr__(self, "hessian_min_eigenvalue", float(lam[0]))
+        self._cache["hessian_max_eigenvalue"] = float(lam[-1])  # for whitening(): no second O(D³) pass
 
     @property
     def n_data(self) -> int:
@@ -663,9 +665,9 @@ class Expansion:
         if self.stream is not None:
             return None
         if "whitening" not in self._cache:
-            lam = np.linalg.eigvalsh(self.hessian)
+            low, high = self.hessian_min_eigenvalue, self._cache["hessian_max_eigenvalue"]
             T = None
-            if lam[0] > 0 and lam[-1] > WHITEN_CONDITION * lam[0]:
+            if low > 0 and high > WHITEN_CONDITION * low:
                 s = 1.0 / np.sqrt(np.diag(self.hessian))  # Jacobi scaling first: Cholesky of a unit-diagonal H
                 c = np.linalg.cholesky(s[:, None] * self.hessian * s[None, :])
                 T = s[:, None] * np.linalg.inv(c).T  # H = (S⁻¹C)(S⁻¹C)ᵀ, S = diag(s): T = S C⁻ᵀ gives TᵀHT = I

@@ -78,4 +78,11 @@ def test_an_unknown_key_is_one_line_naming_the_key_and_the_file(project):
 def test_commands_without_shared_options_ignore_its_values(project):
     r = run(["derive", "stationary-1d"])
     assert r.exit_code == 0, r.stderr
-    assert "config" not in json.loads(r.stdout) or json.loads(r.stdout)["config"]["values"] == {}
+    assert json.loads(r.stdout)["config"]["values"] == {}
+    # reshuffle's --data and --batch-size belong to its one-dimensional problem: the file's are not used
+    np.save(project / "x.npy", np.arange(12.0))
+    r = run(["reshuffle", "--data", "x.npy", "--batch-size", "3", "--step", "0.1", "-q"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["values"] == {}
+    r = run(["reshuffle", "--step", "0.1", "-q"])
+    assert r.exit_code == 2  # no --data from the file
