@@ -654,7 +654,7 @@ class Expansion:
 
     def whitening(self) -> np.ndarray | None:
         """T with H = T⁻ᵀT⁻¹ (θ − θ̂ = Tφ makes the Hessian the identity) when H is so ill-conditioned
-        (κ(H) > :data:`WHITEN_CONDITION`, e.g. covariates in very different units or nearly collinear
+        (κ(H) > ``WHITEN_CONDITION``, e.g. covariates in very different units or nearly collinear
         with the intercept) that solving in θ's own units loses the answer to rounding; else None.
 
         The theory's solves (:func:`sgtune.theory.tuning.tune` with the dense family,
