@@ -93,7 +93,7 @@ def cli(**kw: object) -> None:
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
     png = render_plot(kw, lambda: figure_lambda(  # type: ignore[arg-type]
-        res.target_cov, res.predicted_cov, res.step_matrix, names=prob.dataset.names,
+        res.target_cov, res.predicted_cov, res.step_matrix, names=prob.expansion.parameter_names or prob.dataset.names,
         title=f"sgtune lambda: {prob.model.name}, N = {prob.dataset.n_data}, B = {B}, target {kw['target']}, "
               f"{res.method}/{res.family} (covariance error {res.covariance_error:.2g})"))
     emit(doc, kw["json_path"], arrays={kw["output"] or None: res.step_matrix})  # type: ignore[arg-type, dict-item]

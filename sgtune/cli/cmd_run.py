@@ -316,7 +316,8 @@ def cli(**kw: Any) -> None:
         arrays["step_size_trace"] = res.step_size_trace
     if netcdf:
         dumps(doc)  # a document that cannot be written fails before the trace file exists
-        write_netcdf(to_inference_data(res, names=prob.dataset.names, theta_hat=prob.expansion.theta_hat,
+        write_netcdf(to_inference_data(res, names=prob.expansion.parameter_names or prob.dataset.names,
+                                       theta_hat=prob.expansion.theta_hat,
                                        step_matrix=step, attrs={"command": command_line(), "data": prob.dataset.source,
                                                                 "model": prob.model.name}), kw["output"])
     emit(doc, kw["json_path"], arrays={None if netcdf else kw["output"]: arrays})

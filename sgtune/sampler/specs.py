@@ -13,6 +13,9 @@ dimension D it implies for p features:
   relu 1, softplus 2; likelihood gaussian/linear 0, bernoulli/logistic 1, poisson 2),
   floats = ``model_params(σ²)``; D = Σ_l n_l (n_{l−1} + 1) (:mod:`sgtune.sampler.mlp`; the
   model is :class:`sgtune.models.mlp.MLP`).
+- ``"multinomial"``: ints = [K, r, p] (r = K − 1 baseline, K full), floats = the K sorted class
+  labels; D = r·p (:mod:`sgtune.sampler.multinomial`; the model is
+  :class:`sgtune.models.multinomial.Multinomial`).
 - ``"quadratic-gaussian"`` / ``"quadratic-stable"``: the synthetic-noise oracles of
   :func:`~sgtune.sampler.driver.run_quadratic_chains` (no data).
 
@@ -30,7 +33,7 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 from ..models.base import checked_call, model_label
-from . import grads, mlp, mlp_loss
+from . import grads, mlp, mlp_loss, multinomial
 
 __all__ = ["Oracle", "ORACLES", "numba_spec_of"]
 
@@ -68,6 +71,8 @@ ORACLES: dict[str, Oracle] = {
     "glm": Oracle(grads.glm_grad, lambda ints, d, b: max(b, 1), lambda ints, p: p, _check_glm, grads.glm_value_grad),
     "mlp": Oracle(mlp.mlp_grad, lambda ints, d, b: max(mlp.work_size(ints, d, b), mlp_loss.work_size(ints, b)),
                   lambda ints, p: mlp.n_params(ints), mlp.check_spec, mlp_loss.mlp_value_grad),
+    "multinomial": Oracle(multinomial.multinomial_grad, multinomial.work_size, multinomial.n_params,
+                          multinomial.check_spec, multinomial.multinomial_value_grad),
     "quadratic-gaussian": Oracle(grads.quad_gauss_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
     "quadratic-stable": Oracle(grads.quad_stable_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
 }

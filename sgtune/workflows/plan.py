@@ -140,7 +140,36 @@ def _int_or_inf(x: float) -> Any:
 
 @dataclass
 class Plan:
-    """Result of :func:`plan_run`."""
+    """Result of :func:`plan_run`.
+
+    Attributes
+    ----------
+    candidates : list of Candidate
+        Every configuration of the grid with its prediction.
+    recommended : int or None
+        The index of the recommended candidate (None: none is feasible).
+    objective : str
+        What the recommendation minimises, ``"gradients"`` or ``"seconds"``.
+    tolerance : float
+        The RMS relative error E the run must reach.
+    chains : int
+        C, the chains run in parallel.
+    target_cov : (D, D) ndarray
+        Σ*.
+    timing_seconds, tuning_seconds : float
+        Time spent timing the sampler and tuning the candidates.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.workflows.plan import plan_run
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> plan = plan_run(model, data, expand(model, data), tolerance=0.1, batch_sizes=[16, 64],
+    ...                 families=("dense",), time_steps=False, notes=False)
+    >>> len(plan.candidates), plan.best is plan.candidates[plan.recommended]
+    (2, True)
+    """
 
     candidates: list[Candidate]
     recommended: int | None
@@ -182,8 +211,12 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
 
     Parameters
     ----------
-    model, dataset, expansion
-        The problem (as loaded by the CLI: the model, its data and the expansion at θ̂).
+    model : PerSampleModel
+        The model.
+    dataset : Dataset
+        Its data.
+    expansion : Expansion
+        The expansion at θ̂.
     target : "sandwich", "posterior" or (D, D) array
         Σ*.
     tolerance : float
@@ -217,6 +250,18 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
     Returns
     -------
     Plan
+        The candidates with their predicted error, cost and feasibility, and the recommendation.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.workflows.plan import plan_run
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> plan = plan_run(model, data, expand(model, data), tolerance=0.1, batch_sizes=[16, 64],
+    ...                 families=("dense",), time_steps=False, notes=False)
+    >>> [candidate.batch_size for candidate in plan.candidates], plan.objective
+    ([16, 64], 'gradients')
     """
     E = check_positive(tolerance, "tolerance")
     C = check_int(chains, "chains", low=1)
