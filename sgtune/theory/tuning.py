@@ -232,6 +232,13 @@ def target_covariance(expansion: Expansion, target: Any) -> np.ndarray:
     return as_spd(target, "target", expansion.dim, rtol=1e-10)
 
 
+def _target_covariance(expansion: Expansion, target: Any) -> np.ndarray:
+    """:func:`target_covariance`, with a warning when it is zero up to rounding (:func:`warn_if_rounding_level`)."""
+    S = target_covariance(expansion, target)
+    warn_if_rounding_level(expansion, S)
+    return S
+
+
 @cites("wang2026", "Eq. (11) solved for Λ via the Lyapunov reduction")
 def solve_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *,
                       inv_temperature: float = math.inf) -> np.ndarray:
@@ -535,17 +542,15 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
 
     Notes
     -----
-    Algorithm 1, step 6 of Wang, Ding & Huggins (2026): Eq. (11) solved for Λ at Σ = Σ* with the
-    noise model R of ``method``, one Lyapunov solve (:mod:`sgtune.theory.noise_models`):
-    ``dq-exact`` R = C̄(Σ*) + HΣ*H (Eqs. (11)–(12)), exact; ``ct`` R = Ĉ = f(𝓘 − ḡḡᵀ)/B, the OU
-    proxy of Eqs. (2)–(3) (for Γ = 0 and the sandwich target Λ = (2B/N)J⁻¹, as in the authors'
-    public code; the printed Eq. (3) Λ = (ΣH+HΣ)Ĉ⁻¹ agrees only when the matrices commute and is not
-    offered); ``dq-const`` R = Ĉ + HΣ*H, Eq. (5) with constant noise (Algorithm 1 prints C̄ = 𝓘,
-    appendix E.2 Ĥ/B and the public code J without 1/B; the noise covariance at θ̂ with its 1/B is
-    the B-sample gradient covariance the method assumes); ``lr-ws`` R = (f/B)(JΣJ + tr(JΣ)J +
-    (σ̂²/σ²)J) + HΣ*H, Eqs. (5)–(6), linear models only. The comparison methods give dense Λ
-    without momentum; the families, their criteria and the momentum equations are described in
-    the module docstring.
+    Algorithm 1, step 6 of Wang, Ding & Huggins (2026): Eq. (11) solved for Λ at Σ = Σ* with the noise model R of
+    ``method``, one Lyapunov solve (:mod:`sgtune.theory.noise_models`): ``dq-exact`` R = C̄(Σ*) + HΣ*H (Eqs.
+    (11)–(12)), exact; ``ct`` R = Ĉ = f(𝓘 − ḡḡᵀ)/B, the OU proxy of Eqs. (2)–(3) (for Γ = 0 and the sandwich target
+    Λ = (2B/N)J⁻¹, as in the authors' public code; the printed Eq. (3) Λ = (ΣH+HΣ)Ĉ⁻¹ agrees only when the matrices
+    commute and is not offered); ``dq-const`` R = Ĉ + HΣ*H, Eq. (5) with constant noise (Algorithm 1 prints C̄ = 𝓘,
+    appendix E.2 Ĥ/B and the public code J without 1/B; the noise covariance at θ̂ with its 1/B is the B-sample
+    gradient covariance the method assumes); ``lr-ws`` R = (f/B)(JΣJ + tr(JΣ)J + (σ̂²/σ²)J) + HΣ*H, Eqs. (5)–(6),
+    linear models only. The comparison methods give dense Λ without momentum; the families, their criteria and the
+    momentum equations are described in the module docstring.
 
     Examples
     --------
@@ -573,11 +578,9 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
     dyn.check_data(expansion.n_data)
     model = noise_model(method)
     crit, large = _check_family(expansion, dyn, model, family, family_criterion)
-    T = expansion.whitening() if family == "dense" else None
-    if T is not None:  # κ(H) too large to solve in θ's own units
-        return _tune_whitened(expansion, dyn, T, target, method)
-    S = target_covariance(expansion, target)
-    warn_if_rounding_level(expansion, S)
+    if family == "dense" and expansion.whitening() is not None:  # κ(H) too large to solve in θ's own units
+        return _tune_whitened(expansion, dyn, expansion.whitening(), target, method)
+    S = _target_covariance(expansion, target)
     part = _partition(expansion, family, blocks)
     if family == "dense":
         lam, residual, criterion, cbar = _dense_step_matrix(expansion, dyn, S, model)
@@ -596,12 +599,37 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
 
 @cites("sgtune", "a target at rounding level: √tr(HΣ*) against ε√(θ̂ᵀHθ̂), both lengths in the metric H")
 def spread_in_rounding_units(expansion: Expansion, target_cov: np.ndarray) -> float:
-    """√tr(HΣ*) / (ε √(θ̂ᵀHθ̂)): the target's spread in units of the rounding of θ̂ (ε machine epsilon).
+    """The target's spread in units of the rounding of θ̂: √tr(HΣ*) / (ε √(θ̂ᵀHθ̂)), ε machine epsilon.
 
-    Both square roots are lengths in the metric H, so the ratio does not depend on the units of θ.
-    Noise-free data (y = Xθ exactly) give a sandwich target of rounding errors only: below 0.3 on
-    linear regressions with N = 16 … 20000, D = 3 … 20, |θ| from 1e-6 to 1e6 and condition numbers
-    up to 1e4; a relative noise of 1e-8 already gives more than 800, real data 1e14 and more.
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂ (H and θ̂).
+    target_cov : (D, D) ndarray
+        The target covariance Σ*.
+
+    Returns
+    -------
+    float
+        The ratio (``inf`` when θ̂ = 0 and the spread is not, 0 when both are). Both square roots are
+        lengths in the metric H, so it does not depend on the units of θ.
+
+    Notes
+    -----
+    Noise-free data (y = Xθ exactly) give a sandwich target of rounding errors only: below 0.3 on linear
+    regressions with N = 16 … 20000, D = 3 … 20, |θ| from 1e-6 to 1e6 and condition numbers up to 1e4; a
+    relative noise of 1e-8 already gives more than 800, real data 1e14 and more. :func:`tune` warns below
+    :data:`ROUNDING_LEVEL_SPREAD`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import expand, get_model
+    >>> X = np.random.default_rng(0).standard_normal((50, 3))
+    >>> e = expand(get_model("linear"), make_dataset(X, X @ np.array([1.0, 2.0, 3.0]) + 0.1 * X[:, 0] ** 2))
+    >>> bool(spread_in_rounding_units(e, target_covariance(e, "sandwich")) > ROUNDING_LEVEL_SPREAD)
+    True
     """
     H = expansion.hessian
     th = expansion.theta_hat
