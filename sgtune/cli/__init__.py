@@ -192,7 +192,11 @@ def _fail(message: str, code: int) -> NoReturn:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sgtune")
-def main() -> None:
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Read the shared data and model options (DATA, --model, --batch-size, --prior-precision, …) "
+                   "from this TOML file instead of ./sgtune.toml; the command line overrides it.")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
     """sgtune: tune and predict SGD/SGLD before you run it.
 
     \b
@@ -208,4 +212,15 @@ def main() -> None:
       3    verification failed (verify: the prediction was rejected)
       4    with --strict: the answer or the chain should not be trusted (outputs written)
       130  interrupted (Ctrl-C); 143 terminated (SIGTERM); 129 hung up (SIGHUP)
+
+    \b
+    Project file: sgtune.toml in the working directory (or --config FILE) holds the
+    options every command shares, e.g.
+        data = "data.csv"
+        model = "logistic"
+        batch-size = 32
+    Precedence: command line > file > defaults; the JSON's config echoes what it supplied.
     """
+    from ._config import GROUP_KEY
+
+    ctx.meta[GROUP_KEY] = config_path  # each command's --config reads it (or ./sgtune.toml) when given none

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..theory.applicability import COLUMN_SCALE_RATIO, applicability
-from ._io import untrusted, warn
+from ._io import slow_stage, untrusted, warn
 
 #: above this D the statistical linearisation takes fewer draws (each is a pass over the data)
 LARGE_DIM = 200
-
-EQUILIBRATION_NOTE = ("equilibration: steps from θ̂ until every second moment is within 1 % of stationary; τ (worst) "
-                      "is how far apart draws must be to count as independent once there")
 
 
 def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, backward_error: float | None = None,
@@ -20,11 +19,19 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     small = prob.dim <= LARGE_DIM
     data = prob.dataset
     if prob.expansion.n_samples != data.n_data:  # --subsample M: the rows the expansion used (same seeded draw)
-        import numpy as np
-
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
-    a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
-                      backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    try:
+        with slow_stage("applicability: evaluating the loss over the predicted spread"):
+            a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
+                              backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    except np.linalg.LinAlgError:
+        if prob.expansion.whitening() is None:
+            raise
+        # the prediction was solved in whitened coordinates; the check's solves run in θ's own units
+        lam = np.linalg.eigvalsh(prob.expansion.hessian)
+        return skipped_report(f"the Hessian's condition number {lam[-1] / lam[0]:.2g} in the units of θ is beyond "
+                              "the check's solves", "standardise the covariates (subtract the mean, divide by the "
+                              "standard deviation) to have it checked")
     for reason in () if quiet_reasons else a.reasons:
         untrusted(f"not applicable: {reason}")
     csr = a.conditioning.get("column_scale_ratio")
@@ -46,18 +53,3 @@ def skipped_report(why: str, remedy: str = "run the command without --no-applica
     warn(f"applicability not checked ({why}): the prediction is exact for the linearised chain, and whether the "
          f"chain on the loss itself follows it was not checked; {remedy}")
     return {"checked": False, "reason": why, "reasons": [], "note": f"not checked ({why}); {remedy}"}
-
-
-def applicability_rows(doc: dict[str, Any], tau_worst: float) -> list[tuple[str, Any]]:
-    """Rows for the human table: the verdict, equilibration next to τ, the predicted deviation."""
-    if not doc.get("checked", True):
-        return [("applicable", f"not checked ({doc['reason']})"), ("tau (worst)", tau_worst)]
-    eq = doc["equilibration_steps"]
-    rows: list[tuple[str, Any]] = [
-        ("applicable", "yes" if doc["applicable"] else "NO (see the warnings)"),
-        ("equilibration steps", eq if isinstance(eq, str) else f"{eq:.4g}"),
-        ("tau (worst)", tau_worst),
-        ("non-quadratic deviation", doc["predicted_deviation"]),
-        ("mean shift (sd)", doc["mean_shift"]),
-    ]
-    return rows

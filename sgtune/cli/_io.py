@@ -401,6 +401,11 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
     been serialised, so a document that cannot be written leaves no array file behind.
     The warnings issued so far (:func:`warn`) are added as the document's ``warnings`` list.
     """
+    from ._config import config_json
+
+    config = config_json(click.get_current_context(silent=True))
+    if config is not None:
+        doc = {**doc, "config": config}
     report = _REPORT.get()
     if report is not None:
         doc = {**doc, "warnings": list(dict.fromkeys([*doc.get("warnings", []), *report.warnings]))}
@@ -434,6 +439,55 @@ def _discard_stdout() -> None:
         os.close(devnull)
     except (OSError, AttributeError, ValueError):  # no real file descriptor (e.g. CliRunner's stdout)
         pass
+
+
+#: a stage that runs longer than this (seconds) says so on stderr (without -q)
+SLOW_STAGE_SECONDS = 2.0
+
+
+class slow_stage:
+    """``with slow_stage("applicability: …", quiet):`` — a line on stderr once the stage has run for
+    :data:`SLOW_STAGE_SECONDS` (nothing for a quick one), and how long it took when it ends."""
+
+    def __init__(self, label: str, quiet: bool | None = None, after: float = SLOW_STAGE_SECONDS) -> None:
+        import threading
+
+        if quiet is None:  # the running command's -q
+            ctx = click.get_current_context(silent=True)
+            quiet = bool(ctx is not None and ctx.params.get("quiet"))
+        self.label, self.quiet, self.shown = label, quiet, False
+        self.timer = threading.Timer(after, self._show)
+        self.timer.daemon = True
+
+    def _show(self) -> None:
+        self.shown = True
+        try:
+            click.echo(f"{self.label} …", err=True)
+        except (OSError, ValueError):  # stderr gone: nothing to tell
+            pass
+
+    def __enter__(self) -> "slow_stage":
+        import time
+
+        self.tic = time.perf_counter()
+        if not self.quiet:
+            self.timer.start()
+        return self
+
+    def cancel(self) -> None:
+        """The slow part is over (e.g. the first progress report arrived): say how long it took if it
+        was announced, and nothing from now on."""
+        import time
+
+        self.timer.cancel()
+        if self.shown:
+            self.shown = False
+            info(f"  done in {time.perf_counter() - self.tic:.0f} s")
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            self.shown = False
+        self.cancel()
 
 
 def info(message: str, quiet: bool = False) -> None:

@@ -19,6 +19,7 @@ from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, Expansion, expand, get_model, model_dim, prior_matrix
 from ..models.base import ModelError
 from ..models.user import is_model_file_spec, load_model_file
+from ._config import config_option, from_file
 from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
@@ -137,6 +138,7 @@ batch_options = compose(
 #: --json, --overwrite, -q, --strict: the output options of every command (those without a main array use
 #: only these)
 json_output_options = compose(
+    config_option,
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                  help="Write the JSON document to FILE (a name ending in .json; '-' is stdout) instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
@@ -263,12 +265,17 @@ def load_float_npy(path: str, name: str) -> np.ndarray:
 
 def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     """The data set (DATA or ``--example``, with ``--intercept``) and the model from the shared options."""
+    if kw.get("data") is not None and kw.get("example") is not None:  # one from the file: the command line wins
+        if from_file("data") != from_file("example"):
+            kw = {**kw, ("data" if from_file("data") else "example"): None}
     if (kw.get("data") is None) == (kw.get("example") is None):
         raise click.UsageError("give exactly one of DATA (a .csv, .npz or .parquet file, or a folder with X.npy "
                                "and y.npy) or --example NAME")
     if kw.get("example"):
         ds = example(kw["example"], seed=0)
-        model_name = kw.get("model") or EXAMPLES[kw["example"]][1]
+        # an example named on the command line brings its own model (the file's model is for the file's DATA)
+        own = kw.get("model") is None or (from_file("model") and not from_file("example"))
+        model_name = EXAMPLES[kw["example"]][1] if own else kw["model"]
         if kw.get("intercept"):
             ds = Dataset(np.column_stack([np.ones(ds.n_data), ds.X]), ds.y, ("intercept", *ds.names), ds.source)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import numpy as np
 
 from ..core._refs import references_of
 from ..workflows.calibrate import calibrate
@@ -12,10 +13,11 @@ from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
 from ..workflows.verify import prediction_check
 from ._health import health_report
-from ._io import check_writable, command_line, emit, handle_errors, info
+from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage
 from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
                        load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
+from ._readable import applicability_rows, health_row, ks_row, ksd_row, next_line
 from ._render import coordinate_table, key_values
 from .cmd_run import check_steps, progress_bar
 
@@ -115,7 +117,8 @@ def cli(**kw: Any) -> None:
         reps = [_summary(r, kw["seed"]), *rest]
         doc["repetitions"] = reps
         doc["repetition_summary"] = _repetition_summary(reps)
-    doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
+    with slow_stage("KSD: scoring the draws against the posterior"):
+        doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
     from types import SimpleNamespace
 
     from ._applicability import applicability_report, skipped_report
@@ -130,14 +133,20 @@ def cli(**kw: Any) -> None:
               f"(noise floor {r.cov_error_noise_floor:.2g})" + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
     emit(doc, kw["json_path"], arrays={kw["output"]: t.step_matrix})
     write_plot(kw, png)
-    rows: list[tuple[str, object]] = [("method", t.method), ("cov error (predicted)", r.cov_error_predicted),
-                                      ("cov error (empirical)", r.cov_error_empirical),
-                                      ("MC noise floor", r.cov_error_noise_floor)]
-    if r.calibration_ks is not None:
-        rows.append(("calibration KS", r.calibration_ks))
-    if "ksd" in doc:
-        rows.append(("KSD (i.i.d. reference)", f"{doc['ksd']:.4g} ({doc['ksd_iid_reference']:.4g})"))
-    info(coordinate_table(r.summary()) + "\n" + key_values(rows), kw["quiet"])
+    floor = r.cov_error_noise_floor
+    rows: list[tuple[str, object]] = [
+        ("method", t.method),
+        ("cov error (predicted)", f"{r.cov_error_predicted:.3g} (the tuned chain's covariance vs the target; "
+                                  "0 is exact)"),
+        ("cov error (empirical)", f"{r.cov_error_empirical:.3g} vs {floor:.2g}, what Monte Carlo noise alone gives "
+                                  "(a perfect Λ scores about that)"),
+        *ks_row(r.calibration_ks, 0 if r.pit is None else int(np.size(r.pit))),
+        *ksd_row(doc),
+        health_row(doc["health"]),
+        *applicability_rows(doc["applicability"], t.tau_worst)]
+    after = next_line("run", "--lambda", str(kw["output"] or "lambda.npy"), "-o", "trace.npz")
+    info(coordinate_table(r.summary()) + "\n" + key_values(rows) + "\n"
+         + (after if kw["output"] else f"{after} (with -o lambda.npy here to save Λ)"), kw["quiet"])
 
 
 def _summary(r: Any, seed: int) -> dict[str, Any]:

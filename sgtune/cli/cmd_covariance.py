@@ -10,7 +10,8 @@ from ..core.config import Dynamics
 from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
-from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows, skipped_report
+from ._applicability import applicability_report, skipped_report
+from ._readable import applicability_rows, next_line
 from ._io import command_line, emit, handle_errors, info
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
@@ -67,5 +68,8 @@ def cli(**kw: object) -> None:
     emit(doc, kw["json_path"], arrays={kw["output"] or None: st.cov})  # type: ignore[arg-type, dict-item]
     info(coordinate_table(st.summary()) + "\n" + matrix_summary("Σ", st.cov, names=st.parameter_names)
          + "\n" + key_values([
-        ("spectral radius", st.spectral_radius), ("relative residual", st.relative_residual),
-        *applicability_rows(doc["applicability"], st.tau_worst)]) + "\n" + EQUILIBRATION_NOTE, bool(kw["quiet"]))
+        ("spectral radius", f"{st.spectral_radius:.4g} (stable below 1; closer to 0 mixes faster)"),
+        ("relative residual", f"{st.relative_residual:.3g} (of the solve; 0 is exact)"),
+        *applicability_rows(doc["applicability"], st.tau_worst)]) + "\n"
+        + next_line("verify", *(("--step-size", str(kw["step_size"])) if kw["step_size"] is not None
+                                else ("--lambda", str(kw["lambda_file"])))), bool(kw["quiet"]))

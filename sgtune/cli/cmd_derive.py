@@ -5,6 +5,7 @@ import click
 import sympy as sp
 
 from ..symbolic import DERIVATIONS, derive, render
+from ._config import config_option
 from ._io import check_writable, emit, handle_errors, info
 
 
@@ -14,6 +15,7 @@ from ._io import check_writable, emit, handle_errors, info
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the JSON document to FILE instead of stdout.")
 @click.option("--overwrite", is_flag=True, help="Allow replacing an existing --json file.")
+@config_option
 @handle_errors
 def cli(name: str, as_latex: bool, json_path: str | None, overwrite: bool) -> None:
     """Print the sympy closed form NAME (JSON keys: expression, latex, expressions)."""

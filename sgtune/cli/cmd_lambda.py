@@ -11,11 +11,12 @@ from ..core._refs import references_of
 from ..core.config import Dynamics
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
-from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows, skipped_report
+from ._applicability import applicability_report, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
+from ._readable import applicability_rows, next_line
 from ._render import coordinate_table, key_values, matrix_summary
 
 
@@ -110,10 +111,20 @@ def cli(**kw: object) -> None:
     write_plot(kw, png)  # type: ignore[arg-type]
     info(coordinate_table(res.summary()) + "\n" + matrix_summary("Λ", res.step_matrix, names=res.parameter_names)
          + "\n" + key_values([
-        ("method", res.method), ("family", res.family), ("residual", res.residual),
-        ("covariance error", res.covariance_error), ("spectral radius", res.spectral_radius),
-        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + EQUILIBRATION_NOTE,
-        bool(kw["quiet"]))
+        ("method", res.method), ("family", res.family),
+        ("residual", f"{res.residual:.3g} (of the tuning equation; 0 is solved exactly)"),
+        ("covariance error", f"{res.covariance_error:.3g} (the tuned chain's covariance vs the target; 0 is exact)"),
+        ("spectral radius", f"{res.spectral_radius:.4g} (stable below 1; closer to 0 mixes faster)"),
+        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + _next(kw), bool(kw["quiet"]))
+
+
+def _next(kw: dict[str, Any]) -> str:
+    """Verify the tuned Λ on real chains: with the saved Λ, else tuning again with the same options."""
+    if kw["output"]:
+        return next_line("verify", "--lambda", str(kw["output"]))
+    same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))
+            for a in ((opt, str(kw[k])) if kw[k] not in ("sandwich", "dq-exact", "dense") else ())]
+    return next_line("verify", *same)
 
 
 def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) -> tuple[Any, dict[str, Any]]:

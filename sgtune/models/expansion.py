@@ -40,6 +40,9 @@ _JSJ_OPERATOR_BUDGET = 12_500_000
 _JSJ_RECENT = 4
 #: largest N·D² (float64 entries) of dense per-sample Hessians sgtune forms (≈ 800 MB)
 DENSE_HESSIAN_BUDGET = 100_000_000
+#: κ(H) above which the theory solves in whitened coordinates (:meth:`Expansion.whitening`): there
+#: ε·κ(H) > 1e-8, half the digits of a solve in θ's own units are rounding
+WHITEN_CONDITION = 1e8
 #: rows per block of the in-memory block-curvature C̄(Σ) (its (rows, D) temporaries stay ≤ 2²² numbers at D = 1024)
 _BLOCK_ROWS = 4096
 
@@ -314,6 +317,9 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
     to θ̂; ``grad_norm`` and ``loss`` are those at θ, before the step).
     """
     val, grad, hess = objective(theta)
+    # diverging (no minimiser at finite θ): far beyond where it started; relative, so that a model whose
+    # θ̂ is large in its own units (an intercept near 1e9 for a response near 1e9) is not taken for one
+    runaway = 1e8 * max(1.0, float(np.linalg.norm(theta)))
     for it in range(1, max_iter + 1):
         damping = 0.0
         while True:
@@ -357,7 +363,7 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
         val, grad, hess = objective(theta)
         if stalled and damping == 0.0 and decrement2 <= (1e3 * tol) ** 2:  # converged to rounding level
             return FitResult(theta, it, float(np.linalg.norm(grad)), val)
-        if not np.all(np.isfinite(theta)) or np.linalg.norm(theta) > 1e8:
+        if not np.all(np.isfinite(theta)) or np.linalg.norm(theta) > runaway:
             break
     raise ConvergenceError(
         f"MAP fit ({label}) did not converge in {max_iter} Newton iterations "
@@ -826,7 +832,9 @@ class Expansion(ResultMixin):
         # ∇L against its own sampling noise: √(N ∇Lᵀ C⁺ ∇L), C = Cov_n g_n (pseudo-inverse if singular)
         z2 = float(grad_l @ np.linalg.pinv(self.gradient_cov(), hermitian=True) @ grad_l) * self.n_data
         object.__setattr__(self, "gradient_z", math.sqrt(max(z2, 0.0)))
-        object.__setattr__(self, "hessian_min_eigenvalue", float(np.linalg.eigvalsh(self.hessian)[0]))
+        lam = np.linalg.eigvalsh(self.hessian)
+        object.__setattr__(self, "hessian_min_eigenvalue", float(lam[0]))
+        self._cache["hessian_max_eigenvalue"] = float(lam[-1])  # for whitening(): no second O(D³) pass
 
     @property
     def n_data(self) -> int:
@@ -935,6 +943,46 @@ class Expansion(ResultMixin):
         """Population covariance of the per-sample gradients, 𝓘 − ḡḡᵀ."""
         c = self.fisher - np.outer(self.mean_grad, self.mean_grad)
         return 0.5 * (c + c.T)
+
+    def whitening(self) -> np.ndarray | None:
+        """T with H = T⁻ᵀT⁻¹ (θ − θ̂ = Tφ makes the Hessian the identity) when H is so ill-conditioned
+        (κ(H) > ``WHITEN_CONDITION``, e.g. covariates in very different units or nearly collinear
+        with the intercept) that solving in θ's own units loses the answer to rounding; else None.
+
+        The theory's solves (:func:`sgtune.theory.tuning.tune` with the dense family,
+        :func:`sgtune.theory.stationary.predict_stationary_cov`) then run on
+        :meth:`in_coordinates` and map the answer back, so it does not depend on the units of θ.
+        Streamed expansions (their passes re-read the rows in θ's units) and block-structured ones
+        (J_n = W_n ⊗ x_nx_nᵀ: a change of variables would densify it) are left as they are.
+        """
+        if self.stream is not None or self.block is not None:
+            return None
+        if "whitening" not in self._cache:
+            low, high = self.hessian_min_eigenvalue, self._cache["hessian_max_eigenvalue"]
+            T = None
+            if low > 0 and high > WHITEN_CONDITION * low:
+                s = 1.0 / np.sqrt(np.diag(self.hessian))  # Jacobi scaling first: Cholesky of a unit-diagonal H
+                c = np.linalg.cholesky(s[:, None] * self.hessian * s[None, :])
+                T = s[:, None] * np.linalg.inv(c).T  # H = (S⁻¹C)(S⁻¹C)ᵀ, S = diag(s): T = S C⁻ᵀ gives TᵀHT = I
+            self._cache["whitening"] = T
+        return self._cache["whitening"]
+
+    def in_coordinates(self, T: np.ndarray) -> "Expansion":
+        """The same expansion in the coordinates φ with θ = Tφ (T invertible, in-memory expansions):
+        g_n → Tᵀg_n, J_n → TᵀJ_nT, Γ → TᵀΓT, θ̂ → T⁻¹θ̂; a chain with Λ_φ = T⁻¹ΛT⁻ᵀ in φ is the chain
+        with Λ in θ, and a covariance Σ_φ in φ is TΣ_φTᵀ in θ."""
+        if self.stream is not None or self.block is not None:
+            raise SgtuneError("in_coordinates needs an expansion held in memory with rank-one or dense J_n")
+        key = ("in_coordinates", T.tobytes())
+        if key not in self._cache:
+            hs = self.per_sample_hessians
+            self._cache[key] = Expansion(
+                np.linalg.solve(T, self.theta_hat), self.grads @ T, T.T @ self.prior_precision @ T,  # type: ignore[operator]
+                design=None if self.design is None else self.design @ T, weights=self.weights,
+                per_sample_hessians=None if hs is None else np.einsum("ji,njk,kl->nil", T, hs, T, optimize=True),
+                model=self.model, noise_variance=self.noise_variance, residual_variance=self.residual_variance,
+                population_size=self.population_size, sandwich_refusal=self.sandwich_refusal)
+        return self._cache[key]
 
     @cites("wang2026", "§2.2 and Alg. 1 steps 3–5 (with the 1/N of §2.2)")
     def sandwich_cov(self) -> np.ndarray:
@@ -1220,8 +1268,21 @@ def _check_expansion_point(e: Expansion, label: str, *, given: bool) -> None:
             f"{e.hessian_min_eigenvalue:.3g}), so the expansion has no stationary Gaussian: use the "
             "Gauss–Newton curvature (--hessian gauss-newton), add a prior precision (--prior-precision), "
             "or expand at other weights")
-    if e.gradient_z > 1.0:
+    if e.gradient_z > 1.0 and not _rounding_level_step(e):
         warnings.warn(
             f"the gradient of the mean loss at θ̂ is not small: ‖∇L(θ̂)‖ = {e.gradient_norm:.3g}, "
             f"{e.gradient_z:.3g} times its sampling noise (√(N ∇Lᵀ C⁻¹ ∇L)); the chain's mean will sit "
             "H⁻¹∇L away from θ̂ — train longer or polish the weights", AccuracyWarning, stacklevel=3)
+
+
+def _rounding_level_step(e: Expansion) -> bool:
+    """Is the Newton step H⁻¹∇L(θ̂) within rounding of θ̂ (√(∇LᵀH⁻¹∇L) ≤ 100ε√(θ̂ᵀHθ̂), lengths in the metric H)?
+    Then a gradient "larger than its noise" compares rounding with rounding (noise-free data, y = Xθ
+    exactly): no advice to train longer can help."""
+    grad = e.mean_grad + e.prior_precision @ e.theta_hat / e.n_data
+    try:
+        step2 = float(grad @ np.linalg.solve(e.hessian, grad))
+    except np.linalg.LinAlgError:
+        return False
+    size2 = float(e.theta_hat @ e.hessian @ e.theta_hat)
+    return step2 <= (100 * np.finfo(float).eps) ** 2 * size2

@@ -168,6 +168,8 @@ def run_plan(plan: ChainPlan, backend: Any, progress: Callable[[int, int], None]
     backend.prepare(plan)
     compile_seconds = time.perf_counter() - tic
     T = plan.n_steps
+    if progress is not None:  # compiled (or loaded from the cache): the caller may stop saying "compiling"
+        progress(0, T)
     # 50 calls even without a progress bar: Python runs its signal handlers between them, so Ctrl-C stops a
     # long run within ~2 % of its time instead of after it (the chains are identical either way)
     chunk = max(1, -(-T // 50))

@@ -737,13 +737,19 @@ class LinearChain:
 
     # ----------------------------------------------------------------- autocorrelation
     @cites("wang2026", "Prop. 4.4 and its definition τ_int(f_v) = 1 + 2Σ_k ρ_k")
-    def autocorrelation_times(self, S: np.ndarray) -> tuple[np.ndarray, float]:
-        """τ_d = 2W_dd/Σ_dd − 1 and τ_worst = 2μ_max(sym W, Σ) − 1, W = [(I − F)⁻¹S]_θθ = Σ_k [F^kS]_θθ."""
+    def autocorrelation_times(self, S: np.ndarray, basis: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """τ_d = 2W_dd/Σ_dd − 1 and τ_worst = 2μ_max(sym W, Σ) − 1, W = [(I − F)⁻¹S]_θθ = Σ_k [F^kS]_θθ.
+
+        ``basis`` T: this chain runs in coordinates φ with θ = Tφ (:meth:`Expansion.in_coordinates`);
+        τ_d is then that of θ_d (W and Σ mapped by T; τ_worst does not depend on the coordinates)."""
         d = self.dim
         m = S.shape[0]
         W = np.linalg.solve(np.eye(m) - self.transition, S)[:d, :d]
         sig = S[:d, :d]
-        tau = 2.0 * np.diag(W) / np.diag(sig) - 1.0
+        if basis is None:
+            tau = 2.0 * np.diag(W) / np.diag(sig) - 1.0
+        else:
+            tau = 2.0 * np.einsum("ij,jk,ik->i", basis, W, basis) / np.einsum("ij,jk,ik->i", basis, sig, basis) - 1.0
         Ws = 0.5 * (W + W.T)
         try:
             top = sla.eigh(Ws, 0.5 * (sig + sig.T), eigvals_only=True)[-1]

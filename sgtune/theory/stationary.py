@@ -338,20 +338,45 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
     dyn = _settings("predict_stationary_cov", "predict_stationary_cov(expansion, Dynamics(step_matrix, "
                     "batch_size, inv_temperature=…, momentum=…, batching=…))", dynamics, legacy)
     chain = LinearChain.of(expansion, dyn)
+    T = expansion.whitening()
+    if T is not None:  # κ(H) too large to solve in θ's own units: solve in φ, θ − θ̂ = Tφ, and map back
+        Ti = np.linalg.inv(T)
+        inner = LinearChain.of(expansion.in_coordinates(T), dyn.replace(step=Ti @ chain.step_matrix @ Ti.T))
+        guess = None if initial_guess is None else Ti @ np.asarray(initial_guess, dtype=float) @ Ti.T
+        sol = inner.solve(method=method, tol=tol, initial_guess=guess, radius_bound=radius_bound)
+        Ta = augmented_basis(T, dyn.momentum)
+        return stationary_result(chain, Ta @ sol.second_moment @ Ta.T, sol.spectral_radius, sol.relative_residual,
+                                 sol.method, is_bound=sol.is_bound, solved=(inner, sol.second_moment, T))
     sol = chain.solve(method=method, tol=tol, initial_guess=initial_guess, radius_bound=radius_bound)
     return stationary_result(chain, sol.second_moment, sol.spectral_radius, sol.relative_residual, sol.method,
                              is_bound=sol.is_bound)
 
 
+def augmented_basis(T: np.ndarray, momentum: float) -> np.ndarray:
+    """The change of variables of the chain's state for θ − θ̂ = Tφ: T, or with momentum diag(T, T⁻ᵀ) (the
+    momentum ν accumulates gradients, which change as Tᵀ∇)."""
+    if momentum == 0.0:
+        return T
+    d = T.shape[0]
+    out = np.zeros((2 * d, 2 * d))
+    out[:d, :d] = T
+    out[d:, d:] = np.linalg.inv(T).T
+    return out
+
+
 def stationary_result(chain: LinearChain, S: np.ndarray, spectral_radius: float, relative_residual: float,
-                      method: str, *, is_bound: bool) -> StationaryCov:
-    """The :class:`StationaryCov` of ``chain`` with stationary second moment S (τ from the chain's F)."""
+                      method: str, *, is_bound: bool, solved: Any = None) -> StationaryCov:
+    """The :class:`StationaryCov` of ``chain`` with stationary second moment S (τ from the chain's F).
+
+    ``solved`` = (chain_φ, S_φ, T): S was solved in the coordinates θ − θ̂ = Tφ
+    (:meth:`~sgtune.models.expansion.Expansion.whitening`); τ and Prop. 4.4's τ then come from there."""
     d = chain.dim
     cov = 0.5 * (S[:d, :d] + S[:d, :d].T)
-    tau, tau_worst = chain.autocorrelation_times(S)
+    inner, S_inner, T = solved if solved is not None else (chain, S, None)
+    tau, tau_worst = inner.autocorrelation_times(S_inner, basis=T)
     tau_spec = math.nan
     if chain.momentum == 0.0:
-        mu = np.linalg.eigvals(chain.step_matrix @ chain.hessian).real
+        mu = np.linalg.eigvals(inner.step_matrix @ inner.hessian).real
         tau_spec = 2.0 / mu.min() - 1.0
     return StationaryCov(cov=cov, spectral_radius=float(spectral_radius), relative_residual=float(relative_residual),
                          method=method, tau=tau, tau_worst=tau_worst, tau_spectral=float(tau_spec), augmented_cov=S,

@@ -1,0 +1,88 @@
+"""The project file sgtune.toml / --config: shared options, precedence, errors, the JSON's config."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sgtune.cli import main
+from sgtune.io.data import example
+
+
+def run(args):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    ds = example("logistic")
+    header = ",".join([f"x{i}" for i in range(ds.dim)] + ["y"])
+    rows = [",".join(f"{v:.17g}" for v in [*x, y]) for x, y in zip(ds.X[:400], ds.y[:400])]
+    (tmp_path / "d.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+    (tmp_path / "sgtune.toml").write_text('data = "d.csv"\nmodel = "logistic"\nbatch-size = 32\n'
+                                          'prior_precision = 1.0\n')
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_project_file_supplies_the_shared_options(project):
+    r = run(["lambda", "-q", "--no-applicability"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["batch_size"] == 32 and doc["model"] == "logistic" and doc["data"].endswith("d.csv")
+    assert doc["config"] == {"path": "sgtune.toml", "values": {"data": "d.csv", "model": "logistic",
+                                                              "batch-size": 32, "prior-precision": 1.0}}
+    # the same problem typed in full gives the same Λ
+    full = json.loads(run(["lambda", "d.csv", "--model", "logistic", "--batch-size", "32", "--prior-precision", "1",
+                           "-q", "--no-applicability", "--config", "/dev/null"]).stdout)
+    np.testing.assert_array_equal(np.array(full["lambda"]), np.array(doc["lambda"]))
+
+
+def test_the_command_line_overrides_the_file(project):
+    doc = json.loads(run(["lambda", "--batch-size", "64", "-q", "--no-applicability"]).stdout)
+    assert doc["batch_size"] == 64
+    assert "batch-size" not in doc["config"]["values"]  # only what the file supplied is echoed
+    doc = json.loads(run(["lambda", "--example", "hetero-linear", "-q", "--no-applicability"]).stdout)
+    # --example on the command line replaces the file's DATA and brings its own model (linear, not the file's)
+    assert doc["n_data"] == 2000 and doc["model"] == "linear" and doc["batch_size"] == 32
+
+
+def test_explicit_config_file_at_group_and_command_level(project):
+    sub = project / "sub"
+    sub.mkdir()
+    (sub / "d.csv").write_text((project / "d.csv").read_text())
+    (sub / "other.toml").write_text('data = "d.csv"\nmodel = "logistic"\nbatch-size = 16\n')
+    for args in (["lambda", "--config", "sub/other.toml"], ["--config", "sub/other.toml", "lambda"]):
+        r = run([*args, "-q", "--no-applicability"])
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["batch_size"] == 16  # the explicit file replaces ./sgtune.toml
+        assert doc["config"]["path"] == "sub/other.toml" and doc["data"] == "sub/d.csv"  # relative to the file
+
+
+def test_an_unknown_key_is_one_line_naming_the_key_and_the_file(project):
+    (project / "sgtune.toml").write_text('data = "d.csv"\nmodle = "logistic"\n')
+    r = run(["lambda", "-q"])
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sgtune.toml" in lines[0] and "'modle'" in lines[0]
+    (project / "sgtune.toml").write_text('data = "d.csv\n')
+    r = run(["lambda", "-q"])
+    assert r.exit_code == 2 and "not valid TOML" in r.stderr
+    r = run(["lambda", "--config", "missing.toml"])
+    assert r.exit_code == 2 and "missing.toml" in r.stderr
+
+
+def test_commands_without_shared_options_ignore_its_values(project):
+    r = run(["derive", "stationary-1d"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["values"] == {}
+    # reshuffle's --data and --batch-size belong to its one-dimensional problem: the file's are not used
+    np.save(project / "x.npy", np.arange(12.0))
+    r = run(["reshuffle", "--data", "x.npy", "--batch-size", "3", "--step", "0.1", "-q"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["values"] == {}
+    r = run(["reshuffle", "--step", "0.1", "-q"])
+    assert r.exit_code == 2  # no --data from the file
