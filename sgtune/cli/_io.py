@@ -243,7 +243,12 @@ def handle_errors(fn: F) -> F:
                 out = fn(*args, **kwargs)
         except SgtuneError as exc:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise click.ClickException(as_typed(in_option_names(text, report.options), report.aliases)) from None
+            text = as_typed(in_option_names(text, report.options), report.aliases)
+            if getattr(exc, "remedies", ()):  # computed ways out, as the commands that apply them
+                from ._remedies import as_text, render
+
+                text += as_text(render(exc.remedies))
+            raise click.ClickException(text) from None
         except click.UsageError as exc:
             exc.message = as_typed(exc.message, report.aliases)
             raise

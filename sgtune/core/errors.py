@@ -21,7 +21,15 @@ __all__ = [
 
 
 class SgtuneError(Exception):
-    """Base class of every error sgtune raises on purpose."""
+    """Base class of every error sgtune raises on purpose.
+
+    ``remedies`` (keyword): :class:`~sgtune.core.reasons.Remedy` objects — computed ways out, in the
+    Python API's parameter names (the command line renders each as the command that applies it).
+    """
+
+    def __init__(self, *args: object, remedies: tuple = ()) -> None:
+        super().__init__(*args)
+        self.remedies = tuple(remedies)
 
 
 class ShapeError(SgtuneError, ValueError):
@@ -44,8 +52,8 @@ class UnstableStepSizeError(SgtuneError, ValueError):
     """
 
     def __init__(self, message: str, *, spectral_radius: float = float("nan"),
-                 max_stable_step: float = float("nan")) -> None:
-        super().__init__(message)
+                 max_stable_step: float = float("nan"), remedies: tuple = ()) -> None:
+        super().__init__(message, remedies=remedies)
         self.spectral_radius = spectral_radius
         self.max_stable_step = max_stable_step
 
@@ -59,8 +67,8 @@ class InfeasibleTargetError(SgtuneError, ValueError):
         Smallest inverse temperature for which the target becomes feasible.
     """
 
-    def __init__(self, message: str, *, min_inv_temperature: float = float("nan")) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, min_inv_temperature: float = float("nan"), remedies: tuple = ()) -> None:
+        super().__init__(message, remedies=remedies)
         self.min_inv_temperature = min_inv_temperature
 
 

@@ -17,7 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Reason", "Remedy"]
+__all__ = ["Reason", "Remedy", "REACHABLE_MARGIN"]
+
+#: the inverse temperature sgtune suggests for an unreachable target, as a multiple of the bound β_min below
+#: which the injected noise alone exceeds the target (β_min = 1/μ_min(HΣ*) for dense Λ, Eq. (11) of Wang,
+#: Ding & Huggins 2026: its Lyapunov form needs HΣ* − I/β to have eigenvalues > 0; β_min = N for the
+#: posterior target). Any β > β_min is reachable, but Λ shrinks to 0 as β ↓ β_min, because the gradient
+#: noise may then supply only a share 1 − β_min/β of the target; at 1.25·β_min it supplies a fifth
+REACHABLE_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
