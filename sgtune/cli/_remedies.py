@@ -6,7 +6,10 @@ command line the user typed, with the changed options replaced, through the one 
 parameter names to options (:data:`sgtune.cli._io.PARAM_OPTIONS`). The argv never repeats output
 options (re-running would refuse to overwrite their files) nor ``--strict``, so it runs as printed.
 A remedy whose parameter the command has no option for is not shown (nothing sgtune prints can fail
-for want of an option).
+for want of an option). The library may list a remedy and, after it, the same remedy with fewer changes
+(e.g. a prior precision with the posterior target, then the prior precision alone): the first one the
+command can express is shown, the nested ones after it are not (commands without ``--target`` show the
+second).
 """
 from __future__ import annotations
 
@@ -114,12 +117,22 @@ def remedy_argv(remedy: Remedy, argv: tuple[str, ...] | None = None,
 def render(remedies: Any, argv: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The JSON ``remedies`` list: ``{"why", "argv", "expect"}`` for each remedy the command line can express."""
     out: list[dict[str, Any]] = []
+    shown: list[Remedy] = []
     for r in remedies:
         r = r if isinstance(r, Remedy) else Remedy(**r)
+        if any(_nested(r, s) for s in shown):  # a fuller remedy applies here (module docstring)
+            continue
         a = remedy_argv(r, argv)
         if a is not None and all(a != o["argv"] for o in out):
             out.append({"why": r.why, "argv": a, "expect": r.expect})
+            shown.append(r)
     return out
+
+
+def _nested(r: Remedy, fuller: Remedy) -> bool:
+    """``r`` changes a subset of what ``fuller`` changes, to the same values, in the same command."""
+    return r.command == fuller.command and all(k in fuller.changes and fuller.changes[k] == v
+                                               for k, v in r.changes.items())
 
 
 def as_text(rendered: list[dict[str, Any]]) -> str:

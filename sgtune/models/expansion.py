@@ -309,12 +309,18 @@ def prior_remedy(hessian_min: float, hessian_max: float, gam: np.ndarray, n: int
 def _not_strict_minimum_error(exc: _NotStrictMinimum, label: str, gam: np.ndarray, n: int) -> NotPositiveDefiniteError:
     kind = "indefinite" if exc.lam_min < 0 else "singular"
     remedy = prior_remedy(exc.lam_min, exc.lam_max, gam, n)
+    remedies: tuple[Remedy, ...] = ()
+    if remedy is not None:  # a non-convex loss's J stays indefinite under a prior: where there is a target, the posterior
+        beta = float(f"{REACHABLE_MARGIN * n:.6g}")
+        remedies = (Remedy(f"{remedy.why}, and the posterior target H⁻¹/N (the sandwich needs J itself positive "
+                           f"definite, which no prior changes) with SGLD at inverse temperature {beta:.6g} "
+                           f"({REACHABLE_MARGIN:g}·N: at β = N the injected noise alone gives the posterior)",
+                           {**remedy.changes, "target": "posterior", "inv_temperature": beta}, expect="runs"), remedy)
     return NotPositiveDefiniteError(
         f"MAP fit ({label}) reached a stationary point of the loss (gradient norm {exc.grad_norm:.2g}) whose curvature "
         f"is {kind} (eigenvalues from {exc.lam_min:.3g} to {exc.lam_max:.3g}): θ̂ is not a strict minimum, so the "
         "data do not determine every parameter there (a network's symmetries, or more parameters than the data fix)"
-        + ("" if remedy is None else "; a prior precision makes the minimum strict"),
-        remedies=() if remedy is None else (remedy,))
+        + ("" if remedy is None else "; a prior precision makes the minimum strict"), remedies=remedies)
 
 
 #: rows per block of :func:`_column_sums`

@@ -98,7 +98,11 @@ UNCERTAIN_Z = 2.0
 #: logistic, diabetes and the bundled examples it was ≤ 0.14 and no chain of 416 diverged
 MAX_DIVERGENCE_RISK = 0.3
 #: … searched along each direction up to this many standard deviations of the predicted spread
-RISK_SEARCH_SD = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+RISK_SEARCH_SD = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0)
+#: … and an unstable region counts only where the curvature still grows by this factor from 9 to 12 sd (an
+#: exponential or polynomial curvature, as a Poisson regression's, runs away; a bounded one, as a logistic
+#: regression's, saturates and only makes the chain oscillate)
+RUNAWAY_GROWTH = 1.5
 #: finite-difference search for the direction in which the step loses stability fastest: up to this dimension
 RISK_GRADIENT_MAX_DIM = 60
 
@@ -413,15 +417,21 @@ def _step_limit(momentum: float) -> float:
 
 
 def _crossing(ts: list[float], fs: list[float], limit: float) -> float:
-    """The distance t (in standard deviations) at which f(t) reaches ``limit``: log-linear interpolation
-    between the last point below and the first above, else extrapolated from the last two points
-    (``inf`` when f does not grow there)."""
-    for i, f in enumerate(fs):
-        if f >= limit:
-            if i == 0:
-                return ts[0] * limit / max(f, 1e-300)
-            a, b = math.log(max(fs[i - 1], 1e-300)), math.log(f)
-            return ts[i - 1] + (ts[i] - ts[i - 1]) * (math.log(limit) - a) / max(b - a, 1e-300)
+    """The distance t (in standard deviations) from which on f(t) stays at or above ``limit`` — where an unstable
+    step can run away, because the curvature keeps growing outward (a bounded curvature, as a logistic
+    regression's, that rises and falls again only makes the chain oscillate): log-linear interpolation
+    after the last point below the limit, provided f still grows at the far end (by RUNAWAY_GROWTH between
+    the last two points, or overflows); when every point is below, extrapolated from the last two if
+    f still grows there, else ``inf``."""
+    if fs[-1] >= limit and math.isfinite(fs[-1]) and not fs[-1] >= RUNAWAY_GROWTH * fs[-2]:
+        return math.inf  # the curvature saturates or falls again at the far end: bounded, no runaway
+    below = [i for i, f in enumerate(fs) if not f >= limit]
+    if not below:
+        return ts[0]
+    i = below[-1]
+    if i + 1 < len(fs):
+        a, b = math.log(max(fs[i], 1e-300)), math.log(fs[i + 1])
+        return ts[i] + (ts[i + 1] - ts[i]) * (math.log(limit) - a) / max(b - a, 1e-300)
     if len(fs) < 2 or not fs[-1] > fs[-2] > 0:
         return math.inf
     slope = (math.log(fs[-1]) - math.log(fs[-2])) / (ts[-1] - ts[-2])
@@ -520,7 +530,7 @@ def divergence_risk(model: Any, data: Dataset, expansion: Expansion, stationary:
             for t in RISK_SEARCH_SD:
                 f, r = curv(e.theta_hat + sign * t * s)
                 ts.append(t), fs.append(f), rs.append(r)
-                if f >= limit:
+                if not math.isfinite(f):  # the model overflows: unstable from here on
                     break
             both.append(_crossing(ts, fs, limit))
             curves.append((ts, fs, rs))
@@ -538,27 +548,26 @@ def divergence_risk(model: Any, data: Dataset, expansion: Expansion, stationary:
 
 
 def _stable_scale(curves: list[Any], limit: float, B: int, T: float) -> float:
-    """The factor c ≤ 1 that keeps the mean and every row's step stable out to t_safe sd along every direction,
-    where t_safe makes Φ(−t_safe)·T a quarter of MAX_DIVERGENCE_RISK."""
+    """The factor c ≤ 1 that moves every runaway crossing (the mean's and each row's) out to t_safe sd, where
+    Φ(−t_safe)·T is a quarter of MAX_DIVERGENCE_RISK: Λ scaled by c scales each λ_max(ΛJ) by c."""
     t_safe = -_normal_quantile(0.25 * MAX_DIVERGENCE_RISK / max(T, 1.0))
     scale = 1.0
     for ts, fs, rs in curves:
-        f = _value_at(ts, fs, t_safe)
-        if f > 0:
-            scale = min(scale, 0.9 * limit / f)
+        series = [(list(fs), limit)]
         if all(r is not None for r in rs):
             R = np.array(rs)
-            worst = max(_value_at(ts, list(R[:, k]), t_safe) for k in range(R.shape[1]))
-            if worst > 0:
-                scale = min(scale, 0.9 * limit * B / worst)
+            series += [(list(R[:, k]), limit * B) for k in range(R.shape[1])]
+        for f, lim in series:
+            if _crossing(ts, f, lim) < t_safe:
+                scale = min(scale, 0.9 * lim / _value_at(ts, f, t_safe))
     return float(min(scale, 1.0))
 
 
 def _value_at(ts: list[float], fs: list[float], t: float) -> float:
     """f at distance t: log-linear interpolation of the evaluated points, extrapolated beyond the last two."""
-    if not all(math.isfinite(v) and v > 0 for v in fs):
+    if not all(math.isfinite(v) for v in fs):
         return math.inf
-    lf = np.log(fs)
+    lf = np.log(np.maximum(fs, 1e-300))
     if t <= ts[-1]:
         return float(np.exp(np.interp(t, ts, lf)))
     slope = max((lf[-1] - lf[-2]) / (ts[-1] - ts[-2]), 0.0) if len(ts) > 1 else 0.0
