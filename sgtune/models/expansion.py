@@ -306,21 +306,35 @@ def prior_remedy(hessian_min: float, hessian_max: float, gam: np.ndarray, n: int
                   {"prior_precision": float(f"{new:.2g}")}, expect="runs")
 
 
+def _curvature_code(a: np.ndarray) -> str:
+    """``indefinite-curvature`` when a has a clearly negative eigenvalue, else ``singular-curvature``."""
+    lam = np.linalg.eigvalsh(a)
+    return "indefinite-curvature" if lam[0] < -SINGULAR_RTOL * abs(lam[-1]) else "singular-curvature"
+
+
+def prior_remedies(remedy: Remedy | None, n: int) -> tuple[Remedy, ...]:
+    """``remedy`` (a prior precision) with the posterior target at REACHABLE_MARGIN·N first — a non-convex loss's
+    J stays indefinite under any prior, so where the command has a target the sandwich would fail — then alone."""
+    if remedy is None:
+        return ()
+    beta = float(f"{REACHABLE_MARGIN * n:.6g}")
+    full = Remedy(f"{remedy.why}, and the posterior target H⁻¹/N (the sandwich needs J itself positive definite, "
+                  f"which no prior changes) with SGLD at inverse temperature {beta:.6g} ({REACHABLE_MARGIN:g}·N: at "
+                  "β = N the injected noise alone gives the posterior)",
+                  {**remedy.changes, "target": "posterior", "inv_temperature": beta}, expect="runs")
+    return (full, remedy)
+
+
 def _not_strict_minimum_error(exc: _NotStrictMinimum, label: str, gam: np.ndarray, n: int) -> NotPositiveDefiniteError:
-    kind = "indefinite" if exc.lam_min < 0 else "singular"
+    kind = "indefinite" if exc.lam_min < -SINGULAR_RTOL * abs(exc.lam_max) else "singular"
     remedy = prior_remedy(exc.lam_min, exc.lam_max, gam, n)
-    remedies: tuple[Remedy, ...] = ()
-    if remedy is not None:  # a non-convex loss's J stays indefinite under a prior: where there is a target, the posterior
-        beta = float(f"{REACHABLE_MARGIN * n:.6g}")
-        remedies = (Remedy(f"{remedy.why}, and the posterior target H⁻¹/N (the sandwich needs J itself positive "
-                           f"definite, which no prior changes) with SGLD at inverse temperature {beta:.6g} "
-                           f"({REACHABLE_MARGIN:g}·N: at β = N the injected noise alone gives the posterior)",
-                           {**remedy.changes, "target": "posterior", "inv_temperature": beta}, expect="runs"), remedy)
+    remedies = prior_remedies(remedy, n)
     return NotPositiveDefiniteError(
         f"MAP fit ({label}) reached a stationary point of the loss (gradient norm {exc.grad_norm:.2g}) whose curvature "
         f"is {kind} (eigenvalues from {exc.lam_min:.3g} to {exc.lam_max:.3g}): θ̂ is not a strict minimum, so the "
         "data do not determine every parameter there (a network's symmetries, or more parameters than the data fix)"
-        + ("" if remedy is None else "; a prior precision makes the minimum strict"), remedies=remedies)
+        + ("" if remedy is None else "; a prior precision makes the minimum strict"), remedies=remedies,
+        code=f"{kind}-curvature")
 
 
 #: rows per block of :func:`_column_sums`
@@ -720,10 +734,11 @@ class Expansion:
                             "where the injected noise alone gives it)", {"target": "posterior", "inv_temperature": beta},
                             expect="runs")
             return NotPositiveDefiniteError(f"{exc}; the sandwich target needs J⁻¹, which no prior precision changes",
-                                            remedies=(remedy,))
+                                            remedies=(remedy,), code=_curvature_code(self.curvature))
         lam = np.linalg.eigvalsh(self.hessian)
         remedy = prior_remedy(float(lam[0]), float(lam[-1]), self.prior_precision, self.n_data)
-        return NotPositiveDefiniteError(str(exc), remedies=() if remedy is None else (remedy,))
+        return NotPositiveDefiniteError(str(exc), remedies=() if remedy is None else (remedy,),
+                                        code="indefinite-curvature")
 
     @cites("wang2026", "§2.2 (Bernstein–von Mises)")
     def posterior_cov(self) -> np.ndarray:
@@ -868,7 +883,7 @@ def _check_expansion_point(e: Expansion, label: str, *, given: bool) -> None:
         raise NotPositiveDefiniteError(
             f"the Hessian H = J + Γ/N of model {label} is not positive definite {where} (smallest eigenvalue "
             f"{e.hessian_min_eigenvalue:.3g}), so the expansion has no stationary Gaussian: add a prior precision "
-            "or expand at other weights", remedies=() if remedy is None or given else (remedy,))
+            "or expand at other weights", remedies=prior_remedies(remedy, e.n_data), code=_curvature_code(e.hessian))
     if e.gradient_z > 1.0:
         warnings.warn(
             f"the gradient of the mean loss at θ̂ is not small: ‖∇L(θ̂)‖ = {e.gradient_norm:.3g}, "

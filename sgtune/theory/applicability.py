@@ -54,7 +54,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.errors import SgtuneError
-from ..core.reasons import Reason, Remedy
+from ..core.reasons import CODES, Reason, Remedy
 from ..io.data import Dataset
 from ..io.reduce import blas_single_thread, reduce_rows
 from ..models import Expansion, expansion_at
@@ -106,18 +106,9 @@ RUNAWAY_GROWTH = 1.5
 #: finite-difference search for the direction in which the step loses stability fastest: up to this dimension
 RISK_GRADIENT_MAX_DIM = 60
 
-#: every code a :class:`Reason` of the report carries, with what it means (the documentation lists these)
-REASON_CODES = {
-    "not-local": "the predicted spread is not local: the chain would leave the region where the expansion at θ̂ "
-                 "describes the loss",
-    "not-quadratic": "the spread is local but the loss bends over it: the linearised covariance is off by more "
-                     "than the tolerance",
-    "slow-equilibration": "the state-dependent minibatch noise is close to critical: the chain's covariance is "
-                          "heavy-tailed and slow to estimate",
-    "divergence-risk": "the predicted spread reaches the region where the step is unstable often enough that "
-                       "some chains of the recommended length diverge",
-    "scale": "the covariates' column scales differ by a large factor (advisory: it does not change the verdict)",
-}
+#: the codes a :class:`Reason` of the report carries, with what each means (:data:`sgtune.core.reasons.CODES`)
+REASON_CODES = {code: CODES[code][0] for code in ("not-local", "not-quadratic", "slow-equilibration",
+                                                 "divergence-risk", "scale")}
 
 
 @dataclass(frozen=True)
@@ -435,7 +426,7 @@ def _crossing(ts: list[float], fs: list[float], limit: float) -> float:
     if len(fs) < 2 or not fs[-1] > fs[-2] > 0:
         return math.inf
     slope = (math.log(fs[-1]) - math.log(fs[-2])) / (ts[-1] - ts[-2])
-    return ts[-1] + (math.log(limit) - math.log(fs[-1])) / slope
+    return ts[-1] + (math.log(limit) - math.log(fs[-1])) / slope if slope > 0 else math.inf
 
 
 def _normal_tail(t: float) -> float:
@@ -605,7 +596,18 @@ def _smaller_step_remedies(expansion: Expansion, stationary: StationaryCov, targ
     if not math.isfinite(beta_new) or not beta_new > bmin:
         return []
     beta_new = float(f"{beta_new:.6g}")
-    return [Remedy(f"SGLD at inverse temperature {beta_new:.6g}: the injected noise then supplies "
+    out = []
+    target = np.asarray(target_cov, dtype=float)
+    if np.allclose(target, np.linalg.inv(expansion.hessian) / expansion.n_data, rtol=1e-8, atol=0):
+        # the posterior target's spread is H⁻¹/N: a larger prior shrinks it where the data say least
+        lam_min = float(np.linalg.eigvalsh(expansion.hessian)[0])
+        g = float(np.linalg.eigvalsh(expansion.prior_precision)[-1])
+        new = float(f"{g + 3.0 * expansion.n_data * lam_min:.2g}")
+        if new > g:
+            out.append(Remedy(f"a prior precision {new:.2g}: the posterior's widest direction (curvature "
+                              f"{lam_min:.3g}) then has four times the curvature, half the spread",
+                              {"prior_precision": new}, expect="runs"))
+    return out + [Remedy(f"SGLD at inverse temperature {beta_new:.6g}: the injected noise then supplies "
                    f"{bmin / beta_new:.0%} of the target and the gradient noise the rest, so the tuned Λ is about "
                    f"{scale:.2g}× as large (the target is reachable above β = {bmin:.6g})",
                    {"inv_temperature": beta_new}, expect="runs")]
