@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..theory.applicability import applicability
-from ._io import untrusted, warn
+from ._io import announced, untrusted, warn
 from ._remedies import as_text, render
 
 #: above this D the statistical linearisation takes fewer draws (each is a pass over the data)
@@ -24,8 +24,9 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
         import numpy as np
 
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
-    a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
-                      backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    with announced("applicability report (the model over the predicted spread)", _quiet()):
+        a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
+                          backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
     doc = {"checked": True, **a.to_dict()}
     for detail, reason in zip(doc["reason_details"], a.reasons):  # remedies as the commands that apply them
         detail["remedies"] = render(reason.remedies)
@@ -41,6 +42,14 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     if a.linearised_cov is not None:
         doc["statistically_linearised_cov"] = a.linearised_cov
     return doc
+
+
+def _quiet() -> bool:
+    """``-q`` of the running command."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.params.get("quiet"))
 
 
 def skipped_report(why: str, remedy: str = "run the command without --no-applicability") -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Output discipline shared by all commands: atomic files, strict JSON, mapped errors."""
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import errno
 import functools
@@ -445,6 +446,36 @@ def info(message: str, quiet: bool = False) -> None:
     """Human-readable line on stderr (silenced by ``-q``)."""
     if not quiet:
         click.echo(message, err=True)
+
+
+#: a step that takes longer than this many seconds says so on stderr (silenced by ``-q``)
+PROGRESS_AFTER = 2.0
+
+
+@contextlib.contextmanager
+def announced(label: str, quiet: bool = False) -> Any:
+    """Run a step that may be slow (a fit, an expansion, the applicability report): when it is still running
+    after PROGRESS_AFTER seconds, one ``label …`` line on stderr, and ``label: done in T s`` when it ends
+    (nothing with ``-q`` or for a quick step)."""
+    import threading
+    import time
+
+    start, shown = time.monotonic(), threading.Event()
+
+    def say() -> None:
+        shown.set()
+        click.echo(f"{label} …", err=True)
+
+    timer = threading.Timer(PROGRESS_AFTER, say)
+    timer.daemon = True
+    if not quiet:
+        timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if shown.is_set():
+            click.echo(f"{label}: done in {time.monotonic() - start:.0f} s", err=True)
 
 
 def command_line() -> str:

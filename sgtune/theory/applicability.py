@@ -429,6 +429,32 @@ def _crossing(ts: list[float], fs: list[float], limit: float) -> float:
     return ts[-1] + (math.log(limit) - math.log(fs[-1])) / slope if slope > 0 else math.inf
 
 
+def _crossings(ts: list[float], R: np.ndarray, limit: float) -> np.ndarray:
+    """:func:`_crossing` of every column of R (points × rows) at once."""
+    t = np.asarray(ts, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        L = np.log(np.maximum(R, 1e-300))
+        out = np.full(R.shape[1], np.inf)
+        below = ~(R >= limit)
+        anyb = below.any(axis=0)
+        out[~anyb] = t[0]
+        i = R.shape[0] - 1 - np.argmax(below[::-1], axis=0)
+        mid = anyb & (i + 1 < R.shape[0])
+        j = np.minimum(i + 1, R.shape[0] - 1)
+        cols = np.arange(R.shape[1])
+        a, b = L[i, cols], L[j, cols]
+        interp = t[i] + (t[j] - t[i]) * (math.log(limit) - a) / np.maximum(b - a, 1e-300)
+        out[mid] = interp[mid]
+        end = anyb & (i + 1 >= R.shape[0])
+        if R.shape[0] >= 2:
+            slope = (L[-1] - L[-2]) / (t[-1] - t[-2])
+            grow = end & (R[-1] > R[-2]) & (R[-2] > 0) & (slope > 0)
+            out[grow] = (t[-1] + (math.log(limit) - L[-1]) / slope)[grow]
+            sat = (R[-1] >= limit) & np.isfinite(R[-1]) & ~(R[-1] >= RUNAWAY_GROWTH * R[-2])
+            out[sat] = np.inf
+    return out
+
+
 def _normal_tail(t: float) -> float:
     return 0.5 * math.erfc(t / math.sqrt(2.0)) if math.isfinite(t) else 0.0
 
@@ -526,10 +552,9 @@ def divergence_risk(model: Any, data: Dataset, expansion: Expansion, stationary:
             both.append(_crossing(ts, fs, limit))
             curves.append((ts, fs, rs))
             if n_rows and all(r is not None for r in rs):
-                R = np.array(rs)  # (points, N)
-                tails = np.array([_normal_tail(_crossing(ts, list(R[:, k]), limit * B)) for k in range(n_rows)])
-                row_tail = np.maximum(row_tail, tails)
-                t_min = min(t_min, min(_crossing(ts, list(R[:, k]), limit * B) for k in range(n_rows)))
+                tc = _crossings(ts, np.array(rs), limit * B)  # (points, N) -> each row's crossing
+                row_tail = np.maximum(row_tail, 0.5 * _erfc(tc / math.sqrt(2.0)))
+                t_min = min(t_min, float(tc.min()))
         t_min = min(t_min, *both)
         mean_tail = max(mean_tail, _normal_tail(both[0]) + _normal_tail(both[1]))
     per_step = float(np.sum(row_tail)) * B / max(n_rows, 1) + mean_tail / tau_min
@@ -545,12 +570,14 @@ def _stable_scale(curves: list[Any], limit: float, B: int, T: float) -> float:
     scale = 1.0
     for ts, fs, rs in curves:
         series = [(list(fs), limit)]
-        if all(r is not None for r in rs):
-            R = np.array(rs)
-            series += [(list(R[:, k]), limit * B) for k in range(R.shape[1])]
         for f, lim in series:
             if _crossing(ts, f, lim) < t_safe:
                 scale = min(scale, 0.9 * lim / _value_at(ts, f, t_safe))
+        if all(r is not None for r in rs):
+            R = np.array(rs)
+            hit = _crossings(ts, R, limit * B) < t_safe
+            if hit.any():
+                scale = min(scale, 0.9 * limit * B / float(np.max(_values_at(ts, R[:, hit], t_safe))))
     return float(min(scale, 1.0))
 
 
@@ -563,6 +590,31 @@ def _value_at(ts: list[float], fs: list[float], t: float) -> float:
         return float(np.exp(np.interp(t, ts, lf)))
     slope = max((lf[-1] - lf[-2]) / (ts[-1] - ts[-2]), 0.0) if len(ts) > 1 else 0.0
     return float(np.exp(lf[-1] + slope * (t - ts[-1])))
+
+
+def _values_at(ts: list[float], R: np.ndarray, t: float) -> np.ndarray:
+    """:func:`_value_at` of every column of R at once."""
+    return np.array([_value_at(ts, list(R[:, k]), t) for k in range(R.shape[1])]) if R.shape[1] <= 64 else \
+        _values_at_many(ts, R, t)
+
+
+def _values_at_many(ts: list[float], R: np.ndarray, t: float) -> np.ndarray:
+    if not np.all(np.isfinite(R)):
+        return np.where(np.all(np.isfinite(R), axis=0), _values_at_many(ts, np.nan_to_num(R, posinf=0.0), t), np.inf)
+    L = np.log(np.maximum(R, 1e-300))
+    tt = np.asarray(ts, dtype=float)
+    if t <= tt[-1]:
+        k = int(np.clip(np.searchsorted(tt, t) - 1, 0, len(tt) - 2))
+        w = (t - tt[k]) / (tt[k + 1] - tt[k])
+        return np.exp((1 - w) * L[k] + w * L[k + 1])
+    slope = np.maximum((L[-1] - L[-2]) / (tt[-1] - tt[-2]), 0.0)
+    return np.exp(L[-1] + slope * (t - tt[-1]))
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erfc
+
+    return np.where(np.isfinite(x), erfc(np.where(np.isfinite(x), x, 0.0)), np.where(x > 0, 0.0, 2.0))
 
 
 def _normal_quantile(p: float) -> float:
