@@ -2,7 +2,7 @@
 
 Decorators add options to a command; :func:`load_problem` turns the parsed values into
 (Dataset, GLM, Γ, Expansion). Commands pass ``**kwargs`` through these helpers so every
-command spells the shared options identically (``../shared/CLI.md``).
+command spells the shared options identically (docs/cli.rst).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ data_options = compose(
     click.argument("data", required=False, type=click.Path(dir_okay=True)),
     click.option("--example", type=click.Choice(sorted(EXAMPLES)), default=None,
                  help="Use a bundled example data set instead of DATA (e.g. hetero-linear: "
-                      "seed 003's heteroskedastic misspecified linear regression, N=2000, D=20)."),
+                      "Wang, Ding & Huggins's (2026) heteroskedastic misspecified linear regression, N=2000, D=20)."),
     click.option("--response", default="y", show_default=True, help="CSV column holding the response."),
     click.option("--intercept", is_flag=True, help="Prepend a column of ones to X."),
     click.option("--model", default=None, help=MODEL_HELP),
@@ -85,7 +85,7 @@ batch_options = compose(
     click.option("--inverse-temperature", "inverse_temperature", default="inf", show_default=True,
                  help="β: 'inf' = SGD, 'N' = the number of data points (canonical SGLD), 'cN' = c·N (e.g. 2N), or a number > 0."),
     click.option("--momentum", type=float, default=0.0, show_default=True,
-                 help="Heavy-ball momentum κ in [0, 1) (seed 003 eq. B.1)."),
+                 help="Heavy-ball momentum κ in [0, 1) (Wang, Ding & Huggins (2026) eq. B.1)."),
 )
 
 #: --json, --overwrite, -q, --strict: the output options of every command (those without a main array use

@@ -1,4 +1,4 @@
-"""``sgtune calibrate``: Algorithm 1 of seed 003 end to end (tune Λ, run the chains, report errors)."""
+"""``sgtune calibrate``: Algorithm 1 of Wang, Ding & Huggins (2026) end to end (tune Λ, run the chains, report errors)."""
 from __future__ import annotations
 
 from typing import Any

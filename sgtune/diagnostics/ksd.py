@@ -14,7 +14,7 @@ u = 1 + ‖r‖², the four terms are, in closed form (derived in this module's 
 
     k₀(x, y) = u^(−1/2) s(x)ᵀs(y) + u^(−3/2) (s(x) − s(y))ᵀ r + D u^(−3/2) − 3 ‖r‖² u^(−5/2).
 
-Target (CLI.md, mean-loss convention): p(θ | 𝒟) ∝ exp(−N·L(θ)) with
+Target (docs/cli.rst, mean-loss convention): p(θ | 𝒟) ∝ exp(−N·L(θ)) with
 L(θ) = (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N), so s(θ) = −Σ_n ∇l_n(θ) − Γθ.
 
 For n i.i.d. draws from p the off-diagonal part of the V-statistic has mean zero, so

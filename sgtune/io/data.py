@@ -1,11 +1,11 @@
 """Data sets: loading CSV/NPZ files, folders and Parquet files with validation, and the bundled examples.
 
 A :class:`Dataset` is a frozen pair (X, y) of float64 arrays, ``X`` of shape (N, D)
-and ``y`` of shape (N,). Files follow ``CLI.md``: a ``.csv`` with a header row (the
+and ``y`` of shape (N,). Files follow ``docs/cli.rst``: a ``.csv`` with a header row (the
 response column is ``response``, default ``"y"``; every other column is a covariate)
 or a ``.npz`` with arrays ``X`` and ``y``. No intercept is added unless asked.
 
-Data larger than memory (issue 13): DATA may be a *folder* holding ``X.npy`` (N, D) and
+Data larger than memory: DATA may be a *folder* holding ``X.npy`` (N, D) and
 ``y.npy`` (N,), or a ``.parquet`` file (extra ``[parquet]``; the response column is
 ``response``, every other column a covariate). Then ``Dataset.X`` is a read-only memory map
 (the sampler gathers its minibatch rows from it), ``Dataset.y`` is in memory (8N bytes), and
@@ -390,7 +390,7 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
 
 
 def _hetero_linear(seed: int = 0, n_data: int = 2000, dim: int = 20) -> Dataset:
-    """Seed 003, eq. (E.2): y ~ N(xᵀθ*, 1 + ‖x‖²), x ~ N(0, I_D), θ* ~ N(0, I_D)."""
+    """Wang, Ding & Huggins (2026), eq. (E.2): y ~ N(xᵀθ*, 1 + ‖x‖²), x ~ N(0, I_D), θ* ~ N(0, I_D)."""
     rng = np.random.default_rng(seed)
     theta = rng.standard_normal(dim)
     X = rng.standard_normal((n_data, dim))
@@ -428,7 +428,7 @@ def example(name: str, seed: int = 0) -> Dataset:
     """A bundled synthetic data set (generated deterministically from ``seed``).
 
     ``hetero-linear`` is the heteroskedastic, misspecified linear regression of
-    seed 003, eq. (E.2) (D = 20, N = 2000); ``logistic`` and ``poisson`` are
+    Wang, Ding & Huggins (2026), eq. (E.2) (D = 20, N = 2000); ``logistic`` and ``poisson`` are
     well-specified GLM examples (D = 5, N = 2000).
     """
     try:

@@ -1,6 +1,6 @@
 """MAP fitting and the second-order expansion of any protocol model (:mod:`sgtune.models.base`).
 
-Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+Scaling (Wang, Ding & Huggins (2026), §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)). Only the protocol is used: per-sample losses,
 gradients and curvature; the rank-one structure J_n = w_n u_n u_nᵀ a model declares (GLMs,
 Gauss–Newton networks) selects the O(N·D²) paths, dense J_n the general ones.
@@ -542,7 +542,7 @@ def _dense_affordable(model: Any, n: int, d: int) -> bool:
 
 @dataclass(frozen=True)
 class Expansion:
-    r"""Second-order expansion of the per-sample losses at θ̂ (seed 003, §3 and Thm. 4.3).
+    r"""Second-order expansion of the per-sample losses at θ̂ (Wang, Ding & Huggins (2026), §3 and Thm. 4.3).
 
     Either rank-one curvature (``design`` X and ``weights`` w with J_n = w_n x_n x_nᵀ) or
     dense ``per_sample_hessians`` (N, D, D) must be given — or, for data out of core,
@@ -565,7 +565,7 @@ class Expansion:
     parameter_blocks : the model's default blocks of Λ (an MLP's layers), or None.
     parameter_names : the name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
     population_size : N when the expansion was fitted on a subsample of M < N rows
-        (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
+        (Wang, Ding & Huggins (2026) Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
     reductions, stream : the streamed form (out-of-core data; ``grads``, ``design`` and
         ``per_sample_hessians`` are then None).
     """
@@ -716,7 +716,7 @@ class Expansion:
 
     @cites("wang2026", "§2.2 and Alg. 1 steps 3–5 (with the 1/N of §2.2)")
     def sandwich_cov(self) -> np.ndarray:
-        """S* = J⁻¹ 𝓘 J⁻¹ / N (frequentist sampling covariance of θ̂; seed 003 §2.2)."""
+        """S* = J⁻¹ 𝓘 J⁻¹ / N (frequentist sampling covariance of θ̂; Wang, Ding & Huggins (2026) §2.2)."""
         try:
             Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)", "", prior=False)
         except NotPositiveDefiniteError as exc:
@@ -771,7 +771,7 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     expansion then reports ‖∇L(θ̂)‖ and λ_min(H), warns (:class:`~sgtune.core.errors.AccuracyWarning`)
     when the gradient is larger than its own sampling noise, and refuses when H is not positive
     definite. ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows
-    (seed 003 Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
+    (Wang, Ding & Huggins (2026) Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
     Out-of-core data (``data.rows``) give a streamed Expansion (reductions + row stream, no
     (N, D) arrays); ``scheduler`` (None, "local" or a Dask address) runs its passes on Dask.
 

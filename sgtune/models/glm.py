@@ -10,7 +10,7 @@ array). A GLM declares this structure through :meth:`GLM.curvature` (a
 :class:`~sgtune.models.base.RankOneCurvature`); the expansion and the theory choose their fast
 path from it, never from the model's name.
 
-Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+Scaling (Wang, Ding & Huggins (2026), §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)).
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ class GLM:
         ``logistic``: ρ = log(1+e^η) − yη, y ∈ {0, 1}.
         ``poisson``: ρ = e^η − yη (log link; the constant log y! is dropped), y ∈ {0, 1, 2, …}.
         ``beta-linear``: the β-divergence (density-power) loss of the Gaussian linear model,
-        seed 003 appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
+        Wang, Ding & Huggins (2026) appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
         f(·; η) = N(η, σ²) and power p = ``beta_power`` > 1.
     noise_variance : float
         σ² of the Gaussian models (``linear``, ``beta-linear``).

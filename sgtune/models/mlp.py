@@ -18,9 +18,9 @@ Computation 6, 1994), vectorised over the rows and over a batch of directions: e
 are the R-operator applied to the D unit vectors (O(N·D²) memory, for small D), Hessian–vector
 products to one direction (O(N·D)).
 
-Parameter layout (CLI.md, "Additions"): θ is the concatenation, layer by layer from the input,
+Parameter layout (docs/cli.rst): θ is the concatenation, layer by layer from the input,
 of W_l (shape fan_out × fan_in, row-major) and then b_l, for layers l = 1..K+1 with widths
-s_0 = p, s_l = h_l, s_{K+1} = 1. The network of seed 003 §6.3 is ``make_mlp("2,3")`` (tanh,
+s_0 = p, s_l = h_l, s_{K+1} = 1. The network of Wang, Ding & Huggins (2026) §6.3 is ``make_mlp("2,3")`` (tanh,
 gaussian) on the diabetes data.
 """
 from __future__ import annotations

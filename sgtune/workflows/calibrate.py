@@ -1,4 +1,4 @@
-"""Algorithm 1 of seed 003 end to end: subsample, fit, tune Λ, run SG(L)D, report the errors.
+"""Algorithm 1 of Wang, Ding & Huggins (2026) end to end: subsample, fit, tune Λ, run SG(L)D, report the errors.
 
 Kept separate from ``theory/`` (pure maths) and ``sampler/`` (chains): this module only
 composes them, as ``sgtune calibrate`` does on the command line.
@@ -27,7 +27,7 @@ __all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform"]
 
 @dataclass(frozen=True)
 class CalibrationResult:
-    """What Algorithm 1 reports (seed 003 §6 and THEORY §1.7).
+    """What Algorithm 1 reports (Wang, Ding & Huggins (2026) §6 and docs/conventions.md).
 
     Attributes
     ----------

@@ -205,7 +205,7 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
     seed : int
         Seed of the timed runs.
     notes : bool
-        Add the seeds' other theories where they apply (:mod:`sgtune.workflows.plan_notes`).
+        Add the other papers' theories where they apply (:mod:`sgtune.workflows.plan_notes`).
     family_criterion : {"moment", "auto", "discrepancy", None}
         How the structured families' Λ is chosen (:func:`~sgtune.theory.tuning.tune`): ``"moment"``
         (default) the closed form of eq. (11)'s family part — fast, and its bias (exact, whatever Λ) is
@@ -326,7 +326,7 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
     B, fam, kappa, beta = cand.batch_size, cand.family, cand.momentum, cand.inverse_temperature
     wor = cand.batching != "replacement"
     if cand.batching == "reshuffle" and kappa > 0:
-        cand.reason = "reshuffle: seed 002's theory of random reshuffling covers SG(L)D without momentum only"
+        cand.reason = "reshuffle: Shaw & Whalley's (2025) theory of random reshuffling covers SG(L)D without momentum only"
         return
     if fam == "block" and getattr(e, "parameter_blocks", None) is None:
         cand.reason = "family 'block' needs the model's parameter blocks (use sgtune lambda --blocks)"
@@ -414,7 +414,7 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
 
 def _lyapunov_step_matrix(ctx: _Context, R: np.ndarray, beta: float) -> np.ndarray:
     """:func:`~sgtune.theory.tuning.solve_step_matrix` with the target's factorisation shared across candidates:
-    Λ = L Z⁻¹ Lᵀ, Z = U [Uᵀ(LᵀRL)U / (μ_i + μ_j − 2/β)] Uᵀ (THEORY §1.3)."""
+    Λ = L Z⁻¹ Lᵀ, Z = U [Uᵀ(LᵀRL)U / (μ_i + μ_j − 2/β)] Uᵀ (docs/conventions.md)."""
     L, mu, U = ctx.target_modes()
     shift = 0.0 if math.isinf(beta) else 1.0 / beta
     if not mu[0] > shift:
