@@ -593,22 +593,18 @@ def _value_at(ts: list[float], fs: list[float], t: float) -> float:
 
 
 def _values_at(ts: list[float], R: np.ndarray, t: float) -> np.ndarray:
-    """:func:`_value_at` of every column of R at once."""
-    return np.array([_value_at(ts, list(R[:, k]), t) for k in range(R.shape[1])]) if R.shape[1] <= 64 else \
-        _values_at_many(ts, R, t)
-
-
-def _values_at_many(ts: list[float], R: np.ndarray, t: float) -> np.ndarray:
-    if not np.all(np.isfinite(R)):
-        return np.where(np.all(np.isfinite(R), axis=0), _values_at_many(ts, np.nan_to_num(R, posinf=0.0), t), np.inf)
-    L = np.log(np.maximum(R, 1e-300))
+    """:func:`_value_at` of every column of R (points × rows) at once (``inf`` for a column that overflowed)."""
+    finite = np.all(np.isfinite(R), axis=0)
+    L = np.log(np.maximum(np.where(np.isfinite(R), R, 1.0), 1e-300))
     tt = np.asarray(ts, dtype=float)
     if t <= tt[-1]:
         k = int(np.clip(np.searchsorted(tt, t) - 1, 0, len(tt) - 2))
         w = (t - tt[k]) / (tt[k + 1] - tt[k])
-        return np.exp((1 - w) * L[k] + w * L[k + 1])
-    slope = np.maximum((L[-1] - L[-2]) / (tt[-1] - tt[-2]), 0.0)
-    return np.exp(L[-1] + slope * (t - tt[-1]))
+        out = np.exp((1 - w) * L[k] + w * L[k + 1])
+    else:
+        slope = np.maximum((L[-1] - L[-2]) / (tt[-1] - tt[-2]), 0.0)
+        out = np.exp(L[-1] + slope * (t - tt[-1]))
+    return np.where(finite, out, np.inf)
 
 
 def _erfc(x: np.ndarray) -> np.ndarray:
