@@ -9,10 +9,12 @@ import numpy as np
 
 from ..core._refs import references_of
 from ..core.config import Dynamics
+from ..core.reasons import Reason, Remedy
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._applicability import applicability_report, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
+from ._remedies import as_text, render
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -59,7 +61,9 @@ def cli(**kw: object) -> None:
     (always the linearised prediction's), expects ('prediction', or 'target' after --refine)
     with expected_cov (the covariance the chain with this Λ is expected to have) and
     expected_cov_tolerance (entry-wise, relative to √(Σ_ii Σ_jj), what the chains measured),
-    family, criterion (what the family minimises or solves), blocks (with --family block), ...
+    family, criterion (what the family minimises or solves), blocks (with --family block),
+    applicability (applicable, reasons, reason_codes, remedies — each {why, argv}: the full command
+    that applies it —, divergence_risk, ...), ...
     Save the JSON next to Λ (-o LAM.npy --json LAM.json): `run`/`verify --lambda LAM.npy`
     then compare their chains with expected_cov by default (--against).
     --plot FILE.png: target vs predicted covariance ellipses and Λ as a heat map.
@@ -133,11 +137,11 @@ def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) ->
 
     app = applicability_report(prob, res.stationary, target_cov=res.target_cov, backward_error=res.residual,
                                seed=seed, quiet_reasons=True)
-    nonlocal_ = [r for r in app["reasons"] if not r.startswith("the loss is not quadratic")]
-    if nonlocal_:
+    if any(code != "not-quadratic" for code in app["reason_codes"]):  # chains would not measure a fixed covariance
         doc["refine"] = []
-        for r in app["reasons"]:
-            untrusted(f"not applicable (--refine not run: the chain's covariance is no trustworthy measurement): {r}")
+        for detail in app["reason_details"]:
+            untrusted("not applicable (--refine not run: the chain's covariance is no trustworthy measurement): "
+                      f"{detail['message']}{as_text(detail['remedies'])}")
         doc["applicability"] = app
         return res, doc
     new, rounds_ = refine(prob.model, prob.dataset, prob.expansion, res, rounds=rounds,
@@ -160,11 +164,15 @@ def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) ->
     app = applicability_report(prob, new.stationary, target_cov=res.target_cov, backward_error=new.residual,
                                seed=seed, quiet_reasons=True)
     if last.converged:
-        app.update(applicable=True, reasons=[], verified_by_refine=True)
+        app.update(applicable=True, reasons=[], reason_codes=[], reason_details=[], remedies=[],
+                   verified_by_refine=True)
     else:
-        reason = (f"--refine {rounds}: the chain's covariance is still {last.error:.1%} (MCSE {last.mcse:.1%}) from "
-                  "the target after the last round; more rounds, a larger batch or a smaller target may help")
-        app.update(applicable=False, reasons=[reason], verified_by_refine=False)
-        untrusted(f"not applicable: {reason}")
+        why = Reason("not-quadratic", f"after {rounds} rounds of --refine the chain's covariance is still "
+                     f"{last.error:.1%} (MCSE {last.mcse:.1%}) from the target",
+                     (Remedy(f"{2 * rounds} rounds of refinement", {"refine_rounds": 2 * rounds}, expect="runs"),))
+        detail = {**why.to_dict(), "remedies": render(why.remedies)}
+        app.update(applicable=False, reasons=[why.message], reason_codes=[why.code], reason_details=[detail],
+                   remedies=detail["remedies"], verified_by_refine=False)
+        untrusted(f"not applicable: {why.message}{as_text(detail['remedies'])}")
     doc["applicability"] = app
     return new, doc

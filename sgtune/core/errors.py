@@ -26,10 +26,19 @@ class SgtuneError(Exception):
     Each subclass also derives from the builtin that fits (``ValueError``, ``ArithmeticError``, …),
     so ``except ValueError`` keeps working; ``except SgtuneError`` catches every deliberate error.
 
+    ``remedies`` (keyword): :class:`~sgtune.core.reasons.Remedy` objects — computed ways out, in the
+    Python API's parameter names (the command line renders each as the command that applies it).
+    ``code`` (keyword): the stable code of the cause (:data:`sgtune.core.reasons.CODES`), when it has one.
+
     See Also
     --------
     AccuracyWarning : A result sgtune cannot vouch for (a warning, not an error).
     """
+
+    def __init__(self, *args: object, remedies: tuple = (), code: str | None = None) -> None:
+        super().__init__(*args)
+        self.remedies = tuple(remedies)
+        self.code = code
 
 
 class ShapeError(SgtuneError, ValueError):
@@ -61,8 +70,8 @@ class UnstableStepSizeError(SgtuneError, ValueError):
     """
 
     def __init__(self, message: str, *, spectral_radius: float = float("nan"),
-                 max_stable_step: float = float("nan")) -> None:
-        super().__init__(message)
+                 max_stable_step: float = float("nan"), remedies: tuple = (), code: str | None = None) -> None:
+        super().__init__(message, remedies=remedies, code=code)
         self.spectral_radius = spectral_radius
         self.max_stable_step = max_stable_step
 
@@ -83,8 +92,9 @@ class InfeasibleTargetError(SgtuneError, ValueError):
         As given.
     """
 
-    def __init__(self, message: str, *, min_inv_temperature: float = float("nan")) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, min_inv_temperature: float = float("nan"), remedies: tuple = (),
+                 code: str | None = "unreachable-target") -> None:
+        super().__init__(message, remedies=remedies, code=code)
         self.min_inv_temperature = min_inv_temperature
 
 
