@@ -95,16 +95,6 @@ def test_root_api_is_lazy_and_complete():
 
 
 # --------------------------------------------------------------------------- private names stay private
-#: TEMPORARY: the sampler package is being rewritten; its cross-module private imports are listed here until
-#: that rewrite empties this set (then delete it). Nothing outside sgtune/sampler/ may be added.
-SAMPLER_PRIVATE_ALLOWED = {
-    "sampler/gnld.py: sgtune.theory.fluctuation._as_antisymmetric",
-    "sampler/smile_chain.py: sgtune.sampler.kernels._diverges",
-    "sampler/smile_chain.py: sgtune.sampler.kernels._finish",
-    "sampler/smile_chain.py: sgtune.sampler.kernels._record",
-}
-
-
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -160,11 +150,8 @@ def _private_violations() -> list[str]:
 
 
 def test_no_module_uses_another_modules_private_names():
-    bad = [b for b in _private_violations() if b not in SAMPLER_PRIVATE_ALLOWED]
+    bad = _private_violations()
     assert not bad, "private names used across modules (make them public or move the code):\n" + "\n".join(bad)
-    stale = sorted(SAMPLER_PRIVATE_ALLOWED - set(_private_violations()))
-    assert not stale, f"remove from SAMPLER_PRIVATE_ALLOWED (no longer used): {stale}"
-    assert all(a.startswith("sampler/") for a in SAMPLER_PRIVATE_ALLOWED)
 
 
 def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
