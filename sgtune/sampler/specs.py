@@ -32,7 +32,7 @@ from ..core.errors import SgtuneError
 from ..models.base import checked_call, model_label
 from . import grads, mlp, mlp_loss
 
-__all__ = ["Oracle", "ORACLES", "numba_spec_of"]
+__all__ = ["Oracle", "ORACLES", "numba_spec_of", "labelled_spec"]
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,20 @@ def numba_spec_of(model: Any, n_features: int) -> tuple[str, np.ndarray, np.ndar
     Calls ``model.numba_spec(n_features)`` when the model has it (a result of ``None`` or kind
     ``"python"`` means "no spec"); an exception inside it becomes one :class:`~sgtune.models.ModelError`.
     """
+    return labelled_spec(model, n_features)[1]
+
+
+def labelled_spec(model: Any, n_features: int) -> tuple[str, tuple[str, np.ndarray, np.ndarray] | None]:
+    """``(label, spec)``: the model's label (:func:`sgtune.models.base.model_label`) and
+    :func:`numba_spec_of`, asked of the model in one visit (the driver's walk through the model)."""
     label = model_label(model)
     if getattr(model, "numba_spec", None) is None:
-        return None
+        return label, None
     spec = checked_call(model, "numba_spec", int(n_features))
+    return label, _validated(spec, label)
+
+
+def _validated(spec: Any, label: str) -> tuple[str, np.ndarray, np.ndarray] | None:
     if spec is None:
         return None
     try:
