@@ -1,4 +1,4 @@
-"""Benchmark: the built-in network model ``mlp`` on the diabetes data (seed 003 §6.3).
+"""Benchmark: the built-in network model ``mlp`` on the diabetes data (Wang, Ding & Huggins (2026) §6.3).
 
 Prints two tables (run: ``python benchmarks/bench_mlp.py``):
 

@@ -40,7 +40,7 @@ from sgtune.core.config import Dynamics
 
 
 def synthetic(D: int, N: int, seed: int = 0):
-    """Heteroskedastic linear regression with unequal column scales (seed 003's eq. E.2 spirit)."""
+    """Heteroskedastic linear regression with unequal column scales (Wang, Ding & Huggins's (2026) eq. E.2 spirit)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(N, D)) * np.sqrt(rng.uniform(0.5, 2.0, size=D))
     theta = rng.normal(size=D) / math.sqrt(D)

@@ -3,7 +3,7 @@
 Run: ``python benchmarks/bnn_smile.py [--budget G] [--chains C] [--splits 0,1,2]
 [--samplers psmile,smile,sghmc,sgld] [--smoke] [--out bnn.json]``.
 
-Setting (:mod:`sgtune.workflows.bnn`, after seed 001's Table 2 / appendix E.1): scikit-learn's diabetes
+Setting (:mod:`sgtune.workflows.bnn`, after the SMILE paper's (2025) Table 2 / appendix E.1): scikit-learn's diabetes
 data (N = 442, p = 10; shipped, no download), 70/10/20 train/validation/test splits standardised on
 the training rows; a tanh network with three hidden layers of width 16 (D = 737); Gaussian
 likelihood with σ² fixed at the training mean squared residual of the starting members; prior

@@ -16,7 +16,7 @@ Sources (paths relative to ``benchmarks/results/``):
   "align", "rows"}}}``, cells as printed. The benchmark scripts print these tables; a new
   measurement replaces the rows and the ``measured`` conditions in the JSON file.
 * ``wang2026/NAME.csv`` — a table written by ``benchmarks/wang2026_tables.py --out``.
-* ``table1_smile:NAME.json`` — seed 001's Table 1 grid (b² ± bootstrap sd per target, noise and
+* ``table1_smile:NAME.json`` — the SMILE paper's (2025) Table 1 grid (b² ± bootstrap sd per target, noise and
   sampler) as written by ``benchmarks/table1_smile.py``, with the paper's value in brackets
   (``table1_smile_paper.json``).
 * ``applicability.jsonl`` — ``benchmarks/applicability_table.py --table`` on those rows (likewise

@@ -1,4 +1,4 @@
-"""Table 1 of seed 001 (SMILE) reproduced: b² of SMILE-naive, SGLD, SGHMC, pSMILE-naive on the appendix-C targets.
+"""Table 1 of the SMILE paper (2025) (SMILE) reproduced: b² of SMILE-naive, SGLD, SGHMC, pSMILE-naive on the appendix-C targets.
 
 Run: ``python benchmarks/table1_smile.py [--steps N] [--chains C] [--smoke] [--out table1.json]
 [--scheduler local|tcp://host:8786]``. With ``--scheduler`` each (target, noise, sampler) cell is
@@ -40,7 +40,7 @@ NOISES = ("isotropic", "diagonal", "correlated", "spatial")
 SAMPLERS = ("smile-naive", "sgld", "sghmc", "psmile-naive")
 LABEL = {"gaussian": "ICG", "rosenbrock": "Rosenbrock", "funnel": "Funnel"}
 
-#: seed 001, Table 1 (mean ± sd), same row/column order
+#: the SMILE paper (2025), Table 1 (mean ± sd), same row/column order
 PAPER = {
     ("gaussian", "isotropic"): [(0.003, 0.001), (0.033, 0.006), (0.095, 0.033), (0.006, 0.001)],
     ("gaussian", "diagonal"): [(0.245, 0.027), (0.184, 0.021), (0.186, 0.020), (0.038, 0.008)],
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
                 _print_cell(key, r)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
 
-    print(f"\nTable 1 (seed 001): b² ± bootstrap sd, {chains} chains × {steps} steps, grid 10^{exps[0]}..10^{exps[-1]}"
+    print(f"\nTable 1 (the SMILE paper (2025)): b² ± bootstrap sd, {chains} chains × {steps} steps, grid 10^{exps[0]}..10^{exps[-1]}"
           f" + {n_fine} fine; paper's value in brackets; best step in the last line")
     head = f"{'target':<11}{'noise':<12}" + "".join(f"{s:>26}" for s in SAMPLERS)
     print(head)

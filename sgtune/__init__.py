@@ -12,7 +12,7 @@ The package is layered; each subpackage imports only from the layers below it
 ``sgtune.diagnostics`` ESS, MCSE, covariance z-tests, kernel Stein discrepancy
 ``sgtune.theory``     stationary covariance, tuning, fluctuation, minibatch, reshuffling, SMILE
 ``sgtune.sampler``    numba-compiled chains and the ``verify`` check (the only numba user)
-``sgtune.workflows``  multi-step studies: calibration, seed 003's experiments, the BNN study
+``sgtune.workflows``  multi-step studies: calibration, Wang, Ding & Huggins's (2026) experiments, the BNN study
 ``sgtune.cli``        the ``sgtune`` command line
 ====================  =====================================================================
 

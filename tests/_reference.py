@@ -1,6 +1,6 @@
 """Pure-NumPy reference implementations used as independent routes in tests.
 
-Written from the definitions (seed 003 §2.1, eq. B.1), vectorised over chains, with no
+Written from the definitions (Wang, Ding & Huggins (2026) §2.1, eq. B.1), vectorised over chains, with no
 code shared with ``sgtune.theory`` or ``sgtune.sampler``.
 """
 from __future__ import annotations

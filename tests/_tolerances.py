@@ -1,4 +1,4 @@
-"""Declared tolerances with their provenance (STYLE.md convention 13). Import, don't inline."""
+"""Declared tolerances with their provenance (docs/contributing.md). Import, don't inline."""
 from scipy.stats import norm
 
 #: two dense float64 solves of a well-conditioned D ≤ 20 problem agree to ~1e3·eps·cond

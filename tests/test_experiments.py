@@ -1,4 +1,4 @@
-"""Seed 003's experiment pieces: generators, the Monte Carlo floor, one method run, summaries, Figure 1."""
+"""Wang, Ding & Huggins's (2026) experiment pieces: generators, the Monte Carlo floor, one method run, summaries, Figure 1."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Fluctuation constants of non-reversible SG Langevin samplers (sgtune.theory.fluctuation, THEORY §2).
+"""Fluctuation constants of non-reversible SG Langevin samplers (sgtune.theory.fluctuation, docs/conventions.md).
 
 Independent routes used as oracles:
 - the Ornstein–Uhlenbeck time-integral formula σ² = ℓᵀB⁻¹(2D)B⁻ᵀℓ, B = (D+Q)M

@@ -95,6 +95,8 @@ def test_root_api_is_lazy_and_complete():
 
 
 # --------------------------------------------------------------------------- private names stay private
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 

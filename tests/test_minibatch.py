@@ -1,4 +1,4 @@
-"""Tests of sgtune.theory.minibatch (seed 000, §4.3 and appendix A.3; THEORY §3).
+"""Tests of sgtune.theory.minibatch (Mensch et al. (2025), §4.3 and appendix A.3; docs/conventions.md).
 
 Independent routes used as oracles:
 - exact enumeration of EVERY batch of a tiny data set (all N^B ordered tuples with
@@ -337,7 +337,7 @@ def test_one_step_increment_moments_match_eqs_95_and_106(rng, scheme):
 
 
 def test_sglrw_and_sgld_second_moments_differ_by_the_diagonal_of_expected_m():
-    """E[ΔΔᵀ]_SGLD − E[ΔΔᵀ]_SGLRW = δ² diag(∇U∇Uᵀ + G): SGLD's per-coordinate inflation (THEORY §3.3)."""
+    """E[ΔΔᵀ]_SGLD − E[ΔΔᵀ]_SGLRW = δ² diag(∇U∇Uᵀ + G): SGLD's per-coordinate inflation (docs/conventions.md)."""
     rng = np.random.default_rng(5)
     u = rng.standard_normal((12, 3))
     a = rng.standard_normal(3)

@@ -34,7 +34,7 @@ def _network_problem(n=600, seed=0):
 
 
 def _brute_force_cov(e, lam, batch_size):
-    """Σ = (I − ΛH)Σ(I − ΛH)ᵀ + Λ C̄(Σ) Λ, C̄(Σ) = (1/B)[𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ] (seed 003 eqs. 11–12),
+    """Σ = (I − ΛH)Σ(I − ΛH)ᵀ + Λ C̄(Σ) Λ, C̄(Σ) = (1/B)[𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ] (Wang, Ding & Huggins (2026) eqs. 11–12),
     as one dense D²×D² linear system assembled from the per-sample Hessians of the network
     (independently of sgtune.theory.stationary)."""
     Hs = e.per_sample_hessians

@@ -28,7 +28,7 @@ HIDDEN = {0: (), 1: (3,), 2: (3, 2)}
 RELU_MARGIN = 2e-2
 
 
-# --- an independent reference of the layout (CLI.md "Additions") ---------------------------------
+# --- an independent reference of the layout (docs/cli.rst) ---------------------------------
 def ref_layers(theta: np.ndarray, p: int, hidden: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
     """θ = [vec_row(W_1), b_1, vec_row(W_2), b_2, …] with W_l of shape (fan_out, fan_in)."""
     sizes = [p, *hidden, 1]
@@ -326,7 +326,7 @@ def diabetes():
 
 
 def test_diabetes_network_fit_and_expand_under_a_second():
-    """Seed 003 §6.3: the (2, 3) tanh network on the diabetes data (y standardised; prior precision 1:
+    """Wang, Ding & Huggins (2026) §6.3: the (2, 3) tanh network on the diabetes data (y standardised; prior precision 1:
     without it the fitted network has Hessian eigenvalues ~1e-8 and L-BFGS does not converge)."""
     data = diabetes()
     model = make_mlp("2,3", "tanh", noise_variance=0.5)

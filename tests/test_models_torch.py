@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")  # in the [dev] extra: never skipped in the
 from click.testing import CliRunner  # noqa: E402
 
 from sgtune.cli import main  # noqa: E402
-from sgtune.core.config import Dynamics  # noqa: E402
+from sgtune.core.config import Dynamics, RunSpec  # noqa: E402
 from sgtune.core.errors import DataFormatError, MissingExtraError, SgtuneError  # noqa: E402
 from sgtune.io.data import make_dataset  # noqa: E402
 from sgtune.models import expand, from_torch, per_sample_curvature  # noqa: E402
@@ -241,10 +241,10 @@ def test_expand_tune_and_the_sampler_use_it_like_the_builtin_network():
     assert e.parameter_names == tuple(mlp.parameter_names(("0", "1", "2")))
     t, t_ref = [tune(x, Dynamics(None, 8, inv_temperature=160.0), target="posterior") for x in (e, fit)]
     np.testing.assert_allclose(t.step_matrix, t_ref.step_matrix, rtol=SOLVER_RTOL * 1e2)
-    kw = dict(batch_size=8, n_steps=40, n_chains=2, burn_in=5, prior_precision=1.0, initial=fit.theta_hat,
-              inv_temperature=200.0, momentum=0.3, seed=5)
-    a = run_chains(model, (X, y), 0.05, **kw)  # the general path with the model's vmapped batched_grads
-    b = run_chains(mlp, (X, y), 0.05, backend="numpy", **kw)  # the same streams, sgtune's NumPy network
+    dyn, run = Dynamics(0.05, 8, inv_temperature=200.0, momentum=0.3), RunSpec(40, n_chains=2, burn_in=5, seed=5)
+    kw = dict(prior_precision=1.0, initial=fit.theta_hat)
+    a = run_chains(model, (X, y), dyn, run, **kw)  # the general path with the model's vmapped batched_grads
+    b = run_chains(mlp, (X, y), dyn, run, backend="numpy", **kw)  # the same streams, sgtune's NumPy network
     assert a.settings["backend"] == "numpy"
     np.testing.assert_allclose(a.final_state, b.final_state, rtol=0, atol=1e-10)
     np.testing.assert_allclose(a.cov, b.cov, rtol=1e-8, atol=1e-14)

@@ -53,3 +53,13 @@ def test_user_model_names_are_checked_and_default_to_theta_i():
             return 3
 
     assert parameter_names(Plain(), ("x",), 1) == ("theta[0]", "theta[1]", "theta[2]")
+
+
+def test_multinomial_names_are_class_then_covariate():
+    from sgtune.models.multinomial import Multinomial
+
+    base = Multinomial((0.0, 1.0, 2.0), class_names=("setosa", "versicolor", "virginica"))
+    assert parameter_names(base, ("intercept", "x1"), 2) == (
+        "class[versicolor].intercept", "class[versicolor].x1", "class[virginica].intercept", "class[virginica].x1")
+    full = Multinomial((3.0, 7.0), layout="full")
+    assert parameter_names(full, ("x0",), 1) == ("class[3].x0", "class[7].x0")

@@ -1,7 +1,7 @@
 """The planner (sgtune.workflows.plan) and the seeds' alternatives it reports (sgtune.theory.alternatives).
 
 Oracles: the plan's formulas recomputed from independent calls (the forward solver for the bias, the
-brute-force lag sums for c, the burn-in formula), seed 002's d-dimensional closed forms
+brute-force lag sums for c, the burn-in formula), Shaw & Whalley's (2025) d-dimensional closed forms
 (:func:`gaussian_reshuffle_bias`, its own recursion over the epoch) for the reshuffling change, the
 eigenvalues of ΛH for the stable steps, and sgtune's sampler (Monte Carlo, batch-means standard errors)
 for the reshuffled chain.
@@ -141,7 +141,7 @@ def test_bad_grid_values(logistic):
 # --------------------------------------------------------------------------- seeds' alternatives
 @pytest.mark.parametrize("beta_factor", [1.0, math.inf])
 def test_reshuffle_change_equals_seed002_gaussian_model(rng, beta_factor):
-    """Gaussian location model U = Σ_i ½(θ − x_i)ᵀP(θ − x_i) in d = 3: seed 002's RM and RR (epoch-average)
+    """Gaussian location model U = Σ_i ½(θ − x_i)ᵀP(θ − x_i) in d = 3: Shaw & Whalley's (2025) RM and RR (epoch-average)
     variances along P's eigenvectors (gaussian_reshuffle_bias) against reshuffle_variance_change with the
     model's exact minibatch noise. SGD (β = ∞) is the β → ∞ limit (only the gradient noise)."""
     N, B, d = 60, 6, 3
@@ -199,7 +199,7 @@ def test_nonreversible_gain(rng):
     lam = np.diag(rng.uniform(0.2, 0.6, d))
     lam *= 0.5 / np.max(np.linalg.eigvals(lam @ H).real)
     g = nonreversible_gain(H, lam, inv_temperature=100.0, budget=2.0)
-    assert g.variance_ratio == pytest.approx(1 / (1 + 2.0 ** 2), rel=1e-10)  # THEORY §2.4
+    assert g.variance_ratio == pytest.approx(1 / (1 + 2.0 ** 2), rel=1e-10)  # docs/conventions.md
     assert g.max_step_multiple_reversible == pytest.approx(2 / np.max(np.linalg.eigvals(lam @ H).real), rel=1e-10)
     mu = np.linalg.eigvals((lam + g.antisymmetric) @ H)
     assert g.max_step_multiple == pytest.approx(np.min(2 * mu.real / np.abs(mu) ** 2), rel=1e-10)

@@ -1,4 +1,4 @@
-"""Every public theory function cites the paper equation it implements (STYLE.md convention 1)."""
+"""Every public theory function cites the paper equation it implements (docs/contributing.md)."""
 import importlib
 import inspect
 import pkgutil

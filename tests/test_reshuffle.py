@@ -100,7 +100,7 @@ def test_batch_size_n_makes_every_scheme_ula() -> None:
 
 
 def test_published_formulas_differ() -> None:
-    """Published: v = R and average inside the square. Exact values differ (THEORY.md §4.3)."""
+    """Published: v = R and average inside the square. Exact values differ (docs/corrections.md)."""
     hv, r = 0.1, 4
     x = np.arange(8.0)
     res = reshuffle_bias(x, 2, hv)

@@ -15,7 +15,7 @@ from sgtune.sampler.specs import numba_spec_of
 
 
 def _unpack(theta, widths):
-    """(W_l, b_l) per layer from the CLI.md layout: W_l (fan_out × fan_in, row-major), then b_l."""
+    """(W_l, b_l) per layer from the docs/cli.rst layout: W_l (fan_out × fan_in, row-major), then b_l."""
     out, k = [], 0
     for fi, fo in zip(widths[:-1], widths[1:]):
         W = theta[k:k + fo * fi].reshape(fo, fi)

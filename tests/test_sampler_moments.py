@@ -89,7 +89,7 @@ def test_sglrw_removes_the_diagonal_inflation():
 
 @pytest.mark.mc
 def test_tuned_sgd_reproduces_predicted_covariance_linear_regression():
-    # seed 003's heteroskedastic example, Λ tuned to the sandwich target (dense, dq-exact):
+    # Wang, Ding & Huggins's (2026) heteroskedastic example, Λ tuned to the sandwich target (dense, dq-exact):
     # for linear regression the proxy is exact, so Σ̂ must match the prediction within MC error.
     from sgtune.theory.tuning import tune
 

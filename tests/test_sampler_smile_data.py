@@ -242,7 +242,7 @@ def test_sghmc_friction_and_quadratic_and_loss_errors():
 # --------------------------------------------------------------------------- Monte Carlo
 def _isotropic_linear(n, d, seed):
     """Linear model whose design is whitened (XᵀX/N = I): posterior N(θ̂, σ²/N · I) and isotropic minibatch
-    noise (the setting in which MCLMC's stationary law is unchanged by the noise, seed 001 appendix A)."""
+    noise (the setting in which MCLMC's stationary law is unchanged by the noise, the SMILE paper (2025) appendix A)."""
     r = np.random.default_rng(seed)
     Z = r.standard_normal((n, d))
     Z -= Z.mean(axis=0)

@@ -34,7 +34,7 @@ from _tolerances import bonferroni_z
 
 pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
 
-ALPHA = 0.01  # pSMILE's EMA rate (run_chains' precond_rate default, seed 001 §3.2)
+ALPHA = 0.01  # pSMILE's EMA rate (run_chains' precond_rate default, the SMILE paper (2025) §3.2)
 
 
 # ----------------------------------------------------------------------------- residual_anisotropy

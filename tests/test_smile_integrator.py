@@ -1,4 +1,4 @@
-"""Minimal-norm MCLMC integrator (seed 001, appendix F.2): momentum map and energy-error order."""
+"""Minimal-norm MCLMC integrator (the SMILE paper (2025), appendix F.2): momentum map and energy-error order."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""SMILE ensemble driver (seed 001): twin agreement, compile count, threads, tuner, preconditioner, Table-1 claim."""
+"""SMILE ensemble driver (the SMILE paper (2025)): twin agreement, compile count, threads, tuner, preconditioner, Table-1 claim."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""theory/smile.py: Gamma moment matching, Wilson–Hilferty, EMAs, b², exact target moments (seed 001)."""
+"""theory/smile.py: Gamma moment matching, Wilson–Hilferty, EMAs, b², exact target moments (the SMILE paper (2025))."""
 import math
 
 import numpy as np

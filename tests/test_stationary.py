@@ -1,4 +1,4 @@
-"""Forward solver (seed 003 eqs. 11–12, B.1–B.3, Prop. 4.4, B.2) against independent routes."""
+"""Forward solver (Wang, Ding & Huggins (2026) eqs. 11–12, B.1–B.3, Prop. 4.4, B.2) against independent routes."""
 from __future__ import annotations
 
 import itertools
@@ -132,7 +132,7 @@ def test_direct_and_iterative_agree_with_momentum_and_nonsymmetric_step(rng):
 
 
 def test_momentum_matches_corrected_eq_B3(rng):
-    """Seed 003 eq. (B.3) for Λ = λI: its SGD part holds; its injected-noise term is corrected.
+    """Wang, Ding & Huggins (2026) eq. (B.3) for Λ = λI: its SGD part holds; its injected-noise term is corrected.
 
     Solving the 1-D augmented system in sympy gives the coefficient of 2Λ/β as
     (1−κ)² + 2κλH/(1+κ) instead of the printed (1+κ²); the test checks the corrected form

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.symbolic
 
 def test_clip_factor_closed_form_and_quadrature():
     s = clip_factor()
-    # the closed form printed in seed 000 eq. (118)
+    # the closed form printed in Mensch et al. (2025) eq. (118)
     assert sp.simplify(s - (1 - sp.sqrt(2 / sp.pi) * sp.exp(-sp.Rational(1, 2)))) == 0
     # independent route: adaptive quadrature of E[min(ξ², 1)] (quad error estimate < 1e-12)
     inner, _ = integrate.quad(lambda x: x * x * norm.pdf(x), -1, 1)

@@ -1,4 +1,4 @@
-"""Symbolic RR/RM derivation (seed 002 §4, corrected) against independent routes.
+"""Symbolic RR/RM derivation (Shaw & Whalley (2025) §4, corrected) against independent routes.
 
 Routes: explicit R-step composition with concrete R (sympy matrices), exact
 rational enumeration of every ordered partition of a tiny data set, the
@@ -179,7 +179,7 @@ def test_rm_noise_is_first_order_rr_average_second_order() -> None:
 
 
 def test_published_formulas_differ_from_exact() -> None:
-    """Documents the two mistakes of the published derivation (THEORY.md §4.3)."""
+    """Documents the two mistakes of the published derivation (docs/corrections.md)."""
     r = 8
     # (1) v = R instead of R − 1: the RM error is off by exactly h/(2 − h), i.e. ULA's error
     exact_rm = sym.rel_err_rm().subs(v, R - 1)

@@ -1,4 +1,4 @@
-"""Tuner (seed 003 Alg. 1 step 6, THEORY §1.3) against root-finding, closed forms and the forward solver."""
+"""Tuner (Wang, Ding & Huggins (2026) Alg. 1 step 6, docs/conventions.md) against root-finding, closed forms and the forward solver."""
 from __future__ import annotations
 
 import math

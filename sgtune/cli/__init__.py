@@ -1,6 +1,6 @@
 """The ``sgtune`` command-line interface (click group; one module per command, loaded lazily).
 
-Conventions (``../shared/CLI.md``): one JSON document on stdout (or ``--json FILE``),
+Conventions (docs/cli.rst): one JSON document on stdout (or ``--json FILE``),
 human tables and progress on stderr, exit 0 ok / 1 domain error / 2 usage error /
 3 verification failed / 4 untrusted under ``--strict`` (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP),
 never a partial output file. Every failure ends with one ``Error: …`` line on stderr, never a

@@ -2,7 +2,7 @@
 
 Decorators add options to a command; :func:`load_problem` turns the parsed values into
 (Dataset, GLM, Γ, Expansion). Commands pass ``**kwargs`` through these helpers so every
-command spells the shared options identically (``../shared/CLI.md``).
+command spells the shared options identically (docs/cli.rst).
 """
 from __future__ import annotations
 
@@ -23,10 +23,15 @@ from ._io import check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat", "scheduler")
-MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'mlp' (a feed-forward network: "
-              "--hidden-sizes, --activation, --likelihood), or a user model path/to/file.py:NAME (NAME is an object "
-              "implementing sgtune's model protocol; see the README). Default: the example's model, else required.")
+             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from")
+MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'multinomial' (softmax regression over "
+              "the response's class labels, numbers or text: --layout), 'mlp' (a feed-forward network: "
+              "--hidden-sizes, --activation, --likelihood), 'last-layer' (the output layer of a trained network on its "
+              "frozen features: --features or --features-from, --likelihood), or a user model path/to/file.py:NAME "
+              "(NAME is an object implementing sgtune's model protocol; see the README). Default: the example's "
+              "model, else required.")
+#: --likelihood: the mlp's (gaussian, bernoulli, poisson) and the last layer's (gaussian, bernoulli, softmax)
+LIKELIHOODS = ("gaussian", "bernoulli", "poisson", "softmax")
 
 
 def compose(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -42,7 +47,7 @@ data_options = compose(
     click.argument("data", required=False, type=click.Path(dir_okay=True)),
     click.option("--example", type=click.Choice(sorted(EXAMPLES)), default=None,
                  help="Use a bundled example data set instead of DATA (e.g. hetero-linear: "
-                      "seed 003's heteroskedastic misspecified linear regression, N=2000, D=20)."),
+                      "Wang, Ding & Huggins's (2026) heteroskedastic misspecified linear regression, N=2000, D=20)."),
     click.option("--response", default="y", show_default=True, help="CSV column holding the response."),
     click.option("--intercept", is_flag=True, help="Prepend a column of ones to X."),
     click.option("--model", default=None, help=MODEL_HELP),
@@ -50,8 +55,26 @@ data_options = compose(
                  help="mlp: hidden layer widths from the input, comma-separated (e.g. 16,16; '' for none)."),
     click.option("--activation", type=click.Choice(["tanh", "relu", "softplus"]), default="tanh",
                  show_default=True, help="mlp: hidden-layer activation."),
-    click.option("--likelihood", type=click.Choice(["gaussian", "bernoulli", "poisson"]), default="gaussian",
-                 show_default=True, help="mlp: likelihood of y given the network output f (σ² = --noise-variance)."),
+    click.option("--likelihood", type=click.Choice(LIKELIHOODS), default="gaussian",
+                 show_default=True, help="mlp (gaussian, bernoulli, poisson) and last-layer (gaussian, bernoulli, "
+                                         "softmax = K classes, the full softmax layout; needs --prior-precision): "
+                                         "likelihood of y given the network output f (σ² = --noise-variance)."),
+    click.option("--features", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+                 help="last-layer: the network's features φ(x), a .npy or .csv of numbers with one row per row of "
+                      "DATA (the input of the output layer); DATA gives the response. The head gets a bias column. "
+                      "The result describes SGD/SGLD on the head's weights and bias with the body frozen (batches "
+                      "are rows of features)."),
+    click.option("--features-from", "features_from", default=None, metavar="FILE.py:NAME",
+                 help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
+                      "is the output layer (its weights start the fit; nothing may follow it) — or a function "
+                      "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64."),
+    click.option("--layout", type=click.Choice(["baseline", "full"]), default="baseline", show_default=True,
+                 help="multinomial: θ's layout. baseline: the smallest label is the reference class (logit 0) and θ "
+                      "stacks the K−1 coefficient vectors of the other classes in sorted label order, each of length "
+                      "p (intercept first with --intercept); names class[LABEL].COVARIATE. full: K vectors, one per "
+                      "class (a network's output layer); identified only through the prior (needs --prior-precision "
+                      "> 0), no sandwich target. JSON keys: classes, layout, block_classes, reference_class "
+                      "(baseline), parameter_names."),
     click.option("--hessian", type=click.Choice(["exact", "gauss-newton"]), default="exact", show_default=True,
                  help="Per-sample curvature J_n: exact, or Gauss–Newton ρ''(f)∇f∇fᵀ (rank one: the fast path; "
                       "positive semi-definite even where the network is non-convex). Identical for GLMs."),
@@ -85,7 +108,7 @@ batch_options = compose(
     click.option("--inverse-temperature", "inverse_temperature", default="inf", show_default=True,
                  help="β: 'inf' = SGD, 'N' = the number of data points (canonical SGLD), 'cN' = c·N (e.g. 2N), or a number > 0."),
     click.option("--momentum", type=float, default=0.0, show_default=True,
-                 help="Heavy-ball momentum κ in [0, 1) (seed 003 eq. B.1)."),
+                 help="Heavy-ball momentum κ in [0, 1) (Wang, Ding & Huggins (2026) eq. B.1)."),
 )
 
 #: --json, --overwrite, -q, --strict: the output options of every command (those without a main array use
@@ -131,9 +154,15 @@ class LoadedProblem:
 
 
 def expansion_keys(e: Expansion) -> dict[str, Any]:
-    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H)."""
-    return {"gradient_norm": e.gradient_norm, "gradient_noise_ratio": e.gradient_z,
+    """JSON keys describing the expansion point: ‖∇L(θ̂)‖, its size in noise units, λ_min(H); for a model that
+    describes its parameterisation (multinomial: ``classes``, ``layout``, …) those keys and ``parameter_names``."""
+    keys = {"gradient_norm": e.gradient_norm, "gradient_noise_ratio": e.gradient_z,
             "hessian_min_eigenvalue": e.hessian_min_eigenvalue, "dim": e.dim}
+    if e.model_description:
+        keys.update(e.model_description)
+        if e.parameter_names is not None:
+            keys["parameter_names"] = list(e.parameter_names)
+    return keys
 
 
 def load_npy(path: str, name: str) -> np.ndarray:
@@ -222,14 +251,71 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
     else:
         if kw.get("model") is None:
             raise click.UsageError("--model is required with a DATA file")
-        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False))
+        ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False),
+                          categorical_response=kw["model"] == "multinomial")
         model_name = kw["model"]
-    return ds, load_model(model_name, kw)
+    if model_name == "last-layer":
+        if kw.get("layout", "baseline") != "baseline":
+            raise click.UsageError("--layout is an option of --model multinomial; a softmax last layer "
+                                   "(--likelihood softmax) always has the full layout (one vector per class)")
+        return load_last_layer(ds, kw)
+    if kw.get("features") or kw.get("features_from"):
+        opt = "--features" if kw.get("features") else "--features-from"
+        raise click.UsageError(f"{opt} is an option of --model last-layer, not of --model {model_name}")
+    if kw.get("likelihood") == "softmax":
+        raise click.UsageError(f"--likelihood softmax is a likelihood of --model last-layer, not of --model "
+                               f"{model_name} (mlp: gaussian, bernoulli or poisson)")
+    return ds, load_model(model_name, kw, ds)
 
 
-def load_model(spec: str, kw: dict[str, Any]) -> Any:
-    """The model named by ``--model``: a GLM name, ``mlp`` (with its options), or ``path.py:NAME``."""
+def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
+    """``--model last-layer``: the head of a trained network on its features (``--features`` FILE, or computed by
+    ``--features-from`` FILE.py:NAME from DATA's covariates), with ``--likelihood``; (features data, model)."""
+    from ..models.lastlayer import last_layer
+    from ..models.user import guarded, load_file_object
+
+    feats, spec = kw.get("features"), kw.get("features_from")
+    if bool(feats) == bool(spec):
+        raise click.UsageError("--model last-layer needs exactly one of --features FILE (the features, one row per "
+                               "row of DATA) or --features-from FILE.py:NAME (the trained network)")
+    if kw.get("intercept"):
+        raise click.UsageError("--intercept does not apply to --model last-layer: the output layer has its own bias")
+    lik = kw.get("likelihood") or "gaussian"
+    if lik == "poisson":
+        raise click.UsageError("--model last-layer takes --likelihood gaussian, bernoulli or softmax, not poisson")
+    common = dict(likelihood=lik, noise_variance=kw.get("noise_variance", 1.0))
+    if feats:
+        phi = load_float_npy(feats, "--features")
+        phi = phi[:, None] if phi.ndim == 1 else phi
+        if phi.ndim != 2 or phi.shape[0] != ds.n_data:
+            raise DataFormatError(f"--features {feats} must hold one row of features per row of DATA ({ds.n_data} "
+                                  f"rows), got shape {phi.shape}")
+        model, data = last_layer(lambda rows: rows, phi, np.asarray(ds.y), source=feats, **common)
+        return data, model
+    net = load_file_object(spec, "--features-from")
+    if not callable(net):
+        raise ModelError(f"--features-from {spec}: {type(net).__name__} is neither a torch.nn.Module nor a function "
+                         "features(X)")
+    X = np.asarray(ds.X)
+    build = guarded(last_layer, f"--features-from {spec}", str(Path.cwd()), "computing the features")
+    model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    return data, model
+
+
+def load_model(spec: str, kw: dict[str, Any], dataset: Dataset | None = None) -> Any:
+    """The model named by ``--model``: a GLM name, ``multinomial`` (its classes from ``dataset``'s response),
+    ``mlp`` (with its options), or ``path.py:NAME``."""
     hessian = kw.get("hessian") or "exact"
+    if kw.get("layout", "baseline") != "baseline" and spec != "multinomial":
+        raise click.UsageError(f"--layout is an option of --model multinomial, not of --model {spec}")
+    if spec == "multinomial":
+        if dataset is None:  # pragma: no cover (every caller passes the data)
+            raise click.UsageError("--model multinomial takes its classes from the data's response")
+        from ..models.multinomial import make_multinomial
+
+        response = "y" if dataset.source.startswith("example:") else kw.get("response", "y")
+        return make_multinomial(dataset.y, layout=kw.get("layout") or "baseline",
+                                source=f"{dataset.source} (--response {response})", class_names=dataset.classes)
     if spec in MODEL_NAMES:  # GLMs: the exact J_n is rank one already, --hessian changes nothing
         return get_model(spec, noise_variance=kw.get("noise_variance", 1.0), beta_power=kw.get("beta_power"))
     if spec == "mlp":
@@ -248,7 +334,8 @@ def load_model(spec: str, kw: dict[str, Any]) -> Any:
                                  "no Gauss–Newton curvature; return RankOneCurvature from its curvature() instead")
             model = model.with_hessian(hessian)
         return model
-    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, mlp, or path/to/file.py:NAME; "
+    raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, multinomial, mlp, last-layer, or "
+                           f"path/to/file.py:NAME; "
                            f"got {spec!r}")
 
 

@@ -1,4 +1,4 @@
-"""``sgtune calibrate``: Algorithm 1 of seed 003 end to end (tune Λ, run the chains, report errors)."""
+"""``sgtune calibrate``: Algorithm 1 of Wang, Ding & Huggins (2026) end to end (tune Λ, run the chains, report errors)."""
 from __future__ import annotations
 
 from typing import Any
@@ -122,7 +122,8 @@ def cli(**kw: Any) -> None:
         SimpleNamespace(model=prob.model, dataset=prob.dataset, expansion=r.expansion, dim=r.expansion.dim),
         t.stationary, target_cov=t.target_cov, backward_error=t.residual, seed=int(kw["seed"]))
     png = render_plot(kw, lambda: figure_calibrate(
-        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=prob.dataset.names,
+        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks,
+        names=r.expansion.parameter_names or prob.dataset.names,
         title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
               f"{r.cov_error_predicted:.2g} predicted, {r.cov_error_empirical:.2g} empirical "
               f"(noise floor {r.cov_error_noise_floor:.2g})" + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))

@@ -29,7 +29,7 @@ from ._render import key_values, matrix_summary
 @output_options
 @handle_errors
 def cli(**kw: object) -> None:
-    """Exact stationary covariance, spectral radius and mixing time of SG(L)D with Λ (seed 003 eqs. 11–12).
+    """Exact stationary covariance, spectral radius and mixing time of SG(L)D with Λ (Wang, Ding & Huggins (2026) eqs. 11–12).
 
     \b
     JSON keys: cov, spectral_radius, spectral_radius_is_bound, tau_worst, tau,
@@ -56,7 +56,7 @@ def cli(**kw: object) -> None:
            "references": references_of(predict_stationary_cov)}
     doc["applicability"] = (skipped_report("--no-applicability") if kw["no_applicability"]
                             else applicability_report(prob, st, seed=int(kw["seed"])))  # type: ignore[arg-type]
-    mce = mc_error(st)  # Monte Carlo error of a stationary run (issue 20)
+    mce = mc_error(st)  # Monte Carlo error of a stationary run
     doc["mean_mc_variance"], doc["cov_mc_error_constant"] = mce.mean_mc_variance, mce.cov_mc_error_constant
     if kw["average_window"] is not None:
         doc["iterate_average_cov"] = iterate_average_cov(st, int(kw["average_window"]))  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ def cli(scheme: str, hessian: str, observable: str, antisymmetric: str | None,
 
     \b
     Quadratic potential U(x) = ½xᵀAx, observable f = ℓᵀx; for K iterations of step η the
-    time average has Var ≈ σ²/(Kη) (seed 004, Thm. 3.2). Schemes:
+    time average has Var ≈ σ²/(Kη) (the GNLD paper (2025), Thm. 3.2). Schemes:
       nld      dX = −(D+J)∇U dt + sqrt(2D) dW          (--antisymmetric J, --diffusion D)
       hfhr     (x, v), D = diag(αI, γI), Q = [[0,−I],[I,0]]   (--alpha, --gamma)
       gaul     (x, v), D+Q = [[aC, −I], [C, γI]]         (--a, --gamma, --preconditioner C)

@@ -24,7 +24,7 @@ from ._render import key_values, matrix_summary
 @click.option("--target", default="sandwich", show_default=True,
               help="Target covariance of θ: 'sandwich' (J⁻¹𝓘J⁻¹/N), 'posterior' (H⁻¹/N) or a (D, D) .npy file.")
 @click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True,
-              help="dq-exact (seed 003, exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
+              help="dq-exact (Wang, Ding & Huggins (2026), exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
 @click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
               help="Shape of Λ; scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F up to D = 300 and "
                    "above it return the closed form solving the family's part of eq. (11) (with --momentum: of the "
@@ -42,7 +42,7 @@ from ._render import key_values, matrix_summary
 @plot_option
 @handle_errors
 def cli(**kw: object) -> None:
-    """Tune Λ so the stationary covariance of SG(L)D equals the target (Algorithm 1 of seed 003).
+    """Tune Λ so the stationary covariance of SG(L)D equals the target (Algorithm 1 of Wang, Ding & Huggins (2026)).
 
     \b
     Update: θ ← θ − Λ[(1/B)Σ_{n∈batch} ∇l_n(θ) + Γθ/N] + sqrt(2Λ/β) ξ  (mean loss).
@@ -92,7 +92,7 @@ def cli(**kw: object) -> None:
     if math.isfinite(res.stationary.tau_spectral):  # Prop. 4.4 value; defined without momentum only
         doc["tau_spectral"] = res.stationary.tau_spectral
     png = render_plot(kw, lambda: figure_lambda(  # type: ignore[arg-type]
-        res.target_cov, res.predicted_cov, res.step_matrix, names=prob.dataset.names,
+        res.target_cov, res.predicted_cov, res.step_matrix, names=prob.expansion.parameter_names or prob.dataset.names,
         title=f"sgtune lambda: {prob.model.name}, N = {prob.dataset.n_data}, B = {B}, target {kw['target']}, "
               f"{res.method}/{res.family} (covariance error {res.covariance_error:.2g})"))
     emit(doc, kw["json_path"], arrays={kw["output"] or None: res.step_matrix})  # type: ignore[arg-type, dict-item]

@@ -1,4 +1,4 @@
-"""``sgtune minibatch-error``: exact minibatch second-order error terms of SGLD vs SGLRW (seed 000)."""
+"""``sgtune minibatch-error``: exact minibatch second-order error terms of SGLD vs SGLRW (Mensch et al. (2025))."""
 from __future__ import annotations
 
 from typing import Any
@@ -29,7 +29,7 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, step
     """Exact E‖M_SGLD‖²_F, E‖M_SGLRW‖²_F and E[M] over the minibatch draw at θ.
 
     \b
-    Seed 000's convention: U(θ) = −log p(θ) − Σ_i log p(y_i|x_i,θ) (a SUM over
+    Mensch et al.'s (2025) convention: U(θ) = −log p(θ) − Σ_i log p(y_i|x_i,θ) (a SUM over
     the data; prior N(0, Γ⁻¹) with Γ = G·I from --prior-precision), minibatch
     gradient ∇̂U = −∇log p(θ) − (N/B)Σ_{i∈batch}∇log p(y_i|x_i,θ), ζ = ∇̂U − ∇U,
     M_SGLD = ζζᵀ + ∇Uζᵀ + ζ∇Uᵀ (eq. 99), M_SGLRW = offdiag(M_SGLD) (Lemma 4.3).

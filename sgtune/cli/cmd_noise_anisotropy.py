@@ -1,4 +1,4 @@
-"""``sgtune noise-anisotropy``: covariance of the minibatch gradient noise and its whitening (seed 001, App. A)."""
+"""``sgtune noise-anisotropy``: covariance of the minibatch gradient noise and its whitening (the SMILE paper (2025), App. A)."""
 from __future__ import annotations
 
 import math
@@ -33,7 +33,7 @@ def cli(theta_path: str | None, batch_size: int, without_replacement: bool, outp
     \b
     V = (N²/B)·f·Cov_i ∇log p(y_i|x_i,θ) (population covariance; f = 1 with
     replacement, (N−B)/(N−1) without). SMILE's continuous-time invariant law is
-    preserved only for isotropic noise (seed 001, appendix A); pSMILE rescales
+    preserved only for isotropic noise (the SMILE paper (2025), appendix A); pSMILE rescales
     θ' = θ ⊙ p with the diagonal preconditioner p = √D σ/‖σ‖, σ_j = √V_jj.
 
     \b

@@ -64,7 +64,7 @@ def _ints(value: str, name: str) -> list[int]:
 @click.option("--momentum", "momenta", default="0", show_default=True, metavar="K1,K2,…",
               help="Heavy-ball momenta κ in [0, 1) to consider.")
 @click.option("--batching", "batchings", default="replacement", show_default=True,
-              help="Batching schemes: " + ", ".join(BATCHINGS) + " (reshuffle: seed 002's Gaussian-case correction "
+              help="Batching schemes: " + ", ".join(BATCHINGS) + " (reshuffle: Shaw & Whalley's (2025) Gaussian-case correction "
                    "of the without-replacement prediction; marked approximate).")
 @click.option("--inverse-temperature", "inverse_temperatures", default="inf", show_default=True,
               help="β values: 'inf' (SGD), 'N', 'cN' or numbers, comma-separated.")
@@ -87,7 +87,7 @@ def _ints(value: str, name: str) -> list[int]:
 @json_output_options
 @handle_errors
 def cli(**kw: Any) -> None:
-    """Plan the cheapest run that estimates the target covariance within a tolerance (issue 20).
+    """Plan the cheapest run that estimates the target covariance within a tolerance.
 
     \b
     For each batch size B, family, momentum κ, batching and β of the grid, Λ is tuned to Σ* and, for

@@ -76,14 +76,14 @@ def _read_vector(path: str, column: str | None) -> np.ndarray:
 @click.option("--batch-size", "batch_size", required=True, type=int,
               help="Batch size B; must divide N (R = N/B batches per epoch).")
 @click.option("--step", required=True, type=float,
-              help="Rescaled step h = ηN/σ² (seed 002 eq. 8); 0 < h < 2.")
+              help="Rescaled step h = ηN/σ² (Shaw & Whalley (2025) eq. 8); 0 < h < 2.")
 @click.option("--sigma2", type=float, default=None,
               help="σ² of the model U(θ) = Σ(θ − x_i)²/(2σ²) (default: unbiased sample variance).")
 @json_output_options
 @handle_errors
 def cli(data_path: str, column: str | None, batch_size: int, step: float, sigma2: float | None,
         json_path: str | None, overwrite: bool, quiet: bool, strict: bool = False) -> None:
-    """Exact asymptotic variance error of ULA, SGLD-RM and SGLD-RR (seed 002, section 4).
+    """Exact asymptotic variance error of ULA, SGLD-RM and SGLD-RR (Shaw & Whalley (2025), section 4).
 
     \b
     Model: U(θ) = Σ_i (θ − x_i)²/(2σ²), target N(x̄, σ²/N); one step

@@ -69,7 +69,7 @@ def resolve_step(kw: dict[str, Any], dim: int) -> Any:
     return arr
 
 
-SAMPLER_HELP = ("sgld: SG(L)D/SGD (any Λ); sglrw: seed 000 eq. 12; clipped-sgld: seed 000 eq. 18 (diagonal Λ, β < ∞); "
+SAMPLER_HELP = ("sgld: SG(L)D/SGD (any Λ); sglrw: Mensch et al. (2025) eq. 12; clipped-sgld: Mensch et al. (2025) eq. 18 (diagonal Λ, β < ∞); "
                 "sghmc: vanilla SGHMC (time step h = --step-size, --friction γ); smile-naive, psmile-naive: "
                 "MCLMC with minibatch gradients, no injected noise (ε = --step-size, the distance moved per step; "
                 "psmile: diagonal preconditioner from gradient EMAs); smile, psmile: the same with the "
@@ -210,7 +210,7 @@ def cli(**kw: Any) -> None:
     momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ.
     Standard errors are batch means over chain segments (K batches, reported).
     sghmc: v ← v + h(−βG_t − γv) + sqrt(2γh) ξ, θ ← θ + h v (h = --step-size).
-    smile-naive/psmile-naive/smile/psmile: MCLMC (seed 001), minimal-norm integrator on one
+    smile-naive/psmile-naive/smile/psmile: MCLMC (the SMILE paper (2025)), minimal-norm integrator on one
     minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile).
     JSON keys: mean, cov, cov_standard_error, ess, seconds, iterations_per_second, health, ...
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
@@ -268,7 +268,8 @@ def cli(**kw: Any) -> None:
         arrays["step_size_trace"] = res.step_size_trace
     if netcdf:
         dumps(doc)  # a document that cannot be written fails before the trace file exists
-        write_netcdf(to_inference_data(res, names=prob.dataset.names, theta_hat=prob.expansion.theta_hat,
+        write_netcdf(to_inference_data(res, names=prob.expansion.parameter_names or prob.dataset.names,
+                                       theta_hat=prob.expansion.theta_hat,
                                        step_matrix=step, attrs={"command": command_line(), "data": prob.dataset.source,
                                                                 "model": prob.model.name}), kw["output"])
     emit(doc, kw["json_path"], arrays={None if netcdf else kw["output"]: arrays})

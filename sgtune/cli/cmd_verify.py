@@ -127,7 +127,7 @@ def cli(**kw: Any) -> None:
                "relative_frobenius_error": t.relative_frobenius_error})
     png = render_plot(kw, lambda: figure_verify(
         rep.predicted, rep.empirical, rep.step_matrix, target_cov=None if rep.tuning is None else rep.tuning.target_cov,
-        names=prob.dataset.names,
+        names=prob.expansion.parameter_names or prob.dataset.names,
         title=f"sgtune verify: {prob.model.name}, B = {B}, {rep.chains.n_chains}×{rep.chains.n_steps} steps — "
               f"{'PASSED' if t.passed else 'REJECTED'} (max|z| = {t.z_max:.2f} vs {t.threshold:.2f})"
               + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))

@@ -3,14 +3,14 @@
 Keys (see README, "References"):
 
 - ``wang2026`` — Wang, Ding & Huggins, *Accurate Large-sample Uncertainty Quantification
-  using Stochastic Gradient MCMC* (seed 003).
+  using Stochastic Gradient MCMC* (Wang, Ding & Huggins (2026)).
 - ``gnld2025`` — *Variance Reduction for SG Generalized Non-reversible Langevin Monte
-  Carlo* (seed 004).
+  Carlo* (the GNLD paper (2025)).
 - ``mensch2025`` — Mensch et al., *Robust SG Posterior Sampling with Lattice Based
-  Discretisation* (seed 000).
-- ``shaw2025`` — Shaw & Whalley, *Random Reshuffling for SGLD* (seed 002).
+  Discretisation* (Mensch et al. (2025)).
+- ``shaw2025`` — Shaw & Whalley, *Random Reshuffling for SGLD* (Shaw & Whalley (2025)).
 - ``smile2025`` — *Can Microcanonical Langevin Dynamics Leverage Mini-batch Gradient
-  Noise?* (seed 001).
+  Noise?* (the SMILE paper (2025)).
 - ``gorham2017`` — Gorham & Mackey, *Measuring Sample Quality with Kernels* (ICML 2017): the
   kernel Stein discrepancy with the IMQ kernel.
 """

@@ -64,6 +64,36 @@ def step_matrix_of(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndar
 
     A symmetric matrix must be positive definite; a non-symmetric Λ is allowed (for SGD; its
     stability is checked by the solver).
+
+    Parameters
+    ----------
+    step : float or array_like
+        The step: a scalar λ, a (D,) diagonal or a (D, D) matrix.
+    dim : int
+        D.
+    name : str, optional
+        The argument's name in error messages.
+
+    Returns
+    -------
+    (D, D) ndarray
+        Λ (a fresh copy).
+
+    Raises
+    ------
+    SgtuneError
+        A non-positive scalar or diagonal entry.
+    ShapeError
+        A diagonal or matrix of the wrong size.
+    NotPositiveDefiniteError
+        A symmetric matrix that is not positive definite.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import step_matrix_of
+    >>> step_matrix_of(0.5, 2)
+    array([[0.5, 0. ],
+           [0. , 0.5]])
     """
     arr = as_float_array(step, name)
     if arr.ndim == 0:
@@ -96,21 +126,43 @@ class Dynamics:
     G_t is the minibatch gradient of the mean loss over a batch of ``batch_size`` indices drawn by
     ``batching``; Λ_t = Λ (1 + t)^(−decay).
 
-    Attributes
+    Parameters
     ----------
     step : float, ndarray or None
         Λ: a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix (read-only copy); ``None`` for the
         settings of a chain whose Λ is still to be tuned (``tune(expansion, dynamics)``).
     batch_size : int
-        B ≥ 1 (≤ N, checked against the data by :meth:`check_data`).
-    inv_temperature : float
-        β > 0; ``inf`` (the default) is SGD, N the posterior.
-    momentum : float
-        κ ∈ [0, 1).
-    batching : str
+        The batch size B ≥ 1 (≤ N, checked against the data by :meth:`check_data`).
+    inv_temperature : float, optional
+        The inverse temperature β > 0; ``inf`` (the default) is SGD, N the posterior.
+    momentum : float, optional
+        The heavy-ball momentum κ ∈ [0, 1).
+    batching : str, optional
         One of :data:`BATCHINGS` (a bool is read as the old ``without_replacement`` flag).
-    decay : float
-        γ ≥ 0 of the schedule Λ_t = Λ (1 + t)^(−γ) (0: constant step).
+    decay : float, optional
+        The exponent γ ≥ 0 of the schedule Λ_t = Λ (1 + t)^(−γ) (0: constant step).
+
+    Raises
+    ------
+    SgtuneError
+        A value out of its range (the message names it).
+    ShapeError
+        A step that is not a scalar, (D,) or square (D, D).
+
+    See Also
+    --------
+    RunSpec : How long and how many chains run.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> sgld = Dynamics(0.1, batch_size=32, inv_temperature=2000, batching="reshuffle")
+    >>> sgld.injects_noise, sgld.without_replacement
+    (True, True)
+    >>> sgld.replace(momentum=0.9).momentum
+    0.9
+    >>> Dynamics(None, batch_size=32).step is None  # settings of a chain whose Λ is to be tuned
+    True
     """
 
     step: Any
@@ -178,21 +230,37 @@ class Dynamics:
 class RunSpec:
     """How long and how many: the observation of a chain, not the chain.
 
-    Attributes
+    Parameters
     ----------
     n_steps : int
         Steps per chain T, burn-in included.
-    n_chains : int
-        C independent chains.
-    burn_in : int or None
+    n_chains : int, optional
+        The number C of independent chains.
+    burn_in : int or None, optional
         Steps discarded before the moments are accumulated; ``None`` means T // 10.
-    thin : int
+    thin : int, optional
         Keep every ``thin``-th draw after burn-in as a trace (0: no trace).
-    batches_per_chain : int or None
+    batches_per_chain : int or None, optional
         Segments per chain behind the batch-means standard errors; ``None`` means ⌈32/C⌉ rounded
         up to an even number (each chain splits into halves for the stationarity check).
-    seed : int
+    seed : int, optional
         Chain c uses the stream ``SeedSequence(seed).spawn(C)[c]``.
+
+    Raises
+    ------
+    SgtuneError
+        A count out of its range (e.g. a burn-in of T steps or more).
+
+    See Also
+    --------
+    Dynamics : Which chain runs.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import RunSpec
+    >>> run = RunSpec(1000, n_chains=4)
+    >>> run.burn_in_steps, run.kept_steps, run.segments
+    (100, 900, 8)
     """
 
     n_steps: int

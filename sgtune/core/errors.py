@@ -21,7 +21,15 @@ __all__ = [
 
 
 class SgtuneError(Exception):
-    """Base class of every error sgtune raises on purpose."""
+    """Base class of every error sgtune raises on purpose.
+
+    Each subclass also derives from the builtin that fits (``ValueError``, ``ArithmeticError``, …),
+    so ``except ValueError`` keeps working; ``except SgtuneError`` catches every deliberate error.
+
+    See Also
+    --------
+    AccuracyWarning : A result sgtune cannot vouch for (a warning, not an error).
+    """
 
 
 class ShapeError(SgtuneError, ValueError):
@@ -35,12 +43,21 @@ class NotPositiveDefiniteError(SgtuneError, ValueError):
 class UnstableStepSizeError(SgtuneError, ValueError):
     """The step size makes the chain's second moments diverge.
 
+    Parameters
+    ----------
+    message : str
+        What is wrong and how to fix it.
+    spectral_radius : float, optional
+        Spectral radius of the second-moment map (>= 1 when unstable).
+    max_stable_step : float, optional
+        Largest stable scalar multiplier of the step size (``nan`` if unknown).
+
     Attributes
     ----------
     spectral_radius : float
-        Spectral radius of the second-moment map (>= 1 when unstable).
+        As given.
     max_stable_step : float
-        Largest stable scalar multiplier of the step size (``nan`` if unknown).
+        As given.
     """
 
     def __init__(self, message: str, *, spectral_radius: float = float("nan"),
@@ -53,10 +70,17 @@ class UnstableStepSizeError(SgtuneError, ValueError):
 class InfeasibleTargetError(SgtuneError, ValueError):
     """No step-size matrix reaches the target covariance (e.g. SGLD too hot).
 
+    Parameters
+    ----------
+    message : str
+        What is wrong and how to fix it.
+    min_inv_temperature : float, optional
+        Smallest inverse temperature for which the target becomes feasible.
+
     Attributes
     ----------
     min_inv_temperature : float
-        Smallest inverse temperature for which the target becomes feasible.
+        As given.
     """
 
     def __init__(self, message: str, *, min_inv_temperature: float = float("nan")) -> None:
@@ -67,12 +91,21 @@ class InfeasibleTargetError(SgtuneError, ValueError):
 class ConvergenceError(SgtuneError, RuntimeError):
     """An iterative solve or fit did not converge.
 
+    Parameters
+    ----------
+    message : str
+        What did not converge and what to try.
+    residual : float, optional
+        Last relative residual (or gradient norm for fits).
+    method : str, optional
+        Name of the method that failed.
+
     Attributes
     ----------
     residual : float
-        Last relative residual (or gradient norm for fits).
+        As given.
     method : str
-        Name of the method that failed.
+        As given.
     """
 
     def __init__(self, message: str, *, residual: float = float("nan"), method: str = "") -> None:
@@ -92,12 +125,19 @@ class MissingExtraError(SgtuneError, ImportError):
 class InsufficientMemoryError(SgtuneError, MemoryError):
     """A computation would need more memory than the machine has available; refused before allocating.
 
+    Parameters
+    ----------
+    message : str
+        Both numbers and the setting to lower.
+    needed : int, optional
+        Estimated peak bytes.
+    available : int, optional
+        Bytes available when the estimate was made.
+
     Attributes
     ----------
-    needed : int
-        Estimated peak bytes.
-    available : int
-        Bytes available when the estimate was made.
+    needed, available : int
+        As given.
     """
 
     def __init__(self, message: str, *, needed: int = 0, available: int = 0) -> None:

@@ -35,6 +35,12 @@ class Remedy:
         Another command to run instead (``"verify"``, ``"run"``, …); ``None`` means the same one.
     expect : str
         ``"applicable"`` (the same check passes after the change) or ``"runs"`` (it succeeds).
+
+    Examples
+    --------
+    >>> from sgtune.core.reasons import Remedy
+    >>> Remedy("a colder chain reaches the target", {"inv_temperature": 4000.0}).to_dict()["changes"]
+    {'inv_temperature': 4000.0}
     """
 
     why: str
@@ -60,6 +66,18 @@ class Reason:
         Plain words, with the measured numbers.
     remedies : tuple of Remedy
         What would help, most promising first (may be empty when nothing sgtune knows would).
+
+    See Also
+    --------
+    sgtune.theory.applicability.applicability : Reports its reasons this way.
+
+    Examples
+    --------
+    >>> from sgtune.core.reasons import Reason, Remedy
+    >>> why = Reason("slow-equilibration", "the chain needs 10⁶ steps to forget its start",
+    ...              (Remedy("check the prediction on chains", command="verify", expect="runs"),))
+    >>> str(why), why.remedies[0].command
+    ('the chain needs 10⁶ steps to forget its start', 'verify')
     """
 
     code: str

@@ -62,7 +62,37 @@ BATCH_TAUS = 10.0
 
 @dataclass(frozen=True)
 class ChainHealth:
-    """The verdict on one run (JSON key ``health``); ``reasons`` is empty when ``healthy``."""
+    """The verdict on one run (JSON key ``health``); ``reasons`` is empty when ``healthy``.
+
+    Attributes
+    ----------
+    healthy : bool
+        No check failed.
+    reasons : tuple of str
+        One sentence per failed check, with its numbers and the fix.
+    diverged : int
+        Chains that diverged.
+    frozen : bool
+        The chains stopped moving (e.g. a collapsed MCLMC step size).
+    nonstationary : bool or None
+        The half-split test rejected (None: not testable).
+    prediction_check : dict or None
+        The caller's comparison with sgtune's prediction.
+    details : dict
+        The individual tests' numbers (JSON-ready).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=4))
+    >>> from sgtune.diagnostics.health import chain_health
+    >>> health = chain_health(res)
+    >>> health.diverged, health.frozen, type(health.reasons).__name__
+    (0, False, 'tuple')
+    """
 
     healthy: bool
     reasons: tuple[str, ...]
@@ -81,10 +111,30 @@ class ChainHealth:
 def half_split_test(half_means: Any, half_variances: Any, *, alpha: float = ALPHA) -> dict[str, Any] | None:
     """Paired test of each chain's second half against its first (module docstring).
 
-    ``half_means`` and ``half_variances`` are (C, 2, D); rows with non-finite entries (diverged
-    chains) are dropped. Returns ``None`` with fewer than 3 usable chains, else a dict with
-    ``t_max``, ``threshold``, ``passed``, ``statistic`` ("mean" or "variance"), ``coordinate`` and
-    ``chains``.
+    Parameters
+    ----------
+    half_means, half_variances : (C, 2, D) array_like
+        Each chain's mean and marginal variances over the first and the second half of its kept
+        steps; rows with non-finite entries (diverged chains) are dropped.
+    alpha : float, optional
+        Family-wise level over the 2D statistics.
+
+    Returns
+    -------
+    dict or None
+        None with fewer than 3 usable chains, else ``t_max``, ``threshold``, ``passed``,
+        ``statistic`` ("mean" or "variance"), ``coordinate``, ``chains`` and ``alpha``.
+
+    Examples
+    --------
+    Six chains whose second halves drift up by 1 in every coordinate:
+
+    >>> from sgtune.diagnostics.health import half_split_test
+    >>> jitter = np.array([0.1, -0.1, 0.05, -0.05, 0.02, -0.02])[:, None]
+    >>> drift = np.stack([np.zeros((6, 2)), 1 + jitter + np.zeros((6, 2))], axis=1)
+    >>> test = half_split_test(drift, np.ones((6, 2, 2)))
+    >>> test["passed"], test["statistic"], test["chains"]
+    (False, 'mean', 6)
     """
     m = np.asarray(half_means, dtype=float)
     v = np.asarray(half_variances, dtype=float)
@@ -110,15 +160,39 @@ def half_split_test(half_means: Any, half_variances: Any, *, alpha: float = ALPH
 
 
 def batch_length_test(chains: Any, *, alpha: float = ALPHA) -> dict[str, Any] | None:
-    """Are the batches behind the standard errors long enough for the chains' autocorrelation? (module docstring)
+    """Test whether the batches behind the standard errors are long enough for the chains' autocorrelation.
 
-    Reads ``half_means`` (C, 2, D), ``cov``, ``ess``, ``n_batches``, ``n_steps``, ``burn_in`` and
+    See the module docstring. Reads ``half_means`` (C, 2, D), ``cov``, ``ess``, ``n_batches``, ``n_steps``,
+    ``burn_in`` and
     ``settings["batches_per_chain"]`` of a :class:`~sgtune.sampler.ChainResult`. Returns ``None`` when
     there is nothing to test (no halves, S ≤ 2, fewer than 2 usable chains), else a dict with
     ``passed``, ``ratio`` (min ρ), ``threshold``, ``coordinate``, ``batch_steps`` (L_s), ``tau`` (τ̂_H of
     that coordinate, in steps), ``tau_short`` (τ̂_S), ``se_factor`` (√(1/ρ): how much larger the standard
     errors of the long batches are) and ``batches_per_chain_max`` (the most batches per chain that keep
     each :data:`BATCH_TAUS` × the largest τ̂_H long; 0 when even the halves are too short).
+
+    Parameters
+    ----------
+    chains : ChainResult
+        The run.
+    alpha : float, optional
+        Level of the test.
+
+    Returns
+    -------
+    dict or None
+        The test's numbers (above), or None when there is nothing to test.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=4))
+    >>> from sgtune.diagnostics.health import batch_length_test
+    >>> sorted(batch_length_test(res))[:4]
+    ['alpha', 'batch_steps', 'batches_per_chain', 'batches_per_chain_max']
     """
     hm = getattr(chains, "half_means", None)
     settings = getattr(chains, "settings", None) or {}
@@ -158,9 +232,35 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
                  prediction_check: dict[str, Any] | None = None, alpha: float = ALPHA) -> ChainHealth:
     """Diagnose a :class:`~sgtune.sampler.ChainResult` (module docstring).
 
-    ``initial_step_size`` is the MCLMC samplers' initial ε (the collapse check needs it);
-    ``prediction_check`` is the caller's comparison with sgtune's prediction, a dict with at least
-    ``passed`` (bool) and ``z_max``/``threshold``, or ``None`` when there is no prediction.
+    Parameters
+    ----------
+    chains : ChainResult
+        The run.
+    initial_step_size : float or None, optional
+        The MCLMC samplers' initial ε (the collapse check needs it).
+    prediction_check : dict or None, optional
+        The caller's comparison with sgtune's prediction, a dict with at least ``passed`` (bool)
+        and ``z_max``/``threshold`` (:func:`sgtune.sampler.verify.prediction_check`), or ``None``
+        when there is no prediction.
+    alpha : float, optional
+        Level of the half-split and batch-length tests.
+
+    Returns
+    -------
+    ChainHealth
+        The verdict and its reasons.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=4))
+    >>> from sgtune.diagnostics.health import chain_health
+    >>> health = chain_health(res)  # 1000 steps: too few effective draws to trust
+    >>> health.healthy, any("effective draws" in reason for reason in health.reasons)
+    (False, True)
     """
     reasons: list[str] = []
     diverged = int(np.sum(np.asarray(chains.diverged_at) >= 0))

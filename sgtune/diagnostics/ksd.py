@@ -14,7 +14,7 @@ u = 1 + ‖r‖², the four terms are, in closed form (derived in this module's 
 
     k₀(x, y) = u^(−1/2) s(x)ᵀs(y) + u^(−3/2) (s(x) − s(y))ᵀ r + D u^(−3/2) − 3 ‖r‖² u^(−5/2).
 
-Target (CLI.md, mean-loss convention): p(θ | 𝒟) ∝ exp(−N·L(θ)) with
+Target (docs/cli.rst, mean-loss convention): p(θ | 𝒟) ∝ exp(−N·L(θ)) with
 L(θ) = (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N), so s(θ) = −Σ_n ∇l_n(θ) − Γθ.
 
 For n i.i.d. draws from p the off-diagonal part of the V-statistic has mean zero, so
@@ -61,9 +61,17 @@ class KSDResult:
         sample in expectation, so ``diagonal_mean / n`` is the KSD² an i.i.d. sample of this
         size from the target would show (an order-of-magnitude yardstick).
     n_samples : int
-        n.
+        The number of samples n.
     block : int
         Rows per block used for the double sum.
+
+    Examples
+    --------
+    >>> from sgtune.diagnostics.ksd import ksd
+    >>> x = np.random.default_rng(0).standard_normal((200, 2))
+    >>> r = ksd(x, -x)
+    >>> r.n_samples, bool(r.ksd == np.sqrt(r.ksd_squared))
+    (200, True)
     """
 
     ksd: float
@@ -87,16 +95,26 @@ def imq_stein_kernel(x: Any, y: Any, score_x: Any, score_y: Any) -> np.ndarray:
 
     Parameters
     ----------
-    x, y : (n, D), (m, D) points.
-    score_x, score_y : (n, D), (m, D) scores ∇ log p at those points.
+    x, y : (n, D) and (m, D) array_like
+        The points.
+    score_x, score_y : (n, D) and (m, D) array_like
+        The scores ∇ log p at those points.
 
     Returns
     -------
-    (n, m) array of k₀(x_i, y_j).
+    (n, m) ndarray
+        The kernel k₀(x_i, y_j) of every pair.
 
     References
     ----------
     [1] Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), §3.1 and §3.3.
+
+    Examples
+    --------
+    >>> from sgtune.diagnostics.ksd import imq_stein_kernel
+    >>> x = np.zeros((1, 2))
+    >>> imq_stein_kernel(x, x, x, x)  # at x = y with zero scores: D u^(−3/2) = 2
+    array([[2.]])
     """
     x, y = np.atleast_2d(np.asarray(x, float)), np.atleast_2d(np.asarray(y, float))
     sx, sy = np.atleast_2d(np.asarray(score_x, float)), np.atleast_2d(np.asarray(score_y, float))
@@ -137,19 +155,26 @@ def ksd(samples: Any, scores: Any, *, block: int = DEFAULT_BLOCK,
 
     Parameters
     ----------
-    samples : (n, D) draws θ_i (a 1-D array is n draws of a scalar).
-    scores : (n, D) the target's score s(θ_i) = ∇ log p(θ_i).
-    block : rows per block (≥ 1); changes only rounding.
-    progress : optional callback ``progress(done, total)`` over block pairs.
+    samples : (n, D) array_like
+        The draws θ_i (a 1-D array is n draws of a scalar).
+    scores : (n, D) array_like
+        The target's score s(θ_i) = ∇ log p(θ_i).
+    block : int, optional
+        Rows per block (≥ 1); changes only rounding.
+    progress : callable(done, total), optional
+        Called over the block pairs.
 
     Returns
     -------
-    :class:`KSDResult` (``ksd`` = sqrt of the V-statistic).
+    KSDResult
+        The discrepancy (``ksd`` = sqrt of the V-statistic) and its i.i.d. yardstick.
 
     Raises
     ------
-    ShapeError : samples and scores disagree in shape.
-    SgtuneError : non-finite samples or scores.
+    ShapeError
+        Samples and scores disagree in shape.
+    SgtuneError
+        Non-finite samples or scores.
 
     References
     ----------
@@ -212,10 +237,27 @@ def ksd(samples: Any, scores: Any, *, block: int = DEFAULT_BLOCK,
 
 
 def posterior_is_gaussian(model: Any) -> bool:
-    """True when p(θ | 𝒟) ∝ exp(−N·L) is exactly Gaussian (linear model + Gaussian prior).
+    """Tell whether p(θ | 𝒟) ∝ exp(−N·L) is exactly Gaussian (linear model + Gaussian prior).
 
     There the covariance test of ``verify``/``calibrate`` is complete; for every other model the
     commands add the KSD of the chain against the posterior.
+
+    Parameters
+    ----------
+    model : object
+        The model.
+
+    Returns
+    -------
+    bool
+        True for the ``linear`` GLM.
+
+    Examples
+    --------
+    >>> from sgtune.diagnostics.ksd import posterior_is_gaussian
+    >>> from sgtune.models import get_model
+    >>> posterior_is_gaussian(get_model("linear")), posterior_is_gaussian(get_model("logistic"))
+    (True, False)
     """
     return getattr(model, "name", None) == "linear"
 
@@ -223,22 +265,39 @@ def posterior_is_gaussian(model: Any) -> bool:
 @cites("gorham2017", "§2: the Langevin Stein operator needs only the score ∇ log p")
 def posterior_scores(model: Any, X: Any, y: Any, samples: Any, prior_precision: Any = None, *,
                      progress: ProgressCallback | None = None) -> np.ndarray:
-    r"""Scores s(θ_i) = −Σ_n ∇l_n(θ_i) − Γθ_i of the full-data posterior p(θ | 𝒟) ∝ exp(−N·L(θ)).
+    r"""Compute the scores s(θ_i) = −Σ_n ∇l_n(θ_i) − Γθ_i of the full-data posterior p(θ | 𝒟) ∝ e^(−N·L(θ)).
 
     Mean-loss convention L(θ) = (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N), so ∇ log p = −N∇L. Uses only
     ``model.per_sample_grads(theta, X, y) -> (N, D)`` (the model protocol); one call per sample.
 
     Parameters
     ----------
-    model : object with ``per_sample_grads(theta, X, y)``.
-    X, y : the full data set (N, D) and (N,).
-    samples : (n, D) parameter draws.
-    prior_precision : (D, D) Γ, a scalar G (Γ = G·I) or None (no prior).
-    progress : optional ``progress(done, total)`` over samples.
+    model : PerSampleModel
+        Any object with ``per_sample_grads(theta, X, y)``.
+    X, y : (N, p) and (N,) array_like
+        The full data set.
+    samples : (n, D) array_like
+        Parameter draws.
+    prior_precision : float, (D, D) array_like or None, optional
+        Γ, a scalar G (Γ = G·I) or None (no prior).
+    progress : callable(done, total), optional
+        Called over the samples.
 
     Returns
     -------
-    (n, D) scores.
+    (n, D) ndarray
+        The scores.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> from sgtune.diagnostics.ksd import posterior_scores
+    >>> s = posterior_scores(model, data.X, data.y, e.theta_hat[None, :])
+    >>> bool(np.abs(s).max() < 1e-6)  # the score vanishes at the MAP (flat prior)
+    True
     """
     if not callable(getattr(model, "per_sample_grads", None)):
         raise SgtuneError(f"model {getattr(model, 'name', model)!r} has no per_sample_grads(theta, X, y); "
@@ -286,6 +345,37 @@ def posterior_ksd(model: Any, X: Any, y: Any, samples: Any, prior_precision: Any
 
     :func:`posterior_scores` then :func:`ksd`; ``progress(done, total)`` counts the n score
     evaluations and then the kernel block pairs on one scale (total = n + block pairs).
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    X, y : (N, p) and (N,) array_like
+        The full data set.
+    samples : (n, D) array_like
+        Parameter draws.
+    prior_precision : float, (D, D) array_like or None, optional
+        Γ (None: no prior).
+    block : int, optional
+        Rows per block of the double sum.
+    progress : callable(done, total), optional
+        Progress over both stages.
+
+    Returns
+    -------
+    KSDResult
+        The discrepancy of the draws against the posterior.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> from sgtune.diagnostics.ksd import posterior_ksd
+    >>> draws = np.random.default_rng(0).multivariate_normal(e.theta_hat, e.posterior_cov(), 200)
+    >>> posterior_ksd(model, data.X, data.y, draws).n_samples
+    200
     """
     n = int(np.shape(samples)[0]) if np.ndim(samples) else 0
     nb = -(-n // max(1, int(block))) if n else 0
@@ -302,6 +392,39 @@ def chain_ksd(model: Any, X: Any, y: Any, trace: Any, prior_precision: Any = Non
 
     Keeps at most ``max_draws`` draws in total (every k-th draw of each chain, same k for all
     chains), so the cost stays O(max_draws²·D) whatever the run length.
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    X, y : (N, p) and (N,) array_like
+        The full data set.
+    trace : (C, T, D) array_like
+        The chains' draws.
+    prior_precision : float, (D, D) array_like or None, optional
+        Γ (None: no prior).
+    max_draws : int, optional
+        Most draws kept in total.
+    block : int, optional
+        Rows per block of the double sum.
+    progress : callable(done, total), optional
+        Progress, as in :func:`posterior_ksd`.
+
+    Returns
+    -------
+    KSDResult
+        The discrepancy of the kept draws.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> from sgtune.diagnostics.ksd import chain_ksd
+    >>> trace = np.random.default_rng(0).multivariate_normal(e.theta_hat, e.posterior_cov(), (2, 300))
+    >>> chain_ksd(model, data.X, data.y, trace, max_draws=100).n_samples
+    100
     """
     tr = np.asarray(trace, float)
     if tr.ndim != 3:
@@ -327,6 +450,39 @@ def chain_ksd_summary(model: Any, X: Any, y: Any, chains: Any, prior_precision: 
     = sqrt(mean(‖s(θ_i)‖² + D)/n), about what n independent posterior draws would score.
     Each draw costs one full-data gradient (N per-observation gradients), so for large N the
     number of draws shrinks to keep n·N ≤ ``max_gradient_rows`` (never below 100 draws).
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    X, y : (N, p) and (N,) array_like
+        The full data set.
+    chains : ChainResult
+        The run (with a trace).
+    prior_precision : float, (D, D) array_like or None, optional
+        Γ (None: no prior).
+    max_draws : int, optional
+        Most draws used.
+    max_gradient_rows : int, optional
+        Budget of per-observation gradients n·N.
+
+    Returns
+    -------
+    dict
+        ``ksd``, ``ksd_n_samples`` and ``ksd_iid_reference``, or empty.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.diagnostics.ksd import chain_ksd_summary
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> from sgtune.sampler import run_chains
+    >>> data = example("logistic")
+    >>> res = run_chains("logistic", data, Dynamics(0.1, batch_size=32, inv_temperature=data.n_data),
+    ...                  RunSpec(1000, n_chains=2, thin=10))
+    >>> sorted(chain_ksd_summary(get_model("logistic"), data.X, data.y, res))
+    ['ksd', 'ksd_iid_reference', 'ksd_n_samples']
     """
     trace = getattr(chains, "trace", None)
     if trace is None or posterior_is_gaussian(model):

@@ -17,6 +17,34 @@ def load_blocks(blocks: Any, dim: int) -> tuple[np.ndarray, ...]:
 
     The file holds a list of lists of 0-based parameter indices, e.g. ``[[0, 1, 2], [3, 4]]``
     (or ``{"blocks": [...]}``); together they must cover 0..D−1, each index exactly once.
+
+    Parameters
+    ----------
+    blocks : str, path or list of list of int
+        A JSON file (``--blocks FILE``) or the blocks themselves.
+    dim : int
+        D, the number of parameters the blocks partition.
+
+    Returns
+    -------
+    tuple of ndarray
+        One array of indices per block.
+
+    Raises
+    ------
+    DataFormatError
+        An unreadable file, invalid JSON, or blocks that do not partition 0..D−1 (the message
+        names the first missing or repeated index).
+
+    See Also
+    --------
+    sgtune.theory.tuning.tune : Its ``block`` family uses them.
+
+    Examples
+    --------
+    >>> from sgtune.io.blocks import load_blocks
+    >>> load_blocks([[0, 1], [2]], 3)
+    (array([0, 1]), array([2]))
     """
     source = "blocks"
     if isinstance(blocks, (str, bytes)) or hasattr(blocks, "__fspath__"):

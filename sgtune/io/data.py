@@ -1,11 +1,11 @@
 """Data sets: loading CSV/NPZ files, folders and Parquet files with validation, and the bundled examples.
 
 A :class:`Dataset` is a frozen pair (X, y) of float64 arrays, ``X`` of shape (N, D)
-and ``y`` of shape (N,). Files follow ``CLI.md``: a ``.csv`` with a header row (the
+and ``y`` of shape (N,). Files follow ``docs/cli.rst``: a ``.csv`` with a header row (the
 response column is ``response``, default ``"y"``; every other column is a covariate)
 or a ``.npz`` with arrays ``X`` and ``y``. No intercept is added unless asked.
 
-Data larger than memory (issue 13): DATA may be a *folder* holding ``X.npy`` (N, D) and
+Data larger than memory: DATA may be a *folder* holding ``X.npy`` (N, D) and
 ``y.npy`` (N,), or a ``.parquet`` file (extra ``[parquet]``; the response column is
 ``response``, every other column a covariate). Then ``Dataset.X`` is a read-only memory map
 (the sampler gathers its minibatch rows from it), ``Dataset.y`` is in memory (8N bytes), and
@@ -22,25 +22,58 @@ import csv
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from ..core.errors import DataFormatError
 from .reduce import CHUNK_ROWS, NpyFile, RowSource, chunk_bounds
 
-__all__ = ["Dataset", "load_dataset", "make_dataset", "example", "EXAMPLES"]
+__all__ = ["Dataset", "load_dataset", "make_dataset", "encode_labels", "example", "EXAMPLES"]
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Design matrix ``X`` (N, D), response ``y`` (N,), and covariate names.
+    """A data set: design matrix ``X`` (N, D), response ``y`` (N,) and covariate names.
 
-    ``rows`` is set for data read out of core (a folder or a Parquet file): the file-backed
-    :class:`~sgtune.io.reduce.RowSource` the reductions stream over (``X`` is then a read-only
-    memory map of the same file). Datasets derived from it (``subsample``) are in memory.
+    Build one with :func:`make_dataset` (which validates the arrays), :func:`load_dataset` (a file)
+    or :func:`example` (a bundled synthetic set).
+
+    Parameters
+    ----------
+    X : (N, D) ndarray
+        The covariates, one row per observation (float64).
+    y : (N,) ndarray
+        The responses (float64).
+    names : tuple of str, optional
+        The covariates' names, one per column of ``X``.
+    source : str, optional
+        Where the data came from (a path or ``"arrays"``), used in messages.
+    rows : RowSource or None, optional
+        Set for data read out of core (a folder or a Parquet file): the file-backed
+        :class:`~sgtune.io.reduce.RowSource` the reductions stream over (``X`` is then a read-only
+        memory map of the same file). Datasets derived from it (``subsample``) are in memory.
+    classes : tuple of str, optional
+        Set when the response held text labels (read with ``categorical_response``,
+        :func:`load_dataset`): the sorted labels, and ``y`` holds their codes 0 … K−1
+        (:func:`encode_labels`).
+
+    See Also
+    --------
+    make_dataset : Validate arrays into a Dataset.
+    load_dataset : Read one from a file or folder.
+    example : A bundled synthetic data set.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> data = make_dataset([[0.0, 1.0], [1.0, 0.5], [2.0, -1.0]], [0.1, 0.9, 2.2])
+    >>> data.n_data, data.dim, data.names
+    (3, 2, ('x0', 'x1'))
+    >>> data.out_of_core
+    False
     """
 
     X: np.ndarray
@@ -48,6 +81,7 @@ class Dataset:
     names: tuple[str, ...] = ()
     source: str = ""
     rows: RowSource | None = None
+    classes: tuple[str, ...] = ()
 
     @property
     def out_of_core(self) -> bool:
@@ -68,7 +102,7 @@ class Dataset:
             raise DataFormatError(f"subsample size must be in [1, N={self.n_data}], got {size}")
         idx = np.sort(rng.choice(self.n_data, size=size, replace=False))
         X, y = (np.array(self.X[idx]), np.array(self.y[idx])) if self.rows is None else self.rows.read_index(idx)
-        return Dataset(X, y, self.names, f"{self.source}[subsample {size}]")
+        return Dataset(X, y, self.names, f"{self.source}[subsample {size}]", classes=self.classes)
 
 
 def covariate_limit(n_rows: int, n_cols: int) -> float:
@@ -93,7 +127,48 @@ def _check_scale(X: np.ndarray, source: str) -> None:
 
 def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[str, ...] = (),
                  source: str = "arrays") -> Dataset:
-    """Validate arrays into a :class:`Dataset` (finite float64, shapes (N, D) and (N,))."""
+    """Validate arrays into a :class:`Dataset` (finite float64, shapes (N, D) and (N,)).
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D) or (N,)
+        The covariates; a vector is one covariate.
+    y : array_like, shape (N,) or (N, 1)
+        The responses.
+    intercept : bool, optional
+        Prepend a column of ones (named ``intercept`` when ``names`` are given).
+    names : tuple of str, optional
+        The covariates' names (default ``x0``, ``x1``, … for every column, the intercept's included).
+    source : str, optional
+        What to call the data in error messages.
+
+    Returns
+    -------
+    Dataset
+        Contiguous float64 copies of ``X`` and ``y`` with their names.
+
+    Raises
+    ------
+    DataFormatError
+        If the arrays are not numeric, have the wrong shapes or lengths, hold fewer than two rows,
+        contain NaN or inf, or are so large that the curvature sums would overflow float64.
+
+    See Also
+    --------
+    load_dataset : The same checks on a file.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> data = make_dataset(np.arange(6.0).reshape(3, 2), [1.0, 0.0, 1.0], intercept=True,
+    ...                     names=("age", "dose"))
+    >>> data.X
+    array([[1., 0., 1.],
+           [1., 2., 3.],
+           [1., 4., 5.]])
+    >>> data.names
+    ('intercept', 'age', 'dose')
+    """
     try:
         Xa = np.array(X, dtype=np.float64)
         ya = np.array(y, dtype=np.float64)
@@ -146,7 +221,52 @@ def _check_header(path: Path, header: list[str]) -> None:
         seen[h] = k
 
 
-def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def encode_labels(labels: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Encode class labels as numbers 0 … K−1.
+
+    Labels that all read as numbers sort numerically (``"10"`` after ``"9"``), others as text.
+
+    Parameters
+    ----------
+    labels : array_like
+        One label per observation (text or numbers).
+
+    Returns
+    -------
+    codes : (N,) ndarray
+        The position of ``labels[n]`` among the sorted distinct labels (float64).
+    names : tuple of str
+        The sorted distinct labels as text.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import encode_labels
+    >>> encode_labels(["b", "a", "b", "c"])
+    (array([1., 0., 1., 2.]), ('a', 'b', 'c'))
+    >>> encode_labels(["10", "9", "9"])[1]
+    ('9', '10')
+    """
+    text = [str(v).strip() for v in np.asarray(labels, dtype=object).reshape(-1)]
+    if all(_is_number(t) for t in text):
+        values = np.array([float(t) for t in text])
+        uniq = np.unique(values)
+        names = tuple(str(int(v)) if float(v).is_integer() else f"{v:g}" for v in uniq)
+        return np.searchsorted(uniq, values).astype(np.float64), names
+    names = tuple(sorted(set(text)))
+    index = {t: k for k, t in enumerate(names)}
+    return np.array([index[t] for t in text], dtype=np.float64), names
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_csv(path: Path, response: str, categorical: bool = False
+              ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" starts with a BOM
             reader = csv.reader(fh)
@@ -167,6 +287,16 @@ def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[
     if len(header) < 2:
         raise DataFormatError(f"{path}: need a response and at least one covariate column")
     values = np.empty((len(rows), len(header)))
+    j = header.index(response)
+    classes: tuple[str, ...] = ()
+    if categorical and rows and not all(len(r) != len(header) or _is_number(r[j]) for r in rows):
+        bad = next((i for i, r in enumerate(rows) if len(r) != len(header)), None)
+        if bad is not None:
+            raise DataFormatError(
+                f"{path}: line {bad + 2} has {len(rows[bad])} fields but the header has {len(header)}")
+        codes, classes = encode_labels([r[j] for r in rows])
+        for r, c in zip(rows, codes):
+            r[j] = repr(float(c))
     for i, row in enumerate(rows):
         if len(row) != len(header):
             raise DataFormatError(
@@ -179,25 +309,65 @@ def _read_csv(path: Path, response: str) -> tuple[np.ndarray, np.ndarray, tuple[
                     f"{path}: line {i + 2}, column {header[j]!r}: {cell!r} is not a number") from None
     j = header.index(response)
     names = tuple(h for k, h in enumerate(header) if k != j)
-    return np.delete(values, j, axis=1), values[:, j], names
+    return np.delete(values, j, axis=1), values[:, j], names, classes
 
 
-def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = False) -> Dataset:
+def load_dataset(path: str | Path, *, response: str = "y", intercept: bool = False,
+                 categorical_response: bool = False) -> Dataset:
     """Load and validate a ``.csv`` or ``.npz`` file, a folder with X.npy/y.npy, or a ``.parquet`` file.
 
     Folders and Parquet files are read out of core (module docstring).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file or folder.
+    response : str, optional
+        The column of a CSV or Parquet file that holds y; the other columns are the covariates.
+    intercept : bool, optional
+        Prepend a column of ones (named ``intercept``).
+    categorical_response : bool, optional
+        Class labels (e.g. for multinomial regression): a response with text labels (a CSV or
+        Parquet column, a folder's y.npy of strings) is encoded by :func:`encode_labels`
+        (``Dataset.classes`` holds the labels); numbers stay as they are.
+
+    Returns
+    -------
+    Dataset
+        The validated data (:func:`make_dataset`'s checks); out of core for a folder or a Parquet file.
+
+    Raises
+    ------
+    DataFormatError
+        If the file does not exist, has an unknown suffix, cannot be read, lacks the response
+        column or the X/y arrays, or fails the checks of :func:`make_dataset`.
+
+    See Also
+    --------
+    make_dataset : The same checks on arrays in memory.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.io.data import load_dataset
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "data.csv"
+    >>> _ = path.write_text("age,dose,y\\n1.0,0.5,2.0\\n2.0,0.1,1.5\\n3.0,0.7,3.1\\n")
+    >>> data = load_dataset(path)
+    >>> data.names, data.y
+    (('age', 'dose'), array([2. , 1.5, 3.1]))
     """
     p = Path(path)
     if not p.exists():
         raise DataFormatError(f"data file {p} does not exist")
     if p.is_dir():
-        return _load_folder(p, intercept)
+        return _load_folder(p, intercept, categorical_response)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
-        return _load_parquet(p, response, intercept)
+        return _load_parquet(p, response, intercept, categorical_response)
     if suffix == ".csv":
-        X, y, names = _read_csv(p, response)
-        return make_dataset(X, y, intercept=intercept, names=names, source=str(p))
+        X, y, names, classes = _read_csv(p, response, categorical_response)
+        ds = make_dataset(X, y, intercept=intercept, names=names, source=str(p))
+        return replace(ds, classes=classes) if classes else ds
     if suffix == ".npz":
         try:
             with np.load(p, allow_pickle=False) as z:
@@ -266,7 +436,7 @@ def _out_of_core(xf: NpyFile, y: np.ndarray, yf: NpyFile | None, names: tuple[st
     return Dataset(xf.memmap(), y, names, source, RowSource(xf, yf))
 
 
-def _load_folder(p: Path, intercept: bool) -> Dataset:
+def _load_folder(p: Path, intercept: bool, categorical: bool = False) -> Dataset:
     """A folder with X.npy (N, D) float64 and y.npy (N,): X stays on disk, validated chunk by chunk."""
     for f in ("X.npy", "y.npy"):
         if not (p / f).exists():
@@ -279,6 +449,10 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
         y_raw = np.load(p / "y.npy", allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise DataFormatError(f"{p / 'y.npy'}: cannot read as .npy ({exc})") from None
+    classes: tuple[str, ...] = ()
+    if categorical and y_raw.dtype.kind in "US" and y_raw.ndim >= 1:  # class labels as text
+        codes, classes = encode_labels(y_raw.reshape(-1) if y_raw.ndim == 2 and 1 in y_raw.shape else y_raw)
+        y_raw = codes.reshape(y_raw.shape) if y_raw.ndim == 1 else codes
     if y_raw.dtype.kind not in "biuf":
         raise DataFormatError(f"{p / 'y.npy'}: y must be numeric, got dtype {y_raw.dtype}")
     if y_raw.ndim == 2 and 1 in y_raw.shape:
@@ -293,7 +467,9 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
     y = np.ascontiguousarray(y_raw, dtype=np.float64)
     _check_finite_chunk(y, 0, "y", src)
     yf = None
-    if y_raw.dtype == np.dtype("<f8") and y_raw.ndim == 1:
+    if classes:  # the codes live in memory (y.npy holds the text)
+        pass
+    elif y_raw.dtype == np.dtype("<f8") and y_raw.ndim == 1:
         yf = NpyFile.open(p / "y.npy", "y")
     elif y_raw.dtype == np.dtype("<f8"):  # (N, 1) or (1, N): same bytes as (N,)
         yf0 = NpyFile.open(p / "y.npy", "y")
@@ -312,7 +488,8 @@ def _load_folder(p: Path, intercept: bool) -> Dataset:
         for _ in checked():
             pass
         names = ()
-    return _out_of_core(xf, y, yf, names, src)
+    ds = _out_of_core(xf, y, yf, names, src)
+    return replace(ds, classes=classes) if classes else ds
 
 
 def _pandas_index_columns(schema: object) -> list[str]:
@@ -327,7 +504,7 @@ def _pandas_index_columns(schema: object) -> list[str]:
     return [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
 
 
-def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
+def _load_parquet(p: Path, response: str, intercept: bool, categorical: bool = False) -> Dataset:
     """A Parquet file, read batch by batch (pyarrow), validated and written to a float64 .npy cache."""
     try:
         import pyarrow as pa
@@ -348,8 +525,18 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
                               "reset_index() first to keep it as data), or drop the column")
     if response not in header:
         raise DataFormatError(f"{p}: no response column {response!r} in columns {header}; pass --response NAME")
+    classes: tuple[str, ...] = ()
+    codes = None
     for field in schema:
         t = field.type
+        if categorical and field.name == response and (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                                       or pa.types.is_dictionary(t)):
+            col = pf.read(columns=[response]).column(response)  # class labels as text: one column in memory
+            if col.null_count:
+                i = int(np.argmax(np.asarray(col.is_null())))
+                raise DataFormatError(f"{p}: column {response!r} is missing (null) at row {i}; remove or impute it")
+            codes, classes = encode_labels(col.to_pylist())
+            continue
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
             raise DataFormatError(f"{p}: column {field.name!r} has type {t}; every column must be numeric")
     covs = [h for h in header if h != response]
@@ -367,6 +554,9 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
                 m = batch.num_rows
                 cols = {}
                 for name in header:
+                    if codes is not None and name == response:
+                        cols[name] = codes[start:start + m]
+                        continue
                     col = batch.column(name)
                     if col.null_count:
                         i = int(np.argmax(np.asarray(col.is_null())))
@@ -386,11 +576,12 @@ def _load_parquet(p: Path, response: str, intercept: bool) -> Dataset:
     cache = _cache_dir()
     xf = _write_npy(os.path.join(cache, "X.npy"), (n, d + int(intercept)), batches())
     names = ("intercept", *covs) if intercept else tuple(covs)
-    return _out_of_core(xf, y, None, names, src)
+    ds = _out_of_core(xf, y, None, names, src)
+    return replace(ds, classes=classes) if classes else ds
 
 
 def _hetero_linear(seed: int = 0, n_data: int = 2000, dim: int = 20) -> Dataset:
-    """Seed 003, eq. (E.2): y ~ N(xᵀθ*, 1 + ‖x‖²), x ~ N(0, I_D), θ* ~ N(0, I_D)."""
+    """Wang, Ding & Huggins (2026), eq. (E.2): y ~ N(xᵀθ*, 1 + ‖x‖²), x ~ N(0, I_D), θ* ~ N(0, I_D)."""
     rng = np.random.default_rng(seed)
     theta = rng.standard_normal(dim)
     X = rng.standard_normal((n_data, dim))
@@ -427,9 +618,31 @@ EXAMPLES = {
 def example(name: str, seed: int = 0) -> Dataset:
     """A bundled synthetic data set (generated deterministically from ``seed``).
 
-    ``hetero-linear`` is the heteroskedastic, misspecified linear regression of
-    seed 003, eq. (E.2) (D = 20, N = 2000); ``logistic`` and ``poisson`` are
-    well-specified GLM examples (D = 5, N = 2000).
+    Parameters
+    ----------
+    name : str
+        One of :data:`EXAMPLES`: ``hetero-linear`` is the heteroskedastic, misspecified linear
+        regression of Wang, Ding & Huggins (2026), Eq. (E.2) (D = 20, N = 2000); ``logistic`` and
+        ``poisson`` are well-specified GLM examples (D = 5, N = 2000).
+    seed : int, optional
+        Seed of the generator; the same seed gives the same data.
+
+    Returns
+    -------
+    Dataset
+        The data, in memory.
+
+    Raises
+    ------
+    DataFormatError
+        If ``name`` is not one of :data:`EXAMPLES`.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> data = example("hetero-linear")
+    >>> data.X.shape, data.y.shape
+    ((2000, 20), (2000,))
     """
     try:
         gen, _ = EXAMPLES[name]

@@ -52,7 +52,9 @@ header and ``intercept`` of a GLM, ``hidden1.weight[i,j]`` of a network, from th
 (``params["hidden1"]["weight"]``) is matched to the names ``hidden1.weight[i,j]``, so Λ's rows are
 applied to the right entries whatever JAX's flattening order (sorted dict keys); PyTorch parameters
 are matched by their ``named_parameters`` names. A layout that differs (a missing or extra leaf, a
-transposed shape) is refused naming the first difference.
+transposed shape) is refused naming the first difference. ``subset=True`` (optax, PyTorch) and
+``vector_names=`` (NumPy) apply a Λ that covers some parameters only — a network's last layer
+(:func:`sgtune.models.lastlayer.last_layer`) — to those, by name, and leave the others frozen.
 
 With these updates the chain's stationary covariance is the one sgtune predicts
 (:func:`sgtune.theory.stationary.predict_stationary_cov`), which ``tests/test_export*.py`` check by
@@ -88,15 +90,35 @@ _SGLD_SAMPLERS = ("sgld", "sgd")
 class StepMatrix:
     """A step-size matrix Λ in its structure, with the name of each row.
 
-    Attributes
+    Parameters
     ----------
-    kind : "scalar", "diagonal", "block" or "dense".
-    dim : D.
-    scalar : λ (kind scalar).
-    diagonal : (D,) diagonal (kind diagonal).
-    blocks : index arrays (kind block), with ``block_values`` the SPD blocks Λ_b.
-    dense : (D, D) Λ (kind dense; non-symmetric only for SGD, see :attr:`symmetric`).
-    names : the parameter of each row (θ order), or None when unknown.
+    kind : {"scalar", "diagonal", "block", "dense"}
+        The structure.
+    dim : int
+        D.
+    scalar : float, optional
+        The scalar λ (kind scalar).
+    diagonal : (D,) ndarray or None, optional
+        The diagonal (kind diagonal).
+    blocks : tuple of ndarray, optional
+        Index arrays (kind block).
+    block_values : tuple of ndarray, optional
+        The SPD blocks Λ_b (kind block).
+    dense : (D, D) ndarray or None, optional
+        Λ (kind dense; non-symmetric only for SGD, see :attr:`symmetric`).
+    names : tuple of str or None, optional
+        The parameter of each row (θ order), or None when unknown.
+
+    See Also
+    --------
+    step_matrix : Builds one from a result, a Dynamics or an array.
+
+    Examples
+    --------
+    >>> from sgtune.io.export import StepMatrix
+    >>> StepMatrix("scalar", 2, scalar=0.1).to_dense()
+    array([[0.1, 0. ],
+           [0. , 0.1]])
     """
 
     kind: str
@@ -177,6 +199,36 @@ def step_matrix(value: Any, *, kind: str | None = None, blocks: Any = None,
     must be positive definite; a non-symmetric one is kept as it is (kind ``dense``, SGD only).
     ``names`` (default: the result's ``parameter_names``) names the rows. A scalar needs the
     dimension: give ``names`` (one per parameter).
+
+    Parameters
+    ----------
+    value : float, array_like, Dynamics, TuningResult or StepMatrix
+        Λ or what holds it.
+    kind : {"scalar", "diagonal", "block", "dense"} or None, optional
+        The structure of a (D, D) input.
+    blocks : list of list of int or None, optional
+        The index sets of ``kind="block"``.
+    names : sequence of str or None, optional
+        The name of each row.
+
+    Returns
+    -------
+    StepMatrix
+        Λ in its structure.
+
+    Raises
+    ------
+    SgtuneError
+        A scalar without ``names``, an unknown kind, or blocks that are not SPD.
+    NotPositiveDefiniteError
+        A symmetric Λ that is not positive definite.
+
+    Examples
+    --------
+    >>> from sgtune.io.export import step_matrix
+    >>> lam = step_matrix([0.1, 0.2], names=["age", "dose"])
+    >>> lam.kind, lam.dim, lam.names
+    ('diagonal', 2, ('age', 'dose'))
     """
     from .blocks import load_blocks
 
@@ -257,14 +309,34 @@ class UpdateRule:
 
     Attributes
     ----------
-    step : Λ, with its row names.
-    momentum : κ.
-    inv_temperature : β (``inf``: SGD).
-    batch_size : B the predicted covariance holds for (None: not known, not checked).
-    batching : the result's batching (None: not known); the caller draws the batches.
-    prior : "in-loss" (G passed in contains Γθ/N) or "add" (the update adds Γθ/N).
-    prior_precision : Γ for ``prior="add"``: a scalar, a (D,) diagonal or a (D, D) matrix.
-    n_data : N for ``prior="add"``.
+    step : StepMatrix
+        Λ, with its row names.
+    momentum : float
+        The heavy-ball momentum κ.
+    inv_temperature : float
+        The inverse temperature β (``inf``: SGD).
+    batch_size : int or None
+        B the predicted covariance holds for (None: not known, not checked).
+    batching : str or None
+        The result's batching (None: not known); the caller draws the batches.
+    prior : str
+        ``"in-loss"`` (G passed in contains Γθ/N) or ``"add"`` (the update adds Γθ/N).
+    prior_precision : ndarray or None
+        Γ for ``prior="add"``: a scalar, a (D,) diagonal or a (D, D) matrix.
+    n_data : int or None
+        N for ``prior="add"``.
+
+    See Also
+    --------
+    update_rule : Builds one, with the checks.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import update_rule
+    >>> rule = update_rule(Dynamics([0.1, 0.1], batch_size=32, momentum=0.5), prior="in-loss")
+    >>> rule.momentum, rule.batch_size, rule.step.kind
+    (0.5, 32, 'diagonal')
     """
 
     step: StepMatrix
@@ -412,6 +484,47 @@ def update_rule(source: Any, *, momentum: float | None = None, inv_temperature: 
     sampler or a non-symmetric Λ with β < ∞ is refused (module docstring). A bare Λ (a
     :class:`StepMatrix` or an array) takes κ = 0, β = ∞ and no batch-size check unless given.
     ``prior``, ``prior_precision``, ``n_data``: where Γθ/N comes from (module docstring).
+
+    Parameters
+    ----------
+    source : TuningResult, Dynamics, StepMatrix or array_like
+        What the update applies.
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
+    where : str, optional
+        The caller's name in messages.
+
+    Returns
+    -------
+    UpdateRule
+        Λ, κ, β, B, the batching and the prior's handling.
+
+    Raises
+    ------
+    SgtuneError
+        A setting that contradicts the source, a missing ``prior`` choice, a step-size schedule,
+        another sampler, or a non-symmetric Λ with β < ∞ (module docstring).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import update_rule
+    >>> update_rule(Dynamics(0.1, batch_size=32, momentum=0.9), parameter_names=["a", "b"],
+    ...             prior="in-loss").momentum
+    0.9
     """
     if isinstance(source, UpdateRule):  # already resolved: nothing may change it
         given = {k: v for k, v in dict(momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
@@ -550,6 +663,24 @@ def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: 
     return out
 
 
+def _subset_leaves(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: Sequence[str] | None,
+                   where: str) -> list[int]:
+    """Positions of the leaves whose prefix is a group of ``names`` (``subset=True``: the others stay frozen).
+
+    Refuses Λ without names (nothing to select by) and a selection that is empty; :func:`_match_layout`
+    then checks the selected leaves' shapes and that every group of the layout has its leaf.
+    """
+    if names is None:
+        raise SgtuneError(f"{where}: subset=True selects the parameters Λ's rows name, but Λ carries no parameter "
+                          "names; pass parameter_names= (e.g. the result's, output.weight[k,j])")
+    groups = _layout_groups(names)
+    keep = [k for k, (_, prefix, _) in enumerate(leaves) if prefix in groups]
+    if not keep:
+        raise SgtuneError(f"{where}: subset=True, but none of the {len(leaves)} parameters ({leaves[0][0]}, …) is "
+                          f"named in Λ's layout ({names[0]} … {names[-1]}); give the module or pytree that holds them")
+    return keep
+
+
 def _key_name(key: Any) -> str:
     for attr in ("key", "name", "idx"):
         if hasattr(key, attr):
@@ -566,10 +697,26 @@ def _pytree_leaves(tree: Any) -> list[tuple[str, str, tuple[int, ...]]]:
 
 
 def pytree_parameter_names(params: Any) -> list[str]:
-    """Names ``hidden1.weight[i,j]`` of every entry of a JAX pytree, in JAX's flattening order (``ravel_pytree``).
+    """Name every entry of a JAX pytree (``hidden1.weight[i,j]``), in JAX's flattening order (``ravel_pytree``).
 
     For a Λ whose rows are in that order (e.g. tuned on ``ravel_pytree(params)``): pass them as
     ``parameter_names=`` so :func:`optax_transform` can check the pytree it is given.
+
+    Parameters
+    ----------
+    params : pytree
+        The parameters (nested dicts, lists or tuples of arrays).
+
+    Returns
+    -------
+    list of str
+        One name per scalar entry.
+
+    Examples
+    --------
+    >>> from sgtune.io.export import pytree_parameter_names
+    >>> pytree_parameter_names({"w": np.zeros((2, 1)), "b": np.zeros(1)})
+    ['b[0]', 'w[0,0]', 'w[1,0]']
     """
     out: list[str] = []
     for _, prefix, shape in _pytree_leaves(params):
@@ -597,7 +744,8 @@ def _apply_numpy(lam: StepMatrix, v: np.ndarray, factor: Any = None) -> np.ndarr
 def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: float | None = None,
                batch_size: int | None = None, parameter_names: Sequence[str] | None = None, blocks: Any = None,
                prior: str | None = None, prior_precision: Any = None, n_data: int | None = None,
-               rng: np.random.Generator | None = None) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+               rng: np.random.Generator | None = None,
+               vector_names: Sequence[str] | None = None) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     r"""A NumPy step ``(θ, m, G[, batch_size=b]) ↦ (θ', m')``: m' = κm + G, θ' = θ − Λm' + sqrt(2/β)Λ^{1/2}ξ.
 
     ``source``: a ``TuningResult`` or ``Dynamics`` (Λ, κ, β, B are theirs) or a bare Λ (module
@@ -606,6 +754,57 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     at θ (with Γθ/N unless ``prior="add"``). Start with m = 0. Pass ``batch_size=`` (the rows of the
     batch behind G) to have it checked against the B the result was tuned for. The rule applied is
     ``step.rule`` (:class:`UpdateRule`).
+
+    Parameters
+    ----------
+    source : TuningResult, Dynamics, StepMatrix or array_like
+        What the update applies.
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
+    rng : numpy.random.Generator or None, optional
+        The noise stream (default ``numpy.random.default_rng()``).
+    vector_names : sequence of str or None, optional
+        Λ covers part of a longer vector (e.g. a network's last layer,
+        :func:`sgtune.models.lastlayer.last_layer`, inside the whole network's parameters): the
+        names of that vector's entries, in its order. The step then takes and returns the whole
+        vector (θ, m and G of its length), applies the update to the entries Λ's names name (each
+        must occur once) and leaves every other entry unchanged (frozen; its m stays 0).
+
+    Returns
+    -------
+    callable
+        ``step(theta, m, grad, *, batch_size=None) -> (theta, m)``, with the rule as ``step.rule``.
+
+    Raises
+    ------
+    SgtuneError
+        A setting that contradicts the source, a missing ``prior`` choice, a step-size schedule,
+        another sampler, or a non-symmetric Λ with β < ∞ (module docstring).
+
+    See Also
+    --------
+    optax_transform, torch_optimizer : The same update for JAX and PyTorch.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import numpy_step
+    >>> step = numpy_step(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")  # SGD: β = ∞
+    >>> step(np.ones(2), np.zeros(2), np.array([1.0, 1.0]), batch_size=32)
+    (array([0.9, 0.8]), array([1., 1.]))
     """
     rule = update_rule(source, momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
                        parameter_names=parameter_names, blocks=blocks, prior=prior, prior_precision=prior_precision,
@@ -613,6 +812,11 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     L, kappa, scale = rule.step, rule.momentum, rule.noise_scale
     fac = L.factors() if scale > 0 else None
     gen = rng if rng is not None else np.random.default_rng()
+    if vector_names is not None:
+        return _subset_numpy_step(numpy_step(rule.step, momentum=kappa, inv_temperature=rule.inv_temperature,
+                                             batch_size=rule.batch_size, prior=rule.prior,
+                                             prior_precision=rule.prior_precision, n_data=rule.n_data, rng=gen),
+                                  rule, vector_names)
 
     def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
              batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -631,9 +835,56 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
     return step
 
 
+def _subset_numpy_step(inner: Callable[..., tuple[np.ndarray, np.ndarray]], rule: UpdateRule,
+                       vector_names: Sequence[str]) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """``inner`` (the step on Λ's rows) applied inside a longer vector whose entries are ``vector_names``."""
+    if rule.names is None:
+        raise SgtuneError("numpy_step: vector_names= places Λ's rows by name, but Λ carries no parameter names; pass "
+                          "parameter_names= (e.g. the result's, output.weight[k,j])")
+    where = {str(n): k for k, n in enumerate(vector_names)}
+    if len(where) != len(vector_names):
+        raise SgtuneError("numpy_step: vector_names must be distinct")
+    missing = [n for n in rule.names if n not in where]
+    if missing:
+        raise SgtuneError(f"numpy_step: Λ's row {missing[0]!r} is not among vector_names ({vector_names[0]} … "
+                          f"{vector_names[-1]}); give the names of the whole vector, in its order")
+    idx = np.array([where[n] for n in rule.names], dtype=np.int64)
+    size = len(vector_names)
+
+    def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
+             batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if np.shape(grad)[-1] != size:
+            raise ShapeError(f"gradient must have last axis {size} (the entries of vector_names), got shape "
+                             f"{np.shape(grad)}")
+        sub, m_sub = inner(theta[..., idx], m[..., idx], grad[..., idx], batch_size=batch_size)
+        out, m_out = np.array(theta, dtype=float), np.array(m, dtype=float)
+        out[..., idx], m_out[..., idx] = sub, m_sub
+        return out, m_out
+
+    step.rule = rule  # type: ignore[attr-defined]
+    return step
+
+
 # --------------------------------------------------------------------------- optax
 class SGMCMCState(NamedTuple):
-    """optax state: the momentum buffer (flat, (D,), θ order) and the PRNG key of the injected noise."""
+    """The optax state of :func:`optax_transform`: the momentum buffer and the PRNG key of the noise.
+
+    Parameters
+    ----------
+    momentum : jax.Array
+        The momentum buffer (flat, (D,), θ order).
+    key : jax.Array
+        The PRNG key of the injected noise.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import SGMCMCState, optax_transform
+    >>> tx = optax_transform(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")
+    >>> state = tx.init(np.zeros(2))
+    >>> isinstance(state, SGMCMCState), state.momentum.shape
+    (True, (2,))
+    """
 
     momentum: Any
     key: Any
@@ -643,7 +894,7 @@ class SGMCMCState(NamedTuple):
 def optax_transform(source: Any, *, momentum: float | None = None, inv_temperature: float | None = None,
                     batch_size: int | None = None, parameter_names: Sequence[str] | None = None, blocks: Any = None,
                     prior: str | None = None, prior_precision: Any = None, n_data: int | None = None,
-                    seed: int = 0) -> Any:
+                    seed: int = 0, subset: bool = False) -> Any:
     r"""An optax transformation whose update is −Λm' + sqrt(2/β)Λ^{1/2}ξ, m' = κm + g (+ Γθ/N with ``prior="add"``).
 
     ``source`` and the settings as in :func:`numpy_step`. Feed it the mean-loss minibatch gradient
@@ -653,6 +904,57 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     them (``params["hidden1"]["weight"][i, j]`` ↔ ``hidden1.weight[i,j]``), so Λ's rows reach the
     right entries whatever JAX's flattening order; a single array is θ itself; several leaves
     without names are refused. Needs the ``jax`` extra (``pip install 'sgtune[jax]'``).
+
+    Parameters
+    ----------
+    source : TuningResult, Dynamics, StepMatrix or array_like
+        What the update applies.
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
+    seed : int, optional
+        Seed of the noise's PRNG key.
+    subset : bool, optional
+        Λ covers some leaves only (e.g. a network's last layer,
+        :func:`sgtune.models.lastlayer.last_layer`): the leaves whose key paths Λ's names name are
+        updated, every other leaf gets a zero update (frozen); the named ones are still checked
+        leaf by leaf.
+
+    Returns
+    -------
+    optax.GradientTransformation
+        ``init(params)`` and ``update(grads, state, params=None, *, batch_size=None)``.
+
+    Raises
+    ------
+    MissingExtraError
+        JAX or optax is not installed.
+    SgtuneError
+        A setting that contradicts the source, a missing ``prior`` choice, a step-size schedule,
+        another sampler, or a non-symmetric Λ with β < ∞ (module docstring).
+
+    Examples
+    --------
+    >>> import optax
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.export import optax_transform
+    >>> tx = optax_transform(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")
+    >>> params = np.ones(2)
+    >>> updates, state = tx.update(np.ones(2), tx.init(params), params)
+    >>> np.asarray(optax.apply_updates(params, updates), dtype=float)
+    array([0.9, 0.8])
     """
     try:
         import jax
@@ -672,19 +974,37 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     layouts: dict[Any, tuple[Any, Any]] = {}
 
     def layout(tree: Any) -> tuple[Any, Any]:
-        """(θ row of each ravel entry, ravel entry of each θ row), or (None, None) for θ's own order."""
+        """(None, None) for θ's own order; else (the θ row of each ravel entry, or with ``subset`` the ravel
+        length, and the ravel entry of each θ row)."""
         leaves = _pytree_leaves(tree)
         key = (jax.tree_util.tree_structure(tree), tuple(s for _, _, s in leaves))
         if key not in layouts:
-            rows = np.concatenate([r.ravel() for r in _match_layout(leaves, L.names, L.dim, "optax_transform")])
-            ident = np.array_equal(rows, np.arange(L.dim))
-            layouts[key] = (None, None) if ident else (jnp.asarray(rows), jnp.asarray(np.argsort(rows)))
+            if subset:
+                keep = _subset_leaves(leaves, L.names, "optax_transform")
+                rows = _match_layout([leaves[k] for k in keep], L.names, L.dim, "optax_transform")
+                offs = np.concatenate([[0], np.cumsum([int(np.prod(s, dtype=np.int64)) for _, _, s in leaves])])
+                pos = np.empty(L.dim, dtype=np.int64)  # ravel entry of each θ row
+                for k, r in zip(keep, rows):
+                    pos[r.ravel()] = offs[k] + np.arange(r.size)
+                layouts[key] = (int(offs[-1]), jnp.asarray(pos))
+            else:
+                rows = np.concatenate([r.ravel() for r in _match_layout(leaves, L.names, L.dim, "optax_transform")])
+                ident = np.array_equal(rows, np.arange(L.dim))
+                layouts[key] = (None, None) if ident else (jnp.asarray(rows), jnp.asarray(np.argsort(rows)))
         return layouts[key]
 
     def to_theta(tree: Any) -> tuple[Any, Any, Any]:
         flat, unravel = ravel_pytree(tree)
         rows, inv = layout(tree)
-        return (flat if inv is None else flat[inv]), unravel, rows
+        return (flat if inv is None else flat[inv]), unravel, (rows, inv)
+
+    def to_tree(step: Any, unravel: Any, where: tuple[Any, Any]) -> Any:
+        rows, inv = where
+        if rows is None:
+            return unravel(step)
+        if subset:  # frozen leaves: zero update
+            return unravel(jnp.zeros(rows, step.dtype).at[inv].set(step))
+        return unravel(step[rows])
 
     def init_fn(params: Any) -> SGMCMCState:
         flat, _, _ = to_theta(params)
@@ -706,7 +1026,7 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
         if noisy:
             key, sub = jax.random.split(key)
             step = step + scale * apply(fac, jax.random.normal(sub, g.shape, g.dtype))
-        return unravel(step if rows is None else step[rows]), SGMCMCState(momentum=m, key=key)
+        return to_tree(step, unravel, rows), SGMCMCState(momentum=m, key=key)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -740,7 +1060,7 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                     inv_temperature: float | None = None, batch_size: int | None = None,
                     parameter_names: Sequence[str] | None = None, blocks: Any = None, prior: str | None = None,
                     prior_precision: Any = None, n_data: int | None = None, generator: Any = None, seed: int = 0,
-                    n_chains: int | None = None, check_batch_size: bool = True) -> Any:
+                    n_chains: int | None = None, check_batch_size: bool = True, subset: bool = False) -> Any:
     r"""A ``torch.optim.Optimizer`` whose ``step()`` is sgtune's update: m ← κm + G, θ ← θ − Λm + sqrt(2/β)Λ^{1/2}ξ.
 
     Parameters
@@ -751,21 +1071,74 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
         A module: its ``named_parameters`` are matched by name to the rows of Λ (``fc1.weight[i,j]``:
         the layout of :func:`sgtune.models.pytorch.from_torch`), in any order; a list: the tensors in θ
         order (checked by shape against the names when Λ has them).
+    momentum, inv_temperature : float or None, optional
+        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
+        result, they must agree with its own.
+    batch_size : int or None, optional
+        B the rule is checked against (a result's own B by default).
+    parameter_names : sequence of str or None, optional
+        The name of each row of Λ (default: the result's ``parameter_names``).
+    blocks : list of list of int or None, optional
+        The blocks of a ``block`` Λ (:func:`step_matrix`).
+    prior : {"in-loss", "add"} or None, optional
+        Where the gradient's prior term Γθ/N comes from (module docstring).
+    prior_precision : float or array_like, optional
+        Γ, for ``prior="add"``.
+    n_data : int or None, optional
+        N, for ``prior="add"``.
     generator : torch.Generator, optional
         The noise stream (default ``torch.Generator().manual_seed(seed)`` on the parameters' device).
+    seed : int, optional
+        Seed of the default generator.
     n_chains : int, optional
         Every parameter carries a leading axis of C independent chains (e.g. from
         ``torch.func.stack_module_state``); the loss is then the sum over chains of each chain's
         batch-mean loss, so each chain's slice of the gradient is its own G.
-    check_batch_size : bool
+    check_batch_size : bool, optional
         With a module (and no ``n_chains``), record the rows of every forward pass run with gradients
         enabled since the last step and refuse a step after a batch of another size than B.
+    subset : bool
+        Λ covers some of the module's parameters only (e.g. its last layer,
+        :func:`sgtune.models.lastlayer.last_layer`: names ``output.weight[k,j]``, ``output.bias[k]``):
+        the optimizer holds and updates the parameters Λ's names name (checked by shape, and every
+        name must be a parameter of the module); the others are not touched (frozen: set
+        ``requires_grad_(False)`` on them, or give them another optimizer). Needs a module.
 
+    Returns
+    -------
+    torch.optim.Optimizer
+        The optimizer (``step(closure=None, *, batch_size=None)``, ``state_dict`` round-trips).
+
+    Raises
+    ------
+    MissingExtraError
+        PyTorch is not installed.
+    SgtuneError
+        A layout that does not match Λ's names, or a setting refused as by :func:`update_rule`.
+
+    See Also
+    --------
+    numpy_step, optax_transform : The same update for NumPy and JAX.
+
+    Notes
+    -----
     The gradients ``loss.backward()`` leaves in ``p.grad`` must be those of the batch-MEAN loss
     (``reduction="mean"``), plus the prior term unless ``prior="add"``. ``step(closure=None, *,
     batch_size=None)`` also checks an explicit ``batch_size``. The momentum buffer is kept per
     parameter (``state_dict`` round-trips); the arithmetic is float64, the parameters keep their dtype.
     Needs the ``torch`` extra (``pip install 'sgtune[torch]'``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.io.export import step_matrix, torch_optimizer
+    >>> net = torch.nn.Linear(2, 1)  # θ = (weight[0,0], weight[0,1], bias[0])
+    >>> opt = torch_optimizer(step_matrix([0.1, 0.1, 0.1]), net)
+    >>> net(torch.ones(4, 2)).pow(2).mean().backward()
+    >>> before = net.bias.detach().clone()
+    >>> opt.step()
+    >>> bool(net.bias.detach() != before)
+    True
     """
     try:
         import torch
@@ -787,6 +1160,12 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                               f"{type(params).__name__}") from None
         if not named or not all(isinstance(p, torch.Tensor) for _, p in named):
             raise SgtuneError("torch_optimizer: params must be a torch.nn.Module or a non-empty list of tensors")
+    if subset:
+        if module is None:
+            raise SgtuneError("torch_optimizer: subset=True selects parameters by name: pass the module, not a list "
+                              "of tensors")
+        keep = _subset_leaves([(n, n, tuple(p.shape[len(lead):])) for n, p in named], rule.names, "torch_optimizer")
+        named = [named[k] for k in keep]
     leaves = []
     for k, (n, p) in enumerate(named):
         if tuple(p.shape[:len(lead)]) != lead:

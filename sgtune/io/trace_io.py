@@ -29,16 +29,58 @@ DEFAULT_TRACE_BYTES = 100_000_000
 
 
 def default_thin(n_steps: int, burn_in: int | None, n_chains: int, dim: int) -> int:
-    """The thinning k of a trace file when none is given: every k-th draw after burn-in, so that each
-    chain keeps at most ``DEFAULT_DRAWS_PER_CHAIN`` draws and the trace at most
-    ``DEFAULT_TRACE_BYTES`` (burn-in defaults to T/10, as in :func:`~sgtune.sampler.run_chains`)."""
+    """The thinning k of a trace file when none is given.
+
+    Every k-th draw after burn-in is kept, so that each chain keeps at most
+    ``DEFAULT_DRAWS_PER_CHAIN`` draws and the trace at most ``DEFAULT_TRACE_BYTES`` (burn-in defaults
+    to T/10, as in :func:`~sgtune.sampler.run_chains`).
+
+    Parameters
+    ----------
+    n_steps : int
+        T, burn-in included.
+    burn_in : int or None
+        The burn-in (None: T/10).
+    n_chains : int
+        C.
+    dim : int
+        D.
+
+    Returns
+    -------
+    int
+        The thinning k ≥ 1.
+
+    Examples
+    --------
+    >>> from sgtune.io.trace_io import default_thin
+    >>> default_thin(10_000, None, n_chains=4, dim=5)  # 9000 draws after burn-in, 1000 kept
+    9
+    """
     post = max(1, int(n_steps) - (int(n_steps) // 10 if burn_in is None else int(burn_in)))
     per_chain = max(1, min(DEFAULT_DRAWS_PER_CHAIN, DEFAULT_TRACE_BYTES // (8 * max(1, n_chains) * max(1, dim))))
     return max(1, math.ceil(post / per_chain))
 
 
 def require_arviz() -> Any:
-    """Import ArviZ (silencing its import-time refactor notice) or raise :class:`MissingExtraError`."""
+    """Import ArviZ (silencing its import-time refactor notice) or raise :class:`MissingExtraError`.
+
+    Returns
+    -------
+    module
+        ``arviz``.
+
+    Raises
+    ------
+    MissingExtraError
+        ArviZ is not installed (extra ``[arviz]``).
+
+    Examples
+    --------
+    >>> from sgtune.io.trace_io import require_arviz
+    >>> require_arviz().__name__
+    'arviz'
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -50,7 +92,24 @@ def require_arviz() -> Any:
 
 
 def netcdf_attrs(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Settings as netCDF-safe attributes: str/int/float scalars; ∞ → "inf", bool → 0/1, None dropped."""
+    """Convert settings to netCDF-safe attributes: str/int/float scalars; ∞ → "inf", bool → 0/1, None dropped.
+
+    Parameters
+    ----------
+    settings : mapping
+        Names to values (numbers, strings, booleans, None, 1-D numeric arrays, anything else).
+
+    Returns
+    -------
+    dict
+        The attributes (other values as their ``str``).
+
+    Examples
+    --------
+    >>> from sgtune.io.trace_io import netcdf_attrs
+    >>> netcdf_attrs({"beta": float("inf"), "decay": None, "tuned": True, "sampler": "sgld"})
+    {'beta': 'inf', 'tuned': 1, 'sampler': 'sgld'}
+    """
     out: dict[str, Any] = {}
     for key, value in settings.items():
         if value is None:
@@ -76,15 +135,44 @@ def to_inference_data(result: Any, *, names: Sequence[str] | None = None, theta_
 
     Parameters
     ----------
-    result : :class:`~sgtune.sampler.ChainResult` with ``trace`` (run with ``thin`` > 0).
-    names : coordinate names of θ (default ``theta0``, ``theta1``, …).
-    theta_hat, step_matrix : stored in ``constant_data`` when given (Λ as (D, D); a diagonal (D,) is expanded).
-    attrs : extra attributes (e.g. the command line), merged over ``result.settings``.
+    result : ChainResult
+        A run with a ``trace`` (``thin`` > 0).
+    names : sequence of str, optional
+        Coordinate names of θ (default ``theta0``, ``theta1``, …).
+    theta_hat : (D,) array_like, optional
+        Stored in ``constant_data`` when given.
+    step_matrix : array_like, optional
+        Λ, stored in ``constant_data`` as (D, D) when given (a scalar or diagonal is expanded).
+    attrs : mapping, optional
+        Extra attributes (e.g. the command line), merged over ``result.settings``.
+
+    Returns
+    -------
+    arviz.InferenceData
+        The non-diverged chains' draws, with the run's settings as attributes of every group.
 
     Raises
     ------
-    SgtuneError : the run kept no draws (``thin`` = 0) or every chain diverged.
-    MissingExtraError : arviz is not installed.
+    SgtuneError
+        The run kept no draws (``thin`` = 0) or every chain diverged.
+    MissingExtraError
+        ArviZ is not installed.
+
+    See Also
+    --------
+    write_netcdf : Write it without leaving a partial file.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=2, thin=10))
+    >>> from sgtune.io.trace_io import to_inference_data
+    >>> idata = to_inference_data(res)
+    >>> dict(idata.posterior["theta"].sizes)
+    {'chain': 2, 'draw': 90, 'theta_dim': 5}
     """
     az = require_arviz()
     trace = getattr(result, "trace", None)
@@ -123,6 +211,28 @@ def to_inference_data(result: Any, *, names: Sequence[str] | None = None, theta_
 
 
 def write_netcdf(idata: Any, path: str | os.PathLike[str]) -> None:
-    """``idata.to_netcdf`` into a temporary file in the same folder, then rename (no partial file)."""
+    """Write ``idata.to_netcdf`` into a temporary file in the same folder, then rename (no partial file).
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        E.g. from :func:`to_inference_data`.
+    path : str or path
+        The netCDF file to write.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=2, thin=10))
+    >>> import pathlib, tempfile
+    >>> from sgtune.io.trace_io import to_inference_data, write_netcdf
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "trace.nc"
+    >>> write_netcdf(to_inference_data(res), path)
+    >>> path.exists()
+    True
+    """
     with atomic_path(path) as tmp:
         idata.to_netcdf(tmp)

@@ -1,10 +1,11 @@
 """A protocol model from a per-observation log-likelihood written in ``jax.numpy`` (extra ``[jax]``).
 
->>> import jax.numpy as jnp                                      # doctest: +SKIP
+>>> import jax.numpy as jnp
+>>> from sgtune.models.autodiff import from_jax
 >>> def loglik(theta, x, y):                                     # one observation
 ...     eta = x @ theta
 ...     return y * eta - jnp.logaddexp(0.0, eta)
->>> model = from_jax(loglik, name="logistic-jax")                # doctest: +SKIP
+>>> model = from_jax(loglik, name="logistic-jax")
 
 The per-observation loss is l_n(θ) = −loglik(θ, x_n, y_n). Per-sample gradients are
 ``vmap(grad)``; per-sample curvature is ``vmap(hessian)`` (dense J_n, ``hessian="exact"``), or
@@ -35,7 +36,37 @@ def _jax() -> Any:
 
 @dataclass(frozen=True)
 class JaxModel:
-    """Protocol model built by :func:`from_jax` (see the module docstring)."""
+    """Protocol model built by :func:`from_jax` (see the module docstring).
+
+    Parameters
+    ----------
+    loglik : callable
+        The log-likelihood log p(y | x, θ) of one observation, in ``jax.numpy``.
+    name : str
+        Shown in outputs.
+    hessian : {"exact", "hvp"}
+        The per-sample curvature the model declares.
+    n_params_fn : callable(p) -> D, optional
+        Length of θ for p features (default D = p).
+    init_fn : callable(p, rng) -> (D,), optional
+        Seeded start for the MAP fit.
+    fit_method : {"lbfgs", "newton"}
+        How the MAP is fitted.
+    _fns : dict
+        Internal: the compiled JAX functions, built on first use.
+
+    See Also
+    --------
+    from_jax : The validated constructor.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from sgtune.models.autodiff import JaxModel, from_jax
+    >>> model = from_jax(lambda theta, x, y: -0.5 * (y - x @ theta) ** 2, name="gauss-jax")
+    >>> isinstance(model, JaxModel), model.name
+    (True, 'gauss-jax')
+    """
 
     loglik: Callable[..., Any]
     name: str = "jax-model"
@@ -101,7 +132,7 @@ def from_jax(loglik: Callable[..., Any], *, name: str = "jax-model", hessian: st
     Parameters
     ----------
     loglik : callable
-        log p(y | x, θ) for one observation (x: a row of X, y: a scalar).
+        The log-likelihood log p(y | x, θ) of one observation (x: a row of X, y: a scalar).
     name : str
         Shown in outputs.
     hessian : {"exact", "hvp"}
@@ -111,11 +142,27 @@ def from_jax(loglik: Callable[..., Any], *, name: str = "jax-model", hessian: st
     initial_params : callable(p, rng) -> (D,), optional
         Seeded start for the MAP fit.
     fit_method : {"lbfgs", "newton"}
-        "newton" for convex log-likelihoods (damped Newton from zeros).
+        The MAP fit: "newton" for convex log-likelihoods (damped Newton from zeros).
 
     Returns
     -------
     JaxModel
+        The model (float64 throughout: ``jax_enable_x64`` is switched on).
+
+    Raises
+    ------
+    MissingExtraError
+        JAX is not installed (extra ``[jax]``).
+    SgtuneError
+        An unknown ``hessian`` or ``fit_method``.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from sgtune.models.autodiff import from_jax
+    >>> model = from_jax(lambda theta, x, y: y * (x @ theta) - jnp.logaddexp(0.0, x @ theta))
+    >>> model.per_sample_grads(np.zeros(2), np.ones((3, 2)), np.array([0.0, 1.0, 1.0])).shape
+    (3, 2)
     """
     if hessian not in ("exact", "hvp"):
         raise SgtuneError(f"hessian must be 'exact' or 'hvp', got {hessian!r}")

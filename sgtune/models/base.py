@@ -16,9 +16,10 @@ Required
 
 and one way to get the per-sample curvature J_n = ∇²_θ l_n(θ):
 
-``curvature(theta, X, y) -> RankOneCurvature | DenseCurvature``
+``curvature(theta, X, y) -> RankOneCurvature | BlockCurvature | DenseCurvature``
     the structure the model has (rank-one J_n = w_n u_n u_nᵀ, as for GLMs with u_n = x_n
-    and for a Gauss–Newton network with u_n = ∇_θ f(x_n)); or
+    and for a Gauss–Newton network with u_n = ∇_θ f(x_n); block J_n = W_n ⊗ x_n x_nᵀ with a
+    small r×r W_n, as for multinomial logistic regression); or
 ``per_sample_hessians(theta, X, y) -> (n, D, D)``
     dense J_n (small D); or
 ``hessian_vector_products(theta, X, y, v) -> (n, D)``
@@ -50,6 +51,19 @@ Optional
     D equals the number of covariates (a GLM), else ``theta[i]``.
 ``residual_variance(theta, X, y) -> float``
     Gaussian linear models only (the LR+WS comparison theory needs it).
+``rank_one`` / ``block_curvature`` : bool
+    Declared before any curvature is computed (a GLM: ``rank_one``; the multinomial model:
+    ``block_curvature``): the expansion then never budgets for dense (N, D, D) Hessians.
+``sandwich_refusal`` : str or None
+    Why the sandwich target J⁻¹𝓘J⁻¹/N does not exist for this model (J singular along a symmetry
+    of the loss, as the full softmax's shift); :meth:`~sgtune.models.expansion.Expansion.sandwich_cov`
+    raises with it. Default None.
+``describe() -> dict``
+    JSON-ready keys describing the parameterisation (the multinomial model's ``classes`` and
+    ``layout``); the command line adds them to every result.
+``batched_grads(thetas (C, D), X (C, B, p), y (C, B)) -> (C, D)``
+    The mean gradient of each chain's minibatch, vectorised over chains (the sampler's general
+    NumPy path, :mod:`sgtune.sampler.general`).
 ``numba_spec(n_features) -> (kind, ints, floats)``
     Pure data the sampler maps to a compiled gradient (``"glm"``, ``"mlp"``); models without
     it run through the sampler's general NumPy path.
@@ -67,8 +81,9 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 
-__all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "DenseCurvature", "ModelError", "model_dim",
-           "per_sample_curvature", "checked_call", "model_label", "parameter_names"]
+__all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "BlockCurvature", "DenseCurvature", "ModelError",
+           "model_dim", "per_sample_curvature", "checked_call", "model_label", "parameter_names", "block_matrix",
+           "block_dense"]
 
 
 #: the ways a model can give its per-sample curvature, in the order sgtune prefers them
@@ -76,12 +91,46 @@ CURVATURE_METHODS = ("curvature", "per_sample_hessians", "hessian_vector_product
 
 
 class ModelError(SgtuneError, ValueError):
-    """A model returned something unusable (wrong shape, NaN/inf) or raised inside one of its methods."""
+    """A model returned something unusable (wrong shape, NaN/inf) or raised inside one of its methods.
+
+    See Also
+    --------
+    checked_call : Where sgtune raises it.
+    """
 
 
 @runtime_checkable
 class PerSampleModel(Protocol):
-    """Structural type of a per-observation model (see the module docstring for the optional parts)."""
+    """Structural type of a per-observation model (see the module docstring for the optional parts).
+
+    Any object with a ``name`` and the two methods below is a model (``isinstance`` checks them);
+    it also needs one way to give its curvature (``curvature``, ``per_sample_hessians`` or
+    ``hessian_vector_products``) for the expansion.
+
+    Attributes
+    ----------
+    name : str
+        Shown in outputs.
+
+    See Also
+    --------
+    sgtune.models.get_model : The built-in generalised linear models.
+    sgtune.models.user.check_protocol : Check a user's model and say what is missing.
+
+    Examples
+    --------
+    >>> from sgtune.models import PerSampleModel
+    >>> class Squares:  # l_n(θ) = (y_n − x_nᵀθ)²/2
+    ...     name = "squares"
+    ...     def per_sample_losses(self, theta, X, y):
+    ...         return 0.5 * (y - X @ theta) ** 2
+    ...     def per_sample_grads(self, theta, X, y):
+    ...         return -(y - X @ theta)[:, None] * X
+    ...     def per_sample_hessians(self, theta, X, y):
+    ...         return X[:, :, None] * X[:, None, :]
+    >>> isinstance(Squares(), PerSampleModel)
+    True
+    """
 
     name: str
 
@@ -92,21 +141,168 @@ class PerSampleModel(Protocol):
 
 @dataclass(frozen=True)
 class RankOneCurvature:
-    """J_n = w_n u_n u_nᵀ: ``features`` u (n, D), ``weights`` w (n,) (GLMs: u_n = x_n, w_n = ρ''(x_nᵀθ))."""
+    """Rank-one per-sample curvature J_n = w_n u_n u_nᵀ (GLMs: u_n = x_n, w_n = ρ''(x_nᵀθ)).
+
+    Parameters
+    ----------
+    features : (n, D) ndarray
+        The vectors u_n, one row per observation.
+    weights : (n,) ndarray
+        The weights w_n.
+
+    See Also
+    --------
+    DenseCurvature : The general form.
+
+    Examples
+    --------
+    >>> from sgtune.models import RankOneCurvature, get_model
+    >>> X, y = np.array([[1.0, 0.0], [1.0, 2.0]]), np.array([0.0, 1.0])
+    >>> cur = get_model("logistic").curvature(np.zeros(2), X, y)
+    >>> isinstance(cur, RankOneCurvature), cur.weights  # ρ''(0) = 1/4
+    (True, array([0.25, 0.25]))
+    """
 
     features: np.ndarray
     weights: np.ndarray
 
 
 @dataclass(frozen=True)
+class BlockCurvature:
+    """J_n = W_n ⊗ x_n x_nᵀ: ``features`` x (n, p), symmetric ``weights`` W (n, r, r); D = r·p.
+
+    The layout is class-major: coordinate a·p + i of θ is covariate i of block a, so
+    J_n[a·p + i, b·p + j] = W_n[a, b] x_n[i] x_n[j]. Multinomial logistic regression has this
+    structure with W_n = diag(π_n) − π_nπ_nᵀ over its r free classes (rank ≤ r); every curvature
+    sum then costs O(N·D²) through x_nᵀ Σ_{ab} x_n, never an (N, D, D) array.
+
+    Parameters
+    ----------
+    features : (n, p) ndarray
+        The covariates x_n.
+    weights : (n, r, r) ndarray
+        The symmetric weights W_n.
+
+    See Also
+    --------
+    RankOneCurvature : The case r = 1.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import BlockCurvature, block_dense
+    >>> cur = BlockCurvature(np.array([[1.0, 2.0]]), np.array([[[1.0, 0.5], [0.5, 2.0]]]))
+    >>> block_dense(cur.features, cur.weights).shape  # D = r·p = 4
+    (1, 4, 4)
+    """
+
+    features: np.ndarray
+    weights: np.ndarray
+
+
+def block_matrix(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Sum Σ_n M_n ⊗ x_n x_nᵀ (D×D, class-major; M_n symmetric r×r) by r(r+1)/2 products Xᵀ diag(M_{ab}) X.
+
+    Parameters
+    ----------
+    features : (n, p) ndarray
+        The covariates x_n.
+    weights : (n, r, r) ndarray
+        The symmetric matrices M_n.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The sum, D = r·p.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import block_dense, block_matrix
+    >>> X, W = np.array([[1.0, 2.0], [0.5, -1.0]]), np.array([[[1.0, 0.5], [0.5, 2.0]]] * 2)
+    >>> bool(np.allclose(block_matrix(X, W), block_dense(X, W).sum(axis=0)))
+    True
+    """
+    X, M = features, weights
+    n, p = X.shape
+    r = M.shape[1]
+    out = np.empty((r, p, r, p))
+    for a in range(r):
+        for b in range(a, r):
+            blk = (X.T * M[:, a, b]) @ X
+            out[a, :, b, :] = blk
+            if b != a:
+                out[b, :, a, :] = blk.T
+    return out.reshape(r * p, r * p)
+
+
+def block_dense(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The dense J_n = W_n ⊗ x_n x_nᵀ, shape (n, D, D) (small n·D² only: tests and the direct solve).
+
+    Parameters
+    ----------
+    features : (n, p) ndarray
+        The covariates x_n.
+    weights : (n, r, r) ndarray
+        The symmetric weights W_n.
+
+    Returns
+    -------
+    (n, D, D) ndarray
+        J_n, D = r·p, class-major.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import block_dense
+    >>> block_dense(np.array([[1.0, 2.0]]), np.array([[[2.0]]]))[0]  # r = 1: 2·x xᵀ
+    array([[2., 4.],
+           [4., 8.]])
+    """
+    n, p = features.shape
+    r = weights.shape[1]
+    return np.einsum("nab,ni,nj->naibj", weights, features, features).reshape(n, r * p, r * p)
+
+
+@dataclass(frozen=True)
 class DenseCurvature:
-    """Dense per-sample Hessians J_n, shape (n, D, D)."""
+    """Dense per-sample Hessians J_n.
+
+    Parameters
+    ----------
+    hessians : (n, D, D) ndarray
+        J_n = ∇²_θ l_n(θ), one symmetric matrix per observation.
+
+    See Also
+    --------
+    RankOneCurvature : The structured form of GLMs and Gauss–Newton networks.
+
+    Examples
+    --------
+    >>> from sgtune.models import DenseCurvature
+    >>> DenseCurvature(np.stack([np.eye(2), 2 * np.eye(2)])).hessians.shape
+    (2, 2, 2)
+    """
 
     hessians: np.ndarray
 
 
 def model_label(model: Any) -> str:
-    """A short name for messages: the model's ``name`` (else its class name), with its ``source`` file if known."""
+    """A short name for messages: the model's ``name`` (else its class name), with its ``source`` file if known.
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+
+    Returns
+    -------
+    str
+        The label, e.g. ``"logistic"`` or ``"net (model.py)"``.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, model_label
+    >>> model_label(get_model("poisson"))
+    'poisson'
+    """
     name = getattr(model, "name", None)
     label = str(name) if isinstance(name, str) and name else type(model).__name__
     source = getattr(model, "source", None)
@@ -114,7 +310,31 @@ def model_label(model: Any) -> str:
 
 
 def model_dim(model: Any, n_features: int) -> int:
-    """D = ``model.n_params(n_features)`` (default: D = n_features)."""
+    """The number of parameters D = ``model.n_params(n_features)`` (default: D = n_features).
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    n_features : int
+        The number of columns of the data.
+
+    Returns
+    -------
+    int
+        D ≥ 1.
+
+    Raises
+    ------
+    ModelError
+        ``n_params`` raised or did not return a positive integer.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, make_mlp, model_dim
+    >>> model_dim(get_model("linear"), 3), model_dim(make_mlp([4], likelihood="gaussian"), 3)
+    (3, 21)
+    """
     fn = getattr(model, "n_params", None)
     if fn is None:
         return int(n_features)
@@ -137,6 +357,34 @@ def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_fe
     otherwise the covariate names when D equals the number of covariates p (a GLM: ``intercept`` first
     with an added intercept), else ``theta[0]`` … ``theta[D−1]``. Covariates without names are called
     ``x0`` … ``x{p−1}``, as :func:`sgtune.io.data.make_dataset` calls them.
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    feature_names : sequence of str
+        The data's covariate names (possibly empty).
+    n_features : int
+        The number of covariates p.
+
+    Returns
+    -------
+    tuple of str
+        D distinct names.
+
+    Raises
+    ------
+    ModelError
+        The model's own ``parameter_names`` did not return D distinct strings.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, make_mlp
+    >>> from sgtune.models.base import parameter_names
+    >>> parameter_names(get_model("logistic"), ("age", "dose"), 2)
+    ('age', 'dose')
+    >>> parameter_names(make_mlp([2], likelihood="gaussian"), (), 1)[:3]
+    ('hidden1.weight[0,x0]', 'hidden1.weight[1,x0]', 'hidden1.bias[0]')
     """
     d = model_dim(model, n_features)
     names = tuple(str(f) for f in feature_names) or tuple(f"x{i}" for i in range(int(n_features)))
@@ -156,10 +404,41 @@ def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_fe
 
 
 def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | None = None) -> Any:
-    """``getattr(model, method)(*args)``; with ``shape``, the result as a finite float64 array of that shape.
+    """Call ``getattr(model, method)(*args)``; with ``shape``, return a finite float64 array of that shape.
 
-    Any exception raised by the model, a missing method, a wrong shape or a non-finite entry
-    becomes one :class:`ModelError` naming the model and the method.
+    Parameters
+    ----------
+    model : object
+        Any model.
+    method : str
+        The name of the method to call.
+    *args
+        Its arguments.
+    shape : tuple of int or None, optional
+        The shape the result must have (None: return it unchecked).
+
+    Returns
+    -------
+    object or ndarray
+        What the method returned, as a float64 array when ``shape`` is given.
+
+    Raises
+    ------
+    ModelError
+        Any exception raised by the model, a missing method, a wrong shape or a non-finite entry,
+        as one error naming the model and the method.
+
+    Examples
+    --------
+    >>> from sgtune.models import ModelError, checked_call, get_model
+    >>> X, y = np.ones((3, 2)), np.zeros(3)
+    >>> checked_call(get_model("linear"), "per_sample_grads", np.zeros(2), X, y, shape=(3, 2)).shape
+    (3, 2)
+    >>> try:
+    ...     checked_call(get_model("linear"), "per_sample_grads", np.zeros(2), X, y, shape=(3, 5))
+    ... except ModelError as exc:
+    ...     print(exc)
+    model linear: per_sample_grads() returned shape (3, 2), expected (3, 5)
     """
     label = model_label(model)
     fn = getattr(model, method, None)
@@ -188,11 +467,39 @@ def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | N
 
 
 def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.ndarray
-                         ) -> RankOneCurvature | DenseCurvature:
+                         ) -> RankOneCurvature | BlockCurvature | DenseCurvature:
     """The per-sample curvature J_n at θ in the structure the model offers (module docstring).
 
     Preference: the model's own ``curvature`` (it knows its structure), then dense
     ``per_sample_hessians``, then D ``hessian_vector_products`` with the unit vectors.
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    theta : (D,) ndarray
+        The parameters θ.
+    X : (n, p) ndarray
+        The covariates.
+    y : (n,) ndarray
+        The responses.
+
+    Returns
+    -------
+    RankOneCurvature or DenseCurvature
+        J_n for every row, checked finite and of the right shapes.
+
+    Raises
+    ------
+    ModelError
+        The model offers no curvature, or it returned a wrong shape or a non-finite value.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, per_sample_curvature
+    >>> X, y = np.array([[1.0, 0.0], [0.5, 2.0]]), np.array([0.3, -0.1])
+    >>> type(per_sample_curvature(get_model("linear"), np.zeros(2), X, y)).__name__
+    'RankOneCurvature'
     """
     n, d = X.shape[0], theta.shape[0]
     label = model_label(model)
@@ -202,10 +509,20 @@ def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.nda
             u = _finite(cur.features, (n, d), label, "curvature().features")
             w = _finite(cur.weights, (n,), label, "curvature().weights")
             return RankOneCurvature(u, w)
+        if isinstance(cur, BlockCurvature):
+            x = np.asarray(cur.features)
+            p = x.shape[1] if x.ndim == 2 else 0
+            r = d // p if p and d % p == 0 else 0
+            if not r:
+                raise ModelError(f"model {label}: curvature().features has shape {x.shape}, expected (n, p) with p "
+                                 f"dividing D = {d}")
+            x = _finite(x, (n, p), label, "curvature().features")
+            w = _finite(cur.weights, (n, r, r), label, "curvature().weights")
+            return BlockCurvature(x, w)
         if isinstance(cur, DenseCurvature):
             return DenseCurvature(_finite(cur.hessians, (n, d, d), label, "curvature().hessians"))
-        raise ModelError(f"model {label}: curvature() must return RankOneCurvature or DenseCurvature, "
-                         f"got {type(cur).__name__}")
+        raise ModelError(f"model {label}: curvature() must return RankOneCurvature, BlockCurvature or "
+                         f"DenseCurvature, got {type(cur).__name__}")
     if callable(getattr(model, "per_sample_hessians", None)):
         return DenseCurvature(checked_call(model, "per_sample_hessians", theta, X, y, shape=(n, d, d)))
     if callable(getattr(model, "hessian_vector_products", None)):

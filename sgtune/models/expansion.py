@@ -1,9 +1,10 @@
 """MAP fitting and the second-order expansion of any protocol model (:mod:`sgtune.models.base`).
 
-Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+Scaling (Wang, Ding & Huggins (2026), §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)). Only the protocol is used: per-sample losses,
 gradients and curvature; the rank-one structure J_n = w_n u_n u_nᵀ a model declares (GLMs,
-Gauss–Newton networks) selects the O(N·D²) paths, dense J_n the general ones.
+Gauss–Newton networks) and the block structure J_n = W_n ⊗ x_n x_nᵀ (multinomial logistic
+regression) select the O(N·D²) paths, dense J_n the general ones.
 
 Data read out of core (``Dataset.rows`` set: a folder or a Parquet file, :mod:`sgtune.io.data`)
 take the streamed paths: every pass over the rows (the fit's loss/gradient/curvature, the
@@ -26,8 +27,8 @@ from ..core._validation import as_float_array, as_symmetric
 from ..io.data import Dataset
 from ..core.errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
 from ..io.reduce import CHUNK_ROWS, RowSource, reduce_rows
-from .base import (DenseCurvature, ModelError, RankOneCurvature, checked_call, model_dim, model_label,
-                   parameter_names, per_sample_curvature)
+from .base import (BlockCurvature, DenseCurvature, ModelError, RankOneCurvature, block_dense, block_matrix,
+                   checked_call, model_dim, model_label, parameter_names, per_sample_curvature)
 
 __all__ = ["FitResult", "fit_map", "Expansion", "expand", "expansion_at", "prior_matrix", "DENSE_HESSIAN_BUDGET", "Reductions",
            "RowStream"]
@@ -38,10 +39,41 @@ _JSJ_OPERATOR_BUDGET = 12_500_000
 _JSJ_RECENT = 4
 #: largest N·D² (float64 entries) of dense per-sample Hessians sgtune forms (≈ 800 MB)
 DENSE_HESSIAN_BUDGET = 100_000_000
+#: rows per block of the in-memory block-curvature C̄(Σ) (its (rows, D) temporaries stay ≤ 2²² numbers at D = 1024)
+_BLOCK_ROWS = 4096
 
 
 def prior_matrix(prior_precision: Any, dim: int) -> np.ndarray:
-    """Γ as a (D, D) symmetric positive semi-definite matrix from a scalar G (Γ = G·I) or a matrix."""
+    """Γ as a (D, D) symmetric positive semi-definite matrix from a scalar G (Γ = G·I) or a matrix.
+
+    Parameters
+    ----------
+    prior_precision : float or (D, D) array_like
+        G ≥ 0 or the matrix Γ (the prior term of the mean loss is θᵀΓθ/(2N)).
+    dim : int
+        D.
+
+    Returns
+    -------
+    (D, D) ndarray
+        Γ.
+
+    Raises
+    ------
+    SgtuneError
+        A negative or non-finite scalar.
+    ShapeError
+        A matrix that is not (D, D).
+    NotPositiveDefiniteError
+        A matrix with a negative eigenvalue.
+
+    Examples
+    --------
+    >>> from sgtune.models import prior_matrix
+    >>> prior_matrix(2.0, 2)
+    array([[2., 0.],
+           [0., 2.]])
+    """
     arr = np.asarray(prior_precision, dtype=float)
     if arr.ndim == 0:
         g = float(arr)
@@ -58,7 +90,28 @@ def prior_matrix(prior_precision: Any, dim: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class FitResult:
-    """MAP estimate and Newton diagnostics."""
+    """MAP estimate and Newton diagnostics, as :func:`fit_map` returns them.
+
+    Attributes
+    ----------
+    theta_hat : (D,) ndarray
+        The MAP θ̂.
+    iterations : int
+        Newton iterations taken (after L-BFGS, for models fitted that way).
+    grad_norm : float
+        ‖∇L(θ̂)‖ at the returned point.
+    loss : float
+        The penalised mean loss L(θ̂) = (1/N) Σ_n l_n(θ̂) + θ̂ᵀΓθ̂/(2N).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import fit_map, get_model
+    >>> data = make_dataset([[1.0], [2.0], [3.0]], [2.0, 4.0, 6.0])
+    >>> fit = fit_map(get_model("linear"), data)
+    >>> np.round(fit.theta_hat, 6), bool(fit.grad_norm < 1e-8)
+    (array([2.]), True)
+    """
 
     theta_hat: np.ndarray
     iterations: int
@@ -70,9 +123,51 @@ class FitResult:
 def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: Any = None,
             tol: float = 1e-10, max_iter: int = 200, population_size: int | None = None,
             seed: int = 0, scheduler: str | None = None) -> FitResult:
-    r"""θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) for any protocol model, with a convergence check.
+    r"""Fit the MAP θ̂ = argmin_θ (1/N) Σ_n l_n(θ) + θᵀΓθ/(2N) of a protocol model, checking convergence.
 
-    Models with ``fit_method = "newton"`` (GLMs) are fitted by damped Newton with a backtracking
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model (a :class:`~sgtune.models.glm.GLM`, an MLP, a user's model).
+    data : Dataset
+        The observations.
+    prior_precision : float or array_like, optional
+        Γ: a scalar (Γ = γI) or a (D, D) positive semi-definite matrix; 0 is a flat prior.
+    theta0 : array_like or None, optional
+        Starting point (default: the model's own start).
+    tol : float, optional
+        Convergence when the Newton decrement gᵀH⁻¹g ≤ tol².
+    max_iter : int, optional
+        Most Newton iterations.
+    population_size : int or None, optional
+        N when ``data`` is a subsample of M rows of a data set of N rows (the prior term is then
+        θᵀΓθ/(2N), so θ̂ estimates the full-data MAP).
+    seed : int, optional
+        Seed of a non-convex model's random start.
+    scheduler : str or None, optional
+        For data out of core: None (serial), ``"local"`` or a Dask scheduler's address.
+
+    Returns
+    -------
+    FitResult
+        The MAP θ̂, the iterations taken, ‖∇L(θ̂)‖ and L(θ̂).
+
+    Raises
+    ------
+    DataFormatError
+        Response outside the model's domain; the model's identifiability check failed (GLMs:
+        separable logistic data, rank-deficient design without a prior).
+    ConvergenceError
+        No convergence within ``max_iter`` Newton iterations (or L-BFGS failed).
+
+    See Also
+    --------
+    expand : Fit and expand the losses at θ̂ in one call.
+
+    Notes
+    -----
+    Implements θ̂ of Wang, Ding & Huggins (2026), §2.1. Models with ``fit_method = "newton"`` (GLMs)
+    are fitted by damped Newton with a backtracking
     line search from ``model.newton_start`` (or ``theta0``). Other (non-convex) models — networks,
     user models — by L-BFGS from the seeded start ``model.initial_params(p, default_rng(seed))``
     (or ``theta0``), then polished by the same damped Newton on the model's curvature, which
@@ -86,13 +181,15 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
     and each line-search trial point's pass also gives its gradient and curvature (an accepted
     point costs no second pass).
 
-    Raises
-    ------
-    DataFormatError
-        Response outside the model's domain; the model's identifiability check failed (GLMs:
-        separable logistic data, rank-deficient design without a prior).
-    ConvergenceError
-        No convergence within ``max_iter`` Newton iterations (or L-BFGS failed).
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import fit_map, get_model
+    >>> fit = fit_map(get_model("logistic"), example("logistic"))
+    >>> np.round(fit.theta_hat, 2)
+    array([ 0.13, -0.05,  0.51,  0.11, -0.59])
+    >>> fit.grad_norm < 1e-8
+    True
     """
     X, y = data.X, data.y
     m_rows = X.shape[0]
@@ -285,11 +382,13 @@ def _column_sums(g: np.ndarray) -> np.ndarray:
     return out + g[k * _SUM_BLOCK:].sum(axis=0)
 
 
-def _mean_curvature(cur: RankOneCurvature | DenseCurvature) -> np.ndarray:
-    """J = mean_n J_n from either structure (rank-one: Uᵀ diag(w) U / n, one BLAS call)."""
+def _mean_curvature(cur: RankOneCurvature | BlockCurvature | DenseCurvature) -> np.ndarray:
+    """J = mean_n J_n from any structure (rank-one: Uᵀ diag(w) U / n, one BLAS call)."""
     if isinstance(cur, RankOneCurvature):
         u, w = cur.features, cur.weights
         J = (u.T * w) @ u / u.shape[0]
+    elif isinstance(cur, BlockCurvature):
+        J = block_matrix(cur.features, cur.weights) / cur.features.shape[0]
     else:
         J = cur.hessians.mean(axis=0)
     return 0.5 * (J + J.T)
@@ -357,19 +456,24 @@ def _check_identifiable_sample(model: Any, data: Dataset, gam: np.ndarray,
 
 
 def _chunk_rows(model: Any, d: int) -> int:
-    """Rows per chunk: CHUNK_ROWS for rank-one models; dense J_n chunks hold ≤ 2²² numbers."""
+    """Rows per chunk: CHUNK_ROWS for rank-one models; block-curvature chunks hold ≤ 2²² gradient numbers
+    (the C̄(Σ) pass forms one (rows, D) product per block); dense J_n chunks ≤ 2²² numbers."""
     if getattr(model, "rank_one", False):
         return CHUNK_ROWS
+    if getattr(model, "block_curvature", False):
+        return max(1, min(CHUNK_ROWS, (1 << 22) // d))
     return max(1, min(CHUNK_ROWS, (1 << 22) // (d * d)))
 
 
-def _curvature_sum(cur: RankOneCurvature | DenseCurvature, dense: bool = False) -> np.ndarray:
+def _curvature_sum(cur: RankOneCurvature | BlockCurvature | DenseCurvature, dense: bool = False) -> np.ndarray:
     """Σ_n J_n over the rows of one chunk (unsymmetrised)."""
     if isinstance(cur, RankOneCurvature):
         u, w = cur.features, cur.weights
         if not dense:
             return (u.T * w) @ u
         return np.einsum("n,ni,nj->ij", w, u, u)
+    if isinstance(cur, BlockCurvature):
+        return block_matrix(cur.features, cur.weights)
     return cur.hessians.sum(axis=0)
 
 
@@ -387,7 +491,7 @@ def _chunk_fit_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray
 
 def _chunk_expansion_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int,
                            resid: bool) -> tuple[np.ndarray, ...]:
-    """One chunk of the streamed expansion: (Σ g_n, Σ g_n g_nᵀ, Σ J_n, [rank-one?, residual Σ r²], Σ x_n²).
+    """One chunk of the streamed expansion: (Σ g_n, Σ g_n g_nᵀ, Σ J_n, [rank-one?, residual Σ r², block?], Σ x_n²).
 
     The covariates' column sums of squares (for the applicability report's column scales) cost
     nothing here: the chunk is already in memory.
@@ -399,17 +503,20 @@ def _chunk_expansion_terms(X: np.ndarray, y: np.ndarray, model: Any, theta: np.n
     if resid:  # residual_variance = Σ r²/max(m − D, 1) on the chunk, so this is the chunk's Σ r²
         r2 = float(model.residual_variance(theta, X, y)) * max(m - X.shape[1], 1)
     return (_column_sums(g), g.T @ g, _curvature_sum(cur),
-            np.array([float(isinstance(cur, RankOneCurvature)), r2]), (X * X).sum(axis=0))
+            np.array([float(isinstance(cur, RankOneCurvature)), r2, float(isinstance(cur, BlockCurvature))]),
+            (X * X).sum(axis=0))
 
 
 def _chunk_jsj(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, sigma: np.ndarray,
                dense: bool) -> tuple[np.ndarray]:
-    """Σ_n J_n Σ J_n over one chunk (rank-one: Uᵀ diag(w_n² u_nᵀΣu_n) U)."""
+    """Σ_n J_n Σ J_n over one chunk (rank-one: Uᵀ diag(w_n² u_nᵀΣu_n) U; block: :func:`_block_jsj_sum`)."""
     cur = per_sample_curvature(model, theta, X, y)
     if isinstance(cur, RankOneCurvature) and not dense:
         u, w = cur.features, cur.weights
         q = np.einsum("ij,ij->i", u @ sigma, u)
         return ((u.T * (w * w * q)) @ u,)
+    if isinstance(cur, BlockCurvature) and not dense:
+        return (_block_jsj_sum(cur.features, cur.weights, sigma),)
     out = np.zeros_like(sigma)
     for a in range(0, X.shape[0], 4096):
         hs = _dense_block(cur, a, a + 4096)
@@ -418,7 +525,8 @@ def _chunk_jsj(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, sigm
 
 
 def _chunk_kernel(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d: int) -> tuple[np.ndarray]:
-    """Σ_n vec(J_n) vec(J_n)ᵀ over one chunk (D²×D², for the direct solve's variance kernel)."""
+    """Σ_n vec(J_n) vec(J_n)ᵀ over one chunk (D²×D²; :func:`_kron_from_vec_outer` turns the total into
+    Σ_n J_n ⊗ J_n, the direct solve's variance kernel)."""
     cur = per_sample_curvature(model, theta, X, y)
     K = np.zeros((d * d, d * d))
     for a in range(0, X.shape[0], 4096):
@@ -427,10 +535,35 @@ def _chunk_kernel(X: np.ndarray, y: np.ndarray, model: Any, theta: np.ndarray, d
     return (K,)
 
 
-def _dense_block(cur: RankOneCurvature | DenseCurvature, a: int, b: int) -> np.ndarray:
+def _kron_from_vec_outer(G: np.ndarray, d: int) -> np.ndarray:
+    """Σ_n J_n ⊗ J_n from G = Σ_n vec(J_n)vec(J_n)ᵀ: (J⊗J)[(i,k),(j,l)] = J[i,j]J[k,l] = G[(i,j),(k,l)]."""
+    return G.reshape(d, d, d, d).transpose(0, 2, 1, 3).reshape(d * d, d * d)
+
+
+def _block_jsj_sum(X: np.ndarray, W: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Σ_n J_n Σ J_n for J_n = W_n ⊗ x_n x_nᵀ: Σ_n (W_n Q_n W_n) ⊗ x_n x_nᵀ with Q_n[a,b] = x_nᵀ Σ_{ab} x_n.
+
+    (J_nΣJ_n)[(a,i),(b,j)] = Σ_{c,e} W_n[a,c] x_n[i] (x_nᵀΣ_{ce}x_n) x_n[j] W_n[e,b]. O(N·D²) in r products
+    X Σ_{c·} (rows × D) — never an (N, D, D) array.
+    """
+    n, p = X.shape
+    r = W.shape[1]
+    s4 = np.asarray(sigma, dtype=float).reshape(r, p, r, p)
+    Q = np.empty((n, r, r))
+    for a in range(r):
+        T = (X @ s4[a].reshape(p, r * p)).reshape(n, r, p)  # rows of X Σ_{a·}
+        Q[:, a, :] = np.einsum("nbi,ni->nb", T, X)
+    Q = 0.5 * (Q + np.swapaxes(Q, 1, 2))
+    M = W @ Q @ W
+    return block_matrix(X, 0.5 * (M + np.swapaxes(M, 1, 2)))
+
+
+def _dense_block(cur: RankOneCurvature | BlockCurvature | DenseCurvature, a: int, b: int) -> np.ndarray:
     if isinstance(cur, RankOneCurvature):
         u, w = cur.features[a:b], cur.weights[a:b]
         return w[:, None, None] * u[:, :, None] * u[:, None, :]
+    if isinstance(cur, BlockCurvature):
+        return block_dense(cur.features[a:b], cur.weights[a:b])
     return cur.hessians[a:b]
 
 
@@ -438,8 +571,25 @@ def _dense_block(cur: RankOneCurvature | DenseCurvature, a: int, b: int) -> np.n
 class Reductions:
     """Per-sample means an :class:`Expansion` needs, computed elsewhere (streamed over chunks).
 
-    ``curvature`` J = mean_n J_n, ``fisher`` 𝓘 = mean_n g_n g_nᵀ, ``mean_grad`` ḡ, over ``n_rows`` rows;
-    ``column_mean_squares`` mean_n x_n² per covariate column (when the pass computed it).
+    Parameters
+    ----------
+    curvature : (D, D) ndarray
+        J = mean_n J_n.
+    fisher : (D, D) ndarray
+        𝓘 = mean_n g_n g_nᵀ.
+    mean_grad : (D,) ndarray
+        The mean gradient ḡ = mean_n g_n.
+    n_rows : int
+        The number of rows averaged over.
+    column_mean_squares : (p,) ndarray or None, optional
+        The mean of x_n² per covariate column (when the pass computed it).
+
+    Examples
+    --------
+    >>> from sgtune.models.expansion import Reductions
+    >>> r = Reductions(np.eye(2), 0.5 * np.eye(2), np.zeros(2), n_rows=100)
+    >>> r.n_rows, r.column_mean_squares is None
+    (100, True)
     """
 
     curvature: np.ndarray
@@ -451,53 +601,141 @@ class Reductions:
 
 @dataclass(frozen=True)
 class RowStream:
-    """Rows an :class:`Expansion` re-reads at θ̂ for C̄(Σ) and the variance kernel (out-of-core data)."""
+    """Rows an :class:`Expansion` re-reads at θ̂ for C̄(Σ) and the variance kernel (out-of-core data).
+
+    Made by :func:`expand` for data out of core; not built by hand.
+
+    Parameters
+    ----------
+    rows : RowSource
+        The file-backed rows.
+    model : PerSampleModel
+        The model whose per-sample quantities each pass computes.
+    rank_one : bool
+        Whether the model's curvature is rank one.
+    scheduler : str or None, optional
+        None (serial), ``"local"`` or a Dask scheduler's address.
+    chunk_rows : int, optional
+        Rows per chunk of a pass.
+    block : bool, optional
+        Whether the model's curvature is block structured (:class:`~sgtune.models.base.BlockCurvature`).
+
+    See Also
+    --------
+    sgtune.io.reduce.reduce_rows : One chunked pass.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.io.data import example, load_dataset
+    >>> from sgtune.models import expand, get_model
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> data = example("logistic")
+    >>> np.save(folder / "X.npy", data.X); np.save(folder / "y.npy", data.y)
+    >>> e = expand(get_model("logistic"), load_dataset(folder))
+    >>> e.grads is None, type(e.stream).__name__
+    (True, 'RowStream')
+    """
 
     rows: RowSource
     model: Any
     rank_one: bool
     scheduler: str | None = None
     chunk_rows: int = CHUNK_ROWS
+    #: the model's curvature is a BlockCurvature on every chunk (and dense Hessians were not asked for)
+    block: bool = False
+
+    @property
+    def dense(self) -> bool:
+        """No structured (rank-one or block) fast path: C̄(Σ) forms the chunks' J_n."""
+        return not (self.rank_one or self.block)
 
     def reduce(self, fn: Any, *args: Any) -> tuple[np.ndarray, ...]:
         return reduce_rows(fn, self.rows, self.model, *args, chunk_rows=self.chunk_rows, scheduler=self.scheduler)
 
 
 def _dense_affordable(model: Any, n: int, d: int) -> bool:
-    """Can the model's curvature be formed? Rank-one always; dense while N·D² ≤ the budget."""
-    if getattr(model, "rank_one", False):
+    """Can the model's curvature be formed? Rank-one and block always; dense while N·D² ≤ the budget."""
+    if getattr(model, "rank_one", False) or getattr(model, "block_curvature", False):
         return True
     return n * d * d <= DENSE_HESSIAN_BUDGET
 
 
 @dataclass(frozen=True)
 class Expansion:
-    r"""Second-order expansion of the per-sample losses at θ̂ (seed 003, §3 and Thm. 4.3).
+    r"""Second-order expansion of the per-sample losses at θ̂ (Wang, Ding & Huggins 2026, §3 and Thm. 4.3).
 
-    Either rank-one curvature (``design`` X and ``weights`` w with J_n = w_n x_n x_nᵀ) or
-    dense ``per_sample_hessians`` (N, D, D) must be given — or, for data out of core,
+    One curvature structure must be given: rank-one (``design`` X and ``weights`` w with
+    J_n = w_n x_n x_nᵀ), block (``block``: a :class:`~sgtune.models.base.BlockCurvature` with
+    J_n = W_n ⊗ x_n x_nᵀ) or dense ``per_sample_hessians`` (N, D, D) — or, for data out of core,
     ``grads=None`` with precomputed ``reductions`` (J, 𝓘, ḡ) and a ``stream`` over the rows,
     which :meth:`mean_jsj` and the variance kernel re-read chunk by chunk.
 
     Attributes
     ----------
-    theta_hat : (D,) MAP θ̂.
-    grads : (N, D) per-sample gradients g_n = ∇l_n(θ̂).
-    prior_precision : (D, D) Γ.
-    curvature : (D, D) J = mean_n J_n.
-    hessian : (D, D) H = J + Γ/N.
-    fisher : (D, D) 𝓘 = mean_n g_n g_nᵀ.
-    mean_grad : (D,) ḡ = mean_n g_n (= −Γθ̂/N at the MAP).
-    gradient_norm : ‖∇L(θ̂)‖ = ‖ḡ + Γθ̂/N‖ (0 at the MAP; reported for given weights).
-    gradient_z : √(N ∇L(θ̂)ᵀ C⁺ ∇L(θ̂)), C = 𝓘 − ḡḡᵀ: the gradient in units of its own sampling
-        noise (above 1 the expansion point is not a stationary point to within noise).
-    hessian_min_eigenvalue : λ_min(H).
-    parameter_blocks : the model's default blocks of Λ (an MLP's layers), or None.
-    parameter_names : the name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
-    population_size : N when the expansion was fitted on a subsample of M < N rows
-        (seed 003 Alg. 1 steps 1–5): means are over the M rows, every 1/N uses N.
-    reductions, stream : the streamed form (out-of-core data; ``grads``, ``design`` and
+    theta_hat : (D,) ndarray
+        The expansion point θ̂ (the MAP unless given).
+    grads : (N, D) ndarray or None
+        Per-sample gradients g_n = ∇l_n(θ̂) (None out of core).
+    prior_precision : (D, D) ndarray
+        Γ.
+    design, weights : (N, D) and (N,) ndarray, or None
+        The rank-one curvature J_n = w_n x_n x_nᵀ (None for dense curvature or out of core).
+    per_sample_hessians : (N, D, D) ndarray or None
+        Dense per-sample curvature J_n (None for rank-one curvature or out of core).
+    block : BlockCurvature or None
+        Block curvature J_n = W_n ⊗ x_n x_nᵀ (:class:`~sgtune.models.base.BlockCurvature`).
+    curvature : (D, D) ndarray
+        J = mean_n J_n.
+    hessian : (D, D) ndarray
+        H = J + Γ/N.
+    fisher : (D, D) ndarray
+        𝓘 = mean_n g_n g_nᵀ.
+    mean_grad : (D,) ndarray
+        ḡ = mean_n g_n (= −Γθ̂/N at the MAP).
+    gradient_norm : float
+        ‖∇L(θ̂)‖ = ‖ḡ + Γθ̂/N‖ (0 at the MAP; reported for given weights).
+    gradient_z : float
+        √(N ∇L(θ̂)ᵀ C⁺ ∇L(θ̂)), C = 𝓘 − ḡḡᵀ: the gradient in units of its own sampling noise
+        (above 1 the expansion point is not a stationary point to within noise).
+    hessian_min_eigenvalue : float
+        λ_min(H).
+    model : str
+        The model's label.
+    noise_variance : float
+        σ² of a Gaussian likelihood (1 otherwise).
+    residual_variance : float
+        σ̂² = Σ r_n²/(N − D) of a linear model (NaN otherwise).
+    population_size : int or None
+        N when the expansion was fitted on a subsample of M < N rows (Wang, Ding & Huggins 2026,
+        Algorithm 1, steps 1–5): means are over the M rows, every 1/N uses N.
+    reductions, stream : Reductions and RowStream, or None
+        The streamed form (out-of-core data; ``grads``, ``design``, ``block`` and
         ``per_sample_hessians`` are then None).
+    parameter_blocks : tuple of tuple of int, or None
+        The model's default blocks of Λ (an MLP's layers).
+    parameter_names : tuple of str or None
+        The name of each coordinate of θ (:func:`sgtune.models.base.parameter_names`).
+    sandwich_refusal : str or None
+        Why the model has no sandwich target (the model's ``sandwich_refusal``: J singular along a
+        symmetry of the loss), or None.
+    model_description : dict or None
+        JSON-ready keys the model gives about its parameterisation (its ``describe()``: the
+        multinomial model's classes and layout), or None.
+
+    See Also
+    --------
+    expand : Fit θ̂ and build the expansion.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("linear"), example("hetero-linear"))
+    >>> e.dim, e.n_data, e.rank_one
+    (20, 2000, True)
+    >>> e.sandwich_cov().shape
+    (20, 20)
     """
 
     theta_hat: np.ndarray
@@ -521,6 +759,9 @@ class Expansion:
     stream: RowStream | None = None
     parameter_blocks: tuple[tuple[int, ...], ...] | None = None
     parameter_names: tuple[str, ...] | None = None
+    block: BlockCurvature | None = None
+    sandwich_refusal: str | None = None
+    model_description: dict[str, Any] | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -530,12 +771,21 @@ class Expansion:
         n, d = self.grads.shape
         if self.population_size is not None and self.population_size < n:
             raise SgtuneError(f"population_size N = {self.population_size} must be >= the {n} rows of the expansion")
-        if (self.design is None) == (self.per_sample_hessians is None):
-            raise SgtuneError("Expansion needs either design+weights (rank-one) or per_sample_hessians")
+        if sum(x is not None for x in (self.design, self.block, self.per_sample_hessians)) != 1:
+            raise SgtuneError("Expansion needs exactly one of design+weights (rank-one), block (BlockCurvature) or "
+                              "per_sample_hessians")
         if self.design is not None:
             if self.weights is None or self.design.shape != (n, d) or self.weights.shape != (n,):
                 raise SgtuneError(f"design must be (N, D) = ({n}, {d}) and weights (N,) = ({n},)")
             J = (self.design.T * self.weights) @ self.design / n
+        elif self.block is not None:
+            x, w = self.block.features, self.block.weights
+            p = x.shape[1] if x.ndim == 2 else 0
+            r = d // p if p and d % p == 0 else 0
+            if x.shape != (n, p) or not r or w.shape != (n, r, r):
+                raise SgtuneError(f"block features must be (N, p) and weights (N, r, r) with r·p = D = {d}, got "
+                                  f"{x.shape} and {w.shape}")
+            J = block_matrix(x, w) / n
         else:
             if self.per_sample_hessians.shape != (n, d, d):  # type: ignore[union-attr]
                 raise SgtuneError(f"per_sample_hessians must be (N, D, D) = ({n}, {d}, {d})")
@@ -547,8 +797,8 @@ class Expansion:
         r = self.reductions
         if r is None or self.stream is None:
             raise SgtuneError("Expansion needs grads (N, D), or precomputed reductions and a row stream")
-        if self.design is not None or self.per_sample_hessians is not None:
-            raise SgtuneError("a streamed Expansion (grads=None) takes no design or per_sample_hessians")
+        if self.design is not None or self.per_sample_hessians is not None or self.block is not None:
+            raise SgtuneError("a streamed Expansion (grads=None) takes no design, block or per_sample_hessians")
         d = self.theta_hat.shape[0]
         if r.curvature.shape != (d, d) or r.fisher.shape != (d, d) or r.mean_grad.shape != (d,):
             raise SgtuneError(f"reductions must be (D, D), (D, D) and (D,) with D = {d}")
@@ -596,14 +846,46 @@ class Expansion:
             return self.stream.rank_one
         return self.design is not None
 
+    @property
+    def structure(self) -> str:
+        """The per-sample curvature's structure: ``"rank-one"``, ``"block"`` or ``"dense"``."""
+        if self.stream is not None:
+            return "rank-one" if self.stream.rank_one else "block" if self.stream.block else "dense"
+        return "rank-one" if self.design is not None else "block" if self.block is not None else "dense"
+
     def variance_kernel_sum(self) -> np.ndarray:
-        """Streamed Σ_n vec(J_n)vec(J_n)ᵀ / N (D²×D²); the in-memory path is in ``theory.stationary``."""
-        if self.stream is None:
-            raise SgtuneError("variance_kernel_sum is the streamed path; this Expansion holds its rows in memory")
-        return self.stream.reduce(_chunk_kernel, self.theta_hat, self.dim)[0] / self.n_samples
+        """mean_n J_n ⊗ J_n (D²×D²): the matrix of Σ ↦ mean_n J_nΣJ_n on C-order vec(Σ).
+
+        Accumulated in row blocks of 4096 as Σ_n vec(J_n)vec(J_n)ᵀ (one BLAS product per block;
+        rank-one J_n = w_n x_n x_nᵀ give a fully symmetric tensor, so that sum is the Kronecker sum
+        already; block and dense J_n are rearranged). Streamed expansions take one pass over the rows.
+        O(N·D⁴): for the direct solves of small D.
+        """
+        d = self.dim
+        if self.stream is not None:
+            G = self.stream.reduce(_chunk_kernel, self.theta_hat, d)[0] / self.n_samples
+            return G if self.stream.rank_one else _kron_from_vec_outer(G, d)
+        K = np.zeros((d * d, d * d))
+        if self.design is not None:
+            X, w = self.design, self.weights
+            for start in range(0, self.n_samples, 4096):
+                xb = X[start:start + 4096]
+                Z = (w[start:start + 4096][:, None, None] * xb[:, :, None] * xb[:, None, :]).reshape(len(xb), d * d)
+                K += Z.T @ Z
+        else:
+            cur = (DenseCurvature(self.per_sample_hessians) if self.block is None  # type: ignore[arg-type]
+                   else self.block)
+            G = np.zeros((d * d, d * d))  # G[(i,j),(k,l)] = Σ_n J_n[i,j] J_n[k,l]: one BLAS product per block
+            for start in range(0, self.n_samples, 4096):
+                Z = _dense_block(cur, start, start + 4096).reshape(-1, d * d)
+                G += Z.T @ Z
+            K += _kron_from_vec_outer(G, d)
+        K /= self.n_samples
+        return K
 
     def mean_jsj(self, sigma: np.ndarray) -> np.ndarray:
-        """mean_n J_n Σ J_n; rank-one path = Xᵀ diag(w_n² x_nᵀΣx_n) X / N in O(N·D²).
+        """mean_n J_n Σ J_n; rank-one path = Xᵀ diag(w_n² x_nᵀΣx_n) X / N in O(N·D²); block path
+        mean_n (W_nQ_nW_n) ⊗ x_n x_nᵀ with Q_n[a,b] = x_nᵀΣ_{ab}x_n, also O(N·D²).
 
         Streamed expansions re-read the rows chunk by chunk (one pass, O(chunk·D + D²) memory) and
         remember the last few results, so asking again at the same Σ costs no pass.
@@ -616,7 +898,7 @@ class Expansion:
             for s_prev, out_prev in recent:
                 if s_prev.shape == sigma.shape and np.array_equal(s_prev, sigma):
                     return out_prev.copy()
-            out = self.stream.reduce(_chunk_jsj, self.theta_hat, sigma, not self.stream.rank_one)[0] / self.n_samples
+            out = self.stream.reduce(_chunk_jsj, self.theta_hat, sigma, self.stream.dense)[0] / self.n_samples
             out = 0.5 * (out + out.T)
             recent.insert(0, (sigma.copy(), out.copy()))
             del recent[_JSJ_RECENT:]
@@ -625,6 +907,12 @@ class Expansion:
             X, w = self.design, self.weights
             q = np.einsum("ij,ij->i", X @ sigma, X)  # x_nᵀ Σ x_n
             out = (X.T * (w * w * q)) @ X / self.n_samples  # type: ignore[operator]
+        elif self.block is not None:  # J_n = W_n ⊗ x_n x_nᵀ: through x_nᵀ Σ_{ab} x_n, O(N·D²) in row blocks
+            X, W = self.block.features, self.block.weights
+            out = np.zeros((self.dim, self.dim))
+            for start in range(0, self.n_samples, _BLOCK_ROWS):
+                out += _block_jsj_sum(X[start:start + _BLOCK_ROWS], W[start:start + _BLOCK_ROWS], sigma)
+            out /= self.n_samples
         else:
             Hs = self.per_sample_hessians
             n, d = Hs.shape[0], self.dim
@@ -646,7 +934,13 @@ class Expansion:
 
     @cites("wang2026", "§2.2 and Alg. 1 steps 3–5 (with the 1/N of §2.2)")
     def sandwich_cov(self) -> np.ndarray:
-        """S* = J⁻¹ 𝓘 J⁻¹ / N (frequentist sampling covariance of θ̂; seed 003 §2.2)."""
+        """S* = J⁻¹ 𝓘 J⁻¹ / N (frequentist sampling covariance of θ̂; Wang, Ding & Huggins (2026) §2.2).
+
+        Raises :class:`NotPositiveDefiniteError` when J is not positive definite, or with the
+        model's ``sandwich_refusal`` when the model declares J singular (the full softmax layout).
+        """
+        if self.sandwich_refusal:
+            raise NotPositiveDefiniteError(self.sandwich_refusal)
         Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)",
                             " (non-convex models: --hessian gauss-newton makes J ⪰ 0, or use the posterior "
                             "target H⁻¹/N, H = J + Γ/N)")
@@ -677,15 +971,29 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
            scheduler: str | None = None) -> Expansion:
     """Fit θ̂ (unless given) and compute g_n and J_n at θ̂ through the model protocol.
 
-    The curvature keeps the structure the model declares (rank-one ``design``/``weights``, or
-    dense ``per_sample_hessians``; ``dense_hessians`` forces dense). ``theta_hat`` expands at
-    given parameters (e.g. trained weights of a non-convex model, which has no unique MAP): the
-    expansion then reports ‖∇L(θ̂)‖ and λ_min(H), warns (:class:`~sgtune.core.errors.AccuracyWarning`)
-    when the gradient is larger than its own sampling noise, and refuses when H is not positive
-    definite. ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows
-    (seed 003 Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
-    Out-of-core data (``data.rows``) give a streamed Expansion (reductions + row stream, no
-    (N, D) arrays); ``scheduler`` (None, "local" or a Dask address) runs its passes on Dask.
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model (a :class:`~sgtune.models.glm.GLM`, an MLP, a user's model).
+    data : Dataset
+        The observations (in memory or out of core).
+    prior_precision : float or array_like, optional
+        Γ: a scalar (Γ = γI) or a (D, D) positive semi-definite matrix; 0 is a flat prior.
+    theta_hat : array_like or None, optional
+        Expand at these parameters instead of fitting the MAP (e.g. a trained network's weights).
+    dense_hessians : bool, optional
+        Keep dense per-sample Hessians J_n even for a rank-one model.
+    population_size : int or None, optional
+        N when ``data`` is a subsample of M rows of a data set of N rows.
+    seed : int, optional
+        Seed of a non-convex model's random start (:func:`fit_map`).
+    scheduler : str or None, optional
+        For data out of core: None (serial), ``"local"`` or a Dask scheduler's address.
+
+    Returns
+    -------
+    Expansion
+        The point θ̂ with g_n, J_n (or their streamed reductions), J, H = J + Γ/N, 𝓘 and ḡ.
 
     Raises
     ------
@@ -693,6 +1001,38 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
         H = J + Γ/N is not positive definite at θ̂ (the message names the remedies).
     ModelError
         The model returned a wrong shape or a non-finite value.
+    SgtuneError
+        ``theta_hat`` does not have the model's length D.
+
+    See Also
+    --------
+    fit_map : The fit alone.
+    expansion_at : The same quantities at any θ, without a fit or checks.
+
+    Notes
+    -----
+    The second-order expansion of Wang, Ding & Huggins (2026), §3 and Theorem 4.3.
+    The curvature keeps the structure the model declares (rank-one ``design``/``weights``, or
+    dense ``per_sample_hessians``; ``dense_hessians`` forces dense). ``theta_hat`` expands at
+    given parameters (e.g. trained weights of a non-convex model, which has no unique MAP): the
+    expansion then reports ‖∇L(θ̂)‖ and λ_min(H), warns (:class:`~sgtune.core.errors.AccuracyWarning`)
+    when the gradient is larger than its own sampling noise, and refuses when H is not positive
+    definite. ``population_size`` N: ``data`` is a subsample of M rows of a data set of N rows
+    (Wang, Ding & Huggins (2026) Alg. 1 steps 1–5); per-sample means use the M rows, every 1/N uses N.
+    Out-of-core data (``data.rows``) give a streamed Expansion (reductions + row stream, no
+    (N, D) arrays); ``scheduler`` (None, "local" or a Dask address) runs its passes on Dask.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> e.n_data, e.dim
+    (2000, 5)
+    >>> np.allclose(e.hessian, e.curvature)  # flat prior: H = J
+    True
+    >>> bool(e.hessian_min_eigenvalue > 0)
+    True
     """
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)
@@ -722,6 +1062,45 @@ def expansion_at(model: Any, data: Dataset, prior_precision: Any, theta: Any, *,
     The applicability report evaluates the curvature and the gradient noise at points of the
     predicted stationary spread through this (the same model calls and chunked passes as
     :func:`expand`); H may be indefinite there.
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    data : Dataset
+        The observations (in memory or out of core).
+    prior_precision : float or array_like
+        Γ (:func:`prior_matrix`).
+    theta : array_like
+        The point θ, length D.
+    dense_hessians : bool, optional
+        Keep dense per-sample Hessians even for a rank-one model.
+    population_size : int or None, optional
+        N when ``data`` is a subsample of M rows of a data set of N rows.
+    scheduler : str or None, optional
+        For data out of core: None (serial), ``"local"`` or a Dask scheduler's address.
+
+    Returns
+    -------
+    Expansion
+        The quantities at θ (not checked: ``gradient_norm`` need not be 0, H need not be SPD).
+
+    Raises
+    ------
+    ModelError
+        The model returned a wrong shape or a non-finite value.
+
+    See Also
+    --------
+    expand : The expansion at the MAP, with its checks.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expansion_at, get_model
+    >>> e = expansion_at(get_model("logistic"), example("logistic"), 0.0, np.zeros(5))
+    >>> bool(e.gradient_norm > 0)  # θ = 0 is not the MAP
+    True
     """
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)
@@ -751,15 +1130,29 @@ def _expand_in_memory(model: Any, data: Dataset, theta: np.ndarray, gam: np.ndar
     common = dict(theta_hat=theta, grads=grads, prior_precision=gam, model=label, parameter_blocks=blocks,
                   parameter_names=parameter_names(model, data.names, data.dim),
                   noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid,
-                  population_size=population_size)
+                  population_size=population_size, **_model_keys(model))
     if isinstance(cur, RankOneCurvature) and not dense_hessians:
         e = Expansion(design=cur.features, weights=cur.weights, **common)
     elif isinstance(cur, RankOneCurvature):
         u, w = cur.features, cur.weights
         e = Expansion(per_sample_hessians=w[:, None, None] * u[:, :, None] * u[:, None, :], **common)
+    elif isinstance(cur, BlockCurvature) and not dense_hessians:
+        e = Expansion(block=cur, **common)
+    elif isinstance(cur, BlockCurvature):
+        e = Expansion(per_sample_hessians=block_dense(cur.features, cur.weights), **common)
     else:
         return Expansion(per_sample_hessians=cur.hessians, **common)
     return e
+
+
+def _model_keys(model: Any) -> dict[str, Any]:
+    """The Expansion fields a model fills about itself: ``sandwich_refusal`` and ``model_description``."""
+    refusal = getattr(model, "sandwich_refusal", None)
+    describe = getattr(model, "describe", None)
+    desc = checked_call(model, "describe") if callable(describe) else None
+    if desc is not None and not isinstance(desc, dict):
+        raise ModelError(f"model {model_label(model)}: describe() returned {type(desc).__name__}, expected a dict")
+    return {"sandwich_refusal": str(refusal) if refusal else None, "model_description": desc}
 
 
 def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.ndarray, label: str,
@@ -774,16 +1167,17 @@ def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.nda
                                      scheduler=scheduler)
     n_chunks = -(-m // chunk)
     rank_one = bool(flags[0] == n_chunks) and not dense_hessians
+    block = bool(flags[2] == n_chunks) and not dense_hessians
     resid_var = float(flags[1]) / max(m - rows.n_cols, 1) if resid else float("nan")
     red = Reductions(curvature=js / m, fisher=ggs / m, mean_grad=gs / m, n_rows=m, column_mean_squares=xx / m)
-    stream = RowStream(rows, model, rank_one, scheduler, chunk)
+    stream = RowStream(rows, model, rank_one, scheduler, chunk, block)
     blocks = None
     if callable(getattr(model, "parameter_blocks", None)):
         blocks = tuple(tuple(int(i) for i in b) for b in checked_call(model, "parameter_blocks", rows.n_cols))
     return Expansion(theta_hat=theta, grads=None, prior_precision=gam, model=label, parameter_blocks=blocks,
                      parameter_names=parameter_names(model, names, rows.n_cols),
                      noise_variance=float(getattr(model, "noise_variance", 1.0)), residual_variance=resid_var,
-                     population_size=population_size, reductions=red, stream=stream)
+                     population_size=population_size, reductions=red, stream=stream, **_model_keys(model))
 
 
 def _check_expansion_point(e: Expansion, label: str, *, given: bool) -> None:

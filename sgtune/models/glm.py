@@ -10,7 +10,7 @@ array). A GLM declares this structure through :meth:`GLM.curvature` (a
 :class:`~sgtune.models.base.RankOneCurvature`); the expansion and the theory choose their fast
 path from it, never from the model's name.
 
-Scaling (seed 003, §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
+Scaling (Wang, Ding & Huggins (2026), §2.1): mean loss L(θ) = (1/N) Σ_n l_n(θ) + (1/N) R(θ),
 R(θ) = ½ θᵀΓθ (a Gaussian prior N(0, Γ⁻¹)).
 """
 from __future__ import annotations
@@ -53,25 +53,37 @@ class GLM:
     Parameters
     ----------
     name : {"linear", "logistic", "poisson", "beta-linear"}
-        ``linear``: ρ = (y−η)²/(2σ²) (Gaussian, known noise variance σ²).
+        The family. ``linear``: ρ = (y−η)²/(2σ²) (Gaussian, known noise variance σ²).
         ``logistic``: ρ = log(1+e^η) − yη, y ∈ {0, 1}.
         ``poisson``: ρ = e^η − yη (log link; the constant log y! is dropped), y ∈ {0, 1, 2, …}.
         ``beta-linear``: the β-divergence (density-power) loss of the Gaussian linear model,
-        seed 003 appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
+        Wang, Ding & Huggins (2026), appendix D.3, ρ = −f(y; η)^{p−1}/(p−1) + (1/p)∫ f(z; η)^p dz with
         f(·; η) = N(η, σ²) and power p = ``beta_power`` > 1.
     noise_variance : float
-        σ² of the Gaussian models (``linear``, ``beta-linear``).
+        The variance σ² of the Gaussian models (``linear``, ``beta-linear``).
     beta_power : float
         The power p of the β-divergence (``beta-linear`` only); p → 1 recovers the log loss.
+
+    See Also
+    --------
+    get_model : The validated constructor.
 
     Notes
     -----
     For the β-divergence the integral term has the closed form
     ∫ N(z; η, σ²)^p dz = (2πσ²)^{(1−p)/2} p^{−1/2}; it does not depend on η, so it
-    contributes nothing to gradients or Hessians (the seed's public code estimates it by
+    contributes nothing to gradients or Hessians (the paper's public code estimates it by
     Monte Carlo, which only adds noise and bias to the loss value). The curvature weight
     ρ'' = c e^{−(p−1)r²/(2σ²)} (1 − (p−1) r²/σ²)/σ², r = y − η, c = (2πσ²)^{(1−p)/2}, is
     negative for outlying residuals, so J_n is rank-one but not necessarily positive.
+
+    Examples
+    --------
+    >>> from sgtune.models import GLM
+    >>> model = GLM("logistic")
+    >>> X, y = np.array([[1.0, 0.0], [1.0, 2.0]]), np.array([0.0, 1.0])
+    >>> model.per_sample_losses(np.zeros(2), X, y)  # log 2 at θ = 0
+    array([0.6931, 0.6931])
     """
 
     name: str
@@ -100,7 +112,7 @@ class GLM:
             raise DataFormatError(
                 f"{source or 'X'}: the design matrix has rank {rank} < D = {d} (collinear or constant "
                 "columns), so θ̂ is not identified; drop columns or pass a prior precision > 0")
-        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and _separable(X, y):
+        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and separable(X, y):
             raise DataFormatError(
                 f"{source or 'data'}: the logistic data are linearly separable, so the maximum-likelihood "
                 "estimate does not exist (θ̂ → ∞); pass a prior precision > 0 (--prior-precision)")
@@ -198,10 +210,63 @@ class GLM:
         return w[:, None, None] * X[:, :, None] * X[:, None, :]
 
 
-def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None) -> GLM:
-    """Validated :class:`GLM` by name."""
+def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | None = None, labels: Any = None,
+              layout: str = "baseline") -> Any:
+    """A validated model by name: a :class:`GLM`, or ``"multinomial"`` with its class ``labels`` and ``layout``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`MODEL_NAMES`: ``linear`` (Gaussian), ``logistic`` (Bernoulli), ``poisson``,
+        ``beta-linear`` (a linear model with the generalised loss |r|^p / p), or ``multinomial``
+        (:mod:`sgtune.models.multinomial`; ``Multinomial.from_response`` builds it from a response).
+    noise_variance : float, optional
+        The variance σ² of the ``linear`` model's Gaussian likelihood (> 0).
+    beta_power : float or None, optional
+        The power p > 1 of ``beta-linear``; required for that model, unused by the others.
+    labels : array_like or int, optional
+        Multinomial only: the class labels (the values the response takes, e.g. ``np.unique(y)``)
+        or their number K (labels 0 … K−1).
+    layout : {"baseline", "full"}, optional
+        Multinomial only: the parameterisation.
+
+    Returns
+    -------
+    GLM or Multinomial
+        The model, implementing the per-observation protocol (:class:`~sgtune.models.base.PerSampleModel`).
+
+    Raises
+    ------
+    SgtuneError
+        If ``name`` is unknown, ``noise_variance`` is not positive, ``beta_power`` is missing or
+        not a finite number above 1 for ``beta-linear``, ``labels`` are missing for
+        ``multinomial``, or ``layout`` is given to another model.
+
+    See Also
+    --------
+    sgtune.models.make_mlp : A feed-forward network model.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model
+    >>> get_model("logistic").name
+    'logistic'
+    >>> get_model("beta-linear", beta_power=1.5).beta_power
+    1.5
+    """
+    if name == "multinomial":
+        from .multinomial import Multinomial
+
+        if labels is None:
+            raise SgtuneError("model 'multinomial' needs its class labels: get_model('multinomial', labels=np.unique(y)) "
+                              "or Multinomial.from_response(y)")
+        if isinstance(labels, (int, np.integer)):
+            labels = range(int(labels))
+        return Multinomial(tuple(np.asarray(labels, dtype=float).reshape(-1)), layout)
+    if layout != "baseline":
+        raise SgtuneError(f"layout is an option of the multinomial model, not of {name!r}")
     if name not in MODEL_NAMES:
-        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
+        raise SgtuneError(f"model must be one of {', '.join(MODEL_NAMES)} or multinomial, got {name!r}")
     s2 = check_positive(noise_variance, "noise_variance")
     if name == "beta-linear":
         if beta_power is None:
@@ -213,9 +278,7 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
     return GLM(name, s2)
 
 
-
-
-def _separable(X: np.ndarray, y: np.ndarray) -> bool:
+def separable(X: np.ndarray, y: np.ndarray) -> bool:
     """Is there θ with (2y−1)·x_nᵀθ ≥ 1 for all n (complete separation)? One LP (HiGHS)."""
     from scipy.optimize import linprog
 

@@ -18,9 +18,9 @@ Computation 6, 1994), vectorised over the rows and over a batch of directions: e
 are the R-operator applied to the D unit vectors (O(N·D²) memory, for small D), Hessian–vector
 products to one direction (O(N·D)).
 
-Parameter layout (CLI.md, "Additions"): θ is the concatenation, layer by layer from the input,
+Parameter layout (docs/cli.rst): θ is the concatenation, layer by layer from the input,
 of W_l (shape fan_out × fan_in, row-major) and then b_l, for layers l = 1..K+1 with widths
-s_0 = p, s_l = h_l, s_{K+1} = 1. The network of seed 003 §6.3 is ``make_mlp("2,3")`` (tanh,
+s_0 = p, s_l = h_l, s_{K+1} = 1. The network of Wang, Ding & Huggins (2026) §6.3 is ``make_mlp("2,3")`` (tanh,
 gaussian) on the diabetes data.
 """
 from __future__ import annotations
@@ -109,16 +109,32 @@ class MLP:
     activation : {"tanh", "relu", "softplus"}
         Hidden activation (relu'(0) = 0, relu'' = 0).
     likelihood : {"gaussian", "bernoulli", "poisson"}
-        −log p(y | f): the GLM loss ``linear`` (with σ² = ``noise_variance``), ``logistic``
+        The loss −log p(y | f): the GLM loss ``linear`` (with σ² = ``noise_variance``), ``logistic``
         (f is the logit) or ``poisson`` (f is the log-mean).
     noise_variance : float
-        σ² of the Gaussian likelihood.
+        The variance σ² of the Gaussian likelihood.
     hessian : {"exact", "gauss-newton"}
         The per-sample curvature J_n the model declares: exact (dense, O(N·D²)) or the
         Gauss–Newton J_n ≈ ρ''(f_n)∇f_n∇f_nᵀ (rank one, always positive semi-definite for
         these likelihoods).
+    name : str
+        Shown in outputs.
 
-    Use :func:`make_mlp` to build one from CLI strings.
+    Raises
+    ------
+    SgtuneError
+        An unknown activation, likelihood or curvature, or a width that is not a positive integer.
+
+    See Also
+    --------
+    make_mlp : Build one from CLI strings.
+
+    Examples
+    --------
+    >>> from sgtune.models import MLP
+    >>> net = MLP((3,), activation="tanh", likelihood="bernoulli")
+    >>> net.n_params(2)  # (2·3 + 3) + (3·1 + 1)
+    13
     """
 
     hidden_sizes: tuple[int, ...]
@@ -440,6 +456,36 @@ class MLP:
 
 def make_mlp(hidden_sizes: Any, activation: str = "tanh", likelihood: str = "gaussian",
              noise_variance: float = 1.0, hessian: str = "exact") -> MLP:
-    """A validated :class:`MLP`; ``hidden_sizes`` may be the CLI string ``"2,3"`` (``""``: no hidden layer)."""
+    """A validated :class:`MLP`; ``hidden_sizes`` may be the CLI string ``"2,3"`` (``""``: no hidden layer).
+
+    Parameters
+    ----------
+    hidden_sizes : str or sequence of int
+        Hidden widths, as a sequence or a comma-separated string.
+    activation : {"tanh", "relu", "softplus"}, optional
+        Hidden activation.
+    likelihood : {"gaussian", "bernoulli", "poisson"}, optional
+        The loss −log p(y | f).
+    noise_variance : float, optional
+        The variance σ² of the Gaussian likelihood.
+    hessian : {"exact", "gauss-newton"}, optional
+        The per-sample curvature the model declares.
+
+    Returns
+    -------
+    MLP
+        The model.
+
+    Raises
+    ------
+    SgtuneError
+        Any setting out of its domain (the message names the CLI option).
+
+    Examples
+    --------
+    >>> from sgtune.models import make_mlp
+    >>> make_mlp("4,2", activation="relu").hidden_sizes
+    (4, 2)
+    """
     return MLP(_parse_hidden_sizes(hidden_sizes), activation=activation, likelihood=likelihood,
                noise_variance=noise_variance, hessian=hessian)

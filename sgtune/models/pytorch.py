@@ -1,8 +1,11 @@
 """A protocol model from a PyTorch ``nn.Module`` and a likelihood (extra ``[torch]``).
 
->>> import torch                                                  # doctest: +SKIP
+>>> import torch
+>>> from sgtune.models import from_torch
 >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
->>> model = from_torch(net, "bernoulli")                          # doctest: +SKIP
+>>> model = from_torch(net, "bernoulli")
+>>> model.n_params(3)
+21
 
 The network's output f(x; θ) goes through the loss of the likelihood, l_n(θ) = ρ(f(x_n; θ), y_n):
 
@@ -71,7 +74,40 @@ def _element_names(name: str, shape: tuple[int, ...]) -> list[str]:
 
 
 class TorchModel:
-    """Protocol model built by :func:`from_torch` (see the module docstring)."""
+    """Protocol model built by :func:`from_torch` (see the module docstring).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The network (copied, float64, ``eval()`` mode, gradients off).
+    likelihood : {"gaussian", "bernoulli", "poisson", "categorical"}
+        The loss of the output.
+    noise_variance : float
+        The variance σ² of the Gaussian likelihood.
+    hessian : {"exact", "gauss-newton", "hvp"}
+        The per-sample curvature the model declares.
+    name : str
+        Shown in outputs.
+
+    Raises
+    ------
+    MissingExtraError
+        PyTorch is not installed (extra ``[torch]``).
+    SgtuneError
+        The module has no parameters.
+
+    See Also
+    --------
+    from_torch : The validated constructor.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.models import TorchModel, from_torch
+    >>> model = from_torch(torch.nn.Linear(2, 1), "gaussian")
+    >>> isinstance(model, TorchModel), model.n_params(2)
+    (True, 3)
+    """
 
     #: non-convex in general: L-BFGS from the module's weights, then the certified Newton polish of ``fit_map``
     fit_method = "lbfgs"
@@ -330,7 +366,7 @@ def from_torch(module: Any, likelihood: str = "gaussian", *, noise_variance: flo
     likelihood : {"gaussian", "bernoulli", "poisson", "categorical"}
         The loss ρ(f, y) of the output (module docstring).
     noise_variance : float
-        σ² of the Gaussian likelihood.
+        The variance σ² of the Gaussian likelihood.
     hessian : {"exact", "gauss-newton", "hvp"}
         Per-sample curvature: dense exact Hessians (small D), the Gauss–Newton matrices (rank one
         for one output), or exact Hessian–vector products only.
@@ -340,6 +376,23 @@ def from_torch(module: Any, likelihood: str = "gaussian", *, noise_variance: flo
     Returns
     -------
     TorchModel
+        The model; θ is the concatenation of the module's parameters (module docstring).
+
+    Raises
+    ------
+    MissingExtraError
+        PyTorch is not installed (extra ``[torch]``).
+    SgtuneError
+        An unknown likelihood or curvature, a non-positive σ², or a module without parameters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.models import from_torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    >>> model = from_torch(net, "bernoulli", hessian="gauss-newton")
+    >>> model.per_sample_grads(np.zeros(13), np.ones((4, 2)), np.array([0.0, 1.0, 1.0, 0.0])).shape
+    (4, 13)
     """
     torch = _torch()
     if not isinstance(module, torch.nn.Module):

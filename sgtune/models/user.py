@@ -47,19 +47,59 @@ from typing import Any, Callable
 from ..core.errors import SgtuneError
 from .base import CURVATURE_METHODS, ModelError, model_label
 
-__all__ = ["load_model_file", "is_model_file_spec", "check_protocol", "UserModel"]
+__all__ = ["load_model_file", "load_file_object", "is_model_file_spec", "check_protocol", "UserModel"]
 
 REQUIRED = ("per_sample_losses", "per_sample_grads")
 
 
 def is_model_file_spec(spec: str) -> bool:
-    """Does ``spec`` look like ``path.py:NAME``?"""
+    """Tell whether ``spec`` looks like ``path.py:NAME``.
+
+    Parameters
+    ----------
+    spec : str
+        What the user gave as the model (a model name or ``path.py:NAME``).
+
+    Returns
+    -------
+    bool
+        True for a model file and the name of an object in it.
+
+    Examples
+    --------
+    >>> from sgtune.models.user import is_model_file_spec
+    >>> is_model_file_spec("models/net.py:MODEL"), is_model_file_spec("logistic")
+    (True, False)
+    """
     path, sep, name = spec.rpartition(":")
     return bool(sep) and path.endswith(".py") and bool(name)
 
 
 def check_protocol(model: Any, where: str) -> None:
-    """Raise :class:`ModelError` listing the protocol methods ``model`` lacks."""
+    """Raise :class:`ModelError` listing the protocol methods ``model`` lacks.
+
+    Parameters
+    ----------
+    model : object
+        The candidate model.
+    where : str
+        What to call it in the message (e.g. ``"net.py:MODEL"``).
+
+    Raises
+    ------
+    ModelError
+        A required method or every way to give the curvature is missing.
+
+    Examples
+    --------
+    >>> from sgtune.models import ModelError
+    >>> from sgtune.models.user import check_protocol
+    >>> try:
+    ...     check_protocol(object(), "net.py:MODEL")
+    ... except ModelError as exc:
+    ...     print(str(exc)[:40])
+    net.py:MODEL is not a model: it lacks pe
+    """
     missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
     if not any(callable(getattr(model, m, None)) for m in CURVATURE_METHODS):
         missing.append(" or ".join(f"{m}()" for m in CURVATURE_METHODS))
@@ -71,22 +111,87 @@ def check_protocol(model: Any, where: str) -> None:
 def load_model_file(spec: str) -> Any:
     """The model object NAME from ``path.py:NAME`` (imported as a fresh module), checked against the protocol.
 
+    Parameters
+    ----------
+    spec : str
+        ``path.py:NAME``.
+
+    Returns
+    -------
+    UserModel
+        The object, wrapped so that its errors name the file and the method.
+
     Raises
     ------
     ModelError
         The file does not exist, fails on import, lacks NAME, or NAME is not a model (one line
         naming the file and what is wrong).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.models.user import load_model_file
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "squares.py"
+    >>> _ = path.write_text(
+    ...     "class Squares:\\n"
+    ...     "    name = 'squares'\\n"
+    ...     "    def per_sample_losses(self, theta, X, y): return 0.5 * (y - X @ theta) ** 2\\n"
+    ...     "    def per_sample_grads(self, theta, X, y): return -(y - X @ theta)[:, None] * X\\n"
+    ...     "    def per_sample_hessians(self, theta, X, y): return X[:, :, None] * X[:, None, :]\\n"
+    ...     "MODEL = Squares()\\n")
+    >>> model = load_model_file(f"{path}:MODEL")
+    >>> model.name
+    'squares'
+    """
+    obj = load_file_object(spec, "--model")
+    path_s, _, name = spec.rpartition(":")
+    if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
+        obj = guarded(obj, f"--model {spec}: calling {name}() in {path_s}", os.getcwd())()
+    check_protocol(obj, f"--model {spec} ({model_label(obj)})")
+    return UserModel(obj, spec)
+
+
+def load_file_object(spec: str, option: str) -> Any:
+    """The object NAME of ``path.py:NAME`` as the file defines it.
+
+    The file is imported as a fresh module under the model file's rules (module docstring).
+
+    Parameters
+    ----------
+    spec : str
+        ``path.py:NAME``.
+    option : str
+        The option that gave it (``--model``, ``--features-from``), named in messages.
+
+    Returns
+    -------
+    object
+        The object, unchecked.
+
+    Raises
+    ------
+    ModelError
+        The file does not exist, fails on import, or lacks NAME.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.models.user import load_file_object
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "features.py"
+    >>> _ = path.write_text("WIDTH = 3\\n")
+    >>> load_file_object(f"{path}:WIDTH", "--features-from")
+    3
     """
     path_s, sep, name = spec.rpartition(":")
     if not sep or not path_s.endswith(".py") or not name:
-        raise SgtuneError(f"--model {spec!r}: a user model is given as path/to/file.py:NAME")
+        raise SgtuneError(f"{option} {spec!r}: give path/to/file.py:NAME")
     path = Path(path_s)
     if not path.is_file():
-        raise ModelError(f"--model {spec}: model file {path_s} does not exist")
+        raise ModelError(f"{option} {spec}: file {path_s} does not exist")
     mod_name = f"sgtune_user_model_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(mod_name, path)
     if loader_spec is None or loader_spec.loader is None:  # pragma: no cover - .py files always get a loader
-        raise ModelError(f"--model {spec}: cannot import {path_s}")
+        raise ModelError(f"{option} {spec}: cannot import {path_s}")
     module = importlib.util.module_from_spec(loader_spec)
     folder = str(path.resolve().parent)
     if folder not in sys.path:  # as for a script: a module beside the file can be imported
@@ -95,19 +200,15 @@ def load_model_file(spec: str) -> Any:
     argv = sys.argv
     sys.argv = [path_s]  # argparse at import time must not read sgtune's options
     try:
-        guarded(loader_spec.loader.exec_module, f"--model {spec}: importing {path_s}", os.getcwd())(module)
+        guarded(loader_spec.loader.exec_module, f"{option} {spec}: importing {path_s}", os.getcwd())(module)
     except ModelError:
         sys.modules.pop(mod_name, None)
         raise
     finally:
         sys.argv = argv
     if not hasattr(module, name):
-        raise ModelError(f"--model {spec}: {path_s} defines no name {name!r}")
-    obj = getattr(module, name)
-    if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
-        obj = guarded(obj, f"--model {spec}: calling {name}() in {path_s}", os.getcwd())()
-    check_protocol(obj, f"--model {spec} ({model_label(obj)})")
-    return UserModel(obj, spec)
+        raise ModelError(f"{option} {spec}: {path_s} defines no name {name!r}")
+    return getattr(module, name)
 
 
 def guarded(fn: Callable[..., Any], subject: str, cwd: str, method: str = "") -> Callable[..., Any]:
@@ -144,8 +245,39 @@ def guarded(fn: Callable[..., Any], subject: str, cwd: str, method: str = "") ->
 
 
 class UserModel:
-    """A user's model object with its source (``file.py:NAME``) for messages; every attribute is forwarded,
-    its methods ``guarded`` (an error names the file and the method)."""
+    """A user's model object with its source (``file.py:NAME``) for messages.
+
+    Every attribute is forwarded, its methods guarded (an error names the file and the method).
+
+    Parameters
+    ----------
+    model : object
+        The user's model.
+    source : str
+        ``file.py:NAME``.
+    cwd : str or None, optional
+        The working directory the file was loaded from (default: the current one).
+
+    See Also
+    --------
+    load_model_file : Loads and wraps a model file.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from sgtune.models.user import load_model_file
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "squares.py"
+    >>> _ = path.write_text(
+    ...     "class Squares:\\n"
+    ...     "    name = 'squares'\\n"
+    ...     "    def per_sample_losses(self, theta, X, y): return 0.5 * (y - X @ theta) ** 2\\n"
+    ...     "    def per_sample_grads(self, theta, X, y): return -(y - X @ theta)[:, None] * X\\n"
+    ...     "    def per_sample_hessians(self, theta, X, y): return X[:, :, None] * X[:, None, :]\\n"
+    ...     "MODEL = Squares()\\n")
+    >>> model = load_model_file(f"{path}:MODEL")
+    >>> type(model).__name__, model.source.endswith("squares.py:MODEL")
+    ('UserModel', True)
+    """
 
     def __init__(self, model: Any, source: str, cwd: str | None = None) -> None:
         self.model = model

@@ -50,47 +50,70 @@ SAMPLERS: tuple[str, ...] = SAMPLER_NAMES
 
 @dataclass(frozen=True)
 class ChainResult:
-    """Summary of C chains after burn-in (shapes use D = dimension, C = chains).
+    """Summary of C chains after burn-in, as :func:`run_chains` returns it (D = dimension, C = chains).
 
     Attributes
     ----------
-    mean, cov : (D,), (D, D)
+    mean, cov : (D,) and (D, D) ndarray
         Pooled over the non-diverged chains after burn-in (cov divides by the count).
-    mean_standard_error, cov_standard_error : (D,), (D, D)
+    mean_standard_error, cov_standard_error : (D,) and (D, D) ndarray
         Batch-means Monte Carlo standard errors (K batches = segments of the chains).
-    ess : (D,)
+    ess : (D,) ndarray
         Effective sample size per coordinate, Var(θ_i) / MCSE(mean_i)².
     n_batches : int
         K, the number of batches behind the standard errors (z-scores are t_{K−1}).
-    chain_means, chain_covs : (C, D), (C, D, D)
+    chain_means, chain_covs : (C, D) and (C, D, D) ndarray
         Per-chain moments (NaN rows for diverged chains).
-    batch_covs : (K, D, D)
+    batch_covs : (K, D, D) ndarray
         Per-batch second moments about the pooled mean (their average is ``cov``).
-    trace : (C, T', D) or None
+    trace : (C, T', D) ndarray or None
         Thinned draws after burn-in (``thin`` > 0).
-    observable_means : (C, K_obs) or None
+    observable_means : (C, K_obs) ndarray or None
         Per-chain time averages of the linear observables ℓ_kᵀθ.
-    epoch_position_mean, epoch_position_var : (R, D) or None
+    epoch_position_mean, epoch_position_var : (R, D) ndarray or None
         Reshuffling only: moments of θ after k batches of an epoch, k = 0..R−1, pooled over chains.
-    diverged_at : (C,) int
+    diverged_at : (C,) ndarray of int
         Step at which a chain diverged (non-finite state), −1 if it did not.
     clip_fraction : float
         SGLRW / clipped SGLD: fraction of coordinate updates whose probability/drift was clipped.
-    step_size_final : (C,) or None
+    final_state : (C, D) ndarray
+        Each chain's last θ.
+    n_steps, burn_in, n_chains, seed : int
+        The run (:class:`~sgtune.core.config.RunSpec`, burn-in resolved).
+    seconds, compile_seconds : float
+        Wall time of the chains and of the JIT compilation before them.
+    settings : dict
+        The sampler's settings as run (for reports).
+    step_size_final : (C,) ndarray or None
         MCLMC samplers: ε at the end of each chain (the tuned one for smile/psmile).
-    rejection_fraction : (C,) or None
+    rejection_fraction : (C,) ndarray or None
         MCLMC samplers: fraction of steps rejected by the energy-error guardrail (0 untuned).
-    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim : (C,) or None
+    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim : (C,) ndarray or None
         MCLMC samplers: mean ΔE, mean |ΔE| and mean ΔE²/D per step (all steps, burn-in included).
-    step_size_trace : (C, T') or None
+    step_size_trace : (C, T') ndarray or None
         MCLMC samplers with ``thin``: ε at the draws kept in ``trace``.
-    preconditioner, gradient_sd : (C, D) or None
+    preconditioner, gradient_sd : (C, D) ndarray or None
         pSMILE: the final diagonal preconditioner p = √D σ/|σ| and the EMA standard deviation σ of
         the minibatch ∇log p_β (its bias-corrected EMA variance; before ``precond_start`` steps p = 1).
-    half_means, half_variances : (C, 2, D) or None
+    half_means, half_variances : (C, 2, D) ndarray or None
         Each chain's mean and marginal variances over the first and the second half of its kept steps
         (its first and last ⌊S/2⌋ segments; NaN for diverged chains; None with one segment per chain):
         the non-stationarity test of :func:`sgtune.diagnostics.health.chain_health`.
+
+    See Also
+    --------
+    run_chains : Computes it.
+    sgtune.diagnostics.mcse.compare_covariance : Test ``cov`` against a prediction.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import run_chains
+    >>> res = run_chains("logistic", example("logistic"), Dynamics(0.1, batch_size=32),
+    ...                  RunSpec(1000, n_chains=2))
+    >>> res.mean.shape, res.cov.shape, res.n_diverged
+    ((5,), (5, 5), 0)
     """
 
     mean: np.ndarray
@@ -170,27 +193,6 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
                **legacy: Any) -> ChainResult:
     r"""Run C chains of a sampler on a model: SG(L)D θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ by default.
 
-    G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
-    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (Wang, Ding & Huggins 2026, §2.1
-    and eq. B.1). The other samplers (``options``, :mod:`sgtune.sampler.registry`):
-
-    - :class:`~sgtune.sampler.registry.SGLRWOptions` / :class:`~sgtune.sampler.registry.ClippedSGLDOptions`:
-      Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
-    - :class:`~sgtune.sampler.registry.SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
-      estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
-      ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
-      stationarity, so h ≲ 1/sqrt(β λ_max(H)).
-    - :class:`~sgtune.sampler.registry.SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
-      Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
-      (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
-      ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
-      coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
-      the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
-
-    SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
-    minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
-    and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
-
     Parameters
     ----------
     model : GLM, {"linear", "logistic", "poisson", "beta-linear"} or a protocol model
@@ -226,9 +228,15 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
         ``prepare``/``advance`` runs the plan itself (:mod:`sgtune.sampler.engine`; the tests' pure-Python
         reference implementation is one).
 
+    **legacy
+        The keyword form of 0.1 (``step_matrix`` as the third argument, ``batch_size=…``,
+        ``n_steps=…``, …): same chains, with a ``DeprecationWarning`` naming the new form.
+
     Returns
     -------
     ChainResult
+        Pooled moments, their batch-means standard errors, ESS, per-chain moments and (with
+        ``thin``) the trace.
 
     Raises
     ------
@@ -236,6 +244,51 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
         Every chain diverged.
     NotPositiveDefiniteError
         Λ is not SPD although β < ∞.
+    SgtuneError
+        Settings the sampler does not take (e.g. momentum with SMILE) or out of range.
+    TypeError
+        ``run`` is not a :class:`~sgtune.core.config.RunSpec`.
+
+    See Also
+    --------
+    sgtune.sampler.verify.verify_stationary_cov : Chains against the predicted covariance.
+    run_quadratic_chains : Chains on a quadratic potential with synthetic gradient noise.
+
+    Notes
+    -----
+    G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
+    with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (Wang, Ding & Huggins 2026, §2.1
+    and Eq. (B.1)). The other samplers (``options``, :mod:`sgtune.sampler.registry`):
+
+    - :class:`~sgtune.sampler.registry.SGLRWOptions` / :class:`~sgtune.sampler.registry.ClippedSGLDOptions`:
+      Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
+    - :class:`~sgtune.sampler.registry.SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
+      estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
+      ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
+      stationarity, so h ≲ 1/sqrt(β λ_max(H)).
+    - :class:`~sgtune.sampler.registry.SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
+      Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
+      (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
+      ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
+      coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
+      the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
+
+    SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
+    minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
+    and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.io.data import example
+    >>> from sgtune.sampler import SGLDOptions, run_chains
+    >>> data = example("logistic")
+    >>> res = run_chains("logistic", data, Dynamics(0.1, batch_size=32, inv_temperature=data.n_data),
+    ...                  RunSpec(1000, n_chains=2, seed=1), SGLDOptions())
+    >>> res.cov.shape, res.n_chains, res.n_steps
+    ((5, 5), 2, 1000)
+    >>> bool(np.all(res.cov_standard_error > 0))
+    True
     """
     if not isinstance(dynamics, Dynamics):
         return _legacy_run_chains(model, data, dynamics, initial=initial, prior_precision=prior_precision,
@@ -305,33 +358,72 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
                          noise_scale: float = 1.0, initial: Any = None, observables: Any = None,
                          progress: ProgressCallback | None = None, backend: Any = "numba",
                          **legacy: Any) -> ChainResult:
-    r"""Chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the quadratic potential ½(θ−μ)ᵀA(θ−μ).
+    r"""Run chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the potential ½(θ−μ)ᵀA(θ−μ).
 
     ε ~ N(0, C) with ``noise_cov`` C (default: no noise), or ε_i = ``noise_scale``·S_α i.i.d.
     symmetric α-stable with ``noise_alpha`` α ∈ (0, 2] (characteristic function e^{−|t|^α}).
     The update rules are those of :func:`run_chains` (SG(L)D, SGLRW, clipped SGLD; the batch size
     of ``dynamics`` is not used: there are no data). For SG(L)D with Gaussian noise the chain is
     linear and its stationary covariance solves Σ = (I−ΛA)Σ(I−ΛA)ᵀ + ΛCΛᵀ + 2Λ/β exactly
-    (Wang, Ding & Huggins 2026, eq. 11, with a constant C̄) — the exact oracle the tests use.
+    (Wang, Ding & Huggins 2026, Eq. (11), with a constant C̄) — the exact oracle the tests use;
+    the GNLD paper (anonymous, 2025), Eq. (2.8) with Q = 0, is the same recursion.
 
     Parameters
     ----------
-    hessian : (D, D)
-        A (symmetric).
-    dynamics, run, options, observables, progress, backend
-        As in :func:`run_chains`.
-    mean : (D,), optional
-        μ (default 0).
-    noise_cov : (D, D), optional
-        C, positive semi-definite.
-    noise_alpha, noise_scale : float
-        α-stable noise instead of Gaussian.
-    initial : (D,) or (C, D), optional
+    hessian : (D, D) array_like
+        The symmetric matrix A of the potential.
+    dynamics : Dynamics
+        Λ, β, κ and the decay, as in :func:`run_chains` (B is not used).
+    run : RunSpec
+        Steps, chains, burn-in, thinning, segments and seed, as in :func:`run_chains`.
+    options : SGLDOptions, SGLRWOptions or ClippedSGLDOptions, optional
+        The sampler (default SG(L)D).
+    mean : (D,) array_like, optional
+        The minimum μ (default 0).
+    noise_cov : (D, D) array_like, optional
+        The Gaussian gradient-noise covariance C, positive semi-definite (default: no noise).
+    noise_alpha : float or None, optional
+        Use i.i.d. symmetric α-stable noise with this α ∈ (0, 2] instead of Gaussian.
+    noise_scale : float, optional
+        The scale of the α-stable noise.
+    initial : (D,) or (C, D) array_like, optional
         Start (default μ).
+    observables : (K, D) array_like, optional
+        Rows ℓ_k of linear observables whose per-chain time averages are returned.
+    progress : callable(done, total), optional
+        Called after each chunk of steps.
+    backend : "numba" or a backend object, optional
+        The engine (as in :func:`run_chains`; the NumPy path does not run quadratic chains).
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
     ChainResult
+        The chains' moments and their standard errors.
+
+    Raises
+    ------
+    SgtuneError
+        A sampler of the posterior (SGHMC, SMILE), the ``numpy`` backend, or α outside (0, 2].
+    TypeError
+        ``run`` is not a :class:`~sgtune.core.config.RunSpec`.
+
+    See Also
+    --------
+    run_chains : Chains of a model on data.
+
+    Examples
+    --------
+    The chain on ½θ² with unit gradient noise and λ = 0.5 has stationary variance
+    λ²/(1 − (1 − λ)²) = 1/3:
+
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> from sgtune.sampler import run_quadratic_chains
+    >>> res = run_quadratic_chains(np.eye(1), Dynamics(0.5, batch_size=1), RunSpec(4000, n_chains=4),
+    ...                            noise_cov=np.eye(1))
+    >>> bool(abs(res.cov[0, 0] - 1 / 3) < 5 * res.cov_standard_error[0, 0])
+    True
     """
     if not isinstance(dynamics, Dynamics):
         return _legacy_quadratic(hessian, dynamics, mean=mean, noise_cov=noise_cov, noise_alpha=noise_alpha,
@@ -607,9 +699,50 @@ def _mclmc_extras(plan: ChainPlan, rec: Recorder, T: int, d: int, thin: int) -> 
 
 def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
                  spec: SamplerSpec | None = None) -> tuple[np.ndarray, int, np.ndarray, bool]:
-    """(Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ.
+    """The engine's step inputs (Λ as (D, D), kind, factor L of 2Λ/β, inject) from a scalar, diagonal or dense Λ.
 
-    A sampler whose registry entry takes a diagonal step (SGLRW, clipped SGLD) refuses a dense Λ and β = ∞."""
+    A sampler whose registry entry takes a diagonal step (SGLRW, clipped SGLD) refuses a dense Λ and β = ∞.
+
+    Parameters
+    ----------
+    step_matrix : float or array_like
+        Λ: a scalar, a (D,) diagonal or a (D, D) matrix.
+    dim : int
+        D.
+    inv_temperature : float
+        The inverse temperature β (``inf``: no injected noise).
+    spec : SamplerSpec or None, optional
+        The sampler whose step kind is checked.
+
+    Returns
+    -------
+    lam : (D, D) ndarray
+        Λ.
+    kind : int
+        ``LAM_DIAG`` or ``LAM_DENSE`` (:mod:`sgtune.sampler.state`).
+    factor : (D, D) ndarray
+        A factor L with LLᵀ = 2Λ/β (zeros without noise).
+    inject : bool
+        Whether noise is injected (β < ∞).
+
+    Raises
+    ------
+    ShapeError
+        Λ of the wrong shape.
+    NotPositiveDefiniteError
+        A non-positive diagonal, or a dense Λ that is not SPD while β < ∞.
+    SgtuneError
+        A dense Λ or β = ∞ for a diagonal-step sampler.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.driver import step_factors
+    >>> lam, kind, factor, inject = step_factors(0.5, 2, 4.0)
+    >>> lam, factor, inject
+    (array([[0.5, 0. ],
+           [0. , 0.5]]), array([[0.5, 0. ],
+           [0. , 0.5]]), True)
+    """
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
     inject = not math.isinf(beta)
     arr = as_float_array(step_matrix, "step_matrix")
@@ -663,8 +796,42 @@ def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, labe
 
 
 def parameter_dim(label: str, n_params: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:
-    """D of the model ``label`` on p = ``n_features`` features: its ``n_params(p)`` (``n_params``; None when it
-    has no such method), checked against the numba spec's count, else the spec's count, else p."""
+    """The number of parameters D of the model ``label`` on p = ``n_features`` features.
+
+    Its ``n_params(p)`` if it has one (checked against the numba spec's count), else the spec's count,
+    else p. The caller asks the model (:func:`!_data_problem`), so that the model is visited once.
+
+    Parameters
+    ----------
+    label : str
+        The model's label, for messages.
+    n_params : int or None
+        The model's ``n_params(p)``, or None when it has no such method.
+    spec : tuple or None
+        Its numba spec ``(kind, ints, floats)``, if it has one.
+    n_features : int
+        The number of features p.
+
+    Returns
+    -------
+    int
+        D.
+
+    Raises
+    ------
+    ShapeError
+        The spec's input width differs from p.
+    SgtuneError
+        ``n_params`` disagrees with the spec.
+
+    Examples
+    --------
+    >>> from sgtune.models import make_mlp
+    >>> from sgtune.sampler.driver import parameter_dim
+    >>> net = make_mlp([3])
+    >>> parameter_dim("mlp", net.n_params(2), net.numba_spec(2), 2)
+    13
+    """
     own = None if n_params is None else check_int(n_params, f"{label}.n_params({n_features})", low=1)
     if spec is None:
         return n_features if own is None else own
@@ -681,10 +848,44 @@ def parameter_dim(label: str, n_params: Any, spec: tuple[str, np.ndarray, np.nda
 
 def chain_memory(*, n_chains: int, dim: int, n_trace: int, n_segments: int, n_perm: int = 1,
                  n_positions: int = 0, n_observables: int = 0, mclmc: bool = False) -> dict[str, int]:
-    """Estimated peak bytes of :func:`run_chains`, by part: ``draws`` (the kept trace, C × T' × D
-    float64, plus the step-size trace of the SMILE samplers), ``moments`` (the streaming Welford sums,
-    C × S × D² and their merge's temporaries, about four more copies) and ``state`` (positions,
-    momenta, RNG states, permutations, per-position epoch moments, covariance blocks)."""
+    """Estimated peak bytes of :func:`run_chains`, by part.
+
+    ``draws`` (the kept trace, C × T' × D float64, plus the step-size trace of the SMILE samplers),
+    ``moments`` (the streaming Welford sums, C × S × D² and their merge's temporaries, about four
+    more copies) and ``state`` (positions, momenta, RNG states, permutations, per-position epoch
+    moments, covariance blocks).
+
+    Parameters
+    ----------
+    n_chains : int
+        C.
+    dim : int
+        D.
+    n_trace : int
+        Draws kept per chain T'.
+    n_segments : int
+        Segments per chain S.
+    n_perm : int, optional
+        Length of a reshuffling permutation.
+    n_positions : int, optional
+        Positions within an epoch with their own moments.
+    n_observables : int, optional
+        Linear observables.
+    mclmc : bool, optional
+        The SMILE samplers (their extra state and step-size trace).
+
+    Returns
+    -------
+    dict of str to int
+        Bytes for ``draws``, ``moments`` and ``state``.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.driver import chain_memory
+    >>> parts = chain_memory(n_chains=4, dim=10, n_trace=1000, n_segments=8)
+    >>> parts["draws"] == 8 * 4 * 1000 * 10
+    True
+    """
     C, d, S = int(n_chains), int(dim), int(n_segments)
     draws = 8 * C * int(n_trace) * (d + (1 if mclmc else 0))
     moments = 8 * C * S * (d * d + d + 1) * 5 + 8 * C * (d * d + d)
@@ -695,9 +896,29 @@ def chain_memory(*, n_chains: int, dim: int, n_trace: int, n_segments: int, n_pe
 
 def check_chain_memory(*, n_chains: int, n_steps: int, dim: int, n_trace: int, n_segments: int,
                        n_perm: int = 1, n_positions: int = 0, n_observables: int = 0, mclmc: bool = False) -> None:
-    """Refuse, before allocating anything, chains whose :func:`chain_memory` exceeds the memory available
-    (:func:`~sgtune.core._validation.available_memory`): an :class:`InsufficientMemoryError` that
-    gives both numbers and says which setting to lower, instead of a MemoryError or the kernel's OOM kill."""
+    """Refuse, before allocating anything, chains whose :func:`chain_memory` exceeds the memory available.
+
+    Parameters
+    ----------
+    n_chains, n_steps, dim, n_trace, n_segments : int
+        C, T, D, the draws kept per chain and the segments per chain.
+    n_perm, n_positions, n_observables : int, optional
+        As in :func:`chain_memory`.
+    mclmc : bool, optional
+        As in :func:`chain_memory`.
+
+    Raises
+    ------
+    InsufficientMemoryError
+        The estimate exceeds the available memory: the message gives both numbers and says which
+        setting to lower, instead of a MemoryError or the kernel's OOM kill.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.driver import check_chain_memory
+    >>> check_chain_memory(n_chains=4, n_steps=1000, dim=10, n_trace=0, n_segments=8) is None
+    True
+    """
     parts = chain_memory(n_chains=n_chains, dim=dim, n_trace=n_trace, n_segments=n_segments, n_perm=n_perm,
                          n_positions=n_positions, n_observables=n_observables, mclmc=mclmc)
     need = sum(parts.values())

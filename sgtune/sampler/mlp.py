@@ -13,7 +13,7 @@ by backpropagation: δ_L = ρ'(f)/|S|, ∂/∂W_l = δ_l a_{l−1}ᵀ, ∂/∂b_
 
 Spec (:mod:`sgtune.sampler.specs`): ints = [n_0, n_1, …, n_{L−1}, 1, activation, likelihood],
 activation tanh 0, relu 1 (relu'(0) := 0), softplus 2 (log(1 + e^z), computed stably;
-softplus' = sigmoid); floats = ``model_params(σ²)``. θ (CLI.md layout) is the concatenation,
+softplus' = sigmoid); floats = ``model_params(σ²)``. θ (docs/cli.rst layout) is the concatenation,
 layer by layer from the input, of W_l (n_l × n_{l−1}, row-major) and then b_l, so
 D = Σ_l n_l (n_{l−1} + 1).
 

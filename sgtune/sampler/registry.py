@@ -49,7 +49,21 @@ __all__ = ["SamplerSpec", "SAMPLERS", "SAMPLER_NAMES", "SGLDOptions", "SGLRWOpti
 
 @dataclass(frozen=True)
 class SGLDOptions:
-    """SG(L)D (and SGD at β = ∞): θ ← θ − Λ m_t + sqrt(2Λ/β) ξ, m_t = κ m_{t−1} + G_t. No settings."""
+    """SG(L)D (and SGD at β = ∞): θ ← θ − Λ m_t + sqrt(2Λ/β) ξ, m_t = κ m_{t−1} + G_t. No settings.
+
+    The chain of Wang, Ding & Huggins (2026), §2.1 and Eq. (B.1): Λ, B, β and κ come from the
+    :class:`~sgtune.core.config.Dynamics` of the run.
+
+    See Also
+    --------
+    sgtune.sampler.run_chains : Runs it (the default sampler).
+
+    Examples
+    --------
+    >>> from sgtune.sampler import SGLDOptions
+    >>> SGLDOptions().sampler, SGLDOptions().settings()
+    ('sgld', {})
+    """
 
     sampler: ClassVar[str] = "sgld"
 
@@ -62,21 +76,56 @@ class SGLDOptions:
 
 @dataclass(frozen=True)
 class SGLRWOptions(SGLDOptions):
-    """SGLRW (Mensch et al. 2025, eq. 12): coordinatewise ±sqrt(2Λ_ii/β) moves. No settings."""
+    """SGLRW (Mensch et al. 2025, Eq. (12)): coordinatewise ±sqrt(2Λ_ii/β) moves. No settings.
+
+    Needs a diagonal Λ and a finite β.
+
+    Examples
+    --------
+    >>> from sgtune.sampler import SGLRWOptions
+    >>> SGLRWOptions().sampler
+    'sglrw'
+    """
 
     sampler: ClassVar[str] = "sglrw"
 
 
 @dataclass(frozen=True)
 class ClippedSGLDOptions(SGLDOptions):
-    """Clipped SGLD (Mensch et al. 2025, eq. 18): the drift clipped to ±sqrt(2Λ_ii/β). No settings."""
+    """Clipped SGLD (Mensch et al. 2025, Eq. (18)): the drift clipped to ±sqrt(2Λ_ii/β). No settings.
+
+    Needs a diagonal Λ and a finite β.
+
+    Examples
+    --------
+    >>> from sgtune.sampler import ClippedSGLDOptions
+    >>> ClippedSGLDOptions().sampler
+    'clipped-sgld'
+    """
 
     sampler: ClassVar[str] = "clipped-sgld"
 
 
 @dataclass(frozen=True)
 class SGHMCOptions:
-    """Vanilla SGHMC (Chen et al. 2014, no noise estimate) with friction γ > 0 (unit mass)."""
+    """Vanilla SGHMC (Chen et al. 2014, no noise estimate) with friction γ > 0 (unit mass).
+
+    Parameters
+    ----------
+    friction : float, optional
+        The friction γ > 0.
+
+    Raises
+    ------
+    SgtuneError
+        If ``friction`` is not a positive number.
+
+    Examples
+    --------
+    >>> from sgtune.sampler import SGHMCOptions
+    >>> SGHMCOptions(friction=2.0).settings()
+    {'friction': 2.0}
+    """
 
     friction: float = 1.0
     sampler: ClassVar[str] = "sghmc"
@@ -100,6 +149,38 @@ class SmileOptions:
     ``ema_rate`` of |ΔE|, guardrail quantile κ = ``guardrail``, adaptation band a = ``adapt_a`` and
     factor δ = ``adapt_delta``, active after ``tune_start`` steps). The four combinations are the
     samplers ``smile-naive``, ``psmile-naive``, ``smile`` and ``psmile``.
+
+    Parameters
+    ----------
+    preconditioned : bool, optional
+        Use pSMILE's diagonal preconditioner.
+    tuned : bool, optional
+        Use Algorithm 1's energy-variance step-size tuner.
+    ema_rate : float, optional
+        EMA rate of |ΔE| (tuner).
+    precond_rate : float, optional
+        EMA rate of the gradient variance (preconditioner).
+    guardrail : float, optional
+        The guardrail quantile κ (steps with a larger energy error are rejected).
+    adapt_a : float, optional
+        The adaptation band a.
+    adapt_delta : float, optional
+        The adaptation factor δ.
+    tune_start : int, optional
+        Steps before the tuner starts.
+    precond_start : int, optional
+        Steps before the preconditioner starts.
+
+    Raises
+    ------
+    SgtuneError
+        A setting out of its range.
+
+    Examples
+    --------
+    >>> from sgtune.sampler import SmileOptions
+    >>> SmileOptions(preconditioned=True).sampler, SmileOptions(tuned=False).sampler
+    ('psmile', 'smile-naive')
     """
 
     preconditioned: bool = False
@@ -138,7 +219,45 @@ class SmileOptions:
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    """Everything sgtune knows about one sampler (module docstring)."""
+    """Everything sgtune knows about one sampler (module docstring).
+
+    The entries of :data:`SAMPLERS`; not built by hand.
+
+    Attributes
+    ----------
+    name : str
+        The sampler's name (``--sampler``).
+    options : type
+        Its options class.
+    rules, moves : dict
+        Λ kind -> the compiled step rule, and the update of the general NumPy path.
+    step_kind : str
+        ``"matrix"`` (a scalar, diagonal or dense Λ), ``"diagonal"`` or ``"scalar"``.
+    finite_beta : bool
+        Whether β must be finite.
+    default_beta : str or None
+        ``"inf"``, ``"n_data"`` (the posterior) or None (must be given).
+    momentum, decay : bool
+        Whether momentum κ and the step-size decay γ are allowed.
+    grads_per_step : int
+        Minibatch gradients per step.
+    needs_loss : bool
+        Whether the minibatch loss (energy error) is needed.
+    mclmc : bool
+        The SMILE family (unit velocity; MCLMC statistics).
+    target : str
+        ``"linearised"`` (the SG(L)D chain) or ``"posterior"``.
+    prediction : str or None
+        sgtune's exact prediction: ``"covariance"``, ``"posterior"`` or None.
+    summary : str
+        One line for listings.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.registry import SAMPLERS
+    >>> SAMPLERS["sgld"].step_kind, SAMPLERS["smile"].grads_per_step
+    ('matrix', 3)
+    """
 
     name: str
     options: type
@@ -199,7 +318,29 @@ POSTERIOR_SAMPLERS: tuple[str, ...] = tuple(n for n, s in SAMPLERS.items() if s.
 
 
 def sampler_spec(options: Any) -> SamplerSpec:
-    """The :class:`SamplerSpec` of an options object (or of a sampler name)."""
+    """The :class:`SamplerSpec` of an options object (or of a sampler name).
+
+    Parameters
+    ----------
+    options : options object or str
+        E.g. ``SGLDOptions()`` or ``"sgld"``.
+
+    Returns
+    -------
+    SamplerSpec
+        The sampler's entry of :data:`SAMPLERS`.
+
+    Raises
+    ------
+    SgtuneError
+        An unknown sampler.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.registry import SmileOptions, sampler_spec
+    >>> sampler_spec(SmileOptions()).name, sampler_spec("sglrw").finite_beta
+    ('smile', True)
+    """
     name = options if isinstance(options, str) else getattr(options, "sampler", None)
     if name not in SAMPLERS:
         raise SgtuneError(f"sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
@@ -207,7 +348,32 @@ def sampler_spec(options: Any) -> SamplerSpec:
 
 
 def options_for(name: str, **settings: Any) -> Any:
-    """The options object of sampler ``name`` from keyword settings (those that do not apply are ignored)."""
+    """The options object of sampler ``name`` from keyword settings (those that do not apply are ignored).
+
+    Parameters
+    ----------
+    name : str
+        A sampler of :data:`SAMPLERS`.
+    **settings
+        Settings of any sampler (e.g. ``friction=…`` from the command line); the ones the options
+        class has are used.
+
+    Returns
+    -------
+    options object
+        E.g. :class:`SGHMCOptions`.
+
+    Raises
+    ------
+    SgtuneError
+        An unknown sampler or a setting out of its range.
+
+    Examples
+    --------
+    >>> from sgtune.sampler import options_for
+    >>> options_for("sghmc", friction=2.0), options_for("sgld", friction=2.0)
+    (SGHMCOptions(friction=2.0), SGLDOptions())
+    """
     spec = sampler_spec(name)
     if spec.options is SmileOptions:
         settings = {**settings, "preconditioned": name.startswith("p"), "tuned": not name.endswith("naive")}
@@ -217,8 +383,38 @@ def options_for(name: str, **settings: Any) -> Any:
 
 @cites("wang2026", "§2.1 (β = ∞ is SGD); the SMILE paper's and SGHMC's target is the posterior at β = N")
 def default_inv_temperature(spec: SamplerSpec, inv_temperature: float, n_data: int) -> float:
-    """β for a run of ``spec``: a finite β as given; β = ∞ is SGD for the samplers that allow it, and N (the
-    posterior) for the posterior samplers; the others (SGLRW, clipped SGLD) need a finite β."""
+    """The inverse temperature β for a run of ``spec``.
+
+    A finite β as given; β = ∞ is SGD for the samplers that allow it, and N (the posterior) for the
+    posterior samplers; the others (SGLRW, clipped SGLD) need a finite β.
+
+    Parameters
+    ----------
+    spec : SamplerSpec
+        The sampler.
+    inv_temperature : float
+        The β asked for (``inf`` allowed).
+    n_data : int
+        N.
+
+    Returns
+    -------
+    float
+        The inverse temperature β of the run.
+
+    Raises
+    ------
+    SgtuneError
+        β = ∞ for a sampler that needs a finite one, or β not positive.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.registry import SAMPLERS, default_inv_temperature
+    >>> default_inv_temperature(SAMPLERS["sgld"], float("inf"), 1000)
+    inf
+    >>> default_inv_temperature(SAMPLERS["smile"], float("inf"), 1000)
+    1000.0
+    """
     beta = check_positive(inv_temperature, "inv_temperature", allow_inf=True)
     if math.isfinite(beta) or not spec.finite_beta:
         return beta

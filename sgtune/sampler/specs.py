@@ -13,6 +13,9 @@ dimension D it implies for p features:
   relu 1, softplus 2; likelihood gaussian/linear 0, bernoulli/logistic 1, poisson 2),
   floats = ``model_params(σ²)``; D = Σ_l n_l (n_{l−1} + 1) (:mod:`sgtune.sampler.mlp`; the
   model is :class:`sgtune.models.mlp.MLP`).
+- ``"multinomial"``: ints = [K, r, p] (r = K − 1 baseline, K full), floats = the K sorted class
+  labels; D = r·p (:mod:`sgtune.sampler.multinomial`; the model is
+  :class:`sgtune.models.multinomial.Multinomial`).
 - ``"quadratic-gaussian"`` / ``"quadratic-stable"``: the synthetic-noise oracles of
   :func:`~sgtune.sampler.driver.run_quadratic_chains` (no data).
 
@@ -30,7 +33,7 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 from ..models.base import checked_call, model_label
-from . import grads, mlp, mlp_loss
+from . import grads, mlp, mlp_loss, multinomial
 
 __all__ = ["Oracle", "ORACLES", "numba_spec_of", "labelled_spec"]
 
@@ -68,6 +71,8 @@ ORACLES: dict[str, Oracle] = {
     "glm": Oracle(grads.glm_grad, lambda ints, d, b: max(b, 1), lambda ints, p: p, _check_glm, grads.glm_value_grad),
     "mlp": Oracle(mlp.mlp_grad, lambda ints, d, b: max(mlp.work_size(ints, d, b), mlp_loss.work_size(ints, b)),
                   lambda ints, p: mlp.n_params(ints), mlp.check_spec, mlp_loss.mlp_value_grad),
+    "multinomial": Oracle(multinomial.multinomial_grad, multinomial.work_size, multinomial.n_params,
+                          multinomial.check_spec, multinomial.multinomial_value_grad),
     "quadratic-gaussian": Oracle(grads.quad_gauss_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
     "quadratic-stable": Oracle(grads.quad_stable_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),
 }
@@ -84,8 +89,33 @@ def numba_spec_of(model: Any, n_features: int) -> tuple[str, np.ndarray, np.ndar
 
 
 def labelled_spec(model: Any, n_features: int) -> tuple[str, tuple[str, np.ndarray, np.ndarray] | None]:
-    """``(label, spec)``: the model's label (:func:`sgtune.models.base.model_label`) and
-    :func:`numba_spec_of`, asked of the model in one visit (the driver's walk through the model)."""
+    """The model's label and its validated numba spec, asked of the model in one visit.
+
+    The driver's walk through the model (``benchmarks/model_walk.py``) reads both here and then only the
+    model's own methods, so it never returns to a file it has left.
+
+    Parameters
+    ----------
+    model : object
+        The model.
+    n_features : int
+        The number of features p of the data.
+
+    Returns
+    -------
+    label : str
+        :func:`sgtune.models.base.model_label` of the model.
+    spec : tuple or None
+        :func:`numba_spec_of` of the model: ``(kind, ints, floats)``, or None for the general NumPy path.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model
+    >>> from sgtune.sampler.specs import labelled_spec
+    >>> label, (kind, ints, floats) = labelled_spec(get_model("logistic"), 3)
+    >>> kind
+    'glm'
+    """
     label = model_label(model)
     if getattr(model, "numba_spec", None) is None:
         return label, None

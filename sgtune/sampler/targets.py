@@ -113,7 +113,27 @@ def noisy_logp_grad(target_id, prec, q, spatial_sd, w, theta, grad):  # type: ig
 
 
 def random_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:
-    """Haar-distributed rotation (QR of a Gaussian matrix with the sign fix, det = +1)."""
+    """Draw a Haar-distributed rotation (QR of a Gaussian matrix with the sign fix, det = +1).
+
+    Parameters
+    ----------
+    dim : int
+        D.
+    rng : numpy.random.Generator
+        The random stream.
+
+    Returns
+    -------
+    (D, D) ndarray
+        An orthogonal matrix with determinant +1.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.targets import random_rotation
+    >>> R = random_rotation(3, np.random.default_rng(0))
+    >>> bool(np.allclose(R @ R.T, np.eye(3))), round(float(np.linalg.det(R)), 6)
+    (True, 1.0)
+    """
     a = rng.standard_normal((dim, dim))
     qm, r = np.linalg.qr(a)
     qm = qm * np.sign(np.diag(r))
@@ -124,7 +144,46 @@ def random_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class AnalyticTarget:
-    """A target with injected noise, as the arrays the kernels take, plus its exact moments."""
+    """A target with injected noise, as the arrays the kernels take, plus its exact moments.
+
+    Made by :func:`make_target` (the SMILE paper, anonymous, 2025, appendix C).
+
+    Attributes
+    ----------
+    name, noise : str
+        The target and the noise model.
+    dim : int
+        D.
+    target_id : int
+        The kernels' code of the target.
+    precision : (D, D) ndarray
+        Σ⁻¹ (Gaussian; an identity placeholder otherwise, unused).
+    q : float
+        Rosenbrock's Q.
+    noise_chol : (D, D) ndarray
+        L with LLᵀ = V_const (zeros for ``"none"``).
+    spatial_sd : float
+        σ(θ₂) for ``"spatial"``, else 0.
+    noise_cov : (D, D) ndarray
+        V_const.
+    start : (D,) ndarray
+        The posterior mean (the paper's initial position).
+    second_moment : (D,) ndarray
+        E[θ_i²].
+    var_of_square : (D,) ndarray
+        Var(θ_i²).
+    reduce : str
+        ``"mean"`` (Gaussian, Rosenbrock) or ``"max"`` (funnel), as appendix C reduces the errors.
+    seed : int
+        Seed of the rotations.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.targets import make_target
+    >>> target = make_target("gaussian", dim=4)
+    >>> target.name, target.noise, target.second_moment.shape
+    ('gaussian', 'isotropic', (4,))
+    """
 
     name: str
     noise: str
@@ -154,11 +213,13 @@ def make_target(name: str, noise: str = "isotropic", *, dim: int = 10, q: float 
     Parameters
     ----------
     name : {"gaussian", "rosenbrock", "funnel"}
+        The target of the SMILE paper (anonymous, 2025), appendix C.
     noise : {"none", "isotropic", "diagonal", "correlated", "spatial"}
+        The injected gradient noise.
     dim : int
-        D ≥ 2 (even for Rosenbrock).
+        The dimension D ≥ 2 (even for Rosenbrock).
     q : float
-        Rosenbrock Q.
+        Rosenbrock's Q.
     seed : int
         Seed of the two random rotations (the same seed gives the same Σ and V for every target).
     noise_scale : float
@@ -167,6 +228,13 @@ def make_target(name: str, noise: str = "isotropic", *, dim: int = 10, q: float 
     Returns
     -------
     AnalyticTarget
+        The arrays the compiled kernels take and the target's exact moments.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.targets import make_target
+    >>> make_target("rosenbrock", "none", dim=4).reduce
+    'mean'
     """
     if name not in TARGET_IDS:
         raise SgtuneError(f"target must be one of {sorted(TARGET_IDS)}, got {name!r}")

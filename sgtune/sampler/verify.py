@@ -29,9 +29,26 @@ CHECK_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class PosteriorPrediction:
-    """The prediction for samplers of the posterior itself (sghmc, the SMILE samplers): Σ = (β H)⁻¹,
+    """The prediction for samplers of the posterior itself (sghmc, the SMILE samplers): Σ = (β H)⁻¹.
+
     H = J + Γ/N at θ̂ (exact for a linear model, the Laplace approximation otherwise); no Λ, so no
-    spectral radius or autocorrelation time (NaN)."""
+    spectral radius or autocorrelation time (NaN).
+
+    Attributes
+    ----------
+    cov : (D, D) ndarray
+        (β H)⁻¹.
+    step_matrix : ndarray
+        The scalar step as a diagonal (for reports).
+    spectral_radius, tau_worst : float
+        NaN (the sampler has no Λ).
+
+    Examples
+    --------
+    >>> from sgtune.sampler.verify import PosteriorPrediction
+    >>> PosteriorPrediction(np.eye(2), np.full(2, 0.1)).tau_worst
+    nan
+    """
 
     cov: np.ndarray
     step_matrix: np.ndarray
@@ -41,7 +58,38 @@ class PosteriorPrediction:
 
 @dataclass(frozen=True)
 class VerificationReport:
-    """Prediction vs chains: ``test.passed`` is the verdict."""
+    """Prediction vs chains, as :func:`verify_stationary_cov` returns it: ``test.passed`` is the verdict.
+
+    Attributes
+    ----------
+    predicted : (D, D) ndarray
+        The covariance the theory predicts (times ``inflate_prediction``).
+    empirical : (D, D) ndarray
+        The chains' pooled covariance.
+    test : CovarianceTest
+        The entrywise z-test (:func:`sgtune.diagnostics.mcse.compare_covariance`).
+    chains : ChainResult
+        The chains.
+    step_matrix : ndarray
+        The Λ the chains ran with (the scalar step as a diagonal for SGHMC and SMILE).
+    stationary : StationaryCov or PosteriorPrediction
+        The prediction behind ``predicted``.
+    tuning : TuningResult or None
+        The tuning, when Λ was tuned first.
+    mode : str
+        ``"covariance"`` (Λ given), ``"lambda"`` (Λ tuned) or ``"posterior"`` (SGHMC, SMILE).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.sampler.verify import verify_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> report = verify_stationary_cov(model, data, expand(model, data), 0.1, batch_size=32,
+    ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
+    >>> report.mode, report.predicted.shape, report.test.n_tests
+    ('covariance', (5, 5), 15)
+    """
 
     predicted: np.ndarray
     empirical: np.ndarray
@@ -58,7 +106,26 @@ class VerificationReport:
 
 
 def default_run_length(tau_worst: float) -> tuple[int, int]:
-    """(steps, burn-in) long enough for batch means: T = max(20 000, 1000·τ), T₀ = max(T/10, 20·τ)."""
+    """Choose steps and burn-in long enough for batch means: T = max(20 000, 1000·τ), T₀ = max(T/10, 20·τ).
+
+    Parameters
+    ----------
+    tau_worst : float
+        The predicted worst integrated autocorrelation time τ (NaN or inf: 1).
+
+    Returns
+    -------
+    steps : int
+        T.
+    burn_in : int
+        T₀ (at most T/2).
+
+    Examples
+    --------
+    >>> from sgtune.sampler.verify import default_run_length
+    >>> default_run_length(10.0), default_run_length(100.0)
+    ((20000, 2000), (100000, 10000))
+    """
     tau = max(1.0, float(tau_worst)) if math.isfinite(tau_worst) else 1.0
     steps = int(max(20_000, math.ceil(1000 * tau)))
     burn = int(min(max(steps // 10, math.ceil(20 * tau)), steps // 2))
@@ -74,8 +141,77 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
                           seed: int = 0, progress: ProgressCallback | None = None,
                           keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0) -> VerificationReport:
-    r"""Test Σ̂ (chains) = Σ(Λ) (eqs. 11–12) entrywise with batch-means z-scores and a Bonferroni t-threshold.
+    r"""Test Σ̂ (chains) = Σ(Λ) (Eqs. (11)–(12)) entrywise with batch-means z-scores and a Bonferroni threshold.
 
+    Parameters
+    ----------
+    model : GLM
+        The model (or its name).
+    data : Dataset
+        The observations the chains run on.
+    expansion : Expansion
+        The expansion at θ̂ (:func:`sgtune.models.expand`); the chains start at θ̂.
+    step_matrix : float, array_like or None, optional
+        Λ to check (a scalar, (D,) diagonal or (D, D) matrix); None tunes Λ to ``target`` first.
+        For SGHMC and SMILE the scalar step size (h or ε).
+    batch_size : int
+        The batch size B.
+    target : {"sandwich", "posterior"}, array_like or None, optional
+        The target of the tuning when ``step_matrix`` is None (default ``"sandwich"``).
+    method, family : str, optional
+        The tuning's noise model and family (:func:`sgtune.theory.tuning.tune`).
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` is SGD; for SGHMC and SMILE ``inf`` means N).
+    without_replacement : bool, optional
+        Draw each batch without replacement.
+    momentum : float, optional
+        The heavy-ball momentum κ ∈ [0, 1).
+    prior_precision : float or array_like, optional
+        Γ, as given to :func:`sgtune.models.expand`.
+    n_steps, burn_in : int or None, optional
+        Steps per chain and burn-in; default :func:`default_run_length` of the predicted τ.
+    n_chains : int, optional
+        The number of chains C.
+    batches_per_chain : int or None, optional
+        Segments per chain behind the standard errors (:class:`~sgtune.core.config.RunSpec`).
+    alpha : float, optional
+        Family-wise level of the test.
+    relative_tolerance : float, optional
+        A known model error r of the prediction, added in quadrature (e.g. 0.1 for a GLM
+        whose proxy carries an O(λ/B) error).
+    inflate_prediction : float, optional
+        Multiply the prediction (a deliberately wrong prediction, to see the test reject).
+    seed : int, optional
+        Seed of the chains.
+    progress : callable(done, total) or None, optional
+        Called after each chunk of steps.
+    keep_draws : int, optional
+        Keep about that many thinned draws (pooled over chains) in ``chains.trace``.
+    sampler : str, optional
+        The sampler (:data:`sgtune.sampler.SAMPLERS`).
+    friction : float, optional
+        SGHMC's friction γ.
+
+    Returns
+    -------
+    VerificationReport
+        The prediction, the chains' covariance, the z-test (``passed`` is the verdict) and the chains.
+
+    Raises
+    ------
+    SgtuneError
+        Incompatible settings (both ``step_matrix`` and ``target``; SGHMC or SMILE without a step
+        size), fewer than 2 batches, or a zero standard error.
+    UnstableStepSizeError
+        The predicted chain is unstable, or every chain diverged.
+
+    See Also
+    --------
+    sgtune.theory.stationary.predict_stationary_cov : The prediction alone.
+    sgtune.sampler.run_chains : The chains alone.
+
+    Notes
+    -----
     With ``step_matrix`` given, Σ(Λ) comes from :func:`sgtune.theory.stationary.predict_stationary_cov`;
     otherwise Λ is first tuned to ``target`` (default ``"sandwich"``) with
     :func:`sgtune.theory.tuning.tune` and Σ(Λ) is the tuned chain's exact prediction.
@@ -95,9 +231,18 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
     without a noise estimate is hot unless the minibatch noise is small).
 
-    Returns
-    -------
-    VerificationReport
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.sampler.verify import verify_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> report = verify_stationary_cov(model, data, expand(model, data), batch_size=32,
+    ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
+    >>> report.mode, report.tuning.family
+    ('lambda', 'dense')
+    >>> bool(report.test.threshold > 0)
+    True
     """
     from ..theory.stationary import predict_stationary_cov
     from ..theory.tuning import tune
@@ -157,6 +302,36 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
                      decay: float = 0.0) -> tuple[np.ndarray | None, str]:
     """The stationary covariance sgtune predicts for chains run with these settings, and its mode.
 
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    step_matrix : float or array_like
+        Λ (or the scalar step of SGHMC and SMILE).
+    sampler : str
+        The sampler (:data:`~sgtune.sampler.registry.SAMPLERS`).
+    batch_size : int
+        B.
+    inv_temperature : float
+        The inverse temperature β (``inf``: SGD, or N for the posterior samplers).
+    n_data : int
+        N.
+    batching : str, optional
+        One of :data:`~sgtune.core.config.BATCHINGS`.
+    momentum : float, optional
+        The heavy-ball momentum κ.
+    decay : float, optional
+        The step-size decay γ.
+
+    Returns
+    -------
+    cov : (D, D) ndarray or None
+        The prediction, or None when there is none.
+    mode : str
+        ``"covariance"``, ``"posterior"``, or why there is no prediction.
+
+    Notes
+    -----
     ``"covariance"``: SG(L)D with a constant Λ and minibatches with or without replacement, the
     exact stationary covariance of the linearised chain (wang2026 eqs. 11–12,
     :func:`~sgtune.theory.stationary.predict_stationary_cov`). ``"posterior"``: the tuned SMILE
@@ -165,6 +340,19 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
     stationary law, and sgtune has no exact prediction for reshuffled epochs, SGLRW, clipped SGLD,
     SGHMC's or SMILE-naive's minibatch bias; ``(None, "unstable: …")`` when the linearised chain
     has no stationary law at this Λ (see :func:`prediction_check`).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.sampler.verify import chain_prediction
+    >>> cov, mode = chain_prediction(e, 0.1, sampler="sgld", batch_size=32, inv_temperature=float("inf"),
+    ...                              n_data=e.n_data)
+    >>> mode, cov.shape
+    ('covariance', (5, 5))
+    >>> chain_prediction(e, 0.1, sampler="sglrw", batch_size=32, inv_temperature=2000.0, n_data=e.n_data)
+    (None, 'sgtune has no exact stationary prediction for the sglrw sampler')
     """
     from ..theory.stationary import predict_stationary_cov
 
@@ -188,11 +376,35 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
 
 def prediction_check(chains: ChainResult, predicted: np.ndarray | None, *, mode: str, alpha: float = CHECK_ALPHA,
                      relative_tolerance: float = CHECK_TOLERANCE) -> dict[str, Any] | None:
-    """The chains' covariance against ``predicted`` (:func:`compare_covariance`, with a model error of
-    ``relative_tolerance`` in quadrature): the ``prediction_check`` of the chain-health report.
-    ``None`` when there is no prediction, the run has fewer than 2 batches or a zero standard error
-    (nothing to test). ``mode`` "unstable: …" (from :func:`chain_prediction`) is a failed check whose
-    ``reason`` says that the chain cannot be stationary near θ̂, whatever it looks like."""
+    """Test the chains' covariance against ``predicted``: the ``prediction_check`` of the chain-health report.
+
+    Parameters
+    ----------
+    chains : ChainResult
+        The chains.
+    predicted : (D, D) ndarray or None
+        The prediction (:func:`chain_prediction`).
+    mode : str
+        Its mode; ``"unstable: …"`` (from :func:`chain_prediction`) is a failed check whose
+        ``reason`` says that the chain cannot be stationary near θ̂, whatever it looks like.
+    alpha : float, optional
+        Family-wise level of :func:`~sgtune.diagnostics.mcse.compare_covariance`.
+    relative_tolerance : float, optional
+        A model error added in quadrature.
+
+    Returns
+    -------
+    dict or None
+        ``mode``, ``passed``, ``z_max``, ``threshold``, … (JSON-ready); None when there is no
+        prediction, the run has fewer than 2 batches or a zero standard error (nothing to test).
+
+    Examples
+    --------
+    >>> from sgtune.sampler.verify import prediction_check
+    >>> check = prediction_check(None, None, mode="unstable: spectral radius 1.2")
+    >>> check["mode"], check["passed"]
+    ('unstable', False)
+    """
     if mode.startswith("unstable:"):
         return {"mode": "unstable", "passed": False,
                 "reason": f"the step size is unstable for the linearised chain ({mode[len('unstable:'):].strip()}); "

@@ -1,4 +1,4 @@
-"""Closed forms of the fluctuation constants of NLD, HFHR and GAUL (seed 004, Sec. 5), derived with sympy.
+"""Closed forms of the fluctuation constants of NLD, HFHR and GAUL (the GNLD paper (2025), Sec. 5), derived with sympy.
 
 Each derivation actually solves the Poisson equation −𝓛φ = ℓᵀz for a linear φ = aᵀz
 (i.e. M(D − Q)a = ℓ, Prop. 5.2) with sympy's linear solver and evaluates σ² = 2aᵀDa; nothing
@@ -27,7 +27,7 @@ def poisson_sigma2(hessian: sp.Matrix, diffusion: sp.Matrix, antisymmetric: sp.M
 
 @cites("gnld2025", "Sec. 5.2, Eqs. (5.5)-(5.7)")
 def nld() -> dict[str, sp.Expr]:
-    r"""NLD: φ(x) = aᵀx with A(D − J)a = ℓ; σ² = 2wᵀ(D + JᵀD⁻¹J)⁻¹w, and the explicit d = 2 case (seed 004, Eqs. (5.5)-(5.7)).
+    r"""NLD: φ(x) = aᵀx with A(D − J)a = ℓ; σ² = 2wᵀ(D + JᵀD⁻¹J)⁻¹w, and the explicit d = 2 case (the GNLD paper (2025), Eqs. (5.5)-(5.7)).
 
     General d (matrix symbols): ``poisson_coefficient``, ``sigma2``, ``sigma2_reversible``.
     Explicit d = 2 with A = [[a11, a12], [a12, a22]], ℓ = (l1, l2), J = [[0, j], [−j, 0]] and
@@ -68,7 +68,7 @@ def nld() -> dict[str, sp.Expr]:
 
 @cites("gnld2025", "Sec. 5.3, Cor. 5.7, Eqs. (5.8)-(5.13)")
 def hfhr() -> dict[str, sp.Expr]:
-    r"""HFHR: φ(x, v) = (γwᵀx + wᵀv)/(1+αγ); σ² = 2γ/(1+αγ)|w|², σ_R² = (2/α)|w|², ratio αγ/(1+αγ) (seed 004, Cor. 5.7).
+    r"""HFHR: φ(x, v) = (γwᵀx + wᵀv)/(1+αγ); σ² = 2γ/(1+αγ)|w|², σ_R² = (2/α)|w|², ratio αγ/(1+αγ) (the GNLD paper (2025), Cor. 5.7).
 
     The blocks of D = diag(αI, γI), Q = [[0, −I], [I, 0]] and M = diag(A, I) act as scalars on
     each coordinate of w = A⁻¹ℓ, so the derivation is done per coordinate (b = (w, 0)) and
@@ -100,7 +100,7 @@ def hfhr() -> dict[str, sp.Expr]:
 
 @cites("gnld2025", "Sec. 5.4, Cor. 5.10, Eqs. (5.14)-(5.16)")
 def gaul() -> dict[str, sp.Expr]:
-    r"""GAUL: σ² = 2wᵀSchur(K)⁻¹w = 2γ/(1+aγ) wᵀC⁻¹w, σ_R² = 2wᵀ(aC − (C−I)²/(4γ))⁻¹w (seed 004, Cor. 5.10).
+    r"""GAUL: σ² = 2wᵀSchur(K)⁻¹w = 2γ/(1+aγ) wᵀC⁻¹w, σ_R² = 2wᵀ(aC − (C−I)²/(4γ))⁻¹w (the GNLD paper (2025), Cor. 5.10).
 
     K = [[aC, −I], [C, γI]], D = sym K, Q = K − D. All blocks are polynomials in C, so they
     commute and the block algebra can be done with a scalar c (an eigenvalue of C, w the

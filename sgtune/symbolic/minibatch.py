@@ -1,7 +1,7 @@
-r"""Symbolic derivations for the minibatch error terms of seed 000 (``THEORY.md`` §3).
+r"""Symbolic derivations for the minibatch error terms of Mensch et al. (2025) (docs/conventions.md).
 
 - :func:`clip_factor`: the diffusion factor of full-increment clipping,
-  s = E[min(ξ², 1)], ξ ~ N(0, 1) (seed 000 appendix A.4, eq. 118), by integration.
+  s = E[min(ξ², 1)], ξ ~ N(0, 1) (Mensch et al. (2025) appendix A.4, eq. 118), by integration.
 - :func:`moment_coefficients`: the coefficients of the batch-sum moments E[S^{⊗k}],
   k = 2, 3, 4, in the population power sums P_k = Σ_i d_i^{⊗k} (Σ_i d_i = 0), for B
   indices drawn with replacement and for a uniform B-subset (without replacement).
@@ -40,7 +40,7 @@ N, B, D = sp.symbols("N B D", positive=True, integer=True)
 
 @cites("mensch2025", "appendix A.4, eq. 118: s = E[min(ξ², 1)] = 1 − √(2/π) e^{−1/2}")
 def clip_factor() -> sp.Expr:
-    r"""s = E[min(ξ², 1)] = ∫ min(x², 1) φ(x) dx = 1 − √(2/π) e^{−1/2} (seed 000 eq. 118).
+    r"""s = E[min(ξ², 1)] = ∫ min(x², 1) φ(x) dx = 1 − √(2/π) e^{−1/2} (Mensch et al. (2025) eq. 118).
 
     Computed by integrating the standard normal density over |x| < 1 (weight x²) and
     |x| ≥ 1 (weight 1). Full-increment clipping at R = √(2δ) gives diffusion 2sδ
@@ -52,7 +52,7 @@ def clip_factor() -> sp.Expr:
 
     References
     ----------
-    Mensch et al. (seed 000), appendix A.4, eqs. 117–119.
+    Mensch et al. (Mensch et al. (2025)), appendix A.4, eqs. 117–119.
     """
     x = sp.Symbol("x", real=True)
     phi = sp.exp(-x**2 / 2) / sp.sqrt(2 * sp.pi)
@@ -136,7 +136,7 @@ def minibatch_moments() -> dict[str, Any]:
     return out
 
 
-@cites("sgtune", "Gaussian isotropic noise: diagonal share of E‖M_SGLD‖²_F (THEORY §3.3)")
+@cites("sgtune", "Gaussian isotropic noise: diagonal share of E‖M_SGLD‖²_F (docs/conventions.md)")
 def isotropic_diagonal_share() -> dict[str, sp.Expr]:
     r"""Diagonal share of E‖M_SGLD‖²_F for ζ ~ N(0, gI) in D dimensions: 3/(D+2) at ∇U = 0.
 
@@ -149,7 +149,7 @@ def isotropic_diagonal_share() -> dict[str, sp.Expr]:
 
     References
     ----------
-    Seed 000 eqs. 99 and 110 with Isserlis' theorem; THEORY §3.3.
+    Mensch et al. (2025) eqs. 99 and 110 with Isserlis' theorem; docs/conventions.md.
     """
     r = sp.Symbol("r", nonnegative=True)
     g = sp.Symbol("g", positive=True)

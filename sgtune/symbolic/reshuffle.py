@@ -1,7 +1,7 @@
 """Exact Gaussian bias of SGLD under random reshuffling (RR) vs Robbins–Monro (RM) batching.
 
-Model problem of Shaw & Whalley (seed 002, section 4, eq. 7), restated in
-``THEORY.md`` §4.2: data x_1..x_N, U(θ) = Σ_i (θ − x_i)²/(2σ²), target
+Model problem of Shaw & Whalley (Shaw & Whalley (2025), section 4, eq. 7), restated in
+docs/corrections.md: data x_1..x_N, U(θ) = Σ_i (θ − x_i)²/(2σ²), target
 N(x̄, c) with c = σ²/N.  With the rescaled step h = ηN/σ² (eq. 8) one step of
 SGLD on batch b is
 
@@ -102,9 +102,9 @@ def _to_h(expr: sp.Expr, X: sp.Expr | None = None) -> sp.Expr:
     return expr.subs({_X: (1 - h) ** k if X is None else X, _Y: (1 - h) ** R}).subs(_a, 1 - h)
 
 
-@cites("sgtune", "within-epoch covariance of RR batch means (THEORY.md §4.3)")
+@cites("sgtune", "within-epoch covariance of RR batch means (docs/corrections.md)")
 def within_epoch_covariance() -> dict[str, sp.Expr]:
-    """Cov(e_i, e_j) = −Var(e)/(R − 1) for two batch means of one RR epoch (seed 002 §4, corrected).
+    """Cov(e_i, e_j) = −Var(e)/(R − 1) for two batch means of one RR epoch (Shaw & Whalley (2025) §4, corrected).
 
     Derived from exchangeability and Σ_j e_j = 0: 0 = Var(Σ_j e_j) = R·v + R(R − 1)·γ.
 
@@ -120,14 +120,14 @@ def within_epoch_covariance() -> dict[str, sp.Expr]:
 
 @cites("shaw2025", "section 4, eq. (10) (ULA)")
 def ula_variance() -> sp.Expr:
-    """V = a²V + 2h (units of c): stationary variance of ULA, V = 2/(2 − h) (seed 002 §4, eq. 10)."""
+    """V = a²V + 2h (units of c): stationary variance of ULA, V = 2/(2 − h) (Shaw & Whalley (2025) §4, eq. 10)."""
     V = sp.Symbol("V")
     return sp.simplify(sp.solve(sp.Eq(V, (1 - h) ** 2 * V + 2 * h), V)[0])
 
 
 @cites("shaw2025", "section 4, SGLD-RM (finite-population noise ratio corrected)")
 def rm_variance() -> sp.Expr:
-    """V = a²V + h²v + 2h (units of c): stationary variance of SGLD-RM, V = (2 + hv)/(2 − h) (seed 002 §4)."""
+    """V = a²V + h²v + 2h (units of c): stationary variance of SGLD-RM, V = (2 + hv)/(2 − h) (Shaw & Whalley (2025) §4)."""
     V = sp.Symbol("V")
     return sp.factor(sp.solve(sp.Eq(V, (1 - h) ** 2 * V + h ** 2 * v + 2 * h), V)[0])
 
@@ -157,9 +157,9 @@ def _rr_position_internal() -> sp.Expr:
     return sp.factor(_rr_map(_X, sp.factor(V0)))
 
 
-@cites("sgtune", "periodic stationary solution of SGLD-RR (corrects seed 002 §4)")
+@cites("sgtune", "periodic stationary solution of SGLD-RR (corrects Shaw & Whalley (2025) §4)")
 def rr_variance_by_position() -> sp.Expr:
-    """V_k = a^{2k}V_0 + 2hΣa^{2j} + h²Var(Σ a^{k−1−j}e_j), V_0 = V_R (units of c; seed 002 §4, corrected).
+    """V_k = a^{2k}V_0 + 2hΣa^{2j} + h²Var(Σ a^{k−1−j}e_j), V_0 = V_R (units of c; Shaw & Whalley (2025) §4, corrected).
 
     Returns
     -------
@@ -172,19 +172,19 @@ def rr_variance_by_position() -> sp.Expr:
 
 @cites("shaw2025", "section 4 (ULA, eq. 10)")
 def rel_err_ula() -> sp.Expr:
-    """ε_ULA = V/c − 1 = h/(2 − h) (seed 002 §4, after eq. 10)."""
+    """ε_ULA = V/c − 1 = h/(2 − h) (Shaw & Whalley (2025) §4, after eq. 10)."""
     return sp.simplify(ula_variance() - 1)
 
 
 @cites("shaw2025", "section 4, SGLD-RM (finite-population noise ratio corrected)")
 def rel_err_rm() -> sp.Expr:
-    """ε_RM = h(1 + v)/(2 − h) with v = N Var(x̄_b − x̄)/σ² (seed 002 §4; v = R − 1 when σ² = s²)."""
+    """ε_RM = h(1 + v)/(2 − h) with v = N Var(x̄_b − x̄)/σ² (Shaw & Whalley (2025) §4; v = R − 1 when σ² = s²)."""
     return sp.factor(rm_variance() - 1)
 
 
-@cites("sgtune", "SGLD-RR at epoch position k (corrects seed 002 §4)")
+@cites("sgtune", "SGLD-RR at epoch position k (corrects Shaw & Whalley (2025) §4)")
 def rel_err_rr_position() -> sp.Expr:
-    """ε_k = V_k/c − 1 for SGLD-RR at epoch position k (seed 002 §4, corrected; see module docstring)."""
+    """ε_k = V_k/c − 1 for SGLD-RR at epoch position k (Shaw & Whalley (2025) §4, corrected; see module docstring)."""
     return _to_h(sp.factor(_rr_position_internal() - 1))
 
 
@@ -207,10 +207,10 @@ def _average_over_k(expr: sp.Expr, inside_square: bool = False) -> sp.Expr:
     return sp.factor(out / den)
 
 
-@cites("sgtune", "SGLD-RR epoch average (corrects seed 002 §4)")
+@cites("sgtune", "SGLD-RR epoch average (corrects Shaw & Whalley (2025) §4)")
 @functools.lru_cache(maxsize=None)
 def rel_err_rr_average() -> sp.Expr:
-    """ε̄ = (1/R) Σ_{k=0}^{R−1} ε_k, the average of the exact ε_k (seed 002 §4, corrected).
+    """ε̄ = (1/R) Σ_{k=0}^{R−1} ε_k, the average of the exact ε_k (Shaw & Whalley (2025) §4, corrected).
 
     ε_k is a polynomial in a^k (degree 2); each power a^{mk} is averaged
     separately, i.e. the terms (1 − a^k)² are averaged, never squared after
@@ -219,9 +219,9 @@ def rel_err_rr_average() -> sp.Expr:
     return _to_h(_average_over_k(_rr_position_internal() - 1))
 
 
-@cites("sgtune", "noise ratio of a without-replacement batch (THEORY.md §4.3)")
+@cites("sgtune", "noise ratio of a without-replacement batch (docs/corrections.md)")
 def noise_ratio_without_replacement() -> sp.Expr:
-    """v = N Var(x̄_b − x̄)/σ² = (s²/σ²)(N − B)/B = (s²/σ²)(R − 1) for B distinct indices (seed 002 §4, corrected)."""
+    """v = N Var(x̄_b − x̄)/σ² = (s²/σ²)(N − B)/B = (s²/σ²)(R − 1) for B distinct indices (Shaw & Whalley (2025) §4, corrected)."""
     pop_var = s2 * (N - 1) / N
     var_e = pop_var / B * (N - B) / (N - 1)
     return sp.simplify(N * var_e / sigma2)
@@ -236,16 +236,16 @@ def noise_ratio_with_replacement() -> sp.Expr:
 
 @cites("shaw2025", "section 4, SGLD-RM as published (v = R): WRONG, kept for comparison")
 def published_rel_err_rm() -> sp.Expr:
-    """ε_RM with the published noise ratio v = R instead of R − 1 (seed 002 §4; incorrect)."""
+    """ε_RM with the published noise ratio v = R instead of R − 1 (Shaw & Whalley (2025) §4; incorrect)."""
     return rel_err_rm().subs(v, R)
 
 
 @cites("shaw2025", "section 4, SGLD-RR epoch average as published: WRONG, kept for comparison")
 @functools.lru_cache(maxsize=None)
 def published_rel_err_rr_average() -> sp.Expr:
-    """ε̄ with v = R and the k-average put inside the square (seed 002 §4; incorrect, for comparison).
+    """ε̄ with v = R and the k-average put inside the square (Shaw & Whalley (2025) §4; incorrect, for comparison).
 
-    Reconstruction of the published route (THEORY.md §4.3): ε_k written with
+    Reconstruction of the published route (docs/corrections.md): ε_k written with
     X = a^k, then X replaced by its average ⟨a^k⟩ over k = 0..R−1, so that
     (1 − a^k)² becomes (1 − ⟨a^k⟩)², and the noise ratio set to v = R.
     """
@@ -264,7 +264,7 @@ def series_h(expr: sp.Expr, order: int = 3) -> sp.Expr:
 
 @cites("sgtune", "compact closed form of the SGLD-RR variance (equals rel_err_rr_position)")
 def rel_err_rr_position_compact() -> sp.Expr:
-    """ε_k = h/(2−h) + (v/(R−1))[hR/(2−h) − a^{2k}(1−a^R)/(1+a^R) − (1−a^k)²], a = 1 − h (seed 002 §4, corrected)."""
+    """ε_k = h/(2−h) + (v/(R−1))[hR/(2−h) − a^{2k}(1−a^R)/(1+a^R) − (1−a^k)²], a = 1 − h (Shaw & Whalley (2025) §4, corrected)."""
     a = 1 - h
     return h / (2 - h) + v / (R - 1) * (h * R / (2 - h) - a ** (2 * k) * (1 - a ** R) / (1 + a ** R)
                                         - (1 - a ** k) ** 2)
@@ -272,7 +272,7 @@ def rel_err_rr_position_compact() -> sp.Expr:
 
 @cites("shaw2025", "section 4 (ULA, SGLD-RM, SGLD-RR; corrected)")
 def rr_rm() -> dict[str, sp.Expr]:
-    """Relative variance errors ε of ULA, SGLD-RM and SGLD-RR (seed 002 §4, corrected), exact and to O(h³).
+    """Relative variance errors ε of ULA, SGLD-RM and SGLD-RR (Shaw & Whalley (2025) §4, corrected), exact and to O(h³).
 
     Returns
     -------

@@ -1,4 +1,4 @@
-"""Closed form of the 1-D stationary variance of SG(L)D (seed 003 eqs. 11–12 with D = 1).
+"""Closed form of the 1-D stationary variance of SG(L)D (Wang, Ding & Huggins (2026) eqs. 11–12 with D = 1).
 
 Derived from the chain itself, not from eq. (11): for D = 1 the proxy is
 d' = (1 − λh_b) d − λ ε_b + sqrt(2λ/β) ξ with h_b the batch mean of the curvatures J_n

@@ -1,4 +1,4 @@
-"""Layer 3: the theory of SG(L)D chains (stationary covariance, tuning, error constants, seed theories).
+"""Layer 3: the theory of SG(L)D chains (stationary covariance, tuning, error constants of the source papers).
 
 Import from the modules (``sgtune.theory.stationary``, ``sgtune.theory.tuning``, …); the names below
 are re-exported for convenience.

@@ -50,10 +50,27 @@ class CovarianceGradient:
 
     Attributes
     ----------
-    value : φ(Σ(Λ)).
-    gradient : (D, D) symmetric ∇_Λ φ over symmetric Λ (Frobenius product).
-    cov : (D, D) Σ(Λ), the exact stationary covariance.
-    augmented_cov : full second moment S ((2D, 2D) with momentum).
+    value : float
+        φ(Σ(Λ)).
+    gradient : (D, D) ndarray
+        The symmetric ∇_Λ φ over symmetric Λ (Frobenius product).
+    cov : (D, D) ndarray
+        Σ(Λ), the exact stationary covariance.
+    augmented_cov : ndarray
+        The full second moment S ((2D, 2D) with momentum).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.adjoint import affine_discrepancy
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> phi = affine_discrepancy(e.sandwich_cov())
+    >>> from sgtune.theory.adjoint import criterion_gradient
+    >>> g = criterion_gradient(e, Dynamics(0.1, batch_size=32), phi)
+    >>> g.gradient.shape, bool(np.allclose(g.gradient, g.gradient.T))
+    ((5, 5), True)
     """
 
     value: float
@@ -64,10 +81,30 @@ class CovarianceGradient:
 
 @cites("sgtune", "criterion of the tuning families: ‖Σ*^{-1/2}ΣΣ*^{-1/2} − I‖²_F (affine invariant)")
 def affine_discrepancy(target_cov: np.ndarray) -> Criterion:
-    r"""φ(Σ) = ‖L⁻¹ Σ L⁻ᵀ − I‖²_F with Σ* = LLᵀ, and ∂φ/∂Σ = 2 L⁻ᵀ(L⁻¹ΣL⁻ᵀ − I)L⁻¹.
+    r"""The affine-invariant discrepancy φ(Σ) = ‖L⁻¹ Σ L⁻ᵀ − I‖²_F (Σ* = LLᵀ) and its gradient in Σ.
+
+    ∂φ/∂Σ = 2 L⁻ᵀ(L⁻¹ΣL⁻ᵀ − I)L⁻¹.
 
     (The Cholesky factor gives the same value as the symmetric square root: the two whitened
     matrices are orthogonally similar.)
+
+    Parameters
+    ----------
+    target_cov : (D, D) ndarray
+        Σ*, symmetric positive definite.
+
+    Returns
+    -------
+    callable
+        Σ ↦ (φ(Σ), ∂φ/∂Σ), the criterion of the structured families of
+        :func:`sgtune.theory.tuning.tune`.
+
+    Examples
+    --------
+    >>> from sgtune.theory.adjoint import affine_discrepancy
+    >>> phi = affine_discrepancy(np.diag([1.0, 4.0]))
+    >>> phi(np.diag([2.0, 4.0]))[0]  # (2/1 − 1)²
+    1.0
     """
     L = np.linalg.cholesky(target_cov)
     Li = sla.solve_triangular(L, np.eye(L.shape[0]), lower=True)
@@ -88,6 +125,32 @@ class GradientEvaluator:
     ``evaluate`` takes a Λ). It returns None when the chain with this Λ is not
     second-moment stable (decided, as in :func:`sgtune.theory.stationary.stationary_cov_evaluator`,
     by ρ(F) < 1 and a positive-definite solution S, valid when Q₀ ≻ 0).
+
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    criterion : callable
+        Σ ↦ (φ(Σ), ∂φ/∂Σ), e.g. :func:`affine_discrepancy`.
+    dynamics : Dynamics
+        B, β, κ and the batching.
+    tol : float, optional
+        Relative tolerance of the iterative solves (large systems).
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.adjoint import affine_discrepancy
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> phi = affine_discrepancy(e.sandwich_cov())
+    >>> from sgtune.theory.adjoint import GradientEvaluator
+    >>> evaluator = GradientEvaluator(e, phi, Dynamics(None, batch_size=32))
+    >>> evaluator.evaluate(0.1 * np.eye(5)).cov.shape, evaluator.evaluate(100 * np.eye(5))
+    ((5, 5), None)
     """
 
     def __init__(self, expansion: Expansion, criterion: Criterion, dynamics: Any = None, *,
@@ -145,20 +208,41 @@ class GradientEvaluator:
 @cites("sgtune", "adjoint of Wang, Ding & Huggins (2026) Eqs. (11)–(12) / Prop. B.1 (derivation in "
                  "sgtune.theory.adjoint)")
 def criterion_gradient(expansion: Expansion, dynamics: Any, criterion: Criterion, **legacy: Any) -> CovarianceGradient:
-    r"""φ(Σ(Λ)) and its gradient over symmetric Λ from one forward and one adjoint solve.
+    r"""Compute φ(Σ(Λ)) and its gradient over symmetric Λ from one forward and one adjoint solve.
 
     Parameters
     ----------
-    expansion : Expansion at θ̂.
+    expansion : Expansion
+        The expansion at θ̂.
     dynamics : Dynamics
         The chain: Λ (``step``, symmetric: scalar, (D,) or (D, D)), B, β, κ and the batching, as in
         :func:`sgtune.theory.stationary.predict_stationary_cov`.
-    criterion : callable Σ ↦ (φ(Σ), ∂φ/∂Σ), e.g. :func:`affine_discrepancy`.
+    criterion : callable
+        Σ ↦ (φ(Σ), ∂φ/∂Σ), e.g. :func:`affine_discrepancy`.
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Returns
+    -------
+    CovarianceGradient
+        The value φ(Σ(Λ)), ∇_Λ φ and Σ(Λ) (Wang, Ding & Huggins 2026, Eqs. (11)–(12) and their adjoint).
 
     Raises
     ------
     UnstableStepSizeError
         When the chain with Λ is not second-moment stable.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.adjoint import affine_discrepancy
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> phi = affine_discrepancy(e.sandwich_cov())
+    >>> from sgtune.theory.adjoint import criterion_gradient
+    >>> bool(criterion_gradient(e, Dynamics(0.1, batch_size=32), phi).value > 0)
+    True
     """
     if not isinstance(dynamics, Dynamics):  # the old form criterion_gradient(expansion, step_matrix, criterion, …)
         dynamics = dynamics_from_keywords("criterion_gradient", "criterion_gradient(expansion, Dynamics(step_matrix, "

@@ -89,7 +89,47 @@ UNCERTAIN_Z = 2.0
 
 @dataclass(frozen=True)
 class Applicability:
-    """Result of :func:`applicability` (``to_dict`` is the JSON object ``applicability``)."""
+    """Result of :func:`applicability` (``to_dict`` is the JSON object ``applicability``).
+
+    Attributes
+    ----------
+    applicable : bool
+        No check failed: the linearised chain describes the chain that runs.
+    reasons : tuple of str
+        One sentence per failed check (empty when ``applicable``).
+    curvature_change : dict of str to float
+        The largest relative changes of the curvature and of the gradient noise over the
+        predicted spread, and the model evaluations used (module docstring).
+    equilibration_steps : float
+        Steps from θ̂ until the second moments are stationary
+        (:func:`~sgtune.theory.linear_chain.equilibration_steps`).
+    tau_worst : float
+        The worst integrated autocorrelation time of the prediction.
+    conditioning : dict
+        Condition numbers of the problem (H, the target) and the solve's backward error.
+    predicted_deviation : float
+        max_ij |Σ_SL − Σ|_ij / √(Σ_ii Σ_jj), Σ_SL the statistically linearised chain's covariance.
+    mean_shift : float
+        max_i |m_i|/sd_i of the drift's mean shift m = −H_eff⁻¹E[∇L].
+    linearised_cov : (D, D) ndarray or None
+        Σ_SL (None when its iteration runs away).
+    subsample : dict or None
+        The rows evaluated for data out of core (None in memory).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> st = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> from sgtune.theory.applicability import applicability
+    >>> report = applicability(model, data, e, st)
+    >>> sorted(report.curvature_change)
+    ['curvature', 'gradient_noise', 'points']
+    """
 
     applicable: bool
     reasons: tuple[str, ...]
@@ -281,8 +321,28 @@ class _Anchor:
         return 0.5 * (c + c.T)
 
 
+@cites("sgtune", "the subsample size of the out-of-core applicability report (a work budget, no paper equation)")
 def subsample_rows(n_data: int, dim: int) -> int:
-    """Rows of the random subsample the report evaluates out-of-core data on (all N when N is at most that)."""
+    """Choose the rows of the random subsample the report evaluates out-of-core data on (all N when N is at most that).
+
+    Parameters
+    ----------
+    n_data : int
+        N.
+    dim : int
+        D.
+
+    Returns
+    -------
+    int
+        The number of rows.
+
+    Examples
+    --------
+    >>> from sgtune.theory.applicability import subsample_rows
+    >>> subsample_rows(2000, 5)
+    2000
+    """
     return int(min(n_data, SUBSAMPLE_MAX_ROWS, max(SUBSAMPLE_MIN_ROWS, SUBSAMPLE_WORK // max(dim, 1) ** 2)))
 
 
@@ -364,12 +424,45 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
 
     Parameters
     ----------
-    model, data, expansion : the problem (``expansion`` at θ̂, from :func:`sgtune.models.expand`).
-    stationary : the prediction for the chain's Λ (:func:`~sgtune.theory.stationary.predict_stationary_cov`).
-    target_cov : the tuning target, when Λ was tuned (its condition number is reported).
-    backward_error : the tuning or solve residual (reported).
-    n_pairs : antithetic pairs of draws per fixed-point step (the model is evaluated 2·n_pairs times each).
-    seed : seed of the draws.
+    model : PerSampleModel
+        The model.
+    data : Dataset
+        Its data.
+    expansion : Expansion
+        The expansion at θ̂ (:func:`sgtune.models.expand`).
+    stationary : StationaryCov
+        The prediction for the chain's Λ (:func:`~sgtune.theory.stationary.predict_stationary_cov`).
+    target_cov : (D, D) array_like, optional
+        The tuning target, when Λ was tuned (its condition number is reported).
+    backward_error : float or None, optional
+        The tuning or solve residual (reported).
+    n_pairs : int, optional
+        Antithetic pairs of draws per fixed-point step (the model is evaluated 2·n_pairs times each).
+    seed : int, optional
+        Seed of the draws.
+
+    Returns
+    -------
+    Applicability
+        The verdict, its reasons and the measurements behind them.
+
+    See Also
+    --------
+    statistically_linearised_cov : The second prediction behind ``predicted_deviation``.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> st = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> from sgtune.theory.applicability import applicability
+    >>> report = applicability(model, data, e, st)
+    >>> report.applicable, report.reasons  # a logistic model at λ = 0.1 is close to quadratic
+    (True, ())
     """
     if data.rows is None:
         sl, sub = statistically_linearised_cov(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed), None

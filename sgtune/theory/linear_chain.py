@@ -92,20 +92,83 @@ def dynamics_from_keywords(function: str, new_form: str, step: Any, keywords: di
 
 @cites("wang2026", "Thm. 4.3 (without replacement: × (N−B)/(N−1))")
 def finite_population_factor(n_data: int, batch_size: int, without_replacement: bool) -> float:
-    """f = (N−B)/(N−1) for batches drawn without replacement, 1 with replacement (Thm. 4.3)."""
+    """The finite-population factor f = (N−B)/(N−1) without replacement, 1 with replacement (Thm. 4.3).
+
+    Parameters
+    ----------
+    n_data : int
+        N.
+    batch_size : int
+        B.
+    without_replacement : bool
+        How the batch is drawn.
+
+    Returns
+    -------
+    float
+        The factor f (Wang, Ding & Huggins 2026, Thm. 4.3).
+
+    Examples
+    --------
+    >>> from sgtune.theory.linear_chain import finite_population_factor
+    >>> finite_population_factor(101, 11, True), finite_population_factor(101, 11, False)
+    (0.9, 1.0)
+    """
     return (n_data - batch_size) / (n_data - 1) if without_replacement else 1.0
 
 
 @cites("wang2026", "Thm. 4.3, Eq. (12): the factor f/B of the minibatch-noise covariance")
 def noise_scale(n_data: int, dynamics: Dynamics) -> float:
-    """f/B: the minibatch-noise covariance of B draws is f/B times that of one (Thm. 4.3)."""
+    """The noise scale f/B: the minibatch-noise covariance of B draws is f/B times that of one (Thm. 4.3).
+
+    Parameters
+    ----------
+    n_data : int
+        N.
+    dynamics : Dynamics
+        B and the batching.
+
+    Returns
+    -------
+    float
+        The scale f/B.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.theory.linear_chain import noise_scale
+    >>> noise_scale(101, Dynamics(0.1, batch_size=11, batching="without-replacement"))
+    0.08181818181818182
+    """
     B = dynamics.batch_size
     return finite_population_factor(n_data, B, dynamics.without_replacement) / B
 
 
 @cites("wang2026", "Prop. 4.2 (F = I − ΛH) and Prop. B.1 (momentum: F = [[I−ΛH, −κΛ], [H, κI]])")
 def heavy_ball_transition(step_matrix: np.ndarray, hessian: np.ndarray, momentum: float) -> np.ndarray:
-    """F of the proxy chain: I − ΛH, or the augmented [[I−ΛH, −κΛ], [H, κI]] of (d, ν) with momentum κ."""
+    """The transition F of the proxy chain: I − ΛH, or the augmented [[I−ΛH, −κΛ], [H, κI]] of (d, ν).
+
+    Parameters
+    ----------
+    step_matrix : (D, D) ndarray
+        Λ.
+    hessian : (D, D) ndarray
+        H.
+    momentum : float
+        The heavy-ball momentum κ (0: the (D, D) transition).
+
+    Returns
+    -------
+    ndarray
+        F, (D, D) or (2D, 2D) (Wang, Ding & Huggins 2026, Prop. B.1).
+
+    Examples
+    --------
+    >>> from sgtune.theory.linear_chain import heavy_ball_transition
+    >>> heavy_ball_transition(np.array([[0.1]]), np.eye(1), 0.5)
+    array([[ 0.9 , -0.05],
+           [ 1.  ,  0.5 ]])
+    """
     lam, H = step_matrix, hessian
     I = np.eye(lam.shape[0])
     if momentum == 0.0:
@@ -120,40 +183,62 @@ def _noise_map(step_matrix: np.ndarray, momentum: float) -> np.ndarray:
 
 @cites("wang2026", "Thm. 4.3, Eq. (12): the Σ-dependent part mean_n J_nΣJ_n − JΣJ as a D²×D² matrix")
 def variance_kernel(expansion: Expansion) -> np.ndarray:
-    """vec-matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ (D²×D², C-order vec), accumulated in row blocks of 4096."""
-    e = expansion
-    d = e.dim
-    J = e.curvature
-    if e.stream is not None:  # rows out of core: streamed over chunks (sgtune.io.reduce)
-        return e.variance_kernel_sum() - np.kron(J, J)
-    K = np.zeros((d * d, d * d))
-    if e.rank_one:
-        X, w = e.design, e.weights
-        for start in range(0, e.n_samples, 4096):
-            xb = X[start:start + 4096]
-            Z = (w[start:start + 4096][:, None, None] * xb[:, :, None] * xb[:, None, :]).reshape(len(xb), d * d)
-            K += Z.T @ Z
-    else:
-        Hs = e.per_sample_hessians
-        G = np.zeros((d * d, d * d))  # G[(i,j),(k,l)] = Σ_n J_n[i,j] J_n[k,l]: one BLAS product per block
-        for start in range(0, e.n_samples, 4096):
-            Z = Hs[start:start + 4096].reshape(-1, d * d)
-            G += Z.T @ Z
-        K += G.reshape(d, d, d, d).transpose(0, 2, 1, 3).reshape(d * d, d * d)  # K[(i,k),(j,l)]
-    K /= e.n_samples
-    return K - np.kron(J, J)
+    """The matrix of Σ ↦ mean_n J_nΣJ_n − JΣJ on vec(Σ) (D²×D², C order).
+
+    mean_n J_n ⊗ J_n is the expansion's (:meth:`~sgtune.models.expansion.Expansion.variance_kernel_sum`:
+    accumulated in row blocks for every curvature structure — rank-one, block, dense — or streamed over
+    the rows of out-of-core data).
+
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+
+    Returns
+    -------
+    (D², D²) ndarray
+        The Σ-dependent part of the noise of Eq. (12) (Wang, Ding & Huggins 2026), without f/B.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.linear_chain import variance_kernel
+    >>> variance_kernel(expand(get_model("logistic"), example("logistic"))).shape
+    (25, 25)
+    """
+    J = expansion.curvature
+    return expansion.variance_kernel_sum() - np.kron(J, J)
 
 
 @cites("wang2026", "Prop. 4.2 / Thm. 4.3: S_t = 𝒫(S_{t−1}) + Q₀, so S_t − Σ = 𝒫^t(S_0 − Σ)")
 def equilibration_steps(spectral_radius: float, tol: float = 0.01) -> float:
-    """Steps from θ̂ until the chain's second moments are within ``tol`` of their stationary values.
+    """Count the steps from θ̂ until the chain's second moments are within ``tol`` of their stationary values.
 
     The second moment of the proxy chain obeys S_t = 𝒫(S_{t−1}) + Q₀ (Wang, Ding & Huggins 2026,
     Eqs. (11)–(12)), so S_t − Σ = 𝒫^t(S_0 − Σ) and, started at θ̂ (S_0 = 0), the relative deviation
     decays like ρ(𝒫)^t: t = ⌈ln(1/tol) / (−ln ρ)⌉. This is a burn-in for the *covariance*: it differs
     from τ_worst, the integrated autocorrelation time (which sets how many draws an estimate needs),
     because the slowest eigen-direction of 𝒫 may carry little of the autocorrelation of any single
-    linear functional. Returns ``inf`` for ρ ≥ 1 (no stationary law).
+    linear functional.
+
+    Parameters
+    ----------
+    spectral_radius : float
+        The spectral radius ρ(𝒫) of the second-moment map.
+    tol : float, optional
+        The relative deviation to reach.
+
+    Returns
+    -------
+    float
+        The number of steps (``inf`` for ρ ≥ 1: no stationary law).
+
+    Examples
+    --------
+    >>> from sgtune.theory.linear_chain import equilibration_steps
+    >>> equilibration_steps(0.9), equilibration_steps(1.0)
+    (44.0, inf)
     """
     rho = float(spectral_radius)
     if not 0.0 < tol < 1.0:
@@ -172,12 +257,29 @@ class StationarySolution:
 
     Attributes
     ----------
-    second_moment : (m, m) S (the augmented (d, ν) moment with momentum).
-    spectral_radius : ρ of the second-moment map (or its certified upper bound, ``is_bound``).
-    is_bound : whether ``spectral_radius`` is the bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}).
-    relative_residual : ‖S − P(S) − Q₀‖_F / ‖S‖_F.
-    method : ``"direct"`` or ``"iterative"``.
-    dim : D (the leading block of S that is θ).
+    second_moment : (m, m) ndarray
+        S (the augmented (d, ν) moment with momentum).
+    spectral_radius : float
+        ρ of the second-moment map (or its certified upper bound, ``is_bound``).
+    is_bound : bool
+        Whether ``spectral_radius`` is the bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}).
+    relative_residual : float
+        ‖S − P(S) − Q₀‖_F / ‖S‖_F.
+    method : str
+        ``"direct"`` or ``"iterative"``.
+    dim : int
+        D (the leading block of S that is θ).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.linear_chain import LinearChain
+    >>> chain = LinearChain.of(expand(get_model("logistic"), example("logistic")), Dynamics(0.1, batch_size=32))
+    >>> sol = chain.solve()
+    >>> sol.method, sol.second_moment.shape, bool(sol.relative_residual < 1e-10)
+    ('direct', (5, 5), True)
     """
 
     second_moment: np.ndarray
@@ -205,17 +307,38 @@ class LinearChain:
 
     Attributes
     ----------
-    expansion : the :class:`~sgtune.models.Expansion` at θ̂ (its per-sample curvatures give 𝒩; None for a
-        chain built from matrices by :meth:`with_constant_noise`).
-    dynamics : the chain's settings (Λ, B, β, κ, batching).
-    step_matrix : (D, D) Λ (symmetrised when β < ∞).
-    hessian : (D, D) H (or the effective curvature).
-    transition : F, (D, D) or (2D, 2D) with momentum.
-    noise_map : E, (D, D) or (2D, D).
-    constant_noise : Q₀, symmetric (m, m).
-    noise_scale : f/B.
-    state_dependent : whether the map has the Σ-dependent noise E𝒩(S_dd)Eᵀ (False for the
-        statistically linearised chain, whose noise is constant).
+    expansion : Expansion or None
+        The expansion at θ̂ (its per-sample curvatures give 𝒩; None for a chain built from
+        matrices by :meth:`with_constant_noise`).
+    dynamics : Dynamics
+        The chain's settings (Λ, B, β, κ, batching).
+    step_matrix : (D, D) ndarray
+        Λ (symmetrised when β < ∞).
+    hessian : (D, D) ndarray
+        H (or the effective curvature).
+    transition : ndarray
+        F, (D, D) or (2D, 2D) with momentum.
+    noise_map : ndarray
+        E, (D, D) or (2D, D).
+    constant_noise : (m, m) ndarray
+        Q₀, symmetric.
+    noise_scale : float
+        f/B.
+    state_dependent : bool
+        Whether the map has the Σ-dependent noise E𝒩(S_dd)Eᵀ (False for the statistically
+        linearised chain, whose noise is constant).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.linear_chain import LinearChain
+    >>> chain = LinearChain.of(expand(get_model("logistic"), example("logistic")), Dynamics(0.1, batch_size=32))
+    >>> chain.transition.shape, chain.noise_scale
+    ((5, 5), 0.03125)
+    >>> bool(chain.transition_radius() < 1)
+    True
     """
 
     expansion: Expansion | None
@@ -654,12 +777,34 @@ class SteinSolver:
     complex eigendecomposition of F; when its eigenvectors are ill conditioned (cond > 1e6, e.g. a
     critically damped momentum mode) scipy's Schur-based Bartels–Stewart solver, O(m³) per call.
 
+    Parameters
+    ----------
+    chain : LinearChain
+        The chain whose transition F is decomposed.
+
     Attributes
     ----------
-    eigenvalues : (m,) a, the eigenvalues of F.
-    V, Vinv : its eigenvectors and their inverse (None when ``fallback``).
-    real : whether a and V are real.
-    fallback : whether the Schur-based solver is used.
+    eigenvalues : (m,) ndarray
+        The eigenvalues a of F.
+    V, Vinv : ndarray or None
+        Its eigenvectors and their inverse (None when ``fallback``).
+    real : bool
+        Whether a and V are real.
+    fallback : bool
+        Whether the Schur-based solver is used.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.linear_chain import LinearChain
+    >>> chain = LinearChain.of(expand(get_model("logistic"), example("logistic")), Dynamics(0.1, batch_size=32))
+    >>> from sgtune.theory.linear_chain import SteinSolver
+    >>> solver = SteinSolver(chain)
+    >>> X = solver.solve(np.eye(5))
+    >>> bool(np.allclose(X, chain.transition @ X @ chain.transition.T + np.eye(5)))
+    True
     """
 
     def __init__(self, chain: LinearChain) -> None:

@@ -83,11 +83,30 @@ class MCError:
 
     Attributes
     ----------
-    mean_mc_variance : (D, D) lim T·Cov(x̄_T), exact for the linearised chain.
-    cov_mc_error : lim T·E‖Ŝ_T − Σ‖²_F (absolute; Gaussian fourth moments).
-    cov_mc_error_constant : ``cov_mc_error`` / ‖reference‖²_F (reference: Σ unless given).
-    reference_norm2 : ‖reference‖²_F.
-    method : the route of :func:`cov_error_constant` that computed it.
+    mean_mc_variance : (D, D) ndarray
+        The limit T·Cov(x̄_T), exact for the linearised chain.
+    cov_mc_error : float
+        The limit T·E‖Ŝ_T − Σ‖²_F (absolute; Gaussian fourth moments).
+    cov_mc_error_constant : float
+        The relative constant ``cov_mc_error`` / ‖reference‖²_F (reference: Σ unless given).
+    reference_norm2 : float
+        The squared norm ‖reference‖²_F.
+    method : str
+        The route of :func:`cov_error_constant` that computed it.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory import mc_error
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> err = mc_error(predict_stationary_cov(e, Dynamics(0.1, batch_size=32)))
+    >>> err.mean_mc_variance.shape
+    (5, 5)
+    >>> bool(err.predicted_rms_error(steps=10_000, chains=4) < err.predicted_rms_error(steps=1_000, chains=4))
+    True
     """
 
     mean_mc_variance: np.ndarray
@@ -105,7 +124,7 @@ class MCError:
 @cites("wang2026", "§4 / Prop. B.2: lag-k autocovariance (I − ΛH)^k Σ of the proxy chain, summed over k")
 def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None = None,
                         _check: bool = True) -> np.ndarray:
-    r"""lim T·Cov(x̄_T) = P[(I−F)⁻¹S + S(I−F)⁻ᵀ − S]Pᵀ, the sum of all lag autocovariances of the positions.
+    r"""Asymptotic covariance of the chain's mean, lim T·Cov(x̄_T) = P[(I−F)⁻¹S + S(I−F)⁻ᵀ − S]Pᵀ.
 
     Parameters
     ----------
@@ -116,11 +135,31 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
         S, the stationary covariance of the state.
     dim : int, optional
         D, the number of leading state coordinates that are positions (default m).
+    _check : bool, optional
+        Internal: check that ρ(F) < 1 (callers that checked it already pass False).
 
     Returns
     -------
-    (D, D) symmetric positive semi-definite matrix; exact for the linear chain whatever the law of its
-    noise, as long as the noise has conditional mean zero.
+    (D, D) ndarray
+        The sum of all lag autocovariances of the positions, symmetric positive semi-definite;
+        exact for the linear chain whatever the law of its noise, as long as the noise has
+        conditional mean zero.
+
+    Raises
+    ------
+    ShapeError
+        F and S are not square of one size, or ``dim`` is out of range.
+    SgtuneError
+        The transition's spectral radius is not below 1 (no stationary law).
+
+    See Also
+    --------
+    cov_error_constant : The same sum for the covariance estimate's error.
+
+    Notes
+    -----
+    The lag-k autocovariance of the proxy chain is F^k S (Wang, Ding & Huggins 2026, §4 and
+    Prop. B.2); the sum over k ∈ ℤ is the closed form above, with P the projection on the positions.
 
     Examples
     --------
@@ -142,7 +181,7 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
                  "2026, §4, Prop. B.2), summed through a block-diagonal form of F")
 def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None = None, method: str | None = None,
                        **legacy: Any) -> tuple[float, str]:
-    r"""lim T·E‖Ŝ_T − Σ‖²_F = Σ_k [(tr A_k)² + tr(A_kA_k)] under Gaussian fourth moments (module docstring).
+    r"""Error constant of the covariance estimate, lim T·E‖Ŝ_T − Σ‖²_F = Σ_k [(tr A_k)² + tr(A_kA_k)].
 
     Parameters
     ----------
@@ -157,6 +196,9 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     method : {"symmetric", "blocks", "eig", "kron", None}
         Force a route (None: ``symmetric`` / ``blocks`` when Λ is SPD and H symmetric, else ``eig``,
         else ``kron`` for ill-conditioned small systems).
+    **legacy
+        The keyword form of 0.1 (``step_matrix=…``, ``momentum=…`` with a bare F), with a
+        ``DeprecationWarning`` naming the new form.
 
     Returns
     -------
@@ -167,6 +209,16 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     ------
     ConvergenceError
         A non-symmetric system whose eigenvectors are ill conditioned and too large for ``kron``.
+
+    See Also
+    --------
+    mc_error : The constant of a predicted chain, normalised.
+
+    Notes
+    -----
+    A_k = P F^k S Pᵀ is the lag-k autocovariance of the positions (Wang, Ding & Huggins 2026, §4,
+    Prop. B.2); Isserlis' theorem turns the fourth moments of a Gaussian chain into the sum above,
+    computed through a block-diagonal form of F (module docstring).
 
     Examples
     --------

@@ -40,11 +40,21 @@ class NoiseModel:
 
     Attributes
     ----------
-    name : the registry key (``--method`` of ``sgtune lambda``).
-    title : the theory and where the paper states it.
-    discrete : whether the equation keeps the discrete-time term HΣH (all but ``ct``).
-    exact : whether C(Σ) is the chain's own minibatch noise (only ``dq-exact``; the structured
+    name : str
+        The registry key (``--method`` of ``sgtune lambda``).
+    title : str
+        The theory and where the paper states it.
+    discrete : bool
+        Whether the equation keeps the discrete-time term HΣH (all but ``ct``).
+    exact : bool
+        Whether C(Σ) is the chain's own minibatch noise (only ``dq-exact``; the structured
         families and momentum are defined through it).
+
+    Examples
+    --------
+    >>> from sgtune.theory.noise_models import NOISE_MODELS
+    >>> [(name, model.discrete, model.exact) for name, model in NOISE_MODELS.items()]
+    [('dq-exact', True, True), ('ct', False, False), ('dq-const', True, False), ('lr-ws', True, False)]
     """
 
     name = ""
@@ -162,7 +172,31 @@ NOISE_MODELS: dict[str, NoiseModel] = {m.name: m for m in (_DQExact(), _CT(), _D
 
 @cites("wang2026", "Table 1 / Algorithm 1: the forward theories, by name")
 def noise_model(name: Any, *, what: str = "method") -> NoiseModel:
-    """The registered :class:`NoiseModel` called ``name`` (``what`` names the argument in the error)."""
+    """The registered :class:`NoiseModel` called ``name`` (``what`` names the argument in the error).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`NOISE_MODELS`.
+    what : str, optional
+        The argument's name in the error message.
+
+    Returns
+    -------
+    NoiseModel
+        The theory.
+
+    Raises
+    ------
+    SgtuneError
+        An unknown name.
+
+    Examples
+    --------
+    >>> from sgtune.theory.noise_models import noise_model
+    >>> noise_model("ct").title
+    'CT, the continuous-time OU proxy (Wang, Ding & Huggins 2026, Eqs. (2)–(3))'
+    """
     try:
         return NOISE_MODELS[name]
     except (KeyError, TypeError):

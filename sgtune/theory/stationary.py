@@ -61,26 +61,61 @@ THEORIES = tuple(NOISE_MODELS)
 
 @dataclass(frozen=True)
 class StationaryCov:
-    """Result of :func:`predict_stationary_cov`.
+    """Result of :func:`predict_stationary_cov`: the stationary covariance and how the chain mixes.
 
     Attributes
     ----------
-    cov : (D, D) stationary covariance Σ of θ.
-    spectral_radius : spectral radius of the second-moment map S ↦ FSFᵀ + E𝒩(S_dd)Eᵀ (< 1 ⇔ stable).
-    relative_residual : ‖S − FSFᵀ − E𝒩(S)Eᵀ − Q₀‖_F / ‖S‖_F of the returned solution.
-    method : "direct" or "iterative".
-    tau : (D,) integrated autocorrelation time of each coordinate θ_d (iterations).
-    tau_worst : sup over linear functionals vᵀθ of τ_int (exact, see :func:`autocorrelation_times`).
-    tau_spectral : 2/μ_min(ΛH) − 1, Prop. 4.4 of Wang, Ding & Huggins (2026) (no momentum only; else nan).
-    augmented_cov : full second moment of (d, ν) with momentum (2D, 2D), else equal to ``cov``.
-    step_matrix, momentum, inv_temperature, batch_size, without_replacement : the chain's settings
-        (Λ as the dense, validated (D, D) matrix).
-    transition : the proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
-    spectral_radius_is_bound : True when ``spectral_radius`` is the certified upper bound
-        1 − λ_min(S^{-1/2}Q₀S^{-1/2}) (valid for a positive map with S = P(S) + Q₀, S, Q₀ ≻ 0),
-        used for state dimensions above ``ARPACK_MAX_DIM`` and for out-of-core (streamed) expansions.
-    dynamics : the :class:`~sgtune.core.config.Dynamics` predicted for (built from the fields above
-        when not given).
+    cov : (D, D) ndarray
+        The stationary covariance Σ of θ.
+    spectral_radius : float
+        Spectral radius of the second-moment map S ↦ FSFᵀ + E𝒩(S_dd)Eᵀ (< 1 ⇔ stable).
+    relative_residual : float
+        ‖S − FSFᵀ − E𝒩(S)Eᵀ − Q₀‖_F / ‖S‖_F of the returned solution.
+    method : str
+        The solver, ``"direct"`` or ``"iterative"``.
+    tau : (D,) ndarray
+        Integrated autocorrelation time of each coordinate θ_d (iterations).
+    tau_worst : float
+        The largest τ_int over linear functionals vᵀθ (exact, see :func:`autocorrelation_times`).
+    tau_spectral : float
+        2/μ_min(ΛH) − 1, Prop. 4.4 of Wang, Ding & Huggins (2026) (no momentum only; else NaN).
+    augmented_cov : (D, D) or (2D, 2D) ndarray
+        The full second moment of (d, ν) with momentum, else equal to ``cov``.
+    step_matrix : (D, D) ndarray
+        Λ as the dense, validated matrix.
+    momentum, inv_temperature : float
+        κ and β of the chain.
+    batch_size : int
+        B.
+    without_replacement : bool
+        Whether batches are drawn without replacement (noise × (N−B)/(N−1)).
+    transition : ndarray
+        The proxy's transition matrix F (I − ΛH, or the augmented one with momentum).
+    spectral_radius_is_bound : bool
+        True when ``spectral_radius`` is the certified upper bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2})
+        (valid for a positive map with S = P(S) + Q₀, S, Q₀ ≻ 0), used for state dimensions above
+        ``ARPACK_MAX_DIM`` and for out-of-core (streamed) expansions.
+    dynamics : Dynamics
+        The :class:`~sgtune.core.config.Dynamics` predicted for (built from the fields above when
+        not given).
+
+    See Also
+    --------
+    predict_stationary_cov : Computes it.
+    iterate_average_cov : The covariance of an average of the chain's iterates.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> res = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> res.cov.shape, res.method
+    ((5, 5), 'direct')
+    >>> np.round(res.spectral_radius, 2)
+    np.float64(0.97)
     """
 
     cov: np.ndarray
@@ -142,10 +177,31 @@ def noise_covariance(expansion: Expansion, stationary_cov: Any, dynamics: Any = 
 
     Parameters
     ----------
-    expansion : Expansion at θ̂.
-    stationary_cov : (D, D) Σ.
+    expansion : Expansion
+        The expansion at θ̂.
+    stationary_cov : (D, D) array_like
+        The covariance Σ at which the noise is evaluated (symmetric).
     dynamics : Dynamics
         B and the batching (Λ, β and κ are not used; ``step`` may be None).
+    **legacy
+        The keyword form of 0.1 (``batch_size=…``, ``without_replacement=…``), with a
+        ``DeprecationWarning``.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The symmetric noise covariance C̄(Σ) of one minibatch gradient.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.theory.stationary import noise_covariance
+    >>> C = noise_covariance(e, e.sandwich_cov(), Dynamics(None, batch_size=32))
+    >>> C.shape, bool(np.allclose(C, C.T))
+    ((5, 5), True)
     """
     dyn = _settings("noise_covariance", "noise_covariance(expansion, sigma, Dynamics(None, batch_size))",
                     dynamics, legacy, step_given=False)
@@ -157,7 +213,34 @@ def noise_covariance(expansion: Expansion, stationary_cov: Any, dynamics: Any = 
 
 @cites("wang2026", "§2.1: Λ a D×D step-size matrix (scalar λ means Λ = λI)")
 def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndarray:
-    """Λ as a (D, D) array from a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix."""
+    """Λ as a (D, D) array from a scalar λ (Λ = λI), a (D,) diagonal or a (D, D) matrix.
+
+    Parameters
+    ----------
+    step : float or array_like
+        A scalar λ, a (D,) diagonal or a (D, D) matrix (Wang, Ding & Huggins 2026, §2.1).
+    dim : int
+        D.
+    name : str, optional
+        The argument's name in error messages.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The step-size matrix Λ.
+
+    Raises
+    ------
+    ShapeError
+        If ``step`` is neither a scalar nor of shape (D,) or (D, D).
+
+    Examples
+    --------
+    >>> from sgtune.theory.stationary import as_step_matrix
+    >>> as_step_matrix([0.1, 0.2], 2)
+    array([[0.1, 0. ],
+           [0. , 0.2]])
+    """
     return step_matrix_of(step, dim, name=name)
 
 
@@ -167,7 +250,7 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
                            **legacy: Any) -> StationaryCov:
     r"""Solve ΛHΣ + ΣHΛ = Λ(C̄(Σ) + HΣH)Λ + 2β⁻¹Λ for Σ (Wang, Ding & Huggins 2026, Eqs. (11)–(12); Prop. B.1).
 
-    Computes the exact stationary covariance of the proxy SG(L)D chain (exact for linear
+    The exact stationary covariance of the proxy SG(L)D chain (exact for linear
     regression; O(λ/B) accurate in W₂ otherwise, Cor. 4.6) for any step-size matrix Λ
     (scalar, diagonal or dense; symmetric positive definite when β < ∞), with or without
     replacement, with heavy-ball momentum κ (the augmented (d, ν) chain is solved for any
@@ -194,9 +277,15 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
         dimension instead of ARPACK's ρ below ``ARPACK_MAX_DIM`` (no eigen-iteration, O(D³);
         ``spectral_radius_is_bound`` says which; ARPACK is still used when the bound is void).
 
+    **legacy
+        The keyword forms of 0.1 (``step_matrix`` as the second argument and ``batch_size=…``,
+        ``inv_temperature=…``, …): same numbers, with a ``DeprecationWarning`` naming the new form.
+
     Returns
     -------
     StationaryCov
+        Σ, the spectral radius of the second-moment map, the solver's residual, the
+        autocorrelation times and the chain's settings.
 
     Raises
     ------
@@ -206,11 +295,18 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
     ConvergenceError
         If the solution's relative residual exceeds 1e-6.
 
+    See Also
+    --------
+    sgtune.theory.tuning.tune : The inverse problem, Λ for a target Σ.
+    predict_comparison_cov : The predictions of the comparison theories.
+    sgtune.sampler.verify.verify_stationary_cov : Check the prediction against chains.
+
     Examples
     --------
     >>> from sgtune.core.config import Dynamics
     >>> from sgtune.io.data import example
     >>> from sgtune.models import get_model, expand
+    >>> from sgtune.theory.stationary import predict_stationary_cov
     >>> e = expand(get_model("linear"), example("hetero-linear"))
     >>> res = predict_stationary_cov(e, Dynamics(0.05, batch_size=32))
     >>> bool(res.relative_residual < 1e-10 and res.spectral_radius < 1)
@@ -247,6 +343,36 @@ def predict_comparison_cov(expansion: Expansion, dynamics: Any = None, *, theory
                            **legacy: Any) -> np.ndarray:
     r"""Σ predicted by a comparison theory: ΛHΣ + ΣHΛᵀ = Λ(C_th(Σ) [+ HΣH])Λᵀ + 2Λ/β.
 
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    dynamics : Dynamics
+        The chain: Λ, B, β and the batching (κ only with ``dq-exact``).
+    theory : {"ct", "dq-const", "lr-ws", "dq-exact"}
+        The theory (:data:`sgtune.theory.noise_models.NOISE_MODELS`).
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The stationary covariance the theory predicts.
+
+    Raises
+    ------
+    SgtuneError
+        An unknown theory, a comparison theory with momentum, or ``lr-ws`` for a model that is
+        not linear.
+    UnstableStepSizeError
+        The chain is unstable under the theory.
+
+    See Also
+    --------
+    predict_stationary_cov : The exact prediction (``dq-exact``).
+
+    Notes
+    -----
     - ``ct``: the OU proxy, ΛHΣ + ΣHΛᵀ = ΛĈΛᵀ + 2Λ/β (no HΣH term), Ĉ = f(𝓘 − ḡḡᵀ)/B;
     - ``dq-const``: Eq. (5) with the constant noise Ĉ, i.e. Σ = AΣAᵀ + ΛĈΛᵀ + 2Λ/β;
     - ``lr-ws``: Eqs. (5)–(6), C(Σ) = (f/B)(JΣJ + tr(JΣ)J + (σ̂²/σ²)J) (linear models only);
@@ -257,6 +383,18 @@ def predict_comparison_cov(expansion: Expansion, dynamics: Any = None, *, theory
     unknowns (``lr-ws``) or a Lyapunov/Stein solve (``ct``, ``dq-const``). The noise models are
     those of :data:`sgtune.theory.noise_models.NOISE_MODELS`, shared with the tuning. The
     comparison theories describe SG(L)D without momentum; ``dq-exact`` takes any κ.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.theory.stationary import predict_comparison_cov, predict_stationary_cov
+    >>> ct = predict_comparison_cov(e, Dynamics(0.1, batch_size=32), theory="ct")
+    >>> exact = predict_stationary_cov(e, Dynamics(0.1, batch_size=32)).cov
+    >>> bool(np.trace(ct) < np.trace(exact))  # the OU proxy drops the discretisation term HΣH
+    True
     """
     model = noise_model(theory, what="theory")
     dyn = _settings("predict_comparison_cov", "predict_comparison_cov(expansion, Dynamics(step_matrix, batch_size, "
@@ -271,7 +409,7 @@ def predict_comparison_cov(expansion: Expansion, dynamics: Any = None, *, theory
 
 @cites("wang2026", "Prop. B.2 (corrected: weighted, symmetrised lag sum)")
 def iterate_average_cov(stationary: StationaryCov, window: int) -> np.ndarray:
-    r"""Σ^(k) = k⁻²[kΣ + Σ_{m=1}^{k−1}(k−m)(A^mΣ + ΣA^{mᵀ})] for the mean of k stationary iterates.
+    r"""Covariance of the mean of k stationary iterates, k⁻²[kΣ + Σ_{m=1}^{k−1}(k−m)(A^mΣ + ΣA^{mᵀ})].
 
     A is the proxy transition matrix (I − ΛH, or the augmented F with momentum; the
     result is the θ block). The sum is evaluated in closed form,
@@ -283,8 +421,28 @@ def iterate_average_cov(stationary: StationaryCov, window: int) -> np.ndarray:
 
     Parameters
     ----------
-    stationary : StationaryCov from :func:`predict_stationary_cov`.
-    window : k ≥ 1, the number of consecutive iterates averaged.
+    stationary : StationaryCov
+        The prediction (:func:`predict_stationary_cov`).
+    window : int
+        The number k ≥ 1 of consecutive iterates averaged.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The covariance of the average of k consecutive stationary iterates θ.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.theory.stationary import iterate_average_cov, predict_stationary_cov
+    >>> st = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> bool(np.allclose(iterate_average_cov(st, 1), st.cov))
+    True
+    >>> bool(np.trace(iterate_average_cov(st, 100)) < np.trace(st.cov))
+    True
     """
     k = check_int(window, "window", low=1)
     S = stationary.augmented_cov
@@ -304,8 +462,22 @@ def iterate_average_cov(stationary: StationaryCov, window: int) -> np.ndarray:
 
 @cites("wang2026", "Prop. 4.4 and its definition τ_int(f_v) = 1 + 2Σ_k ρ_k")
 def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]:
-    r"""τ_d = 2[(I−A)⁻¹Σ]_dd / Σ_dd − 1 per coordinate and τ = sup_v τ_int(vᵀθ).
+    r"""Integrated autocorrelation times: τ_d = 2[(I−A)⁻¹Σ]_dd / Σ_dd − 1 and τ = sup_v τ_int(vᵀθ).
 
+    Parameters
+    ----------
+    stationary : StationaryCov
+        The prediction (:func:`predict_stationary_cov`), which carries both.
+
+    Returns
+    -------
+    tau : (D,) ndarray
+        The time τ_int of each coordinate θ_d (iterations).
+    tau_worst : float
+        The supremum of τ_int over linear functionals vᵀθ.
+
+    Notes
+    -----
     Uses Cov(z_{t+k}, z_t) = A^k S for the proxy chain, so Σ_{k≥0} A^k S = (I−A)⁻¹S.
     With W = [(I−A)⁻¹S]_θθ, τ_int(vᵀθ) = 2 vᵀWv / vᵀΣv − 1, so the worst case over linear
     functionals is 2 μ_max − 1 with μ_max the largest generalised eigenvalue of
@@ -313,6 +485,17 @@ def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]
     2/μ_min(ΛH) − 1; this equals the exact supremum when ΛH and Σ commute (e.g. scalar Λ
     with Σ ∝ H⁻¹) and can differ otherwise, so both are reported
     (``tau_worst`` exact, ``tau_spectral`` Prop. 4.4).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.theory.stationary import autocorrelation_times, predict_stationary_cov
+    >>> tau, tau_worst = autocorrelation_times(predict_stationary_cov(e, Dynamics(0.1, batch_size=32)))
+    >>> tau.shape, bool(tau_worst >= tau.max())
+    ((5,), True)
     """
     return stationary.tau, stationary.tau_worst
 
@@ -321,9 +504,38 @@ def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]
 def max_stable_step(expansion: Expansion, dynamics: Any = None, *, rtol: float = 1e-3, **legacy: Any) -> float:
     r"""Largest c such that the chain with step matrix cΛ is second-moment stable.
 
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    dynamics : Dynamics
+        The chain: Λ, B, κ and the batching (β does not affect stability).
+    rtol : float, optional
+        Relative accuracy of the bisection.
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Returns
+    -------
+    float
+        The multiplier c (above 1 when Λ itself is stable).
+
+    Notes
+    -----
     Without noise the bound is c < 2/μ_max(ΛH) (Prop. 4.4); the multiplicative minibatch
     noise (f/B)(mean J_nΣJ_n − JΣJ) lowers it. Found by bisection on the spectral radius
     of the second-moment map (relative accuracy ``rtol``). β does not affect stability.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.theory.stationary import max_stable_step
+    >>> c = max_stable_step(e, Dynamics(0.1, batch_size=32))
+    >>> bool(c > 1)  # λ = 0.1 is stable, with room to spare
+    True
     """
     dyn = _settings("max_stable_step", "max_stable_step(expansion, Dynamics(step_matrix, batch_size, momentum=…, "
                     "batching=…))", dynamics, legacy)
@@ -334,10 +546,42 @@ def max_stable_step(expansion: Expansion, dynamics: Any = None, *, rtol: float =
 def stationary_cov_evaluator(expansion: Expansion, dynamics: Any = None, **legacy: Any) -> Any:
     """A fast Λ ↦ Σ(Λ) for repeated solves (tuning families); returns None when unstable.
 
-    ``dynamics`` gives B, β, κ and the batching (its ``step`` is not used). Caches the D²×D²
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    dynamics : Dynamics
+        B, β, κ and the batching (its ``step`` is not used).
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Returns
+    -------
+    callable
+        ``evaluate(step_matrix)``: the (D, D) stationary covariance (Wang, Ding & Huggins 2026,
+        Eqs. (11)–(12)) of the chain with that Λ, or None when it is unstable.
+
+    See Also
+    --------
+    predict_stationary_cov : One solve, with the spectral radius and the diagnostics.
+
+    Notes
+    -----
+    Caches the D²×D²
     noise kernel for small systems. Stability is decided without an eigenvalue computation: when
     Q₀ ≻ 0, a positive-definite solution of S − P(S) = Q₀ exists iff the positive map P has
     spectral radius < 1, so a failed Cholesky of the solution (or ρ(F) ≥ 1) means unstable.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> from sgtune.theory.stationary import stationary_cov_evaluator
+    >>> evaluate = stationary_cov_evaluator(e, Dynamics(None, batch_size=32))
+    >>> evaluate(0.1).shape, evaluate(100.0) is None
+    ((5, 5), True)
     """
     dyn = _settings("stationary_cov_evaluator", "stationary_cov_evaluator(expansion, Dynamics(None, batch_size, "
                     "…))", dynamics, legacy, step_given=False)

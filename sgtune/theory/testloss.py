@@ -36,15 +36,25 @@ def predicted_test_loss(theta_hat: Any, stationary_cov: Any, X_test: Any, y_test
 
     Parameters
     ----------
-    theta_hat : (D,) stationary mean θ̂ (the MAP of the training loss).
-    stationary_cov : (D, D) Σ_θ (e.g. :func:`sgtune.theory.stationary.predict_stationary_cov`).
-    X_test : (M, D) test covariates.
-    y_test : (M,) test responses.
+    theta_hat : (D,) array_like
+        The stationary mean θ̂ (the MAP of the training loss).
+    stationary_cov : (D, D) array_like
+        Σ_θ (e.g. :func:`sgtune.theory.stationary.predict_stationary_cov`).
+    X_test : (M, D) array_like
+        Test covariates.
+    y_test : (M,) array_like
+        Test responses.
 
     Returns
     -------
     float
-        (1/M) Σ_m (y_m − θ̂ᵀx_m)² + (1/M) Σ_m x_mᵀΣ_θx_m.
+        (1/M) Σ_m (y_m − θ̂ᵀx_m)² + (1/M) Σ_m x_mᵀΣ_θx_m (Wang, Ding & Huggins 2026, App. E.3).
+
+    Examples
+    --------
+    >>> from sgtune.theory.testloss import predicted_test_loss
+    >>> predicted_test_loss(np.zeros(1), np.eye(1), np.ones((2, 1)), np.array([1.0, 3.0]))  # (1 + 9)/2 + 1
+    6.0
     """
     th = as_float_array(theta_hat, "theta_hat").reshape(-1)
     d = th.shape[0]
@@ -67,9 +77,27 @@ class TestLossPath:
 
     Attributes
     ----------
-    grid : the γ or B values.
-    losses : {theory: (len(grid),) predicted test loss}; ``inf`` where the chain is unstable.
-    bias : (len(grid),) the Σ-free part (1/M)Σ(y_m − θ̂ᵀx_m)².
+    grid : ndarray
+        The γ or B values.
+    losses : dict of str to ndarray
+        Theory -> the predicted test loss at each grid value; ``inf`` where the chain is unstable.
+    bias : ndarray
+        The Σ-free part (1/M)Σ(y_m − θ̂ᵀx_m)² at each grid value.
+    step : float
+        λ.
+    parameter : str
+        ``"weight_decay"`` or ``"batch_size"``.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example, make_dataset
+    >>> data = example("hetero-linear")
+    >>> X, y = data.X[:, :3], data.y  # three of the covariates: a small, misspecified ridge problem
+    >>> train, X_test, y_test = make_dataset(X[:1500], y[:1500]), X[1500:], y[1500:]
+    >>> from sgtune.theory.testloss import ridge_test_loss_path
+    >>> path = ridge_test_loss_path(train, X_test, y_test, step=0.01, batch_size=32, weight_decays=[0.0, 100.0])
+    >>> path.parameter, sorted(path.losses)
+    ('weight_decay', ['ct', 'dq-exact', 'lr-ws'])
     """
 
     __test__ = False  # not a pytest class despite the name
@@ -109,6 +137,50 @@ def ridge_test_loss_path(train: Dataset, X_test: Any, y_test: Any, *, step: floa
     fixed ``weight_decay``; Fig. E.3 right). For each grid value: fit θ̂_γ, predict Σ_θ with each
     theory (:func:`sgtune.theory.stationary.predict_comparison_cov`), and evaluate
     :func:`predicted_test_loss`.
+
+    Parameters
+    ----------
+    train : Dataset
+        The training data (a linear model).
+    X_test : (M, D) array_like
+        Test covariates.
+    y_test : (M,) array_like
+        Test responses.
+    step : float
+        The scalar step λ (Λ = λI).
+    batch_size : int or None, optional
+        B, with ``weight_decays``.
+    weight_decays : sequence of float or None, optional
+        The γ grid.
+    batch_sizes : sequence of int or None, optional
+        The B grid.
+    weight_decay : float, optional
+        The weight decay γ, with ``batch_sizes``.
+    theories : sequence of str, optional
+        Noise models of :data:`sgtune.theory.noise_models.NOISE_MODELS`.
+    noise_variance : float, optional
+        The variance σ² of the linear model.
+
+    Returns
+    -------
+    TestLossPath
+        One predicted test-loss curve per theory (Wang, Ding & Huggins 2026, Fig. E.3).
+
+    Raises
+    ------
+    SgtuneError
+        Neither or both grids, or a grid without its fixed companion setting.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example, make_dataset
+    >>> data = example("hetero-linear")
+    >>> X, y = data.X[:, :3], data.y  # three of the covariates: a small, misspecified ridge problem
+    >>> train, X_test, y_test = make_dataset(X[:1500], y[:1500]), X[1500:], y[1500:]
+    >>> from sgtune.theory.testloss import ridge_test_loss_path
+    >>> path = ridge_test_loss_path(train, X_test, y_test, step=0.01, batch_sizes=[8, 128])
+    >>> bool(path.losses["dq-exact"][0] > path.losses["dq-exact"][1])  # larger batches, less noise
+    True
     """
     _check_theories(theories)
     if (weight_decays is None) == (batch_sizes is None):
@@ -150,7 +222,40 @@ def ridge_test_loss_path(train: Dataset, X_test: Any, y_test: Any, *, step: floa
 @cites("wang2026", "App. E.3: optimal weight decay from the predicted test loss")
 def optimal_weight_decay(train: Dataset, X_test: Any, y_test: Any, *, step: float, batch_size: int,
                          weight_decays: Sequence[float], theory: str = "dq-exact") -> float:
-    """The γ of ``weight_decays`` minimising the predicted test loss (App. E.3)."""
+    """The γ of ``weight_decays`` minimising the predicted test loss (App. E.3).
+
+    Parameters
+    ----------
+    train : Dataset
+        The training data (a linear model).
+    X_test : (M, D) array_like
+        Test covariates.
+    y_test : (M,) array_like
+        Test responses.
+    step : float
+        The scalar step λ (Λ = λI).
+    batch_size : int
+        B.
+    weight_decays : sequence of float
+        The candidates γ.
+    theory : str, optional
+        The noise model.
+
+    Returns
+    -------
+    float
+        The best γ.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example, make_dataset
+    >>> data = example("hetero-linear")
+    >>> X, y = data.X[:, :3], data.y  # three of the covariates: a small, misspecified ridge problem
+    >>> train, X_test, y_test = make_dataset(X[:1500], y[:1500]), X[1500:], y[1500:]
+    >>> from sgtune.theory.testloss import optimal_weight_decay
+    >>> optimal_weight_decay(train, X_test, y_test, step=0.01, batch_size=32, weight_decays=[0.0, 100.0, 1e4])
+    10000.0
+    """
     return ridge_test_loss_path(train, X_test, y_test, step=step, batch_size=batch_size,
                                 weight_decays=weight_decays, theories=(theory,)).argmin(theory)
 
@@ -158,6 +263,39 @@ def optimal_weight_decay(train: Dataset, X_test: Any, y_test: Any, *, step: floa
 @cites("wang2026", "App. E.3: optimal batch size from the predicted test loss")
 def optimal_batch_size(train: Dataset, X_test: Any, y_test: Any, *, step: float, batch_sizes: Sequence[int],
                        weight_decay: float = 0.0, theory: str = "dq-exact") -> int:
-    """The B of ``batch_sizes`` minimising the predicted test loss at fixed λ and γ (App. E.3)."""
+    """The B of ``batch_sizes`` minimising the predicted test loss at fixed λ and γ (App. E.3).
+
+    Parameters
+    ----------
+    train : Dataset
+        The training data (a linear model).
+    X_test : (M, D) array_like
+        Test covariates.
+    y_test : (M,) array_like
+        Test responses.
+    step : float
+        The scalar step λ (Λ = λI).
+    batch_sizes : sequence of int
+        The candidates B.
+    weight_decay : float, optional
+        The weight decay γ.
+    theory : str, optional
+        The noise model.
+
+    Returns
+    -------
+    int
+        The best B.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example, make_dataset
+    >>> data = example("hetero-linear")
+    >>> X, y = data.X[:, :3], data.y  # three of the covariates: a small, misspecified ridge problem
+    >>> train, X_test, y_test = make_dataset(X[:1500], y[:1500]), X[1500:], y[1500:]
+    >>> from sgtune.theory.testloss import optimal_batch_size
+    >>> optimal_batch_size(train, X_test, y_test, step=0.01, batch_sizes=[8, 32, 128])
+    128
+    """
     return int(ridge_test_loss_path(train, X_test, y_test, step=step, batch_sizes=batch_sizes,
                                     weight_decay=weight_decay, theories=(theory,)).argmin(theory))

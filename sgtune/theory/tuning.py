@@ -98,21 +98,60 @@ class TuningResult:
 
     Attributes
     ----------
-    step_matrix : (D, D) tuned Λ.
-    target_cov : (D, D) the target Σ*.
-    predicted_cov : (D, D) the exact stationary covariance of the chain run with Λ
-        (Wang, Ding & Huggins 2026, Eqs. (11)–(12), i.e. DQ+exact, whatever ``method`` chose Λ).
-    residual : relative residual of the tuning equation the method solves (machine
-        precision for every dense method; for the families, of Eq. (11) at the target).
-    covariance_error : ‖predicted − target‖_F / ‖target‖_F.
-    method, family : as passed to :func:`tune`.
-    criterion : what the family minimises or solves (a sentence).
-    stationary : the full :class:`StationaryCov` of the tuned chain (spectral radius, τ).
-    batch_size, inv_temperature, momentum, without_replacement : the chain's settings.
-    dynamics : the :class:`~sgtune.core.config.Dynamics` tuned, with the tuned Λ as ``step``.
-    target : the target as given (``"sandwich"``, ``"posterior"`` or the matrix).
-    blocks : the partition of the ``block`` family (a tuple of index arrays), else None.
-    family_criterion : the criterion used, ``"discrepancy"`` or ``"moment"`` (``"auto"`` resolved).
+    step_matrix : (D, D) ndarray
+        The tuned step-size matrix Λ.
+    target_cov : (D, D) ndarray
+        The target Σ*.
+    predicted_cov : (D, D) ndarray
+        The exact stationary covariance of the chain run with Λ (Wang, Ding & Huggins 2026,
+        Eqs. (11)–(12), i.e. DQ+exact, whatever ``method`` chose Λ).
+    residual : float
+        The relative residual of the tuning equation the method solves (machine precision for
+        every dense method; for the families, of Eq. (11) at the target).
+    covariance_error : float
+        ‖predicted − target‖_F / ‖target‖_F.
+    method : str
+        The noise model that chose Λ, as passed to :func:`tune`.
+    family : str
+        The family of Λ, as passed to :func:`tune`.
+    criterion : str
+        What the family minimises or solves (a sentence).
+    stationary : StationaryCov
+        The full prediction for the tuned chain (spectral radius, autocorrelation times).
+    batch_size : int
+        B of the chain.
+    inv_temperature : float
+        β of the chain (``inf`` for SGD).
+    momentum : float
+        κ of the chain.
+    without_replacement : bool
+        Whether the chain draws its batches without replacement.
+    dynamics : Dynamics
+        The :class:`~sgtune.core.config.Dynamics` tuned, with the tuned Λ as ``step``.
+    target : str or ndarray
+        The target as given (``"sandwich"``, ``"posterior"`` or the matrix).
+    blocks : tuple of ndarray or None
+        The partition of the ``block`` family (a tuple of index arrays), else None.
+    family_criterion : str
+        The criterion used, ``"discrepancy"`` or ``"moment"`` (``"auto"`` resolved).
+
+    See Also
+    --------
+    tune : Computes it.
+    sgtune.io.export.numpy_step : Λ back into a training loop.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> result = tune(e, Dynamics(None, batch_size=32))
+    >>> result.step_matrix.shape, result.family, result.family_criterion
+    ((5, 5), 'dense', 'discrepancy')
+    >>> result.dynamics.batch_size
+    32
     """
 
     step_matrix: np.ndarray
@@ -154,7 +193,35 @@ class TuningResult:
 
 @cites("wang2026", "§2.2: sandwich J⁻¹𝓘J⁻¹/N, posterior H⁻¹/N")
 def target_covariance(expansion: Expansion, target: Any) -> np.ndarray:
-    """Σ* from ``"sandwich"`` (J⁻¹𝓘J⁻¹/N), ``"posterior"`` (H⁻¹/N) or a (D, D) SPD array."""
+    """The target Σ* from ``"sandwich"`` (J⁻¹𝓘J⁻¹/N), ``"posterior"`` (H⁻¹/N) or a (D, D) SPD array.
+
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    target : {"sandwich", "posterior"} or (D, D) array_like
+        The frequentist sampling covariance of θ̂, the Laplace posterior, or a given SPD matrix
+        (Wang, Ding & Huggins 2026, §2.2).
+
+    Returns
+    -------
+    (D, D) ndarray
+        Σ*.
+
+    Raises
+    ------
+    SgtuneError
+        An unknown name, or a matrix that is not (D, D) symmetric positive definite.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import target_covariance
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> bool(np.allclose(target_covariance(e, "posterior"), np.linalg.inv(e.hessian) / e.n_data))
+    True
+    """
     if isinstance(target, str):
         if target == "sandwich":
             return expansion.sandwich_cov()
@@ -171,16 +238,38 @@ def solve_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *,
 
     Parameters
     ----------
-    hessian : (D, D) H.
-    target_cov : (D, D) SPD Σ.
-    noise_rhs : (D, D) symmetric positive definite R (e.g. C̄(Σ) + HΣH for DQ+exact).
-    inv_temperature : β (``inf`` for SGD).
+    hessian : (D, D) array_like
+        H.
+    target_cov : (D, D) array_like
+        The SPD target Σ.
+    noise_rhs : (D, D) array_like
+        The SPD right-hand side R (e.g. C̄(Σ) + HΣH for DQ+exact).
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` for SGD).
+
+    Returns
+    -------
+    (D, D) ndarray
+        The symmetric positive definite Λ solving Eq. (11) of Wang, Ding & Huggins (2026) at Σ.
 
     Raises
     ------
     InfeasibleTargetError
         When HΣ has an eigenvalue ≤ 1/β: the injected noise alone exceeds the target. The
         message names the smallest feasible inverse temperature 1/μ_min(HΣ).
+
+    See Also
+    --------
+    tune : The same solve from an expansion and a target.
+
+    Examples
+    --------
+    With H = I, Σ = I/2 and R = I the equation reads Λ = Λ², so Λ = I:
+
+    >>> from sgtune.theory.tuning import solve_step_matrix
+    >>> solve_step_matrix(np.eye(2), 0.5 * np.eye(2), np.eye(2))
+    array([[1., 0.],
+           [0., 1.]])
     """
     H = np.asarray(hessian, dtype=float)
     sigma = as_spd(target_cov, "target_cov", H.shape[0], rtol=1e-10)
@@ -215,9 +304,37 @@ def solve_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *,
 @cites("wang2026", "Eq. (11) restricted to the family (its diagonal / block-diagonal / trace part) at the target")
 def structured_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *, family: str,
                            blocks: Any = None, inv_temperature: float = math.inf) -> np.ndarray:
-    r"""Closed form: the structured Λ that solves the family's part of eq. (11) at Σ*.
+    r"""Closed form: the structured Λ that solves the family's part of Eq. (11) at Σ*.
 
-    Eq. (11) at the target, ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β = 0, cannot hold for a structured Λ in
+    Parameters
+    ----------
+    hessian : (D, D) array_like
+        H.
+    target_cov : (D, D) array_like
+        The target Σ*.
+    noise_rhs : (D, D) array_like
+        R = C̄(Σ*) + HΣ*H.
+    family : {"scalar", "diagonal", "block"}
+        The family of Λ.
+    blocks : sequence of index arrays, optional
+        The partition of the ``block`` family.
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` for SGD).
+
+    Returns
+    -------
+    (D, D) ndarray
+        The structured Λ.
+
+    Raises
+    ------
+    InfeasibleTargetError
+        A coordinate, block or the trace of the target is unreachable at this β.
+
+    Notes
+    -----
+    Eq. (11) of Wang, Ding & Huggins (2026) at the target, ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β = 0, cannot hold
+    for a structured Λ in
     general; its block-diagonal part can. For block-diagonal Λ, (ΛHΣ)_bb = Λ_b(HΣ)_bb and
     (ΛRΛ)_bb = Λ_b R_bb Λ_b, so with Y_b = Λ_b⁻¹ each block solves the Lyapunov equation
 
@@ -228,6 +345,13 @@ def structured_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *, fam
     (for scalar: its trace after whitening by nothing) unchanged — one-step moment matching.
     It needs only the blocks of HΣ* and R, so it is cheap at any D, and it is the start of the
     exact family fit in :func:`tune` (``family_criterion="moment"`` returns it directly).
+
+    Examples
+    --------
+    >>> from sgtune.theory.tuning import structured_step_matrix
+    >>> structured_step_matrix(np.diag([1.0, 2.0]), 0.5 * np.eye(2), np.eye(2), family="diagonal")
+    array([[1., 0.],
+           [0., 2.]])
     """
     H = np.asarray(hessian, dtype=float)
     S = np.asarray(target_cov, dtype=float)
@@ -270,7 +394,32 @@ def structured_step_matrix(hessian: Any, target_cov: Any, noise_rhs: Any, *, fam
 @cites("wang2026", "Eq. (11), residual at the target")
 def tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np.ndarray,
                     noise_rhs: np.ndarray, inv_temperature: float = math.inf) -> float:
-    """‖ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β‖_F / ‖ΛHΣ + ΣHΛ‖_F."""
+    """Relative residual of Eq. (11) at the target, ‖ΛHΣ + ΣHΛ − ΛRΛ − 2Λ/β‖_F / ‖ΛHΣ + ΣHΛ‖_F.
+
+    Parameters
+    ----------
+    step_matrix : (D, D) ndarray
+        Λ.
+    hessian : (D, D) ndarray
+        H.
+    target_cov : (D, D) ndarray
+        Σ.
+    noise_rhs : (D, D) ndarray
+        R.
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` for SGD).
+
+    Returns
+    -------
+    float
+        The relative residual (0 for an exact solution).
+
+    Examples
+    --------
+    >>> from sgtune.theory.tuning import tuning_residual
+    >>> tuning_residual(np.eye(2), np.eye(2), 0.5 * np.eye(2), np.eye(2))
+    0.0
+    """
     lam, H, S, R = step_matrix, hessian, target_cov, noise_rhs
     dg = np.diag(lam)
     if np.array_equal(lam, np.diag(dg)):  # diagonal Λ: products by broadcasting (one D³ product, not four)
@@ -292,7 +441,36 @@ def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: 
 
     Exact only when Λ commutes with JΣ (e.g. a well-specified model with Σ ∝ J⁻¹);
     otherwise non-symmetric and off by 5–20 % in Eq. (11). Provided for comparison.
-    ``dynamics`` gives B and the batching (its ``step`` is not used); ``target`` as in :func:`tune`.
+
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    dynamics : Dynamics
+        B and the batching (its ``step`` is not used).
+    target : {"sandwich", "posterior"} or (D, D) array_like, optional
+        Σ*, as in :func:`tune`.
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The closed-form Λ (in general not symmetric).
+
+    See Also
+    --------
+    tune : The exact solve.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import closed_form_step_matrix
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> closed_form_step_matrix(e, Dynamics(None, batch_size=32)).shape
+    (5, 5)
     """
     if not isinstance(dynamics, Dynamics):  # the old form closed_form_step_matrix(expansion, target_cov, batch_size=…)
         target = dynamics
@@ -311,47 +489,77 @@ def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: 
 @cites("wang2026", "Alg. 1 step 6 (DQ+exact: Eqs. 11–12; CT: Eqs. 2–3; DQ+const: Eq. 5; LR+WS: Eqs. 5–6)")
 def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich", method: str = "dq-exact",
          family: str = "dense", blocks: Any = None, family_criterion: str = "auto", **legacy: Any) -> TuningResult:
-    r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ* (Algorithm 1, step 6).
-
-    Methods (each is "solve Eq. (11) for Λ at Σ = Σ* with a noise model R", one Lyapunov solve;
-    :data:`sgtune.theory.noise_models.NOISE_MODELS`):
-
-    - ``dq-exact`` (Wang, Ding & Huggins 2026, Eqs. (11)–(12)): R = C̄(Σ*) + HΣ*H, exact.
-    - ``ct`` (continuous time, Eqs. (2)–(3)): the OU proxy ΛHΣ + ΣHΛ = ΛĈΛ (+2Λ/β), R = Ĉ,
-      Ĉ = f(𝓘 − ḡḡᵀ)/B the gradient-noise covariance at θ̂. Its SPD solution; for Γ = 0 and
-      the sandwich target this is Λ = (2B/N)J⁻¹ (the authors' public code). The paper's printed
-      Eq. (3) Λ = (ΣH+HΣ)Ĉ⁻¹ agrees only when the matrices commute and is not offered.
-    - ``dq-const`` (Eq. (5) with constant noise, Dieuleveut et al. / Liu et al.): R = Ĉ + HΣ*H,
-      i.e. Eq. (12) without its Σ-dependent terms. (Algorithm 1 prints C̄ = 𝓘, appendix E.2
-      Ĥ/B and the public code J without 1/B; we take the noise covariance at θ̂ with its 1/B,
-      the only choice that is the B-sample gradient covariance the method assumes.)
-    - ``lr-ws`` (Eqs. (5)–(6), Ziyin et al.; linear regression assumed well specified):
-      R = (f/B)(JΣJ + tr(JΣ)J + (σ̂²/σ²)J) + HΣ*H with σ̂² = Σr_n²/(N−D) (the model's σ²
-      from the expansion). Only for ``linear`` models.
-
-    The comparison methods (``ct``, ``dq-const``, ``lr-ws``) give dense Λ for SG(L)D without
-    momentum; the structured families and momentum are defined through the exact noise
-    (``dq-exact``). The families, their criteria and the momentum equations are described in the
-    module docstring.
+    r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ*.
 
     Parameters
     ----------
-    expansion : Expansion at θ̂.
+    expansion : Expansion
+        The expansion at θ̂ (:func:`sgtune.models.expand`).
     dynamics : Dynamics
-        B, β, κ and the batching of the chain to tune; its ``step`` is None (or a Λ, e.g. of an
-        earlier result, which is replaced).
-    target : ``"sandwich"``, ``"posterior"`` or a (D, D) SPD matrix (:func:`target_covariance`).
-    method : one of :data:`METHODS`.
-    family : one of :data:`FAMILIES`.
-    blocks : the partition of the ``block`` family (a list of lists of indices or a JSON file).
-    family_criterion : one of :data:`FAMILY_CRITERIA`.
+        B, β, κ and the batching of the chain to tune; its ``step`` (None or an old Λ) is replaced.
+    target : {"sandwich", "posterior"} or (D, D) array_like, optional
+        Σ*: the sandwich J⁻¹𝓘J⁻¹/N, the posterior H⁻¹/N or an SPD matrix (:func:`target_covariance`).
+    method : str, optional
+        The noise model, one of :data:`METHODS` (see Notes).
+    family : str, optional
+        The form of Λ, one of :data:`FAMILIES`: ``dense``, ``diagonal``, ``scalar`` or ``block``.
+    blocks : list of list of int, str or None, optional
+        The ``block`` family's partition (index lists, a JSON file; default an MLP's layers).
+    family_criterion : str, optional
+        One of :data:`FAMILY_CRITERIA`: how a structured family is fitted (see Notes).
+    **legacy
+        The keyword form of 0.1 (``batch_size=…``, …): same numbers, with a ``DeprecationWarning``.
 
     Returns
     -------
     TuningResult
-        Λ, the exact predicted covariance of the tuned chain and its error to the target, and the
-        configuration (``dynamics`` with the tuned Λ, ``target``, ``method``, ``family``, ``blocks``,
-        ``family_criterion``).
+        Λ, the exact predicted covariance of the tuned chain, its error to the target, and the
+        configuration (``dynamics`` with the tuned Λ, ``target``, ``method``, ``family``, …).
+
+    Raises
+    ------
+    InfeasibleTargetError
+        No Λ of the family reaches the target (e.g. SGLD too hot; it gives the smallest feasible β).
+    UnstableStepSizeError
+        The solved Λ makes the chain unstable.
+    ConvergenceError
+        A family's fit or the momentum solve did not converge.
+    SgtuneError
+        Unknown or incompatible settings (e.g. a comparison method with a structured family).
+
+    See Also
+    --------
+    sgtune.theory.stationary.predict_stationary_cov : The forward problem, Σ for a given Λ.
+    sgtune.workflows.refine.refine : Repair a tuned Λ on short chains.
+
+    Notes
+    -----
+    Algorithm 1, step 6 of Wang, Ding & Huggins (2026): Eq. (11) solved for Λ at Σ = Σ* with the
+    noise model R of ``method``, one Lyapunov solve (:mod:`sgtune.theory.noise_models`):
+    ``dq-exact`` R = C̄(Σ*) + HΣ*H (Eqs. (11)–(12)), exact; ``ct`` R = Ĉ = f(𝓘 − ḡḡᵀ)/B, the OU
+    proxy of Eqs. (2)–(3) (for Γ = 0 and the sandwich target Λ = (2B/N)J⁻¹, as in the authors'
+    public code; the printed Eq. (3) Λ = (ΣH+HΣ)Ĉ⁻¹ agrees only when the matrices commute and is not
+    offered); ``dq-const`` R = Ĉ + HΣ*H, Eq. (5) with constant noise (Algorithm 1 prints C̄ = 𝓘,
+    appendix E.2 Ĥ/B and the public code J without 1/B; the noise covariance at θ̂ with its 1/B is
+    the B-sample gradient covariance the method assumes); ``lr-ws`` R = (f/B)(JΣJ + tr(JΣ)J +
+    (σ̂²/σ²)J) + HΣ*H, Eqs. (5)–(6), linear models only. The comparison methods give dense Λ
+    without momentum; the families, their criteria and the momentum equations are described in
+    the module docstring.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> e = expand(get_model("linear"), example("hetero-linear"))
+    >>> result = tune(e, Dynamics(None, batch_size=32), target="sandwich")
+    >>> bool(result.covariance_error < 1e-10)  # dense Λ reaches the target exactly
+    True
+    >>> logistic = expand(get_model("logistic"), example("logistic"))
+    >>> diagonal = tune(logistic, Dynamics(None, batch_size=32), family="diagonal")
+    >>> round(diagonal.covariance_error, 2)  # a diagonal Λ only approaches the target
+    0.11
     """
     if not isinstance(dynamics, Dynamics):
         if dynamics is not None:
@@ -685,7 +893,36 @@ def _momentum_terms(lam: np.ndarray, H: np.ndarray, S: np.ndarray, M: np.ndarray
 def momentum_tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np.ndarray,
                              noise_cov: np.ndarray, momentum: float,
                              inv_temperature: float = math.inf) -> float:
-    """Relative residual ‖LHS − RHS‖_F/‖LHS‖_F of the reduced momentum equation at the target."""
+    """Relative residual ‖LHS − RHS‖_F/‖LHS‖_F of the reduced momentum equation at the target.
+
+    Parameters
+    ----------
+    step_matrix : (D, D) ndarray
+        Λ.
+    hessian : (D, D) ndarray
+        H.
+    target_cov : (D, D) ndarray
+        Σ.
+    noise_cov : (D, D) ndarray
+        M = C̄(Σ), the minibatch gradient's noise covariance.
+    momentum : float
+        The heavy-ball momentum κ ∈ [0, 1).
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` for SGD).
+
+    Returns
+    -------
+    float
+        The relative residual of the equation of :func:`solve_momentum_step_matrix`.
+
+    Examples
+    --------
+    >>> from sgtune.theory.tuning import momentum_tuning_residual, solve_momentum_step_matrix
+    >>> H, S, M = np.eye(2), 0.5 * np.eye(2), np.eye(2)
+    >>> lam = solve_momentum_step_matrix(H, S, M, momentum=0.5)
+    >>> bool(momentum_tuning_residual(lam, H, S, M, 0.5) < 1e-12)
+    True
+    """
     lhs, rhs = _momentum_terms(step_matrix, hessian, target_cov, noise_cov, momentum, inv_temperature)
     return float(np.linalg.norm(lhs - rhs) / np.linalg.norm(lhs))
 
@@ -695,8 +932,38 @@ def solve_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: Any, *,
                                inv_temperature: float = math.inf, max_iter: int = 60) -> np.ndarray:
     r"""SPD Λ whose heavy-ball SG(L)D chain (momentum κ) has stationary covariance Σ, without the augmented unknowns.
 
-    Derivation. With m_t = κm_{t−1} + G_t and θ_t = θ_{t−1} − Λm_t + ξ_t (ξ ~ N(0, Q), Q = 2Λ/β),
-    eliminating m gives the VARMA(2,1) recursion of the proxy d_t = θ_t − θ̂:
+    Parameters
+    ----------
+    hessian : (D, D) array_like
+        H.
+    target_cov : (D, D) array_like
+        The SPD target Σ.
+    noise_cov : (D, D) array_like
+        M = C̄(Σ), the minibatch gradient's noise covariance (Eq. (12)).
+    momentum : float
+        The heavy-ball momentum κ ∈ [0, 1).
+    inv_temperature : float, optional
+        The inverse temperature β (``inf`` for SGD).
+    max_iter : int, optional
+        Most Newton steps.
+
+    Returns
+    -------
+    (D, D) ndarray
+        The SPD Λ.
+
+    Raises
+    ------
+    ConvergenceError
+        Newton's method did not reach a relative residual of 1e-13.
+    SgtuneError
+        The solution is not positive definite (the target is unreachable with this momentum).
+
+    Notes
+    -----
+    Derivation (Wang, Ding & Huggins 2026, Prop. B.1 with Σ fixed). With m_t = κm_{t−1} + G_t and
+    θ_t = θ_{t−1} − Λm_t + ξ_t (ξ ~ N(0, Q), Q = 2Λ/β), eliminating m gives the VARMA(2,1) recursion
+    of the proxy d_t = θ_t − θ̂:
 
         d_t = A₁d_{t−1} − κd_{t−2} + w_t,  A₁ = (1+κ)I − ΛH,  w_t = −Λη_t + ξ_t − κξ_{t−1},
 
@@ -719,12 +986,15 @@ def solve_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: Any, *,
     (one symmetric eigendecomposition per Newton step; Jacobian–vector products are D×D
     products, no finite differences, no augmented 2D×2D solve).
 
-    Raises
-    ------
-    ConvergenceError
-        Newton's method did not reach a relative residual of 1e-13.
-    SgtuneError
-        The solution is not positive definite (the target is unreachable with this momentum).
+    Examples
+    --------
+    For H = I, Σ = I/2, M = I and κ = 1/2 the equation gives
+    Λ = 2(1−κ)·½ / (1 + (1−κ)·½/(1+κ)) I = (3/7) I:
+
+    >>> from sgtune.theory.tuning import solve_momentum_step_matrix
+    >>> lam = solve_momentum_step_matrix(np.eye(2), 0.5 * np.eye(2), np.eye(2), momentum=0.5)
+    >>> bool(np.allclose(lam, 3 / 7 * np.eye(2)))
+    True
     """
     H = np.asarray(hessian, dtype=float)
     S = as_spd(target_cov, "target_cov", H.shape[0], rtol=1e-10)

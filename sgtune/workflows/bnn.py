@@ -1,6 +1,6 @@
-"""A small Bayesian-neural-network comparison of SG-MCMC samplers at an equal gradient budget (issue 11, item 4).
+"""A small Bayesian-neural-network comparison of SG-MCMC samplers at an equal gradient budget.
 
-The setting follows seed 001 (SMILE), Table 2 and appendix E.1, at the size of a data set that a
+The setting follows the SMILE paper (2025) (SMILE), Table 2 and appendix E.1, at the size of a data set that a
 package ships (scikit-learn's diabetes data, N = 442, p = 10; no download):
 
 - **Model.** A fully connected tanh network with three hidden layers of width 16
@@ -12,7 +12,7 @@ package ships (scikit-learn's diabetes data, N = 442, p = 10; no download):
   against ≈ 0.5 with Γ = 10), so the better a sampler explores that posterior the worse it
   predicts, and the step-size grid rewards not moving from the start.
   Posterior p(θ|𝒟) ∝ exp(−Σ_n l_n(θ) − θᵀΓθ/2), sampled by :func:`sgtune.sampler.run_chains`
-  at β = N (mean-loss scaling, THEORY §1.1).
+  at β = N (mean-loss scaling, docs/conventions.md).
 - **Splits.** :func:`standardised_split`: a seeded permutation into train / validation / test
   (70 % / 10 % / 20 % as in appendix E.1); covariates and response standardised with the
   *training* mean and sd only.
@@ -34,7 +34,7 @@ package ships (scikit-learn's diabetes data, N = 442, p = 10; no download):
   part; the best value is then run on the full budget. The grid is over the step size itself for
   SGLD / SGHMC and over the *initial* step size for smile / psmile (whose energy-variance tuner
   then adapts it).
-- **Metrics.** :func:`gaussian_lppd` (test log pointwise predictive density of seed 001, appendix
+- **Metrics.** :func:`gaussian_lppd` (test log pointwise predictive density of the SMILE paper (2025), appendix
   E, with the C·S draws pooled) and :func:`predictive_rmse` (RMSE of the posterior-predictive
   mean), both reported on the original scale of the response; mean ± sd over the splits
   (:func:`summarise`).
@@ -169,7 +169,7 @@ def gaussian_lppd(predictions: Any, y: Any, noise_variance: float, *, y_scale: f
 
     References
     ----------
-    Seed 001 (SMILE), appendix E; Gelman, Hwang & Vehtari (2014).
+    The SMILE paper (2025) (SMILE), appendix E; Gelman, Hwang & Vehtari (2014).
     """
     F = as_float_array(predictions, "predictions", ndim=2)
     yv = as_float_array(y, "y", ndim=1)
@@ -223,7 +223,7 @@ def ensemble_start(split: Split, n_members: int, *, hidden_sizes: Sequence[int] 
                    seed: int = 0) -> EnsembleStart:
     """C members: at most ``max_iter`` L-BFGS iterations on Σ_n (y_n − f(x_n; θ))²/2 + Γ|θ|²/2 from independent Glorot starts.
 
-    The deep-ensemble starts of seed 001's Table 2 (Sommer et al. 2025, there Adam with
+    The deep-ensemble starts of the SMILE paper's (2025) Table 2 (Sommer et al. 2025, there Adam with
     early stopping). With Γ = 10 on the diabetes splits L-BFGS converges in ~200 iterations and
     the optimum does not overfit; with Γ = 1 it does (the validation error is smallest after
     ~5–20 iterations), and a small ``max_iter`` (e.g. 20) is a fixed-count early stopping that

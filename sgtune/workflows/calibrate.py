@@ -1,4 +1,4 @@
-"""Algorithm 1 of seed 003 end to end: subsample, fit, tune Λ, run SG(L)D, report the errors.
+"""Algorithm 1 of Wang, Ding & Huggins (2026) end to end: subsample, fit, tune Λ, run SG(L)D, report the errors.
 
 Kept separate from ``theory/`` (pure maths) and ``sampler/`` (chains): this module only
 composes them, as ``sgtune calibrate`` does on the command line.
@@ -27,20 +27,40 @@ __all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform"]
 
 @dataclass(frozen=True)
 class CalibrationResult:
-    """What Algorithm 1 reports (seed 003 §6 and THEORY §1.7).
+    """What Algorithm 1 reports (Wang, Ding & Huggins (2026) §6 and docs/conventions.md).
 
     Attributes
     ----------
-    tuning : the :class:`TuningResult` (Λ, target, exact predicted covariance).
-    chains : the :class:`ChainResult` of the preconditioned SG(L)D run.
-    expansion : the expansion at θ̂ (fitted on the subsample when one was asked for).
-    cov_error_predicted : ‖S* − Σ(Λ)‖_F / ‖S*‖_F with Σ(Λ) the exact stationary covariance.
-    cov_error_empirical : ‖S* − Σ̂‖_F / ‖S*‖_F with Σ̂ the chains' sample covariance.
-    cov_error_noise_floor : sqrt(Σ_ij MCSE_ij²)/‖S*‖_F, the empirical error a perfect Λ shows
-        from Monte Carlo noise alone (compare ``cov_error_empirical`` with it).
-    standard_errors : (D,) sqrt of the chains' marginal variances (the reported uncertainty of θ).
-    pit : (D,) fraction of iterates ≤ θ*_d per coordinate (when ``true_theta`` is given).
-    calibration_ks : exact Kolmogorov–Smirnov distance of ``pit`` to Unif(0, 1).
+    tuning : TuningResult
+        Λ, the target and the exact predicted covariance.
+    chains : ChainResult
+        The preconditioned SG(L)D run.
+    expansion : Expansion
+        The expansion at θ̂ (fitted on the subsample when one was asked for).
+    cov_error_predicted : float
+        ‖S* − Σ(Λ)‖_F / ‖S*‖_F with Σ(Λ) the exact stationary covariance.
+    cov_error_empirical : float
+        ‖S* − Σ̂‖_F / ‖S*‖_F with Σ̂ the chains' sample covariance.
+    cov_error_noise_floor : float
+        sqrt(Σ_ij MCSE_ij²)/‖S*‖_F, the empirical error a perfect Λ shows from Monte Carlo noise
+        alone (compare ``cov_error_empirical`` with it).
+    standard_errors : (D,) ndarray
+        The square roots of the chains' marginal variances (the reported uncertainty of θ).
+    n_steps, burn_in : int
+        The run's length and burn-in.
+    pit : (D,) ndarray or None
+        The fraction of iterates ≤ θ*_d per coordinate (when ``true_theta`` is given).
+    calibration_ks : float or None
+        The exact Kolmogorov–Smirnov distance of ``pit`` to Unif(0, 1).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> from sgtune.workflows.calibrate import calibrate
+    >>> result = calibrate(get_model("logistic"), example("logistic"), batch_size=32, n_steps=1000, n_chains=4)
+    >>> bool(result.cov_error_predicted < 1e-10), result.standard_errors.shape
+    (True, (5,))
     """
 
     tuning: TuningResult
@@ -57,12 +77,48 @@ class CalibrationResult:
 
 
 def pit_values(trace: np.ndarray, true_theta: np.ndarray) -> np.ndarray:
-    """q_d = fraction of draws with θ_d ≤ θ*_d, pooled over chains; trace (C, T, D)."""
+    """Compute the probability-integral transforms q_d = fraction of draws with θ_d ≤ θ*_d, pooled over chains.
+
+    Parameters
+    ----------
+    trace : (C, T, D) ndarray
+        The draws.
+    true_theta : (D,) ndarray
+        The true θ*.
+
+    Returns
+    -------
+    (D,) ndarray
+        The transforms q_d.
+
+    Examples
+    --------
+    >>> from sgtune.workflows.calibrate import pit_values
+    >>> pit_values(np.arange(10.0).reshape(1, 10, 1), np.array([4.5]))
+    array([0.5])
+    """
     return np.mean(trace <= true_theta[None, None, :], axis=(0, 1))
 
 
 def ks_uniform(q: np.ndarray) -> float:
-    """Exact two-sided Kolmogorov–Smirnov statistic sup|F_n − U| of the values q to Unif(0, 1)."""
+    """Exact two-sided Kolmogorov–Smirnov statistic sup|F_n − U| of the values q to Unif(0, 1).
+
+    Parameters
+    ----------
+    q : ndarray
+        Values in [0, 1].
+
+    Returns
+    -------
+    float
+        The statistic.
+
+    Examples
+    --------
+    >>> from sgtune.workflows.calibrate import ks_uniform
+    >>> ks_uniform(np.array([0.5]))
+    0.5
+    """
     return float(kstest(np.asarray(q, dtype=float), "uniform").statistic)
 
 
@@ -86,6 +142,63 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     that many thinned draws (pooled over chains) in ``chains.trace`` (e.g. for the KSD).
     ``scheduler`` (None, "local" or a Dask address) runs the fit's and the expansion's passes over
     out-of-core data (``data.rows``) on Dask, with the same numbers.
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    data : Dataset
+        All N rows.
+    batch_size : int
+        B.
+    prior_precision : float or array_like, optional
+        Γ.
+    target : {"sandwich", "posterior"} or array_like, optional
+        Σ* (:func:`sgtune.theory.tuning.tune`).
+    method, family : str, optional
+        The tuning's noise model and family.
+    subsample : int or None, optional
+        M, the rows the expansion is fitted on (Algorithm 1, steps 1–5; default all).
+    inv_temperature : float, optional
+        The inverse temperature β (``inf``: SGD).
+    without_replacement : bool, optional
+        Draw each batch without replacement.
+    momentum : float, optional
+        The heavy-ball momentum κ.
+    n_steps, burn_in : int or None, optional
+        The run's length and burn-in (defaults above).
+    n_chains : int, optional
+        C.
+    seed : int, optional
+        Seed of the subsample and the chains.
+    true_theta : (D,) array_like or None, optional
+        The true θ* for the probability-integral transforms.
+    progress : callable(done, total), optional
+        Called over the chains' steps.
+    keep_draws : int, optional
+        Draws to keep in ``chains.trace``.
+    scheduler : str or None, optional
+        For data out of core: None, ``"local"`` or a Dask address.
+
+    Returns
+    -------
+    CalibrationResult
+        The tuning, the chains, and the predicted and empirical covariance errors.
+
+    Raises
+    ------
+    SgtuneError
+        Settings out of range (as :func:`sgtune.theory.tuning.tune` and
+        :func:`sgtune.sampler.run_chains` refuse them).
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> from sgtune.workflows.calibrate import calibrate
+    >>> result = calibrate(get_model("logistic"), example("logistic"), batch_size=32, n_steps=1000, n_chains=4)
+    >>> result.n_steps, result.tuning.family
+    (1000, 'dense')
     """
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)

@@ -1,10 +1,10 @@
-"""Seed 003's experiments (§6, appendix E) as reusable pieces: data, one repetition, summaries.
+"""Wang, Ding & Huggins's (2026) experiments (§6, appendix E) as reusable pieces: data, one repetition, summaries.
 
 Composes :mod:`sgtune.theory` (exact forward solves) and :mod:`sgtune.sampler` (chains); no new
 mathematics lives here except the Monte Carlo noise floor :func:`covariance_error_floor`.
 ``benchmarks/wang2026_tables.py`` and ``notebooks/wang2026_tables.py`` drive it.
 
-Conventions (THEORY §1.1, §1.7): mean-loss scaling, SGD (β = ∞), the sandwich target
+Conventions (docs/conventions.md, §1.7): mean-loss scaling, SGD (β = ∞), the sandwich target
 S* = J⁻¹𝓘J⁻¹/N, covariance error ‖S* − Ŝ‖_F/‖S*‖_F, calibration = exact KS distance of the PIT
 values q_d = P̂(θ_d ≤ θ*_d) to Unif(0, 1).
 """
@@ -43,7 +43,7 @@ REFERENCE_METHODS = ("posterior", "sandwich-gauss")
 
 # ----------------------------------------------------------------------------- data generators
 def true_parameter(dim: int, seed: int, *, scale: float = 1.0) -> np.ndarray:
-    """θ* ~ N(0, scale²·I_D), drawn once from ``seed`` and kept fixed over repetitions (seed 003 §6.1)."""
+    """θ* ~ N(0, scale²·I_D), drawn once from ``seed`` and kept fixed over repetitions (Wang, Ding & Huggins (2026) §6.1)."""
     d = check_int(dim, "dim", low=1)
     return float(check_positive(scale, "scale")) * np.random.default_rng(seed).standard_normal(d)
 
@@ -55,7 +55,7 @@ def contaminated_linear(seed: int, theta_star: Any, *, n_data: int = 5000, outli
 
     The ⌊pN⌋ outlying rows (chosen uniformly without replacement) have
     y_n | x_n ~ N(x_nᵀθ* + b, s²(1 + ‖x_n‖²)) with shift b = ``outlier_shift`` and scale
-    s = ``outlier_scale`` (seed 003 §6.1; defaults p = 0.01, b = 5, s = 5). Because the outliers
+    s = ``outlier_scale`` (Wang, Ding & Huggins (2026) §6.1; defaults p = 0.01, b = 5, s = 5). Because the outliers
     are chosen independently of x and x is symmetric about 0, θ* is still the pseudo-true value
     of the log loss and of the β-divergence loss, so PIT values against θ* measure calibration.
     """
@@ -76,7 +76,7 @@ def contaminated_linear(seed: int, theta_star: Any, *, n_data: int = 5000, outli
 
 @cites("wang2026", "§6.2: simulated Poisson regression y ~ Poisson(exp(xᵀθ*)), x ~ N(0, I_D)")
 def poisson_regression_data(seed: int, theta_star: Any, *, n_data: int = 5000) -> Dataset:
-    r"""x_n ~ N(0, I_D), y_n ~ Poisson(exp(x_nᵀθ*)) (seed 003 §6.2).
+    r"""x_n ~ N(0, I_D), y_n ~ Poisson(exp(x_nᵀθ*)) (Wang, Ding & Huggins (2026) §6.2).
 
     The paper draws θ* ~ N(0, I_D) with D = 50, which makes Var(xᵀθ*) = 50 and exp(xᵀθ*)
     overflow-scale counts (e^{20} and more); pass θ* ~ N(0, I_D/D)
@@ -102,7 +102,7 @@ def _standardise(X: np.ndarray) -> np.ndarray:
 def diabetes(*, standardise_response: bool = True) -> Dataset:
     """scikit-learn's diabetes data (N = 442, 10 covariates + intercept), standardised.
 
-    The offline stand-in for the Boston housing data of seed 003 §6.1 (not shippable). Covariates
+    The offline stand-in for the Boston housing data of Wang, Ding & Huggins (2026) §6.1 (not shippable). Covariates
     and (by default) the response are centred and scaled to unit variance; an intercept is added.
     """
     X, y = load_diabetes_arrays()
@@ -124,7 +124,7 @@ def load_diabetes_arrays() -> tuple[np.ndarray, np.ndarray]:
 def randhie() -> Dataset:
     """statsmodels' RAND health-insurance data: ``mdvis`` counts on 9 covariates + intercept (N = 20 190).
 
-    The offline stand-in for the German credit data of seed 003 §6.2 (count response for
+    The offline stand-in for the German credit data of Wang, Ding & Huggins (2026) §6.2 (count response for
     Poisson regression; overdispersed, so the Poisson model is misspecified). Covariates are
     standardised; an intercept is added.
     """
@@ -152,7 +152,7 @@ def covariance_error_floor(transition: Any, cov: Any, n_draws: int, *, n_chains:
               \quad g_m = (\operatorname{tr}Γ_m)^2 + \operatorname{tr}(Γ_m Γ_m),
 
     divided by C for C independent chains. This is the covariance error an *exact* Λ shows from
-    Monte Carlo noise alone at a given run length (THEORY §1.7): the noise floor. The SGD iterates
+    Monte Carlo noise alone at a given run length (docs/conventions.md): the noise floor. The SGD iterates
     of a linear regression are not exactly Gaussian (the gradient noise is multiplicative), so
     the floor is the Gaussian approximation; the batch-means floor of a run is the empirical check.
 

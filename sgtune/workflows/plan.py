@@ -140,7 +140,36 @@ def _int_or_inf(x: float) -> Any:
 
 @dataclass
 class Plan:
-    """Result of :func:`plan_run`."""
+    """Result of :func:`plan_run`.
+
+    Attributes
+    ----------
+    candidates : list of Candidate
+        Every configuration of the grid with its prediction.
+    recommended : int or None
+        The index of the recommended candidate (None: none is feasible).
+    objective : str
+        What the recommendation minimises, ``"gradients"`` or ``"seconds"``.
+    tolerance : float
+        The RMS relative error E the run must reach.
+    chains : int
+        C, the chains run in parallel.
+    target_cov : (D, D) ndarray
+        Σ*.
+    timing_seconds, tuning_seconds : float
+        Time spent timing the sampler and tuning the candidates.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.workflows.plan import plan_run
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> plan = plan_run(model, data, expand(model, data), tolerance=0.1, batch_sizes=[16, 64],
+    ...                 families=("dense",), time_steps=False, notes=False)
+    >>> len(plan.candidates), plan.best is plan.candidates[plan.recommended]
+    (2, True)
+    """
 
     candidates: list[Candidate]
     recommended: int | None
@@ -182,8 +211,12 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
 
     Parameters
     ----------
-    model, dataset, expansion
-        The problem (as loaded by the CLI: the model, its data and the expansion at θ̂).
+    model : PerSampleModel
+        The model.
+    dataset : Dataset
+        Its data.
+    expansion : Expansion
+        The expansion at θ̂.
     target : "sandwich", "posterior" or (D, D) array
         Σ*.
     tolerance : float
@@ -205,7 +238,7 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
     seed : int
         Seed of the timed runs.
     notes : bool
-        Add the seeds' other theories where they apply (:mod:`sgtune.workflows.plan_notes`).
+        Add the other papers' theories where they apply (:mod:`sgtune.workflows.plan_notes`).
     family_criterion : {"moment", "auto", "discrepancy", None}
         How the structured families' Λ is chosen (:func:`~sgtune.theory.tuning.tune`): ``"moment"``
         (default) the closed form of eq. (11)'s family part — fast, and its bias (exact, whatever Λ) is
@@ -217,6 +250,18 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
     Returns
     -------
     Plan
+        The candidates with their predicted error, cost and feasibility, and the recommendation.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.workflows.plan import plan_run
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> plan = plan_run(model, data, expand(model, data), tolerance=0.1, batch_sizes=[16, 64],
+    ...                 families=("dense",), time_steps=False, notes=False)
+    >>> [candidate.batch_size for candidate in plan.candidates], plan.objective
+    ([16, 64], 'gradients')
     """
     E = check_positive(tolerance, "tolerance")
     C = check_int(chains, "chains", low=1)
@@ -326,7 +371,7 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
     B, fam, kappa, beta = cand.batch_size, cand.family, cand.momentum, cand.inverse_temperature
     wor = cand.batching != "replacement"
     if cand.batching == "reshuffle" and kappa > 0:
-        cand.reason = "reshuffle: seed 002's theory of random reshuffling covers SG(L)D without momentum only"
+        cand.reason = "reshuffle: Shaw & Whalley's (2025) theory of random reshuffling covers SG(L)D without momentum only"
         return
     if fam == "block" and getattr(e, "parameter_blocks", None) is None:
         cand.reason = "family 'block' needs the model's parameter blocks (use sgtune lambda --blocks)"
@@ -414,7 +459,7 @@ def _dense_fast(ctx: _Context, cand: Candidate, wor: bool) -> None:
 
 def _lyapunov_step_matrix(ctx: _Context, R: np.ndarray, beta: float) -> np.ndarray:
     """:func:`~sgtune.theory.tuning.solve_step_matrix` with the target's factorisation shared across candidates:
-    Λ = L Z⁻¹ Lᵀ, Z = U [Uᵀ(LᵀRL)U / (μ_i + μ_j − 2/β)] Uᵀ (THEORY §1.3)."""
+    Λ = L Z⁻¹ Lᵀ, Z = U [Uᵀ(LᵀRL)U / (μ_i + μ_j − 2/β)] Uᵀ (docs/conventions.md)."""
     L, mu, U = ctx.target_modes()
     shift = 0.0 if math.isinf(beta) else 1.0 / beta
     if not mu[0] > shift:

@@ -1,17 +1,17 @@
-"""The seeds' other theories in a plan: notes and extra columns where they apply (issue 20 item 3).
+"""The other papers' theories in a plan: notes and extra columns where they apply.
 
 Each note is a JSON object ``{"source": ..., "applies_to": ..., "text": ..., <numbers>}`` and its headline
 number is also an extra column of the candidate:
 
-- ``reshuffle_variance_change`` (seed 002, §4; every candidate without momentum): the direction-averaged
+- ``reshuffle_variance_change`` (Shaw & Whalley (2025), §4; every candidate without momentum): the direction-averaged
   relative change of the stationary variance if the chain reshuffled once per epoch instead of drawing
   fresh batches, at the planned Λ (:func:`sgtune.theory.alternatives.reshuffle_variance_change`);
   for ``--batching reshuffle`` candidates it turns the fresh-batch prediction into the reshuffled one
   (marked ``approximate``);
-- ``sglrw_variance_change`` and ``sglrw_error_ratio`` (seed 000, §4; SGLD targets with a scalar or
+- ``sglrw_variance_change`` and ``sglrw_error_ratio`` (Mensch et al. (2025), §4; SGLD targets with a scalar or
   diagonal Λ): the relative change of the variances if the chain ran SGLRW with the same Λ, and the
   ratio E‖M_SGLRW‖²_F/E‖M_SGLD‖²_F of the second-order error terms at θ̂ (Theorem 4.2, Lemma 4.3);
-- ``nonreversible_variance_ratio`` (seed 004, Thm. 3.5, THEORY §2.4; SGLD targets): the asymptotic
+- ``nonreversible_variance_ratio`` (the GNLD paper (2025), Thm. 3.5, docs/conventions.md; SGLD targets): the asymptotic
   variance ratio of the slowest direction's functional with the budget-optimal non-reversible J, and
   whether the planned step is still stable with it.
 """
@@ -30,7 +30,7 @@ from ..theory.stationary import finite_population_factor
 
 __all__ = ["add_notes", "reshuffle_adjust", "SGLRW_RATIO_MAX_DIM"]
 
-#: seed 000's E‖M‖² ratio costs O(N·D·min(N, D)); above this D only the variance change is reported
+#: Mensch et al.'s (2025) E‖M‖² ratio costs O(N·D·min(N, D)); above this D only the variance change is reported
 SGLRW_RATIO_MAX_DIM = 200
 #: the budget κ_J of the non-reversible note
 NONREVERSIBLE_BUDGET = 1.0
@@ -41,7 +41,7 @@ def _stationary_cov(ctx: Any, cand: Any) -> np.ndarray:
 
 
 def _reshuffle(ctx: Any, cand: Any) -> Any:
-    """Seed 002's change at the candidate's Λ; the gradient noise C̄ is taken at the target (exact for the dense
+    """Shaw & Whalley's (2025) change at the candidate's Λ; the gradient noise C̄ is taken at the target (exact for the dense
     family, whose Σ(Λ) is Σ*; for the others one more approximation in an approximate note)."""
     e = ctx.expansion
     cbar = ctx.noise_at_target(cand.batch_size, True)
@@ -53,7 +53,7 @@ def _reshuffle(ctx: Any, cand: Any) -> Any:
 
 def reshuffle_adjust(ctx: Any, cand: Any) -> None:
     """A ``--batching reshuffle`` candidate: the fresh-batch (without replacement) prediction corrected by
-    seed 002's per-direction variance change; bias and c are approximations."""
+    Shaw & Whalley's (2025) per-direction variance change; bias and c are approximations."""
     try:
         r = _reshuffle(ctx, cand)
     except SgtuneError as exc:
@@ -64,7 +64,7 @@ def reshuffle_adjust(ctx: Any, cand: Any) -> None:
     cand.covariance_error = float(np.linalg.norm(cov - ctx.target_cov) / math.sqrt(ctx.target_norm2))
     cand.approximate += ["covariance_error", "cov_mc_error_constant"]
     cand.notes.append({
-        "source": "shaw2025: §4, SGLD-RR vs SGLD-RM on the Gaussian model problem (THEORY §4), per modal direction",
+        "source": "shaw2025: §4, SGLD-RR vs SGLD-RM on the Gaussian model problem (docs/conventions.md), per modal direction",
         "applies_to": "batching reshuffle",
         "text": (f"reshuffling has no invariant law; its epoch-averaged covariance is the fresh-batch one with each "
                  f"modal direction's variance changed by {_fmt_range(r.variance_change)} (R = {r.n_batches} batches "
@@ -92,7 +92,7 @@ def add_notes(ctx: Any, model: Any, dataset: Any, cand: Any, tolerance: float) -
             mean = float(np.mean(r.variance_change))
             cand.extra["reshuffle_variance_change"] = mean
             cand.notes.append({
-                "source": "shaw2025: §4, SGLD-RR vs SGLD-RM on the Gaussian model problem (THEORY §4)",
+                "source": "shaw2025: §4, SGLD-RR vs SGLD-RM on the Gaussian model problem (docs/conventions.md)",
                 "applies_to": "batching",
                 "text": (f"reshuffling once per epoch instead of fresh batches would change the stationary variance "
                          f"by {_fmt_range(r.variance_change)} across the modal directions (mean {mean:+.1%}); "
@@ -110,7 +110,7 @@ def add_notes(ctx: Any, model: Any, dataset: Any, cand: Any, tolerance: float) -
         cdiag = np.diag(e.gradient_cov()) * (f / cand.batch_size)
         change = sglrw_variance_change(np.diag(cand.step_matrix), cdiag, inv_temperature=cand.inverse_temperature)
         note: dict[str, Any] = {
-            "source": "mensch2025: §4, Thm. 4.2 and Lemma 4.3 (SGLRW's E[M] = offdiag(G)); THEORY §3.3",
+            "source": "mensch2025: §4, Thm. 4.2 and Lemma 4.3 (SGLRW's E[M] = offdiag(G)); docs/conventions.md",
             "applies_to": "sampler sglrw (scalar/diagonal Λ, SGLD target)",
             "text": (f"SGLRW with this Λ would remove SGLD's per-coordinate variance inflation δG_jj/2: the variances "
                      f"would change by {_fmt_range(change)}, which the tuned Λ relies on"),
@@ -125,7 +125,7 @@ def add_notes(ctx: Any, model: Any, dataset: Any, cand: Any, tolerance: float) -
                 note["text"] += (f"; its second-order covariance error term E‖M‖²_F is {err.ratio:.3g} × SGLD's "
                                  f"at θ̂ (diagonal share {err.diagonal_share:.3g})")
                 cand.extra["sglrw_error_ratio"] = float(err.ratio)
-            except (SgtuneError, TypeError, AttributeError):  # not a GLM: no per-sample gradients in seed 000 form
+            except (SgtuneError, TypeError, AttributeError):  # not a GLM: no per-sample gradients in Mensch et al. (2025) form
                 pass
         cand.notes.append(note)
     if cand.momentum == 0.0 and e.dim >= 2:
@@ -136,7 +136,7 @@ def add_notes(ctx: Any, model: Any, dataset: Any, cand: Any, tolerance: float) -
             return
         cand.extra["nonreversible_variance_ratio"] = g.variance_ratio
         cand.notes.append({
-            "source": "gnld2025: Thm. 3.5, Prop. 5.3, Cor. 5.5 (NLD); THEORY §2.4 (budget-optimal J)",
+            "source": "gnld2025: Thm. 3.5, Prop. 5.3, Cor. 5.5 (NLD); docs/conventions.md (budget-optimal J)",
             "applies_to": "non-reversible SGLD (NLD drift Λ + J)",
             "text": (f"a non-reversible drift J with ‖Λ^(-1/2)JΛ^(-1/2)‖₂ ≤ {g.budget:g} cuts the asymptotic variance of "
                      f"the slowest direction's mean by the factor {g.variance_ratio:.3g}; the step stays stable up "

@@ -39,7 +39,29 @@ MAX_STEPS = 2_000_000
 
 @dataclass(frozen=True)
 class RefineRound:
-    """One round: the chains at the current Λ and the correction applied after them."""
+    """One round: the chains at the current Λ and the correction applied after them.
+
+    Attributes
+    ----------
+    round : int
+        The round's number (from 1).
+    steps, chains : int
+        The chains' length and number.
+    error : float
+        max_ij |Σ̂ − Σ*|_ij / √(Σ*_ii Σ*_jj).
+    mcse : float
+        The same scale, of the standard errors of Σ̂.
+    lambda_change : float
+        ‖Λ_{k+1} − Λ_k‖_F / ‖Λ_k‖_F (0 after the last round).
+    converged : bool
+        Whether Σ̂ matched Σ* within Monte Carlo error.
+
+    Examples
+    --------
+    >>> from sgtune.workflows.refine import RefineRound
+    >>> RefineRound(1, 2000, 8, error=0.02, mcse=0.03, lambda_change=0.0, converged=True).to_dict()["converged"]
+    True
+    """
 
     round: int
     steps: int
@@ -79,8 +101,52 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
     Each round re-tunes with exactly ``tuned``'s configuration (:meth:`TuningResult.retune`: its dynamics,
     method, family, blocks and family criterion); only the target moves.
 
-    Returns the last tuning result (its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
-    *proxy's* covariance for that Λ, not Σ*) and the rounds.
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model.
+    data : Dataset
+        The observations the chains run on.
+    expansion : Expansion
+        The expansion at θ̂.
+    tuned : TuningResult
+        The result to correct.
+    rounds : int
+        Most rounds (≥ 1).
+    prior_precision : float or array_like, optional
+        Γ.
+    n_chains : int, optional
+        Chains per round.
+    seed : int, optional
+        Seed of the first round's chains.
+    progress : callable(done, total), optional
+        Called over the chains' steps.
+
+    Returns
+    -------
+    result : TuningResult
+        The last tuning result: its ``step_matrix`` is the refined Λ; its ``predicted_cov`` is the
+        *proxy's* covariance for that Λ, not Σ*.
+    rounds : list of RefineRound
+        What each round measured.
+
+    Raises
+    ------
+    SgtuneError
+        ``rounds`` < 1.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> from sgtune.workflows.refine import refine
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> result, rounds = refine(model, data, e, tune(e, Dynamics(None, batch_size=32)), rounds=1, n_chains=4)
+    >>> len(rounds), result.step_matrix.shape
+    (1, (5, 5))
     """
     if rounds < 1:
         raise SgtuneError(f"--refine must be >= 1 round, got {rounds}")

@@ -1,4 +1,4 @@
-"""``sgtune ksd`` per CLI.md: keys, the score convention against a closed form, errors with no partial file."""
+"""``sgtune ksd`` per docs/cli.rst: keys, the score convention against a closed form, errors with no partial file."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""`sgtune lambda`, `sgtune covariance`, `sgtune derive stationary-1d` per CLI.md."""
+"""`sgtune lambda`, `sgtune covariance`, `sgtune derive stationary-1d` per docs/cli.rst."""
 from __future__ import annotations
 
 import json

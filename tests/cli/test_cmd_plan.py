@@ -1,4 +1,4 @@
-"""`sgtune plan` (CLI.md "Additions": plan) and the Monte Carlo keys of `sgtune covariance` (issue 20)."""
+"""`sgtune plan` (docs/cli.rst: plan) and the Monte Carlo keys of `sgtune covariance` (issue 20)."""
 from __future__ import annotations
 
 import csv

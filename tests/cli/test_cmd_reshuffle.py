@@ -1,4 +1,4 @@
-"""``sgtune reshuffle`` (CLI.md contract): keys, values from independent closed forms, error paths."""
+"""``sgtune reshuffle`` (docs/cli.rst contract): keys, values from independent closed forms, error paths."""
 from __future__ import annotations
 
 import json

@@ -4,7 +4,7 @@ Every command that ``sgtune --help`` lists is run in-process (click's ``CliRunne
 valid invocation on tiny data, with random options added or replaced: integers (negative, zero,
 huge), floats (nan, ±inf, negative, subnormal, huge), strings, choices outside their set, and paths
 to malformed files (empty, binary garbage, wrong shapes, text or NaN in a CSV, a folder, a missing
-file). Whatever the input, the contract (``sgtune --help``, CLI.md) must hold:
+file). Whatever the input, the contract (``sgtune --help``, docs/cli.rst) must hold:
 
 * the exit status is one of 0, 1, 2, 3, 4, and the command ended by ``SystemExit`` (no exception);
 * no traceback, no "internal error" (the group's net for bugs), no bare "Aborted!";

@@ -1,0 +1,464 @@
+"""The last layer of a trained network: the output layer on frozen features, a GLM sgtune's theory is exact for.
+
+Given a network the user trained, f(x) = W φ(x) + b with body φ and head (W, b), freeze the body
+and keep only the head's parameters free. The per-observation loss is then a generalised linear
+model in θ = (W, b) with covariates (φ(x_n), 1):
+
+- ``"gaussian"`` (regression, one output): l_n = (y_n − f_n)²/(2σ²), the linear model on the features;
+- ``"bernoulli"`` (binary, one output logit): l_n = log(1 + e^{f_n}) − y_n f_n, logistic regression;
+- ``"softmax"`` (K classes, K logits): l_n = logsumexp(f_n) − f_{n,y_n}, multinomial logistic
+  regression in the *full* softmax layout (one coefficient vector per class, identified only
+  through the prior precision; :mod:`sgtune.models.multinomial`).
+
+SGD or SGLD on the head alone, with the body frozen at its trained weights and the features
+computed once, is exactly the chain sgtune's theory describes for that GLM: every sgtune function
+takes the ``(model, data)`` pair :func:`last_layer` returns (``expand``, ``tune``,
+``predict_stationary_cov``, ``run_chains``, ``verify_stationary_cov``, ``plan_run``,
+``applicability``). A minibatch is a batch of rows of the feature matrix. The posterior target
+H⁻¹/N = (Σ_n J_n + Γ)⁻¹ is the last-layer Laplace covariance with the full generalised Gauss–Newton
+Hessian (Daxberger et al. 2021, laplace-torch's ``subset_of_weights="last_layer"``,
+``hessian_structure="full"``, temperature 1, prior precision Γ = δI; for regression its
+``sigma_noise`` is σ).
+
+**θ's layout** (the rows of Λ). The head has K outputs (K = 1 for gaussian and bernoulli), d
+features, and a bias unless the layer has none. θ is class-major with the bias last in each class's
+block::
+
+    θ[k·(d+1) + j] = weight[k, j],     θ[k·(d+1) + d] = bias[k]
+
+(d+1 → d without a bias). For one output this is torch's own order (weight row, then bias); for
+K classes torch's ``parameters_to_vector`` puts every bias after every weight:
+:meth:`HeadLayout.torch_order` maps one to the other. The names are the head's own:
+``output.weight[k,j]`` and ``output.bias[k]`` with ``output`` the head's name in the network (``2``
+for the third layer of an ``nn.Sequential``), so :func:`sgtune.io.export.torch_optimizer` and
+:func:`~sgtune.io.export.optax_transform` with ``subset=True`` apply Λ to the head of the whole
+network and leave the body alone.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core._refs import cites
+from ..core.errors import DataFormatError, SgtuneError, ShapeError
+from ..io.data import Dataset, make_dataset
+from .glm import get_model
+
+__all__ = ["last_layer", "LastLayerModel", "HeadLayout", "LAST_LAYER_LIKELIHOODS", "compute_features",
+           "split_torch_network"]
+
+#: likelihood → the model of the head (softmax: the full-layout multinomial model); "categorical" (the name
+#: :func:`sgtune.models.pytorch.from_torch` uses) is accepted for "softmax"
+LAST_LAYER_LIKELIHOODS = ("gaussian", "bernoulli", "softmax")
+_GLM_OF = {"gaussian": "linear", "bernoulli": "logistic"}
+#: rows of X per forward pass of the body (features are computed once, chunk by chunk)
+FEATURE_CHUNK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """The output layer's shape and names: K outputs, d features, a bias or not (module docstring)."""
+
+    name: str
+    n_outputs: int
+    n_features: int
+    bias: bool
+
+    @property
+    def width(self) -> int:
+        """Covariates per row of the last-layer data: d, plus 1 for the bias column."""
+        return self.n_features + int(self.bias)
+
+    @property
+    def dim(self) -> int:
+        """D = K·(d + bias)."""
+        return self.n_outputs * self.width
+
+    def names(self) -> tuple[str, ...]:
+        """``name.weight[k,j]`` and ``name.bias[k]`` in θ order."""
+        pre = f"{self.name}." if self.name else ""
+        out: list[str] = []
+        for k in range(self.n_outputs):
+            out += [f"{pre}weight[{k},{j}]" for j in range(self.n_features)]
+            if self.bias:
+                out.append(f"{pre}bias[{k}]")
+        return tuple(out)
+
+    def theta_of(self, weight: Any, bias: Any = None) -> np.ndarray:
+        """θ (D,) from the head's weight (K, d) (or (d,) for one output) and bias (K,) (or a number)."""
+        w = np.asarray(weight, dtype=float).reshape(self.n_outputs, self.n_features) \
+            if np.size(weight) == self.n_outputs * self.n_features else None
+        if w is None:
+            raise ShapeError(f"the head's weight must have {self.n_outputs}×{self.n_features} entries, got shape "
+                             f"{np.shape(weight)}")
+        if not self.bias:
+            if bias is not None:
+                raise ShapeError("this head has no bias, but a bias was given")
+            return w.reshape(-1).copy()
+        b = np.zeros(self.n_outputs) if bias is None else np.asarray(bias, dtype=float).reshape(-1)
+        if b.shape != (self.n_outputs,):
+            raise ShapeError(f"the head's bias must have {self.n_outputs} entries, got shape {np.shape(bias)}")
+        return np.column_stack([w, b]).reshape(-1)
+
+    def head_of(self, theta: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """(weight (K, d), bias (K,) or None) from θ (D,) — the inverse of :meth:`theta_of`."""
+        th = np.asarray(theta, dtype=float).reshape(-1)
+        if th.shape != (self.dim,):
+            raise ShapeError(f"theta must have D = {self.dim} entries (the head's), got shape {np.shape(theta)}")
+        blocks = th.reshape(self.n_outputs, self.width)
+        return blocks[:, :self.n_features].copy(), (blocks[:, -1].copy() if self.bias else None)
+
+    def torch_order(self) -> np.ndarray:
+        """Indices ``perm`` with ``theta[perm]`` = torch's ``parameters_to_vector(head.parameters())``
+        (every weight row-major, then every bias)."""
+        idx = np.arange(self.dim).reshape(self.n_outputs, self.width)
+        parts = [idx[:, :self.n_features].reshape(-1)]
+        if self.bias:
+            parts.append(idx[:, -1])
+        return np.concatenate(parts)
+
+
+class LastLayerModel:
+    """The head of a trained network as a protocol model (:mod:`sgtune.models.base`), built by :func:`last_layer`.
+
+    Every protocol method is the inner GLM's (``linear`` / ``logistic``) or the full-layout
+    multinomial model's, on the data :func:`last_layer` returns (features with the bias column
+    last). Added: the head's parameter names, the trained head as the Newton fit's starting point
+    (:meth:`newton_start`, :meth:`initial_params`), and the conversions of ``layout``
+    (:meth:`HeadLayout.theta_of`, :meth:`HeadLayout.head_of`, :meth:`HeadLayout.torch_order`).
+    """
+
+    def __init__(self, inner: Any, layout: HeadLayout, likelihood: str, trained: np.ndarray | None,
+                 source: str) -> None:
+        self.inner = inner
+        self.layout = layout
+        self.likelihood = likelihood
+        self.trained = None if trained is None else np.asarray(trained, dtype=float).copy()
+        self.features_source = source
+        self.name = f"last-layer ({likelihood})"
+
+    def __getattr__(self, attr: str) -> Any:
+        inner = self.__dict__.get("inner")
+        if inner is None or attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(inner, attr)
+
+    def n_params(self, n_features: int = 0) -> int:
+        """D = K·(d + bias), whatever the width passed (the data :func:`last_layer` returns have d + bias columns)."""
+        return self.layout.dim
+
+    def parameter_names(self, feature_names: Any = ()) -> tuple[str, ...]:
+        """``output.weight[k,j]``, ``output.bias[k]`` in θ order (:meth:`HeadLayout.names`)."""
+        return self.layout.names()
+
+    def parameter_blocks(self, n_features: int = 0) -> list[list[int]]:
+        """One block per output (a class's weights and bias): the default blocks of ``tune(family="block")``."""
+        w = self.layout.width
+        return [list(range(k * w, (k + 1) * w)) for k in range(self.layout.n_outputs)]
+
+    def newton_start(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray) -> np.ndarray:
+        """The trained head (θ layout) when there is one, else the inner model's start."""
+        if self.trained is not None:
+            return self.trained.copy()
+        fn = getattr(self.inner, "newton_start", None)
+        return fn(X, y, prior_precision) if callable(fn) else np.zeros(self.layout.dim)
+
+    def initial_params(self, n_features: int = 0, rng: Any = None) -> np.ndarray:
+        """The trained head, else zeros."""
+        return self.trained.copy() if self.trained is not None else np.zeros(self.layout.dim)
+
+    @property
+    def sandwich_refusal(self) -> str | None:
+        """Softmax: why the full layout has no sandwich target (J singular along the shift); None otherwise."""
+        if self.likelihood != "softmax":
+            return None
+        return ("a softmax last layer has no sandwich target: J = mean J_n is singular along the softmax's shift "
+                "(adding one vector to every class's weights and biases changes no probability), so J⁻¹𝓘J⁻¹/N does "
+                "not exist; use the posterior target (--target posterior)")
+
+    def check_response(self, y: np.ndarray, source: str = "y") -> None:
+        """Softmax: y holds class indices 0 … K−1 of the head's K logits (a class without rows is fine: the prior
+        identifies its weights); otherwise the inner GLM's check (0/1 for bernoulli)."""
+        if self.likelihood != "softmax":
+            self.inner.check_response(y, source)
+            return
+        ya = np.asarray(y, dtype=float).reshape(-1)
+        k = self.layout.n_outputs
+        bad = ~np.isfinite(ya) | (ya != np.round(ya)) | (ya < 0) | (ya > k - 1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise DataFormatError(f"{source}: a softmax last layer with K = {k} logits needs class indices 0 … {k - 1}, "
+                                  f"but y[{i}] = {ya[i]:g}; recode the labels as the network's class indices")
+
+    def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:
+        """Softmax: refuse a prior that leaves the shift direction free (the loss is flat along it); else the inner
+        model's checks (rank-deficient features, separable classes without a prior)."""
+        if self.likelihood == "softmax":
+            k, w = self.layout.n_outputs, self.layout.width
+            shift = np.kron(np.ones((k, 1)), np.eye(w)) / np.sqrt(k)
+            if np.linalg.eigvalsh(shift.T @ np.asarray(prior_precision, dtype=float) @ shift)[0] <= 0:
+                raise DataFormatError(
+                    "a softmax last layer needs a prior precision > 0 (--prior-precision, prior_precision=): adding "
+                    "one vector to every class's weights and biases changes no probability, so only the prior "
+                    "identifies θ; laplace-torch's default is 1")
+            return
+        fn = getattr(self.inner, "check_identifiable", None)
+        if callable(fn):
+            fn(X, y, prior_precision, source)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON keys: ``last_layer`` (likelihood, head name, K, d, bias, where the features came from) and the
+        inner model's own description (the multinomial model's classes and layout)."""
+        out: dict[str, Any] = {}
+        fn = getattr(self.inner, "describe", None)
+        if callable(fn):
+            out.update(fn())
+        out["last_layer"] = {"likelihood": self.likelihood, "head": self.layout.name,
+                             "n_outputs": self.layout.n_outputs, "n_features": self.layout.n_features,
+                             "bias": self.layout.bias, "features": self.features_source,
+                             "trained_head": self.trained is not None}
+        return out
+
+    def __repr__(self) -> str:
+        lay = self.layout
+        return (f"LastLayerModel({self.likelihood!r}, head={lay.name!r}, K={lay.n_outputs}, d={lay.n_features}, "
+                f"bias={lay.bias}, D={lay.dim})")
+
+
+# ----------------------------------------------------------------------------- features
+def _is_torch_module(obj: Any) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(obj, torch.nn.Module)
+
+
+def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
+    """(qualified name, module) of the output layer of a torch ``network``: ``head`` when given (a submodule), else
+    the last ``nn.Linear`` among its modules (for an ``nn.Sequential``, its last layer)."""
+    import torch
+
+    mods = list(network.named_modules())
+    if head is not None:
+        for n, m in mods:
+            if m is head:
+                return n, m
+        raise SgtuneError(f"head: the module {type(head).__name__} is not a submodule of the network; give the layer "
+                          "of the network itself (e.g. head=net.output), or body= and head= without the network")
+    linears = [(n, m) for n, m in mods if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        raise SgtuneError(f"the network {type(network).__name__} has no nn.Linear layer to take as its output layer; "
+                          "give body= (the features) and head= (an nn.Linear, or (weight, bias) arrays)")
+    return linears[-1]
+
+
+def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: int) -> np.ndarray:
+    """φ(X) (N, d) in float64: ``body(X)`` when given, else the input of ``head`` inside ``network`` (a forward hook),
+    checking that the network's output is the head's output (nothing follows the head)."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        if body is not None:
+            net = copy.deepcopy(body).double().eval()
+            for a in range(0, X.shape[0], chunk):
+                out.append(net(torch.from_numpy(X[a:a + chunk])).reshape(min(chunk, X.shape[0] - a), -1).numpy())
+            return np.concatenate(out)
+        net = copy.deepcopy(network).double().eval()
+        name = dict((m, n) for n, m in network.named_modules())[head]
+        inner_head = dict(net.named_modules())[name]
+        seen: dict[str, Any] = {}
+
+        def hook(_m: Any, args: Any, result: Any) -> None:
+            seen["in"], seen["out"] = args[0], result
+
+        handle = inner_head.register_forward_hook(hook)
+        try:
+            for a in range(0, X.shape[0], chunk):
+                seen.clear()
+                f = net(torch.from_numpy(X[a:a + chunk]))
+                if "in" not in seen:
+                    raise SgtuneError(f"the network never called its layer {name!r} (the output layer sgtune took); "
+                                      "give head= (the output layer) or body= and head=")
+                if not isinstance(f, torch.Tensor) or f.numel() != seen["out"].numel() or \
+                        not torch.equal(f.reshape(-1), seen["out"].reshape(-1)):
+                    raise SgtuneError(f"the network's output is not the output of its layer {name!r}: something "
+                                      "follows it (an activation such as Softmax or Sigmoid, a scaling); the likelihood "
+                                      "applies the link itself, so give body= and head= explicitly (the head's output "
+                                      "must be the logits or the mean)")
+                out.append(seen["in"].reshape(f.shape[0] if f.ndim else 1, -1).numpy())
+        finally:
+            handle.remove()
+    return np.concatenate(out)
+
+
+def compute_features(features: Callable[[np.ndarray], Any], X: Any, *, chunk_rows: int = FEATURE_CHUNK_ROWS,
+                     source: str = "features") -> np.ndarray:
+    """φ(X) (N, d) float64 from a NumPy or JAX function of a batch of rows, ``chunk_rows`` rows at a time.
+
+    The function gets float64 rows (a JAX function computes in its own precision, float32 unless
+    ``jax_enable_x64``); its output is checked: (n, d) or (n,) finite numbers for n rows.
+    """
+    Xa = np.ascontiguousarray(X, dtype=np.float64)
+    out = []
+    for a in range(0, Xa.shape[0], chunk_rows):
+        rows = Xa[a:a + chunk_rows]
+        try:
+            f = np.asarray(features(rows), dtype=np.float64)
+        except SgtuneError:
+            raise
+        except Exception as exc:
+            raise SgtuneError(f"{source}: computing the features of rows {a}–{a + len(rows) - 1} raised "
+                              f"{type(exc).__name__}: {exc}") from None
+        if f.ndim == 1:
+            f = f[:, None]
+        if f.ndim != 2 or f.shape[0] != rows.shape[0]:
+            raise ShapeError(f"{source}: the features of {rows.shape[0]} rows must be an array ({rows.shape[0]}, d), "
+                             f"got shape {f.shape}")
+        out.append(f)
+    return np.concatenate(out)
+
+
+# ----------------------------------------------------------------------------- the model
+def _likelihood(likelihood: str) -> str:
+    lik = "softmax" if likelihood == "categorical" else likelihood
+    if lik not in LAST_LAYER_LIKELIHOODS:
+        raise SgtuneError(f"likelihood must be one of {', '.join(LAST_LAYER_LIKELIHOODS)}, got {likelihood!r}")
+    return lik
+
+
+def _inner_model(lik: str, n_outputs: int, noise_variance: float) -> Any:
+    """The GLM of a one-output head, or the full-layout multinomial model of K classes."""
+    if lik in _GLM_OF:
+        if n_outputs != 1:
+            hint = " (K logits: likelihood='softmax')" if lik == "bernoulli" else " (one output per row)"
+            raise ShapeError(f"a {lik} last layer needs a head with one output, got {n_outputs}{hint}")
+        return get_model(_GLM_OF[lik], noise_variance=noise_variance)
+    if n_outputs < 2:
+        raise ShapeError(f"a softmax last layer needs a head with K ≥ 2 outputs (one logit per class), got {n_outputs}"
+                         "; for one logit use likelihood='bernoulli'")
+    return get_model("multinomial", labels=n_outputs, layout="full")
+
+
+def _numpy_head(head: Any, d: int, lik: str, y: np.ndarray, n_classes: int | None, bias: bool) -> tuple[int, bool]:
+    """(K, whether the head has a bias) of a head given as arrays (weight, bias), or of none (fitted from the start)."""
+    if head is None:
+        if lik != "softmax":
+            return 1, bool(bias)
+        return (int(n_classes) if n_classes is not None else int(np.max(y)) + 1 if y.size else 0), bool(bias)
+    if not (isinstance(head, (tuple, list)) and len(head) == 2):
+        raise SgtuneError("head must be a torch nn.Linear or a pair (weight, bias) of arrays (bias may be None)")
+    w = np.asarray(head[0], dtype=float)
+    w = w.reshape(1, -1) if w.ndim == 1 else w
+    if w.ndim != 2 or w.shape[1] != d:
+        raise ShapeError(f"head: the weight must be (K, d) with d = {d} features, got shape {np.shape(head[0])}")
+    return w.shape[0], head[1] is not None
+
+
+@cites("sgtune", "output layer on frozen features = GLM; posterior H⁻¹/N = last-layer GGN Laplace (Daxberger et "
+                 "al. 2021)")
+def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood: str = "gaussian",
+               noise_variance: float = 1.0, body: Any = None, head: Any = None, bias: bool = True,
+               n_classes: int | None = None, head_name: str | None = None,
+               chunk_rows: int = FEATURE_CHUNK_ROWS, source: str = "") -> tuple[LastLayerModel, Dataset]:
+    """The output layer of a trained network as a (model, data) pair every sgtune function takes.
+
+    Parameters
+    ----------
+    network : torch.nn.Module or callable, optional
+        A trained PyTorch network (its output layer is its last ``nn.Linear``, or ``head``; the
+        features are that layer's input, captured by a forward hook, and nothing may follow it), or
+        a NumPy / JAX function ``features(X) -> (n, d)`` (the body; give ``head`` as arrays to start
+        from trained weights). Omit it when ``body`` is given.
+    X, y : array_like
+        The rows the network was trained on (N, p) and their responses (N,): reals (gaussian),
+        0/1 (bernoulli), class indices 0 … K−1 (softmax).
+    likelihood : {"gaussian", "bernoulli", "softmax"}
+        The loss of the head's output (module docstring).
+    noise_variance : float
+        σ² of the gaussian likelihood (laplace-torch's ``sigma_noise`` is σ).
+    body : torch.nn.Module or callable, optional
+        The features explicitly (everything before the head), with ``head``.
+    head : torch.nn.Linear or (weight, bias), optional
+        The output layer: a submodule of ``network`` (or any ``nn.Linear`` with ``body``), or arrays
+        weight (K, d) / (d,) and bias (K,) or None. Its weights start the Newton fit of θ̂.
+    bias : bool
+        Without a given head: whether the fitted head has a bias (a column of ones).
+    n_classes : int, optional
+        Softmax without a given head: K (default max(y) + 1).
+    head_name : str, optional
+        The prefix of the parameter names (default: the head's name in ``network``, else ``output``).
+    chunk_rows : int
+        Rows per forward pass when computing the features (once, in float64).
+    source : str
+        Where the network came from (messages and JSON).
+
+    Returns
+    -------
+    (LastLayerModel, Dataset)
+        The model of the head and the data (features with the bias column last, y); θ̂ is fitted by
+        ``expand(model, data, prior_precision)`` from the trained head (softmax needs a prior precision).
+    """
+    lik = _likelihood(likelihood)
+    if X is None or y is None:
+        raise SgtuneError("last_layer needs the data X and y the network was trained on")
+    Xa = np.ascontiguousarray(X, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64).reshape(-1)
+    if Xa.ndim == 1:
+        Xa = Xa[:, None]
+    if Xa.shape[0] != ya.shape[0]:
+        raise DataFormatError(f"X has {Xa.shape[0]} rows but y has {ya.shape[0]}; they must match")
+    src = source or (type(network).__name__ if network is not None else type(body).__name__)
+    if (network is None) == (body is None):
+        raise SgtuneError("give the trained network, or body= (the features) and head=, not both")
+    torch_head = head is not None and _is_torch_module(head)
+    if _is_torch_module(network) or _is_torch_module(body):
+        if network is not None:
+            name, head_mod = split_torch_network(network, head)
+            phi = _torch_features(network, head_mod, None, Xa, chunk_rows)
+        else:
+            if not torch_head:
+                raise SgtuneError("with a torch body=, give head= (its nn.Linear output layer)")
+            name, head_mod = "output", head
+            phi = _torch_features(None, head_mod, body, Xa, chunk_rows)
+        return _from_torch_head(phi, ya, head_mod, head_name or name or "output", lik, noise_variance, src)
+    if network is not None and not callable(network):
+        raise SgtuneError(f"network must be a torch.nn.Module or a function features(X), got {type(network).__name__}")
+    if body is not None and not callable(body):
+        raise SgtuneError(f"body must be a torch.nn.Module or a function features(X), got {type(body).__name__}")
+    phi = compute_features(network if network is not None else body, Xa, chunk_rows=chunk_rows, source=src)
+    if torch_head:
+        return _from_torch_head(phi, ya, head, head_name or "output", lik, noise_variance, src)
+    k, has_bias = _numpy_head(head, phi.shape[1], lik, ya, n_classes, bias)
+    layout = HeadLayout(head_name if head_name is not None else "output", k, phi.shape[1], has_bias)
+    trained = None if head is None else layout.theta_of(head[0], head[1])
+    return _assemble(phi, ya, layout, lik, noise_variance, trained, src)
+
+
+def _from_torch_head(phi: np.ndarray, y: np.ndarray, head: Any, name: str, lik: str, noise_variance: float,
+                     src: str) -> tuple[LastLayerModel, Dataset]:
+    import torch
+
+    if not isinstance(head, torch.nn.Linear):
+        raise SgtuneError(f"the output layer must be an nn.Linear, got {type(head).__name__}")
+    w = head.weight.detach().double().cpu().numpy()
+    if w.shape[1] != phi.shape[1]:
+        raise ShapeError(f"the head {name!r} takes {w.shape[1]} features but the body gives {phi.shape[1]}")
+    b = None if head.bias is None else head.bias.detach().double().cpu().numpy()
+    layout = HeadLayout(name, w.shape[0], w.shape[1], b is not None)
+    return _assemble(phi, y, layout, lik, noise_variance, layout.theta_of(w, b), src)
+
+
+def _assemble(phi: np.ndarray, y: np.ndarray, layout: HeadLayout, lik: str, noise_variance: float,
+              trained: np.ndarray | None, src: str) -> tuple[LastLayerModel, Dataset]:
+    inner = _inner_model(lik, layout.n_outputs, noise_variance)
+    cols = [phi, np.ones((phi.shape[0], 1))] if layout.bias else [phi]
+    names = tuple(f"phi[{j}]" for j in range(layout.n_features)) + (("bias",) if layout.bias else ())
+    data = make_dataset(np.column_stack(cols), y, names=names, source=f"features of {src}")
+    model = LastLayerModel(inner, layout, lik, trained, src)
+    model.check_response(data.y, "y")
+    return model, data
