@@ -82,10 +82,14 @@ from sgtune.core.config import Dynamics  # noqa: E402
 from sgtune.io.data import example, make_dataset  # noqa: E402
 from sgtune.models import Expansion, expand, fit_map, get_model, make_mlp  # noqa: E402
 from sgtune.models.user import load_model_file  # noqa: E402
-from sgtune.sampler.driver import BATCHINGS, SAMPLERS, run_chains, run_quadratic_chains  # noqa: E402
+from sgtune.core.config import BATCHINGS  # noqa: E402
+from sgtune.sampler.driver import run_chains, run_quadratic_chains  # noqa: E402
 from sgtune.sampler.gnld import run_sg_gnld  # noqa: E402
+from sgtune.sampler.registry import SAMPLER_NAMES as SAMPLERS  # noqa: E402
 from sgtune.sampler.reshuffle import run_reshuffle_chains, run_reshuffle_chains_python  # noqa: E402
 from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble  # noqa: E402
+from tests.reference import chain_kw, ensemble_kw  # noqa: E402  (the old keywords → Dynamics, RunSpec, options)
+from tests.reference.gnld_twin import GnldReference  # noqa: E402
 from sgtune.sampler.targets import NOISE_KINDS, TARGET_IDS, make_target  # noqa: E402
 from sgtune.theory.adjoint import affine_discrepancy, criterion_gradient  # noqa: E402
 from sgtune.theory.applicability import applicability  # noqa: E402
@@ -237,13 +241,15 @@ def model(name: str) -> Any:
 
 # ------------------------------------------------------------------------------------ library calls
 def chains(model_name: str, data_name: str, step: Any, **opts: Any) -> Any:
-    """One run of the chain engine on data: ``run_chains(model, data, Λ, **opts)`` in today's vocabulary."""
-    return chain_fields(run_chains(model(model_name), data(data_name), step, **opts))
+    """One run of the chain engine on data: ``run_chains(model, data, Dynamics, RunSpec, options)``; the case's
+    keywords (the vocabulary of 0.1) are translated by the tests' ``chain_kw`` (``backend="python"``: the
+    pure-Python reference backend)."""
+    return chain_fields(run_chains(model(model_name), data(data_name), **chain_kw(step, **opts)))
 
 
 def quadratic_chains(hessian: Any, step: Any, **opts: Any) -> Any:
     """One run of the quadratic oracles (Gaussian or α-stable synthetic gradient noise)."""
-    return chain_fields(run_quadratic_chains(hessian, step, **opts))
+    return chain_fields(run_quadratic_chains(hessian, **chain_kw(step, **opts)))
 
 
 def chain_fields(res: Any) -> dict[str, Any]:
@@ -256,7 +262,7 @@ def chain_fields(res: Any) -> dict[str, Any]:
 def smile_ensemble(target: str, noise: str, sampler: str, step: float, b2: bool = False, **opts: Any) -> Any:
     """run_smile_ensemble on an analytic target (dim 10, rotations from seed 0), optionally with b²."""
     tgt = make_target(target, noise, dim=10, seed=0)
-    res = run_smile_ensemble(tgt, sampler, step, **opts)
+    res = run_smile_ensemble(tgt, **ensemble_kw(sampler, step, **opts))
     out = {f: getattr(res, f) for f in res.__dataclass_fields__}
     if b2:
         out["b2"] = res.b2(tgt, n_bootstrap=200)
@@ -284,11 +290,12 @@ def gnld(with_data: bool, python: bool = False, **opts: Any) -> Any:
         y = X @ np.array([1.0, -1.0]) + rng.standard_normal(64)
         r = run_sg_gnld(np.eye(2), np.array([[0.0, 0.8], [-0.8, 0.0]]), [1.0, 0.5], 0.01, opts.pop("n_steps"),
                         opts.pop("n_replicas"), design=X, response=y, batch_size=8, prior_precision=np.eye(2),
-                        python=python, **opts)
+                        backend=GnldReference() if python else "numba", **opts)
     else:
         H = np.array([[2.0, 0.5], [0.5, 1.0]])
         r = run_sg_gnld(np.diag([1.0, 0.5]), np.array([[0.0, 1.0], [-1.0, 0.0]]), [1.0, 0.0], 0.05,
-                        opts.pop("n_steps"), opts.pop("n_replicas"), hessian=H, python=python, **opts)
+                        opts.pop("n_steps"), opts.pop("n_replicas"), hessian=H,
+                        backend=GnldReference() if python else "numba", **opts)
     return {"time_averages": r.time_averages, "step_size": r.step_size, "n_steps": r.n_steps, "seed": r.seed,
             "hessian": r.hessian}
 

@@ -39,6 +39,16 @@ before. A new module whose helpers are inlined elsewhere belongs in :data:`CORE_
 per-file behaviour returns: then delete ``sgtune/sampler/__pycache__/*.nb[ic]`` or
 ``$NUMBA_CACHE_DIR`` after editing a helper.)
 
+Inlined helpers (``njit_inline``, :func:`component_inline`): every call of a compiled function that is
+not inlined passes each array argument's reference count through an atomic increment and decrement
+(numba's NRT, about 36 atomic operations for the 18 arrays of an engine step rule), and LLVM does not
+inline a callee whose body holds many such calls. The engine's small helpers (the moves, the gradient
+with its prior, the recorder, the MCLMC integrator's phases) are therefore inlined into their caller in
+numba's IR (``inline="always"``), before LLVM sees them: the same arithmetic in the same order (no
+fastmath), so the same bits, without the calls. A component declared with :func:`component_inline` is
+inlined where it is called by name and still compiles as a function where it is passed as an argument.
+Measured in ``benchmarks/bench_engine_ab.py``.
+
 Composed kernels and the cache (:func:`component`): a kernel that takes jitted functions as
 arguments (numba first-class functions, one specialisation per combination) is keyed in the
 on-disk index by its argument *types*, and the type of a dispatcher argument pickles as the
@@ -69,7 +79,8 @@ import tempfile
 
 import numba
 
-__all__ = ["njit", "njit_fma", "njit_parallel", "prange", "component", "component_fma", "NJIT_OPTIONS",
+__all__ = ["njit", "njit_fma", "njit_inline", "njit_parallel", "prange", "component", "component_fma",
+           "component_inline", "NJIT_OPTIONS",
            "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES", "ensure_cache_location"]
 
@@ -212,6 +223,8 @@ if not ensure_cache_location():
 njit = numba.njit(**NJIT_OPTIONS)
 njit_fma = numba.njit(**NJIT_FMA_OPTIONS)
 njit_parallel = numba.njit(parallel=True, **NJIT_OPTIONS)
+#: ``njit`` inlined into its callers' numba IR (module docstring, "Inlined helpers")
+njit_inline = numba.njit(inline="always", **NJIT_OPTIONS)
 prange = numba.prange
 get_num_threads = numba.get_num_threads
 set_num_threads = numba.set_num_threads
@@ -235,3 +248,8 @@ def component(fn, _jit=njit):  # type: ignore[no-untyped-def]
 def component_fma(fn):  # type: ignore[no-untyped-def]
     """:func:`component` compiled with ``njit_fma`` (FMA contraction, module docstring)."""
     return component(fn, njit_fma)
+
+
+def component_inline(fn):  # type: ignore[no-untyped-def]
+    """:func:`component` inlined where it is called by name (module docstring, "Inlined helpers")."""
+    return component(fn, njit_inline)

@@ -29,7 +29,7 @@ from ..core.errors import (ConvergenceError, InsufficientMemoryError, NotPositiv
 from ..core.results import ResultMixin, SummaryTable, Z_95, resolve_parameter_names, table_from_columns
 from ..io.data import Dataset, make_dataset
 from ..models import fit_map, get_model, prior_matrix
-from ..models.base import model_dim, model_label, parameter_names
+from ..models.base import model_dim, parameter_names
 from . import grads
 from .engine import ChainPlan, NumbaBackend, NumpyBackend, run_plan
 from .kernels import BATCH_FNS
@@ -37,7 +37,7 @@ from .registry import (POSTERIOR_SAMPLERS, SAMPLER_NAMES, SGLDOptions, SamplerSp
                        options_for, sampler_spec)
 from .rng import chain_states
 from .smile_chain import init_velocity
-from .specs import ORACLES, numba_spec_of
+from .specs import ORACLES, labelled_spec
 from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams,
                     mclmc_state)
 
@@ -363,20 +363,21 @@ def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: An
     if isinstance(model, str):
         model = get_model(model)
     ds = data if isinstance(data, Dataset) else make_dataset(*data)
-    label = model_label(model)
-    check = getattr(model, "check_response", None)
-    if check is not None:
-        check(ds.y, ds.source or "y")
     n, p = ds.n_data, ds.dim
     dynamics.check_data(n)
     if n >= 2**32:
         raise SgtuneError(f"the sampler supports N < 2^32 data points, got N = {n}")
-    numba_spec = numba_spec_of(model, p)
+    # the model is asked for everything in one visit, its label and spec first, then its own methods
+    label, numba_spec = labelled_spec(model, p)
+    check = getattr(model, "check_response", None)
+    if check is not None:
+        check(ds.y, ds.source or "y")
     if backend == "numpy" or numba_spec is None:
         if not callable(getattr(model, "per_sample_grads", None)):
             raise SgtuneError(f"model {label} has neither numba_spec() nor per_sample_grads(theta, X, y); "
                               "give it one of them (see sgtune.sampler.specs)")
-    d = parameter_dim(model, numba_spec, p)
+    own = getattr(model, "n_params", None)
+    d = parameter_dim(label, own(p) if callable(own) else None, numba_spec, p)
     gam = prior_matrix(prior_precision, d)
     if not np.any(gam):
         prior_kind, prior = grads.PRIOR_NONE, np.zeros((d, d))
@@ -847,16 +848,18 @@ def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, labe
                                f"initial=<(D,) = ({d},) array>)", residual=exc.residual, method=exc.method) from None
 
 
-def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:
-    """The number of parameters D of ``model`` on p = ``n_features`` features.
+def parameter_dim(label: str, n_params: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n_features: int) -> int:
+    """The number of parameters D of the model ``label`` on p = ``n_features`` features.
 
-    ``model.n_params(p)`` if it has one (checked against the numba spec's count), else the spec's
-    count, else p.
+    Its ``n_params(p)`` if it has one (checked against the numba spec's count), else the spec's count,
+    else p. The caller asks the model (:func:`!_data_problem`), so that the model is visited once.
 
     Parameters
     ----------
-    model : object
-        The model.
+    label : str
+        The model's label, for messages.
+    n_params : int or None
+        The model's ``n_params(p)``, or None when it has no such method.
     spec : tuple or None
         Its numba spec ``(kind, ints, floats)``, if it has one.
     n_features : int
@@ -879,12 +882,10 @@ def parameter_dim(model: Any, spec: tuple[str, np.ndarray, np.ndarray] | None, n
     >>> from sgtune.models import make_mlp
     >>> from sgtune.sampler.driver import parameter_dim
     >>> net = make_mlp([3])
-    >>> parameter_dim(net, net.numba_spec(2), 2)
+    >>> parameter_dim("mlp", net.n_params(2), net.numba_spec(2), 2)
     13
     """
-    label = model_label(model)
-    fn = getattr(model, "n_params", None)
-    own = check_int(fn(n_features), f"{label}.n_params({n_features})", low=1) if callable(fn) else None
+    own = None if n_params is None else check_int(n_params, f"{label}.n_params({n_features})", low=1)
     if spec is None:
         return n_features if own is None else own
     kind, ints, _ = spec

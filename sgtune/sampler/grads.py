@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ._jit import component, njit
+from ._jit import component, njit, njit_inline
 from .rng import fill_normals, stable_symmetric
 
 __all__ = ["MODEL_IDS", "LINEAR", "LOGISTIC", "POISSON", "BETA_LINEAR", "QUAD_GAUSS", "QUAD_STABLE",
@@ -325,7 +325,7 @@ def gradient_cost(theta, X, y, idx, model, n_iter):  # type: ignore[no-untyped-d
     return acc
 
 
-@njit
+@njit_inline
 def add_prior(prior_kind, prior, theta, grad):  # type: ignore[no-untyped-def]
     """grad += Γθ/N with ``prior`` = Γ/N read as ``prior[0, 0]·I`` (kind 1), dense (kind 2), or nothing (0)."""
     if prior_kind == PRIOR_SCALAR:

@@ -46,7 +46,7 @@ import math
 
 import numpy as np
 
-from ._jit import component, njit
+from ._jit import component, component_inline, njit, njit_inline
 from .grads import add_prior, row_dot
 from .rng import fill_normals, fill_randbelow, randbelow, uniform
 from .smile import sghmc_step
@@ -191,14 +191,14 @@ def flush_block(acc_n, acc_mean, acc_m2, blk, blk_n, bm):  # type: ignore[no-unt
 
 
 # --------------------------------------------------------------------------- update moves
-@njit
+@njit_inline
 def _momentum(m, grad, kappa):  # type: ignore[no-untyped-def]
     """m ← κm + G (m = G when κ = 0)."""
     for j in range(m.shape[0]):
         m[j] = kappa * m[j] + grad[j]
 
 
-@component
+@component_inline
 def sgld_diag_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """SG(L)D with diagonal Λ: θ ← θ − s Λ m + sqrt(s) L ξ, one elementwise pass."""
     _momentum(m, grad, p.momentum)
@@ -213,7 +213,7 @@ def sgld_diag_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[
     return 0
 
 
-@component
+@component_inline
 def sgld_dense_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """SG(L)D with dense Λ and lower-triangular noise factor L (LLᵀ = 2Λ/β)."""
     _momentum(m, grad, p.momentum)
@@ -234,7 +234,7 @@ def sgld_dense_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore
     return 0
 
 
-@component
+@component_inline
 def sglrw_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """SGLRW (Mensch et al. 2025, eq. 12): ±r_i moves with P(+r_i) = ½ − s Λ_ii m_i/(2 r_i) clipped to [0, 1]."""
     _momentum(m, grad, p.momentum)
@@ -255,7 +255,7 @@ def sglrw_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-u
     return clips
 
 
-@component
+@component_inline
 def clipped_sgld_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """Clipped SGLD (Mensch et al. 2025, eq. 18): θ_i ← θ_i − clip(s Λ_ii m_i; ±r_i) + r_i ξ_i."""
     _momentum(m, grad, p.momentum)
@@ -274,7 +274,7 @@ def clipped_sgld_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: igno
     return clips
 
 
-@component
+@component_inline
 def sghmc_data_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """Vanilla SGHMC (Chen et al. 2014, no noise estimate) on log p_β = −β(L + θᵀΓθ/(2N)):
     with g = −β G_t = ∇log p_β, h = s · ``p.step``, γ = ``p.friction`` and m the velocity v,
@@ -289,7 +289,7 @@ def sghmc_data_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore
 
 
 # --------------------------------------------------------------------------- step rules of the engine
-@njit
+@njit_inline
 def data_gradient(grad_fn, th, ora, st, nb, w):  # type: ignore[no-untyped-def]
     """G_t(θ) into ``w.grad``: the oracle's data term on the batch ``w.idx[:nb]``, plus the prior Γθ/N."""
     grad_fn(th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad)
@@ -332,7 +332,7 @@ def sghmc_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-
 
 
 # --------------------------------------------------------------------------- recorder
-@njit
+@njit_inline
 def diverges(th):  # type: ignore[no-untyped-def]
     """True when θ is non-finite or ‖θ‖₁ ≥ DIVERGENCE_BOUND (four partial sums: no serial add chain)."""
     d = th.shape[0]
@@ -350,7 +350,7 @@ def diverges(th):  # type: ignore[no-untyped-def]
     return not (t0_ + t1_) + (t2_ + t3_) < DIVERGENCE_BOUND
 
 
-@njit
+@njit_inline
 def _record_moments(c, u, th, rec, buf):  # type: ignore[no-untyped-def]
     """θ into chain c's pending covariance block (merged into its segment when full or when the segment changes)."""
     acc_n = rec.acc_n
@@ -371,7 +371,7 @@ def _record_moments(c, u, th, rec, buf):  # type: ignore[no-untyped-def]
         flush_block(acc_n[c], rec.acc_mean[c], rec.acc_m2[c], blk[c], blk_n[c], buf)
 
 
-@njit
+@njit_inline
 def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
     """Streaming outputs of chain c for its u-th draw after burn-in (module docstring)."""
     _record_moments(c, u, th, rec, buf)
@@ -407,7 +407,7 @@ def finish(c, rec, diverged, buf):  # type: ignore[no-untyped-def]
         flush_block(rec.acc_n[c], rec.acc_mean[c], rec.acc_m2[c], rec.blk[c], rec.blk_n[c], buf)
 
 
-@njit
+@njit_inline
 def schedule(t, decay):  # type: ignore[no-untyped-def]
     """s_t = t^{−γ} (1 when γ = 0)."""
     if decay != 0.0:

@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from ._jit import component, njit
+from ._jit import component, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .kernels import diverges, finish, record
 from .smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector, tuner_update
@@ -47,7 +47,7 @@ __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mc
            "value_gradient_cost"]
 
 
-@njit
+@njit_inline
 def to_logp(beta, value, grad, prior_kind, prior, th):  # type: ignore[no-untyped-def]
     """Data term G (in ``grad``) and batch-mean loss ``value`` → ∇log p_β (in place) and log p_β."""
     add_prior(prior_kind, prior, th, grad)
@@ -63,7 +63,7 @@ def init_velocity(state):  # type: ignore[no-untyped-def]
         random_unit_vector(state.rng[c], state.mom[c])
 
 
-@njit
+@njit_inline
 def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 1 (g = ∇log p_β(θ|S), lp0 its log density): preconditioner EMAs,
     save θ, P(b₁ε), Q(ε/2)."""
@@ -81,7 +81,7 @@ def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
     position_map(th, u, p, MN_A1 * h)
 
 
-@njit
+@njit_inline
 def step_mid(c, th, u, g, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 2 (at the half step): P(b₂ε), Q(ε/2)."""
     h = mc.step[c]
@@ -89,7 +89,7 @@ def step_mid(c, th, u, g, mc):  # type: ignore[no-untyped-def]
     position_map(th, u, mc.ipre[c], MN_A1 * h)
 
 
-@njit
+@njit_inline
 def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 3: P(b₁ε), ΔE, the tuner (reject: θ restored, u zeroed) and the
     statistics. Returns ΔE."""
@@ -117,7 +117,7 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
     return de
 
 
-@njit
+@njit_inline
 def _eval(value_grad_fn, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
     value = value_grad_fn(th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad, want)
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)

@@ -35,7 +35,7 @@ from ..core.errors import SgtuneError
 from ..models.base import checked_call, model_label
 from . import grads, mlp, mlp_loss, multinomial
 
-__all__ = ["Oracle", "ORACLES", "numba_spec_of"]
+__all__ = ["Oracle", "ORACLES", "numba_spec_of", "labelled_spec"]
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,45 @@ def numba_spec_of(model: Any, n_features: int) -> tuple[str, np.ndarray, np.ndar
     Calls ``model.numba_spec(n_features)`` when the model has it (a result of ``None`` or kind
     ``"python"`` means "no spec"); an exception inside it becomes one :class:`~sgtune.models.ModelError`.
     """
+    return labelled_spec(model, n_features)[1]
+
+
+def labelled_spec(model: Any, n_features: int) -> tuple[str, tuple[str, np.ndarray, np.ndarray] | None]:
+    """The model's label and its validated numba spec, asked of the model in one visit.
+
+    The driver's walk through the model (``benchmarks/model_walk.py``) reads both here and then only the
+    model's own methods, so it never returns to a file it has left.
+
+    Parameters
+    ----------
+    model : object
+        The model.
+    n_features : int
+        The number of features p of the data.
+
+    Returns
+    -------
+    label : str
+        :func:`sgtune.models.base.model_label` of the model.
+    spec : tuple or None
+        :func:`numba_spec_of` of the model: ``(kind, ints, floats)``, or None for the general NumPy path.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model
+    >>> from sgtune.sampler.specs import labelled_spec
+    >>> label, (kind, ints, floats) = labelled_spec(get_model("logistic"), 3)
+    >>> kind
+    'glm'
+    """
     label = model_label(model)
     if getattr(model, "numba_spec", None) is None:
-        return None
+        return label, None
     spec = checked_call(model, "numba_spec", int(n_features))
+    return label, _validated(spec, label)
+
+
+def _validated(spec: Any, label: str) -> tuple[str, np.ndarray, np.ndarray] | None:
     if spec is None:
         return None
     try:
