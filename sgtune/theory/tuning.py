@@ -615,14 +615,7 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
     >>> round(diagonal.covariance_error, 2)  # a diagonal Λ only approaches the target
     0.11
     """
-    if not isinstance(dynamics, Dynamics):
-        if dynamics is not None:
-            raise TypeError(f"tune() needs a Dynamics, got {type(dynamics).__name__}")
-        dynamics = dynamics_from_keywords("tune", "tune(expansion, Dynamics(None, batch_size, inv_temperature=…, "
-                                          "momentum=…, batching=…), target=…, method=…, family=…)", None, legacy)
-    elif legacy:
-        raise TypeError(f"tune() takes the chain's settings in the Dynamics; got also {', '.join(sorted(legacy))}")
-    dyn = dynamics
+    dyn = _tune_dynamics(dynamics, legacy)
     dyn.check_data(expansion.n_data)
     model = noise_model(method)
     crit, large = _check_family(expansion, dyn, model, family, family_criterion)
@@ -646,6 +639,19 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
                         inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=part,
                         family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names)
+
+
+def _tune_dynamics(dynamics: Any, legacy: dict[str, Any]) -> Dynamics:
+    """The chain's settings of a ``tune`` call: its Dynamics, or the keyword form of 0.1 (with one warning)."""
+    if not isinstance(dynamics, Dynamics):
+        if dynamics is not None:
+            raise TypeError(f"tune() needs a Dynamics, got {type(dynamics).__name__}")
+        return dynamics_from_keywords("tune", "tune(expansion, Dynamics(None, batch_size, inv_temperature=…, "
+                                      "momentum=…, batching=…), target=…, method=…, family=…)", None, legacy,
+                                      stacklevel=4)
+    if legacy:
+        raise TypeError(f"tune() takes the chain's settings in the Dynamics; got also {', '.join(sorted(legacy))}")
+    return dynamics
 
 
 @cites("sgtune", "a target at rounding level: √tr(HΣ*) against ε√(θ̂ᵀHθ̂), both lengths in the metric H")

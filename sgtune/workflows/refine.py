@@ -54,6 +54,10 @@ class RefineRound:
         ‖Λ_{k+1} − Λ_k‖_F / ‖Λ_k‖_F (0 after the last round).
     converged : bool
         Whether Σ̂ matched Σ* within Monte Carlo error.
+    cov : (D, D) ndarray or None
+        Σ̂, the covariance the round's chains measured (with the round's Λ).
+    cov_standard_error : (D, D) ndarray or None
+        Its entrywise Monte Carlo standard errors.
 
     Examples
     --------

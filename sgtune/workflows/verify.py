@@ -79,6 +79,10 @@ class VerificationReport(ResultMixin):
         The tuning, when Λ was tuned first.
     mode : str
         ``"covariance"`` (Λ given), ``"lambda"`` (Λ tuned) or ``"posterior"`` (SGHMC, SMILE).
+    against : str
+        What the chains were tested against: ``"prediction"``, ``"target"`` or ``"matrix"``.
+    reference : (D, D) ndarray or None
+        The matrix they were tested against when it is not the prediction (``compared_with``).
     parameter_names : tuple of str
         (property) The name of each coordinate of θ (the chains').
 
