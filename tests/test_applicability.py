@@ -15,7 +15,7 @@ from sgtune.cli import main
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
 from sgtune.sampler.verify import verify_stationary_cov
-from sgtune.theory.applicability import MAX_DEVIATION, applicability
+from sgtune.theory.applicability import MAX_DEVIATION, REASON_CODES, applicability
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
 from sgtune.core.config import Dynamics
@@ -93,7 +93,7 @@ def test_gallery_each_answer_is_flagged_or_its_chain_agrees(name):
     res = tune(e, Dynamics(None, B), target="sandwich")
     a = applicability(model, ds, e, res.stationary, target_cov=res.target_cov)
     if not a.applicable:
-        assert a.reasons and all(len(r) > 40 for r in a.reasons)
+        assert a.reasons and all(len(r.message) > 40 and r.code in REASON_CODES for r in a.reasons)
         return
     steps = int(min(max(100_000, 2000 * res.tau_worst), 400_000))
     rep = verify_stationary_cov(model, ds, e, res.step_matrix, batch_size=B, prior_precision=prior, n_steps=steps,
@@ -183,7 +183,7 @@ def test_refine_repairs_a_local_nonquadratic_fit_and_refuses_a_nonlocal_one(tmp_
     assert r.exit_code == 0, r.stderr
     app = json.loads(r.stdout)["applicability"]
     assert not app["applicable"] and app["predicted_deviation"] > 0.1
-    assert app["reasons"][0].startswith("the loss is not quadratic")
+    assert app["reason_codes"][0] == "not-quadratic" and app["reasons"][0].startswith("the loss is not quadratic")
     lam = tmp_path / "lam.npy"
     r = CliRunner().invoke(main, ["lambda", *base, "--refine", "5", "-q", "-o", str(lam)])
     assert r.exit_code == 0, r.stderr

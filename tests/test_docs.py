@@ -212,6 +212,16 @@ def test_results_tables_are_current():
     assert tables.main(["--check"]) == 0, "run: python benchmarks/make_docs_tables.py"
 
 
+def test_remedies_table_is_current_and_lists_every_code():
+    """docs/guide/_generated/remedies.md is what docs/make_remedies.py writes: every reason code, its remedies."""
+    from sgtune.core.reasons import CODES
+    from sgtune.theory.applicability import REASON_CODES
+
+    gen = _load(DOCS / "make_remedies.py", "make_remedies")
+    assert gen.OUT.read_text(encoding="utf-8") == gen.table(), "run: python docs/make_remedies.py"
+    assert set(REASON_CODES) <= set(CODES) and all(f"| `{c}` |" in gen.table() for c in CODES)
+
+
 def test_the_table_generator_rebuilds_a_stale_block():
     tables = _load(ROOT / "benchmarks" / "make_docs_tables.py", "make_docs_tables")
     page = "intro\n<!-- results: bench_ksd.json#ksd -->\n| stale |\n<!-- end results -->\noutro\n"

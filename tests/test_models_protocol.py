@@ -253,7 +253,7 @@ def test_theta_hat_indefinite_hessian_is_refused_with_remedies(tmp_path):
     r = run(["lambda", str(data), "--model", f"{f}:MODEL", "--batch-size", "16", "--theta-hat", str(zero),
              "-o", str(out)])
     assert r.exit_code == 1 and not out.exists()
-    for needle in ("not positive definite", "--hessian gauss-newton", "--prior-precision", "other weights"):
+    for needle in ("not positive definite", "`sgtune lambda", "--prior-precision", "other weights"):
         assert needle in r.stderr
     # fitted from the seeded start instead: a strict local minimum, the same as scipy's least squares finds
     r2 = run(["lambda", str(data), "--model", f"{f}:MODEL", "--batch-size", "16", "-q"])

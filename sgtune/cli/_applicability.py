@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..theory.applicability import COLUMN_SCALE_RATIO, applicability
-from ._io import untrusted, warn
+from ..theory.applicability import applicability
+from ._io import announced, untrusted, warn
+from ._remedies import as_text, render
 
 #: above this D the statistical linearisation takes fewer draws (each is a pass over the data)
 LARGE_DIM = 200
@@ -23,29 +24,40 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
         import numpy as np
 
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
-    a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
-                      backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
-    for reason in () if quiet_reasons else a.reasons:
-        untrusted(f"not applicable: {reason}")
-    csr = a.conditioning.get("column_scale_ratio")
-    if csr is not None and csr > COLUMN_SCALE_RATIO:
-        warn(f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> {COLUMN_SCALE_RATIO:.0e}): "
-             "standardise them (subtract the mean, divide by the standard deviation) for a better-conditioned fit")
+    with announced("applicability report (the model over the predicted spread)", _quiet()):
+        a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
+                          backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+    doc = {"checked": True, **a.to_dict()}
+    for detail, reason in zip(doc["reason_details"], a.reasons):  # remedies as the commands that apply them
+        detail["remedies"] = render(reason.remedies)
+    doc["remedies"] = render(r for reason in a.reasons for r in reason.remedies)
+    for detail in () if quiet_reasons else doc["reason_details"]:
+        untrusted(f"not applicable: {detail['message']}{as_text(detail['remedies'])}")
+    for note in a.notes:
+        warn(note.message)
     for note in (a.subsample or {}).get("uncertain", []):
         warn(f"applicability estimated on a random subsample of {a.subsample['rows']} of the "  # type: ignore[index]
              f"{a.subsample['of']} rows: {note}, so the verdict may differ on all rows; "  # type: ignore[index]
              "check the chain with sgtune verify")
-    doc = {"checked": True, **a.to_dict()}
     if a.linearised_cov is not None:
         doc["statistically_linearised_cov"] = a.linearised_cov
     return doc
+
+
+def _quiet() -> bool:
+    """``-q`` of the running command."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.params.get("quiet"))
 
 
 def skipped_report(why: str, remedy: str = "run the command without --no-applicability") -> dict[str, Any]:
     """The ``applicability`` object of a command that did not compute the report, and its warning."""
     warn(f"applicability not checked ({why}): the prediction is exact for the linearised chain, and whether the "
          f"chain on the loss itself follows it was not checked; {remedy}")
-    return {"checked": False, "reason": why, "reasons": [], "note": f"not checked ({why}); {remedy}"}
+    return {"checked": False, "reason": why, "reasons": [], "reason_codes": [], "remedies": [],
+            "note": f"not checked ({why}); {remedy}"}
 
 
 def applicability_rows(doc: dict[str, Any], tau_worst: float) -> list[tuple[str, Any]]:

@@ -1,6 +1,7 @@
 """Output discipline shared by all commands: atomic files, strict JSON, mapped errors."""
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import errno
 import functools
@@ -243,7 +244,12 @@ def handle_errors(fn: F) -> F:
                 out = fn(*args, **kwargs)
         except SgtuneError as exc:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise click.ClickException(as_typed(in_option_names(text, report.options), report.aliases)) from None
+            text = as_typed(in_option_names(text, report.options), report.aliases)
+            if getattr(exc, "remedies", ()):  # computed ways out, as the commands that apply them
+                from ._remedies import as_text, render
+
+                text += as_text(render(exc.remedies))
+            raise click.ClickException(text) from None
         except click.UsageError as exc:
             exc.message = as_typed(exc.message, report.aliases)
             raise
@@ -440,6 +446,36 @@ def info(message: str, quiet: bool = False) -> None:
     """Human-readable line on stderr (silenced by ``-q``)."""
     if not quiet:
         click.echo(message, err=True)
+
+
+#: a step that takes longer than this many seconds says so on stderr (silenced by ``-q``)
+PROGRESS_AFTER = 2.0
+
+
+@contextlib.contextmanager
+def announced(label: str, quiet: bool = False) -> Any:
+    """Run a step that may be slow (a fit, an expansion, the applicability report): when it is still running
+    after PROGRESS_AFTER seconds, one ``label …`` line on stderr, and ``label: done in T s`` when it ends
+    (nothing with ``-q`` or for a quick step)."""
+    import threading
+    import time
+
+    start, shown = time.monotonic(), threading.Event()
+
+    def say() -> None:
+        shown.set()
+        click.echo(f"{label} …", err=True)
+
+    timer = threading.Timer(PROGRESS_AFTER, say)
+    timer.daemon = True
+    if not quiet:
+        timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if shown.is_set():
+            click.echo(f"{label}: done in {time.monotonic() - start:.0f} s", err=True)
 
 
 def command_line() -> str:

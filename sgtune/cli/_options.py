@@ -19,7 +19,7 @@ from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, Expansion, expand, get_model, model_dim, prior_matrix
 from ..models.base import ModelError
 from ..models.user import is_model_file_spec, load_model_file
-from ._io import check_writable
+from ._io import announced, check_writable
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
@@ -364,10 +364,17 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
                                      f"at most {ds.n_data}, or leave --subsample out to fit on every row",
                                      param_hint="'--subsample'")
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(seed))
-        return LoadedProblem(ds, model, gam, expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
-                                                    theta_hat=theta_hat, seed=seed))
-    return LoadedProblem(ds, model, gam, expand(model, ds, gam, theta_hat=theta_hat, seed=seed,
-                                                scheduler=kw.get("scheduler")))
+        with announced(_fit_label(theta_hat, fit_ds.n_data), bool(kw.get("quiet"))):
+            e = expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
+                       theta_hat=theta_hat, seed=seed)
+        return LoadedProblem(ds, model, gam, e)
+    with announced(_fit_label(theta_hat, ds.n_data), bool(kw.get("quiet"))):
+        e = expand(model, ds, gam, theta_hat=theta_hat, seed=seed, scheduler=kw.get("scheduler"))
+    return LoadedProblem(ds, model, gam, e)
+
+
+def _fit_label(theta_hat: Any, n_rows: int) -> str:
+    return f"{'expanding at the given θ̂' if theta_hat is not None else 'fitting θ̂ and expanding'} ({n_rows} rows)"
 
 
 def load_theta(path: str, dim: int) -> np.ndarray:

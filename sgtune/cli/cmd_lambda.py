@@ -8,10 +8,12 @@ import click
 
 from ..core._refs import references_of
 from ..core.config import Dynamics
+from ..core.reasons import Reason, Remedy
 from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, METHODS, tune
 from ._applicability import EQUILIBRATION_NOTE, applicability_report, applicability_rows, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
+from ._remedies import as_text, render
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -51,7 +53,9 @@ def cli(**kw: object) -> None:
     data read out of core),
     tau_worst, tau, tau_spectral (Prop. 4.4; without momentum), method, residual,
     covariance_error (‖predicted − target‖_F/‖target‖_F, every family), family,
-    criterion (what the family minimises or solves), blocks (with --family block), ...
+    criterion (what the family minimises or solves), blocks (with --family block),
+    applicability (applicable, reasons, reason_codes, remedies — each {why, argv}: the full command
+    that applies it —, divergence_risk, ...), ...
     --plot FILE.png: target vs predicted covariance ellipses and Λ as a heat map.
     Example:  sgtune lambda --example hetero-linear --batch-size 64 --plot lambda.png
     """
@@ -110,11 +114,11 @@ def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) ->
 
     app = applicability_report(prob, res.stationary, target_cov=res.target_cov, backward_error=res.residual,
                                seed=seed, quiet_reasons=True)
-    nonlocal_ = [r for r in app["reasons"] if not r.startswith("the loss is not quadratic")]
-    if nonlocal_:
+    if any(code != "not-quadratic" for code in app["reason_codes"]):  # chains would not measure a fixed covariance
         doc["refine"] = []
-        for r in app["reasons"]:
-            untrusted(f"not applicable (--refine not run: the chain's covariance is no trustworthy measurement): {r}")
+        for detail in app["reason_details"]:
+            untrusted("not applicable (--refine not run: the chain's covariance is no trustworthy measurement): "
+                      f"{detail['message']}{as_text(detail['remedies'])}")
         doc["applicability"] = app
         return res, doc
     new, rounds_ = refine(prob.model, prob.dataset, prob.expansion, res, rounds=rounds,
@@ -126,11 +130,15 @@ def _refine(prob: Any, res: Any, doc: dict[str, Any], rounds: int, seed: int) ->
     app = applicability_report(prob, new.stationary, target_cov=res.target_cov, backward_error=new.residual,
                                seed=seed, quiet_reasons=True)
     if last.converged:
-        app.update(applicable=True, reasons=[], verified_by_refine=True)
+        app.update(applicable=True, reasons=[], reason_codes=[], reason_details=[], remedies=[],
+                   verified_by_refine=True)
     else:
-        reason = (f"--refine {rounds}: the chain's covariance is still {last.error:.1%} (MCSE {last.mcse:.1%}) from "
-                  "the target after the last round; more rounds, a larger batch or a smaller target may help")
-        app.update(applicable=False, reasons=[reason], verified_by_refine=False)
-        untrusted(f"not applicable: {reason}")
+        why = Reason("not-quadratic", f"after {rounds} rounds of --refine the chain's covariance is still "
+                     f"{last.error:.1%} (MCSE {last.mcse:.1%}) from the target",
+                     (Remedy(f"{2 * rounds} rounds of refinement", {"refine_rounds": 2 * rounds}, expect="runs"),))
+        detail = {**why.to_dict(), "remedies": render(why.remedies)}
+        app.update(applicable=False, reasons=[why.message], reason_codes=[why.code], reason_details=[detail],
+                   remedies=detail["remedies"], verified_by_refine=False)
+        untrusted(f"not applicable: {why.message}{as_text(detail['remedies'])}")
     doc["applicability"] = app
     return new, doc

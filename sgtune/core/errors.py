@@ -21,7 +21,17 @@ __all__ = [
 
 
 class SgtuneError(Exception):
-    """Base class of every error sgtune raises on purpose."""
+    """Base class of every error sgtune raises on purpose.
+
+    ``remedies`` (keyword): :class:`~sgtune.core.reasons.Remedy` objects — computed ways out, in the
+    Python API's parameter names (the command line renders each as the command that applies it).
+    ``code`` (keyword): the stable code of the cause (:data:`sgtune.core.reasons.CODES`), when it has one.
+    """
+
+    def __init__(self, *args: object, remedies: tuple = (), code: str | None = None) -> None:
+        super().__init__(*args)
+        self.remedies = tuple(remedies)
+        self.code = code
 
 
 class ShapeError(SgtuneError, ValueError):
@@ -44,8 +54,8 @@ class UnstableStepSizeError(SgtuneError, ValueError):
     """
 
     def __init__(self, message: str, *, spectral_radius: float = float("nan"),
-                 max_stable_step: float = float("nan")) -> None:
-        super().__init__(message)
+                 max_stable_step: float = float("nan"), remedies: tuple = (), code: str | None = None) -> None:
+        super().__init__(message, remedies=remedies, code=code)
         self.spectral_radius = spectral_radius
         self.max_stable_step = max_stable_step
 
@@ -59,8 +69,9 @@ class InfeasibleTargetError(SgtuneError, ValueError):
         Smallest inverse temperature for which the target becomes feasible.
     """
 
-    def __init__(self, message: str, *, min_inv_temperature: float = float("nan")) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, min_inv_temperature: float = float("nan"), remedies: tuple = (),
+                 code: str | None = "unreachable-target") -> None:
+        super().__init__(message, remedies=remedies, code=code)
         self.min_inv_temperature = min_inv_temperature
 
 

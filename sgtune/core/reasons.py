@@ -17,7 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Reason", "Remedy"]
+__all__ = ["Reason", "Remedy", "REACHABLE_MARGIN", "CODES"]
+
+#: the inverse temperature sgtune suggests for an unreachable target, as a multiple of the bound β_min below
+#: which the injected noise alone exceeds the target (β_min = 1/μ_min(HΣ*) for dense Λ, Eq. (11) of Wang,
+#: Ding & Huggins 2026: its Lyapunov form needs HΣ* − I/β to have eigenvalues > 0; β_min = N for the
+#: posterior target). Any β > β_min is reachable, but Λ shrinks to 0 as β ↓ β_min, because the gradient
+#: noise may then supply only a share 1 − β_min/β of the target; at 1.25·β_min it supplies a fifth
+REACHABLE_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -72,3 +79,45 @@ class Reason:
     def to_dict(self) -> dict[str, Any]:
         """The library-level JSON form."""
         return {"code": self.code, "message": self.message, "remedies": [r.to_dict() for r in self.remedies]}
+
+
+#: Every code sgtune reports — applicability reasons (JSON ``applicability.reason_codes``) and the errors
+#: that carry remedies — with what it means and the remedies sgtune computes for it (the documentation's
+#: table is generated from this: docs/make_remedies.py).
+CODES: dict[str, tuple[str, str]] = {
+    "not-local": (
+        "the predicted spread is not local: the statistical linearisation runs away, the model cannot be evaluated "
+        "over the spread, or its curvature changes by more than 200 % between θ̂ and points 2 sd away",
+        "for a tuned Λ, the inverse temperature at which the tuned Λ is about half as large (smaller still when "
+        "the divergence estimate asks for it); for a given scalar step, a step that small. `--refine` is refused"),
+    "not-quadratic": (
+        "the spread is local but the loss bends over it: the linearised covariance is off by more than 5 %",
+        "`--refine 3` (chains correct Λ until their covariance matches the target), then the inverse temperature "
+        "of `not-local`"),
+    "slow-equilibration": (
+        "the second moments need many times τ_worst steps to settle: the state-dependent minibatch noise is "
+        "close to critical, the chain's covariance heavy-tailed and slow to estimate",
+        "a batch four times larger (at most N), then the inverse temperature of `not-local`"),
+    "divergence-risk": (
+        "the predicted spread reaches states where the minibatch step is unstable and the curvature keeps "
+        "growing (a runaway), often enough that chains of the recommended length diverge",
+        "the inverse temperature (or scalar step) that scales Λ so the step stays stable out to the distance "
+        "where the risk index is a quarter of its threshold"),
+    "scale": (
+        "the covariates' column scales differ by a factor above 1000 (advisory: the verdict is unchanged)",
+        "standardise the covariates (subtract the mean, divide by the standard deviation)"),
+    "unreachable-target": (
+        "error: the injected noise alone exceeds the target at this inverse temperature (for the posterior target "
+        "at β = N for every Λ > 0: any gradient noise adds to it)",
+        f"the inverse temperature {REACHABLE_MARGIN:g}·β_min, β_min = 1/μ_min(HΣ*) (= N for the posterior): the "
+        "gradient noise then supplies a fifth of the target"),
+    "singular-curvature": (
+        "error: the fit reached a stationary point whose curvature is singular (a network's symmetries, more "
+        "parameters than the data fix), or the sandwich's J is not positive definite",
+        "a prior precision that makes H = J + Γ/N positive definite at θ̂ with its smallest eigenvalue 1 % of its "
+        f"largest, with the posterior target at β = {REACHABLE_MARGIN:g}·N where the command has a target (no prior "
+        "makes J itself positive definite); for the sandwich, the posterior target at that β"),
+    "indefinite-curvature": (
+        "error: the curvature at the fitted θ̂ has a negative eigenvalue (a saddle point, not a minimum)",
+        "as for `singular-curvature`: the computed prior precision, with the posterior target"),
+}

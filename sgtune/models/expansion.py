@@ -26,6 +26,7 @@ from ..core._refs import cites
 from ..core._validation import as_float_array, as_symmetric
 from ..io.data import Dataset
 from ..core.errors import AccuracyWarning, ConvergenceError, DataFormatError, NotPositiveDefiniteError, SgtuneError
+from ..core.reasons import REACHABLE_MARGIN, Remedy
 from ..io.reduce import CHUNK_ROWS, RowSource, reduce_rows
 from .base import (BlockCurvature, DenseCurvature, ModelError, RankOneCurvature, block_dense, block_matrix,
                    checked_call, model_dim, model_label, parameter_names, per_sample_curvature)
@@ -180,7 +181,10 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
                     f"MAP fit ({label}) by L-BFGS stopped with gradient norm {gn:.3g}; pass trained weights "
                     "(--theta-hat) or use --hessian gauss-newton", residual=gn, method="lbfgs")
             return FitResult(theta, 0, gn, val)
-    return _newton(objective, value, theta, d, tol, max_iter, label)
+    try:
+        return _newton(objective, value, theta, d, tol, max_iter, label)
+    except _NotStrictMinimum as exc:
+        raise _not_strict_minimum_error(exc, label, gam, n) from None
 
 
 def _lbfgs(value_grad: Any, theta: np.ndarray, label: str, max_iter: int) -> np.ndarray:
@@ -264,10 +268,76 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
             return FitResult(theta, it, float(np.linalg.norm(grad)), val)
         if not np.all(np.isfinite(theta)) or np.linalg.norm(theta) > 1e8:
             break
+    gn = float(np.linalg.norm(grad))
+    lam = np.linalg.eigvalsh(0.5 * (hess + hess.T)) if np.all(np.isfinite(hess)) else None
+    if lam is not None and gn <= STATIONARY_GRADIENT * max(1.0, abs(val)) and not lam[0] > SINGULAR_RTOL * lam[-1]:
+        raise _NotStrictMinimum(gn, float(lam[0]), float(lam[-1]), theta)
     raise ConvergenceError(
         f"MAP fit ({label}) did not converge in {max_iter} Newton iterations "
-        f"(gradient norm {np.linalg.norm(grad):.3g}); the MLE may not exist — add a prior precision "
-        "(--prior-precision) or rescale the covariates", residual=float(np.linalg.norm(grad)), method="newton")
+        f"(gradient norm {gn:.3g}); the MLE may not exist — add a prior precision "
+        "or rescale the covariates", residual=gn, method="newton")
+
+
+#: a fit whose gradient norm is below this (relative to max(1, |L|)) has reached a stationary point
+STATIONARY_GRADIENT = 1e-8
+#: a curvature whose smallest eigenvalue is at most this fraction of its largest is singular
+SINGULAR_RTOL = 1e-10
+#: a computed prior precision makes H's smallest eigenvalue this fraction of its largest
+PRIOR_MARGIN = 1e-2
+
+
+class _NotStrictMinimum(Exception):
+    """Newton reached a stationary point whose curvature is singular or indefinite (fit_map turns it into an error)."""
+
+    def __init__(self, grad_norm: float, lam_min: float, lam_max: float, theta: np.ndarray) -> None:
+        super().__init__("stationary point, not a strict minimum")
+        self.grad_norm, self.lam_min, self.lam_max, self.theta = grad_norm, lam_min, lam_max, theta
+
+
+def prior_remedy(hessian_min: float, hessian_max: float, gam: np.ndarray, n: int) -> Remedy | None:
+    """A prior precision G·I that makes H = J + Γ/N positive definite at θ̂ by a margin: G = g + N·(margin·λ_max
+    − λ_min)⁺ rounded up to 2 significant digits (g the current Γ's largest eigenvalue), as a computed remedy."""
+    g = float(np.linalg.eigvalsh(gam)[-1]) if gam.size else 0.0
+    add = n * max(PRIOR_MARGIN * abs(hessian_max) - hessian_min, 0.0)
+    if not math.isfinite(add) or add <= 0:
+        return None
+    new = g + add
+    digits = 10 ** (math.floor(math.log10(new)) - 1)
+    new = math.ceil(new / digits) * digits
+    return Remedy(f"a prior precision {new:.2g} (weight decay), which makes the curvature H = J + Γ/N positive "
+                  f"definite at θ̂ with its smallest eigenvalue at least {PRIOR_MARGIN:g}× its largest",
+                  {"prior_precision": float(f"{new:.2g}")}, expect="runs")
+
+
+def _curvature_code(a: np.ndarray) -> str:
+    """``indefinite-curvature`` when a has a clearly negative eigenvalue, else ``singular-curvature``."""
+    lam = np.linalg.eigvalsh(a)
+    return "indefinite-curvature" if lam[0] < -SINGULAR_RTOL * abs(lam[-1]) else "singular-curvature"
+
+
+def prior_remedies(remedy: Remedy | None, n: int) -> tuple[Remedy, ...]:
+    """``remedy`` (a prior precision) with the posterior target at REACHABLE_MARGIN·N first — a non-convex loss's
+    J stays indefinite under any prior, so where the command has a target the sandwich would fail — then alone."""
+    if remedy is None:
+        return ()
+    beta = float(f"{REACHABLE_MARGIN * n:.6g}")
+    full = Remedy(f"{remedy.why}, and the posterior target H⁻¹/N (the sandwich needs J itself positive definite, "
+                  f"which no prior changes) with SGLD at inverse temperature {beta:.6g} ({REACHABLE_MARGIN:g}·N: at "
+                  "β = N the injected noise alone gives the posterior)",
+                  {**remedy.changes, "target": "posterior", "inv_temperature": beta}, expect="runs")
+    return (full, remedy)
+
+
+def _not_strict_minimum_error(exc: _NotStrictMinimum, label: str, gam: np.ndarray, n: int) -> NotPositiveDefiniteError:
+    kind = "indefinite" if exc.lam_min < -SINGULAR_RTOL * abs(exc.lam_max) else "singular"
+    remedy = prior_remedy(exc.lam_min, exc.lam_max, gam, n)
+    remedies = prior_remedies(remedy, n)
+    return NotPositiveDefiniteError(
+        f"MAP fit ({label}) reached a stationary point of the loss (gradient norm {exc.grad_norm:.2g}) whose curvature "
+        f"is {kind} (eigenvalues from {exc.lam_min:.3g} to {exc.lam_max:.3g}): θ̂ is not a strict minimum, so the "
+        "data do not determine every parameter there (a network's symmetries, or more parameters than the data fix)"
+        + ("" if remedy is None else "; a prior precision makes the minimum strict"), remedies=remedies,
+        code=f"{kind}-curvature")
 
 
 #: rows per block of :func:`_column_sums`
@@ -754,11 +824,29 @@ class Expansion:
         """
         if self.sandwich_refusal:
             raise NotPositiveDefiniteError(self.sandwich_refusal)
-        Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)",
-                            " (non-convex models: --hessian gauss-newton makes J ⪰ 0, or use the posterior "
-                            "target H⁻¹/N, H = J + Γ/N)")
+        try:
+            Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)",
+                                " (non-convex models: --hessian gauss-newton makes J ⪰ 0)", prior=False)
+        except NotPositiveDefiniteError as exc:
+            raise self._sandwich_error(exc) from None
         s = Jinv @ self.fisher @ Jinv / self.n_data
         return 0.5 * (s + s.T)
+
+    def _sandwich_error(self, exc: NotPositiveDefiniteError) -> NotPositiveDefiniteError:
+        """J is not positive definite: no prior changes J (it enters H = J + Γ/N only), so the way out is the
+        posterior target H⁻¹/N with SGLD at REACHABLE_MARGIN·N (when H is positive definite), else a prior."""
+        if self.hessian_min_eigenvalue > 0:
+            beta = float(f"{REACHABLE_MARGIN * self.n_data:.6g}")
+            remedy = Remedy(f"the posterior target H⁻¹/N (H = J + Γ/N is positive definite at θ̂) with SGLD at inverse "
+                            f"temperature {beta:.6g} ({REACHABLE_MARGIN:g}·N: the posterior is unreachable at β = N, "
+                            "where the injected noise alone gives it)", {"target": "posterior", "inv_temperature": beta},
+                            expect="runs")
+            return NotPositiveDefiniteError(f"{exc}; the sandwich target needs J⁻¹, which no prior precision changes",
+                                            remedies=(remedy,), code=_curvature_code(self.curvature))
+        lam = np.linalg.eigvalsh(self.hessian)
+        remedy = prior_remedy(float(lam[0]), float(lam[-1]), self.prior_precision, self.n_data)
+        return NotPositiveDefiniteError(str(exc), remedies=() if remedy is None else (remedy,),
+                                        code="indefinite-curvature")
 
     @cites("wang2026", "§2.2 (Bernstein–von Mises)")
     def posterior_cov(self) -> np.ndarray:
@@ -766,14 +854,15 @@ class Expansion:
         return _spd_inverse(self.hessian, "hessian H = J + Γ/N") / self.n_data
 
 
-def _spd_inverse(a: np.ndarray, name: str, hint: str = "") -> np.ndarray:
+def _spd_inverse(a: np.ndarray, name: str, hint: str = "", *, prior: bool = True) -> np.ndarray:
     try:
         c = np.linalg.cholesky(a)
     except np.linalg.LinAlgError:
         lam = np.linalg.eigvalsh(a)
         raise NotPositiveDefiniteError(
-            f"{name} is not positive definite (smallest eigenvalue {lam[0]:.3g}); θ̂ is not a strict "
-            f"minimum — add a prior precision or check the model{hint}") from None
+            f"{name} is not positive definite (smallest eigenvalue {lam[0]:.3g} of largest {lam[-1]:.3g}); θ̂ is not "
+            f"a strict minimum of the loss{' — add a prior precision or check the model' if prior else ''}{hint}"
+        ) from None
     ci = np.linalg.inv(c)
     out = ci.T @ ci
     return 0.5 * (out + out.T)
@@ -911,12 +1000,13 @@ def _expand_streamed(model: Any, rows: RowSource, theta: np.ndarray, gam: np.nda
 def _check_expansion_point(e: Expansion, label: str, *, given: bool) -> None:
     """Refuse an indefinite H; warn when ∇L(θ̂) exceeds its sampling noise (module docstring of expand)."""
     if not e.hessian_min_eigenvalue > 0:
-        where = "at the given --theta-hat" if given else "at the fitted θ̂"
+        where = "at the given theta_hat" if given else "at the fitted θ̂"
+        lam = np.linalg.eigvalsh(e.hessian)
+        remedy = prior_remedy(float(lam[0]), float(lam[-1]), e.prior_precision, e.n_data)
         raise NotPositiveDefiniteError(
             f"the Hessian H = J + Γ/N of model {label} is not positive definite {where} (smallest eigenvalue "
-            f"{e.hessian_min_eigenvalue:.3g}), so the expansion has no stationary Gaussian: use the "
-            "Gauss–Newton curvature (--hessian gauss-newton), add a prior precision (--prior-precision), "
-            "or expand at other weights")
+            f"{e.hessian_min_eigenvalue:.3g}), so the expansion has no stationary Gaussian: add a prior precision "
+            "or expand at other weights", remedies=prior_remedies(remedy, e.n_data), code=_curvature_code(e.hessian))
     if e.gradient_z > 1.0:
         warnings.warn(
             f"the gradient of the mean loss at θ̂ is not small: ‖∇L(θ̂)‖ = {e.gradient_norm:.3g}, "

@@ -54,15 +54,18 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.errors import SgtuneError
+from ..core.reasons import CODES, Reason, Remedy
 from ..io.data import Dataset
 from ..io.reduce import blas_single_thread, reduce_rows
 from ..models import Expansion, expansion_at
 from .linear_chain import LinearChain
 from .noise_models import NOISE_MODELS
 from .stationary import StationaryCov, equilibration_steps
+from .tuning import reachable_inv_temperature
 
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
-           "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows"]
+           "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows",
+           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
 MAX_DEVIATION = 0.05
@@ -87,12 +90,33 @@ SUBSAMPLE_GROUPS = 8
 UNCERTAIN_Z = 2.0
 
 
+#: a chain whose divergence risk index (:func:`divergence_risk`) over the run length sgtune recommends
+#: (``verify``'s default, max(20000, 1000·τ_worst) steps) is above this is flagged (``divergence-risk``).
+#: Measured (``benchmarks/divergence_table.py``, 32 chains of 22 000 steps each): on 20 Poisson regressions
+#: of 17 rows at β = 2N (posterior target) the index was ≥ 0.67 and 11 of 640 chains diverged (up to 5 of
+#: 32 on one data set); on the same data at β = 1.25N, Poisson regressions of 40 rows, near-separable
+#: logistic, diabetes and the bundled examples it was ≤ 0.14 and no chain of 416 diverged
+MAX_DIVERGENCE_RISK = 0.3
+#: … searched along each direction up to this many standard deviations of the predicted spread
+RISK_SEARCH_SD = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0)
+#: … and an unstable region counts only where the curvature still grows by this factor from 9 to 12 sd (an
+#: exponential or polynomial curvature, as a Poisson regression's, runs away; a bounded one, as a logistic
+#: regression's, saturates and only makes the chain oscillate)
+RUNAWAY_GROWTH = 1.5
+#: finite-difference search for the direction in which the step loses stability fastest: up to this dimension
+RISK_GRADIENT_MAX_DIM = 60
+
+#: the codes a :class:`Reason` of the report carries, with what each means (:data:`sgtune.core.reasons.CODES`)
+REASON_CODES = {code: CODES[code][0] for code in ("not-local", "not-quadratic", "slow-equilibration",
+                                                 "divergence-risk", "scale")}
+
+
 @dataclass(frozen=True)
 class Applicability:
     """Result of :func:`applicability` (``to_dict`` is the JSON object ``applicability``)."""
 
     applicable: bool
-    reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]
     curvature_change: dict[str, float]
     equilibration_steps: float
     tau_worst: float
@@ -101,11 +125,32 @@ class Applicability:
     mean_shift: float
     linearised_cov: np.ndarray | None = field(default=None, repr=False)
     subsample: dict[str, Any] | None = None
+    divergence: dict[str, Any] | None = None
+    notes: tuple[Reason, ...] = ()
+
+    @property
+    def reason_codes(self) -> tuple[str, ...]:
+        """The stable codes of :attr:`reasons` (branch on these, never on the messages)."""
+        return tuple(r.code for r in self.reasons)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object (non-finite numbers as the string ``"inf"``, as elsewhere in sgtune's JSON)."""
+        """The JSON object (non-finite numbers as the string ``"inf"``, as elsewhere in sgtune's JSON).
+
+        ``reasons`` are the messages; ``reason_codes`` their codes, ``reason_details`` each reason with its
+        remedies, ``notes`` advisory reasons that do not change the verdict (``scale``), ``remedies`` every
+        remedy of the reasons (most promising first, duplicates dropped), ``divergence`` the risk estimate.
+        """
         ratio = self.equilibration_steps / max(self.tau_worst, 1.0) if math.isfinite(self.tau_worst) else math.inf
-        return {"applicable": self.applicable, "reasons": list(self.reasons),
+        remedies: list[dict[str, Any]] = []
+        for r in self.reasons:
+            for m in r.remedies:
+                if m.to_dict() not in remedies:
+                    remedies.append(m.to_dict())
+        return {"applicable": self.applicable, "reasons": [r.message for r in self.reasons],
+                "reason_codes": list(self.reason_codes), "reason_details": [r.to_dict() for r in self.reasons],
+                "notes": [r.to_dict() for r in self.notes], "remedies": remedies,
+                "divergence_risk": None if self.divergence is None else _num(self.divergence["risk"]),
+                "divergence": self.divergence,
                 "curvature_change": self.curvature_change, "equilibration_steps": _num(self.equilibration_steps),
                 "equilibration_ratio": _num(ratio),
                 "predicted_deviation": _num(self.predicted_deviation), "mean_shift": _num(self.mean_shift),
@@ -113,7 +158,8 @@ class Applicability:
                 "thresholds": {"predicted_deviation": MAX_DEVIATION,
                                "equilibration_ratio": MAX_EQUILIBRATION_RATIO,
                                "curvature_change": MAX_CURVATURE_CHANGE,
-                               "column_scale_ratio": COLUMN_SCALE_RATIO}}
+                               "column_scale_ratio": COLUMN_SCALE_RATIO,
+                               "divergence_risk": MAX_DIVERGENCE_RISK}}
 
 
 def _num(x: float) -> float | str:
@@ -356,11 +402,308 @@ def _subsampled_sl(model: Any, data: Dataset, expansion: Expansion, stationary: 
     return sl, sub
 
 
+def _step_limit(momentum: float) -> float:
+    """Largest eigenvalue of ΛH(θ) for which the local step is stable: the spectral radius of I − ΛH is < 1
+    iff its eigenvalues lie in (0, 2); with heavy-ball momentum κ, in (0, 2(1 + κ))."""
+    return 2.0 * (1.0 + momentum)
+
+
+def _crossing(ts: list[float], fs: list[float], limit: float) -> float:
+    """The distance t (in standard deviations) from which on f(t) stays at or above ``limit`` — where an unstable
+    step can run away, because the curvature keeps growing outward (a bounded curvature, as a logistic
+    regression's, that rises and falls again only makes the chain oscillate): log-linear interpolation
+    after the last point below the limit, provided f still grows at the far end (by RUNAWAY_GROWTH between
+    the last two points, or overflows); when every point is below, extrapolated from the last two if
+    f still grows there, else ``inf``."""
+    if fs[-1] >= limit and math.isfinite(fs[-1]) and not fs[-1] >= RUNAWAY_GROWTH * fs[-2]:
+        return math.inf  # the curvature saturates or falls again at the far end: bounded, no runaway
+    below = [i for i, f in enumerate(fs) if not f >= limit]
+    if not below:
+        return ts[0]
+    i = below[-1]
+    if i + 1 < len(fs):
+        a, b = math.log(max(fs[i], 1e-300)), math.log(fs[i + 1])
+        return ts[i] + (ts[i + 1] - ts[i]) * (math.log(limit) - a) / max(b - a, 1e-300)
+    if len(fs) < 2 or not fs[-1] > fs[-2] > 0:
+        return math.inf
+    slope = (math.log(fs[-1]) - math.log(fs[-2])) / (ts[-1] - ts[-2])
+    return ts[-1] + (math.log(limit) - math.log(fs[-1])) / slope if slope > 0 else math.inf
+
+
+def _crossings(ts: list[float], R: np.ndarray, limit: float) -> np.ndarray:
+    """:func:`_crossing` of every column of R (points × rows) at once."""
+    t = np.asarray(ts, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        L = np.log(np.maximum(R, 1e-300))
+        out = np.full(R.shape[1], np.inf)
+        below = ~(R >= limit)
+        anyb = below.any(axis=0)
+        out[~anyb] = t[0]
+        i = R.shape[0] - 1 - np.argmax(below[::-1], axis=0)
+        mid = anyb & (i + 1 < R.shape[0])
+        j = np.minimum(i + 1, R.shape[0] - 1)
+        cols = np.arange(R.shape[1])
+        a, b = L[i, cols], L[j, cols]
+        interp = t[i] + (t[j] - t[i]) * (math.log(limit) - a) / np.maximum(b - a, 1e-300)
+        out[mid] = interp[mid]
+        end = anyb & (i + 1 >= R.shape[0])
+        if R.shape[0] >= 2:
+            slope = (L[-1] - L[-2]) / (t[-1] - t[-2])
+            grow = end & (R[-1] > R[-2]) & (R[-2] > 0) & (slope > 0)
+            out[grow] = (t[-1] + (math.log(limit) - L[-1]) / slope)[grow]
+            sat = (R[-1] >= limit) & np.isfinite(R[-1]) & ~(R[-1] >= RUNAWAY_GROWTH * R[-2])
+            out[sat] = np.inf
+    return out
+
+
+def _normal_tail(t: float) -> float:
+    return 0.5 * math.erfc(t / math.sqrt(2.0)) if math.isfinite(t) else 0.0
+
+
+#: per-row curvatures are compared for at most this many numbers N·D³ (dense per-sample Hessians)
+RISK_ROW_BUDGET = 10**8
+
+
+def _row_curvatures(e: Expansion, root_l: np.ndarray) -> np.ndarray | None:
+    """λ_max(Λ^{1/2} J_n Λ^{1/2}) of every row n (None when the rows are not in memory or too costly)."""
+    if e.design is not None and e.weights is not None:
+        u = e.design @ root_l
+        return e.weights * np.einsum("ni,ni->n", u, u)
+    if e.per_sample_hessians is not None and e.per_sample_hessians.size * e.dim <= RISK_ROW_BUDGET:
+        return np.linalg.eigvalsh(root_l @ e.per_sample_hessians @ root_l)[:, -1]
+    return None
+
+
+@cites("sgtune", "divergence risk: Gaussian mass of the predicted spread (Wang, Ding & Huggins 2026, Eq. (11)) where "
+                 "the minibatch step I − ΛJ_b(θ) is unstable, over the steps of a run")
+def divergence_risk(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
+                    steps: float | None = None, n_random: int = 4, seed: int = 0) -> dict[str, Any]:
+    """Risk that a chain of ``steps`` steps reaches a state where its own step is unstable.
+
+    The step θ ← θ − Λ∇L_b(θ) on a batch b is locally unstable where Λ J_b(θ) has an eigenvalue above
+    2(1 + κ) (the spectral radius of I − ΛJ_b exceeds 1; κ the momentum). J_b ⪰ J_n/B for each row n of
+    the batch, so a row with λ_max(ΛJ_n(θ)) > 2(1 + κ)B alone makes the step unstable. Along directions
+    s of the predicted spread Σ — its leading axes, the direction in which λ_max(ΛH(θ)) grows fastest
+    (finite differences, D ≤ RISK_GRADIENT_MAX_DIM), the per-sample gradient directions Σg_n of the rows
+    with the largest ΛJ_n at θ̂, and ``n_random`` random ones, both ways — the curvatures are evaluated
+    at t = 1, 2, … sd (RISK_SEARCH_SD) and t* is where they reach the limit (log-linear, extrapolated).
+    Under the predicted Gaussian, θ lies beyond t* along s with probability Φ(−t*). Per step:
+
+        p = Σ_n (B/N) max_s Φ(−t*_n(s))  +  max_s Φ(−t*_H(s)) / τ_min,
+
+    the first term for a batch holding a row whose own step is unstable, the second for the mean
+    curvature H (one independent visit per τ_min steps, the fastest coordinate's autocorrelation time);
+    risk = 1 − exp(−p·T). ``steps`` T defaults to ``sgtune verify``'s run length max(20000, 1000·τ_worst).
+    The Gaussian understates the tails of a chain whose noise grows with the curvature, so the risk is
+    an index calibrated against chains (MAX_DIVERGENCE_RISK), not a probability to quote.
+    Returns ``risk``, ``per_step``, ``steps``, ``threshold_sd`` (min t*), ``stable_scale`` (the factor
+    c ≤ 1 by which scaling Λ keeps every row's and the mean's step stable out to the distance where the
+    risk would be a quarter of MAX_DIVERGENCE_RISK) and ``points`` (model evaluations).
+    """
+    e, d = expansion, expansion.dim
+    lam = stationary.step_matrix
+    dyn = stationary.dynamics
+    limit = _step_limit(dyn.momentum if dyn is not None else 0.0)
+    B = int(dyn.batch_size) if dyn is not None else 1
+    tau_worst = float(stationary.tau_worst) if math.isfinite(stationary.tau_worst) else 1.0
+    T = float(steps) if steps is not None else max(20000.0, 1000.0 * max(tau_worst, 1.0))
+    tau_min = max(1.0, float(np.min(stationary.tau))) if np.size(stationary.tau) else 1.0
+    root_l, root_s = _sqrtm_psd(lam), _sqrtm_psd(stationary.cov)
+    points = [0]
+
+    def curv(theta: np.ndarray) -> tuple[float, np.ndarray | None]:
+        points[0] += 1
+        try:
+            ei = expansion_at(model, data, e.prior_precision, theta, population_size=e.population_size)
+        except SgtuneError:
+            return math.inf, None
+        if not np.all(np.isfinite(ei.hessian)):
+            return math.inf, None
+        rows = _row_curvatures(ei, root_l)
+        return float(np.linalg.eigvalsh(root_l @ ei.hessian @ root_l)[-1]), rows
+
+    f0, rows0 = curv(e.theta_hat)
+    w, V = np.linalg.eigh(stationary.cov)
+    axes = [V[:, -k - 1] * math.sqrt(max(w[-k - 1], 0.0)) for k in range(min(d, 4))]  # 1 sd along Σ's axes
+    if d <= RISK_GRADIENT_MAX_DIM and math.isfinite(f0):
+        grad = np.array([curv(e.theta_hat + 0.5 * root_s[:, i])[0] - f0 for i in range(d)])
+        if np.linalg.norm(grad) > 0 and np.all(np.isfinite(grad)):
+            axes.append(root_s @ (grad / np.linalg.norm(grad)))
+    if rows0 is not None and e.grads is not None:
+        for n in np.argsort(rows0)[::-1][:4]:
+            v = stationary.cov @ e.grads[n]
+            if v @ e.grads[n] > 0:
+                axes.append(v / math.sqrt(float(v @ e.grads[n])))
+    rng = np.random.default_rng(seed)
+    for _ in range(n_random):
+        z = rng.standard_normal(d)
+        axes.append(root_s @ (z / np.linalg.norm(z)))
+    n_rows = 0 if rows0 is None else rows0.shape[0]
+    row_tail, mean_tail = np.zeros(n_rows), 0.0
+    t_min, curves = math.inf, []
+    for s in axes:
+        both = []
+        for sign in (1.0, -1.0):
+            ts, fs, rs = [0.0], [f0], [rows0]
+            for t in RISK_SEARCH_SD:
+                f, r = curv(e.theta_hat + sign * t * s)
+                ts.append(t), fs.append(f), rs.append(r)
+                if not math.isfinite(f):  # the model overflows: unstable from here on
+                    break
+            both.append(_crossing(ts, fs, limit))
+            curves.append((ts, fs, rs))
+            if n_rows and all(r is not None for r in rs):
+                tc = _crossings(ts, np.array(rs), limit * B)  # (points, N) -> each row's crossing
+                row_tail = np.maximum(row_tail, 0.5 * _erfc(tc / math.sqrt(2.0)))
+                t_min = min(t_min, float(tc.min()))
+        t_min = min(t_min, *both)
+        mean_tail = max(mean_tail, _normal_tail(both[0]) + _normal_tail(both[1]))
+    per_step = float(np.sum(row_tail)) * B / max(n_rows, 1) + mean_tail / tau_min
+    risk = -math.expm1(-per_step * T)
+    return {"risk": risk, "per_step": per_step, "steps": T, "threshold_sd": _num(t_min),
+            "stable_scale": _stable_scale(curves, limit, B, T), "points": points[0]}
+
+
+def _stable_scale(curves: list[Any], limit: float, B: int, T: float) -> float:
+    """The factor c ≤ 1 that moves every runaway crossing (the mean's and each row's) out to t_safe sd, where
+    Φ(−t_safe)·T is a quarter of MAX_DIVERGENCE_RISK: Λ scaled by c scales each λ_max(ΛJ) by c."""
+    t_safe = -_normal_quantile(0.25 * MAX_DIVERGENCE_RISK / max(T, 1.0))
+    scale = 1.0
+    for ts, fs, rs in curves:
+        series = [(list(fs), limit)]
+        for f, lim in series:
+            if _crossing(ts, f, lim) < t_safe:
+                scale = min(scale, 0.9 * lim / _value_at(ts, f, t_safe))
+        if all(r is not None for r in rs):
+            R = np.array(rs)
+            hit = _crossings(ts, R, limit * B) < t_safe
+            if hit.any():
+                scale = min(scale, 0.9 * limit * B / float(np.max(_values_at(ts, R[:, hit], t_safe))))
+    return float(min(scale, 1.0))
+
+
+def _value_at(ts: list[float], fs: list[float], t: float) -> float:
+    """f at distance t: log-linear interpolation of the evaluated points, extrapolated beyond the last two."""
+    if not all(math.isfinite(v) for v in fs):
+        return math.inf
+    lf = np.log(np.maximum(fs, 1e-300))
+    if t <= ts[-1]:
+        return float(np.exp(np.interp(t, ts, lf)))
+    slope = max((lf[-1] - lf[-2]) / (ts[-1] - ts[-2]), 0.0) if len(ts) > 1 else 0.0
+    return float(np.exp(lf[-1] + slope * (t - ts[-1])))
+
+
+def _values_at(ts: list[float], R: np.ndarray, t: float) -> np.ndarray:
+    """:func:`_value_at` of every column of R (points × rows) at once (``inf`` for a column that overflowed)."""
+    finite = np.all(np.isfinite(R), axis=0)
+    L = np.log(np.maximum(np.where(np.isfinite(R), R, 1.0), 1e-300))
+    tt = np.asarray(ts, dtype=float)
+    if t <= tt[-1]:
+        k = int(np.clip(np.searchsorted(tt, t) - 1, 0, len(tt) - 2))
+        w = (t - tt[k]) / (tt[k + 1] - tt[k])
+        out = np.exp((1 - w) * L[k] + w * L[k + 1])
+    else:
+        slope = np.maximum((L[-1] - L[-2]) / (tt[-1] - tt[-2]), 0.0)
+        out = np.exp(L[-1] + slope * (t - tt[-1]))
+    return np.where(finite, out, np.inf)
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erfc
+
+    return np.where(np.isfinite(x), erfc(np.where(np.isfinite(x), x, 0.0)), np.where(x > 0, 0.0, 2.0))
+
+
+def _normal_quantile(p: float) -> float:
+    from scipy.special import ndtri
+
+    return float(ndtri(min(max(p, 1e-300), 0.5)))
+
+
+def _min_inv_temperature(hessian: np.ndarray, target: np.ndarray) -> float:
+    """β_min = 1/μ_min(HΣ*): below it the injected noise alone exceeds the target (Eq. (11))."""
+    L = np.linalg.cholesky(0.5 * (target + target.T))
+    mu = float(np.linalg.eigvalsh(L.T @ hessian @ L)[0])
+    return 1.0 / mu if mu > 0 else math.inf
+
+
+def _smaller_step_remedies(expansion: Expansion, stationary: StationaryCov, target_cov: Any,
+                           scale: float) -> list[Remedy]:
+    """Remedies that make Λ about ``scale`` times as large (computed values, see :func:`applicability`)."""
+    dyn = stationary.dynamics
+    lam = stationary.step_matrix
+    if target_cov is None:  # a given Λ: scale it (the command line can set a scalar step only)
+        if np.allclose(lam, lam[0, 0] * np.eye(lam.shape[0]), rtol=0, atol=1e-15 * abs(lam[0, 0])):
+            step = float(f"{scale * lam[0, 0]:.4g}")
+            return [Remedy(f"a step size {step:.4g} ({scale:.2g}× the current one), which keeps the local step "
+                           "stable over the predicted spread", {"step_size": step}, expect="runs")]
+        return []
+    bmin = _min_inv_temperature(expansion.hessian, np.asarray(target_cov, dtype=float))
+    beta = dyn.inv_temperature if dyn is not None else math.inf
+    share = 1.0 - bmin / beta if math.isfinite(beta) else 1.0
+    beta_new = reachable_inv_temperature(bmin, gradient_share=scale * share)
+    if not math.isfinite(beta_new) or not beta_new > bmin:
+        return []
+    beta_new = float(f"{beta_new:.6g}")
+    out = []
+    target = np.asarray(target_cov, dtype=float)
+    if np.allclose(target, np.linalg.inv(expansion.hessian) / expansion.n_data, rtol=1e-8, atol=0):
+        # the posterior target's spread is H⁻¹/N: a larger prior shrinks it where the data say least
+        lam_min = float(np.linalg.eigvalsh(expansion.hessian)[0])
+        g = float(np.linalg.eigvalsh(expansion.prior_precision)[-1])
+        new = float(f"{g + 3.0 * expansion.n_data * lam_min:.2g}")
+        if new > g:
+            out.append(Remedy(f"a prior precision {new:.2g}: the posterior's widest direction (curvature "
+                              f"{lam_min:.3g}) then has four times the curvature, half the spread",
+                              {"prior_precision": new}, expect="runs"))
+    return out + [Remedy(f"SGLD at inverse temperature {beta_new:.6g}: the injected noise then supplies "
+                   f"{bmin / beta_new:.0%} of the target and the gradient noise the rest, so the tuned Λ is about "
+                   f"{scale:.2g}× as large (the target is reachable above β = {bmin:.6g})",
+                   {"inv_temperature": beta_new}, expect="runs")]
+
+
+def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,
+             expansion: Expansion, stationary: StationaryCov, target_cov: Any) -> list[Reason]:
+    """The reasons (with computed remedies) of a report whose measurements are given."""
+    tuned = target_cov is not None
+    scale = 0.5 if risk is None else min(0.5, float(risk["stable_scale"]))
+    spread = _smaller_step_remedies(expansion, stationary, target_cov, scale)
+    B, n = stationary.dynamics.batch_size, expansion.n_data
+    out: list[Reason] = []
+    if sl["reason"] is not None:
+        out.append(Reason("not-local", f"the predicted spread is not local: {sl['reason']}", tuple(spread)))
+    elif sl["curvature_change"] > MAX_CURVATURE_CHANGE:
+        out.append(Reason("not-local", f"the predicted spread is not local: the curvature changes by "
+                          f"{sl['curvature_change']:.0%} (> {MAX_CURVATURE_CHANGE:.0%}) between θ̂ and points 2 sd "
+                          "away, so no fixed quadratic describes the chain and chains at this Λ cannot be refined",
+                          tuple(spread)))
+    elif dev > MAX_DEVIATION:
+        refine = [Remedy("correct Λ on short chains of the loss itself until their covariance matches the target",
+                         {"refine_rounds": 3}, expect="runs")] if tuned else []
+        out.append(Reason("not-quadratic", f"the loss is not quadratic over the predicted spread: keeping its "
+                          f"curvature and gradient noise there changes the prediction by {dev:.1%} "
+                          f"(> {MAX_DEVIATION:.0%})", tuple(refine + spread)))
+    if ratio > MAX_EQUILIBRATION_RATIO:
+        batch = [Remedy(f"a batch of {min(n, 4 * B)} (the state-dependent minibatch noise falls as 1/B)",
+                        {"batch_size": min(n, 4 * B)}, expect="runs")] if B < n else []
+        out.append(Reason("slow-equilibration", f"the second moments need {eq:.3g} steps from θ̂ to come within 1 % "
+                          f"of stationarity, {ratio:.3g}× τ_worst: the state-dependent minibatch noise is close to "
+                          "critical, so the chain's covariance is heavy-tailed and slow to estimate",
+                          tuple(batch + spread)))
+    if risk is not None and risk["risk"] > MAX_DIVERGENCE_RISK:
+        out.append(Reason("divergence-risk", f"chains of {risk['steps']:.0f} steps are likely to diverge (risk index "
+                          f"{risk['risk']:.2g} > {MAX_DIVERGENCE_RISK:g}): the minibatch step becomes unstable (ΛJ_b(θ) "
+                          f"has an eigenvalue above {_step_limit(stationary.dynamics.momentum):g}) "
+                          f"{float(risk['threshold_sd']):.2g} sd from θ̂ along the predicted spread, about "
+                          f"{risk['per_step']:.2g} of the steps", tuple(spread)))
+    return out
+
+
 @cites("sgtune", "applicability of Wang, Ding & Huggins (2026) Eqs. (11)–(12) to the chain on the loss itself "
                  "(module docstring)")
 def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                   target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
-                  seed: int = 0) -> Applicability:
+                  seed: int = 0, divergence: bool = True) -> Applicability:
     """The applicability report of a prediction (``stationary``) for ``model`` on ``data``.
 
     Parameters
@@ -371,13 +714,20 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     backward_error : the tuning or solve residual (reported).
     n_pairs : antithetic pairs of draws per fixed-point step (the model is evaluated 2·n_pairs times each).
     seed : seed of the draws.
+    divergence : estimate the divergence risk (:func:`divergence_risk`; in memory only).
+
+    Each reason is a :class:`~sgtune.core.reasons.Reason` with a stable code (:data:`REASON_CODES`) and
+    computed remedies in the Python API's parameter names: for a tuned Λ (``target_cov`` given) the
+    inverse temperature at which the tuned Λ is about half as large (or small enough to keep the local
+    step stable over the spread, from the divergence estimate), ``refine_rounds`` when the loss is only
+    not quadratic, a four times larger ``batch_size`` when the noise is near critical; for a given
+    scalar step, the step that keeps the local step stable.
     """
     if data.rows is None:
         sl, sub = statistically_linearised_cov(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed), None
     else:  # out of core: a random subsample anchored to the full data (module docstring); small products
         with blas_single_thread():
             sl, sub = _subsampled_sl(model, data, expansion, stationary, n_pairs=n_pairs, seed=seed)
-    reasons: list[str] = []
     dev = math.inf if sl["cov"] is None else _entrywise_deviation(sl["cov"], stationary.cov)
     eq = equilibration_steps(stationary.spectral_radius)
     tau = float(stationary.tau_worst)
@@ -394,27 +744,17 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         cond["column_scale_ratio"] = float(rms.max() / rms.min()) if rms.size else 1.0
     else:
         cond["column_scale_ratio"] = None
-    help_ = ("a larger prior precision (--prior-precision), the posterior target with SGLD (--target posterior "
-             "--inverse-temperature N), a smaller target or a larger batch")
+    risk = None
+    if divergence and data.rows is None and sl["reason"] is None:
+        risk = divergence_risk(model, data, expansion, stationary, seed=seed)
+    reasons = _reasons(sl, dev, eq, ratio, risk, expansion, stationary, target_cov)
     csr = cond["column_scale_ratio"]
-    if csr is not None and csr > COLUMN_SCALE_RATIO:
-        help_ = f"standardised covariates (their column scales differ by a factor {csr:.3g}), " + help_
-    if sl["reason"] is not None:
-        reasons.append(f"the predicted spread is not local: {sl['reason']}; what would help: {help_}")
-    elif sl["curvature_change"] > MAX_CURVATURE_CHANGE:
-        reasons.append(f"the predicted spread is not local: the curvature changes by {sl['curvature_change']:.0%} "
-                       f"(> {MAX_CURVATURE_CHANGE:.0%}) between θ̂ and points 2 sd away, so no fixed quadratic "
-                       f"describes the chain and chains at this Λ cannot be refined; what would help: {help_}")
-    elif dev > MAX_DEVIATION:
-        reasons.append(f"the loss is not quadratic over the predicted spread: keeping its curvature and gradient "
-                       f"noise there changes the prediction by {dev:.1%} (> {MAX_DEVIATION:.0%}); `sgtune lambda "
-                       f"--refine ROUNDS` corrects Λ on short chains, or: {help_}")
-    if ratio > MAX_EQUILIBRATION_RATIO:
-        reasons.append(f"the second moments need {eq:.3g} steps from θ̂ to come within 1 % of stationarity, "
-                       f"{ratio:.3g}× τ_worst: the state-dependent minibatch noise is close to critical, so the "
-                       f"chain's covariance is heavy-tailed and slow to estimate; what would help: {help_}")
+    notes = (Reason("scale", f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> "
+                    f"{COLUMN_SCALE_RATIO:.0e}): standardise them (subtract the mean, divide by the standard "
+                    "deviation) for a better-conditioned fit"),) if csr is not None and csr > COLUMN_SCALE_RATIO else ()
     return Applicability(applicable=not reasons, reasons=tuple(reasons),
                          curvature_change={"curvature": sl["curvature_change"], "gradient_noise": sl["noise_change"],
                                            "points": sl["points"]},
                          equilibration_steps=eq, tau_worst=tau, conditioning=cond, predicted_deviation=dev,
-                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"], subsample=sub)
+                         mean_shift=sl["mean_shift"], linearised_cov=sl["cov"], subsample=sub,
+                         divergence=risk, notes=notes)

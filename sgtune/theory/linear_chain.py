@@ -36,6 +36,7 @@ import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, eigs, gmres
 
 from ..core._refs import cites
+from ..core.reasons import Remedy
 from ..core._validation import as_symmetric, is_symmetric
 from ..core.config import Dynamics
 from ..core.errors import (AccuracyWarning, ConvergenceError, NotPositiveDefiniteError, SgtuneError,
@@ -149,6 +150,11 @@ def equilibration_steps(spectral_radius: float, tol: float = 0.01) -> float:
     if rho <= 0.0:
         return 1.0
     return float(math.ceil(math.log(1.0 / tol) / -math.log1p(rho - 1.0)))
+
+
+#: an unstable scalar step's remedy: this fraction of the largest stable step (a margin, as the chain's
+#: second moments grow without bound as the step approaches it)
+STABLE_FRACTION = 0.5
 
 
 # --------------------------------------------------------------------------- the chain
@@ -593,10 +599,17 @@ class LinearChain:
                 f"step_matrix is unstable for every positive multiple (spectral radius {rho:.4g} >= 1): ΛH has an "
                 "eigenvalue with non-positive real part; use a symmetric positive-definite Λ (e.g. from sgtune "
                 "lambda)", spectral_radius=rho, max_stable_step=0.0)
+        lam = self.step_matrix
+        remedies = ()
+        if np.allclose(lam, lam[0, 0] * np.eye(lam.shape[0]), rtol=0, atol=1e-15 * abs(lam[0, 0])):
+            step = float(f"{STABLE_FRACTION * c * lam[0, 0]:.3g}")  # a scalar step: the computed one
+            remedies = (Remedy(f"a step size {step:.3g} ({STABLE_FRACTION:g}× the largest stable one, "
+                               f"{c * lam[0, 0]:.4g})", {"step_size": step}, expect="runs"),)
         raise UnstableStepSizeError(
             f"step_matrix is unstable: the second-moment map has spectral radius {rho:.4g} >= 1; "
             f"scale the step size by less than {c:.4g} (largest stable multiple of Λ; without noise the bound "
-            f"is λ < 2/μ_max(ΛH), Wang, Ding & Huggins 2026, Prop. 4.4)", spectral_radius=rho, max_stable_step=c)
+            f"is λ < 2/μ_max(ΛH), Wang, Ding & Huggins 2026, Prop. 4.4)", spectral_radius=rho, max_stable_step=c,
+            remedies=remedies)
 
     # ----------------------------------------------------------------- autocorrelation
     @cites("wang2026", "Prop. 4.4 and its definition τ_int(f_v) = 1 + 2Σ_k ρ_k")

@@ -60,6 +60,7 @@ from ..core._refs import cites
 from ..core._validation import as_spd, check_positive, check_probability
 from ..core.config import Dynamics
 from ..core.errors import (ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError)
+from ..core.reasons import REACHABLE_MARGIN, Remedy
 from ..models import Expansion
 from ..io.blocks import load_blocks
 from .adjoint import GradientEvaluator, affine_discrepancy
@@ -68,7 +69,7 @@ from .linear_chain import dynamics_from_keywords, noise_scale
 from .noise_models import NOISE_MODELS, NoiseModel, noise_model
 from .stationary import StationaryCov, predict_stationary_cov
 
-__all__ = ["TuningResult", "tune", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
+__all__ = ["TuningResult", "tune", "reachable_inv_temperature", "REACHABLE_MARGIN", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
            "target_covariance", "solve_momentum_step_matrix", "momentum_tuning_residual", "load_blocks",
            "structured_step_matrix", "structured_momentum_step_matrix",
            "METHODS", "FAMILIES", "FAMILY_CRITERIA"]
@@ -366,11 +367,14 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
     crit, large = _check_family(expansion, dyn, model, family, family_criterion)
     S = target_covariance(expansion, target)
     part = _partition(expansion, family, blocks)
-    if family == "dense":
-        lam, residual, criterion, cbar = _dense_step_matrix(expansion, dyn, S, model)
-        guess = S
-    else:
-        lam, residual, criterion, guess, cbar = _family_step_matrix(expansion, dyn, S, family, part, crit)
+    try:
+        if family == "dense":
+            lam, residual, criterion, cbar = _dense_step_matrix(expansion, dyn, S, model)
+            guess = S
+        else:
+            lam, residual, criterion, guess, cbar = _family_step_matrix(expansion, dyn, S, family, part, crit)
+    except InfeasibleTargetError as exc:
+        raise _with_temperature_remedy(exc) from None
     tuned = dyn.replace(step=lam)
     st = _tuned_stationary(expansion, tuned, S, cbar, guess, large=large, family=family, method=method)
     err = float(np.linalg.norm(st.cov - S) / np.linalg.norm(S))
@@ -379,6 +383,33 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
                         stationary=st, batch_size=dyn.batch_size, inv_temperature=dyn.inv_temperature,
                         momentum=dyn.momentum, without_replacement=dyn.without_replacement, dynamics=tuned,
                         target=target, blocks=part, family_criterion=crit)
+
+
+
+
+@cites("wang2026", "Eq. (11): the target is reachable iff HΣ* − I/β has positive eigenvalues")
+def reachable_inv_temperature(min_inv_temperature: float, *, margin: float = REACHABLE_MARGIN,
+                              gradient_share: float | None = None) -> float:
+    """The inverse temperature to suggest: ``margin``·β_min, or β_min/(1 − share) when the share of the
+    target left to the gradient noise is given (``inf`` — SGD — when the share is 1 or β_min is not finite)."""
+    if not math.isfinite(min_inv_temperature) or min_inv_temperature <= 0:
+        return math.inf
+    if gradient_share is None:
+        return margin * min_inv_temperature
+    if gradient_share >= 1.0:
+        return math.inf
+    return min_inv_temperature / (1.0 - max(gradient_share, 0.0))
+
+
+def _with_temperature_remedy(exc: InfeasibleTargetError) -> InfeasibleTargetError:
+    """The error with its computed remedy: the inverse temperature that makes the target reachable."""
+    beta = reachable_inv_temperature(exc.min_inv_temperature)
+    if exc.remedies or not math.isfinite(beta):
+        return exc
+    why = (f"an inverse temperature {beta:.6g} ({REACHABLE_MARGIN:g}× the bound {exc.min_inv_temperature:.6g} "
+           "below which the injected noise alone exceeds the target; the gradient noise supplies the rest)")
+    return InfeasibleTargetError(str(exc), min_inv_temperature=exc.min_inv_temperature,
+                                 remedies=(Remedy(why, {"inv_temperature": float(f"{beta:.6g}")}, expect="runs"),))
 
 
 # --------------------------------------------------------------------------- internals
