@@ -200,6 +200,14 @@ def last_layer_by_hand(argv, doc, work, name):
             "--likelihood", "gaussian", *[t for t in keep if t not in ()]]
 
 
+def larger_prior(argv, factor):
+    """The same argv with --prior-precision multiplied by factor."""
+    out = list(argv)
+    i = out.index("--prior-precision")
+    out[i + 1] = f"{float(out[i + 1]) * factor:g}"
+    return out
+
+
 def chain_error(argv, work, name, seed=1):
     """Tune with the remedy's argv, run CHAINS chains of its Λ; relative Frobenius error ± jackknife SE."""
     rc, doc, err = sgtune(argv, work / f"{name}_remedy.json", extra=("-o", str(work / f"{name}_lambda.npy")))
@@ -239,10 +247,15 @@ def row(name, desc, argv, work):
     elif rem:
         chosen, why, by_hand = list(rem[0]["argv"]), rem[0]["why"], False
     else:
-        if doc is None or "--hidden-sizes" not in argv:
-            raise RuntimeError(f"{name}: no remedy printed and no hand-chosen one for this kind of problem: {said}")
-        chosen = last_layer_by_hand(argv, doc, work, name)
-        why, by_hand = "the network's last layer at the fitted weights (body frozen), same target and β", True
+        if doc is None:
+            raise RuntimeError(f"{name}: no remedy printed and no JSON to choose one from: {said}")
+        by_hand = True
+        if "--hidden-sizes" in argv:
+            chosen = last_layer_by_hand(argv, doc, work, name)
+            why = "the network's last layer at the fitted weights (body frozen), same target and β"
+        else:  # the first option of sgtune's prose ("a larger prior precision"), its value chosen by hand
+            chosen = larger_prior(argv, 100.0)
+            why = "a prior precision 100 times larger (the first option sgtune's prose names)"
     m = chain_error(chosen, work, name)
     return {"problem": name, "description": desc, "argv": argv, "applicable": ok, "sgtune_says": said,
             "remedy_why": why, "remedy_argv": chosen, "remedy_by_hand": by_hand, **m}
@@ -252,18 +265,27 @@ def short(argv, work):
     return shlex.join(a.replace(str(work) + "/", "") for a in argv)
 
 
-def table(rows, work):
-    out = ["| problem | what sgtune says | remedy | remedy's chain error ‖Σ̂ − Σ*‖_F/‖Σ*‖_F |",
-           "|---|---|---|---|"]
-    for r in rows:
-        rem = (f"{r['remedy_why']}: `{short(r['remedy_argv'], work)}`" + (f" {HAND}" if r["remedy_by_hand"] else ""))
-        if r["applicable"]:
-            rem = "none needed (applicable): the chain is the command's own"
-        says = r["sgtune_says"].replace("|", "\\|")
-        out.append(f"| **{r['problem']}**: {r['description']}; `{short(r['argv'], work)}` | {says} | "
-                   f"{rem.replace('|', '/')} | {r['error']:.3f} ± {r['se']:.3f} "
-                   f"({r.get('chains', 0)} chains × {r.get('steps', 0):,} steps, D = {r.get('dim', '?')}) |")
-    return "\n".join(out) + "\n"
+COLUMNS = ["problem", "the command", "what sgtune says", "remedy (the chain measured)",
+           "chain error ‖Σ̂ − Σ*‖_F/‖Σ*‖_F ± MC se"]
+
+
+def cells(r, work):
+    """One table row of cells (Markdown), from a result row."""
+    esc = lambda t: t.replace("|", "\\|")
+    if r["applicable"]:
+        rem = "none needed (applicable): the command's own chain"
+    else:
+        rem = f"{r['remedy_why']}: `{short(r['remedy_argv'], work)}`" + (f" {HAND}" if r["remedy_by_hand"] else "")
+        rem += f" — sgtune on the remedy: {r['remedy_verdict']}"
+    err = (f"{r['error']:.3f} ± {r['se']:.3f} ({r.get('chains', 0)} chains × {r.get('steps', 0):,} steps, "
+           f"burn-in {r.get('burn_in', 0):,})")
+    return [f"**{r['problem']}**: {r['description']}", f"`{short(r['argv'], work)}`", esc(r["sgtune_says"]),
+            esc(rem), err]
+
+
+def markdown(columns, rows):
+    out = ["| " + " | ".join(columns) + " |", "|" + "|".join(["---"] * len(columns)) + "|"]
+    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def main():
@@ -279,15 +301,22 @@ def main():
             r = row(name, desc, argv, work)
             print(json.dumps({k: r[k] for k in ("problem", "applicable", "sgtune_says", "error", "se")}), flush=True)
             rows.append(r)
-        md = table(rows, work)
+        table = [cells(r, work) for r in rows]
         for r in rows:
             for k in ("argv", "remedy_argv", "run_argv"):
                 if k in r:
                     r[k] = [a.replace(str(work) + "/", "") for a in r[k]]
+    md = markdown(COLUMNS, table)
     print(md)
     if not only:
+        doc = {"tables": {"evidence": {
+            "command": "python benchmarks/networks_evidence.py",
+            "measured": (f"sgtune's sampler (sgtune run --lambda), {CHAINS} independent chains per row, one thread; "
+                         "Σ* is the remedy's target covariance from its sgtune lambda JSON; "
+                         "± is the jackknife-over-chains standard error"),
+            "columns": COLUMNS, "rows": table}}, "rows": rows}
         (RESULTS / "networks_evidence.md").write_text(md)
-        (RESULTS / "networks_evidence.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (RESULTS / "networks_evidence.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
