@@ -62,7 +62,7 @@ def sine(work):
     return work / "sine.npz"
 
 
-def digits_pca(work, k=10):
+def digits_pca(work, k=5):
     """The digits' first k principal components, standardised; y the class 0..9."""
     from sklearn.datasets import load_digits
     from sklearn.decomposition import PCA
@@ -72,8 +72,8 @@ def digits_pca(work, k=10):
     return work / "digits_pca.npz"
 
 
-def digits_features(work, hidden=10, steps=300):
-    """A seeded 64-10-10 tanh network trained on the digits (CPU, one thread); its body's features."""
+def digits_features(work, hidden=5, steps=300):
+    """A seeded 64-5-10 tanh network trained on the digits (CPU, one thread); its body's features."""
     import torch
     from sklearn.datasets import load_digits
     torch.manual_seed(0)
@@ -105,18 +105,18 @@ def problems(work):
                           "network (D = 97), Gaussian likelihood σ² = 0.5, prior precision 1, B = 32",
                           ["sgtune", "lambda", str(data_d), "--model", "mlp", "--hidden-sizes", "8",
                            "--noise-variance", "0.5", "--prior-precision", "1", "--batch-size", "32", *post]),
-        "digits-softmax": ("scikit-learn digits (N = 1797, 10 classes) on 10 standardised principal components, "
-                           "softmax regression, full layout (D = 110), prior precision 1, B = 32",
+        "digits-softmax": ("scikit-learn digits (N = 1797, 10 classes) on 5 standardised principal components, "
+                           "softmax regression, full layout (D = 60), prior precision 1, B = 32",
                            ["sgtune", "lambda", str(data_p), "--model", "multinomial", "--layout", "full",
                             "--intercept", "--prior-precision", "1", "--batch-size", "32", *post]),
-        "digits-last-layer": (f"the same digits, the 10-class output layer (D = 110) of a 64-10-10 tanh network "
+        "digits-last-layer": (f"the same digits, the 10-class output layer (D = 60) of a 64-5-10 tanh network "
                               f"trained with Adam for 300 steps (torch, seed 0; training accuracy {acc:.3f}), "
                               "prior precision 1, B = 32",
                               ["sgtune", "lambda", str(data_n), "--model", "last-layer", "--features", str(phi),
                                "--likelihood", "softmax", "--prior-precision", "1", "--batch-size", "32", *post]),
-        "sine-mlp16": ("y = sin(x) + N(0, 0.1²), x ~ U(−3, 3), N = 200; a 16-unit tanh network (D = 49), "
-                       "σ² = 0.01, prior precision 1, B = 20",
-                       ["sgtune", "lambda", str(data_s), "--model", "mlp", "--hidden-sizes", "16",
+        "sine-mlp8": ("y = sin(x) + N(0, 0.1²), x ~ U(−3, 3), N = 200; an 8-unit tanh network (D = 25), "
+                      "σ² = 0.01, prior precision 1, B = 20",
+                      ["sgtune", "lambda", str(data_s), "--model", "mlp", "--hidden-sizes", "8",
                         "--noise-variance", "0.01", "--prior-precision", "1", "--batch-size", "20", *post]),
     }
 
@@ -227,8 +227,8 @@ def chain_error(argv, work, name, seed=1):
     said = "ran" if rc == 0 else "ran, untrusted"
     target = np.asarray(doc["target_cov"], dtype=float)
     tau = float(doc.get("tau_worst") or 100.0)
-    burn = int(min(max(5_000, 20 * tau), 50_000))
-    steps = burn + int(min(max(50_000, 300 * tau), 300_000))
+    burn = int(min(max(2_000, 10 * tau), 20_000))
+    steps = burn + int(min(max(20_000, 100 * tau), 100_000))
     data, opts = options(argv)
     keep = [t for k, v in opts if k not in LAMBDA_ONLY and k not in ("--inverse-temperature", "--seed")
             for t in (k, *v)]
