@@ -267,8 +267,16 @@ def row(name, desc, argv, work):
             chosen = larger_prior(argv, 100.0)
             why = "a prior precision 100 times larger (the first option sgtune's prose names)"
     m = chain_error(chosen, work, name)
+    printed = None
+    if not math.isfinite(m["error"]) and not by_hand and "--hidden-sizes" in argv:
+        # sgtune's printed remedy failed on real chains: say so, and measure the hand-chosen one as well
+        printed = {"why": why, "argv": chosen, "failure": m.get("run_error", m["remedy_verdict"])}
+        chosen = last_layer_by_hand(argv, doc, work, name)
+        why, by_hand = "the network's last layer at the fitted weights (body frozen), same target and β", True
+        m = chain_error(chosen, work, name + "-hand")
     return {"problem": name, "description": desc, "argv": argv, "applicable": ok, "sgtune_says": said,
-            "remedy_why": why, "remedy_argv": chosen, "remedy_by_hand": by_hand, **m}
+            "remedy_why": why, "remedy_argv": chosen, "remedy_by_hand": by_hand, "printed_remedy_failed": printed,
+            **m}
 
 
 def short(argv, work):
@@ -286,6 +294,10 @@ def cells(r, work):
         rem = "none needed (applicable): the command's own chain"
     else:
         rem = f"{r['remedy_why']}: `{short(r['remedy_argv'], work)}`" + (f" {HAND}" if r["remedy_by_hand"] else "")
+        bad = r.get("printed_remedy_failed")
+        if bad:
+            rem = (f"sgtune printed: {bad['why']}: `{short(bad['argv'], work)}` — its chains failed ({bad['failure']}). "
+                   f"Measured instead, chosen by hand: {r['remedy_why']}: `{short(r['remedy_argv'], work)}`")
     err = (f"{r['error']:.3f} ± {r['se']:.3f} ({r.get('chains', 0)} chains × {r.get('steps', 0):,} steps, "
            f"burn-in {r.get('burn_in', 0):,})")
     return [f"**{r['problem']}**: {r['description']}", f"`{short(r['argv'], work)}`", esc(r["sgtune_says"]),
@@ -318,6 +330,9 @@ def main():
             for k in ("argv", "remedy_argv", "run_argv"):
                 if k in r:
                     r[k] = [a.replace(str(work) + "/", "") for a in r[k]]
+            if r["printed_remedy_failed"]:
+                r["printed_remedy_failed"]["argv"] = [a.replace(str(work) + "/", "")
+                                                      for a in r["printed_remedy_failed"]["argv"]]
     md = markdown(COLUMNS, table)
     print(md)
     if not only:
