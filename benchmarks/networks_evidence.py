@@ -314,7 +314,8 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     args = sys.argv[1:]
     keep = args[args.index("--keep") + 1] if "--keep" in args else None
-    only = set(a for a in args if a != "--keep" and a != keep)
+    write = "--write" in args  # store the results of a subset of the problems too
+    only = set(a for a in args if a not in ("--keep", "--write") and a != keep)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -335,7 +336,7 @@ def main():
                                                       for a in r["printed_remedy_failed"]["argv"]]
     md = markdown(COLUMNS, table)
     print(md)
-    if not only:
+    if write or not only:
         doc = {"tables": {"evidence": {
             "command": "python benchmarks/networks_evidence.py",
             "measured": (f"sgtune's sampler (sgtune run --lambda), {CHAINS} independent chains per row, one thread; "
