@@ -1064,8 +1064,7 @@ class Expansion(ResultMixin):
         if self.sandwich_refusal:
             raise NotPositiveDefiniteError(self.sandwich_refusal)
         try:
-            Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)",
-                                " (non-convex models: --hessian gauss-newton makes J ⪰ 0)", prior=False)
+            Jinv = _spd_inverse(self.curvature, "curvature J (mean per-sample Hessian at θ̂)", "", prior=False)
         except NotPositiveDefiniteError as exc:
             raise self._sandwich_error(exc) from None
         s = Jinv @ self.fisher @ Jinv / self.n_data
