@@ -58,9 +58,9 @@ def cli(**kw: Any) -> None:
     T = max(20000, 1000·τ_worst); burn-in (also with --steps) the largest of T/10, 20·τ_worst
     and the equilibration steps of the second-moment map, at most T/2.
     --against prediction|target|FILE.npy: what the chains are tested against (default: the
-    prediction; with --lambda LAM.npy whose JSON sidecar LAM.json comes from `sgtune lambda
-    --refine`, the target the refined chain measured within expected_cov_tolerance, which is
-    then the default --relative-tolerance). JSON keys: parameter_names (the name of each
+    prediction; with --lambda LAM.npy whose JSON sidecar LAM.json comes from
+    `sgtune lambda --refine`, the target the refined chain measured within
+    expected_cov_tolerance, which is then the default --relative-tolerance). JSON keys: parameter_names (the name of each
     coordinate of θ, in θ order), predicted (the linearised prediction), compared_with (what
     was tested), against, against_source, empirical, z_max, passed, threshold, lambda, health, ...
     health (as in `sgtune run`, its prediction_check is this test): diverged, frozen and

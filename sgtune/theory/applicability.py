@@ -180,7 +180,7 @@ class Applicability(ResultMixin):
 
     @property
     def reason_codes(self) -> tuple[str, ...]:
-        """The stable codes of :attr:`reasons` (branch on these, never on the messages)."""
+        """The stable codes of ``reasons`` (branch on these, never on the messages)."""
         return tuple(r.code for r in self.reasons)
 
     def _repr_items(self) -> list[tuple[str, Any]]:
