@@ -86,10 +86,11 @@ from sgtune.core.config import BATCHINGS  # noqa: E402
 from sgtune.sampler.driver import run_chains, run_quadratic_chains  # noqa: E402
 from sgtune.sampler.gnld import run_sg_gnld  # noqa: E402
 from sgtune.sampler.registry import SAMPLER_NAMES as SAMPLERS  # noqa: E402
-from sgtune.sampler.reshuffle import run_reshuffle_chains, run_reshuffle_chains_python  # noqa: E402
+from sgtune.sampler.reshuffle import run_reshuffle_chains  # noqa: E402
 from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble  # noqa: E402
 from tests.reference import chain_kw, ensemble_kw  # noqa: E402  (the old keywords → Dynamics, RunSpec, options)
 from tests.reference.gnld_twin import GnldReference  # noqa: E402
+from tests.reference.reshuffle_twin import run_reshuffle_chains_python  # noqa: E402
 from sgtune.sampler.targets import NOISE_KINDS, TARGET_IDS, make_target  # noqa: E402
 from sgtune.theory.adjoint import affine_discrepancy, criterion_gradient  # noqa: E402
 from sgtune.theory.applicability import applicability  # noqa: E402

@@ -185,15 +185,11 @@ def test_theory_functions_are_at_most_100_lines():
 # --------------------------------------------------------------------------- the sampler's structure
 SAMPLER = PKG / "sampler"
 #: the compiled step loops of sgtune/sampler: the engine's, and the model-problem engines not yet moved onto it
-#: (each entry is a debt: moving an engine onto sgtune.sampler.engine deletes its line here). Both need a
-#: recorder the engine cannot take yet — its recorder is one fixed function (segment moments, covariance
-#: blocks, trace, position moments), not a component — and moving them must keep their golden outputs
-#: (benchmarks/golden.py) bit for bit:
+#: (each entry is a debt: moving an engine onto sgtune.sampler.engine deletes its line here; moving it must keep
+#: its golden outputs, benchmarks/golden.py, bit for bit):
 #: - smile.ensemble_chains: the SMILE paper's analytic targets with injected gradient noise; records Σθ, Σθ²,
-#:   per-chain energy statistics and step/energy traces (an analytic-target oracle and that recorder);
-#: - reshuffle._one_chain: Shaw & Whalley's 1-D model problem; records Σd, Σd² (d = θ − x̄) *before* each step
-#:   by epoch position (the engine records Welford moments of θ after it), and its ULA scheme uses x̄ itself.
-STEP_LOOPS_NOT_ON_THE_ENGINE = {"smile.ensemble_chains", "reshuffle._one_chain"}
+#:   per-chain energy statistics and step/energy traces (an analytic-target oracle and that recorder).
+STEP_LOOPS_NOT_ON_THE_ENGINE = {"smile.ensemble_chains"}
 #: jitted loops over steps that run no chain (benchmark and test helpers)
 NOT_CHAINS = {"kernels.batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
 JIT_DECORATORS = {"njit", "njit_parallel", "njit_fma", "component", "component_fma", "jit"}

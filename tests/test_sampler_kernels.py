@@ -275,7 +275,7 @@ def test_numba_cache_stamp_covers_the_inlined_helper_modules(tmp_path, monkeypat
 
     run_quadratic_chains(np.eye(2), Dynamics(0.1, 1), RunSpec(5, n_chains=1))
     for f, mod in ((engine.chains, engine), (rng.next_u64, rng), (grads.row_dot, grads),
-                   (reshuffle._run_chains, reshuffle)):
+                   (reshuffle.gaussian_mean_grad, reshuffle)):
         assert f._cache._impl.locator.get_source_stamp() == _jit.package_stamp(mod.__file__)
     # ... which changes with the content of a core module (a copy of the package, one byte appended),
     # while an edit to a non-core file leaves the kernels' stamp alone

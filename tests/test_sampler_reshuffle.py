@@ -17,6 +17,7 @@ from sgtune.models import get_model
 from sgtune.core.errors import SgtuneError, UnstableStepSizeError
 from sgtune.sampler import reshuffle as smp
 from sgtune.theory.reshuffle import reshuffle_bias
+from tests.reference.reshuffle_twin import run_reshuffle_chains_python
 
 ALPHA = 1e-3
 X12 = np.random.default_rng(11).normal(size=12) * 1.7 + 0.4
@@ -31,19 +32,49 @@ def _zcrit(m: int) -> float:
 def test_numba_matches_python_twin(scheme: str) -> None:
     kw = dict(scheme=scheme, n_chains=3, n_epochs=6, burn_in_epochs=2, seed=17)
     a = smp.run_reshuffle_chains(X12, 3, 0.4, **kw)
-    b = smp.run_reshuffle_chains_python(X12, 3, 0.4, **kw)
+    b = run_reshuffle_chains_python(X12, 3, 0.4, **kw)
     # identical integer streams; libm vs math.log/cos may differ by an ulp → 1e-12
     assert np.allclose(a.first_moment, b.first_moment, rtol=1e-12, atol=1e-14)
     assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.portability
+@pytest.mark.parametrize("scheme", ["ula", "rm", "rr"])
+def test_numba_matches_python_twin_without_burn_in(scheme: str) -> None:
+    # no burn-in: the engine does not record the starting state θ = x̄ (its d is exactly 0)
+    kw = dict(scheme=scheme, n_chains=2, n_epochs=4, burn_in_epochs=0, seed=3, sigma2=2.0)
+    a = smp.run_reshuffle_chains(X12, 4, 0.7, **kw)
+    b = run_reshuffle_chains_python(X12, 4, 0.7, **kw)
+    assert np.allclose(a.first_moment, b.first_moment, rtol=1e-12, atol=1e-14)
+    assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
+
+
+def test_old_python_twin_name_warns_and_runs_the_same_chains() -> None:
+    import warnings
+
+    mod = smp
+    vars(mod).pop("run_reshuffle_chains_python", None)  # as in a fresh process: looked up (and warns) on first use
+    with pytest.warns(DeprecationWarning, match="run_reshuffle_chains_python is deprecated"):
+        twin = mod.run_reshuffle_chains_python
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mod.run_reshuffle_chains_python is twin  # once
+    a = twin(X12, 3, 0.4, scheme="rm", seed=2)
+    b = smp.run_reshuffle_chains(X12, 3, 0.4, scheme="rm", n_chains=4, n_epochs=10, burn_in_epochs=2, seed=2)
+    assert np.array_equal(a.second_moment, b.second_moment)
+
+
 def test_streams_are_per_chain_and_reproducible() -> None:
+    from sgtune.sampler import engine
+
+    before = len(engine.chains.signatures)
     a = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=4, n_epochs=20, seed=5)
     b = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=7, n_epochs=20, seed=5)
     assert np.array_equal(a.second_moment, b.second_moment[:4])  # chain c independent of n_chains
     c = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=4, n_epochs=20, seed=6)
     assert not np.array_equal(a.second_moment, c.second_moment)
-    assert len(smp._run_chains.signatures) == 1  # one compilation for every scheme and size
+    smp.run_reshuffle_chains(X12[:6], 2, 0.4, n_chains=3, n_epochs=5, seed=5)
+    assert len(engine.chains.signatures) - before <= 1  # one compilation of the engine per scheme, none per size
 
 
 def _zscores(x: np.ndarray, b: int, hv: float, n_chains: int, n_epochs: int, seed: int) -> dict[str, np.ndarray]:

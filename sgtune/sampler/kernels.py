@@ -4,7 +4,10 @@
   (a partial Fisher–Yates shuffle of the chain's permutation per step: a uniform B-subset),
   ``reshuffle`` (a fresh Fisher–Yates permutation per chain at the start of every epoch, then
   batches perm[kB:(k+1)B], k = 0..R−1, R = ceil(N/B); the last batch is smaller when B does
-  not divide N), and ``none`` (oracles without data, e.g. the quadratic ones);
+  not divide N), ``none`` (oracles without data, e.g. the quadratic ones); and for the recorder's
+  epoch-position moments ``full`` (no draw, an empty batch: the oracle uses all the data) and
+  ``replacement-positions`` / ``without-replacement-positions`` (the same draws as ``replacement`` /
+  ``without-replacement``, with the epoch position counted);
 - update moves (θ and its auxiliary m from a given gradient; the general NumPy path uses them alone)
   and the step rules of the engine (the gradient from the oracle, the prior, the move);
 - the recorder: :func:`record`, :func:`finish`, :func:`flush_block`, and the divergence test
@@ -31,9 +34,11 @@ batch-means standard errors), accumulated in blocks: the states are collected in
 (``blk_n[c]`` = [pending count, segment]) and merged by :func:`flush_block` when K are pending, when
 the segment changes, and at the end of a call with ``flush`` true (the driver's last call) — so the
 result does not depend on how the run is split into calls; thinned trace (every ``thin`` steps) and
-the step size of the MCLMC samplers at the same draws, sums of linear observables ℓ_kᵀθ, and for
-reshuffling per-epoch-position Welford mean and variance (position = number of batches of the
-current epoch already used, 0..R−1).
+the step size of the MCLMC samplers at the same draws, sums of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
+of batches of the current epoch already used, 0..R−1, as the batch schedule counts it: ``reshuffle``,
+``full`` and the ``*-positions`` schedules) — or, when the recorder has a ``pos_centre`` c, the sums of
+d = θ − c and of d² by position instead (Shaw & Whalley's model problem, :mod:`sgtune.sampler.reshuffle`).
+Segment moments are skipped when the recorder has no segment (S = 0).
 
 :func:`draw_batches` and :func:`advance` run the parts of a step around the gradient for all
 chains at once: the general (NumPy) path for models without a numba spec
@@ -64,15 +69,21 @@ def batch_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[n
     return batch_size, pos
 
 
-@component
-def batch_without_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
-    """A uniform B-subset: a partial Fisher–Yates shuffle of the chain's permutation."""
+@njit_inline
+def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-untyped-def]
+    """A uniform B-subset into ``idx``: a partial Fisher–Yates shuffle of the chain's permutation."""
     for k in range(batch_size):
         j = k + randbelow(st, n_data - k)
         tmp = perm[k]
         perm[k] = perm[j]
         perm[j] = tmp
         idx[k] = perm[k]
+
+
+@component
+def batch_without_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """A uniform B-subset: a partial Fisher–Yates shuffle of the chain's permutation."""
+    _partial_shuffle(st, perm, n_data, batch_size, idx)
     return batch_size, pos
 
 
@@ -99,9 +110,38 @@ def batch_none(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyp
     return 0, pos
 
 
-#: batching name -> batch-schedule component
+@njit_inline
+def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
+    """The epoch position after ``pos``: (pos + 1) mod R, R = ceil(N/B)."""
+    return (pos + 1) % ((n_data + batch_size - 1) // batch_size)
+
+
+@component
+def batch_full(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """The full data every step (an empty batch: the oracle uses all of it), counting epoch positions."""
+    return 0, _next_position(pos, n_data, batch_size)
+
+
+@component
+def batch_replacement_positions(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """``replacement``, counting epoch positions (the recorder's epoch-position moments)."""
+    fill_randbelow(st, n_data, idx, batch_size)
+    return batch_size, _next_position(pos, n_data, batch_size)
+
+
+@component
+def batch_without_replacement_positions(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """``without-replacement``, counting epoch positions (the recorder's epoch-position moments)."""
+    _partial_shuffle(st, perm, n_data, batch_size, idx)
+    return batch_size, _next_position(pos, n_data, batch_size)
+
+
+#: batching name -> batch-schedule component (the ``*-positions`` and ``full`` schedules count epoch
+#: positions, R = ceil(N/B) steps an epoch, for the recorder's epoch-position moments)
 BATCH_FNS = {"replacement": batch_replacement, "without-replacement": batch_without_replacement,
-             "reshuffle": batch_reshuffle, "none": batch_none}
+             "reshuffle": batch_reshuffle, "none": batch_none, "full": batch_full,
+             "replacement-positions": batch_replacement_positions,
+             "without-replacement-positions": batch_without_replacement_positions}
 
 
 @njit
@@ -374,7 +414,8 @@ def _record_moments(c, u, th, rec, buf):  # type: ignore[no-untyped-def]
 @njit_inline
 def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
     """Streaming outputs of chain c for its u-th draw after burn-in (module docstring)."""
-    _record_moments(c, u, th, rec, buf)
+    if rec.acc_n.shape[1] > 0:
+        _record_moments(c, u, th, rec, buf)
     d = th.shape[0]
     thin = rec.thin
     if thin > 0 and u % thin == 0:
@@ -389,11 +430,18 @@ def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
     if pos_n.shape[1] > 0:
         pos_mean = rec.pos_mean
         pos_n[c, pos] += 1
-        inv_p = 1.0 / pos_n[c, pos]
-        for j in range(d):
-            delta = th[j] - pos_mean[c, pos, j]
-            pos_mean[c, pos, j] += delta * inv_p
-            rec.pos_m2[c, pos, j] += delta * (th[j] - pos_mean[c, pos, j])
+        centre = rec.pos_centre
+        if centre.shape[0] > 0:  # sums of d and d², d = θ − centre
+            for j in range(d):
+                dj = th[j] - centre[j]
+                pos_mean[c, pos, j] += dj
+                rec.pos_m2[c, pos, j] += dj * dj
+        else:
+            inv_p = 1.0 / pos_n[c, pos]
+            for j in range(d):
+                delta = th[j] - pos_mean[c, pos, j]
+                pos_mean[c, pos, j] += delta * inv_p
+                rec.pos_m2[c, pos, j] += delta * (th[j] - pos_mean[c, pos, j])
     if thin > 0 and u % thin == 0:  # the MCLMC samplers' step size at the same draws
         k = u // thin - 1
         if k < rec.step_trace.shape[1]:

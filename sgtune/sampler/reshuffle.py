@@ -1,29 +1,30 @@
-"""Raw chains of the 1-D Gaussian model problem of Shaw & Whalley (2025) (RR vs RM batching), in numba.
+"""Raw chains of the 1-D Gaussian model problem of Shaw & Whalley (2025) (RR vs RM batching), on the engine.
 
 One step on batch b (Shaw & Whalley 2025, §4; rescaled step h = ηN/σ²):
 
     θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N) ξ,    ξ ~ N(0, 1).
 
-Schemes (integer codes in :data:`SCHEME_CODES`):
+Schemes (:data:`SCHEME_CODES`), each a batch schedule of the chain engine (:data:`SCHEME_BATCHING`,
+:mod:`sgtune.sampler.engine`, :data:`sgtune.sampler.kernels.BATCH_FNS`):
 
-- ``ula``: full gradient, x̄_b = x̄;
+- ``ula``: full gradient, x̄_b = x̄ (schedule ``full``: no draw);
 - ``rm``: a fresh batch of B distinct indices every step (partial Fisher–Yates);
 - ``rm_with_replacement``: B indices drawn independently and uniformly;
 - ``rr``: at the start of every epoch a fresh uniformly random permutation
   (full Fisher–Yates), then the R = N/B consecutive blocks in order.
 
-Every chain owns an independent stream of the package's one generator,
-:mod:`sgtune.sampler.rng` (xoshiro256++ seeded from
-``numpy.random.SeedSequence(seed).spawn(n_chains)``; 53-bit uniforms, ziggurat
-normals, exactly uniform indices by Lemire's method), so results do not depend
-on the number of threads; the Python twin replays the same stream with
+The step is the engine's SG(L)D rule with Λ = h and noise factor sqrt(2hσ²/N) on the gradient oracle
+:func:`gaussian_mean_grad` (θ − x̄_b); :func:`reshuffle_plan` composes the run. Every chain owns an
+independent stream of the package's one generator, :mod:`sgtune.sampler.rng` (xoshiro256++ seeded from
+``numpy.random.SeedSequence(seed).spawn(n_chains)``; 53-bit uniforms, ziggurat normals, exactly uniform
+indices by Lemire's method), so results do not depend on the number of threads. The tests' pure-Python
+reference (``tests/reference/reshuffle_twin.py``) replays the same streams with
 :class:`~sgtune.sampler.rng.Xoshiro256PP`.
 
-The kernels store no traces: after ``burn_in_epochs`` they accumulate, per
-chain and per epoch position k = 0..R−1 (k steps of the epoch already taken),
-the time averages of d = θ − x̄ and d².  Because chains are independent, the
-across-chain spread of these per-chain averages gives an honest Monte Carlo
-standard error whatever the autocorrelation.
+The chains store no traces: after ``burn_in_epochs`` the recorder accumulates, per chain and per epoch
+position k = 0..R−1 (k steps of the epoch already taken), the sums of d = θ − x̄ and d², divided by the
+number of kept epochs into time averages. Because chains are independent, the across-chain spread of
+these per-chain averages gives an honest Monte Carlo standard error whatever the autocorrelation.
 """
 from __future__ import annotations
 
@@ -35,116 +36,73 @@ import numpy as np
 
 from ..core._validation import as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, UnstableStepSizeError
-from ._jit import njit, njit_parallel, prange
-from .rng import Xoshiro256PP, chain_states, normal, randbelow
+from ._jit import component
+from .engine import ChainPlan, NumbaBackend
+from .kernels import BATCH_FNS, sgld_diag_rule
+from .rng import chain_states
+from .state import LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams, mclmc_state
 
-__all__ = ["SCHEME_CODES", "ReshuffleChains", "run_reshuffle_chains", "run_reshuffle_chains_python",
-           "seed_states"]
+__all__ = ["SCHEME_CODES", "SCHEME_BATCHING", "ReshuffleChains", "run_reshuffle_chains", "seed_states"]
 
 SCHEME_CODES: dict[str, int] = {"ula": 0, "rm": 1, "rm_with_replacement": 2, "rr": 3}
+#: scheme -> the engine's batch schedule (:data:`sgtune.sampler.kernels.BATCH_FNS`), each counting epoch positions
+SCHEME_BATCHING: dict[str, str] = {"ula": "full", "rm": "without-replacement-positions",
+                                   "rm_with_replacement": "replacement-positions", "rr": "reshuffle"}
 
 
-# ----------------------------------------------------------------------------- numba kernels
-@njit
-def _one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
-               n_epochs: int, burn_in_epochs: int, s: np.ndarray, perm: np.ndarray,
-               m1: np.ndarray, m2: np.ndarray) -> None:  # pragma: no cover - compiled
+# ----------------------------------------------------------------------------- the engine's components
+@component
+def gaussian_mean_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the rows ``idx[:nb]`` of X (N, D).
+
+    An empty batch (``nb`` = 0, the ``full`` schedule) is the full data: θ − x̄ with the stored mean
+    ``y`` = x̄ (D,) itself, as ULA uses it.
+    """
+    d = theta.shape[0]
+    if nb == 0:
+        for j in range(d):
+            grad[j] = theta[j] - y[j]
+        return
+    for j in range(d):
+        acc = 0.0
+        for k in range(nb):
+            acc += X[idx[k], j]
+        grad[j] = theta[j] - acc / nb
+
+
+def reshuffle_plan(x: np.ndarray, batch_size: int, h: float, noise_sd: float, scheme: str, n_chains: int,
+                   n_epochs: int, burn_in_epochs: int, seed: int) -> ChainPlan:
+    """The engine's plan of the model problem: C chains from x̄, SG(L)D with Λ = h, L = ``noise_sd``.
+
+    Shaw & Whalley record the state *before* step k of each kept epoch at position k; the engine records
+    after step t at the position of the next step, t mod R: the same states. So the plan runs
+    (burn_in_epochs + n_epochs)·R − 1 steps and records after step t > burn_in_epochs·R − 1, by position,
+    the sums of d = θ − x̄ and d² (the recorder's ``pos_centre`` x̄). With no burn-in the state before the
+    first step, θ = x̄, is not recorded: its d is exactly 0, so the sums are the same bits.
+    """
     n = x.shape[0]
     R = n // batch_size
-    for i in range(n):
-        perm[i] = i
-    for k in range(R):
-        m1[k] = 0.0
-        m2[k] = 0.0
-    theta = xbar
-    for epoch in range(burn_in_epochs + n_epochs):
-        if scheme == 3:  # RR: fresh permutation per epoch (Fisher–Yates)
-            for i in range(n - 1, 0, -1):
-                j = randbelow(s, i + 1)
-                tmp = perm[i]
-                perm[i] = perm[j]
-                perm[j] = tmp
-        for k in range(R):
-            if epoch >= burn_in_epochs:
-                d = theta - xbar
-                m1[k] += d
-                m2[k] += d * d
-            if scheme == 0:
-                xb = xbar
-            elif scheme == 1:  # RM without replacement: partial Fisher–Yates, B distinct indices
-                acc = 0.0
-                for i in range(batch_size):
-                    j = i + randbelow(s, n - i)
-                    tmp = perm[i]
-                    perm[i] = perm[j]
-                    perm[j] = tmp
-                    acc += x[perm[i]]
-                xb = acc / batch_size
-            elif scheme == 2:  # RM with replacement
-                acc = 0.0
-                for i in range(batch_size):
-                    acc += x[randbelow(s, n)]
-                xb = acc / batch_size
-            else:  # RR: block k of this epoch's permutation
-                acc = 0.0
-                for i in range(k * batch_size, (k + 1) * batch_size):
-                    acc += x[perm[i]]
-                xb = acc / batch_size
-            theta = theta - h * (theta - xb) + noise_sd * normal(s)
-    for k in range(R):
-        m1[k] /= n_epochs
-        m2[k] /= n_epochs
+    C = n_chains
+    xbar = float(x.mean())
+    state = ChainState(np.full((C, 1), xbar), np.zeros((C, 1)), chain_states(int(seed), C),
+                       np.tile(np.arange(n, dtype=np.int64), (C, 1)), np.zeros(C, dtype=np.int64),
+                       -np.ones(C, dtype=np.int64), np.zeros(C, dtype=np.int64))
+    ora = Oracle(np.ascontiguousarray(x.reshape(n, 1)), np.array([xbar]), np.zeros(1, dtype=np.int64),
+                 np.zeros(1), np.zeros((1, 1)), 0, np.zeros((1, 1)), 1)
+    params = StepParams(np.array([[h]]), np.array([[noise_sd]]), 0.0, True, 1.0, 1.0, float(h))
+    sums = (np.zeros((C, R), dtype=np.int64), np.zeros((C, R, 1)), np.zeros((C, R, 1)))
+    none = (np.zeros((C, 0), dtype=np.int64), np.zeros((C, 0, 1)), np.zeros((C, 0, 1, 1)), np.zeros((C, 0, 1)),
+            np.zeros((C, 2), dtype=np.int64))
+    centre = np.array([xbar])
 
+    def recorder(last: bool) -> Recorder:
+        return Recorder(1, *none, bool(last), 0, np.zeros((C, 0, 1)), *sums, np.zeros((0, 1)), np.zeros((C, 0)),
+                        np.zeros((C, 0)), centre)
 
-@njit_parallel
-def _run_chains(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
-                n_epochs: int, burn_in_epochs: int, states: np.ndarray, perms: np.ndarray,
-                m1: np.ndarray, m2: np.ndarray) -> None:  # pragma: no cover - compiled
-    for c in prange(states.shape[0]):
-        _one_chain(x, xbar, batch_size, h, noise_sd, scheme, n_epochs, burn_in_epochs,
-                   states[c], perms[c], m1[c], m2[c])
-
-
-# ----------------------------------------------------------------------------- pure-Python twin
-def _py_one_chain(x: np.ndarray, xbar: float, batch_size: int, h: float, noise_sd: float, scheme: int,
-                  n_epochs: int, burn_in_epochs: int, s: Xoshiro256PP) -> tuple[np.ndarray, np.ndarray]:
-    n = len(x)
-    R = n // batch_size
-    perm = list(range(n))
-    m1 = [0.0] * R
-    m2 = [0.0] * R
-    theta = xbar
-    for epoch in range(burn_in_epochs + n_epochs):
-        if scheme == 3:
-            for i in range(n - 1, 0, -1):
-                j = s.randbelow(i + 1)
-                perm[i], perm[j] = perm[j], perm[i]
-        for k in range(R):
-            if epoch >= burn_in_epochs:
-                d = theta - xbar
-                m1[k] += d
-                m2[k] += d * d
-            if scheme == 0:
-                xb = xbar
-            elif scheme == 1:
-                acc = 0.0
-                for i in range(batch_size):
-                    j = i + s.randbelow(n - i)
-                    perm[i], perm[j] = perm[j], perm[i]
-                    acc += float(x[perm[i]])
-                xb = acc / batch_size
-            elif scheme == 2:
-                acc = 0.0
-                for i in range(batch_size):
-                    acc += float(x[s.randbelow(n)])
-                xb = acc / batch_size
-            else:
-                acc = 0.0
-                for i in range(k * batch_size, (k + 1) * batch_size):
-                    acc += float(x[perm[i]])
-                xb = acc / batch_size
-            theta = theta - h * (theta - xb) + noise_sd * s.normal()
-    return np.array(m1) / n_epochs, np.array(m2) / n_epochs
+    batching = SCHEME_BATCHING[scheme]
+    return ChainPlan("sgld", LAM_DIAG, batching, "gaussian-mean", BATCH_FNS[batching], gaussian_mean_grad,
+                     sgld_diag_rule, None, state, ora, Schedule(int(batch_size), 0.0), params, mclmc_state(C),
+                     recorder, max(burn_in_epochs * R - 1, 0), (burn_in_epochs + n_epochs) * R - 1)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -251,33 +209,30 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
     ReshuffleChains
         Per-chain moments per epoch position.
     """
-    x, b, h, sig2, code, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
+    x, b, h, sig2, _, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
                                               n_epochs, burn_in_epochs)
-    n = x.shape[0]
-    R = n // b
-    states = seed_states(int(seed), c)
-    perms = np.empty((c, n), dtype=np.int64)
-    m1 = np.empty((c, R))
-    m2 = np.empty((c, R))
-    _run_chains(x, float(x.mean()), b, h, math.sqrt(2.0 * h * sig2 / n), code, e, bi, states, perms, m1, m2)
+    plan = reshuffle_plan(x, b, h, math.sqrt(2.0 * h * sig2 / x.shape[0]), scheme, c, e, bi, int(seed))
+    NumbaBackend().advance(plan, 0, plan.n_steps, True)  # one call: nothing to report between chunks
+    rec = plan.recorder(True)
     return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
-                           first_moment=m1, second_moment=m2)
+                           first_moment=rec.pos_mean[:, :, 0] / e, second_moment=rec.pos_m2[:, :, 0] / e)
 
 
-def run_reshuffle_chains_python(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
-                                sigma2: Any | None = None, n_chains: int = 4, n_epochs: int = 10,
-                                burn_in_epochs: int = 2, seed: int = 0) -> ReshuffleChains:
-    """Pure-Python twin of :func:`run_reshuffle_chains` (same streams, same arithmetic; for tests)."""
-    x, b, h, sig2, code, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
-                                              n_epochs, burn_in_epochs)
-    n = x.shape[0]
-    states = seed_states(int(seed), c)
-    xbar = float(x.mean())
-    noise_sd = math.sqrt(2.0 * h * sig2 / n)
-    m1, m2 = [], []
-    for ci in range(c):
-        a1, a2 = _py_one_chain(x, xbar, b, h, noise_sd, code, e, bi, Xoshiro256PP(states[ci]))
-        m1.append(a1)
-        m2.append(a2)
-    return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
-                           first_moment=np.array(m1), second_moment=np.array(m2))
+def __getattr__(name: str) -> Any:
+    """``run_reshuffle_chains_python``: the deprecated name of the pure-Python twin, now in the tests."""
+    if name == "run_reshuffle_chains_python":
+        import warnings
+
+        warnings.warn("sgtune.sampler.reshuffle.run_reshuffle_chains_python is deprecated: the pure-Python reference "
+                      "moved to the tests (tests/reference/reshuffle_twin.py); this name now runs "
+                      "run_reshuffle_chains (the same streams)", DeprecationWarning, stacklevel=2)
+        globals()[name] = _compiled_twin  # warn once
+        return _compiled_twin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _compiled_twin(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr", sigma2: Any | None = None,
+                   n_chains: int = 4, n_epochs: int = 10, burn_in_epochs: int = 2, seed: int = 0) -> ReshuffleChains:
+    """:func:`run_reshuffle_chains` with the defaults of the old ``run_reshuffle_chains_python``."""
+    return run_reshuffle_chains(data, batch_size, step, scheme=scheme, sigma2=sigma2, n_chains=n_chains,
+                                n_epochs=n_epochs, burn_in_epochs=burn_in_epochs, seed=seed)
