@@ -4,7 +4,9 @@ CPU µs per chain-iteration of the compiled chains — the process CPU time of a
 T steps, each the best of ``--repeats``, so compile, setup and summary cancel and the time other processes
 hold the core is not counted — for a few configurations — SG(L)D on logistic regression (N = 10 000, D = 50, B = 32) with
 and without the streaming covariance, 1 and 64 chains, a dense Λ with momentum, reshuffling, SGLRW, the
-SMILE sampler, and SG(L)D on a one-layer MLP. Each round runs a worker process per checkout (alternating
+SMILE sampler, and SG(L)D on a one-layer MLP; and the model problems that have their own public entry point
+(Shaw & Whalley's reshuffling chains, ``run_reshuffle_chains``; the SMILE paper's ensembles on an analytic
+target, ``run_smile_ensemble``), 4 chains each. Each round runs a worker process per checkout (alternating
 which goes first), so both see the same machine load; the table reports the best of the rounds per
 configuration and the ratio now / baseline (on a shared machine the CPU time still grows with the load —
 caches and the core's other hyper-thread are shared — but both checkouts see the same load).
@@ -40,6 +42,55 @@ CONFIGS = {
     "smile (3 gradients per step)": ("logistic", "smile", 0.03, 1, 20_000, {"cov": True}),
     "sgld, MLP 50-3-1 (D = 157)": ("mlp", "sgld", 0.2, 1, 20_000, {"cov": True}),
 }
+
+
+#: the model-problem engines (the same public functions in both checkouts): name -> (kind, settings, steps per
+#: chain); µs per chain-iteration as above (T and 2T steps per chain, 4 chains, 1 thread)
+MODEL_PROBLEMS = {
+    "reshuffle model problem, rr (N = 1200, B = 30)": ("reshuffle", {"scheme": "rr"}, 40_000),
+    "reshuffle model problem, rm (N = 1200, B = 30)": ("reshuffle", {"scheme": "rm"}, 40_000),
+    "smile ensemble, Gaussian D = 10": ("ensemble", {"sampler": "smile", "step": 0.3}, 20_000),
+    "sgld ensemble, Gaussian D = 10": ("ensemble", {"sampler": "sgld", "step": 1e-3}, 40_000),
+}
+
+
+def _model_problem_runner():
+    """run(kind, settings, steps, seed) for Shaw & Whalley's model problem and the SMILE paper's ensembles."""
+    import numpy as np
+
+    from sgtune.sampler.reshuffle import run_reshuffle_chains
+    from sgtune.sampler.smile import run_smile_ensemble
+    from sgtune.sampler.targets import make_target
+
+    x = np.random.default_rng(3).standard_normal(1200)
+    target = make_target("gaussian", "isotropic", dim=10, seed=0)
+    new_form = "run" in inspect.signature(run_smile_ensemble).parameters
+
+    def run(kind, settings, steps, seed):
+        if kind == "reshuffle":
+            return run_reshuffle_chains(x, 30, 0.5, scheme=settings["scheme"], n_chains=4, n_epochs=steps // 40,
+                                        burn_in_epochs=0, seed=seed)
+        if new_form:
+            from sgtune.core.config import RunSpec
+            from sgtune.sampler.registry import options_for
+
+            return run_smile_ensemble(target, settings["step"], RunSpec(steps, n_chains=4, seed=seed),
+                                      options_for(settings["sampler"]))
+        return run_smile_ensemble(target, settings["sampler"], settings["step"], n_steps=steps, n_chains=4, seed=seed)
+    return run
+
+
+def _cpu_per_step(call, steps: int, chains: int, repeats: int) -> float:
+    """µs per chain-iteration: the best CPU time of 2T steps minus that of T steps (setup and summary cancel)."""
+    cpu = {}
+    for n in (steps, 2 * steps):
+        best = math.inf
+        for s in range(repeats):
+            tic = time.process_time()
+            call(n, s)
+            best = min(best, time.process_time() - tic)
+        cpu[n] = best
+    return 1e6 * (cpu[2 * steps] - cpu[steps]) / (chains * steps)
 
 
 def _problem():
@@ -108,6 +159,10 @@ def worker(repeats: int) -> dict[str, float]:
         # the CPU time of `steps` more steps: the setup and summary cancel, and the time other processes
         # take the core is not counted (this machine is shared)
         out[name] = 1e6 * (cpu[2 * steps] - cpu[steps]) / (chains * steps)
+    run_mp = _model_problem_runner()
+    for name, (kind, settings, steps) in MODEL_PROBLEMS.items():
+        run_mp(kind, settings, 80, 0)  # compile / load the cache
+        out[name] = _cpu_per_step(lambda n, s: run_mp(kind, settings, n, s), steps, 4, repeats)
     return out
 
 
@@ -146,7 +201,7 @@ def main() -> None:
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     rows = []
     print(f"{'configuration':44s} {'baseline µs':>12s} {'now µs':>9s} {'now/base':>9s}")
-    for name in CONFIGS:
+    for name in (*CONFIGS, *MODEL_PROBLEMS):
         b, n = best["baseline"][name], best["now"][name]
         rows.append([name, f"{b:.3g}", f"{n:.3g}", f"{n / b:.2f}"])
         print(f"{name:44s} {b:12.3f} {n:9.3f} {n / b:9.3f}")

@@ -184,12 +184,11 @@ def test_theory_functions_are_at_most_100_lines():
 
 # --------------------------------------------------------------------------- the sampler's structure
 SAMPLER = PKG / "sampler"
-#: the compiled step loops of sgtune/sampler: the engine's, and the model-problem engines not yet moved onto it
-#: (each entry is a debt: moving an engine onto sgtune.sampler.engine deletes its line here; moving it must keep
-#: its golden outputs, benchmarks/golden.py, bit for bit):
-#: - smile.ensemble_chains: the SMILE paper's analytic targets with injected gradient noise; records Σθ, Σθ²,
-#:   per-chain energy statistics and step/energy traces (an analytic-target oracle and that recorder).
-STEP_LOOPS_NOT_ON_THE_ENGINE = {"smile.ensemble_chains"}
+#: the compiled step loops of sgtune/sampler that are not the engine's (each entry is a debt: moving an engine onto
+#: sgtune.sampler.engine deletes its line here, keeping its golden outputs, benchmarks/golden.py, bit for bit).
+#: None left: Shaw & Whalley's model problem (reshuffle.py) and the SMILE paper's analytic-target ensembles
+#: (smile.run_smile_ensemble) are plans of the engine.
+STEP_LOOPS_NOT_ON_THE_ENGINE: set[str] = set()
 #: jitted loops over steps that run no chain (benchmark and test helpers)
 NOT_CHAINS = {"kernels.batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
 JIT_DECORATORS = {"njit", "njit_parallel", "njit_fma", "component", "component_fma", "jit"}

@@ -674,7 +674,8 @@ def _plan(prob: _Problem, dyn: Dynamics, run: RunSpec, options: Any, spec: Sampl
     arrays = (np.zeros((C, S), dtype=np.int64), np.zeros((C, S, d)), np.zeros((C, S, d, d)),
               np.zeros((C, COV_BLOCK, d)), np.zeros((C, 2), dtype=np.int64))
     more = (np.zeros((C, n_trace, d)), np.zeros((C, R), dtype=np.int64), np.zeros((C, R, d)), np.zeros((C, R, d)),
-            obs, np.zeros((C, obs.shape[0])), np.zeros((C, n_trace if spec.mclmc else 0)), np.zeros(0))
+            obs, np.zeros((C, obs.shape[0])), np.zeros((C, n_trace if spec.mclmc else 0)), np.zeros(0),
+            np.zeros((C, 0)))
     seg_len = run.kept_steps // S
 
     def recorder(last: bool) -> Recorder:

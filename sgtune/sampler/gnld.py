@@ -144,7 +144,7 @@ def gnld_plan(drift: np.ndarray, noise_factor: np.ndarray, hessian: np.ndarray, 
     def recorder(last: bool) -> Recorder:
         a = arrays
         return Recorder(int(n_steps), a[0], a[1], a[2], a[3], a[4], bool(last), 0, a[5], a[6], a[7], a[8], obs,
-                        obs_sum, np.zeros((reps, 0)), np.zeros(0))
+                        obs_sum, np.zeros((reps, 0)), np.zeros(0), np.zeros((reps, 0)))
 
     batching = "replacement" if batch_size > 0 else "none"
     return ChainPlan("gnld", LAM_DENSE, batching, "gnld", BATCH_FNS[batching], gnld_grad, sgld_dense_rule, None,

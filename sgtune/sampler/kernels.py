@@ -34,7 +34,7 @@ batch-means standard errors), accumulated in blocks: the states are collected in
 (``blk_n[c]`` = [pending count, segment]) and merged by :func:`flush_block` when K are pending, when
 the segment changes, and at the end of a call with ``flush`` true (the driver's last call) — so the
 result does not depend on how the run is split into calls; thinned trace (every ``thin`` steps) and
-the step size of the MCLMC samplers at the same draws, sums of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
+the step size of the MCLMC samplers (and their Σ ΔE so far, ``energy_trace``) at the same draws, sums of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
 of batches of the current epoch already used, 0..R−1, as the batch schedule counts it: ``reshuffle``,
 ``full`` and the ``*-positions`` schedules) — or, when the recorder has a ``pos_centre`` c, the sums of
 d = θ − c and of d² by position instead (Shaw & Whalley's model problem, :mod:`sgtune.sampler.reshuffle`).
@@ -442,10 +442,12 @@ def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
                 delta = th[j] - pos_mean[c, pos, j]
                 pos_mean[c, pos, j] += delta * inv_p
                 rec.pos_m2[c, pos, j] += delta * (th[j] - pos_mean[c, pos, j])
-    if thin > 0 and u % thin == 0:  # the MCLMC samplers' step size at the same draws
+    if thin > 0 and u % thin == 0:  # the MCLMC samplers' step size (and Σ ΔE) at the same draws
         k = u // thin - 1
         if k < rec.step_trace.shape[1]:
             rec.step_trace[c, k] = mc.step[c]
+        if k < rec.energy_trace.shape[1]:
+            rec.energy_trace[c, k] = mc.stats[c, 1]
 
 
 @njit

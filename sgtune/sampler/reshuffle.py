@@ -97,7 +97,7 @@ def reshuffle_plan(x: np.ndarray, batch_size: int, h: float, noise_sd: float, sc
 
     def recorder(last: bool) -> Recorder:
         return Recorder(1, *none, bool(last), 0, np.zeros((C, 0, 1)), *sums, np.zeros((0, 1)), np.zeros((C, 0)),
-                        np.zeros((C, 0)), centre)
+                        np.zeros((C, 0)), centre, np.zeros((C, 0)))
 
     batching = SCHEME_BATCHING[scheme]
     return ChainPlan("sgld", LAM_DIAG, batching, "gaussian-mean", BATCH_FNS[batching], gaussian_mean_grad,

@@ -32,9 +32,10 @@ later use them as "update step" functions):
   vanilla SGHMC (Chen et al. 2014, no noise estimate B̂) v ← v + h(g − γv) + √(2γh) η,
   θ ← θ + h v (unit mass, friction γ = 1 by default).
 
-:func:`ensemble_chains` (``prange`` over chains, one xoshiro256++ stream per chain) runs any of
-:data:`METHOD_IDS` on an analytic target of :mod:`sgtune.sampler.targets`; :func:`run_smile_ensemble`
-is the validated Python entry point; :func:`grid_search_b2` is the appendix-C step-size search.
+:func:`run_smile_ensemble` runs any of :data:`METHOD_IDS` on an analytic target of
+:mod:`sgtune.sampler.targets` on the chain engine (:mod:`sgtune.sampler.engine`; the plan is
+:func:`sgtune.sampler.smile_chain.target_plan`: one xoshiro256++ stream per chain, the step's noise ξ drawn
+first, then the step); :func:`grid_search_b2` is the appendix-C step-size search.
 """
 from __future__ import annotations
 
@@ -49,14 +50,14 @@ from ..core._refs import cites
 from ..core._validation import check_int, check_positive
 from ..core.errors import SgtuneError
 from ..theory.smile import B2Estimate, b2_chains, bootstrap_b2
-from ._jit import njit, njit_parallel, prange
+from ._jit import njit
 from .rng import chain_states, fill_normals
-from .state import DIVERGENCE_BOUND, tuner_params
-from .targets import AnalyticTarget, noise_vector, noisy_logp_grad
+from .state import tuner_params
+from .targets import AnalyticTarget, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
            "GridSearchResult", "ensemble_options", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
-           "sgld_step", "sghmc_step", "ensemble_chains", "random_unit_vector", "check_tuner_settings"]
+           "sgld_step", "sghmc_step", "random_unit_vector", "check_tuner_settings"]
 
 SMILE_NAIVE, PSMILE_NAIVE, SMILE, PSMILE, SGLD, SGHMC = 0, 1, 2, 3, 4, 5
 METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE_NAIVE, "smile": SMILE,
@@ -225,105 +226,6 @@ def sghmc_step(theta, v, grad, eta, h, friction):  # type: ignore[no-untyped-def
         theta[i] += h * v[i]
 
 
-@njit
-def _finite_bounded(theta):  # type: ignore[no-untyped-def]
-    acc = 0.0
-    for i in range(theta.shape[0]):
-        acc += abs(theta[i])
-    return math.isfinite(acc) and acc < DIVERGENCE_BOUND
-
-
-@njit_parallel
-def ensemble_chains(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom, rng, step, tune, ipre, gbar,
-                    gvar, params, n_steps, burn_in, thin, sum1, sum2, stats, trace, step_trace, energy_trace,
-                    diverged):  # type: ignore[no-untyped-def]
-    """Advance C chains (``prange``) of ``method`` by ``n_steps`` steps from step 0 (arrays updated in place).
-
-    Per chain c: ``theta[c]`` start → final state; ``mom[c]`` velocity (initialised here: a
-    uniform unit vector for the MCLMC methods, 0 for SGHMC); ``step[c]`` step size (adapted by
-    the tuner); ``tune[c]`` = [μ_raw, s²_raw, n, ·]; ``ipre``/``gbar``/``gvar`` pSMILE state
-    (``ipre`` = 1/p starts at 1). Each step draws ξ (D normals: the injected noise, i.e. the batch),
-    then for SGLD/SGHMC η (D normals). After ``burn_in`` steps, ``sum1``/``sum2`` accumulate θ
-    and θ². ``stats[c]`` = [rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²] over all steps; every ``thin``
-    steps the trace of θ, the step size and Σ ΔE so far. ``diverged[c]`` = step at which θ
-    became non-finite (or ‖θ‖₁ > 1e150), −1 otherwise.
-    """
-    n_chains, d = theta.shape
-    alpha = params.alpha
-    beta = params.beta
-    zk = params.zk
-    zlo = params.zlo
-    zhi = params.zhi
-    delta = params.delta
-    friction = params.friction
-    tune_start = params.tune_start
-    pre_start = params.pre_start
-    mclmc = method <= PSMILE
-    precond = method == PSMILE_NAIVE or method == PSMILE
-    tuned = method == SMILE or method == PSMILE
-    for c in prange(n_chains):
-        st = rng[c]
-        th = theta[c]
-        u = mom[c]
-        xi = np.empty(d)
-        w = np.empty(d)
-        eta = np.empty(d)
-        grad = np.empty(d)
-        prev = np.empty(d)
-        p = ipre[c]
-        pcount = 0
-        if mclmc:
-            random_unit_vector(st, u)
-        else:
-            for i in range(d):
-                u[i] = 0.0
-        cum_de = 0.0
-        for t in range(n_steps):
-            fill_normals(st, xi)
-            noise_vector(noise_chol, xi, w)
-            h = step[c]
-            if mclmc:
-                lp0 = noisy_logp_grad(target_id, prec, q, spatial_sd, w, th, grad)
-                if precond:
-                    pcount = precond_update(gbar[c], gvar[c], pcount, grad, alpha, p, pre_start)
-                for i in range(d):
-                    prev[i] = th[i]
-                de = mn_step(target_id, prec, q, spatial_sd, w, th, u, p, h, grad, lp0)
-                if tuned:
-                    tune[c, 3] = h
-                    if tuner_update(tune[c], abs(de), zk, zlo, zhi, beta, delta, tune_start) or not _finite_bounded(th):
-                        stats[c, 0] += 1.0
-                        for i in range(d):
-                            th[i] = prev[i]
-                            u[i] = 0.0
-                    step[c] = tune[c, 3]
-                if math.isfinite(de):
-                    cum_de += de
-                    stats[c, 1] += de
-                    stats[c, 2] += abs(de)
-                    stats[c, 3] += de * de
-            else:
-                noisy_logp_grad(target_id, prec, q, spatial_sd, w, th, grad)
-                fill_normals(st, eta)
-                if method == SGLD:
-                    sgld_step(th, grad, eta, h)
-                else:
-                    sghmc_step(th, u, grad, eta, h, friction)
-            if not _finite_bounded(th):
-                diverged[c] = t
-                break
-            if t >= burn_in:
-                for i in range(d):
-                    sum1[c, i] += th[i]
-                    sum2[c, i] += th[i] * th[i]
-            if thin > 0 and (t + 1) % thin == 0:
-                k = (t + 1) // thin - 1
-                for i in range(d):
-                    trace[c, k, i] = th[i]
-                step_trace[c, k] = step[c]
-                energy_trace[c, k] = cum_de
-
-
 @dataclass(frozen=True, slots=True)
 class SmileEnsembleResult:
     """Outcome of :func:`run_smile_ensemble` (per-chain arrays have C rows)."""
@@ -414,8 +316,10 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     start : (D,) array, optional
         Initial position of every chain (default: the posterior mean).
     backend : "numba" or a function
-        A function with the argument list of :func:`ensemble_chains` runs instead of the compiled kernel
-        (the tests' pure-Python reference).
+        ``"numba"``: the chain engine. A function with the argument list of the compiled kernel of 0.1
+        (``method, target_id, precision, q, noise_chol, spatial_sd, θ, u, streams, ε, tune, ipre, gbar, gvar,
+        params, n_steps, burn_in, thin, Σθ, Σθ², stats, trace, ε trace, ΔE trace, diverged``, arrays filled in
+        place) runs instead: the tests' pure-Python reference.
 
     Returns
     -------
@@ -446,11 +350,15 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
         raise SgtuneError(f"start must be a finite vector of length D = {d}, got shape {x0.shape}")
     params = options.tuner_params(1.0) if hasattr(options, "ema_rate") else SmileOptions().tuner_params(1.0)
     params = params._replace(friction=float(getattr(options, "friction", 1.0)))
-    out = _ensemble_arrays(nc, d, ns // th_ if th_ > 0 else 0, x0, h, run.seed)
-    args = (METHOD_IDS[sampler], target.target_id, target.precision, target.q, target.noise_chol, target.spatial_sd,
-            *out[:8], params, ns, bi, th_, *out[8:])
-    (ensemble_chains if backend == "numba" else backend)(*args)
-    theta, _, _, step, _, ipre, _, _, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = out
+    n_rec = ns // th_ if th_ > 0 else 0
+    if backend == "numba":
+        theta, step, ipre, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = _on_engine(
+            target, sampler, params, h, run, n_rec, x0)
+    else:  # a function with the argument list of the kernel of 0.1 (the tests' reference, tests/reference)
+        out = _ensemble_arrays(nc, d, n_rec, x0, h, run.seed)
+        backend(METHOD_IDS[sampler], target.target_id, target.precision, target.q, target.noise_chol,
+                target.spatial_sd, *out[:8], params, ns, bi, th_, *out[8:])
+        theta, _, _, step, _, ipre, _, _, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = out
     kept = float(ns - bi)
     smile = options if hasattr(options, "ema_rate") else SmileOptions()
     settings = {"friction": params.friction, "ema_rate": smile.ema_rate, "precond_rate": smile.precond_rate,
@@ -460,6 +368,24 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
         sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
         stats[:, 0] / ns, step.copy(), stats[:, 1] / ns, stats[:, 2] / ns, stats[:, 3] / ns / d, diverged, 1.0 / ipre,
         trace if th_ else None, step_trace if th_ else None, energy_trace if th_ else None, th_, settings)
+
+
+def _on_engine(target: AnalyticTarget, sampler: str, params: Any, h: float, run: Any, n_rec: int,
+               x0: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The ensemble on the engine: the burn-in in one call (trace only), the kept steps in another (the sums)."""
+    from .engine import NumbaBackend
+    from .smile_chain import target_plan
+
+    plan, _ = target_plan(target, sampler, params, h, run.n_chains, run.thin, n_rec, x0, int(run.seed))
+    backend = NumbaBackend()
+    bi = run.burn_in_steps
+    backend.advance(plan, 0, bi, False)
+    backend.advance(plan, bi, run.n_steps - bi, True)
+    rec, mc, div = plan.recorder(True), plan.mclmc, plan.state.diverged
+    # the engine counts steps from 1, the results of 0.1 from 0
+    diverged = np.where(div >= 0, div - 1, -1)
+    return (plan.state.theta, mc.step, mc.ipre, rec.pos_mean[:, 0], rec.pos_m2[:, 0], mc.stats, rec.trace,
+            rec.step_trace, rec.energy_trace, diverged)
 
 
 def _ensemble_arrays(nc: int, d: int, n_rec: int, x0: np.ndarray, h: float, seed: int) -> tuple[np.ndarray, ...]:

@@ -35,16 +35,22 @@ stream before the first step. :func:`mclmc_rule` is the engine's step rule
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import numpy as np
 
 from ._jit import component, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
-from .kernels import diverges, finish, record
-from .smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector, tuner_update
+from .engine import ChainPlan
+from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
+from .rng import chain_states, fill_normals
+from .smile import (MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector, sgld_step,
+                    tuner_update)
+from .state import LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams, TunerParams, mclmc_state
+from .targets import draw_step_noise, target_grad, target_value_grad
 
-__all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "general_phase",
-           "value_gradient_cost"]
+__all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
+           "sgld_target_rule", "general_phase", "value_gradient_cost", "target_plan"]
 
 
 @njit_inline
@@ -123,9 +129,8 @@ def _eval(value_grad_fn, th, ora, st, nb, w, want, beta):  # type: ignore[no-unt
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
 
 
-@component
-def mclmc_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
-    """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature; module docstring)."""
+@njit_inline
+def _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-untyped-def]
     beta = mc.inv_temp
     lp = _eval(value_grad_fn, th, ora, st, nb, w, True, beta)
     step_begin(c, th, u, w.grad, lp, mc)
@@ -133,6 +138,33 @@ def mclmc_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: igno
     step_mid(c, th, u, w.grad, mc)
     lp = _eval(value_grad_fn, th, ora, st, nb, w, True, beta)
     step_end(c, th, u, w.grad, lp, mc)
+
+
+@component
+def mclmc_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature; module docstring)."""
+    _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w)
+    return 0
+
+
+@component
+def mclmc_target_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """One MCLMC step on an analytic target: the step's noise drawn first, then the three gradients on it
+    (:func:`sgtune.sampler.targets.target_value_grad`)."""
+    draw_step_noise(st, ora.mat, w.wk, th.shape[0])
+    _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w)
+    return 0
+
+
+@component
+def sgld_target_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """The SMILE paper's SGLD baseline on an analytic target, θ ← θ + h g + √(2h) η with g = ∇log p_ξ(θ)
+    (:func:`sgtune.sampler.smile.sgld_step`, h = s · ``p.step``; the oracle draws the step's noise)."""
+    data_gradient(grad_fn, th, ora, st, nb, w)
+    for j in range(th.shape[0]):
+        w.buf[j] = -w.grad[j]
+    fill_normals(st, w.xi)
+    sgld_step(th, w.buf, w.xi, s * p.step)
     return 0
 
 
@@ -177,3 +209,47 @@ def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[
     for _ in range(n_iter):
         acc += minibatch_value_gradient(theta, X, y, idx, b, model, mpar, eta, grad, want) + grad[0]
     return acc
+
+
+# --------------------------------------------------------------------------- the SMILE paper's analytic targets
+def target_plan(target: Any, sampler: str, tuner: TunerParams, step: float, n_chains: int, thin: int, n_trace: int,
+                x0: np.ndarray, seed: int) -> tuple[ChainPlan, Callable[[bool], Recorder]]:
+    """The engine's plan of an ensemble on an analytic target (:func:`sgtune.sampler.smile.run_smile_ensemble`).
+
+    The oracle is :func:`~sgtune.sampler.targets.target_value_grad` (MCLMC: :func:`mclmc_target_rule` draws the
+    step's noise, then three gradients on it) or :func:`~sgtune.sampler.targets.target_grad` (SGLD:
+    :func:`sgld_target_rule`; SGHMC: :func:`~sgtune.sampler.kernels.sghmc_rule` with β = 1), with no data
+    (batching ``none``). The MCLMC velocities are drawn here, before the first step. Returns the plan and its
+    ``recorder``: ``plan.recorder(kept)`` is, with ``kept``, the recorder of the steps after burn-in (the sums
+    of θ and θ² as the epoch-position sums of one position centred at 0), without it that of the burn-in
+    (no sums); both write the trace, the step-size trace and Σ ΔE every ``thin`` steps, counting steps from
+    the first (the engine's burn-in is 0). So the plan runs in two calls of the backend: the burn-in with
+    ``last`` false, then the kept steps with ``last`` true.
+    """
+    C, d = n_chains, target.dim
+    mclmc = sampler not in ("sgld", "sghmc")
+    state = ChainState(np.ascontiguousarray(np.tile(x0, (C, 1))), np.zeros((C, d)), chain_states(seed, C),
+                       np.zeros((C, 1), dtype=np.int64), np.zeros(C, dtype=np.int64), -np.ones(C, dtype=np.int64),
+                       np.zeros(C, dtype=np.int64))
+    if mclmc:
+        init_velocity(state)
+    ora = Oracle(np.ascontiguousarray(target.precision, dtype=np.float64), np.zeros(1),
+                 np.array([target.target_id], dtype=np.int64), np.array([float(target.q), float(target.spatial_sd)]),
+                 np.ascontiguousarray(target.noise_chol, dtype=np.float64), 0, np.zeros((1, 1)), 2 * d)
+    params_ = StepParams(np.zeros((d, d)), np.zeros((d, d)), 0.0, True, 1.0, float(tuner.friction), float(step))
+    rule = {"sgld": sgld_target_rule, "sghmc": sghmc_rule}.get(sampler, mclmc_target_rule)
+    trace = (np.zeros((C, n_trace, d)), np.zeros((C, n_trace)), np.zeros((C, n_trace)))
+    sums = (np.zeros((C, 1), dtype=np.int64), np.zeros((C, 1, d)), np.zeros((C, 1, d)))
+    no_sums = (np.zeros((C, 0), dtype=np.int64), np.zeros((C, 0, d)), np.zeros((C, 0, d)))
+    none = (np.zeros((C, 0), dtype=np.int64), np.zeros((C, 0, d)), np.zeros((C, 0, d, d)), np.zeros((C, 0, d)),
+            np.zeros((C, 2), dtype=np.int64))
+    centre = np.zeros(d)
+
+    def recorder(kept: bool) -> Recorder:
+        return Recorder(1, *none, True, int(thin), trace[0], *(sums if kept else no_sums), np.zeros((0, d)),
+                        np.zeros((C, 0)), trace[1], centre, trace[2])
+
+    plan = ChainPlan(sampler, LAM_DIAG, "none", "analytic-target", BATCH_FNS["none"],
+                     target_value_grad if mclmc else target_grad, rule, None, state, ora, Schedule(0, 0.0), params_,
+                     mclmc_state(C, d, step, tuner), recorder, 0, 0, None, mclmc)
+    return plan, recorder

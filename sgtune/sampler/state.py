@@ -16,8 +16,9 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
 - :class:`MclmcState` and :class:`TunerParams` — the SMILE samplers' per-chain step size, tuner EMAs,
   pSMILE preconditioner and energy-error statistics, and the fixed settings of Algorithm 1;
 - :class:`Recorder` — the streaming outputs (moments by segment, covariance blocks, trace, observables,
-  epoch-position moments, step-size trace) and ``pos_centre``: empty for Welford moments by epoch
-  position, or the centre c for sums of θ − c and (θ − c)² by position.
+  epoch-position moments, step-size trace), ``pos_centre`` (empty for Welford moments by epoch
+  position, or the centre c for sums of θ − c and (θ − c)² by position) and ``energy_trace`` (the SMILE
+  samplers' Σ ΔE so far, at the trace's draws; zero columns: not recorded).
 
 A sampler that does not use a group gets one with zero-length arrays (:func:`mclmc_state` with D = 0), so every
 sampler compiles against the same record types. The one-value constants of the engine live here too:
@@ -50,7 +51,7 @@ TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start 
 MclmcState = namedtuple("MclmcState", ("step", "tune", "ipre", "gbar", "gvar", "pcount", "stats", "prev", "scal")
                         + TunerParams._fields)
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "
-                                  "obs obs_sum step_trace pos_centre")
+                                  "obs obs_sum step_trace pos_centre energy_trace")
 #: per-chain scratch of one call of the engine (allocated once per call, never in the step loop)
 Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 

@@ -32,10 +32,11 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 from ..theory.smile import funnel_second_moments, gaussian_second_moments, rosenbrock_second_moments
-from ._jit import njit
+from ._jit import component, njit, njit_inline
+from .rng import fill_normals
 
 __all__ = ["TARGET_IDS", "NOISE_KINDS", "AnalyticTarget", "make_target", "target_logp_grad", "noisy_logp_grad",
-           "noise_vector", "random_rotation"]
+           "noise_vector", "random_rotation", "draw_step_noise", "target_value_grad", "target_grad"]
 
 GAUSSIAN, ROSENBROCK, FUNNEL = 0, 1, 2
 TARGET_IDS: dict[str, int] = {"gaussian": GAUSSIAN, "rosenbrock": ROSENBROCK, "funnel": FUNNEL}
@@ -110,6 +111,41 @@ def noisy_logp_grad(target_id, prec, q, spatial_sd, w, theta, grad):  # type: ig
         grad[i] += eps
         lp += eps * theta[i]
     return lp
+
+
+# --------------------------------------------------------------------------- the engine's gradient oracle
+# (sgtune.sampler.engine): an analytic target as a loss, −log p_ξ(θ), in the oracles' convention. Oracle fields:
+# X = Σ⁻¹ (D, D), ints = [target id], floats = [Q, σ₂ of the spatial noise (0: off)], mat = L (the noise
+# factor), work ≥ 2D: work[:D] = ξ, work[D:2D] = w = Lξ, the step's noise (its "minibatch").
+@njit_inline
+def draw_step_noise(st, noise_chol, work, d):  # type: ignore[no-untyped-def]
+    """The step's noise: ξ (D normals from the chain's stream) into ``work[:D]``, w = Lξ into ``work[D:2D]``."""
+    xi = work[:d]
+    fill_normals(st, xi)
+    noise_vector(noise_chol, xi, work[d:2 * d])
+
+
+@njit_inline
+def _target_loss_grad(theta, X, ints, floats, work, grad):  # type: ignore[no-untyped-def]
+    d = theta.shape[0]
+    lp = noisy_logp_grad(ints[0], X, floats[0], floats[1], work[d:2 * d], theta, grad)
+    for j in range(d):
+        grad[j] = -grad[j]
+    return -lp
+
+
+@component
+def target_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
+    """−log p_ξ(θ) and its gradient −∇log p_ξ(θ) (into ``grad``) with the step's noise already drawn
+    (:func:`draw_step_noise`): the MCLMC samplers evaluate three gradients on one noise."""
+    return _target_loss_grad(theta, X, ints, floats, work, grad)
+
+
+@component
+def target_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+    """The step's noise drawn, then −∇log p_ξ(θ): the samplers with one gradient a step (SGLD, SGHMC)."""
+    draw_step_noise(st, mat, work, theta.shape[0])
+    _target_loss_grad(theta, X, ints, floats, work, grad)
 
 
 def random_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:
