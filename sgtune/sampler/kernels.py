@@ -34,7 +34,8 @@ batch-means standard errors), accumulated in blocks: the states are collected in
 (``blk_n[c]`` = [pending count, segment]) and merged by :func:`flush_block` when K are pending, when
 the segment changes, and at the end of a call with ``flush`` true (the driver's last call) — so the
 result does not depend on how the run is split into calls; thinned trace (every ``thin`` steps) and
-the step size of the MCLMC samplers (and their Σ ΔE so far, ``energy_trace``) at the same draws, sums of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
+the step size of the MCLMC samplers (and their Σ ΔE so far, ``energy_trace``) at the same draws, sums
+of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
 of batches of the current epoch already used, 0..R−1, as the batch schedule counts it: ``reshuffle``,
 ``full`` and the ``*-positions`` schedules) — or, when the recorder has a ``pos_centre`` c, the sums of
 d = θ − c and of d² by position instead (Shaw & Whalley's model problem, :mod:`sgtune.sampler.reshuffle`).
@@ -87,10 +88,19 @@ def batch_without_replacement(st, perm, n_data, batch_size, pos, idx):  # type: 
     return batch_size, pos
 
 
+@njit_inline
+def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
+    """The epoch position after ``pos``: (pos + 1) mod R, R = ceil(N/B) (pos + 1 = R exactly when
+    (pos + 1)·B ≥ N: no integer division in the step loop)."""
+    nxt = pos + 1
+    if nxt * batch_size >= n_data:
+        return 0
+    return nxt
+
+
 @component
 def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """Random reshuffling: a fresh permutation at epoch position 0, then consecutive blocks."""
-    n_batches = (n_data + batch_size - 1) // batch_size
     if pos == 0:
         for i in range(n_data - 1, 0, -1):
             j = randbelow(st, i + 1)
@@ -101,7 +111,7 @@ def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-
     stop = min(start + batch_size, n_data)
     for k in range(start, stop):
         idx[k - start] = perm[k]
-    return stop - start, (pos + 1) % n_batches
+    return stop - start, _next_position(pos, n_data, batch_size)
 
 
 @component
@@ -110,10 +120,6 @@ def batch_none(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyp
     return 0, pos
 
 
-@njit_inline
-def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
-    """The epoch position after ``pos``: (pos + 1) mod R, R = ceil(N/B)."""
-    return (pos + 1) % ((n_data + batch_size - 1) // batch_size)
 
 
 @component
