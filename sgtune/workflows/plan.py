@@ -18,7 +18,7 @@ sqrt(b² + c/(T·C)), so the tolerance E needs T = ⌈c/(C·(E² − b²))⌉ st
 the run costs C·B·(t₀ + T) gradient evaluations. A configuration with b ≥ E is infeasible at any length.
 ``predicted_seconds`` is a cost model of sgtune's own sampler on this machine, a + b·(t₀ + T): a fixed
 cost per run and a wall time per step, calibrated once per process and configuration (batch size, Λ
-kind, momentum, batching, chains) from the medians of repeated short runs of the compiled kernel at two
+kind, momentum, batching, chains) from the fastest of repeated short runs of the compiled kernel at two
 lengths (compilation excluded; :func:`sampler_cost`). With an exactly tuned Λ the gradient evaluations
 per unit of precision barely depend on B (c/B scales like the gradient noise), so the per-step overhead
 decides the wall time. The recommendation minimises the objective with ties broken by the candidate's
@@ -80,7 +80,7 @@ PLAN_COV_TOL = 1e-4
 #: wall-clock budget of the sampler timings' measured work (seconds, all configurations together; compilation
 #: and the fixed cost of the short probing runs come on top)
 TIME_BUDGET = 1.0
-#: each configuration's cost model is the median of this many timings at each of its two lengths
+#: each configuration's cost model is the fastest of this many timings at each of its two lengths
 TIMING_REPEATS = 5
 #: the short timing length: ≥ the engine's 50 chunks, so both lengths pay the same per-call overhead
 TIMING_SHORT = 64
