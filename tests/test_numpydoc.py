@@ -76,15 +76,7 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
         "ema_corrected", "b2_per_coordinate", "b2_chains", "bootstrap_b2", "gaussian_second_moments",
         "rosenbrock_second_moments", "funnel_second_moments", "normal_raw_moment"),
     "sgtune.theory.tuning": ("structured_momentum_step_matrix", "reachable_inv_temperature"),
-    "sgtune.workflows.bnn": ("Split", "standardised_split", "gaussian_lppd", "predictive_rmse", "steps_for_budget",
-        "EnsembleStart", "ensemble_start", "SamplerRun", "run_sampler", "StepChoice", "choose_step", "ComparisonRow",
-        "compare_samplers", "summarise"),
-    "sgtune.workflows.experiments": ("load_diabetes_arrays", "true_parameter", "contaminated_linear",
-        "poisson_regression_data", "diabetes", "randhie", "covariance_error_floor", "MethodRun", "evaluate_method",
-        "repeat_experiment", "SummaryRow", "summarize", "batch_size_sweep", "ForwardRow",
-        "forward_prediction_errors"),
     "sgtune.workflows.plan": ("Candidate", "recommend", "sampler_cost"),
-    "sgtune.workflows.plan_notes": ("add_notes", "reshuffle_adjust"),
 }.items() for name in names}
 
 
