@@ -61,9 +61,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
         "run_spec", "steps_for_error", "thinning",),
     "sgtune.theory.largescale": ("CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
         "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum",),
-    "sgtune.theory.smile": ("GammaFit", "B2Estimate", "gamma_moment_match", "wilson_hilferty_quantile",
-        "ema_update", "ema_corrected", "b2_per_coordinate", "b2_chains", "bootstrap_b2", "gaussian_second_moments",
-        "rosenbrock_second_moments", "funnel_second_moments", "normal_raw_moment",),
     "sgtune.theory.tuning": ("structured_momentum_step_matrix", "reachable_inv_temperature",),
     "sgtune.workflows.plan": ("Candidate", "recommend", "sampler_cost",),
 }.items() for name in names}
