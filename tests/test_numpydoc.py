@@ -53,8 +53,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
         "seed_states",),
     "sgtune.sampler.smile": ("SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2", "GridSearchResult",
         "ensemble_options", "check_tuner_settings",),
-    "sgtune.theory.alternatives": ("ModalDirections", "modal_directions", "ReshuffleChange",
-        "reshuffle_variance_change", "sglrw_variance_change", "NonReversibleGain", "nonreversible_gain",),
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
     # entered the public API from the workflows and remedies branches after their packages were converted:
     "sgtune.workflows.run_length": ("burn_in_steps", "default_run_length", "default_steps", "minimum_burn_in",
