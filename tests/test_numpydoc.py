@@ -54,9 +54,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.sampler.smile": ("SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2", "GridSearchResult",
         "ensemble_options", "check_tuner_settings",),
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
-    # entered the public API from the workflows and remedies branches after their packages were converted:
-    "sgtune.workflows.run_length": ("burn_in_steps", "default_run_length", "default_steps", "minimum_burn_in",
-        "run_spec", "steps_for_error", "thinning",),
     "sgtune.theory.largescale": ("CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
         "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum",),
     "sgtune.theory.tuning": ("structured_momentum_step_matrix", "reachable_inv_temperature",),
