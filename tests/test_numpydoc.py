@@ -56,8 +56,7 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
     "sgtune.theory.largescale": ("CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
         "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum",),
-    "sgtune.theory.tuning": ("structured_momentum_step_matrix", "reachable_inv_temperature",),
-    "sgtune.workflows.plan": ("Candidate", "recommend", "sampler_cost",),
+    "sgtune.theory.tuning": ("structured_momentum_step_matrix",),
 }.items() for name in names}
 
 

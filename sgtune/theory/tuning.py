@@ -718,8 +718,30 @@ def warn_if_rounding_level(expansion: Expansion, target_cov: np.ndarray) -> None
 @cites("wang2026", "Eq. (11): the target is reachable iff HΣ* − I/β has positive eigenvalues")
 def reachable_inv_temperature(min_inv_temperature: float, *, margin: float = REACHABLE_MARGIN,
                               gradient_share: float | None = None) -> float:
-    """The inverse temperature to suggest: ``margin``·β_min, or β_min/(1 − share) when the share of the
-    target left to the gradient noise is given (``inf`` — SGD — when the share is 1 or β_min is not finite)."""
+    """Return the inverse temperature to suggest when a target is unreachable at the given β.
+
+    ``margin``·β_min, or β_min/(1 − share) when the share of the target left to the gradient noise is
+    given (``inf`` — SGD — when the share is 1 or β_min is not finite).
+
+    Parameters
+    ----------
+    min_inv_temperature : float
+        The least inverse temperature β_min at which the target is reachable.
+    margin : float, optional
+        The factor above β_min (default ``REACHABLE_MARGIN``).
+    gradient_share : float, optional
+        The share of the target left to the gradient noise.
+
+    Returns
+    -------
+    float
+        The inverse temperature β to suggest.
+
+    Examples
+    --------
+    >>> reachable_inv_temperature(100.0), reachable_inv_temperature(100.0, gradient_share=0.5)
+    (125.0, 200.0)
+    """
     if not math.isfinite(min_inv_temperature) or min_inv_temperature <= 0:
         return math.inf
     if gradient_share is None:
