@@ -44,8 +44,6 @@ TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.io.plots": ("require_matplotlib", "most_correlated_pairs", "draw_covariance_ellipses",
         "draw_step_matrix", "draw_pit_histogram", "draw_marginal_sd_ratios", "figure_lambda", "figure_verify",
         "figure_calibrate", "render_png", "write_png",),
-    "sgtune.io.reduce": ("NpyFile", "RowSource", "chunk_bounds", "reduce_rows", "get_client", "map_tasks",
-        "map_grid", "task_seeds", "pass_counts", "reset_pass_counts", "blas_single_thread",),
     "sgtune.models.lastlayer": ("last_layer", "LastLayerModel", "HeadLayout", "compute_features",
         "split_torch_network",),
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
