@@ -40,10 +40,6 @@ PROTOCOL_IGNORED = {"PR01", "PR02"}
 #: sections push them over the 100-line rule of theory/. sgtune.models.lastlayer entered the public API
 #: from another branch after the models were converted.)
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
-    "sgtune.io.plan_plot": ("figure_plan",),
-    "sgtune.io.plots": ("require_matplotlib", "most_correlated_pairs", "draw_covariance_ellipses",
-        "draw_step_matrix", "draw_pit_histogram", "draw_marginal_sd_ratios", "figure_lambda", "figure_verify",
-        "figure_calibrate", "render_png", "write_png",),
     "sgtune.models.lastlayer": ("last_layer", "LastLayerModel", "HeadLayout", "compute_features",
         "split_torch_network",),
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
