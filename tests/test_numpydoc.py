@@ -40,8 +40,6 @@ PROTOCOL_IGNORED = {"PR01", "PR02"}
 #: sections push them over the 100-line rule of theory/. sgtune.models.lastlayer entered the public API
 #: from another branch after the models were converted.)
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
-    "sgtune.models.lastlayer": ("last_layer", "LastLayerModel", "HeadLayout", "compute_features",
-        "split_torch_network",),
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
     "sgtune.theory.largescale": ("CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
         "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum",),
