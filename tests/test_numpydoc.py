@@ -41,8 +41,6 @@ PROTOCOL_IGNORED = {"PR01", "PR02"}
 #: from another branch after the models were converted.)
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
     "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
-    "sgtune.theory.largescale": ("CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
-        "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum",),
     "sgtune.theory.tuning": ("structured_momentum_step_matrix",),
 }.items() for name in names}
 
