@@ -35,13 +35,11 @@ EXCEPTION_IGNORED = {"EX01", "PR01"}  # PR01: the message (*args) and the keywor
 #: a typing.Protocol is a structural type, never constructed: its (*args, **kwargs) signature is not an API
 PROTOCOL_IGNORED = {"PR01", "PR02"}
 
-#: (module, name) not converted yet: this set only shrinks. (structured_momentum_step_matrix and
-#: statistically_linearised_cov: their derivations have to move to the module docstring first, or the
-#: sections push them over the 100-line rule of theory/. sgtune.models.lastlayer entered the public API
-#: from another branch after the models were converted.)
+#: (module, name) not converted yet: this set only shrinks. statistically_linearised_cov: its code alone
+#: is 84 of the 100 lines theory/ allows a function (tests/test_layout.py), so its sections need its body
+#: split into helpers first, a change of code rather than of its docstring.
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
-    "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk",),
-    "sgtune.theory.tuning": ("structured_momentum_step_matrix",),
+    "sgtune.theory.applicability": ("statistically_linearised_cov",),
 }.items() for name in names}
 
 
