@@ -225,7 +225,8 @@ def sglrw_variance_change(step_diagonal: Any, noise_diagonal: Any, *, inv_temper
         The variances Ĉ_jj of the minibatch mean-loss gradient (with 1/B and the
         finite-population factor).
     inv_temperature : float
-        The inverse temperature β < ∞ (SGLRW is a Langevin sampler; Mensch et al.'s (2025) U = β·L, δ = Λ/β, G = β²Ĉ).
+        The inverse temperature β < ∞ (SGLRW is a Langevin sampler; Mensch et al.'s (2025) U = β·L,
+        δ = Λ/β, G = β²Ĉ).
 
     Returns
     -------

@@ -32,7 +32,8 @@ design); 0 keeps the Jacobi preconditioner. The preconditioner changes only the 
 the solves, not what they solve (same tolerance ``cg_tol``).
 
 What :func:`posterior_covariance_error` solves. The stationary covariance Σ(Λ) of SG(L)D (Wang,
-Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) is Σ* + Δ, where the correction Δ solves the linear equation (F = I − ΛH, HΣ* = I/N exactly)
+Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) is Σ* + Δ, where the correction Δ solves the linear
+equation (F = I − ΛH, HΣ* = I/N exactly)
 
     𝓛(Δ) := Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀ = Λ(C̄(Σ*) + H/N)Λ − 2(1/N − 1/β)Λ,
 
