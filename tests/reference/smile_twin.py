@@ -1,4 +1,5 @@
-"""Pure-Python twin of :func:`sgtune.sampler.smile.ensemble_chains` (slow; for tests and ``backend="python"``).
+"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile.run_smile_ensemble`; slow; its
+``backend`` argument, ``backend="python"`` of the tests' keywords).
 
 Written independently of the kernel from the paper's formulas, with NumPy vector operations:
 the momentum map in the cosh/sinh form of appendix F.2 (the kernel uses the e^{−δ} form),
@@ -72,7 +73,7 @@ def momentum_map_twin(u: np.ndarray, g: np.ndarray, eps: float) -> tuple[np.ndar
 def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom, rng, step, tune, ipre,  # type: ignore[no-untyped-def]
                   gbar, gvar, params, n_steps, burn_in, thin, sum1, sum2, stats, trace, step_trace,
                   energy_trace, diverged) -> None:
-    """Same contract as :func:`sgtune.sampler.smile.ensemble_chains`."""
+    """The argument list of the compiled ensemble kernel of 0.1 (``run_smile_ensemble``'s ``backend``)."""
     from scipy.special import ndtr
 
     alpha, beta, zk, zlo, zhi, delta, friction, tune_start, pre_start = (
