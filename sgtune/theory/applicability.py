@@ -66,7 +66,7 @@ from .tuning import reachable_inv_temperature
 
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows",
-           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK"]
+           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
 MAX_DEVIATION = 0.05
@@ -753,6 +753,60 @@ def _smaller_step_remedies(expansion: Expansion, stationary: StationaryCov, targ
                    {"inv_temperature": beta_new}, expect="runs")]
 
 
+def _target_name(expansion: Expansion, target: np.ndarray) -> str | None:
+    """"posterior" or "sandwich" when ``target`` is that target of ``expansion``, else None (a given matrix)."""
+    if np.allclose(target, expansion.posterior_cov(), rtol=1e-8, atol=0):
+        return "posterior"
+    try:
+        return "sandwich" if np.allclose(target, expansion.sandwich_cov(), rtol=1e-8, atol=0) else None
+    except (SgtuneError, np.linalg.LinAlgError):  # a network's J need not be invertible
+        return None
+
+
+@cites("sgtune", "the output layer on frozen features is a GLM (sgtune.models.lastlayer), checked by this report")
+def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov,
+                      target_cov: Any) -> Remedy | None:
+    """The network's output layer at θ̂ with the body frozen, as a remedy — checked here, not hoped for.
+
+    For sgtune's own network (:class:`~sgtune.models.mlp.MLP`, gaussian or bernoulli likelihood) whose Λ
+    was tuned to the posterior or sandwich target with an isotropic prior, the head at θ̂
+    (:func:`~sgtune.models.lastlayer.mlp_last_layer`) is a linear or logistic model: this tunes Λ for it
+    with the same batch, β, momentum and target and runs its applicability report, so ``expect`` is
+    ``"applicable"`` only when that report is. None when the remedy does not apply (another model, a
+    given Λ or target matrix, a prior matrix, data out of core or subsampled, a target the head cannot
+    reach at this β).
+    """
+    from ..models import expand
+    from ..models.lastlayer import mlp_last_layer
+    from ..models.mlp import MLP
+    from .tuning import tune
+
+    if (target_cov is None or not isinstance(model, MLP) or not model.hidden_sizes or data.rows is not None
+            or model.likelihood not in ("gaussian", "bernoulli") or expansion.n_samples != expansion.n_data):
+        return None
+    gam = np.asarray(expansion.prior_precision, dtype=float)
+    g = float(gam[0, 0])
+    if not np.array_equal(gam, g * np.eye(gam.shape[0])):
+        return None
+    name = _target_name(expansion, np.asarray(target_cov, dtype=float))
+    if name is None:
+        return None
+    try:
+        head, hdata = mlp_last_layer(model, expansion.theta_hat, data.X, data.y)
+        e = expand(head, hdata, g)
+        res = tune(e, stationary.dynamics.replace(step=None), target=name)
+        rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov)
+    except (SgtuneError, np.linalg.LinAlgError):
+        return None
+    verdict = ("its own applicability report is applicable" if rep.applicable else
+               f"its own applicability report is not ({', '.join(rep.reason_codes)}): follow its remedies")
+    return Remedy(f"the network's last layer: SGD/SGLD on the output layer's {e.dim} weights and bias with the "
+                  "body frozen at the fitted weights θ̂ (features φ(x; θ̂) of the same fit), same target, batch "
+                  f"and β — a {head.inner.name} model, for which {verdict}",
+                  {"model": "last-layer", "features_from": "mlp", "target": name, "blocks": None},
+                  expect="applicable" if rep.applicable else "runs")
+
+
 def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,
              expansion: Expansion, stationary: StationaryCov, target_cov: Any) -> list[Reason]:
     """The reasons (with computed remedies) of a report whose measurements are given."""
@@ -875,6 +929,9 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     if divergence and data.rows is None and sl["reason"] is None:
         risk = divergence_risk(model, data, expansion, stationary, seed=seed)
     reasons = _reasons(sl, dev, eq, ratio, risk, expansion, stationary, target_cov)
+    head = last_layer_remedy(model, data, expansion, stationary, target_cov) if reasons else None
+    if head is not None:  # the network's answer first: a model the theory is exact for
+        reasons = [Reason(r.code, r.message, (head, *r.remedies)) for r in reasons]
     csr = cond["column_scale_ratio"]
     notes = (Reason("scale", f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> "
                     f"{COLUMN_SCALE_RATIO:.0e}): standardise them (subtract the mean, divide by the standard "
