@@ -505,3 +505,33 @@ def test_a_network_that_is_not_applicable_gets_its_checked_last_layer_first():
     e2 = expand(mlp, ds, np.diag(np.linspace(1.0, 2.0, e.dim)))
     r2 = tune(e2, Dynamics(None, 10, inv_temperature=2.0 * ds.n_data), target="posterior")
     assert last_layer_remedy(mlp, ds, e2, r2.stationary, r2.target_cov) is None
+
+
+def test_features_from_mlp_takes_the_network_weights_from_theta_hat_and_refuses_what_it_cannot(tmp_path):
+    """--theta-hat gives the network's D weights (here θ̂ of --model mlp itself, saved and passed back): the head's
+    fit on their features stays at their output layer; what the option cannot do is one line naming it."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, size=(40, 1))
+    csv = tmp_path / "s.csv"
+    np.savetxt(csv, np.c_[x, np.sin(x[:, 0])], delimiter=",", header="x,y", comments="")
+    base = [str(csv), "--hidden-sizes", "2", "--noise-variance", "0.01", "--prior-precision", "1",
+            "--batch-size", "10", "--target", "posterior", "--inverse-temperature", "2N", "-q", "--no-applicability"]
+    r = CliRunner().invoke(main, ["lambda", "--model", "mlp", *base])
+    assert r.exit_code == 0, r.stderr
+    theta = np.asarray(json.loads(r.stdout)["theta_hat"])
+    np.save(tmp_path / "w.npy", theta)
+    r2 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
+                                   "--theta-hat", str(tmp_path / "w.npy")])
+    assert r2.exit_code == 0, r2.stderr
+    np.testing.assert_allclose(json.loads(r2.stdout)["theta_hat"], theta[-3:], rtol=0,
+                               atol=1e-6 * np.abs(theta[-3:]).max())
+    r3 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
+                                   "--likelihood", "poisson"])
+    assert r3.exit_code == 2 and "--likelihood gaussian or bernoulli" in r3.stderr
+    bad = [a for a in base if a not in ("--hidden-sizes", "2")]
+    r4 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *bad])
+    assert r4.exit_code == 2 and "--features-from mlp needs --hidden-sizes" in r4.stderr
+    np.save(tmp_path / "short.npy", theta[:3])
+    r5 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
+                                   "--theta-hat", str(tmp_path / "short.npy")])
+    assert r5.exit_code == 1 and "--theta-hat must hold D = 7" in r5.stderr

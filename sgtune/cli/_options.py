@@ -348,6 +348,9 @@ def _mlp_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
     if (kw.get("likelihood") or "gaussian") not in ("gaussian", "bernoulli"):
         raise click.UsageError("--features-from mlp takes --likelihood gaussian or bernoulli (the output layer is "
                                f"then a linear or logistic model), not {kw.get('likelihood')}")
+    if kw.get("hidden_sizes") is None:
+        raise click.UsageError("--features-from mlp needs --hidden-sizes (the network's hidden widths, as for "
+                               "--model mlp, e.g. 8)")
     mlp = load_model("mlp", kw, ds)
     d = model_dim(mlp, ds.dim)
     if kw.get("theta_hat"):
