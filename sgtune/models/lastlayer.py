@@ -483,6 +483,19 @@ def mlp_last_layer(mlp: Any, theta: Any, X: Any, y: Any) -> tuple[LastLayerModel
         output layer's weights at θ as the trained head (named ``output.weight[0,j]``, ``output.bias[0]`` as in
         the network), σ² the network's. With the same prior precision and θ = the network's θ̂ the head's fit
         stays at θ̂'s output layer (θ̂ is stationary in every coordinate).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.models import make_mlp
+    >>> from sgtune.models.lastlayer import mlp_last_layer
+    >>> net = make_mlp("3")
+    >>> X, theta = np.linspace(-1, 1, 8)[:, None], np.linspace(-1, 1, 10)
+    >>> head, data = mlp_last_layer(net, theta, X, np.sin(X[:, 0]))
+    >>> head.layout.names()
+    ('output.weight[0,0]', 'output.weight[0,1]', 'output.weight[0,2]', 'output.bias[0]')
+    >>> bool(np.allclose(data.X @ head.trained, net.output(theta, X)))  # the head gives the network's output
+    True
     """
     lik = getattr(mlp, "likelihood", None)
     if lik not in _GLM_OF:

@@ -775,6 +775,38 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
     ``"applicable"`` only when that report is. None when the remedy does not apply (another model, a
     given Λ or target matrix, a prior matrix, data out of core or subsampled, a target the head cannot
     reach at this β).
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model whose report found reasons (only an :class:`~sgtune.models.mlp.MLP` gets a remedy).
+    data : Dataset
+        Its data.
+    expansion : Expansion
+        The network's expansion at θ̂.
+    stationary : StationaryCov
+        The prediction for the tuned Λ (its dynamics give B, β, momentum and batching).
+    target_cov : (D, D) array_like or None
+        The tuning target (None: Λ was given, not tuned).
+
+    Returns
+    -------
+    Remedy or None
+        Changes ``{"model": "last-layer", "features_from": "mlp", "target": …, "blocks": None}``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> from sgtune.theory.applicability import last_layer_remedy
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> res = tune(e, Dynamics(None, 32), target="posterior")
+    >>> last_layer_remedy(model, data, e, res.stationary, res.target_cov) is None  # a GLM: no network
+    True
     """
     from ..models import expand
     from ..models.lastlayer import mlp_last_layer

@@ -83,6 +83,18 @@ def test_a_remedy_becomes_the_typed_command_with_its_options_replaced():
     assert remedy_argv(Remedy("why", {"no_such_parameter": 1}), argv) is None  # never a command that cannot run
 
 
+def test_the_last_layer_remedy_replaces_the_model_and_drops_what_the_head_cannot_take():
+    r = Remedy("head", {"model": "last-layer", "features_from": "mlp", "target": "posterior", "blocks": None})
+    argv = ("lambda", "d.csv", "--model", "mlp", "--hidden-sizes", "8", "--family", "block", "--blocks", "b.json",
+            "--target", "t.npy", "--batch-size", "8")
+    assert remedy_argv(r, argv) == ["sgtune", "lambda", "d.csv", "--hidden-sizes", "8", "--family", "block",
+                                    "--batch-size", "8", "--model", "last-layer", "--features-from", "mlp",
+                                    "--target", "posterior"]
+    drop = Remedy("only drops", {"blocks": None, "inv_temperature": 900.0})  # calibrate has no --blocks
+    cal = remedy_argv(drop, ("calibrate", "--example", "logistic", "--batch-size", "8"))
+    assert cal == ["sgtune", "calibrate", "--example", "logistic", "--batch-size", "8", "--inverse-temperature", "900"]
+
+
 def test_nested_remedies_show_the_fullest_the_command_can_express():
     full = Remedy("a", {"prior_precision": 12.0, "target": "posterior", "inv_temperature": 552.5})
     part = Remedy("b", {"prior_precision": 12.0})
