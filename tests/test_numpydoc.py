@@ -35,56 +35,11 @@ EXCEPTION_IGNORED = {"EX01", "PR01"}  # PR01: the message (*args) and the keywor
 #: a typing.Protocol is a structural type, never constructed: its (*args, **kwargs) signature is not an API
 PROTOCOL_IGNORED = {"PR01", "PR02"}
 
-#: (module, name) not converted yet: this set only shrinks. (structured_momentum_step_matrix and
-#: statistically_linearised_cov: their derivations have to move to the module docstring first, or the
-#: sections push them over the 100-line rule of theory/. sgtune.models.lastlayer entered the public API
-#: from another branch after the models were converted.)
+#: (module, name) not converted yet: this set only shrinks. statistically_linearised_cov: its code alone
+#: is 84 of the 100 lines theory/ allows a function (tests/test_layout.py), so its sections need its body
+#: split into helpers first, a change of code rather than of its docstring.
 TODO: set[tuple[str, str]] = {(module, name) for module, names in {
-    "sgtune.io.plan_plot": ("figure_plan",),
-    "sgtune.io.plots": ("require_matplotlib", "most_correlated_pairs", "draw_covariance_ellipses", "draw_step_matrix",
-        "draw_pit_histogram", "draw_marginal_sd_ratios", "figure_lambda", "figure_verify", "figure_calibrate",
-        "render_png", "write_png"),
-    "sgtune.io.reduce": ("NpyFile", "RowSource", "chunk_bounds", "reduce_rows", "get_client", "map_tasks", "map_grid",
-        "task_seeds", "pass_counts", "reset_pass_counts", "blas_single_thread"),
-    "sgtune.models.lastlayer": ("last_layer", "LastLayerModel", "HeadLayout", "compute_features",
-        "split_torch_network"),
-    "sgtune.sampler.gnld": ("GnldRun", "run_sg_gnld", "gnld_plan"),
-    "sgtune.sampler.reshuffle": ("ReshuffleChains", "run_reshuffle_chains", "run_reshuffle_chains_python",
-        "seed_states"),
-    "sgtune.sampler.smile": ("SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2", "GridSearchResult",
-        "ensemble_options", "check_tuner_settings"),
-    "sgtune.theory.alternatives": ("ModalDirections", "modal_directions", "ReshuffleChange",
-        "reshuffle_variance_change", "sglrw_variance_change", "NonReversibleGain", "nonreversible_gain"),
-    "sgtune.theory.applicability": ("statistically_linearised_cov", "divergence_risk"),
-    # entered the public API from the workflows and remedies branches after their packages were converted:
-    "sgtune.workflows.run_length": ("burn_in_steps", "default_run_length", "default_steps", "minimum_burn_in",
-        "run_spec", "steps_for_error", "thinning"),
-    "sgtune.theory.fluctuation": ("FluctuationResult", "OptimalAntisymmetric", "SpectralGapOptimal",
-        "FluctuationEstimate", "solve_fluctuation_general", "solve_fluctuation_nld", "solve_fluctuation_hfhr",
-        "solve_fluctuation_gaul", "augmented_position_fluctuation", "hfhr_matrices", "gaul_matrices",
-        "max_stable_step", "optimal_antisymmetric_nld", "spectral_gap_optimal_nld", "blr_gradient_noise_moments",
-        "blr_gradient_noise_cov", "predict_time_average_variance", "estimate_fluctuation_from_chains"),
-    "sgtune.theory.largescale": ("CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
-        "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum"),
-    "sgtune.theory.minibatch": ("MomentCoefficients", "MinibatchError", "PosteriorMinibatchError", "IncrementMoments",
-        "NoiseAnisotropy", "minibatch_moment_coefficients", "minibatch_error", "minibatch_error_from_grads",
-        "gaussian_minibatch_error", "posterior_minibatch_error", "gradient_estimate_terms", "increment_moments",
-        "sglrw_move_probabilities", "sglrw_drift", "clipped_sgld_drift", "noise_anisotropy", "residual_anisotropy"),
-    "sgtune.theory.reshuffle": ("ReshuffleBias", "GaussianReshuffleBias", "reshuffle_bias", "gaussian_reshuffle_bias",
-        "rel_err_ula", "rel_err_rm", "rel_err_rr_position", "rel_err_rr_average", "w2_gaussian_1d"),
-    "sgtune.theory.smile": ("GammaFit", "B2Estimate", "gamma_moment_match", "wilson_hilferty_quantile", "ema_update",
-        "ema_corrected", "b2_per_coordinate", "b2_chains", "bootstrap_b2", "gaussian_second_moments",
-        "rosenbrock_second_moments", "funnel_second_moments", "normal_raw_moment"),
-    "sgtune.theory.tuning": ("structured_momentum_step_matrix", "reachable_inv_temperature"),
-    "sgtune.workflows.bnn": ("Split", "standardised_split", "gaussian_lppd", "predictive_rmse", "steps_for_budget",
-        "EnsembleStart", "ensemble_start", "SamplerRun", "run_sampler", "StepChoice", "choose_step", "ComparisonRow",
-        "compare_samplers", "summarise"),
-    "sgtune.workflows.experiments": ("load_diabetes_arrays", "true_parameter", "contaminated_linear",
-        "poisson_regression_data", "diabetes", "randhie", "covariance_error_floor", "MethodRun", "evaluate_method",
-        "repeat_experiment", "SummaryRow", "summarize", "batch_size_sweep", "ForwardRow",
-        "forward_prediction_errors"),
-    "sgtune.workflows.plan": ("Candidate", "recommend", "sampler_cost"),
-    "sgtune.workflows.plan_notes": ("add_notes", "reshuffle_adjust"),
+    "sgtune.theory.applicability": ("statistically_linearised_cov",),
 }.items() for name in names}
 
 

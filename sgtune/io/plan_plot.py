@@ -18,7 +18,39 @@ __all__ = ["figure_plan"]
 
 def figure_plan(rows: Sequence[dict[str, Any]], *, recommended: int | None, front: Sequence[int] = (),
                 title: str = "") -> Any:
-    """The plan figure from the candidates' JSON rows (``Candidate.to_dict()``)."""
+    """Build the plan figure from the candidates' JSON rows (``Candidate.to_dict()``).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        The candidates' JSON rows (``batch_size``, ``family``, ``momentum``, ``batching``,
+        ``inverse_temperature``, ``feasible``, ``gradient_evaluations``, ``predicted_seconds``).
+    recommended : int or None
+        The index of the recommended row (a star), or None.
+    front : sequence of int, optional
+        The indices of the Pareto front (circled).
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two panels (gradient evaluations, predicted seconds) over the batch size.
+
+    Raises
+    ------
+    MissingExtraError
+        If matplotlib is not installed.
+
+    Examples
+    --------
+    >>> rows = [{"batch_size": b, "family": "dense", "momentum": 0.0, "batching": "replacement",
+    ...          "inverse_temperature": "inf", "feasible": True, "gradient_evaluations": g,
+    ...          "predicted_seconds": g / 1e6} for b, g in [(16, 4e5), (64, 3e5)]]
+    >>> fig = figure_plan(rows, recommended=1, front=[1])
+    >>> len(fig.axes), fig.axes[0].get_xscale()
+    (2, 'log')
+    """
     require_matplotlib()
     from matplotlib.figure import Figure
 

@@ -45,7 +45,17 @@ _LABELS = {"target": "target S*", "predicted": "predicted Σ(Λ)", "empirical": 
 
 
 def require_matplotlib() -> None:
-    """Raise :class:`MissingExtraError` (one line, naming the extra) when matplotlib is not installed."""
+    """Raise :class:`MissingExtraError` (one line, naming the extra) when matplotlib is not installed.
+
+    Raises
+    ------
+    MissingExtraError
+        If matplotlib is not installed.
+
+    Examples
+    --------
+    >>> require_matplotlib()   # matplotlib is installed: nothing happens
+    """
     try:
         import matplotlib  # noqa: F401
         import matplotlib.figure  # noqa: F401
@@ -55,7 +65,25 @@ def require_matplotlib() -> None:
 
 
 def most_correlated_pairs(cov: Any, n_pairs: int = 3) -> list[tuple[int, int]]:
-    """The ``n_pairs`` coordinate pairs (i < j) with the largest |correlation| in ``cov`` (ties: lowest index)."""
+    """Return the ``n_pairs`` coordinate pairs (i < j) with the largest |correlation| in ``cov`` (ties: lowest index).
+
+    Parameters
+    ----------
+    cov : (D, D) array_like
+        A covariance.
+    n_pairs : int, optional
+        How many pairs.
+
+    Returns
+    -------
+    list of (int, int)
+        The pairs, most correlated first (empty for D = 1).
+
+    Examples
+    --------
+    >>> most_correlated_pairs([[1.0, 0.1, 0.9], [0.1, 1.0, 0.0], [0.9, 0.0, 1.0]], 2)
+    [(0, 2), (0, 1)]
+    """
     c = np.asarray(cov, float)
     d = c.shape[0]
     if d < 2:
@@ -82,7 +110,31 @@ def _name(names: Sequence[str] | None, i: int) -> str:
 def draw_covariance_ellipses(ax: Any, covariances: Mapping[str, Any], i: int, j: int, *,
                              names: Sequence[str] | None = None, level: float = ELLIPSE_LEVEL,
                              legend: bool = True) -> None:
-    """Draw the ``level`` ellipses of each covariance's (i, j) block on ``ax`` (roles: target/predicted/empirical)."""
+    """Draw the ``level`` ellipses of each covariance's (i, j) block on ``ax`` (roles: target/predicted/empirical).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        Where to draw.
+    covariances : mapping of str to (D, D) array_like or None
+        Role (``"target"``, ``"predicted"``, ``"empirical"``) -> covariance; None entries are skipped.
+    i, j : int
+        The coordinate pair.
+    names : sequence of str, optional
+        The coordinates' names (default θ0, θ1, …).
+    level : float, optional
+        The probability mass inside the ellipses.
+    legend : bool, optional
+        Whether to draw the legend.
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> ax = Figure().subplots()
+    >>> draw_covariance_ellipses(ax, {"target": np.eye(2), "predicted": 1.1 * np.eye(2)}, 0, 1)
+    >>> len(ax.lines)   # two ellipses, two axis lines, the centre
+    5
+    """
     first = None
     for role, cov in covariances.items():
         if cov is None:
@@ -127,7 +179,29 @@ def _draw_intervals_1d(ax: Any, covariances: Mapping[str, Any], names: Sequence[
 
 
 def draw_step_matrix(ax: Any, step_matrix: Any, *, names: Sequence[str] | None = None) -> Any:
-    """Heat map of Λ on ``ax``; returns the image (for the colour bar)."""
+    """Draw Λ as a heat map on ``ax``.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        Where to draw.
+    step_matrix : (D, D) or (D,) array_like
+        Λ (a vector is its diagonal).
+    names : sequence of str, optional
+        The coordinates' names (default θ0, θ1, …).
+
+    Returns
+    -------
+    matplotlib.image.AxesImage
+        The image (for the colour bar).
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> ax = Figure().subplots()
+    >>> draw_step_matrix(ax, [0.1, 0.2]).get_array().shape
+    (2, 2)
+    """
     lam = np.asarray(step_matrix, float)
     if lam.ndim == 1:
         lam = np.diag(lam)
@@ -148,7 +222,25 @@ def draw_step_matrix(ax: Any, step_matrix: Any, *, names: Sequence[str] | None =
 
 
 def draw_marginal_sd_ratios(ax: Any, covariances: Mapping[str, Any], *, names: Sequence[str] | None = None) -> None:
-    """Per-coordinate marginal standard deviations relative to the first covariance given (1 = agreement)."""
+    """Draw per-coordinate marginal standard deviations relative to the first covariance given (1 = agreement).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        Where to draw.
+    covariances : mapping of str to (D, D) array_like or None
+        Role -> covariance; the first is the reference, None entries are skipped.
+    names : sequence of str, optional
+        The coordinates' names (default θ0, θ1, …).
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> ax = Figure().subplots()
+    >>> draw_marginal_sd_ratios(ax, {"target": np.eye(2), "empirical": np.diag([1.21, 0.81])})
+    >>> np.round(ax.lines[1].get_ydata(), 2)
+    array([1.1, 0.9])
+    """
     roles = [(k, np.sqrt(np.clip(np.diag(np.asarray(v, float)), 0.0, None)))
              for k, v in covariances.items() if v is not None]
     ref_role, ref = roles[0]
@@ -176,7 +268,25 @@ def draw_marginal_sd_ratios(ax: Any, covariances: Mapping[str, Any], *, names: S
 
 
 def draw_pit_histogram(ax: Any, pit: Any, ks: float | None = None) -> None:
-    """Histogram of the PIT values q_d (density scale) against the Unif(0, 1) density."""
+    """Draw the histogram of the PIT values q_d (density scale) against the Unif(0, 1) density.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        Where to draw.
+    pit : array_like
+        The PIT values q_d in [0, 1].
+    ks : float, optional
+        The KS distance, shown in the title.
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> ax = Figure().subplots()
+    >>> draw_pit_histogram(ax, np.linspace(0.05, 0.95, 16), ks=0.05)
+    >>> ax.get_title()
+    'calibration PIT (KS = 0.050)'
+    """
     q = np.asarray(pit, float).reshape(-1)
     bins = int(np.clip(round(np.sqrt(q.size)), 4, 20))
     heights, _, _ = ax.hist(q, bins=bins, range=(0.0, 1.0), density=True, color="#56B4E9", edgecolor="white",
@@ -252,7 +362,41 @@ def _layout(covs: Mapping[str, Any], step_matrix: Any, names: Sequence[str] | No
 
 def figure_lambda(target_cov: Any, predicted_cov: Any, step_matrix: Any, *, names: Sequence[str] | None = None,
                   n_pairs: int = 3, title: str = "") -> Any:
-    """``sgtune lambda --plot``: target vs predicted covariance ellipses (most correlated pairs) and Λ."""
+    """Build the figure of ``sgtune lambda --plot``: target vs predicted covariance ellipses and Λ.
+
+    The ellipses are drawn for the most correlated pairs of the target (:func:`most_correlated_pairs`).
+
+    Parameters
+    ----------
+    target_cov, predicted_cov : (D, D) array_like
+        S* and Σ(Λ).
+    step_matrix : (D, D) or (D,) array_like
+        Λ.
+    names : sequence of str, optional
+        The coordinates' names (default θ0, θ1, …).
+    n_pairs : int, optional
+        How many pairs of coordinates to draw.
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (no pyplot state).
+
+    Raises
+    ------
+    MissingExtraError
+        If matplotlib is not installed.
+    SgtuneError
+        If a covariance is not (D, D) or has non-finite entries.
+
+    Examples
+    --------
+    >>> fig = figure_lambda(np.eye(3), 1.05 * np.eye(3), 0.1 * np.eye(3))
+    >>> len(fig.axes)   # three pairs, Λ, its colour bar, the marginal sds
+    6
+    """
     fig, _ = _layout({"target": target_cov, "predicted": predicted_cov}, step_matrix, names, n_pairs, 0,
                      title or "tuned step-size matrix: target vs predicted stationary covariance")
     return fig
@@ -260,7 +404,41 @@ def figure_lambda(target_cov: Any, predicted_cov: Any, step_matrix: Any, *, name
 
 def figure_verify(predicted: Any, empirical: Any, step_matrix: Any, *, target_cov: Any = None,
                   names: Sequence[str] | None = None, n_pairs: int = 3, title: str = "") -> Any:
-    """``sgtune verify --plot``: (target,) predicted and empirical covariance ellipses, and Λ."""
+    """Build the figure of ``sgtune verify --plot``: (target,) predicted and empirical covariance ellipses, and Λ.
+
+    Parameters
+    ----------
+    predicted, empirical : (D, D) array_like
+        Σ(Λ) and the chains' covariance.
+    step_matrix : (D, D) or (D,) array_like
+        Λ.
+    target_cov : (D, D) array_like, optional
+        S*, drawn when given.
+    names : sequence of str, optional
+        The coordinates' names (default θ0, θ1, …).
+    n_pairs : int, optional
+        How many pairs of coordinates to draw.
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (no pyplot state).
+
+    Raises
+    ------
+    MissingExtraError
+        If matplotlib is not installed.
+    SgtuneError
+        If a covariance is not (D, D) or has non-finite entries.
+
+    Examples
+    --------
+    >>> fig = figure_verify(np.eye(2), 0.9 * np.eye(2), [0.1, 0.1], title="PASSED")
+    >>> fig.get_suptitle()
+    'PASSED'
+    """
     covs = {"target": target_cov, "predicted": predicted, "empirical": empirical}
     if target_cov is None:
         covs = {"predicted": predicted, "empirical": empirical}
@@ -271,7 +449,43 @@ def figure_verify(predicted: Any, empirical: Any, step_matrix: Any, *, target_co
 def figure_calibrate(target_cov: Any, predicted_cov: Any, empirical_cov: Any, step_matrix: Any, *,
                      pit: Any = None, ks: float | None = None, names: Sequence[str] | None = None,
                      n_pairs: int = 3, title: str = "") -> Any:
-    """``sgtune calibrate --plot``: target/predicted/empirical ellipses, Λ, and the PIT histogram (with θ*)."""
+    """Build the figure of ``sgtune calibrate --plot``: target/predicted/empirical ellipses, Λ and the PIT histogram.
+
+    Parameters
+    ----------
+    target_cov, predicted_cov, empirical_cov : (D, D) array_like
+        S*, Σ(Λ) and the chains' covariance.
+    step_matrix : (D, D) or (D,) array_like
+        Λ.
+    pit : array_like, optional
+        The PIT values q_d (with θ*); their histogram is drawn when given.
+    ks : float, optional
+        Their KS distance.
+    names : sequence of str, optional
+        The coordinates' names (default θ0, θ1, …).
+    n_pairs : int, optional
+        How many pairs of coordinates to draw.
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (no pyplot state).
+
+    Raises
+    ------
+    MissingExtraError
+        If matplotlib is not installed.
+    SgtuneError
+        If a covariance is not (D, D) or has non-finite entries.
+
+    Examples
+    --------
+    >>> fig = figure_calibrate(np.eye(2), np.eye(2), 1.1 * np.eye(2), [0.1, 0.1], pit=[0.2, 0.7], ks=0.3)
+    >>> [ax.get_title() for ax in fig.axes if "PIT" in ax.get_title()]
+    ['calibration PIT (KS = 0.300)']
+    """
     fig, rest = _layout({"target": target_cov, "predicted": predicted_cov, "empirical": empirical_cov},
                         step_matrix, names, n_pairs, 1 if pit is not None else 0,
                         title or "calibration (Algorithm 1)")
@@ -281,13 +495,48 @@ def figure_calibrate(target_cov: Any, predicted_cov: Any, empirical_cov: Any, st
 
 
 def render_png(fig: Any, *, dpi: int = 110) -> bytes:
-    """PNG bytes of a figure (Agg; nothing touches the file system)."""
+    """Render a figure to PNG bytes (Agg; nothing touches the file system).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    dpi : int, optional
+        The resolution.
+
+    Returns
+    -------
+    bytes
+        The PNG file's contents.
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> render_png(Figure(figsize=(1, 1)), dpi=20)[:8]
+    b'\\x89PNG\\r\\n\\x1a\\n'
+    """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
 
 
 def write_png(path: str | os.PathLike[str], png: bytes) -> None:
-    """Write PNG bytes atomically (temporary file in the same folder + rename)."""
+    """Write PNG bytes atomically (temporary file in the same folder + rename).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    png : bytes
+        Its contents (:func:`render_png`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     write_png(os.path.join(tmp, "fig.png"), b"\\x89PNG")
+    ...     os.listdir(tmp)
+    ['fig.png']
+    """
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(png)

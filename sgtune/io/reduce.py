@@ -30,7 +30,7 @@ import numpy as np
 from ..core.errors import DataFormatError, SgtuneError
 
 __all__ = ["CHUNK_ROWS", "GROUP_CHUNKS", "NpyFile", "RowSource", "chunk_bounds", "reduce_rows",
-           "get_client", "map_tasks", "map_grid", "task_seeds", "SchedulerError", "pass_counts",
+           "map_tasks", "map_grid", "task_seeds", "SchedulerError", "pass_counts",
            "reset_pass_counts", "blas_single_thread"]
 
 #: rows per chunk (fixed: results depend on the chunk boundaries at rounding level only through it)
@@ -49,9 +49,24 @@ class NpyFile:
 
     Attributes
     ----------
-    path : the file.
-    offset : byte offset of the data (after the .npy header).
-    shape : the array's shape.
+    path : str
+        The file.
+    offset : int
+        The byte offset of the data (after the .npy header).
+    shape : tuple of int
+        The array's shape.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "X.npy")
+    ...     np.save(path, np.arange(6.0).reshape(3, 2))
+    ...     f = NpyFile.open(path, "X")
+    ...     rows = f.read_rows(1, 3)
+    >>> f.shape, rows
+    ((3, 2), array([[2., 3.],
+           [4., 5.]]))
     """
 
     path: str
@@ -118,7 +133,21 @@ class NpyFile:
 
 @dataclass(frozen=True)
 class RowSource:
-    """Rows (X, y) of a data set, in memory or in .npy files; picklable (cheap when file-backed)."""
+    """Rows (X, y) of a data set, in memory or in .npy files; picklable (cheap when file-backed).
+
+    Attributes
+    ----------
+    X : NpyFile or ndarray
+        The (N, p) covariates.
+    y : NpyFile or ndarray
+        The N responses (or rows of responses).
+
+    Examples
+    --------
+    >>> src = RowSource(np.arange(6.0).reshape(3, 2), np.arange(3.0))
+    >>> src.n_rows, src.file_backed, src.read(1, 2)
+    (3, False, (array([[2., 3.]]), array([1.])))
+    """
 
     X: NpyFile | np.ndarray
     y: NpyFile | np.ndarray
@@ -149,7 +178,30 @@ class RowSource:
 
 
 def chunk_bounds(n_rows: int, chunk_rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
-    """[(0, c), (c, 2c), …, (kc, N)]: the fixed chunk boundaries."""
+    """Return the fixed chunk boundaries [(0, c), (c, 2c), …, (kc, N)].
+
+    Parameters
+    ----------
+    n_rows : int
+        The number of rows N.
+    chunk_rows : int, optional
+        The rows per chunk c ≥ 1.
+
+    Returns
+    -------
+    list of (int, int)
+        The [start, stop) of each chunk.
+
+    Raises
+    ------
+    SgtuneError
+        If c < 1.
+
+    Examples
+    --------
+    >>> chunk_bounds(10, 4)
+    [(0, 4), (4, 8), (8, 10)]
+    """
     if chunk_rows < 1:
         raise SgtuneError(f"chunk_rows must be >= 1, got {chunk_rows}")
     return [(a, min(a + chunk_rows, n_rows)) for a in range(0, n_rows, chunk_rows)]
@@ -183,30 +235,78 @@ _PASS_LOCK = threading.Lock()
 
 
 def pass_counts() -> dict[str, int]:
-    """Passes over out-of-core rows made by :func:`reduce_rows` in this process, by chunk function name.
+    """Return the passes over out-of-core rows made by :func:`reduce_rows` in this process.
 
-    (In-memory sources are not counted: they are not re-read from disk.) For benchmarks and tests
+    In-memory sources are not counted: they are not re-read from disk. For benchmarks and tests
     of the number of data passes a command makes.
+
+    Returns
+    -------
+    dict of str to int
+        The passes, by the name of the chunk function.
+
+    Examples
+    --------
+    >>> reset_pass_counts()
+    >>> pass_counts()
+    {}
     """
     with _PASS_LOCK:
         return dict(_PASSES)
 
 
 def reset_pass_counts() -> None:
-    """Zero the counters of :func:`pass_counts`."""
+    """Zero the counters of :func:`pass_counts`.
+
+    Examples
+    --------
+    >>> reset_pass_counts()
+    >>> pass_counts()
+    {}
+    """
     with _PASS_LOCK:
         _PASSES.clear()
 
 
 def reduce_rows(fn: Callable[..., Partial], source: RowSource, *args: Any, chunk_rows: int = CHUNK_ROWS,
                 scheduler: str | None = None) -> Partial:
-    """Σ over fixed row chunks of ``fn(X_chunk, y_chunk, *args)`` (a tuple of arrays), deterministically.
+    """Sum ``fn(X_chunk, y_chunk, *args)`` (a tuple of arrays) over fixed row chunks, deterministically.
 
-    ``fn`` must be a module-level function (it is shipped to Dask workers by reference) and
-    return sums (not means) over the rows it is given. ``scheduler``: None (this process, one
-    thread per core), ``"serial"`` (this process, one thread), ``"local"`` (a local Dask
-    cluster) or a Dask scheduler address. See the module docstring for the combination order
-    (the same for every backend). In-memory sources are always reduced in this process.
+    See the module docstring for the combination order (the same for every backend). In-memory
+    sources are always reduced in this process.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(X, y, *args)`` returning a tuple of sums (not means) over the rows it is given; a
+        module-level function (it is shipped to Dask workers by reference).
+    source : RowSource
+        The rows.
+    *args
+        Passed on to ``fn``.
+    chunk_rows : int, optional
+        The rows per chunk.
+    scheduler : str, optional
+        None (this process, one thread per core), ``"serial"`` (this process, one thread),
+        ``"local"`` (a local Dask cluster) or a Dask scheduler address.
+
+    Returns
+    -------
+    tuple of ndarray
+        The sums.
+
+    Raises
+    ------
+    SchedulerError
+        If the Dask scheduler cannot be reached (or dask is not installed).
+
+    Examples
+    --------
+    >>> def col_sums(X, y):
+    ...     return X.sum(axis=0), y.sum(keepdims=True)
+    >>> src = RowSource(np.arange(10.0).reshape(5, 2), np.ones(5))
+    >>> reduce_rows(col_sums, src, chunk_rows=2)
+    (array([20., 25.]), array([5.]))
     """
     bounds = chunk_bounds(source.n_rows, chunk_rows)
     if source.file_backed:
@@ -253,11 +353,17 @@ def _local_groups(fn: Callable[..., Partial], source: RowSource, groups: list[li
 
 
 class blas_single_thread:
-    """Context: BLAS limited to one thread (threadpoolctl when installed, else a no-op).
+    """Context manager: BLAS limited to one thread (threadpoolctl when installed, else a no-op).
 
     For many small products (chunk reductions run in parallel threads; the applicability report's
     D×D and M×D work on a subsample): OpenBLAS's threads cost more than they save there, and on a
     loaded machine their spinning made the report at D = 50 use 25× the CPU time.
+
+    Examples
+    --------
+    >>> with blas_single_thread():
+    ...     float(np.ones((3, 3)).sum())
+    9.0
     """
 
     def __enter__(self) -> "blas_single_thread":
@@ -328,12 +434,39 @@ def _call_by_value(blob: bytes, *args: Any) -> Any:
 
 def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], scheduler: str | None, *,
               by_value: bool = False) -> list[Any]:
-    """``[fn(*a) for a in arg_tuples]``, on a Dask cluster unless ``scheduler`` is None/"serial"; in order.
+    """Return ``[fn(*a) for a in arg_tuples]``, computed on a Dask cluster unless ``scheduler`` is None/"serial".
 
     Each task gets everything it needs (seeds included) in its arguments, so the results do
-    not depend on where or in which order tasks run. ``by_value``: ship ``fn`` as cloudpickle
-    bytes (for functions of scripts the workers cannot import; register the script's module with
-    ``cloudpickle.register_pickle_by_value`` first unless it is ``__main__``).
+    not depend on where or in which order tasks run.
+
+    Parameters
+    ----------
+    fn : callable
+        The task.
+    arg_tuples : sequence of tuple
+        The arguments of each task.
+    scheduler : str or None
+        None or ``"serial"`` (this process), ``"local"`` (a local Dask cluster) or a Dask
+        scheduler address.
+    by_value : bool, optional
+        Ship ``fn`` as cloudpickle bytes (for functions of scripts the workers cannot import;
+        register the script's module with ``cloudpickle.register_pickle_by_value`` first unless
+        it is ``__main__``).
+
+    Returns
+    -------
+    list
+        The results, in the order of ``arg_tuples``.
+
+    Raises
+    ------
+    SchedulerError
+        If the Dask scheduler cannot be reached (or dask is not installed).
+
+    Examples
+    --------
+    >>> map_tasks(pow, [(2, 3), (3, 2)], None)
+    [8, 9]
     """
     if scheduler in (None, "serial"):
         return [fn(*a) for a in arg_tuples]
@@ -355,7 +488,26 @@ def map_tasks(fn: Callable[..., Any], arg_tuples: Sequence[tuple[Any, ...]], sch
 
 
 def task_seeds(seed: int, n_tasks: int) -> list[int]:
-    """One independent integer seed per task: ``SeedSequence(seed).spawn(n_tasks)`` (fixed by position)."""
+    """Return one independent integer seed per task: ``SeedSequence(seed).spawn(n_tasks)`` (fixed by position).
+
+    Parameters
+    ----------
+    seed : int
+        The root seed.
+    n_tasks : int
+        The number of tasks.
+
+    Returns
+    -------
+    list of int
+        The seeds, in task order.
+
+    Examples
+    --------
+    >>> seeds = task_seeds(0, 3)
+    >>> len(set(seeds)), seeds == task_seeds(0, 3)
+    (3, True)
+    """
     return [int(child.generate_state(1, np.uint64)[0] >> np.uint64(1))
             for child in np.random.SeedSequence(int(seed)).spawn(int(n_tasks))]
 
@@ -366,12 +518,40 @@ def _grid_task(fn: Callable[..., Any], point: dict[str, Any], seed: int) -> Any:
 
 def map_grid(fn: Callable[..., Any], grid: Sequence[dict[str, Any]], *, seed: int = 0,
              scheduler: str | None = None) -> list[Any]:
-    """``fn(**point, seed=s_i)`` for each grid point, serially or as Dask tasks; identical results either way.
+    """Return ``fn(**point, seed=s_i)`` for each grid point, serially or as Dask tasks; identical results either way.
 
     For sweeps — calibrate repetitions, batch-size or method grids: task i gets the seed
     ``task_seeds(seed, len(grid))[i]``, fixed by its position in the grid, so neither the
-    backend nor the order in which workers finish changes any number. ``fn`` must be a
-    module-level function (shipped to workers by reference).
+    backend nor the order in which workers finish changes any number.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(**point, seed=...)``; a module-level function (shipped to workers by reference).
+    grid : sequence of dict
+        The grid points (keyword arguments of ``fn``).
+    seed : int, optional
+        The root seed of the tasks' seeds (:func:`task_seeds`).
+    scheduler : str, optional
+        None or ``"serial"`` (this process), ``"local"`` or a Dask scheduler address.
+
+    Returns
+    -------
+    list
+        The results, in grid order.
+
+    Raises
+    ------
+    SchedulerError
+        If the Dask scheduler cannot be reached (or dask is not installed).
+
+    Examples
+    --------
+    >>> def draw(scale, seed):
+    ...     return round(float(scale * np.random.default_rng(seed).standard_normal()), 6)
+    >>> first = map_grid(draw, [{"scale": 1.0}, {"scale": 2.0}], seed=1)
+    >>> first == map_grid(draw, [{"scale": 1.0}, {"scale": 2.0}], seed=1), len(first)
+    (True, 2)
     """
     seeds = task_seeds(seed, len(grid))
     return map_tasks(_grid_task, [(fn, dict(p), s) for p, s in zip(grid, seeds)], scheduler)

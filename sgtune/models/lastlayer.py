@@ -48,7 +48,7 @@ from ..io.data import Dataset, make_dataset
 from .glm import get_model
 
 __all__ = ["last_layer", "mlp_last_layer", "LastLayerModel", "HeadLayout", "LAST_LAYER_LIKELIHOODS",
-           "compute_features", "split_torch_network"]
+           "compute_features"]
 
 #: likelihood → the model of the head (softmax: the full-layout multinomial model); "categorical" (the name
 #: :func:`sgtune.models.pytorch.from_torch` uses) is accepted for "softmax"
@@ -60,7 +60,27 @@ FEATURE_CHUNK_ROWS = 4096
 
 @dataclass(frozen=True)
 class HeadLayout:
-    """The output layer's shape and names: K outputs, d features, a bias or not (module docstring)."""
+    """The output layer's shape and names: K outputs, d features, a bias or not (module docstring).
+
+    Parameters
+    ----------
+    name : str
+        The head's name, the prefix of the parameter names (``""``: none).
+    n_outputs : int
+        The number of outputs K.
+    n_features : int
+        The number of features d.
+    bias : bool
+        Whether the head has a bias.
+
+    Examples
+    --------
+    >>> lay = HeadLayout("out", 2, 3, True)
+    >>> lay.dim, lay.names()[3]
+    (8, 'out.bias[0]')
+    >>> lay.theta_of(np.ones((2, 3)), [0.5, -0.5])   # class-major, the bias last in each block
+    array([ 1. ,  1. ,  1. ,  0.5,  1. ,  1. ,  1. , -0.5])
+    """
 
     name: str
     n_outputs: int
@@ -129,6 +149,29 @@ class LastLayerModel:
     last). Added: the head's parameter names, the trained head as the Newton fit's starting point
     (:meth:`newton_start`, :meth:`initial_params`), and the conversions of ``layout``
     (:meth:`HeadLayout.theta_of`, :meth:`HeadLayout.head_of`, :meth:`HeadLayout.torch_order`).
+
+    Parameters
+    ----------
+    inner : model
+        The inner GLM (``linear`` / ``logistic``) or full-layout multinomial model.
+    layout : HeadLayout
+        The head's shape.
+    likelihood : str
+        ``"gaussian"``, ``"bernoulli"`` or ``"softmax"``.
+    trained : (D,) ndarray or None
+        The trained head in θ's layout, if any.
+    source : str
+        Where the features came from (messages and JSON).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((200, 3))
+    >>> model, data = last_layer(np.tanh, X, X @ [1.0, -0.5, 0.2], noise_variance=0.01)
+    >>> model
+    LastLayerModel('gaussian', head='output', K=1, d=3, bias=True, D=4)
+    >>> model.parameter_names()[-1]
+    'output.bias[0]'
     """
 
     def __init__(self, inner: Any, layout: HeadLayout, likelihood: str, trained: np.ndarray | None,
@@ -298,10 +341,38 @@ def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: in
 
 def compute_features(features: Callable[[np.ndarray], Any], X: Any, *, chunk_rows: int = FEATURE_CHUNK_ROWS,
                      source: str = "features") -> np.ndarray:
-    """φ(X) (N, d) float64 from a NumPy or JAX function of a batch of rows, ``chunk_rows`` rows at a time.
+    """Compute the features φ(X) (N, d) in float64 from a NumPy or JAX function, ``chunk_rows`` rows at a time.
 
     The function gets float64 rows (a JAX function computes in its own precision, float32 unless
     ``jax_enable_x64``); its output is checked: (n, d) or (n,) finite numbers for n rows.
+
+    Parameters
+    ----------
+    features : callable
+        ``features(rows) -> (n, d) or (n,)``.
+    X : array_like
+        The rows (N, p).
+    chunk_rows : int, optional
+        Rows per call.
+    source : str, optional
+        The function's name in messages.
+
+    Returns
+    -------
+    (N, d) ndarray
+        The features φ(X).
+
+    Raises
+    ------
+    SgtuneError
+        If the function raises.
+    ShapeError
+        If its output is not (n, d) or (n,) for n rows.
+
+    Examples
+    --------
+    >>> compute_features(np.tanh, [[0.0, 1.0]])
+    array([[0.    , 0.7616]])
     """
     Xa = np.ascontiguousarray(X, dtype=np.float64)
     out = []
@@ -380,7 +451,7 @@ def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood:
     likelihood : {"gaussian", "bernoulli", "softmax"}
         The loss of the head's output (module docstring).
     noise_variance : float
-        σ² of the gaussian likelihood (laplace-torch's ``sigma_noise`` is σ).
+        The noise variance σ² of the gaussian likelihood (laplace-torch's ``sigma_noise`` is σ).
     body : torch.nn.Module or callable, optional
         The features explicitly (everything before the head), with ``head``.
     head : torch.nn.Linear or (weight, bias), optional
@@ -402,6 +473,23 @@ def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood:
     (LastLayerModel, Dataset)
         The model of the head and the data (features with the bias column last, y); θ̂ is fitted by
         ``expand(model, data, prior_precision)`` from the trained head (softmax needs a prior precision).
+
+    Raises
+    ------
+    SgtuneError
+        If the data, the network or the head cannot be used (the message says how to fix it).
+    DataFormatError
+        If X and y have different numbers of rows.
+
+    Examples
+    --------
+    >>> from sgtune.models import expand
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((200, 3))
+    >>> y = X @ [1.0, -0.5, 0.2] + 0.1 * rng.standard_normal(200)
+    >>> model, data = last_layer(np.tanh, X, y, noise_variance=0.01)   # features tanh(X), a fitted head
+    >>> data.X.shape, expand(model, data, 1.0).theta_hat.shape
+    ((200, 4), (4,))
     """
     lik = _likelihood(likelihood)
     if X is None or y is None:

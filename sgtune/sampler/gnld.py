@@ -36,7 +36,7 @@ from .kernels import BATCH_FNS, sgld_dense_rule
 from .rng import chain_states
 from .state import COV_BLOCK, LAM_DENSE, ChainState, Oracle, Recorder, Schedule, StepParams, mclmc_state
 
-__all__ = ["GnldRun", "run_sg_gnld", "gnld_grad", "gnld_plan"]
+__all__ = ["GnldRun", "run_sg_gnld", "gnld_grad"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,13 @@ class GnldRun:
         Wall-clock time of the kernel call.
     hessian : ndarray
         M of the full state that was simulated.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> run = run_sg_gnld(np.eye(1), np.zeros((1, 1)), [1.0], 0.1, 100, 4, hessian=np.eye(1), seed=1)
+    >>> run.time_averages.shape, run.step_size, run.n_steps
+    ((4,), 0.1, 100)
     """
 
     time_averages: np.ndarray
@@ -170,13 +177,13 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     antisymmetric : array_like, (n, n)
         Q, antisymmetric.
     observable : array_like, (n,)
-        ℓ.
+        The observable ℓ.
     step_size : float
-        η > 0.
+        The step η > 0.
     n_steps : int
-        K ≥ 1.
+        The steps K ≥ 1.
     n_replicas : int
-        R ≥ 1.
+        The replicas R ≥ 1.
     hessian : array_like, (n, n), optional
         M. Required without ``design``; with ``design`` it defaults to blockdiag(A, I) where
         A = X̃ᵀX̃ + Γ is the BLR posterior precision (n = p gives M = A), and if given its
@@ -186,7 +193,7 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     batch_size : int, optional
         B (≥ 1 with ``design``); 0 means the exact gradient Mz.
     noise_variance : float, optional
-        s² of the regression model.
+        The noise variance s² of the regression model.
     prior_precision : array_like, (p, p), optional
         Γ (default 0).
     init : array_like, (R, n) or (n,), optional

@@ -38,8 +38,7 @@ from ..core.errors import SgtuneError, UnstableStepSizeError
 from ._jit import njit, njit_parallel, prange
 from .rng import Xoshiro256PP, chain_states, normal, randbelow
 
-__all__ = ["SCHEME_CODES", "ReshuffleChains", "run_reshuffle_chains", "run_reshuffle_chains_python",
-           "seed_states"]
+__all__ = ["SCHEME_CODES", "ReshuffleChains", "run_reshuffle_chains", "run_reshuffle_chains_python"]
 
 SCHEME_CODES: dict[str, int] = {"ula": 0, "rm": 1, "rm_with_replacement": 2, "rr": 3}
 
@@ -155,6 +154,23 @@ class ReshuffleChains:
     ``var`` / ``var_se`` and ``mean`` / ``mean_se`` pool the chains (standard
     errors from the across-chain spread); ``average_var`` / ``average_var_se``
     pool the positions too.
+
+    Attributes
+    ----------
+    scheme : str
+        The batching scheme.
+    seed : int
+        The root seed.
+    n_epochs, burn_in_epochs : int
+        The kept and the discarded epochs.
+    first_moment, second_moment : (C, R) ndarray
+        Each chain's time averages of d and d² per epoch position.
+
+    Examples
+    --------
+    >>> r = run_reshuffle_chains(np.arange(8.0), 2, 0.1, n_chains=4, n_epochs=50, burn_in_epochs=5, seed=1)
+    >>> r.first_moment.shape, r.var.shape
+    ((4, 4), (4,))
     """
 
     scheme: str
@@ -234,13 +250,13 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
     data : array_like, shape (N,)
         The data x_1..x_N.
     batch_size : int
-        B, dividing N.
+        The batch size B, dividing N.
     step : float
         Rescaled step h, 0 < h < 2.
     scheme : {"ula", "rm", "rm_with_replacement", "rr"}
         Batching policy.
     sigma2 : float, optional
-        σ² (default the unbiased sample variance).
+        The model's variance σ² (default the unbiased sample variance).
     n_chains, n_epochs, burn_in_epochs : int
         Chains (started at x̄), kept epochs, discarded epochs (R steps each).
     seed : int
@@ -250,6 +266,21 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
     -------
     ReshuffleChains
         Per-chain moments per epoch position.
+
+    Raises
+    ------
+    SgtuneError
+        If B does not divide N, the scheme is unknown, or a count is out of range.
+    UnstableStepSizeError
+        If h ∉ (0, 2).
+
+    Examples
+    --------
+    >>> from sgtune.theory.reshuffle import reshuffle_bias
+    >>> r = run_reshuffle_chains(np.arange(8.0), 2, 0.5, n_chains=64, n_epochs=200, seed=1)
+    >>> exact = reshuffle_bias(np.arange(8.0), 2, 0.5).rr_average_var
+    >>> bool(abs(r.average_var - exact) < 4 * r.average_var_se)
+    True
     """
     x, b, h, sig2, code, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
                                               n_epochs, burn_in_epochs)
@@ -267,7 +298,44 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
 def run_reshuffle_chains_python(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
                                 sigma2: Any | None = None, n_chains: int = 4, n_epochs: int = 10,
                                 burn_in_epochs: int = 2, seed: int = 0) -> ReshuffleChains:
-    """Pure-Python twin of :func:`run_reshuffle_chains` (same streams, same arithmetic; for tests)."""
+    """Pure-Python twin of :func:`run_reshuffle_chains` (same streams, same arithmetic; for tests).
+
+    Parameters
+    ----------
+    data : array_like, shape (N,)
+        The data x_1..x_N.
+    batch_size : int
+        The batch size B, dividing N.
+    step : float
+        Rescaled step h, 0 < h < 2.
+    scheme : {"ula", "rm", "rm_with_replacement", "rr"}
+        Batching policy.
+    sigma2 : float, optional
+        The model's variance σ² (default the unbiased sample variance).
+    n_chains, n_epochs, burn_in_epochs : int
+        Chains, kept epochs, discarded epochs (defaults small: it is slow).
+    seed : int
+        Root seed, as in :func:`run_reshuffle_chains`.
+
+    Returns
+    -------
+    ReshuffleChains
+        The moments :func:`run_reshuffle_chains` gives for the same arguments.
+
+    Raises
+    ------
+    SgtuneError
+        As :func:`run_reshuffle_chains`.
+    UnstableStepSizeError
+        If h ∉ (0, 2).
+
+    Examples
+    --------
+    >>> kw = dict(n_chains=4, n_epochs=50, burn_in_epochs=5, seed=1)
+    >>> py = run_reshuffle_chains_python(np.arange(8.0), 2, 0.1, **kw)
+    >>> bool(np.allclose(py.second_moment, run_reshuffle_chains(np.arange(8.0), 2, 0.1, **kw).second_moment))
+    True
+    """
     x, b, h, sig2, code, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
                                               n_epochs, burn_in_epochs)
     n = x.shape[0]

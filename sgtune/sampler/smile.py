@@ -55,8 +55,8 @@ from .state import DIVERGENCE_BOUND, tuner_params
 from .targets import AnalyticTarget, noise_vector, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
-           "GridSearchResult", "ensemble_options", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
-           "sgld_step", "sghmc_step", "ensemble_chains", "random_unit_vector", "check_tuner_settings"]
+           "GridSearchResult", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
+           "sgld_step", "sghmc_step", "ensemble_chains", "random_unit_vector"]
 
 SMILE_NAIVE, PSMILE_NAIVE, SMILE, PSMILE, SGLD, SGHMC = 0, 1, 2, 3, 4, 5
 METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE_NAIVE, "smile": SMILE,
@@ -326,7 +326,49 @@ def ensemble_chains(method, target_id, prec, q, noise_chol, spatial_sd, theta, m
 
 @dataclass(frozen=True, slots=True)
 class SmileEnsembleResult:
-    """Outcome of :func:`run_smile_ensemble` (per-chain arrays have C rows)."""
+    """Outcome of :func:`run_smile_ensemble` (per-chain arrays have C rows).
+
+    Attributes
+    ----------
+    sampler, target, noise : str
+        The sampler, the target's name and its injected noise.
+    step_size : float
+        The (initial) step size.
+    n_steps, burn_in, seed : int
+        The run: steps, burn-in steps excluded from the moments, root seed.
+    final_state : (C, D) ndarray
+        Each chain's last θ.
+    sample_mean, sample_second_moment : (C, D) ndarray
+        The mean of θ and of θ² after burn-in.
+    rejection_fraction : (C,) ndarray
+        Guardrail rejections per step (0 for the untuned samplers).
+    final_step_size : (C,) ndarray
+        The step size at the end (tuned samplers).
+    mean_energy_error, mean_abs_energy_error : (C,) ndarray
+        The mean ΔE and |ΔE| per step (MCLMC samplers; 0 otherwise).
+    energy_error_var_per_dim : (C,) ndarray
+        The mean ΔE² / D.
+    diverged : (C,) ndarray
+        The step at which each chain diverged, or −1.
+    preconditioner : (C, D) ndarray
+        The final pSMILE p (ones for the other samplers).
+    trace : (C, T, D) ndarray or None
+        θ every ``thin`` steps.
+    step_size_trace, energy_trace : (C, T) ndarray or None
+        The step size and Σ ΔE so far (= E_t − E_0 without noise) every ``thin`` steps.
+    thin : int
+        The recording interval (0: no traces).
+    settings : dict
+        The tuner's settings.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import RunSpec
+    >>> from sgtune.sampler.targets import make_target
+    >>> res = run_smile_ensemble(make_target("gaussian", dim=4), 0.1, RunSpec(200, n_chains=2))
+    >>> res.sampler, res.sample_second_moment.shape, res.diverged
+    ('smile', (2, 4), array([-1, -1]))
+    """
 
     sampler: str
     target: str
@@ -417,16 +459,32 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
         A function with the argument list of :func:`ensemble_chains` runs instead of the compiled kernel
         (the tests' pure-Python reference).
 
+    **legacy
+        The keyword form of 0.1, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``, with
+        one ``DeprecationWarning``.
+
     Returns
     -------
     SmileEnsembleResult
+        The chains' moments after burn-in, the tuner's statistics and the traces.
 
-    The keyword form of 0.1, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``, still works
-    with one ``DeprecationWarning``.
+    Raises
+    ------
+    SgtuneError
+        If the sampler is not one of this module's, or ``start`` is not a finite vector of length D.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), eqs. (1)–(3), (6), (7), Algorithm 1, section 3.2, appendix F.2.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import RunSpec
+    >>> from sgtune.sampler.registry import SGLDOptions
+    >>> from sgtune.sampler.targets import make_target
+    >>> res = run_smile_ensemble(make_target("gaussian", dim=4), 0.01, RunSpec(200, n_chains=2), SGLDOptions())
+    >>> res.sampler, res.final_state.shape
+    ('sgld', (2, 4))
     """
     from .registry import SmileOptions, sampler_spec
 
@@ -505,7 +563,33 @@ def _legacy_ensemble(target: AnalyticTarget, sampler: str, step_size: Any, *, st
 
 @dataclass(frozen=True, slots=True)
 class GridSearchResult:
-    """Appendix-C step-size search: coarse grid 10^i, fine grid around the best, and the chosen step."""
+    """Appendix-C step-size search: coarse grid 10^i, fine grid around the best, and the chosen step.
+
+    Attributes
+    ----------
+    sampler : str
+        The sampler searched.
+    coarse_steps, coarse_b2 : ndarray
+        The coarse grid 10^i and the b² of each (∞: diverged).
+    fine_steps, fine_b2 : ndarray
+        The fine grid around the best coarse step and the b² of each.
+    best_step : float
+        The chosen step.
+    best_b2_in_sample : float
+        The smallest b² of the search (biased low).
+    b2 : B2Estimate
+        The b² of a fresh ensemble (independent seed) at ``best_step``.
+    seconds : float
+        The search's wall time.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.targets import make_target
+    >>> g = grid_search_b2(make_target("gaussian", dim=4), "smile-naive", n_steps=200, n_chains=4,
+    ...                    exponents=(-2, -1), n_fine=3, n_bootstrap=100)
+    >>> g.coarse_steps, g.fine_steps
+    (array([0.01, 0.1 ]), array([0.01, 0.1 , 1.  ]))
+    """
 
     sampler: str
     coarse_steps: np.ndarray
@@ -529,7 +613,7 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
                    exponents: tuple[int, ...] = (-6, -5, -4, -3, -2, -1, 0), n_fine: int = 15,
                    n_bootstrap: int = 2000, clock: Callable[[], float] | None = None,
                    **kwargs: Any) -> GridSearchResult:
-    """b² at Δt = 10^i, then at ``n_fine`` log-spaced steps over [10^{i_opt−1}, 10^{i_opt+1}].
+    """Search the step size: b² at Δt = 10^i, then at ``n_fine`` log-spaced steps over [10^{i_opt−1}, 10^{i_opt+1}].
 
     A diverged ensemble scores b² = ∞. The best fine step is chosen on one set of seeds and
     its b² is then *reported from a fresh ensemble* (seed + 1) with the bootstrap standard
@@ -539,11 +623,17 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
     Parameters
     ----------
     target : AnalyticTarget
+        From :func:`sgtune.sampler.targets.make_target`.
     sampler : str
+        The sampler's name (``"smile"``, ``"smile-naive"``, ``"sgld"``, …).
     n_steps, n_chains, seed : int
+        Each ensemble's steps and chains, and the seed of the search (the report uses seed + 1).
     exponents : tuple of int
+        The coarse grid's exponents i.
     n_fine : int
+        The number of fine steps.
     n_bootstrap : int
+        The resamples of the reported b²'s standard deviation.
     clock : callable, optional
         ``time.perf_counter`` by default.
     **kwargs
@@ -553,10 +643,24 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
     Returns
     -------
     GridSearchResult
+        Both grids with their b², the chosen step and its fresh b².
+
+    Raises
+    ------
+    SgtuneError
+        If every step of the coarse grid diverged.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix C.
+
+    Examples
+    --------
+    >>> from sgtune.sampler.targets import make_target
+    >>> g = grid_search_b2(make_target("gaussian", dim=4), "smile-naive", n_steps=200, n_chains=4,
+    ...                    exponents=(-2, -1), n_fine=3, n_bootstrap=100)
+    >>> bool(g.best_step in g.fine_steps or g.best_step in g.coarse_steps), g.b2.n_bootstrap
+    (True, 100)
     """
     import time
 

@@ -42,7 +42,21 @@ __all__ = ["ModalDirections", "modal_directions", "ReshuffleChange", "reshuffle_
 
 @dataclass(frozen=True)
 class ModalDirections:
-    """Λ = LLᵀ, LᵀHL = U diag(h) Uᵀ: ``h`` (ascending) and ``basis`` V = LU (θ − θ̂ = V a)."""
+    """The modal directions of a chain: Λ = LLᵀ, LᵀHL = U diag(h) Uᵀ.
+
+    Attributes
+    ----------
+    h : (D,) ndarray
+        The eigenvalues h_j of LᵀHL (ascending): the rescaled steps of the directions.
+    basis : (D, D) ndarray
+        V = LU, one direction per column (θ − θ̂ = V a).
+
+    Examples
+    --------
+    >>> m = modal_directions(np.diag([1.0, 4.0]), 0.1 * np.eye(2))
+    >>> m.h
+    array([0.1, 0.4])
+    """
 
     h: np.ndarray
     basis: np.ndarray
@@ -54,8 +68,29 @@ def modal_directions(hessian: Any, step_matrix: Any) -> ModalDirections:
 
     Parameters
     ----------
-    hessian : (D, D) symmetric H.
-    step_matrix : (D, D) symmetric positive-definite Λ.
+    hessian : (D, D) array
+        The symmetric Hessian H.
+    step_matrix : (D, D) array
+        The symmetric positive-definite step-size matrix Λ.
+
+    Returns
+    -------
+    ModalDirections
+        The eigenvalues h and the basis V.
+
+    Raises
+    ------
+    ShapeError
+        If H and Λ are not square matrices of one size.
+    SgtuneError
+        If Λ is not positive definite.
+
+    Examples
+    --------
+    >>> m = modal_directions(np.diag([1.0, 4.0]), 0.1 * np.eye(2))
+    >>> m.h, np.round(m.basis, 4)
+    (array([0.1, 0.4]), array([[0.3162, 0.    ],
+           [0.    , 0.3162]]))
     """
     H = as_float_array(hessian, "hessian", ndim=2)
     lam = as_float_array(step_matrix, "step_matrix", ndim=2)
@@ -76,11 +111,22 @@ class ReshuffleChange:
 
     Attributes
     ----------
-    h : (D,) rescaled steps of the modal directions.
-    noise_ratio : (D,) v_j = β n_j/h_j (``inf`` for SGD).
-    variance_change : (D,) Var_RR/Var_RM − 1 per direction (epoch average of RR).
-    n_batches : R = ⌊N/B⌋ batches per epoch.
-    basis : (D, D) V = LU, the modal directions (θ − θ̂ = V a).
+    h : (D,) ndarray
+        The rescaled steps of the modal directions.
+    noise_ratio : (D,) ndarray
+        v_j = β n_j/h_j (``inf`` for SGD).
+    variance_change : (D,) ndarray
+        Var_RR/Var_RM − 1 per direction (epoch average of RR).
+    n_batches : int
+        R = ⌊N/B⌋ batches per epoch.
+    basis : (D, D) ndarray
+        V = LU, the modal directions (θ − θ̂ = V a).
+
+    Examples
+    --------
+    >>> r = reshuffle_variance_change(np.eye(1), np.array([[0.01]]), np.eye(1), n_data=1000, batch_size=10)
+    >>> r.n_batches, np.round(r.variance_change, 4)
+    (100, array([-0.7321]))
     """
 
     h: np.ndarray
@@ -104,24 +150,36 @@ class ReshuffleChange:
 def reshuffle_variance_change(hessian: Any, step_matrix: Any, noise_cov: Any, *, n_data: int, batch_size: int,
                               inv_temperature: float = math.inf,
                               modes: ModalDirections | None = None) -> ReshuffleChange:
-    r"""Var_RR/Var_RM − 1 per modal direction: random reshuffling vs fresh batches (Shaw & Whalley 2025,
-    Gaussian case).
+    r"""Compute Var_RR/Var_RM − 1 per modal direction: random reshuffling vs fresh batches.
+
+    The Gaussian case of Shaw & Whalley (2025), §4, applied to each modal direction.
 
     Parameters
     ----------
-    hessian : (D, D) H.
-    step_matrix : (D, D) SPD Λ (no momentum).
-    noise_cov : (D, D) C̄, the covariance of the minibatch mean-loss gradient of the fresh-batch chain
+    hessian : (D, D) array
+        The Hessian H.
+    step_matrix : (D, D) array
+        The SPD step-size matrix Λ (no momentum).
+    noise_cov : (D, D) array
+        C̄, the covariance of the minibatch mean-loss gradient of the fresh-batch chain
         (batches without replacement, i.e. with the factor (N−B)/(N−1)).
-    n_data, batch_size : N and B; R = ⌊N/B⌋.
-    inv_temperature : β (``inf``: SGD, where only the gradient noise drives the variance).
-    modes : the :func:`modal_directions` of (H, Λ), when already computed.
+    n_data, batch_size : int
+        N and B; R = ⌊N/B⌋.
+    inv_temperature : float
+        The inverse temperature β (``inf``: SGD, where only the gradient noise drives the variance).
+    modes : ModalDirections, optional
+        The :func:`modal_directions` of (H, Λ), when already computed.
 
     Returns
     -------
     ReshuffleChange
         With x_j = 1/ρ_j = (R − 1)h_j/(β n_j) and ε_ULA = h/(2 − h),
         (1 + ε̄_RR)/(1 + ε_RM) = (x(1 + ε_ULA) + br̄)/(x(1 + ε_ULA) + (R − 1)h/(2 − h)), br̄ = (ε̄_RR − ε_ULA)/ρ.
+
+    Raises
+    ------
+    SgtuneError
+        If some h_j ∉ (0, 2) (the chain is not stable).
 
     Examples
     --------
@@ -161,10 +219,24 @@ def sglrw_variance_change(step_diagonal: Any, noise_diagonal: Any, *, inv_temper
 
     Parameters
     ----------
-    step_diagonal : (D,) the diagonal of Λ (SGLRW moves coordinate-wise: scalar or diagonal Λ).
-    noise_diagonal : (D,) Ĉ_jj, the variances of the minibatch mean-loss gradient (with 1/B and the
+    step_diagonal : (D,) array
+        The diagonal of Λ (SGLRW moves coordinate-wise: scalar or diagonal Λ).
+    noise_diagonal : (D,) array
+        The variances Ĉ_jj of the minibatch mean-loss gradient (with 1/B and the
         finite-population factor).
-    inv_temperature : β < ∞ (SGLRW is a Langevin sampler; Mensch et al.'s (2025) U = β·L, δ = Λ/β, G = β²Ĉ).
+    inv_temperature : float
+        The inverse temperature β < ∞ (SGLRW is a Langevin sampler; Mensch et al.'s (2025) U = β·L,
+        δ = Λ/β, G = β²Ĉ).
+
+    Returns
+    -------
+    (D,) ndarray
+        The relative change of each coordinate's variance.
+
+    Raises
+    ------
+    ShapeError
+        If the two diagonals differ in length.
 
     Examples
     --------
@@ -185,12 +257,24 @@ class NonReversibleGain:
 
     Attributes
     ----------
-    variance_ratio : σ²/σ_R² for the slowest modal direction's functional with the optimal J (= 1/(1+κ_J²)).
-    budget : κ_J.
-    max_step_multiple_reversible : η_max·β of the reversible scheme (Λ alone): 2/h_max.
-    max_step_multiple : η_J·β, the largest stable multiple of the planned step with J.
-    available : the planned step (multiple 1) is stable with J.
-    antisymmetric : (D, D) J.
+    variance_ratio : float
+        σ²/σ_R² for the slowest modal direction's functional with the optimal J (= 1/(1+κ_J²)).
+    budget : float
+        κ_J.
+    max_step_multiple_reversible : float
+        η_max·β of the reversible scheme (Λ alone): 2/h_max.
+    max_step_multiple : float
+        η_J·β, the largest stable multiple of the planned step with J.
+    available : bool
+        Whether the planned step (multiple 1) is stable with J.
+    antisymmetric : (D, D) ndarray
+        J.
+
+    Examples
+    --------
+    >>> g = nonreversible_gain(np.diag([1.0, 4.0]), 0.1 * np.eye(2), inv_temperature=100.0)
+    >>> f"{g.variance_ratio:.3f}", f"{g.max_step_multiple_reversible:.3f}", g.available
+    ('0.500', '5.000', True)
     """
 
     variance_ratio: float
@@ -214,10 +298,25 @@ def nonreversible_gain(hessian: Any, step_matrix: Any, *, inv_temperature: float
 
     Parameters
     ----------
-    hessian : (D, D) H (mean loss). D ≥ 2.
-    step_matrix : (D, D) SPD Λ.
-    inv_temperature : β < ∞.
-    budget : κ_J > 0.
+    hessian : (D, D) array
+        The Hessian H of the mean loss, D ≥ 2.
+    step_matrix : (D, D) array
+        The SPD step-size matrix Λ.
+    inv_temperature : float
+        The inverse temperature β < ∞.
+    budget : float
+        The budget κ_J > 0.
+
+    Returns
+    -------
+    NonReversibleGain
+        The variance ratio with the optimal J and the stable step multiples with and without it.
+
+    Examples
+    --------
+    >>> g = nonreversible_gain(np.diag([1.0, 4.0]), 0.1 * np.eye(2), inv_temperature=100.0, budget=1.0)
+    >>> f"{g.variance_ratio:.3f}", f"{g.max_step_multiple:.3f}"   # 1/(1 + κ²); J allows a longer step
+    ('0.500', '6.250')
     """
     beta = check_positive(inv_temperature, "inv_temperature")
     modes = modal_directions(hessian, step_matrix)

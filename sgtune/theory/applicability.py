@@ -43,6 +43,22 @@ part comes from the subsample. The same computation on SUBSAMPLE_GROUPS disjoint
 M rows gives standard errors (sd over parts / √parts); a decision whose estimate is within
 UNCERTAIN_Z standard errors of its threshold is listed as uncertain. The column scales come from the
 expansion's own chunked pass. Memory is O(M·D + chunk·D + D²), independent of N.
+
+The divergence risk (:func:`divergence_risk`).
+The step θ ← θ − Λ∇L_b(θ) on a batch b is locally unstable where Λ J_b(θ) has an eigenvalue above
+2(1 + κ) (the spectral radius of I − ΛJ_b exceeds 1; κ the momentum). J_b ⪰ J_n/B for each row n of
+the batch, so a row with λ_max(ΛJ_n(θ)) > 2(1 + κ)B alone makes the step unstable. Along directions
+s of the predicted spread Σ — its leading axes, the direction in which λ_max(ΛH(θ)) grows fastest
+(finite differences, D ≤ RISK_GRADIENT_MAX_DIM), the per-sample gradient directions Σg_n of the rows
+with the largest ΛJ_n at θ̂, and ``n_random`` random ones, both ways — the curvatures are evaluated
+at t = 1, 2, … sd (RISK_SEARCH_SD) and t* is where they reach the limit (log-linear, extrapolated).
+Under the predicted Gaussian, θ lies beyond t* along s with probability Φ(−t*). Per step:
+
+    p = Σ_n (B/N) max_s Φ(−t*_n(s))  +  max_s Φ(−t*_H(s)) / τ_min,
+
+the first term for a batch holding a row whose own step is unstable, the second for the mean
+curvature H (one independent visit per τ_min steps, the fastest coordinate's autocorrelation time);
+risk = 1 − exp(−p·T) for a run of T steps.
 """
 from __future__ import annotations
 
@@ -571,25 +587,35 @@ def divergence_risk(model: Any, data: Dataset, expansion: Expansion, stationary:
                     steps: float | None = None, n_random: int = 4, seed: int = 0) -> dict[str, Any]:
     """Risk that a chain of ``steps`` steps reaches a state where its own step is unstable.
 
-    The step θ ← θ − Λ∇L_b(θ) on a batch b is locally unstable where Λ J_b(θ) has an eigenvalue above
-    2(1 + κ) (the spectral radius of I − ΛJ_b exceeds 1; κ the momentum). J_b ⪰ J_n/B for each row n of
-    the batch, so a row with λ_max(ΛJ_n(θ)) > 2(1 + κ)B alone makes the step unstable. Along directions
-    s of the predicted spread Σ — its leading axes, the direction in which λ_max(ΛH(θ)) grows fastest
-    (finite differences, D ≤ RISK_GRADIENT_MAX_DIM), the per-sample gradient directions Σg_n of the rows
-    with the largest ΛJ_n at θ̂, and ``n_random`` random ones, both ways — the curvatures are evaluated
-    at t = 1, 2, … sd (RISK_SEARCH_SD) and t* is where they reach the limit (log-linear, extrapolated).
-    Under the predicted Gaussian, θ lies beyond t* along s with probability Φ(−t*). Per step:
+    The method is in the module docstring. The Gaussian understates the tails of a chain whose noise grows
+    with the curvature: the risk is an index calibrated against chains (MAX_DIVERGENCE_RISK), not a probability.
 
-        p = Σ_n (B/N) max_s Φ(−t*_n(s))  +  max_s Φ(−t*_H(s)) / τ_min,
+    Parameters
+    ----------
+    model, data, expansion, stationary : model, Dataset, Expansion, StationaryCov
+        The model, the rows it is evaluated on, their expansion at θ̂ and the prediction (Σ, Λ, B, κ, τ).
+    steps : float, optional
+        T (default ``sgtune verify``'s run length max(20000, 1000·τ_worst)).
+    n_random, seed : int, optional
+        The number of random directions (each searched both ways) and their seed.
 
-    the first term for a batch holding a row whose own step is unstable, the second for the mean
-    curvature H (one independent visit per τ_min steps, the fastest coordinate's autocorrelation time);
-    risk = 1 − exp(−p·T). ``steps`` T defaults to ``sgtune verify``'s run length max(20000, 1000·τ_worst).
-    The Gaussian understates the tails of a chain whose noise grows with the curvature, so the risk is
-    an index calibrated against chains (MAX_DIVERGENCE_RISK), not a probability to quote.
-    Returns ``risk``, ``per_step``, ``steps``, ``threshold_sd`` (min t*), ``stable_scale`` (the factor
-    c ≤ 1 by which scaling Λ keeps every row's and the mean's step stable out to the distance where the
-    risk would be a quarter of MAX_DIVERGENCE_RISK) and ``points`` (model evaluations).
+    Returns
+    -------
+    dict
+        ``risk`` = 1 − exp(−p·T), ``per_step`` p, ``steps`` T, ``threshold_sd`` (min t*),
+        ``stable_scale`` (the factor c ≤ 1 by which scaling Λ keeps every row's and the mean's step
+        stable out to the distance where the risk would be a quarter of MAX_DIVERGENCE_RISK) and
+        ``points`` (model evaluations).
+
+    Examples
+    --------
+    >>> import sgtune
+    >>> from sgtune.core.config import Dynamics
+    >>> model, data = sgtune.get_model("logistic"), sgtune.example("logistic")
+    >>> e = sgtune.expand(model, data)
+    >>> r = divergence_risk(model, data, e, sgtune.predict_stationary_cov(e, Dynamics(0.05, batch_size=32)))
+    >>> r["risk"], r["stable_scale"]   # a small step: no state within reach is unstable
+    (0.0, 1.0)
     """
     e, d = expansion, expansion.dim
     lam = stationary.step_matrix

@@ -89,6 +89,13 @@ class FluctuationResult:
         ``"general"``, ``"nld"``, ``"hfhr"`` or ``"gaul"``.
     diffusion, antisymmetric, hessian : ndarray
         D, Q and M of the full state.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = solve_fluctuation_nld(np.eye(2), [1.0, 0.0], [[0.0, 2.0], [-2.0, 0.0]])
+    >>> r.scheme, f"{r.sigma2:.3f}", f"{r.sigma2_reversible:.3f}", f"{r.ratio:.3f}"
+    ('nld', '0.400', '2.000', '0.200')
     """
 
     sigma2: float
@@ -124,6 +131,13 @@ class OptimalAntisymmetric:
         σ²(J) (from the general solver), σ_R², and their ratio, which equals the bound.
     bound_ratio : float
         1/(1+κ²), the minimum of σ²/σ_R² over the budget set.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = optimal_antisymmetric_nld(np.diag([1.0, 4.0]), [1.0, 1.0], budget=2.0)
+    >>> r.antisymmetric.shape, f"{r.ratio:.3f}", f"{r.bound_ratio:.3f}"
+    ((2, 2), '0.200', '0.200')
     """
 
     antisymmetric: np.ndarray
@@ -156,6 +170,13 @@ class SpectralGapOptimal:
         σ² of this J for the given observable, σ_R², their ratio.
     variance_optimal_ratio : float
         1/(1+κ²): what the variance-optimal J achieves with the same budget.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = spectral_gap_optimal_nld(np.diag([1.0, 3.0]), [1.0, 0.0])
+    >>> f"{r.spectral_gap:.3f}", f"{r.spectral_gap_reversible:.3f}", f"{r.budget:.3f}"
+    ('2.000', '1.000', '1.732')
     """
 
     antisymmetric: np.ndarray
@@ -189,6 +210,18 @@ class FluctuationEstimate:
         σ̂²/σ̂²_R and its delta-method standard error (independent runs).
     ratio_interval : tuple of float or None
         95 % interval for the ratio, exp(log r ± 1.96·SE(log r)).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> est = estimate_fluctuation_from_chains(rng.standard_normal((8, 4000)), 0.5, n_batches=10,
+    ...                                        baseline=rng.standard_normal((8, 4000)))
+    >>> est.n_chains, est.n_batches, est.batch_length
+    (8, 10, 400)
+    >>> lo, hi = est.ratio_interval   # two iid runs: the true ratio is 1
+    >>> bool(lo < est.ratio < hi)
+    True
     """
 
     sigma2: float
@@ -214,7 +247,7 @@ class FluctuationEstimate:
 @cites("gnld2025", "Prop. 5.2, Eqs. (5.3)-(5.4); Thm. 3.5")
 def solve_fluctuation_general(hessian: Any, diffusion: Any, antisymmetric: Any,
                               observable: Any, *, scheme: str = "general") -> FluctuationResult:
-    r"""σ² = 2bᵀ(D + QᵀD⁻¹Q)⁻¹b and σ_R² = 2bᵀD⁻¹b, b = M⁻¹ℓ (GNLD paper, anonymous 2025, Prop. 5.2, Eqs. (5.3)-(5.4)).
+    r"""Asymptotic variances σ² = 2bᵀ(D + QᵀD⁻¹Q)⁻¹b and σ_R² = 2bᵀD⁻¹b, b = M⁻¹ℓ (GNLD paper, anonymous 2025, Prop. 5.2, Eqs. (5.3)-(5.4)).
 
     Quadratic Hamiltonian H(z) = ½zᵀMz, linear observable f(z) = ℓᵀz, GNLD drift −(D+Q)Mz,
     diffusion sqrt(2D). The Poisson solution is φ(z) = aᵀz with M(D − Q)a = ℓ, and
@@ -229,14 +262,15 @@ def solve_fluctuation_general(hessian: Any, diffusion: Any, antisymmetric: Any,
     antisymmetric : array_like, (n, n)
         Q, antisymmetric (Qᵀ = −Q).
     observable : array_like, (n,)
-        ℓ.
+        The observable ℓ.
     scheme : str, optional
         Label stored in the result.
 
     Returns
     -------
     FluctuationResult
-        σ², σ_R², ratio, reduction, the largest stable Euler steps and the Poisson solutions.
+        The constants σ², σ_R², their ratio and difference, the largest stable Euler steps and the
+        Poisson solutions.
 
     Raises
     ------
@@ -284,7 +318,7 @@ def solve_fluctuation_nld(hessian: Any, observable: Any, antisymmetric: Any,
     hessian : array_like, (d, d)
         A, symmetric positive definite.
     observable : array_like, (d,)
-        ℓ.
+        The observable ℓ.
     antisymmetric : array_like, (d, d)
         J, antisymmetric.
     diffusion : array_like, (d, d), optional
@@ -331,9 +365,9 @@ def solve_fluctuation_hfhr(hessian: Any, observable: Any, alpha: float,
     hessian : array_like, (d, d)
         A, symmetric positive definite.
     observable : array_like, (d,)
-        ℓ (position part).
+        The observable ℓ (its position part).
     alpha, gamma : float
-        α > 0 and γ > 0.
+        The friction parameters α > 0 and γ > 0.
 
     Returns
     -------
@@ -377,9 +411,9 @@ def solve_fluctuation_gaul(hessian: Any, observable: Any, a: float, gamma: float
     hessian : array_like, (d, d)
         A, symmetric positive definite.
     observable : array_like, (d,)
-        ℓ (position part).
+        The observable ℓ (its position part).
     a, gamma : float
-        a > 0 and γ > 0.
+        The GAUL parameters a > 0 and γ > 0.
     preconditioner : array_like, (d, d), optional
         C, symmetric positive definite (default the identity).
 
@@ -411,7 +445,7 @@ def solve_fluctuation_gaul(hessian: Any, observable: Any, a: float, gamma: float
 
 @cites("gnld2025", "Cor. 5.7/5.10 proofs (Schur complements)")
 def augmented_position_fluctuation(hessian: Any, observable: Any, drift: Any) -> tuple[float, float]:
-    r"""σ² = 2wᵀSchur(K)⁻¹w and σ_R² = 2wᵀSchur(sym K)⁻¹w for augmented states (GNLD paper, anonymous 2025, proofs of Cor. 5.7, 5.10).
+    r"""Asymptotic variances σ² = 2wᵀSchur(K)⁻¹w and σ_R² = 2wᵀSchur(sym K)⁻¹w for augmented states (GNLD paper, anonymous 2025, proofs of Cor. 5.7, 5.10).
 
     State (x, v) ∈ R^{2d}, H = ½xᵀAx + ½|v|², drift matrix K = D + Q (blocks K_xx, K_xv, K_vx,
     K_vv), position observable ℓᵀx, w = A⁻¹ℓ. Since b = (w, 0), σ² = 2bᵀ(K⁻¹)b only needs the
@@ -424,7 +458,7 @@ def augmented_position_fluctuation(hessian: Any, observable: Any, drift: Any) ->
     hessian : array_like, (d, d)
         A, symmetric positive definite.
     observable : array_like, (d,)
-        ℓ.
+        The observable ℓ.
     drift : array_like, (2d, 2d)
         K = D + Q; its symmetric part must be positive definite.
 
@@ -470,9 +504,9 @@ def hfhr_matrices(alpha: float, gamma: float, dim: int) -> tuple[np.ndarray, np.
     Parameters
     ----------
     alpha, gamma : float
-        α > 0, γ > 0.
+        The friction parameters α > 0 and γ > 0.
     dim : int
-        d, the position dimension.
+        The position dimension d.
 
     Returns
     -------
@@ -510,7 +544,7 @@ def gaul_matrices(a: float, gamma: float, preconditioner: Any) -> tuple[np.ndarr
     Parameters
     ----------
     a, gamma : float
-        a > 0, γ > 0.
+        The GAUL parameters a > 0 and γ > 0.
     preconditioner : array_like, (d, d)
         C, symmetric positive definite.
 
@@ -571,7 +605,7 @@ def max_stable_step(hessian: Any, drift: Any) -> float:
     Returns
     -------
     float
-        η_max.
+        The largest stable step η_max.
 
     Raises
     ------
@@ -608,9 +642,9 @@ def optimal_antisymmetric_nld(hessian: Any, observable: Any, budget: float,
     hessian : array_like, (d, d)
         A, symmetric positive definite.
     observable : array_like, (d,)
-        ℓ (non-zero).
+        The observable ℓ (non-zero).
     budget : float
-        κ > 0.
+        The budget κ > 0.
     diffusion : array_like, (d, d), optional
         D (default the identity).
     plane_vector : array_like, (d,), optional
@@ -694,7 +728,7 @@ def spectral_gap_optimal_nld(hessian: Any, observable: Any, diffusion: Any | Non
     hessian : array_like, (d, d)
         A, symmetric positive definite.
     observable : array_like, (d,)
-        ℓ (used only to report σ² of this J).
+        The observable ℓ (used only to report σ² of this J).
     diffusion : array_like, (d, d), optional
         D (default the identity).
     weights : array_like, (d,), optional
@@ -770,11 +804,11 @@ def blr_gradient_noise_moments(design: Any, response: Any, batch_size: int, *,
     design : array_like, (N, p)
         X.
     response : array_like, (N,)
-        y.
+        The responses y.
     batch_size : int
         B ≥ 1.
     noise_variance : float, optional
-        s² (default 1).
+        The noise variance s² (default 1).
     prior_precision : array_like, (p, p), optional
         Γ (default 0).
 
@@ -833,7 +867,7 @@ def blr_gradient_noise_cov(design: Any, response: Any, batch_size: int, second_m
     second_moment : array_like, (p, p)
         S.
     noise_variance : float, optional
-        s².
+        The noise variance s².
     prior_precision : array_like, optional
         Γ.
 
@@ -883,9 +917,9 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
     hessian, diffusion, antisymmetric : array_like, (n, n)
         M, D, Q of the full state (validated as in :func:`solve_fluctuation_general`).
     observable : array_like, (n,)
-        ℓ.
+        The observable ℓ.
     step_size : float
-        η > 0, below :func:`max_stable_step`.
+        The step η > 0, below :func:`max_stable_step`.
     n_steps : int
         K ≥ 1.
     design, response : array_like, optional
@@ -893,7 +927,7 @@ def predict_time_average_variance(hessian: Any, diffusion: Any, antisymmetric: A
     batch_size : int, optional
         B (required with ``design``).
     noise_variance : float, optional
-        s².
+        The noise variance s².
     prior_precision : array_like, optional
         Γ.
 
@@ -1012,19 +1046,19 @@ def estimate_fluctuation_from_chains(trajectories: Any, step_size: float, *, n_b
     trajectories : array_like, (C, T) or (T,)
         Values f(Z_k) of C chains over T iterations (after burn-in).
     step_size : float
-        η of the run.
+        The step η of the run.
     n_batches : int, optional
         Batches per chain (≥ 2; default 20); L = T // n_batches (a remainder at the start of
         each chain is dropped).
     baseline : array_like, optional
         Trajectories of the baseline scheme.
     baseline_step_size : float, optional
-        η of the baseline (default ``step_size``).
+        The step η of the baseline (default ``step_size``).
 
     Returns
     -------
     FluctuationEstimate
-        σ̂², its SE, the layout, and the ratio with SE and interval when a baseline is given.
+        The estimate σ̂², its SE, the layout, and the ratio with SE and interval when a baseline is given.
 
     Raises
     ------

@@ -24,6 +24,23 @@ this formula with exact q_n and JΣ*J.
 
 Cost: O(k·M·D) per CG iteration and O(M·D) memory (the design itself plus (M, k) blocks).
 
+The preconditioner of the probe solves (``preconditioner_rank`` r): the randomised Nyström
+preconditioner (Frangella, Tropp & Udell 2023, "Randomized Nyström preconditioning", SIAM J. Matrix
+Anal. Appl. 44(2)): the top-r part of Γ^{-1/2}UᵀWUΓ^{-1/2}·N/M from one pass over U with r
+columns, so CG needs few iterations when the curvature's spectrum decays (a Gauss–Newton
+design); 0 keeps the Jacobi preconditioner. The preconditioner changes only the speed of
+the solves, not what they solve (same tolerance ``cg_tol``).
+
+What :func:`posterior_covariance_error` solves. The stationary covariance Σ(Λ) of SG(L)D (Wang,
+Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) is Σ* + Δ, where the correction Δ solves the linear
+equation (F = I − ΛH, HΣ* = I/N exactly)
+
+    𝓛(Δ) := Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀ = Λ(C̄(Σ*) + H/N)Λ − 2(1/N − 1/β)Λ,
+
+𝒩(X) = (f/B)(mean_n J_nXJ_n − JXJ), C̄(Σ*) = (f/B)(𝓘 − ḡḡᵀ + 𝒩(Σ*)·B/f) (eq. 12), with
+J_n = w_n u_nu_nᵀ, 𝓘 = Uᵀdiag(c²)U/M, H = J + Γ/N. Nothing D×D is formed (memory
+O(M·D + M·r + D·(r + k)); each operator application is a few passes over U).
+
 What :func:`posterior_covariance_error` approximates.
 
 1. *The representation* of Δ, found by Galerkin projection (the residual 𝓛(Δ̂) − R₀ is
@@ -68,6 +85,60 @@ What :func:`posterior_covariance_error` approximates.
    ``"low-rank"`` the probe error of ‖Σ*‖_F only (delta method) — it does *not* include the
    noise of the probed operator and right-hand side, which dominates there (measured: ê
    spreads 0.83–1.51 over seeds at k = 64 where this error reads ±0.02).
+
+What :func:`stationary_cov_from_target` solves. Without momentum the stationary equation
+S = FSFᵀ + Λ𝒩(S)Λ + Q₀ (F = I − ΛH, Q₀ = ΛC₀Λ + 2Λ/β, Wang, Ding & Huggins 2026,
+Eqs. (11)–(12)) is linear, so Δ solves
+
+    Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀,   R₀ = ΛC̄(Σ*)Λ + 2Λ/β + FΣ*Fᵀ − Σ*,
+
+whose right-hand side needs C̄(Σ*) = ``noise_at_target`` — already computed by the tuning
+(the one O(N·D²) pass over the data at the target) — and no further pass. Δ is found by
+GMRES on Y with Δ = 𝒮(Y), 𝒮 the exact Stein solve of X = FXFᵀ + Y (one symmetric
+eigendecomposition of Λ^{1/2}HΛ^{1/2}); each GMRES iteration is one application of
+Σ ↦ mean_n J_nΣJ_n (O(N·D²) through the rank-one J_n = w_n u_nu_nᵀ, never a D²×D² operator).
+Starting at the target instead of at zero, a tolerance ``tol`` relative to ‖R₀‖ makes Δ
+(hence the covariance error ‖Δ‖_F/‖Σ*‖_F) accurate to ≈ ``tol`` relative: the residual that
+remains is that of a chain whose covariance is within the target's error, not of Σ itself.
+
+What is reported: ``relative_residual`` is GMRES's true residual (right preconditioning)
+over ‖Σ‖_F; ``spectral_radius`` the certified bound 1 − λ_min(Σ^{-1/2}Q₀Σ^{-1/2})
+(``spectral_radius_is_bound``, valid for the positive map when the residual is small);
+``tau_spectral`` from the eigenvalues of Λ^{1/2}HΛ^{1/2} (those of ΛH) of the Stein solve.
+
+What :func:`stationary_cov_from_target_momentum` solves. Eliminating the momentum (see
+:func:`sgtune.theory.tuning.solve_momentum_step_matrix`) gives the VARMA(2,1) recursion d_t = A₁d_{t−1} − κd_{t−2} + w_t, A₁ = (1+κ)I − ΛH, whose
+Yule–Walker equations at lag 1 give Γ₁ = E d_t d_{t−1}ᵀ explicitly,
+
+    Γ₁ = [A₁Σ − κΣA₁ᵀ − κ(1−κ)Q]/c,   c = 1 − κ²,  Q = 2Λ/β,
+
+and at lag 0 the reduced equation 𝓛(Σ) = ΛC̄(Σ)Λ + (1−κ)²Q + (2κ/(1+κ))QHΛ with
+
+    𝓛(Σ) = (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c.
+
+With Λ fixed this is LINEAR in Σ (C̄(Σ) = C₀ + 𝒩(Σ), Eq. (12) of Wang, Ding & Huggins 2026),
+i.e. the θ-block of the augmented (2D)² stationary equation of Prop. B.1 written in D×D
+unknowns only. 𝓛 is diagonal in the modal basis of ΛH: with Λ = LLᵀ, LᵀHL = U diag(μ) Uᵀ and
+V = LU (so ΛH = V diag(μ) V⁻¹, Λ = VVᵀ), Σ = VΣ̃Vᵀ gives 𝓛(Σ) = V(𝔡 ∘ Σ̃)Vᵀ with
+
+    𝔡_ij = (1−κ)(μ_i + μ_j) + [κ(μ_i² + μ_j²) − (1+κ²)μ_iμ_j]/c
+
+(at κ = 0 the Stein denominator 1 − (1−μ_i)(1−μ_j); 𝔡_ii > 0 ⇔ 0 < μ_i < 2(1+κ), the
+heavy-ball stability condition). So, as for κ = 0 (:func:`stationary_cov_from_target`),
+Δ solves 𝓛(Δ) − Λ𝒩(Δ)Λ = R₀ with R₀ = (RHS − LHS of the reduced equation at Σ*), which
+needs C̄(Σ*) = ``noise_at_target`` and no pass over the data; GMRES on Y with Δ = 𝓛⁻¹(Y)
+(right preconditioning by the exact modal solve), one O(N·D²) noise pass per iteration,
+tolerance ``tol`` relative to ‖R₀‖_F.
+
+What else is returned. τ from G = Σ_{k≥0}Γ_k: Γ_k = A₁Γ_{k−1} − κΓ_{k−2} (k ≥ 2) sums to
+ΛH·G = Γ₁ − κΣ + ΛHΣ (τ_d = 2G_dd/Σ_dd − 1, τ_worst = 2μ_max(sym G, Σ) − 1). The augmented
+moment of (d, ν) from Λν_t = d_{t−1} − d_t + ξ_t: S_dν = (Γ₁ − Σ + Q)Λ⁻¹,
+S_νν = Λ⁻¹(2Σ − Γ₁ − Γ₁ᵀ − Q)Λ⁻¹. ``spectral_radius`` is the certified bound on ρ of the
+augmented second-moment map P from two steps of it: with S₂ = S + P(S) = 2S − Q₀ and
+Q₂ = Q₀ + P(Q₀) (P(S) = S − Q₀), P(S₂) = S₂ − Q₂, so ρ(P) ≤ 1 − λ_min(S₂^{-1/2}Q₂S₂^{-1/2}) —
+non-void without injected noise (Q₀ alone is singular then). It is computed in the modal
+coordinates d = Vx, ν = V⁻ᵀy, where F = [[I−ΛH, −κΛ], [H, κI]] is a 2×2 block per mode
+(elementwise products) and the pencil's eigenvalue is unchanged.
 """
 from __future__ import annotations
 
@@ -109,6 +180,16 @@ class MatrixFreeDiagonal:
     covariance_error_representation : representation of Σ(Λ) − Σ* behind it (``"target"``:
         diag(d) + αΣ*; ``""`` without the estimate).
     covariance_error_rank : rank of the representation's low-rank part (0 for ``"target"``).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> rng = np.random.default_rng(0)
+    >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
+    >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
+    >>> r = posterior_diagonal_step_sizes(U, w, c, 1.0, Dynamics(None, 10), probes=16, error_estimate=True)
+    >>> r.probes, r.covariance_error_representation, bool(r.cg_residual < 1e-8)
+    (16, 'target', True)
     """
 
     diagonal: np.ndarray
@@ -154,23 +235,40 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
 
     Parameters
     ----------
-    design : (M, D) U, rows u_n (covariates of a GLM, ∇_θ f(x_n) for Gauss–Newton).
-    weights : (M,) w_n ≥ 0 with J_n = w_n u_n u_nᵀ.
-    grad_scales : (M,) c_n with per-sample gradients g_n = c_n u_n at θ̂.
-    prior_diagonal : scalar or (D,) γ > 0 (Γ = diag γ).
+    design, weights, grad_scales, prior_diagonal : array_like
+        U (M, D) with rows u_n (covariates of a GLM, ∇_θ f(x_n) for Gauss–Newton), w (M,) ≥ 0 with
+        J_n = w_n u_n u_nᵀ, c (M,) with per-sample gradients g_n = c_n u_n at θ̂, and γ > 0, a scalar
+        or (D,) (Γ = diag γ).
     dynamics : Dynamics
         B, β and the batching of the chain (``step`` is not used: the result is Λ; no momentum).
-    n_data : N (default M).
-    probes : k random probes.
-    preconditioner_rank : r of the randomised Nyström preconditioner of the probe solves
-        (Frangella, Tropp & Udell 2023, "Randomized Nyström preconditioning", SIAM J. Matrix
-        Anal. Appl. 44(2)): the top-r part of Γ^{-1/2}UᵀWUΓ^{-1/2}·N/M from one pass over U with r
-        columns, so CG needs few iterations when the curvature's spectrum decays (a Gauss–Newton
-        design); 0 keeps the Jacobi preconditioner. The preconditioner changes only the speed of
-        the solves, not what they solve (same tolerance ``cg_tol``).
-    error_estimate : also estimate the covariance error of the returned Λ
-        (:func:`posterior_covariance_error`, representation ``"target"``, max(k, 8) fresh probes,
-        seed + 1); Λ itself is unchanged.
+    n_data, probes, seed : int, optional
+        N (default M), the number k of random probes and their seed.
+    cg_tol, max_iter, preconditioner_rank : float, int, int, optional
+        The probe solves' tolerance and iteration cap, and the rank r of their randomised Nyström
+        preconditioner (module docstring; 0: Jacobi only).
+    error_estimate : bool, optional
+        Also estimate the covariance error of the returned Λ (:func:`posterior_covariance_error`,
+        representation ``"target"``, max(k, 8) fresh probes, seed + 1); Λ itself is unchanged.
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
+
+    Returns
+    -------
+    MatrixFreeDiagonal
+        The diagonal λ, the estimated diag C̄(Σ*) and the statistics of the solves.
+
+    Raises
+    ------
+    SgtuneError
+        :class:`~sgtune.core.errors.InfeasibleTargetError` if β ≤ N (the target is unreachable); momentum.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> U = np.random.default_rng(0).standard_normal((400, 6))
+    >>> r = posterior_diagonal_step_sizes(U, np.full(400, 0.25), U[:, 0], 1.0, Dynamics(None, 10))
+    >>> r.diagonal.shape, bool(np.all(r.diagonal > 0))
+    ((6,), True)
     """
     if not isinstance(dynamics, Dynamics):
         if dynamics is not None:
@@ -286,28 +384,41 @@ def _block_pcg(mul: Any, Bm: np.ndarray, pinv: Any, tol: float, max_iter: int) -
 def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.ndarray,
                                noise_at_target: np.ndarray, *, tol: float = 1e-9, max_iter: int = 40,
                                **legacy: Any) -> StationaryCov:
-    r"""Exact stationary covariance Σ(Λ) of a tuned chain, solved for the correction Δ = Σ(Λ) − Σ*.
+    r"""Exact Σ(Λ) of a tuned chain, solved for Δ = Σ(Λ) − Σ* (Wang, Ding & Huggins 2026, Eqs. (11)–(12)).
 
-    ``dynamics`` is the chain (Λ symmetric positive definite, B, β, κ, batching); with momentum
-    κ > 0 this is :func:`stationary_cov_from_target_momentum`. Without, the stationary equation
-    S = FSFᵀ + Λ𝒩(S)Λ + Q₀ (F = I − ΛH, Q₀ = ΛC₀Λ + 2Λ/β, Wang, Ding & Huggins 2026,
-    Eqs. (11)–(12)) is linear, so Δ solves
+    Parameters
+    ----------
+    expansion, dynamics : Expansion, Dynamics
+        The expansion at θ̂ and the chain: Λ symmetric positive definite, B, β, κ, batching (κ > 0:
+        :func:`stationary_cov_from_target_momentum`). The method is in the module docstring.
+    target_cov, noise_at_target : (D, D) ndarray
+        Σ* and C̄(Σ*), already computed by the tuning (no further pass over the data).
+    tol, max_iter : float, int
+        GMRES's tolerance relative to ‖R₀‖ and its iteration cap.
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
 
-        Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀,   R₀ = ΛC̄(Σ*)Λ + 2Λ/β + FΣ*Fᵀ − Σ*,
+    Returns
+    -------
+    StationaryCov
+        Σ(Λ) (``method="iterative"``) with the certified spectral-radius bound.
 
-    whose right-hand side needs C̄(Σ*) = ``noise_at_target`` — already computed by the tuning
-    (the one O(N·D²) pass over the data at the target) — and no further pass. Δ is found by
-    GMRES on Y with Δ = 𝒮(Y), 𝒮 the exact Stein solve of X = FXFᵀ + Y (one symmetric
-    eigendecomposition of Λ^{1/2}HΛ^{1/2}); each GMRES iteration is one application of
-    Σ ↦ mean_n J_nΣJ_n (O(N·D²) through the rank-one J_n = w_n u_nu_nᵀ, never a D²×D² operator).
-    Starting at the target instead of at zero, a tolerance ``tol`` relative to ‖R₀‖ makes Δ
-    (hence the covariance error ‖Δ‖_F/‖Σ*‖_F) accurate to ≈ ``tol`` relative: the residual that
-    remains is that of a chain whose covariance is within the target's error, not of Σ itself.
+    Raises
+    ------
+    SgtuneError
+        :class:`~sgtune.core.errors.UnstableStepSizeError` if the chain is unstable,
+        :class:`~sgtune.core.errors.ConvergenceError` if GMRES does not reach ``tol``.
 
-    What is reported: ``relative_residual`` is GMRES's true residual (right preconditioning)
-    over ‖Σ‖_F; ``spectral_radius`` the certified bound 1 − λ_min(Σ^{-1/2}Q₀Σ^{-1/2})
-    (``spectral_radius_is_bound``, valid for the positive map when the residual is small);
-    ``tau_spectral`` from the eigenvalues of Λ^{1/2}HΛ^{1/2} (those of ΛH) of the Stein solve.
+    Examples
+    --------
+    >>> import sgtune
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.theory.stationary import noise_covariance
+    >>> e = sgtune.expand(sgtune.get_model("logistic"), sgtune.example("logistic"))
+    >>> S, dyn = e.sandwich_cov(), Dynamics(0.05 * np.eye(5), batch_size=32)
+    >>> st = stationary_cov_from_target(e, dyn, S, noise_covariance(e, S, Dynamics(None, batch_size=32)))
+    >>> bool(np.allclose(st.cov, sgtune.predict_stationary_cov(e, dyn).cov, rtol=1e-6))
+    True
     """
     dyn = _target_settings("stationary_cov_from_target", dynamics, legacy)
     if dyn.momentum > 0:
@@ -442,39 +553,38 @@ def stationary_cov_from_target_momentum(expansion: Any, dynamics: Any, target_co
                                         **legacy: Any) -> StationaryCov:
     r"""Exact stationary covariance Σ(Λ) of a heavy-ball chain (momentum κ), solved for Δ = Σ(Λ) − Σ* in D×D.
 
-    Derivation. Eliminating the momentum (see :func:`sgtune.theory.tuning.solve_momentum_step_matrix`)
-    gives the VARMA(2,1) recursion d_t = A₁d_{t−1} − κd_{t−2} + w_t, A₁ = (1+κ)I − ΛH, whose
-    Yule–Walker equations at lag 1 give Γ₁ = E d_t d_{t−1}ᵀ explicitly,
+    The VARMA(2,1) form of the chain, reduced to D×D unknowns (module docstring; Wang, Ding & Huggins
+    2026, Eq. (12) and Prop. B.1).
 
-        Γ₁ = [A₁Σ − κΣA₁ᵀ − κ(1−κ)Q]/c,   c = 1 − κ²,  Q = 2Λ/β,
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂ (H and the per-observation J_n).
+    dynamics : Dynamics
+        The chain: Λ symmetric positive definite, B, β, κ, batching.
+    target_cov, noise_at_target : (D, D) ndarray
+        Σ* and C̄(Σ*), already computed by the tuning (no further pass over the data).
+    tol, max_iter : float, int
+        GMRES's tolerance relative to ‖R₀‖_F and its iteration cap.
+    **legacy
+        The keyword form of 0.1, with a ``DeprecationWarning``.
 
-    and at lag 0 the reduced equation 𝓛(Σ) = ΛC̄(Σ)Λ + (1−κ)²Q + (2κ/(1+κ))QHΛ with
+    Returns
+    -------
+    StationaryCov
+        Σ(Λ), the augmented moment of (d, ν), τ and the certified spectral-radius bound.
 
-        𝓛(Σ) = (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c.
-
-    With Λ fixed this is LINEAR in Σ (C̄(Σ) = C₀ + 𝒩(Σ), Eq. (12) of Wang, Ding & Huggins 2026),
-    i.e. the θ-block of the augmented (2D)² stationary equation of Prop. B.1 written in D×D
-    unknowns only. 𝓛 is diagonal in the modal basis of ΛH: with Λ = LLᵀ, LᵀHL = U diag(μ) Uᵀ and
-    V = LU (so ΛH = V diag(μ) V⁻¹, Λ = VVᵀ), Σ = VΣ̃Vᵀ gives 𝓛(Σ) = V(𝔡 ∘ Σ̃)Vᵀ with
-
-        𝔡_ij = (1−κ)(μ_i + μ_j) + [κ(μ_i² + μ_j²) − (1+κ²)μ_iμ_j]/c
-
-    (at κ = 0 the Stein denominator 1 − (1−μ_i)(1−μ_j); 𝔡_ii > 0 ⇔ 0 < μ_i < 2(1+κ), the
-    heavy-ball stability condition). So, as for κ = 0 (:func:`stationary_cov_from_target`),
-    Δ solves 𝓛(Δ) − Λ𝒩(Δ)Λ = R₀ with R₀ = (RHS − LHS of the reduced equation at Σ*), which
-    needs C̄(Σ*) = ``noise_at_target`` and no pass over the data; GMRES on Y with Δ = 𝓛⁻¹(Y)
-    (right preconditioning by the exact modal solve), one O(N·D²) noise pass per iteration,
-    tolerance ``tol`` relative to ‖R₀‖_F.
-
-    What else is returned. τ from G = Σ_{k≥0}Γ_k: Γ_k = A₁Γ_{k−1} − κΓ_{k−2} (k ≥ 2) sums to
-    ΛH·G = Γ₁ − κΣ + ΛHΣ (τ_d = 2G_dd/Σ_dd − 1, τ_worst = 2μ_max(sym G, Σ) − 1). The augmented
-    moment of (d, ν) from Λν_t = d_{t−1} − d_t + ξ_t: S_dν = (Γ₁ − Σ + Q)Λ⁻¹,
-    S_νν = Λ⁻¹(2Σ − Γ₁ − Γ₁ᵀ − Q)Λ⁻¹. ``spectral_radius`` is the certified bound on ρ of the
-    augmented second-moment map P from two steps of it: with S₂ = S + P(S) = 2S − Q₀ and
-    Q₂ = Q₀ + P(Q₀) (P(S) = S − Q₀), P(S₂) = S₂ − Q₂, so ρ(P) ≤ 1 − λ_min(S₂^{-1/2}Q₂S₂^{-1/2}) —
-    non-void without injected noise (Q₀ alone is singular then). It is computed in the modal
-    coordinates d = Vx, ν = V⁻ᵀy, where F = [[I−ΛH, −κΛ], [H, κI]] is a 2×2 block per mode
-    (elementwise products) and the pencil's eigenvalue is unchanged.
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import noise_covariance, predict_stationary_cov
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> S, dyn = e.sandwich_cov(), Dynamics(0.05 * np.eye(5), batch_size=32, momentum=0.5)
+    >>> st = stationary_cov_from_target_momentum(e, dyn, S, noise_covariance(e, S, Dynamics(None, 32)))
+    >>> bool(np.allclose(st.cov, predict_stationary_cov(e, dyn).cov, rtol=1e-6))
+    True
     """
     dyn = _target_settings("stationary_cov_from_target_momentum", dynamics, legacy)
     kappa = dyn.momentum
@@ -656,6 +766,16 @@ class CovarianceErrorEstimate:
     core : (r, r) symmetric C.
     representation : ``"target"`` (Δ̂ = diag(d) + αΣ*) or ``"low-rank"`` (Δ̂ = diag(d) + VCVᵀ).
     target_coefficient : α (``"target"``; 0 otherwise).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> rng = np.random.default_rng(0)
+    >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
+    >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
+    >>> est = posterior_covariance_error(U, w, c, 1.0, Dynamics(np.full(6, 0.05), 10), probes=16)
+    >>> est.rank, est.basis, est.diagonal.shape
+    (0, 'none', (6,))
     """
 
     covariance_error: float
@@ -727,37 +847,56 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
                                **legacy: Any) -> CovarianceErrorEstimate:
     r"""Covariance error ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F of a diagonal Λ at Σ* = H⁻¹/N, matrix-free (rank-one J_n).
 
-    The stationary covariance Σ(Λ) of SG(L)D (Wang, Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) is Σ* + Δ,
-    where the correction Δ solves the linear equation (F = I − ΛH, HΣ* = I/N exactly)
-
-        𝓛(Δ) := Δ − FΔFᵀ − Λ𝒩(Δ)Λ = R₀ = Λ(C̄(Σ*) + H/N)Λ − 2(1/N − 1/β)Λ,
-
-    𝒩(X) = (f/B)(mean_n J_nXJ_n − JXJ), C̄(Σ*) = (f/B)(𝓘 − ḡḡᵀ + 𝒩(Σ*)·B/f) (eq. 12), with
-    J_n = w_n u_nu_nᵀ, 𝓘 = Uᵀdiag(c²)U/M, H = J + Γ/N. Nothing D×D is formed (memory
-    O(M·D + M·r + D·(r + k)); each operator application is a few passes over U).
-
-    What is approximated — the representation of Δ, the probe estimates and the norm — is described
-    in the module docstring.
-
-    Not certified here: stability of the chain (use :func:`stationary_cov_from_target` where
-    D×D fits); the result assumes the chain with this Λ is second-moment stable.
+    The correction Δ = Σ(Λ) − Σ* of SG(L)D (Wang, Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) solves a
+    linear equation; which, and what is approximated — the representation of Δ, the probe estimates and
+    the norm — is in the module docstring. Nothing D×D is formed. Not certified here: stability of the
+    chain (use :func:`stationary_cov_from_target` where D×D fits); the result assumes the chain with
+    this Λ is second-moment stable.
 
     Parameters
     ----------
-    design, weights, grad_scales, prior_diagonal, n_data, probes, seed, cg_tol, max_iter,
-    preconditioner_rank :
-        as :func:`posterior_diagonal_step_sizes`.
+    design, weights, grad_scales, prior_diagonal : array_like
+        U, w, c and γ, as :func:`posterior_diagonal_step_sizes`.
     dynamics : Dynamics
         The chain: ``step`` the (D,) diagonal λ of Λ (e.g. ``posterior_diagonal_step_sizes(...).diagonal``),
         B, β and the batching (no momentum).
-    representation : ``"target"`` (diag(d) + αΣ*) or ``"low-rank"`` (diag(d) + VCVᵀ).
-    rank : r ≥ 1 for ``"low-rank"`` (r ≥ D: V = I, exact representation).
-    basis : ``"mixed"``, ``"curvature"`` or ``"posterior"`` for ``"low-rank"``.
-    solve_tol, solve_max_iter : relative tolerance and iteration cap of the projected GMRES solve.
+    n_data : int, optional
+        N (default M).
+    representation : {"target", "low-rank"}, optional
+        Δ̂ = diag(d) + αΣ* or Δ̂ = diag(d) + VCVᵀ.
+    rank : int, optional
+        The rank r ≥ 1 of V for ``"low-rank"`` (r ≥ D: V = I, exact representation).
+    basis : {"mixed", "curvature", "posterior"}, optional
+        How V is built for ``"low-rank"``.
+    probes, seed : int, optional
+        As :func:`posterior_diagonal_step_sizes` (``"target"`` needs k ≥ 8).
+    cg_tol, max_iter, preconditioner_rank : float, int, int, optional
+        As :func:`posterior_diagonal_step_sizes`.
+    solve_tol, solve_max_iter : float, int, optional
+        The relative tolerance and iteration cap of the projected GMRES solve.
+    **legacy
+        The keyword form of 0.1 (``step_sizes`` in place of the Dynamics), with a ``DeprecationWarning``.
 
     Returns
     -------
     CovarianceErrorEstimate
+        The estimate ê, its probe standard error and the representation Δ̂.
+
+    Raises
+    ------
+    SgtuneError
+        If λ is not positive, the chain has momentum, or an option is out of range.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> rng = np.random.default_rng(0)
+    >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
+    >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
+    >>> lam = posterior_diagonal_step_sizes(U, w, c, 1.0, Dynamics(None, 10), probes=16).diagonal
+    >>> est = posterior_covariance_error(U, w, c, 1.0, Dynamics(lam, 10), probes=16)
+    >>> est.representation, est.probes, bool(est.standard_error < 0.2 * est.covariance_error)
+    ('target', 16, True)
     """
     if isinstance(dynamics, Dynamics):
         if legacy:

@@ -81,6 +81,12 @@ class MomentCoefficients:
     fourth_single : α₄, the coefficient of P₄ in E[S^{⊗4}].
     fourth_pair : β₄, the coefficient of each of the three pairings P₂⊗P₂ in E[S^{⊗4}].
     n_data, batch_size, replacement : the sampling scheme.
+
+    Examples
+    --------
+    >>> c = minibatch_moment_coefficients(10, 3, replacement=False)
+    >>> f"{c.second:.4f}", f"{c.fourth_pair:.4f}", c.replacement
+    ('0.2333', '0.0500', False)
     """
 
     second: float
@@ -112,8 +118,15 @@ class MinibatchError:
     grad_potential : (D,) ∇U(θ) used.
     frob2_sgld_gaussian, frob2_sglrw_gaussian, diagonal_share_gaussian : the same three
         numbers when ζ ~ N(0, G) (the Gaussian-noise approximation).
-    n_data, batch_size, replacement : the sampling scheme; ``noise_model`` is ``"exact"``
-        or ``"gaussian"``.
+    n_data, batch_size, replacement : the sampling scheme.
+    noise_model : ``"exact"`` or ``"gaussian"``.
+
+    Examples
+    --------
+    >>> u = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    >>> r = minibatch_error_from_grads(u, np.zeros(2), 1)
+    >>> float(r.frob2_sgld), float(r.frob2_sglrw), f"{r.ratio:.4f}"
+    (162.0, 54.0, '0.3333')
     """
 
     frob2_sgld: float
@@ -149,6 +162,16 @@ class PosteriorMinibatchError:
     per_draw_sgld, per_draw_sglrw : (L,) the per-draw values.
     standard_error_sgld, standard_error_sglrw : naive standard errors of the averages
         (std/√L; too small if the draws are autocorrelated).
+    step_size : δ, or ``None`` when not given.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> ds = example("logistic")
+    >>> r = posterior_minibatch_error(get_model("logistic"), ds, np.zeros((3, ds.dim)), 32, step_size=1e-3)
+    >>> r.per_draw_sgld.shape, bool(np.isclose(r.e_cov_sgld, 1e-6 * r.frob2_sgld))
+    ((3,), True)
     """
 
     frob2_sgld: float
@@ -169,7 +192,27 @@ class PosteriorMinibatchError:
 
 @dataclass(frozen=True)
 class IncrementMoments:
-    """Conditional first and second moments of one increment Δθ given θ (eqs. 94–95, 103–106)."""
+    """Conditional first and second moments of one increment Δθ given θ (eqs. 94–95, 103–106).
+
+    Attributes
+    ----------
+    mean : (D,) ndarray
+        E[Δθ | θ] = −δ∇U.
+    second_moment : (D, D) ndarray
+        E[ΔθΔθᵀ | θ].
+    scheme : str
+        ``"sgld"`` or ``"sglrw"``.
+    step_size : float
+        The step δ.
+
+    Examples
+    --------
+    >>> u = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    >>> m = increment_moments(u, np.zeros(2), 1, 0.1, scheme="sglrw")
+    >>> m.scheme, m.second_moment
+    ('sglrw', array([[0.2 , 0.03],
+           [0.03, 0.2 ]]))
+    """
 
     mean: np.ndarray
     second_moment: np.ndarray
@@ -193,6 +236,15 @@ class NoiseAnisotropy:
     residual_condition_number_diagonal : κ(P⁻¹VP⁻¹) (the correlation matrix's condition number).
     residual_condition_number_cholesky : κ after exact whitening with L⁻¹ (V = LLᵀ): 1 up to rounding.
     eigenvalues : (D,) eigenvalues of V, ascending.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> ds = example("logistic")
+    >>> r = noise_anisotropy(get_model("logistic"), ds, np.zeros(ds.dim), 32)
+    >>> r.noise_cov.shape, f"{r.residual_condition_number_cholesky:.3f}"
+    ((5, 5), '1.000')
     """
 
     noise_cov: np.ndarray
@@ -209,7 +261,7 @@ class NoiseAnisotropy:
 # ----------------------------------------------------------------------------- public API
 @cites("sgtune", "finite-population moments of a batch sum up to 4th order (derived; sgtune.symbolic.minibatch)")
 def minibatch_moment_coefficients(n_data: int, batch_size: int, *, replacement: bool = True) -> MomentCoefficients:
-    r"""Coefficients γ₂, γ₃, α₄, β₄ of E[S^{⊗k}] in the power sums P_k (module docstring).
+    r"""Compute the coefficients γ₂, γ₃, α₄, β₄ of E[S^{⊗k}] in the power sums P_k (module docstring).
 
     With replacement γ₂ = γ₃ = α₄ = B/N, β₄ = B(B−1)/N²; without replacement
     γ₂ = π₁−π₂, γ₃ = π₁−3π₂+2π₃, α₄ = π₁−7π₂+12π₃−6π₄, β₄ = π₂−2π₃+π₄ with
@@ -228,6 +280,7 @@ def minibatch_moment_coefficients(n_data: int, batch_size: int, *, replacement: 
     Returns
     -------
     MomentCoefficients
+        The four coefficients and the sampling scheme.
 
     References
     ----------
@@ -237,7 +290,7 @@ def minibatch_moment_coefficients(n_data: int, batch_size: int, *, replacement: 
     Examples
     --------
     >>> c = minibatch_moment_coefficients(10, 3, replacement=False)
-    >>> abs(c.second - 3 * 7 / 90) < 1e-15
+    >>> bool(abs(c.second - 3 * 7 / 90) < 1e-15)
     True
     """
     n = check_int(n_data, "n_data", low=1)
@@ -277,12 +330,12 @@ def minibatch_error_from_grads(per_sample_grads: Any, grad_potential: Any, batch
     Parameters
     ----------
     per_sample_grads : (N, D) array
-        u_i = ∇_θ[−log p(y_i|x_i, θ)], the per-observation terms of ∇U (Mensch et al. 2025 write
+        The terms u_i = ∇_θ[−log p(y_i|x_i, θ)] of ∇U, one row per observation (Mensch et al. 2025 write
         g_i = −u_i). The sign matters for the third-moment terms.
     grad_potential : (D,) array
-        ∇U(θ) = −∇log p(θ) + Σ_i u_i (the prior enters here only).
+        The full gradient ∇U(θ) = −∇log p(θ) + Σ_i u_i (the prior enters here only).
     batch_size : int
-        B (≤ N without replacement).
+        The batch size B (≤ N without replacement).
     replacement : bool
         Sampling with replacement (default) or without.
     return_matrices : bool
@@ -292,11 +345,20 @@ def minibatch_error_from_grads(per_sample_grads: Any, grad_potential: Any, batch
     Returns
     -------
     MinibatchError
+        The expectations, G = E[M_SGLD] and their Gaussian-noise counterparts.
 
     References
     ----------
     Mensch et al. (2025), eqs. 92, 99, 110, Lemma 4.3; fourth-order finite-population
     moments derived in sgtune.
+
+    Examples
+    --------
+    >>> u = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    >>> r = minibatch_error_from_grads(u, np.zeros(2), 1)
+    >>> r.expected_m_sgld
+    array([[6., 3.],
+           [3., 6.]])
     """
     U = as_float_array(per_sample_grads, "per_sample_grads", ndim=2)
     n, d = U.shape
@@ -431,7 +493,7 @@ def gaussian_minibatch_error(noise_cov: Any, grad_potential: Any) -> MinibatchEr
     noise_cov : (D, D) symmetric positive semi-definite array
         G = Cov[ζ].
     grad_potential : (D,) array
-        a = ∇U(θ).
+        The full gradient a = ∇U(θ).
 
     Returns
     -------
@@ -441,6 +503,12 @@ def gaussian_minibatch_error(noise_cov: Any, grad_potential: Any) -> MinibatchEr
     References
     ----------
     Mensch et al. (2025), eqs. 99, 110; Isserlis' theorem for the Gaussian moments.
+
+    Examples
+    --------
+    >>> r = gaussian_minibatch_error(np.eye(3), np.zeros(3))   # isotropic, a = 0: share 3/(D+2)
+    >>> f"{r.diagonal_share:.3f}", r.noise_model
+    ('0.600', 'gaussian')
     """
     G = as_square(noise_cov, "noise_cov")
     d = G.shape[0]
@@ -485,6 +553,7 @@ def minibatch_error(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     Returns
     -------
     MinibatchError
+        The expectations at θ, G = E[M_SGLD] and their Gaussian-noise counterparts.
 
     References
     ----------
@@ -517,22 +586,37 @@ def posterior_minibatch_error(model: GLM, data: Dataset, thetas: Any, batch_size
     Parameters
     ----------
     model : GLM
+        From :func:`sgtune.models.get_model`.
     data : Dataset
+        The data (X, y).
     thetas : (L, D) array
-        θ draws, e.g. from a chain (or exact posterior draws).
+        The θ draws, e.g. from a chain (or exact posterior draws).
     batch_size : int
+        The batch size B.
     prior_precision : float or (D, D) array
+        The prior precision Γ (a scalar G means Γ = G·I).
     replacement : bool
+        With (default) or without replacement.
     step_size : float, optional
-        δ; when given, ``e_cov_*`` = δ² × the averages.
+        The step δ; when given, ``e_cov_*`` = δ² × the averages.
 
     Returns
     -------
     PosteriorMinibatchError
+        The averages over the draws, the per-draw values and their standard errors.
 
     References
     ----------
     Mensch et al. (2025), Theorem 4.2, eq. 15; Lemma 4.3.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> ds = example("logistic")
+    >>> r = posterior_minibatch_error(get_model("logistic"), ds, np.zeros((2, ds.dim)), 32)
+    >>> r.per_draw_sgld.shape, r.e_cov_sgld is None
+    ((2,), True)
     """
     T = as_float_array(thetas, "thetas")
     if T.ndim == 1:
@@ -564,23 +648,38 @@ def posterior_minibatch_error(model: GLM, data: Dataset, thetas: Any, batch_size
 @cites("mensch2025", "eq. 2 (U as a sum over data) and eq. 6 (minibatch gradient)")
 def gradient_estimate_terms(model: GLM, data: Dataset, theta: Any, prior_precision: Any = 0.0
                             ) -> tuple[np.ndarray, np.ndarray]:
-    r"""(u_i, ∇U): u_i = ∇_θ[−log p(y_i|x_i,θ)] (N, D) and ∇U(θ) = Γθ + Σ_i u_i (eq. 2, 6).
+    r"""Compute u_i = ∇_θ[−log p(y_i|x_i,θ)] (N, D) and ∇U(θ) = Γθ + Σ_i u_i (eq. 2, 6).
 
     Parameters
     ----------
     model : GLM
+        From :func:`sgtune.models.get_model`.
     data : Dataset
+        The data (X, y).
     theta : (D,) array
+        Where to evaluate.
     prior_precision : float or (D, D) array
+        The prior precision Γ (a scalar G means Γ = G·I).
 
     Returns
     -------
     per_sample_grads : (N, D) array
+        The per-observation terms u_i.
     grad_potential : (D,) array
+        The full gradient ∇U(θ).
 
     References
     ----------
     Mensch et al. (2025), eqs. 2 and 6.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> ds = example("logistic")
+    >>> u, a = gradient_estimate_terms(get_model("logistic"), ds, np.zeros(ds.dim))
+    >>> u.shape, bool(np.allclose(a, u.sum(axis=0)))   # no prior: ∇U = Σ_i u_i
+    ((2000, 5), True)
     """
     d = model_dim(model, data.dim)
     th = as_vector(theta, "theta", d)
@@ -603,22 +702,38 @@ def increment_moments(per_sample_grads: Any, grad_potential: Any, batch_size: in
     Parameters
     ----------
     per_sample_grads : (N, D) array
-        u_i (see :func:`minibatch_error_from_grads`).
+        The per-observation terms u_i (see :func:`minibatch_error_from_grads`).
     grad_potential : (D,) array
-        ∇U(θ).
+        The full gradient ∇U(θ).
     batch_size : int
+        The batch size B.
     step_size : float
-        δ > 0.
+        The step δ > 0.
     scheme : {"sgld", "sglrw"}
+        The sampler.
     replacement : bool
+        With (default) or without replacement.
 
     Returns
     -------
     IncrementMoments
+        E[Δθ|θ] and E[ΔθΔθᵀ|θ].
+
+    Raises
+    ------
+    SgtuneError
+        If ``scheme`` is not ``"sgld"`` or ``"sglrw"``.
 
     References
     ----------
     Mensch et al. (2025), appendix A.3, eqs. 94, 95, 103, 106.
+
+    Examples
+    --------
+    >>> u = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    >>> increment_moments(u, np.zeros(2), 1, 0.1).second_moment   # 2δI + δ²G
+    array([[0.26, 0.03],
+           [0.03, 0.26]])
     """
     if scheme not in ("sgld", "sglrw"):
         raise SgtuneError(f"scheme must be 'sgld' or 'sglrw', got {scheme!r}")
@@ -641,7 +756,7 @@ def sglrw_move_probabilities(grad_estimate: Any, step_size: float) -> tuple[np.n
     grad_estimate : array
         ∇̂U(θ; 𝔅), any shape (e.g. (particles, D)).
     step_size : float
-        δ > 0.
+        The step δ > 0.
 
     Returns
     -------
@@ -653,6 +768,12 @@ def sglrw_move_probabilities(grad_estimate: Any, step_size: float) -> tuple[np.n
     References
     ----------
     Mensch et al. (2025), eq. 12 and §4.3.1.
+
+    Examples
+    --------
+    >>> p_plus, clipped = sglrw_move_probabilities([0.0, 1.0, 100.0], 0.5)
+    >>> p_plus, clipped
+    (array([0.5 , 0.25, 0.  ]), array([False, False,  True]))
     """
     g = as_float_array(grad_estimate, "grad_estimate")
     delta = check_positive(step_size, "step_size")
@@ -672,15 +793,21 @@ def sglrw_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
     grad_estimate : array
         ∇̂U(θ; 𝔅).
     step_size : float
-        δ > 0.
+        The step δ > 0.
 
     Returns
     -------
     array
+        The conditional drift, the shape of ``grad_estimate``.
 
     References
     ----------
     Mensch et al. (2025), eqs. 12, 103, 18.
+
+    Examples
+    --------
+    >>> sglrw_drift([0.0, 1.0, 100.0], 0.5)   # −δ∇̂U, clipped at √(2δ) = 1
+    array([ 0. , -0.5, -1. ])
     """
     p, _ = sglrw_move_probabilities(grad_estimate, step_size)
     return math.sqrt(2.0 * float(step_size)) * (2.0 * p - 1.0)
@@ -695,15 +822,21 @@ def clipped_sgld_drift(grad_estimate: Any, step_size: float) -> np.ndarray:
     grad_estimate : array
         ∇̂U(θ; 𝔅).
     step_size : float
-        δ > 0.
+        The step δ > 0.
 
     Returns
     -------
     array
+        The clipped drift, the shape of ``grad_estimate``.
 
     References
     ----------
     Mensch et al. (2025), eq. 18.
+
+    Examples
+    --------
+    >>> clipped_sgld_drift([0.0, 1.0, 100.0], 0.5)   # the SGLRW drift
+    array([-0. , -0.5, -1. ])
     """
     g = as_float_array(grad_estimate, "grad_estimate")
     delta = check_positive(step_size, "step_size")
@@ -725,10 +858,15 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     Parameters
     ----------
     model : GLM
+        From :func:`sgtune.models.get_model`.
     data : Dataset
+        The data (X, y).
     theta : (D,) array
+        Where to evaluate.
     batch_size : int
+        The batch size B.
     replacement : bool
+        With (default) or without replacement.
     scheduler : str, optional
         For data read out of core (``data.rows``: a folder or Parquet file): None (this process),
         "local" or a Dask scheduler address. Such data are streamed in one pass over fixed row
@@ -738,10 +876,25 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
     Returns
     -------
     NoiseAnisotropy
+        V, its condition number and eigenvalues, and the pSMILE preconditioner with what it leaves.
+
+    Raises
+    ------
+    SgtuneError
+        If some coordinate has no gradient noise (V_jj = 0).
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix A.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import get_model
+    >>> ds = example("logistic")
+    >>> r = noise_anisotropy(get_model("logistic"), ds, np.zeros(ds.dim), 32)
+    >>> bool(r.condition_number >= r.residual_condition_number_diagonal >= 1)
+    True
     """
     n, d = data.n_data, model_dim(model, data.dim)
     th = as_vector(theta, "theta", d)
@@ -775,7 +928,7 @@ def noise_anisotropy(model: GLM, data: Dataset, theta: Any, batch_size: int, *,
 
 @cites("smile2025", "appendix A / section 3.2: noise of the gradient in θ' = θ ⊙ p is P⁻¹VP⁻¹")
 def residual_anisotropy(noise_cov: Any, preconditioner: Any) -> float:
-    r"""κ(P⁻¹VP⁻¹) = λ_max/λ_min, P = diag(p): the anisotropy left by a given diagonal preconditioner.
+    r"""Compute κ(P⁻¹VP⁻¹) = λ_max/λ_min, P = diag(p): the anisotropy left by a diagonal preconditioner.
 
     In pSMILE's coordinates θ' = θ ⊙ p (the SMILE paper, anonymous, 2025, section 3.2 and appendix A) the
     minibatch gradient is g' = g / p, whose covariance is P⁻¹VP⁻¹. Its condition number is 1 for
@@ -789,16 +942,27 @@ def residual_anisotropy(noise_cov: Any, preconditioner: Any) -> float:
     noise_cov : (D, D) array
         V, symmetric positive semi-definite (e.g. ``noise_anisotropy(...).noise_cov``).
     preconditioner : (D,) array
-        p > 0.
+        The preconditioner p > 0.
 
     Returns
     -------
     float
-        κ(P⁻¹VP⁻¹); ``inf`` when P⁻¹VP⁻¹ is singular.
+        The condition number κ(P⁻¹VP⁻¹); ``inf`` when P⁻¹VP⁻¹ is singular.
+
+    Raises
+    ------
+    SgtuneError
+        If some p_j ≤ 0.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), section 3.2 and appendix A.
+
+    Examples
+    --------
+    >>> V = np.diag([1.0, 4.0])
+    >>> float(residual_anisotropy(V, [1.0, 1.0])), float(residual_anisotropy(V, [1.0, 2.0]))
+    (4.0, 1.0)
     """
     V = as_symmetric(noise_cov, "noise_cov", rtol=1e-10)
     d = V.shape[0]

@@ -77,7 +77,7 @@ def _check_batches(n: int, batch_size: Any) -> tuple[int, int]:
 
 @cites("shaw2025", "section 4, eq. (10)")
 def rel_err_ula(h: Any) -> float:
-    """ε_ULA = h/(2 − h): relative variance error of ULA on the model problem (Shaw & Whalley 2025, §4, after eq. 10).
+    """Compute ε_ULA = h/(2 − h), the relative variance error of ULA on the model problem (Shaw & Whalley 2025, §4, after eq. 10).
 
     Parameters
     ----------
@@ -87,7 +87,17 @@ def rel_err_ula(h: Any) -> float:
     Returns
     -------
     float
-        Var_∞/(σ²/N) − 1.
+        The relative error Var_∞/(σ²/N) − 1.
+
+    Raises
+    ------
+    UnstableStepSizeError
+        If h ∉ (0, 2).
+
+    Examples
+    --------
+    >>> f"{rel_err_ula(0.1):.4f}"   # h/(2 − h) ≈ h/2
+    '0.0526'
     """
     hv = _check_step(h, "h")
     return hv / (2.0 - hv)
@@ -95,21 +105,31 @@ def rel_err_ula(h: Any) -> float:
 
 @cites("shaw2025", "section 4, SGLD-RM (noise ratio corrected: v = R − 1 for σ² = s²)")
 def rel_err_rm(h: Any, noise_ratio: Any) -> float:
-    """ε_RM = h(1 + v)/(2 − h): relative variance error of SGLD-RM (Shaw & Whalley 2025, §4, corrected noise ratio).
+    """Compute ε_RM = h(1 + v)/(2 − h), the relative variance error of SGLD-RM (Shaw & Whalley 2025, §4, corrected noise ratio).
 
     Parameters
     ----------
     h : float
         Rescaled step, 0 < h < 2.
     noise_ratio : float
-        v = N Var(x̄_b − x̄)/σ² ≥ 0; v = (s²/σ²)(R − 1) without replacement
+        The noise ratio v = N Var(x̄_b − x̄)/σ² ≥ 0; v = (s²/σ²)(R − 1) without replacement
         (the paper's v = R omits the finite-population factor),
         (s²/σ²)(N − 1)/B with replacement.
 
     Returns
     -------
     float
-        Var_∞/(σ²/N) − 1.
+        The relative error Var_∞/(σ²/N) − 1.
+
+    Raises
+    ------
+    UnstableStepSizeError
+        If h ∉ (0, 2).
+
+    Examples
+    --------
+    >>> f"{rel_err_rm(0.1, 3.0):.4f}"   # (1 + v) times the ULA error
+    '0.2105'
     """
     hv = _check_step(h, "h")
     vv = check_positive(noise_ratio, "noise_ratio", strict=False)
@@ -133,7 +153,7 @@ def _rr_bracket_average(h: float, n_batches: int) -> float:
 
 @cites("sgtune", "periodic stationary variance of SGLD-RR (corrects Shaw & Whalley 2025, §4)")
 def rel_err_rr_position(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> np.ndarray:
-    """ε_k = h/(2−h) + ρ[hR/(2−h) − a^{2k}(1−a^R)/(1+a^R) − (1−a^k)²], k = 0..R−1 (Shaw & Whalley 2025, §4, corrected).
+    """Compute ε_k = h/(2−h) + ρ[hR/(2−h) − a^{2k}(1−a^R)/(1+a^R) − (1−a^k)²], k = 0..R−1 (Shaw & Whalley 2025, §4, corrected).
 
     Parameters
     ----------
@@ -142,13 +162,23 @@ def rel_err_rr_position(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> np
     n_batches : int
         R = N/B.
     variance_ratio : float
-        ρ = s²/σ² (1 when σ² is the unbiased sample variance).  The within-epoch
+        The ratio ρ = s²/σ² (1 when σ² is the unbiased sample variance).  The within-epoch
         batch means have Var = ρ(R − 1)σ²/N and pairwise Cov = −ρσ²/N.
 
     Returns
     -------
     numpy.ndarray
-        ε_k for k = 0..R−1 (k steps of the epoch taken).
+        The errors ε_k for k = 0..R−1 (k steps of the epoch taken).
+
+    Raises
+    ------
+    UnstableStepSizeError
+        If h ∉ (0, 2).
+
+    Examples
+    --------
+    >>> np.round(rel_err_rr_position(0.1, 4), 4)
+    array([0.0555, 0.085 , 0.0908, 0.0794])
     """
     hv = _check_step(h, "h")
     R = check_int(n_batches, "n_batches", low=1)
@@ -159,7 +189,7 @@ def rel_err_rr_position(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> np
 
 @cites("sgtune", "epoch average of SGLD-RR (corrects Shaw & Whalley 2025, §4)")
 def rel_err_rr_average(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> float:
-    """ε̄ = (1/R)Σ_k ε_k = h/(2−h) + ρ[hR/(2−h) − 1 + 2(1−a^R)/(Rh) − ((1−a^R)² + 1 − a^{2R})/(Rh(2−h))] (Shaw & Whalley 2025, §4, corrected).
+    """Compute ε̄ = (1/R)Σ_k ε_k = h/(2−h) + ρ[hR/(2−h) − 1 + 2(1−a^R)/(Rh) − ((1−a^R)² + 1 − a^{2R})/(Rh(2−h))] (Shaw & Whalley 2025, §4, corrected).
 
     The average is taken of the exact ε_k (the terms (1 − a^k)² are averaged);
     the published formula averages k inside the square and uses v = R.
@@ -171,12 +201,22 @@ def rel_err_rr_average(h: Any, n_batches: Any, variance_ratio: Any = 1.0) -> flo
     n_batches : int
         R = N/B.
     variance_ratio : float
-        ρ = s²/σ².
+        The ratio ρ = s²/σ².
 
     Returns
     -------
     float
         The epoch-averaged relative variance error.
+
+    Raises
+    ------
+    UnstableStepSizeError
+        If h ∉ (0, 2).
+
+    Examples
+    --------
+    >>> bool(np.isclose(rel_err_rr_average(0.1, 4), rel_err_rr_position(0.1, 4).mean()))
+    True
     """
     hv = _check_step(h, "h")
     R = check_int(n_batches, "n_batches", low=1)
@@ -202,6 +242,11 @@ def w2_gaussian_1d(var: Any, target_var: Any) -> Any:
     -------
     float or numpy.ndarray
         The distance(s).
+
+    Examples
+    --------
+    >>> w2_gaussian_1d(np.array([1.0, 2.25]), 1.0)
+    array([0. , 0.5])
     """
     return np.abs(np.sqrt(var) - np.sqrt(target_var))
 
@@ -215,6 +260,41 @@ class ReshuffleBias:
     ``rr_average_var`` is the variance at a uniformly random epoch position;
     ``leading_coefficients[name]`` = (c1, c2) with ε = c1 h + c2 h² + O(h³)
     (for ``rr_by_position`` an R × 2 list).
+
+    Attributes
+    ----------
+    n, batch_size, n_batches : int
+        N, B and R = N/B.
+    step : float
+        The rescaled step h.
+    sigma2, sample_var : float
+        The model's σ² and the unbiased sample variance s² of the data.
+    mean, target_var : float
+        The target's mean x̄ and variance σ²/N.
+    noise_ratio, noise_ratio_with_replacement : float
+        v without and with replacement (:func:`rel_err_rm`).
+    batch_mean_var, batch_mean_cov_within_epoch : float
+        Var(x̄_b − x̄) and the covariance of two batch means of one RR epoch.
+    ula_var, rm_var, rm_with_replacement_var, rr_average_var : float
+        The stationary variances of θ.
+    rr_by_position_var : (R,) ndarray
+        The RR variance after k steps of an epoch, k = 0..R−1.
+    ula_rel_err, rm_rel_err, rm_with_replacement_rel_err, rr_average_rel_err : float
+        Var/target_var − 1.
+    rr_by_position_rel_err : (R,) ndarray
+        The same per epoch position.
+    w2_ula, w2_rm, w2_rm_with_replacement, w2_rr_average : float
+        W₂ to the target (:func:`w2_gaussian_1d`).
+    w2_rr_by_position : (R,) ndarray
+        The same per epoch position.
+    leading_coefficients : dict
+        Scheme name -> (c1, c2).
+
+    Examples
+    --------
+    >>> r = reshuffle_bias(np.arange(8.0), batch_size=2, step=0.1)
+    >>> r.n_batches, f"{r.rm_rel_err:.4f}", f"{r.rr_average_rel_err:.4f}"
+    (4, '0.2105', '0.0777')
     """
 
     n: int
@@ -267,12 +347,12 @@ def reshuffle_bias(data: Any, batch_size: Any, step: Any, sigma2: Any | None = N
     data : array_like, shape (N,)
         Finite data x_1..x_N, N ≥ 2 (an (N, 1) column is accepted).
     batch_size : int
-        B; must divide N (RR uses R = N/B whole batches per epoch).
+        The batch size B; must divide N (RR uses R = N/B whole batches per epoch).
     step : float
         The rescaled step h, 0 < h < 2 (|1 − h| < 1 keeps every scheme stable;
         h = 2 is the ULA stability limit).
     sigma2 : float, optional
-        σ² > 0 of the model; default the unbiased sample variance s² of
+        The model's variance σ² > 0; default the unbiased sample variance s² of
         ``data`` (the paper's choice).
 
     Returns
@@ -359,6 +439,39 @@ class GaussianReshuffleBias:
     ``*_rel_err`` are per-eigendirection relative variance errors
     (u_jᵀ C u_j)/(u_jᵀ C* u_j) − 1 along the eigenvectors u_j of P;
     ``w2_*`` the Gaussian W₂ to the target (a lower bound for SGLD laws).
+
+    Attributes
+    ----------
+    n, batch_size, n_batches : int
+        N, B and R = N/B.
+    step : float
+        The raw step η.
+    precision : (d, d) ndarray
+        P.
+    eigenvalues, eigenvectors : ndarray
+        p (ascending) and U with P = U diag(p) Uᵀ.
+    rescaled_steps : (d,) ndarray
+        h_j = ηNp_j.
+    mean : (d,) ndarray
+        The target's mean x̄.
+    target_cov, ula_cov, rm_cov, rm_with_replacement_cov, rr_average_cov : (d, d) ndarray
+        The target (NP)⁻¹ and the stationary covariances of θ.
+    rr_by_position_cov : (R, d, d) ndarray
+        The RR covariance after k steps of an epoch.
+    ula_rel_err, rm_rel_err, rm_with_replacement_rel_err, rr_average_rel_err : (d,) ndarray
+        The relative variance errors along u_j.
+    rr_by_position_rel_err : (R, d) ndarray
+        The same per epoch position.
+    w2_ula, w2_rm, w2_rm_with_replacement, w2_rr_average : float
+        W₂ to the target.
+    w2_rr_by_position : (R,) ndarray
+        The same per epoch position.
+
+    Examples
+    --------
+    >>> g = gaussian_reshuffle_bias(np.arange(8.0)[:, None] * [1.0, 0.5], np.eye(2), 2, 0.01)
+    >>> g.rr_by_position_cov.shape, np.round(g.ula_rel_err, 4)
+    ((4, 2, 2), array([0.0417, 0.0417]))
     """
 
     n: int
@@ -456,7 +569,7 @@ def gaussian_reshuffle_bias(data: Any, precision: Any, batch_size: Any, step: An
     precision : array_like, shape (d, d)
         SPD matrix P.
     batch_size : int
-        B; must divide N.
+        The batch size B; must divide N.
     step : float
         Raw step η > 0 with ηN λ_max(P) < 2 (every rescaled step h_j in (0, 2)).
 
@@ -472,6 +585,13 @@ def gaussian_reshuffle_bias(data: Any, precision: Any, batch_size: Any, step: An
         data not (N, d) with d matching P.
     UnstableStepSizeError
         ηN λ_max(P) ≥ 2.
+
+    Examples
+    --------
+    >>> g = gaussian_reshuffle_bias(np.arange(8.0)[:, None], np.eye(1) / 6.0, 2, 0.075)
+    >>> r = reshuffle_bias(np.arange(8.0), 2, 0.1)   # the same chain: d = 1, h = ηN/σ²
+    >>> bool(np.isclose(g.rr_average_rel_err[0], r.rr_average_rel_err))
+    True
     """
     X, P, b, R, eta = _gaussian_inputs(data, precision, batch_size, step)
     n, d = X.shape

@@ -51,7 +51,20 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class GammaFit:
-    """Gamma(shape, scale) matched to a mean and a standard deviation."""
+    """Gamma(shape, scale) matched to a mean and a standard deviation.
+
+    Attributes
+    ----------
+    shape : float
+        k = μ²/s².
+    scale : float
+        θ = s²/μ.
+
+    Examples
+    --------
+    >>> gamma_moment_match(2.0, 1.0)
+    GammaFit(shape=4.0, scale=0.5)
+    """
 
     shape: float
     scale: float
@@ -62,7 +75,27 @@ class GammaFit:
 
 @dataclass(frozen=True, slots=True)
 class B2Estimate:
-    """b² of an ensemble: mean over chains and its bootstrap standard deviation."""
+    """The b² of an ensemble: mean over chains and its bootstrap standard deviation.
+
+    Attributes
+    ----------
+    value : float
+        The mean of the per-chain b².
+    bootstrap_std : float
+        The standard deviation of that mean over chain resamples.
+    per_chain : (C,) ndarray
+        The per-chain b².
+    reduce : str
+        ``"mean"`` or ``"max"``: how each chain's b² was reduced over coordinates.
+    n_bootstrap : int
+        The number of resamples.
+
+    Examples
+    --------
+    >>> est = bootstrap_b2([0.01, 0.02, 0.03], np.random.default_rng(0), n_bootstrap=200)
+    >>> f"{est.value:.3f}", est.n_bootstrap
+    ('0.020', 200)
+    """
 
     value: float
     bootstrap_std: float
@@ -85,17 +118,24 @@ def gamma_moment_match(mean: float, std: float) -> GammaFit:
     Parameters
     ----------
     mean : float
-        μ > 0 (of |ΔE|).
+        The mean μ > 0 (of |ΔE|).
     std : float
-        s > 0.
+        The standard deviation s > 0.
 
     Returns
     -------
     GammaFit
+        The shape k and the scale θ.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), section 4.2, eq. (5).
+
+    Examples
+    --------
+    >>> fit = gamma_moment_match(2.0, 1.0)
+    >>> fit.shape * fit.scale, fit.shape * fit.scale ** 2   # the mean and the variance
+    (2.0, 1.0)
     """
     mu = check_positive(mean, "mean")
     s = check_positive(std, "std")
@@ -111,15 +151,26 @@ def wilson_hilferty_quantile(p: Any, shape: float, scale: float) -> np.ndarray:
     p : float or array
         Probabilities in (0, 1).
     shape, scale : float
-        k > 0 and θ > 0.
+        The Gamma shape k > 0 and scale θ > 0.
 
     Returns
     -------
-    array (same shape as ``p``)
+    ndarray
+        The quantiles, the shape of ``p``.
+
+    Raises
+    ------
+    SgtuneError
+        If some p ∉ (0, 1).
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix F.3.
+
+    Examples
+    --------
+    >>> np.round(wilson_hilferty_quantile([0.5, 0.95], 4.0, 0.5), 3)
+    array([1.838, 3.872])
     """
     pa = as_float_array(p, "p")
     if np.any((pa <= 0.0) | (pa >= 1.0)):
@@ -146,15 +197,31 @@ def ema_update(mean_raw: Any, var_raw: Any, count: int, x: Any, rate: float) -> 
     x : float or array
         New observation.
     rate : float
-        β ∈ (0, 1].
+        The rate β ∈ (0, 1].
 
     Returns
     -------
-    (mean_raw, var_raw, count + 1)
+    mean_raw : ndarray
+        The updated raw EMA of the value.
+    var_raw : ndarray
+        The updated raw EMA of the squared deviation.
+    count : int
+        ``count + 1``.
+
+    Raises
+    ------
+    SgtuneError
+        If β ∉ (0, 1].
 
     References
     ----------
     The SMILE paper (anonymous, 2025), eq. (4) and the pSMILE EMAs of section 3.2.
+
+    Examples
+    --------
+    >>> m, v, n = ema_update(0.0, 0.0, 0, 2.0, 0.1)
+    >>> f"{float(m):.3f}", n   # raw: biased towards the start 0
+    ('0.200', 1)
     """
     b = check_positive(rate, "rate")
     if b > 1.0:
@@ -173,16 +240,29 @@ def ema_corrected(mean_raw: Any, var_raw: Any, count: int, rate: float) -> tuple
     Parameters
     ----------
     mean_raw, var_raw : float or array
+        The raw EMAs (:func:`ema_update`).
     count : int
+        The number n ≥ 1 of updates.
     rate : float
+        The rate β.
 
     Returns
     -------
-    (mean, variance)
+    mean : ndarray
+        The corrected EMA of the value.
+    variance : ndarray
+        The corrected EMA of the squared deviation.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), section 4.2.
+
+    Examples
+    --------
+    >>> m, v, n = ema_update(0.0, 0.0, 0, 2.0, 0.1)
+    >>> mean, var = ema_corrected(m, v, n, 0.1)
+    >>> f"{float(mean):.3f}"   # after one update: the observation
+    '2.000'
     """
     n = check_int(count, "count", low=1)
     b = check_positive(rate, "rate")
@@ -192,7 +272,7 @@ def ema_corrected(mean_raw: Any, var_raw: Any, count: int, rate: float) -> tuple
 
 @cites("smile2025", "section 3.2 and appendix C (b² = (E[θ²_samples] − E[θ²])²/Var(θ²))")
 def b2_per_coordinate(sample_second_moment: Any, true_second_moment: Any, true_var_of_square: Any) -> np.ndarray:
-    r"""b²_i = (Ê[θ_i²] − E[θ_i²])² / Var(θ_i²), elementwise (last axis = coordinates).
+    r"""Compute b²_i = (Ê[θ_i²] − E[θ_i²])² / Var(θ_i²), elementwise (last axis = coordinates).
 
     Parameters
     ----------
@@ -204,10 +284,21 @@ def b2_per_coordinate(sample_second_moment: Any, true_second_moment: Any, true_v
     Returns
     -------
     (..., D) array
+        The b²_i.
+
+    Raises
+    ------
+    SgtuneError
+        If some Var(θ_i²) ≤ 0.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), section 3.2; Hoffman & Sountsov (2022).
+
+    Examples
+    --------
+    >>> b2_per_coordinate([[1.1, 2.0]], [1.0, 2.0], [2.0, 8.0])
+    array([[0.005, 0.   ]])
     """
     m = as_float_array(sample_second_moment, "sample_second_moment")
     d = m.shape[-1] if m.ndim else 1
@@ -226,16 +317,32 @@ def b2_chains(sample_second_moment: Any, true_second_moment: Any, true_var_of_sq
     Parameters
     ----------
     sample_second_moment : (C, D) array
+        Ê[θ_i²], one row per chain.
     true_second_moment, true_var_of_square : (D,) arrays
+        E[θ_i²] and Var(θ_i²) > 0 of the target.
     reduce : {"mean", "max"}
+        How each chain's b²_i are reduced over coordinates.
 
     Returns
     -------
     (C,) array
+        The per-chain b².
+
+    Raises
+    ------
+    ShapeError
+        If ``sample_second_moment`` is not (C, D).
+    SgtuneError
+        If ``reduce`` is not ``"mean"`` or ``"max"``.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix C.
+
+    Examples
+    --------
+    >>> b2_chains([[1.1, 2.0], [0.9, 2.4]], [1.0, 2.0], [2.0, 8.0], reduce="max")
+    array([0.005, 0.02 ])
     """
     m = as_float_array(sample_second_moment, "sample_second_moment")
     if m.ndim != 2:
@@ -261,17 +368,26 @@ def bootstrap_b2(per_chain_b2: Any, rng: np.random.Generator, *, n_bootstrap: in
     per_chain_b2 : (C,) array
         Output of :func:`b2_chains`.
     rng : numpy.random.Generator
+        The random stream of the resamples.
     n_bootstrap : int
+        The number of resamples (≥ 2).
     reduce : str
         Recorded in the result (how ``per_chain_b2`` was reduced over coordinates).
 
     Returns
     -------
     B2Estimate
+        The mean, its bootstrap standard deviation and the per-chain values.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix C.
+
+    Examples
+    --------
+    >>> est = bootstrap_b2([0.01, 0.02, 0.03], np.random.default_rng(0), n_bootstrap=200)
+    >>> bool(0 < est.bootstrap_std < 0.01)
+    True
     """
     b = as_vector(per_chain_b2, "per_chain_b2")
     nb = check_int(n_bootstrap, "n_bootstrap", low=2)
@@ -283,16 +399,24 @@ def bootstrap_b2(per_chain_b2: Any, rng: np.random.Generator, *, n_bootstrap: in
 
 @cites("sgtune", "raw moments of a normal law (binomial expansion; used for the Rosenbrock moments)")
 def normal_raw_moment(order: int, mean: float, var: float) -> float:
-    """E[Xⁿ] for X ~ N(mean, var): Σ_k C(n, 2k) μ^{n−2k} var^k (2k − 1)!!.
+    """Compute E[Xⁿ] for X ~ N(mean, var): Σ_k C(n, 2k) μ^{n−2k} var^k (2k − 1)!!.
 
     Parameters
     ----------
     order : int
+        The order n ≥ 0.
     mean, var : float
+        The normal law's mean and variance.
 
     Returns
     -------
     float
+        The raw moment E[Xⁿ].
+
+    Examples
+    --------
+    >>> normal_raw_moment(4, 0.0, 1.0), normal_raw_moment(2, 1.0, 0.5)
+    (3.0, 1.5)
     """
     n = check_int(order, "order", low=0)
     total = 0.0
@@ -311,14 +435,23 @@ def gaussian_second_moments(cov: Any) -> tuple[np.ndarray, np.ndarray]:
     Parameters
     ----------
     cov : (D, D) array
+        The covariance Σ.
 
     Returns
     -------
-    (E[θ²], Var(θ²))
+    second_moment : (D,) ndarray
+        E[θ_i²].
+    var_of_square : (D,) ndarray
+        Var(θ_i²).
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix C.
+
+    Examples
+    --------
+    >>> gaussian_second_moments(np.diag([1.0, 4.0]))
+    (array([1., 4.]), array([ 2., 32.]))
     """
     s = np.diag(as_float_array(cov, "cov", ndim=2)).copy()
     return s, 2.0 * s * s
@@ -340,11 +473,25 @@ def rosenbrock_second_moments(dim: int, q: float = 0.1) -> tuple[np.ndarray, np.
 
     Returns
     -------
-    (E[θ²], Var(θ²))
+    second_moment : (D,) ndarray
+        E[θ_i²].
+    var_of_square : (D,) ndarray
+        Var(θ_i²).
+
+    Raises
+    ------
+    SgtuneError
+        If D is odd.
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix C (after Grumitt et al. 2022).
+
+    Examples
+    --------
+    >>> e, v = rosenbrock_second_moments(4)
+    >>> e
+    array([1.5, 4.8, 1.5, 4.8])
     """
     d = check_int(dim, "dim", low=2)
     if d % 2:
@@ -367,16 +514,26 @@ def funnel_second_moments(dim: int, scale: float = 3.0) -> tuple[np.ndarray, np.
     Parameters
     ----------
     dim : int
+        The dimension D ≥ 2.
     scale : float
-        a, the standard deviation of θ₁ (3 in the paper).
+        The standard deviation a of θ₁ (3 in the paper).
 
     Returns
     -------
-    (E[θ²], Var(θ²))
+    second_moment : (D,) ndarray
+        E[θ_i²].
+    var_of_square : (D,) ndarray
+        Var(θ_i²).
 
     References
     ----------
     The SMILE paper (anonymous, 2025), appendix C (Neal 2003).
+
+    Examples
+    --------
+    >>> e, v = funnel_second_moments(3, scale=1.0)   # E[θ_i²] = e^{1/2} for i > 1
+    >>> e
+    array([1.    , 1.6487, 1.6487])
     """
     d = check_int(dim, "dim", low=2)
     a2 = check_positive(scale, "scale") ** 2

@@ -44,6 +44,43 @@ momentum equation (:func:`structured_momentum_step_matrix`; no dense momentum so
 a structured family's covariance above D = ``AUGMENTED_MAX_DIM`` (50) comes from the same D×D
 correction solve at tolerance 1e-12 (the augmented solve needs an eigendecomposition of the 2D×2D
 transition).
+
+The structured momentum closed form (:func:`structured_momentum_step_matrix`). The reduced equation
+(:func:`solve_momentum_step_matrix`; c = 1 − κ², M = C̄(Σ*), Q = 2Λ/β)
+
+    (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c − (4κ/(β(1+κ)))ΛHΛ
+        = ΛMΛ + (1−κ)²(2/β)Λ
+
+cannot hold for a structured Λ in general; the family's part of it can (the momentum
+analogue of :func:`structured_step_matrix`, to which it reduces at κ = 0).
+
+Diagonal, Λ = diag(λ). Entry ii of each term: (ΛHΣ)_ii = λ_i(HΣ)_ii;
+(ΛHΛHΣ)_ii = λ_i Σ_j H_ij λ_j (HΣ)_ji = λ_i (Kλ)_i with K_ij = H_ij(ΣH)_ij (and the same for
+its transpose); (ΛHΣHΛ)_ii = λ_i²(HΣH)_ii; (ΛHΛ)_ii = λ_i²H_ii; (ΛMΛ)_ii = λ_i²M_ii. Every
+term carries a factor λ_i, so dividing by λ_i > 0 leaves an equation LINEAR in λ:
+
+    [diag(r) − (2κ/c)K] λ = 2(1−κ) diag(HΣ) − 2(1−κ)²/β,
+    r_i = (1+κ²)(HΣH)_ii/c + 4κH_ii/(β(1+κ)) + M_ii,
+
+one dense D×D solve (at κ = 0: λ_i = 2((HΣ)_ii − 1/β)/R_ii, R = M + HΣH).
+
+Scalar, Λ = λI (trace part). With tr(HHΣ) = tr(HΣH) the κ terms combine,
+(2κ − 1 − κ²)/c = −(1−κ)/(1+κ), and dividing by λ:
+
+    λ = 2(1−κ)(tr HΣ − (1−κ)D/β) / [tr M + ((1−κ)/(1+κ)) tr(HΣH) + 4κ tr H/(β(1+κ))].
+
+Block, Λ = blockdiag(Λ_b). Block bb of ΛHΛHΣ is Λ_b P_b with P_b = Σ_c H_bc Λ_c (HΣ)_cb, so the
+block-diagonal part reads Φ_b(Λ) = Λ_b G_b + G_bᵀΛ_b − Λ_b R̃_b Λ_b = 0 with
+G_b = (1−κ)(HΣ)_bb + (κ/c)P_b − ((1−κ)²/β)I and R̃_b = (1+κ²)(HΣH)_bb/c + 4κH_bb/(β(1+κ)) + M_bb:
+coupled between blocks through P_b (for κ > 0). With P frozen, Y_b = Λ_b⁻¹ solves the Lyapunov
+equation G_bY_b + Y_bG_bᵀ = R̃_b (two such sweeps from the diagonal solution start); then Newton's
+method on Φ with exact Jacobian–vector products (dΦ_b = dΛ_bW_b + W_bᵀdΛ_b + (κ/c)(Λ_b dP_b +
+dP_bᵀΛ_b), W_b = G_b − R̃_bΛ_b), GMRES preconditioned by the per-block Lyapunov solve with W_b,
+to a relative residual of 1e-13. Singleton blocks give the diagonal solution.
+
+Meaning: started at Σ*, the family's blocks of the lag-0 Yule–Walker balance of the
+momentum chain hold (one-step moment matching of the heavy-ball chain). It needs H, Σ*,
+M and the products HΣ*, HΣ*H only — no augmented (2D) unknowns, no dense momentum solve.
 """
 from __future__ import annotations
 
@@ -718,8 +755,30 @@ def warn_if_rounding_level(expansion: Expansion, target_cov: np.ndarray) -> None
 @cites("wang2026", "Eq. (11): the target is reachable iff HΣ* − I/β has positive eigenvalues")
 def reachable_inv_temperature(min_inv_temperature: float, *, margin: float = REACHABLE_MARGIN,
                               gradient_share: float | None = None) -> float:
-    """The inverse temperature to suggest: ``margin``·β_min, or β_min/(1 − share) when the share of the
-    target left to the gradient noise is given (``inf`` — SGD — when the share is 1 or β_min is not finite)."""
+    """Return the inverse temperature to suggest when a target is unreachable at the given β.
+
+    ``margin``·β_min, or β_min/(1 − share) when the share of the target left to the gradient noise is
+    given (``inf`` — SGD — when the share is 1 or β_min is not finite).
+
+    Parameters
+    ----------
+    min_inv_temperature : float
+        The least inverse temperature β_min at which the target is reachable.
+    margin : float, optional
+        The factor above β_min (default ``REACHABLE_MARGIN``).
+    gradient_share : float, optional
+        The share of the target left to the gradient noise.
+
+    Returns
+    -------
+    float
+        The inverse temperature β to suggest.
+
+    Examples
+    --------
+    >>> reachable_inv_temperature(100.0), reachable_inv_temperature(100.0, gradient_share=0.5)
+    (125.0, 200.0)
+    """
     if not math.isfinite(min_inv_temperature) or min_inv_temperature <= 0:
         return math.inf
     if gradient_share is None:
@@ -1281,47 +1340,41 @@ def structured_momentum_step_matrix(hessian: Any, target_cov: Any, noise_cov: An
                                     max_iter: int = 50) -> np.ndarray:
     r"""Closed form: the structured Λ solving the family's part of the reduced momentum equation at Σ*.
 
-    The reduced equation (:func:`solve_momentum_step_matrix`; c = 1 − κ², M = C̄(Σ*), Q = 2Λ/β)
+    The momentum analogue of :func:`structured_step_matrix` (to which it reduces at κ = 0); the
+    derivation per family is in the module docstring.
 
-        (1−κ)(ΛHΣ + ΣHΛ) + [κ(ΛHΛHΣ + ΣHΛHΛ) − (1+κ²)ΛHΣHΛ]/c − (4κ/(β(1+κ)))ΛHΛ
-            = ΛMΛ + (1−κ)²(2/β)Λ
+    Parameters
+    ----------
+    hessian, target_cov, noise_cov : (D, D) array_like
+        H, the target Σ* and the noise covariance M = C̄(Σ*) at the target.
+    family : {"scalar", "diagonal", "block"}
+        The structure of Λ.
+    momentum : float
+        The momentum κ ∈ [0, 1).
+    blocks : list of list of int, optional
+        The index blocks of the ``block`` family.
+    inv_temperature : float, optional
+        The inverse temperature β (``inf``: SGD).
+    max_iter : int, optional
+        Newton iterations of the ``block`` family.
 
-    cannot hold for a structured Λ in general; the family's part of it can (the momentum
-    analogue of :func:`structured_step_matrix`, to which it reduces at κ = 0).
-
-    Diagonal, Λ = diag(λ). Entry ii of each term: (ΛHΣ)_ii = λ_i(HΣ)_ii;
-    (ΛHΛHΣ)_ii = λ_i Σ_j H_ij λ_j (HΣ)_ji = λ_i (Kλ)_i with K_ij = H_ij(ΣH)_ij (and the same for
-    its transpose); (ΛHΣHΛ)_ii = λ_i²(HΣH)_ii; (ΛHΛ)_ii = λ_i²H_ii; (ΛMΛ)_ii = λ_i²M_ii. Every
-    term carries a factor λ_i, so dividing by λ_i > 0 leaves an equation LINEAR in λ:
-
-        [diag(r) − (2κ/c)K] λ = 2(1−κ) diag(HΣ) − 2(1−κ)²/β,
-        r_i = (1+κ²)(HΣH)_ii/c + 4κH_ii/(β(1+κ)) + M_ii,
-
-    one dense D×D solve (at κ = 0: λ_i = 2((HΣ)_ii − 1/β)/R_ii, R = M + HΣH).
-
-    Scalar, Λ = λI (trace part). With tr(HHΣ) = tr(HΣH) the κ terms combine,
-    (2κ − 1 − κ²)/c = −(1−κ)/(1+κ), and dividing by λ:
-
-        λ = 2(1−κ)(tr HΣ − (1−κ)D/β) / [tr M + ((1−κ)/(1+κ)) tr(HΣH) + 4κ tr H/(β(1+κ))].
-
-    Block, Λ = blockdiag(Λ_b). Block bb of ΛHΛHΣ is Λ_b P_b with P_b = Σ_c H_bc Λ_c (HΣ)_cb, so the
-    block-diagonal part reads Φ_b(Λ) = Λ_b G_b + G_bᵀΛ_b − Λ_b R̃_b Λ_b = 0 with
-    G_b = (1−κ)(HΣ)_bb + (κ/c)P_b − ((1−κ)²/β)I and R̃_b = (1+κ²)(HΣH)_bb/c + 4κH_bb/(β(1+κ)) + M_bb:
-    coupled between blocks through P_b (for κ > 0). With P frozen, Y_b = Λ_b⁻¹ solves the Lyapunov
-    equation G_bY_b + Y_bG_bᵀ = R̃_b (two such sweeps from the diagonal solution start); then Newton's
-    method on Φ with exact Jacobian–vector products (dΦ_b = dΛ_bW_b + W_bᵀdΛ_b + (κ/c)(Λ_b dP_b +
-    dP_bᵀΛ_b), W_b = G_b − R̃_bΛ_b), GMRES preconditioned by the per-block Lyapunov solve with W_b,
-    to a relative residual of 1e-13. Singleton blocks give the diagonal solution.
-
-    Meaning: started at Σ*, the family's blocks of the lag-0 Yule–Walker balance of the
-    momentum chain hold (one-step moment matching of the heavy-ball chain). It needs H, Σ*,
-    M and the products HΣ*, HΣ*H only — no augmented (2D) unknowns, no dense momentum solve.
+    Returns
+    -------
+    (D, D) ndarray
+        Λ.
 
     Raises
     ------
     InfeasibleTargetError
         When the solution has a non-positive entry (diagonal, scalar) or a block that is not
         positive definite: no member of the family matches the target with this momentum.
+
+    Examples
+    --------
+    >>> H = np.diag([1.0, 2.0])
+    >>> lam = structured_momentum_step_matrix(H, 0.01 * np.linalg.inv(H), 0.1 * H, family="diagonal", momentum=0.5)
+    >>> np.round(np.diag(lam), 4)
+    array([0.0968, 0.0484])
     """
     H = np.asarray(hessian, dtype=float)
     S = np.asarray(target_cov, dtype=float)

@@ -18,8 +18,8 @@ sqrt(b² + c/(T·C)), so the tolerance E needs T = ⌈c/(C·(E² − b²))⌉ st
 the run costs C·B·(t₀ + T) gradient evaluations. A configuration with b ≥ E is infeasible at any length.
 ``predicted_seconds`` is a cost model of sgtune's own sampler on this machine, a + b·(t₀ + T): a fixed
 cost per run and a wall time per step, calibrated once per process and configuration (batch size, Λ
-kind, momentum, batching, chains) from the medians of repeated short runs of the compiled kernel at two
-lengths (compilation excluded; :func:`sampler_cost`). With an exactly tuned Λ the gradient evaluations
+kind, momentum, batching, chains) from the fastest of repeated short runs of the compiled kernel at two
+lengths (compilation excluded; ``sampler_cost`` of this module). With an exactly tuned Λ the gradient evaluations
 per unit of precision barely depend on B (c/B scales like the gradient noise), so the per-step overhead
 decides the wall time. The recommendation minimises the objective with ties broken by the candidate's
 place in the grid, never by a measured time (``--objective seconds`` counts predictions within
@@ -61,7 +61,7 @@ from ..theory.tuning import (FAMILIES, structured_momentum_step_matrix,
                              structured_step_matrix, target_covariance, tune, tuning_residual)
 from .run_length import minimum_burn_in, steps_for_error
 
-__all__ = ["Candidate", "Plan", "plan_run", "recommend", "sampler_cost", "clear_cost_cache", "BATCHINGS",
+__all__ = ["Candidate", "Plan", "plan_run", "recommend", "clear_cost_cache", "BATCHINGS",
            "OBJECTIVES", "DEFAULT_BATCH_SIZES", "DEFAULT_FAMILIES", "MIN_TAU_MULTIPLE", "PLAN_FIT_MAX_DIM",
            "FAST_DENSE_DIM", "TIMING_REPEATS", "SECONDS_TIE"]
 
@@ -80,7 +80,7 @@ PLAN_COV_TOL = 1e-4
 #: wall-clock budget of the sampler timings' measured work (seconds, all configurations together; compilation
 #: and the fixed cost of the short probing runs come on top)
 TIME_BUDGET = 1.0
-#: each configuration's cost model is the median of this many timings at each of its two lengths
+#: each configuration's cost model is the fastest of this many timings at each of its two lengths
 TIMING_REPEATS = 5
 #: the short timing length: ≥ the engine's 50 chunks, so both lengths pay the same per-call overhead
 TIMING_SHORT = 64
@@ -89,7 +89,53 @@ SECONDS_TIE = 0.1
 
 @dataclass
 class Candidate:
-    """One configuration of the grid and what the plan predicts for it (``to_dict``: the JSON entry)."""
+    """One configuration of the grid and what the plan predicts for it (``to_dict``: the JSON entry).
+
+    Attributes
+    ----------
+    batch_size, chains : int
+        The configuration's B and C.
+    family, batching : str
+        Its step-size family and batching scheme.
+    momentum, inverse_temperature : float
+        Its κ and β.
+    feasible : bool
+        Whether a run of this configuration meets the tolerance.
+    reason : str or None
+        Why not, when infeasible.
+    covariance_error, cov_mc_error_constant : float
+        The bias b and the Monte Carlo constant c (module docstring).
+    burn_in_steps, steps : float
+        t₀ and T (after burn-in) per chain.
+    memory_bytes : float
+        The memory of the run's chains.
+    gradient_evaluations : float
+        C·B·(t₀ + T).
+    predicted_seconds, seconds_per_step, seconds_per_run : float
+        The cost model a + b·(t₀ + T) and its b and a.
+    predicted_rms_error : float
+        sqrt(b² + c/(T·C)).
+    spectral_radius, tau_worst : float
+        The second-moment map's spectral radius and the largest integrated autocorrelation time.
+    bounds, approximate : list of str
+        The numbers that are upper bounds, or approximations, rather than values.
+    notes : list of dict
+        The other papers' notes (:mod:`sgtune.workflows.plan_notes`).
+    extra : dict
+        The notes' headline numbers as extra columns.
+    step_matrix : ndarray or None
+        The tuned Λ.
+    stationary : StationaryCov or None
+        The prediction for Λ.
+    modes : ModalDirections or None
+        The modal directions of (H, Λ), when already computed.
+
+    Examples
+    --------
+    >>> c = Candidate(32, "diagonal", 0.0, "replacement", float("inf"), 4)
+    >>> c.feasible, c.lam_kind
+    (False, 'diagonal')
+    """
 
     batch_size: int
     family: str
@@ -384,9 +430,31 @@ def plan_run(model: Any, dataset: Dataset, expansion: Expansion, *, target: Any 
 
 
 def recommend(cands: list[Candidate], objective: str) -> int | None:
-    """Index of the feasible candidate that minimises ``objective``; ties go to the earlier candidate of the
-    grid (a deterministic key), never to a measured time. With ``"seconds"``, predictions within
-    ``SECONDS_TIE`` of the fastest are tied and the fewest gradient evaluations among them wins."""
+    """Return the index of the feasible candidate that minimises ``objective``.
+
+    Ties go to the earlier candidate of the grid (a deterministic key), never to a measured time. With
+    ``"seconds"``, predictions within ``SECONDS_TIE`` of the fastest are tied and the fewest gradient
+    evaluations among them wins.
+
+    Parameters
+    ----------
+    cands : list of Candidate
+        The grid, in order.
+    objective : {"gradients", "seconds"}
+        What to minimise.
+
+    Returns
+    -------
+    int or None
+        The index, or None when no candidate is feasible.
+
+    Examples
+    --------
+    >>> cands = [Candidate(b, "dense", 0.0, "replacement", float("inf"), 4, feasible=True,
+    ...                    gradient_evaluations=g) for b, g in [(16, 2e5), (64, 1e5), (128, 1e5)]]
+    >>> recommend(cands, "gradients")
+    1
+    """
     feasible = [i for i, c in enumerate(cands) if c.feasible]
     if not feasible:
         return None

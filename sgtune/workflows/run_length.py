@@ -47,18 +47,60 @@ def _tau(tau_worst: float) -> float:
 
 
 def default_steps(tau_worst: float) -> int:
-    """Steps per chain (burn-in included) when none are given: T = max(``MIN_STEPS``, ⌈``TAU_MULTIPLE``·τ⌉)."""
+    """Return the steps per chain (burn-in included) when none are given.
+
+    T = max(``MIN_STEPS``, ⌈``TAU_MULTIPLE``·τ⌉).
+
+    Parameters
+    ----------
+    tau_worst : float
+        The largest integrated autocorrelation time τ of the estimates (NaN or infinite: unknown, counts as 1).
+
+    Returns
+    -------
+    int
+        The steps T.
+
+    Examples
+    --------
+    >>> default_steps(5.0), default_steps(50.0)
+    (20000, 50000)
+    """
     return int(max(MIN_STEPS, math.ceil(TAU_MULTIPLE * _tau(tau_worst))))
 
 
 def burn_in_steps(tau_worst: float, spectral_radius: float = math.nan, *, kept: int | None = None,
                   total: int | None = None) -> int:
-    """Steps to discard from the start at θ̂ (module docstring).
+    """Return the steps to discard from the start at θ̂ (module docstring).
 
     Give ``kept`` (the steps after burn-in, when the burn-in comes on top of them) or ``total`` (the run's
     length, burn-in included: the burn-in is then at most half of it). The result is the largest of
     ⌈``BURN_IN_TAUS``·τ⌉, the equilibration steps of ``spectral_radius`` (ignored when NaN, i.e. unknown)
     and a tenth of ``kept`` (or ``total``).
+
+    Parameters
+    ----------
+    tau_worst : float
+        The largest integrated autocorrelation time τ (NaN or infinite: unknown, counts as 1).
+    spectral_radius : float, optional
+        The spectral radius ρ(𝒫) of the second-moment map (NaN: unknown).
+    kept, total : int, optional
+        The steps kept after burn-in, or the run's length with burn-in; exactly one.
+
+    Returns
+    -------
+    int
+        The burn-in steps.
+
+    Raises
+    ------
+    SgtuneError
+        If neither or both of ``kept`` and ``total`` are given.
+
+    Examples
+    --------
+    >>> burn_in_steps(5.0, kept=20000), burn_in_steps(5.0, 0.999, total=20000)
+    (2000, 4603)
     """
     if (kept is None) == (total is None):
         raise SgtuneError("burn_in_steps needs exactly one of kept= or total=")
@@ -72,14 +114,59 @@ def burn_in_steps(tau_worst: float, spectral_radius: float = math.nan, *, kept: 
 
 
 def minimum_burn_in(spectral_radius: float) -> float:
-    """The equilibration steps of the second-moment map alone (``inf`` when ρ ≥ 1): the burn-in ``plan``
-    prices, the least a run from θ̂ needs before its covariance is within 1 % of stationary."""
+    """Return the equilibration steps of the second-moment map alone, the burn-in ``plan`` prices.
+
+    The least a run from θ̂ needs before its covariance is within 1 % of stationary
+    (:func:`~sgtune.theory.linear_chain.equilibration_steps`).
+
+    Parameters
+    ----------
+    spectral_radius : float
+        The spectral radius ρ(𝒫) of the second-moment map.
+
+    Returns
+    -------
+    float
+        The steps (``inf`` when ρ ≥ 1).
+
+    Examples
+    --------
+    >>> minimum_burn_in(0.99), minimum_burn_in(1.0)
+    (459.0, inf)
+    """
     return equilibration_steps(spectral_radius)
 
 
 def steps_for_error(mc_constant: float, n_chains: int, variance: float) -> int:
-    """T = ⌈c/(C·v)⌉: the steps per chain after which an estimate with Monte Carlo constant c (lim T·Var
-    per chain) has variance v when pooled over C chains. ``inf`` constant or v ≤ 0: an error."""
+    """Return the steps per chain T = ⌈c/(C·v)⌉ that reach a Monte Carlo variance v.
+
+    An estimate with Monte Carlo constant c (lim T·Var per chain) pooled over C chains has variance v
+    after T steps per chain.
+
+    Parameters
+    ----------
+    mc_constant : float
+        The Monte Carlo constant c ≥ 0 (finite).
+    n_chains : int
+        The number of chains C.
+    variance : float
+        The target variance v > 0.
+
+    Returns
+    -------
+    int
+        The steps T.
+
+    Raises
+    ------
+    SgtuneError
+        If c is infinite or v ≤ 0 (no finite run reaches it).
+
+    Examples
+    --------
+    >>> steps_for_error(10.0, 4, 1e-3)
+    2500
+    """
     if not (variance > 0 and math.isfinite(mc_constant) and mc_constant >= 0):
         raise SgtuneError(f"no finite run length reaches a Monte Carlo variance {variance!r} with constant "
                           f"{mc_constant!r}")
@@ -87,9 +174,30 @@ def steps_for_error(mc_constant: float, n_chains: int, variance: float) -> int:
 
 
 def thinning(kept: int, n_chains: int, *, max_draws: int | None = None, min_draws: int | None = None) -> int:
-    """Keep every k-th of the ``kept`` steps per chain: at most ``max_draws`` draws pooled over the chains
-    (k = ⌈kept·C/max_draws⌉), or at least ``min_draws`` per chain (k = ⌊kept/min_draws⌋); k ≥ 1. Neither
-    given (or 0): 0, no draws kept."""
+    """Return k: keep every k-th of the ``kept`` steps per chain.
+
+    At most ``max_draws`` draws pooled over the chains (k = ⌈kept·C/max_draws⌉), or at least
+    ``min_draws`` per chain (k = ⌊kept/min_draws⌋); k ≥ 1.
+
+    Parameters
+    ----------
+    kept : int
+        The steps per chain after burn-in.
+    n_chains : int
+        The number of chains C.
+    max_draws, min_draws : int, optional
+        The most draws pooled over the chains, or the fewest per chain.
+
+    Returns
+    -------
+    int
+        The thinning k; 0 (no draws kept) when neither bound is given (or both are 0).
+
+    Examples
+    --------
+    >>> thinning(20000, 4, max_draws=1000), thinning(20000, 4, min_draws=500), thinning(20000, 4)
+    (80, 40, 0)
+    """
     if max_draws:
         return max(1, -(-kept * n_chains // int(max_draws)))
     if min_draws:
@@ -100,9 +208,39 @@ def thinning(kept: int, n_chains: int, *, max_draws: int | None = None, min_draw
 def run_spec(tau_worst: float, spectral_radius: float = math.nan, *, n_chains: int, n_steps: int | None = None,
              burn_in: int | None = None, max_draws: int = 0, min_draws: int = 0,
              batches_per_chain: int | None = None, seed: int = 0) -> RunSpec:
-    """The :class:`~sgtune.core.config.RunSpec` of a check: ``n_steps`` (default :func:`default_steps`),
-    ``burn_in`` (default :func:`burn_in_steps` with ``total=n_steps``) and the thinning that keeps at most
-    ``max_draws`` (pooled) or at least ``min_draws`` (per chain) draws; given values are used as they are."""
+    """Return the :class:`~sgtune.core.config.RunSpec` of a check.
+
+    ``n_steps`` (default :func:`default_steps`), ``burn_in`` (default :func:`burn_in_steps` with
+    ``total=n_steps``) and the thinning that keeps at most ``max_draws`` (pooled) or at least ``min_draws``
+    (per chain) draws; given values are used as they are.
+
+    Parameters
+    ----------
+    tau_worst : float
+        The largest integrated autocorrelation time τ (NaN or infinite: unknown, counts as 1).
+    spectral_radius : float, optional
+        The spectral radius ρ(𝒫) of the second-moment map (NaN: unknown).
+    n_chains : int
+        The number of chains.
+    n_steps, burn_in : int, optional
+        The steps per chain (burn-in included) and the burn-in, when given.
+    max_draws, min_draws : int, optional
+        The bounds of :func:`thinning` (0: not given).
+    batches_per_chain : int, optional
+        Batch-means segments per chain (:class:`~sgtune.core.config.RunSpec`).
+    seed : int, optional
+        The seed of the chains.
+
+    Returns
+    -------
+    RunSpec
+        The run.
+
+    Examples
+    --------
+    >>> run_spec(5.0, n_chains=4, max_draws=1000)
+    RunSpec(n_steps=20000, n_chains=4, burn_in=2000, thin=72, batches_per_chain=None, seed=0)
+    """
     steps = default_steps(tau_worst) if n_steps is None else int(n_steps)
     burn = burn_in_steps(tau_worst, spectral_radius, total=steps) if burn_in is None else int(burn_in)
     thin = thinning(steps - burn, n_chains, max_draws=max_draws, min_draws=min_draws)
@@ -110,6 +248,26 @@ def run_spec(tau_worst: float, spectral_radius: float = math.nan, *, n_chains: i
 
 
 def default_run_length(tau_worst: float, spectral_radius: float = math.nan) -> tuple[int, int]:
-    """(steps, burn-in) of :func:`run_spec` when neither is given."""
+    """Return the (steps, burn-in) of :func:`run_spec` when neither is given.
+
+    Parameters
+    ----------
+    tau_worst : float
+        The largest integrated autocorrelation time τ (NaN or infinite: unknown, counts as 1).
+    spectral_radius : float, optional
+        The spectral radius ρ(𝒫) of the second-moment map (NaN: unknown).
+
+    Returns
+    -------
+    steps : int
+        The steps per chain, burn-in included (:func:`default_steps`).
+    burn_in : int
+        The burn-in (:func:`burn_in_steps` with ``total=steps``).
+
+    Examples
+    --------
+    >>> default_run_length(5.0, 0.99)
+    (20000, 2000)
+    """
     steps = default_steps(tau_worst)
     return steps, burn_in_steps(tau_worst, spectral_radius, total=steps)
