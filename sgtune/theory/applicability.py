@@ -288,6 +288,51 @@ def _solve(e: Expansion, st: StationaryCov, H: np.ndarray, C: np.ndarray) -> np.
     return 0.5 * (S[:d, :d] + S[:d, :d].T)
 
 
+class _Pairs:
+    """The model's curvature, gradient noise and mean gradient at pairs of points around a centre (the
+    expansions of :func:`statistically_linearised_cov`, counted in ``points``)."""
+
+    def __init__(self, model: Any, data: Dataset, e: Expansion, anchor: "_Anchor | None", full: Expansion | None):
+        self.model, self.data, self.e, self.anchor, self.points = model, data, e, anchor, 0
+        self.H0 = e.hessian
+        self.Hm = np.linalg.inv(_sqrtm_psd(e.hessian if full is None else full.hessian))
+
+    def at(self, theta: np.ndarray) -> Expansion:
+        self.points += 1
+        e = self.e
+        try:
+            ei = expansion_at(self.model, self.data, e.prior_precision, theta, population_size=e.population_size)
+        except SgtuneError as exc:
+            raise _NotLocal(f"the model cannot be evaluated over the predicted spread ({exc})") from None
+        if not (np.all(np.isfinite(ei.hessian)) and np.all(np.isfinite(ei.fisher))):
+            raise _NotLocal("the model overflows over the predicted spread")
+        return ei
+
+    def terms(self, center: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+        """Mean H, mean Cov_n g, mean ∇L over center ± each row of dirs; largest pointwise changes."""
+        e, d = self.e, self.e.dim
+        Hs, Cs, gs = np.zeros((d, d)), np.zeros((d, d)), np.zeros(d)
+        dH = dC = 0.0
+        for v in dirs:
+            ep, em = self.at(center + v), self.at(center - v)
+            for ei in (ep, em):
+                Hs += ei.hessian
+                gs += ei.mean_grad + e.prior_precision @ ei.theta_hat / e.n_data
+                dH = max(dH, float(np.linalg.norm(self.Hm @ (ei.hessian - self.H0) @ self.Hm, 2)))
+            cpair = 0.5 * (ep.gradient_cov() + em.gradient_cov())
+            Cs += cpair
+            clin = _lin_noise(e, np.outer(v, v))
+            dC = max(dC, float(np.linalg.norm(cpair - clin) / max(np.linalg.norm(clin), 1e-300)))
+        n = 2 * len(dirs)
+        if self.anchor is not None:  # the subsample's averages, moved to the full data's values at θ̂
+            a = self.anchor
+            return Hs / n + a.hessian, 2 * Cs / n, gs / n + a.mean_grad, dH, dC
+        return Hs / n, 2 * Cs / n, gs / n, dH, dC
+
+    def lin_noise(self, ec: Expansion, S: np.ndarray) -> np.ndarray:
+        return _lin_noise(ec, S) if self.anchor is None else _lin_noise(ec, S) + self.anchor.noise(S)
+
+
 @cites("sgtune", "statistical (equivalent) linearisation of Eq. (11): H_eff = E∇²L, C_eff = E Cov_n ∇l_n "
                  "under N(θ̂, Σ), by Stein's lemma")
 def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
@@ -295,76 +340,73 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
                                  with_shift: bool = True, full: Expansion | None = None) -> dict[str, Any]:
     """Σ_SL, the stationary covariance of the statistically linearised chain (module docstring).
 
-    ``data`` are the rows the model is evaluated on and ``expansion`` their expansion at θ̂. With
-    ``full`` (the expansion of all N rows, e.g. streamed from disk) ``data`` is a random subsample
-    of those rows and every average is anchored to the full data by control variates (module
-    docstring, "Data out of core"): the only full-data quantities used are ``full``'s moments and
-    one C̄(Σ) = mean_n J_nΣJ_n at the predicted Σ (one chunked pass).
+    Parameters
+    ----------
+    model : object
+        The model (the protocol of :mod:`sgtune.models.base`).
+    data : Dataset
+        The rows the model is evaluated on.
+    expansion : Expansion
+        Their expansion at θ̂.
+    stationary : StationaryCov
+        The linearised prediction Σ to start from (its dynamics are the chain's).
+    n_pairs : int, optional
+        Antithetic pairs θ̂ + m ± d, d ~ N(0, Σ), per average.
+    max_iter : int, optional
+        Fixed-point iterations Σ ← Σ_SL(Σ).
+    seed : int, optional
+        Seed of the draws d.
+    with_shift : bool, optional
+        Follow the drift's mean shift m = −H_eff⁻¹E[∇L] (a Newton step per iteration).
+    full : Expansion, optional
+        The expansion of all N rows (e.g. streamed from disk): then ``data`` is a random subsample of
+        them and every average is anchored to the full data by control variates (module docstring,
+        "Data out of core").
 
-    Returns a dict with ``cov`` (Σ_SL or None when the iteration runs away), ``reason`` (why not
-    local, else None), ``curvature_change``, ``noise_change``, ``mean_shift`` (max_i |m_i|/sd_i of
-    the drift's mean shift m = −H_eff⁻¹E[∇L]) and ``points`` (model evaluations).
+    Returns
+    -------
+    dict
+        ``cov`` (Σ_SL, or None when the iteration runs away), ``reason`` (why the spread is not local,
+        else None), ``curvature_change``, ``noise_change``, ``mean_shift`` (max_i |m_i|/sd_i) and
+        ``points`` (model evaluations).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> st = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> sl = statistically_linearised_cov(model, data, e, st)
+    >>> sl["reason"] is None, sl["points"] > 0
+    (True, True)
+    >>> bool(np.linalg.norm(sl["cov"] - st.cov) < 0.2 * np.linalg.norm(st.cov))  # close to Σ: a local spread
+    True
     """
     e = expansion
     d = e.dim
-    gam = e.prior_precision
     sigma0 = stationary.cov
     sd0 = np.sqrt(np.clip(np.diag(sigma0), 1e-300, None))
-    H0 = e.hessian
-    Hm = np.linalg.inv(_sqrtm_psd(H0 if full is None else full.hessian))
-    anchor = None if full is None else _Anchor.of(full, e, sigma0)
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n_pairs, d))
+    pairs = _Pairs(model, data, e, None if full is None else _Anchor.of(full, e, sigma0), full)
+    Z = np.random.default_rng(seed).standard_normal((n_pairs, d))
     w, V = np.linalg.eigh(sigma0)
     lead = V[:, ::-1][:, : min(d, 4)] * np.sqrt(np.clip(w[::-1][: min(d, 4)], 0, None)) * 2.0  # ±2 sd axes
     out: dict[str, Any] = {"cov": None, "reason": None, "curvature_change": 0.0, "noise_change": 0.0,
                            "mean_shift": 0.0, "points": 0}
-    points = [0]
-
-    def at(theta: np.ndarray) -> Expansion:
-        points[0] += 1
-        try:
-            ei = expansion_at(model, data, gam, theta, population_size=e.population_size)
-        except SgtuneError as exc:
-            raise _NotLocal(f"the model cannot be evaluated over the predicted spread ({exc})") from None
-        if not (np.all(np.isfinite(ei.hessian)) and np.all(np.isfinite(ei.fisher))):
-            raise _NotLocal("the model overflows over the predicted spread")
-        return ei
-
-    def pair_terms(center: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
-        """Mean H, mean Cov_n g, mean ∇L over center ± each row of dirs; largest pointwise changes."""
-        Hs, Cs, gs = np.zeros((d, d)), np.zeros((d, d)), np.zeros(d)
-        dH = dC = 0.0
-        for v in dirs:
-            ep, em = at(center + v), at(center - v)
-            for ei in (ep, em):
-                Hs += ei.hessian
-                gs += ei.mean_grad + gam @ ei.theta_hat / e.n_data
-                dH = max(dH, float(np.linalg.norm(Hm @ (ei.hessian - H0) @ Hm, 2)))
-            cpair = 0.5 * (ep.gradient_cov() + em.gradient_cov())
-            Cs += cpair
-            clin = _lin_noise(e, np.outer(v, v))
-            dC = max(dC, float(np.linalg.norm(cpair - clin) / max(np.linalg.norm(clin), 1e-300)))
-        n = 2 * len(dirs)
-        if anchor is not None:  # the subsample's averages, moved to the full data's values at θ̂
-            return Hs / n + anchor.hessian, 2 * Cs / n, gs / n + anchor.mean_grad, dH, dC
-        return Hs / n, 2 * Cs / n, gs / n, dH, dC
-
-    def lin_noise(ec: Expansion, S: np.ndarray) -> np.ndarray:
-        return _lin_noise(ec, S) if anchor is None else _lin_noise(ec, S) + anchor.noise(S)
-
     try:
-        *_, dH, dC = pair_terms(e.theta_hat, lead.T)
+        *_, dH, dC = pairs.terms(e.theta_hat, lead.T)
         out["curvature_change"], out["noise_change"] = dH, dC
         sigma, shift, ec = sigma0, np.zeros(d), e
         for _ in range(max_iter):
             dirs = Z @ _sqrtm_psd(sigma)
-            H_eff, C_pts, g_eff, dH, dC = pair_terms(e.theta_hat + shift, dirs)
+            H_eff, C_pts, g_eff, dH, dC = pairs.terms(e.theta_hat + shift, dirs)
             out["curvature_change"] = max(out["curvature_change"], dH)
             out["noise_change"] = max(out["noise_change"], dC)
             S_hat = dirs.T @ dirs / len(dirs)
             # control variate: the proxy expanded at the current centre, averaged exactly and over the same draws
-            C_eff = lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
+            C_eff = pairs.lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
             H_eff = 0.5 * (H_eff + H_eff.T)
             if not np.linalg.eigvalsh(H_eff)[0] > 0:
                 raise _NotLocal("the curvature averaged over the predicted spread is not positive definite")
@@ -377,14 +419,14 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
             if with_shift:  # Newton step on E[∇L(θ̂ + m + d)] = 0, at most half a standard deviation per step
                 step = -np.linalg.solve(H_eff, g_eff)
                 shift = shift + step / max(1.0, 2.0 * float(np.max(np.abs(step) / np.sqrt(np.diag(sigma)))))
-                ec = at(e.theta_hat + shift)
+                ec = pairs.at(e.theta_hat + shift)
             out["mean_shift"] = float(np.max(np.abs(shift - np.linalg.solve(H_eff, g_eff) * (not with_shift)) / sd0))
             if change < 1e-3:
                 break
         out["cov"] = sigma
     except _NotLocal as exc:
         out["reason"] = str(exc)
-    out["points"] = points[0]
+    out["points"] = pairs.points
     return out
 
 
