@@ -549,7 +549,7 @@ def _legacy_parts(legacy: dict[str, Any]) -> tuple[Any, RunSpec, Any, dict[str, 
     beta = kw.pop("inv_temperature", None)
     if beta is not None and sampler in POSTERIOR_SAMPLERS and math.isinf(float(beta)):
         raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
-                          "temperature (--inverse-temperature), got inf; pass inv_temperature=N (the posterior, the "
+                          "temperature, got `inv_temperature` = inf; pass inv_temperature=N (the posterior, the "
                           "default) or a number")
     dyn_kw = {k: kw.pop(k) for k in ("batch_size", "momentum", "batching", "decay") if k in kw}
     kw.pop("noise_variance", None), kw.pop("beta_power", None)
@@ -607,18 +607,18 @@ def _check_dynamics(spec: SamplerSpec, dyn: Dynamics, backend: Any) -> None:
     if spec.step_kind == "scalar":
         arr = np.asarray(dyn.step, dtype=float)
         if arr.size != 1:
-            raise SgtuneError(f"sampler {spec.name!r} takes a scalar step size {spec.step_name}, got step_matrix "
-                              f"(--lambda) of shape {arr.shape}; pass a number (--step-size) — a diagonal or dense Λ "
+            raise SgtuneError(f"sampler {spec.name!r} takes a scalar step size {spec.step_name}, got `step_matrix` "
+                              f"of shape {arr.shape}; pass a number — a diagonal or dense Λ "
                               "is for sampler 'sgld', and psmile estimates a diagonal preconditioner itself")
         h = float(arr.reshape(-1)[0])
         if not (h > 0 and math.isfinite(h)):
             raise SgtuneError(f"sampler {spec.name!r} needs a finite step size > 0, got {h}")
     if dyn.momentum != 0.0 and not spec.momentum:
         alt = "its friction γ (friction=...)" if hasattr(spec.options, "friction") else "its own unit velocity u"
-        raise SgtuneError(f"momentum κ = {dyn.momentum} (--momentum) is an SG(L)D option; sampler {spec.name!r} has "
+        raise SgtuneError(f"`momentum` κ = {dyn.momentum} is an SG(L)D option; sampler {spec.name!r} has "
                           f"{alt} — drop it (or use sampler 'sgld')")
     if dyn.decay != 0.0 and not spec.decay:
-        raise SgtuneError(f"decay = {dyn.decay} (--decay) schedules SG(L)D's Λ; sampler {spec.name!r} has no schedule "
+        raise SgtuneError(f"`decay` = {dyn.decay} schedules SG(L)D's Λ; sampler {spec.name!r} has no schedule "
                           "(smile/psmile tune ε themselves) — drop it")
     if backend == "python":
         raise SgtuneError("backend 'python' is the tests' pure-Python reference implementation now "
