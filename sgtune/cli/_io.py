@@ -147,6 +147,8 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "blocks": ("blocks",),
     "hessian": ("hessian",),  # only where --hessian takes a file (fluctuation's A), see _FILE_ONLY
     "hidden_sizes": ("hidden_sizes",),
+    "model": ("model",),
+    "features_from": ("features_from",),
     "repeat": ("repeat",),
     "refine_rounds": ("refine_rounds",),
     "rounds": ("refine_rounds",),

@@ -369,6 +369,12 @@ class MLP:
                 rdelta = rback
         return hv
 
+    def features(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """φ(x_n; θ), the input of the output layer (the last hidden layer's activations; X itself without a
+        hidden layer), shape (n, h_K): the frozen features of the network's last layer
+        (:func:`sgtune.models.lastlayer.mlp_last_layer`)."""
+        return self._forward(np.asarray(theta, dtype=np.float64), np.asarray(X, dtype=np.float64))[1][-1]
+
     # --- protocol ----------------------------------------------------------------
     def output(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """f(x_n; θ), shape (n,)."""
