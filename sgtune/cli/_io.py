@@ -159,7 +159,6 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "plot": ("plot_path",),
     "response": ("response",),
     "against": ("against",),
-    "model": ("model",),
 }
 
 #: names of matrices that map only to an option taking a file: lambda's --hessian {exact,gauss-newton}
