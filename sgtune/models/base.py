@@ -394,8 +394,10 @@ def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_fe
 
 
 def named_parameters(got: Any, own: bool, d: int, label: str, feature_names: tuple[str, ...]) -> tuple[str, ...]:
-    """:func:`parameter_names` from the model's answer: ``got`` (when it has the method, ``own``) checked, else
-    the covariate names when there are D of them, else ``theta[0]`` … ``theta[D−1]``.
+    """:func:`parameter_names` from the model's answer, without asking the model again.
+
+    ``got`` (when the model has the method, ``own``) checked, else the covariate names when there are D of
+    them, else ``theta[0]`` … ``theta[D−1]``.
 
     Parameters
     ----------
@@ -566,6 +568,15 @@ class ModelRecord:
         Which of :data:`SAMPLER_METHODS` the model has.
     fit_method : str
         The model's ``fit_method`` (``"lbfgs"`` by default): how :func:`sgtune.models.fit_map` fits θ̂.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import make_mlp
+    >>> from sgtune.models.base import model_record
+    >>> rec = model_record(make_mlp([2], likelihood="gaussian"), make_dataset(np.ones((3, 1)), np.zeros(3)))
+    >>> rec.n_params, len(rec.parameter_names), "initial_params" in rec.methods
+    (7, 7, True)
     """
 
     label: str
