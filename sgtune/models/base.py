@@ -565,7 +565,7 @@ class ModelRecord:
     feature_names : tuple of str
         The data's covariate names (``x0`` … ``x{p−1}`` when the data have none).
     methods : frozenset of str
-        Which of :data:`SAMPLER_METHODS` the model has.
+        Which of ``SAMPLER_METHODS`` (the optional methods the sampler uses) the model has.
     fit_method : str
         The model's ``fit_method`` (``"lbfgs"`` by default): how :func:`sgtune.models.fit_map` fits θ̂.
 
