@@ -214,7 +214,7 @@ def test_softmax_needs_a_prior_and_has_no_sandwich():
     model, data = last_layer(net, X, y, likelihood="softmax")
     assert model.layout.n_outputs == 3 and model.layout.dim == 3 * 7
     assert model.parameter_names()[6:8] == ("4.bias[0]", "4.weight[1,0]")
-    with pytest.raises(DataFormatError, match="prior precision > 0"):
+    with pytest.raises(DataFormatError, match="`prior_precision` > 0"):
         expand(model, data, prior_precision=0.0)
     e = expand(model, data, prior_precision=1.0)
     with pytest.raises(NotPositiveDefiniteError, match="softmax last layer has no sandwich"):

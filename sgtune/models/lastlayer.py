@@ -220,7 +220,7 @@ class LastLayerModel:
             return None
         return ("a softmax last layer has no sandwich target: J = mean J_n is singular along the softmax's shift "
                 "(adding one vector to every class's weights and biases changes no probability), so J⁻¹𝓘J⁻¹/N does "
-                "not exist; use the posterior target (--target posterior)")
+                "not exist; use the posterior target (`target='posterior'`)")
 
     def check_response(self, y: np.ndarray, source: str = "y") -> None:
         """Softmax: y holds class indices 0 … K−1 of the head's K logits (a class without rows is fine: the prior
@@ -244,7 +244,7 @@ class LastLayerModel:
             shift = np.kron(np.ones((k, 1)), np.eye(w)) / np.sqrt(k)
             if np.linalg.eigvalsh(shift.T @ np.asarray(prior_precision, dtype=float) @ shift)[0] <= 0:
                 raise DataFormatError(
-                    "a softmax last layer needs a prior precision > 0 (--prior-precision, prior_precision=): adding "
+                    "a softmax last layer needs a `prior_precision` > 0: adding "
                     "one vector to every class's weights and biases changes no probability, so only the prior "
                     "identifies θ; laplace-torch's default is 1")
             return
