@@ -67,9 +67,9 @@ def main() -> None:
         chains = kernels.chains
     print(f"checkout: {os.path.dirname(os.path.dirname(sgtune.__file__))}")
     print(f"{'compiled function':32s} {'NRT_incref':>10s} {'NRT_decref':>10s}")
-    print(f"{'chains (the step loop)':32s} {_counts(chains)[0]:>10d} {_counts(chains)[1]:>10d}")
-    for name in ("sgld_diag_rule", "sgld_diag_step"):
-        f = getattr(kernels, name, None)
+    rows = [("chains (the step loop)", chains)] + [(name, getattr(kernels, name, None))
+                                                    for name in ("sgld_diag_rule", "sgld_diag_step")]
+    for name, f in rows:
         if f is not None and f.signatures:
             inc, dec = _counts(f)
             print(f"{name:32s} {inc:>10d} {dec:>10d}")
