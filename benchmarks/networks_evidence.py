@@ -6,10 +6,12 @@ Frobenius error ‖Σ̂ − Σ*‖_F/‖Σ*‖_F of the chains' covariance Σ̂ 
 Σ* (from its ``sgtune lambda`` JSON), ± a jackknife-over-chains Monte Carlo standard error. The chains
 are sgtune's own sampler (``sgtune run --lambda``), not sgtune's prediction.
 
-The remedy is read from the JSON: its ``remedies`` (a list of ``{why, argv}``, top level or in
-``applicability``) when there are any; else an explicit command chosen by hand (the network's last
-layer at the fitted weights), and the row says so. An applicable command is its own "remedy": its
-chain is measured as printed.
+The remedy is read from the JSON and followed as a user would: its ``remedies`` (a list of ``{why, argv,
+expect}``, top level or in ``applicability``), the first whose ``expect`` is ``applicable`` (else the first
+printed), run as printed with its own applicability report, and so on until a report is applicable or
+nothing more is printed (at most 3 remedies); the chain measured is the last command's. Only when nothing
+is printed is a command chosen by hand (the network's last layer at the fitted weights), and the row says
+so. An applicable command is its own "remedy": its chain is measured as printed.
 
 Run: python benchmarks/networks_evidence.py [PROBLEM ...] [--keep DIR]   (several minutes on one core;
 without PROBLEM writes benchmarks/results/networks_evidence.md and .json; --keep DIR keeps the work files
@@ -216,12 +218,36 @@ def larger_prior(argv, factor):
     return out
 
 
-def chain_error(argv, work, name, seed=1):
-    """Tune with the remedy's argv, run CHAINS chains of its Λ; relative Frobenius error ± jackknife SE."""
-    # Λ and Σ* only: the remedy's own applicability report (minutes for a network) is not needed here
-    no_check = () if "--no-applicability" in argv else ("--no-applicability",)
-    rc, doc, err = sgtune(argv, work / f"{name}_remedy.json",
-                          extra=("-o", str(work / f"{name}_lambda.npy"), *no_check))
+def follow(argv, work, name, depth=3):
+    """Follow the printed remedies as a user would, from the user's command: at each step the first remedy
+    whose ``expect`` is ``applicable`` (else the first printed), run as printed with its own applicability
+    report, until a report is applicable, nothing is printed, or ``depth`` remedies were followed.
+    Returns the steps: {argv, why, expect, rc, doc, stderr, applicable, says, lam} (the first is the user's)."""
+    steps, cur, why, expect = [], list(argv), None, None
+    for i in range(depth + 1):
+        lam = work / f"{name}_step{i}_lambda.npy"
+        rc, doc, err = sgtune(cur, work / f"{name}_step{i}.json", extra=("-o", str(lam)))
+        ok, said = verdict(rc, doc, err)
+        steps.append({"argv": cur, "why": why, "expect": expect, "rc": rc, "doc": doc, "stderr": err,
+                      "applicable": ok, "says": said, "lam": lam})
+        rem = remedies_of(doc)
+        if ok or not rem or i == depth:
+            break
+        pick = next((r for r in rem if r.get("expect") == "applicable"), rem[0])
+        cur, why, expect = list(pick["argv"]), pick["why"], pick.get("expect")
+    return steps
+
+
+def chain_error(argv, work, name, step=None):
+    """Run CHAINS chains of the Λ of ``argv`` (from ``step`` when it ran already, else tuned here without its
+    report); relative Frobenius error against its target ± jackknife SE."""
+    if step is not None:
+        rc, doc, err = step["rc"], step["doc"], step["stderr"]
+        lam = step["lam"]
+    else:  # Λ and Σ* only (the hand-chosen remedy's report is not needed here)
+        lam = work / f"{name}_lambda.npy"
+        no_check = () if "--no-applicability" in argv else ("--no-applicability",)
+        rc, doc, err = sgtune(argv, work / f"{name}_remedy.json", extra=("-o", str(lam), *no_check))
     if doc is None:
         return {"remedy_verdict": "error: " + first_error(err), "error": math.nan, "se": math.nan}
     said = "ran" if rc == 0 else "ran, untrusted"
@@ -230,12 +256,13 @@ def chain_error(argv, work, name, seed=1):
     burn = int(min(max(2_000, 10 * tau), 20_000))
     steps = burn + int(min(max(20_000, 100 * tau), 100_000))
     data, opts = options(argv)
-    keep = [t for k, v in opts if k not in LAMBDA_ONLY and k not in ("--inverse-temperature", "--seed")
-            for t in (k, *v)]
+    # the command's own --seed stays: it seeds the fit too (a network's L-BFGS start, so its θ̂ and, with
+    # --features-from mlp, the features), and Λ is tuned for that fit; it also seeds the chains
+    keep = [t for k, v in opts if k not in LAMBDA_ONLY and k != "--inverse-temperature" for t in (k, *v)]
     beta = doc["inverse_temperature"]
     run = ["sgtune", "run"] + ([data] if data else []) + keep + [
-        "--lambda", str(work / f"{name}_lambda.npy"), "--inverse-temperature", str(beta),
-        "--steps", str(steps), "--burn-in", str(burn), "--chains", str(CHAINS), "--seed", str(seed)]
+        "--lambda", str(lam), "--inverse-temperature", str(beta),
+        "--steps", str(steps), "--burn-in", str(burn), "--chains", str(CHAINS)]
     rc, _, err = sgtune(run, work / f"{name}_run.json", extra=("-o", str(work / f"{name}_chains.npz"), "-q"))
     if rc not in (0, 4):
         return {"remedy_verdict": said, "error": math.nan, "se": math.nan, "run_error": first_error(err)}
@@ -249,24 +276,26 @@ def chain_error(argv, work, name, seed=1):
 
 
 def row(name, desc, argv, work):
-    rc, doc, err = sgtune(argv, work / f"{name}.json")
-    ok, said = verdict(rc, doc, err)
-    rem = remedies_of(doc)
+    steps = follow(argv, work, name)
+    first, last = steps[0], steps[-1]
+    ok, said, doc = first["applicable"], first["says"], first["doc"]
+    followed = [{"why": st["why"], "argv": st["argv"], "expect": st["expect"], "applicable": st["applicable"],
+                 "says": st["says"]} for st in steps[1:]]
     if ok:
-        chosen, why, by_hand = argv, "none needed: the command as printed", False
-    elif rem:
-        chosen, why, by_hand = list(rem[0]["argv"]), rem[0]["why"], False
+        chosen, why, by_hand, step = argv, "none needed: the command as printed", False, first
+    elif followed:
+        chosen, why, by_hand, step = last["argv"], last["why"], False, last
     else:
         if doc is None:
             raise RuntimeError(f"{name}: no remedy printed and no JSON to choose one from: {said}")
-        by_hand = True
+        by_hand, step = True, None
         if "--hidden-sizes" in argv:
             chosen = last_layer_by_hand(argv, doc, work, name)
             why = "the network's last layer at the fitted weights (body frozen), same target and β"
         else:  # the first option of sgtune's prose ("a larger prior precision"), its value chosen by hand
             chosen = larger_prior(argv, 100.0)
             why = "a prior precision 100 times larger (the first option sgtune's prose names)"
-    m = chain_error(chosen, work, name)
+    m = chain_error(chosen, work, name, step=step)
     printed = None
     if not math.isfinite(m["error"]) and not by_hand and "--hidden-sizes" in argv:
         # sgtune's printed remedy failed on real chains: say so, and measure the hand-chosen one as well
@@ -276,7 +305,7 @@ def row(name, desc, argv, work):
         m = chain_error(chosen, work, name + "-hand")
     return {"problem": name, "description": desc, "argv": argv, "applicable": ok, "sgtune_says": said,
             "remedy_why": why, "remedy_argv": chosen, "remedy_by_hand": by_hand, "printed_remedy_failed": printed,
-            **m}
+            "followed": followed, "remedy_applicable": bool(step is not None and step["applicable"]), **m}
 
 
 def short(argv, work):
@@ -292,6 +321,10 @@ def cells(r, work):
     esc = lambda t: t.replace("|", "\\|")
     if r["applicable"]:
         rem = "none needed (applicable): the command's own chain"
+    elif r.get("followed"):
+        rem = " → then ".join(f"sgtune printed{' (expect: applicable)' if f['expect'] == 'applicable' else ''}: "
+                              f"{f['why']}: `{short(f['argv'], work)}` — its report: {f['says']}"
+                              for f in r["followed"])
     else:
         rem = f"{r['remedy_why']}: `{short(r['remedy_argv'], work)}`" + (f" {HAND}" if r["remedy_by_hand"] else "")
         bad = r.get("printed_remedy_failed")
@@ -331,6 +364,8 @@ def main():
             for k in ("argv", "remedy_argv", "run_argv"):
                 if k in r:
                     r[k] = [a.replace(str(work) + "/", "") for a in r[k]]
+            for f in r["followed"]:
+                f["argv"] = [a.replace(str(work) + "/", "") for a in f["argv"]]
             if r["printed_remedy_failed"]:
                 r["printed_remedy_failed"]["argv"] = [a.replace(str(work) + "/", "")
                                                       for a in r["printed_remedy_failed"]["argv"]]

@@ -214,7 +214,7 @@ def test_softmax_needs_a_prior_and_has_no_sandwich():
     model, data = last_layer(net, X, y, likelihood="softmax")
     assert model.layout.n_outputs == 3 and model.layout.dim == 3 * 7
     assert model.parameter_names()[6:8] == ("4.bias[0]", "4.weight[1,0]")
-    with pytest.raises(DataFormatError, match="prior precision > 0"):
+    with pytest.raises(DataFormatError, match="`prior_precision` > 0"):
         expand(model, data, prior_precision=0.0)
     e = expand(model, data, prior_precision=1.0)
     with pytest.raises(NotPositiveDefiniteError, match="softmax last layer has no sandwich"):
@@ -435,3 +435,103 @@ def test_cli_commands_take_the_last_layer(cli_files, monkeypatch, command, extra
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["model"] == "last-layer (gaussian)" and doc["last_layer"]["features"] == "net.py:NET"
+
+
+# ----------------------------------------------------------------------------- sgtune's own network's last layer
+def _sine(n=40, seed=0):
+    from sgtune.io.data import make_dataset
+
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, size=(n, 1))
+    return make_dataset(x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(n))
+
+
+def test_mlp_features_are_the_hidden_activations_and_the_head_reproduces_the_output():
+    """Independent route: the forward pass written out with numpy (tanh(XW₁ᵀ + b₁), then W₂ᵀ, b₂)."""
+    from sgtune.models import make_mlp
+    from sgtune.models.lastlayer import mlp_last_layer
+
+    mlp = make_mlp("3,2", noise_variance=0.25)
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((7, 2))
+    theta = rng.standard_normal(mlp.n_params(2))
+    (W1, b1), (W2, b2), (W3, b3) = mlp.unflatten(theta, 2)
+    phi = np.tanh(np.tanh(X @ W1.T + b1) @ W2.T + b2)
+    np.testing.assert_allclose(mlp.features(theta, X), phi, rtol=1e-13, atol=1e-15)
+    head, data = mlp_last_layer(mlp, theta, X, rng.standard_normal(7))
+    assert head.layout.names() == ("output.weight[0,0]", "output.weight[0,1]", "output.bias[0]")
+    np.testing.assert_allclose(data.X @ head.trained, phi @ W3[0] + b3[0], rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(data.X @ head.trained, mlp.output(theta, X), rtol=1e-12, atol=1e-14)
+    assert head.inner.noise_variance == 0.25
+    with pytest.raises(SgtuneError, match="poisson"):
+        mlp_last_layer(make_mlp("3", likelihood="poisson"), np.zeros(10), X[:, :1], np.ones(7))
+
+
+def test_the_fitted_networks_head_refit_on_its_features_stays_at_theta_hat():
+    """θ̂ is stationary in every coordinate, so the head's MAP with the same prior is θ̂'s output layer."""
+    from sgtune.models import make_mlp
+    from sgtune.models.lastlayer import mlp_last_layer
+
+    ds = _sine()
+    mlp = make_mlp("3", noise_variance=0.01)
+    e = expand(mlp, ds, 1.0)
+    head, data = mlp_last_layer(mlp, e.theta_hat, ds.X, ds.y)
+    eh = expand(head, data, 1.0)
+    out = e.theta_hat[-4:]  # output.weight[0,0..2], output.bias[0]
+    np.testing.assert_allclose(eh.theta_hat, out, rtol=0, atol=1e-7 * np.abs(out).max())
+
+
+def test_a_network_that_is_not_applicable_gets_its_checked_last_layer_first():
+    from sgtune.io.data import example
+    from sgtune.models import get_model, make_mlp
+    from sgtune.theory.applicability import last_layer_remedy
+    from sgtune.theory.tuning import tune
+
+    ds = _sine()
+    mlp = make_mlp("2", noise_variance=0.01)
+    e = expand(mlp, ds, 1.0)
+    res = tune(e, Dynamics(None, 10, inv_temperature=2.0 * ds.n_data), target="posterior")
+    rep = applicability(mlp, ds, e, res.stationary, target_cov=res.target_cov)
+    assert not rep.applicable
+    first = rep.reasons[0].remedies[0]
+    assert first.changes == {"model": "last-layer", "features_from": "mlp", "target": "posterior", "blocks": None}
+    assert first.expect == "applicable" and "body frozen" in first.why
+    # nothing to offer: a GLM, a given Λ (no target), a prior matrix that is not G·I
+    glm, lg = get_model("logistic"), example("logistic")
+    el = expand(glm, lg)
+    rl = tune(el, Dynamics(None, 32), target="posterior")
+    assert last_layer_remedy(glm, lg, el, rl.stationary, rl.target_cov) is None
+    assert last_layer_remedy(mlp, ds, e, res.stationary, None) is None
+    e2 = expand(mlp, ds, np.diag(np.linspace(1.0, 2.0, e.dim)))
+    r2 = tune(e2, Dynamics(None, 10, inv_temperature=2.0 * ds.n_data), target="posterior")
+    assert last_layer_remedy(mlp, ds, e2, r2.stationary, r2.target_cov) is None
+
+
+def test_features_from_mlp_takes_the_network_weights_from_theta_hat_and_refuses_what_it_cannot(tmp_path):
+    """--theta-hat gives the network's D weights (here θ̂ of --model mlp itself, saved and passed back): the head's
+    fit on their features stays at their output layer; what the option cannot do is one line naming it."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, size=(40, 1))
+    csv = tmp_path / "s.csv"
+    np.savetxt(csv, np.c_[x, np.sin(x[:, 0])], delimiter=",", header="x,y", comments="")
+    base = [str(csv), "--hidden-sizes", "2", "--noise-variance", "0.01", "--prior-precision", "1",
+            "--batch-size", "10", "--target", "posterior", "--inverse-temperature", "2N", "-q", "--no-applicability"]
+    r = CliRunner().invoke(main, ["lambda", "--model", "mlp", *base])
+    assert r.exit_code == 0, r.stderr
+    theta = np.asarray(json.loads(r.stdout)["theta_hat"])
+    np.save(tmp_path / "w.npy", theta)
+    r2 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
+                                   "--theta-hat", str(tmp_path / "w.npy")])
+    assert r2.exit_code == 0, r2.stderr
+    np.testing.assert_allclose(json.loads(r2.stdout)["theta_hat"], theta[-3:], rtol=0,
+                               atol=1e-6 * np.abs(theta[-3:]).max())
+    r3 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
+                                   "--likelihood", "poisson"])
+    assert r3.exit_code == 2 and "--likelihood gaussian or bernoulli" in r3.stderr
+    bad = [a for a in base if a not in ("--hidden-sizes", "2")]
+    r4 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *bad])
+    assert r4.exit_code == 2 and "--features-from mlp needs --hidden-sizes" in r4.stderr
+    np.save(tmp_path / "short.npy", theta[:3])
+    r5 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
+                                   "--theta-hat", str(tmp_path / "short.npy")])
+    assert r5.exit_code == 1 and "--theta-hat must hold D = 7" in r5.stderr

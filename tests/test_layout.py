@@ -3,6 +3,7 @@ module imports from a layer above its own (ast-based, so function-level imports 
 from __future__ import annotations
 
 import ast
+import re
 import importlib
 import warnings
 from pathlib import Path
@@ -258,3 +259,56 @@ def test_no_sampler_module_imports_another_modules_private_names():
             if isinstance(node, ast.ImportFrom):
                 bad += [(p.name, node.lineno, a.name) for a in node.names if a.name.startswith("_")]
     assert bad == []
+
+
+# --------------------------------------------------------------------------- library messages name parameters
+#: string literals outside sgtune/cli/ that may name a command-line option, each with its reason
+OPTION_TEXT_ALLOWED = {
+    # the table of reason codes and their remedies, from which the documentation's page of the command
+    # line's remedies is generated: its remedies are the `sgtune lambda --refine` runs sgtune proposes
+    ("core/reasons.py", "`--refine`"),
+    ("core/reasons.py", "`--refine 3`"),
+}
+_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _option_texts(path: Path, rel: str) -> list[str]:
+    """``rel:line: --option`` for each command-line option named by a string literal (not a docstring)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs, bad = _docstrings(tree), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            bad += [f"{rel}:{node.lineno}: {m.group(0)!r} in {node.value[:80]!r}"
+                    for m in _OPTION.finditer(node.value)
+                    if not any(rel == f and allowed in node.value for f, allowed in OPTION_TEXT_ALLOWED)]
+    return bad
+
+
+def test_library_messages_name_parameters_not_options():
+    """Outside sgtune/cli/ a message names the Python parameter (`prior_precision`); the command line turns
+    it into the option the user typed (sgtune/cli/_io.py PARAM_OPTIONS), so a Python user never reads
+    ``--prior-precision``."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if not rel.startswith("cli/"):
+            bad += _option_texts(path, rel)
+    assert not bad, "library string literals naming command-line options:\n" + "\n".join(bad)
+
+
+def test_the_option_text_checker_sees_messages_and_skips_docstrings(tmp_path):
+    f = tmp_path / "probe.py"
+    f.write_text('"""``sgtune run --steps`` in a docstring."""\n'
+                 'def f(x):\n    """Also --fine here."""\n    raise ValueError(f"use --hessian {x}")\n'
+                 'y = "a - b -- c, x--y"\n')
+    assert _option_texts(f, "probe.py") == ["probe.py:4: '--hessian' in 'use --hessian '"]

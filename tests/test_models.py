@@ -99,7 +99,7 @@ def test_expansion_quantities_and_targets(rng):
 def test_separable_logistic_data_is_a_clear_error():
     X = np.array([[1.0, -2.0], [1.0, -1.0], [1.0, 1.0], [1.0, 2.0]])
     y = np.array([0.0, 0.0, 1.0, 1.0])
-    with pytest.raises(DataFormatError, match="linearly separable.*prior precision"):
+    with pytest.raises(DataFormatError, match="linearly separable.*`prior_precision` > 0"):
         fit_map(get_model("logistic"), make_dataset(X, y))
     assert np.all(np.isfinite(fit_map(get_model("logistic"), make_dataset(X, y), 1.0).theta_hat))
 
@@ -131,7 +131,7 @@ def test_response_domain(name, y, match):
 def test_model_and_prior_validation():
     with pytest.raises(SgtuneError, match="model must be one of"):
         get_model("probit")
-    with pytest.raises(SgtuneError, match="needs beta_power"):
+    with pytest.raises(SgtuneError, match="needs `beta_power=P` with P > 1"):
         get_model("beta-linear")
     with pytest.raises(SgtuneError, match="finite number > 1"):
         get_model("beta-linear", beta_power=0.5)

@@ -346,16 +346,16 @@ def test_diabetes_network_fit_and_expand_under_a_second():
 
 # --- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(hidden_sizes="2,,3"), r"hidden_sizes \(--hidden-sizes\).*'2,,3'.*empty entry"),
-    (dict(hidden_sizes="0"), r"hidden_sizes \(--hidden-sizes\).*'0'.*width 0 < 1"),
-    (dict(hidden_sizes="2,-1"), r"hidden_sizes \(--hidden-sizes\).*'2,-1'.*width -1 < 1"),
-    (dict(hidden_sizes=(2, -3)), r"hidden_sizes \(--hidden-sizes\).*width -3 < 1"),
-    (dict(hidden_sizes="2,x"), r"hidden_sizes \(--hidden-sizes\).*'x' is not an integer"),
-    (dict(hidden_sizes="2.5"), r"hidden_sizes \(--hidden-sizes\).*'2.5' is not an integer"),
-    (dict(hidden_sizes="2", activation="sigmoid"), r"activation \(--activation\) must be one of tanh, relu, "
+    (dict(hidden_sizes="2,,3"), r"`hidden_sizes`.*'2,,3'.*empty entry"),
+    (dict(hidden_sizes="0"), r"`hidden_sizes`.*'0'.*width 0 < 1"),
+    (dict(hidden_sizes="2,-1"), r"`hidden_sizes`.*'2,-1'.*width -1 < 1"),
+    (dict(hidden_sizes=(2, -3)), r"`hidden_sizes`.*width -3 < 1"),
+    (dict(hidden_sizes="2,x"), r"`hidden_sizes`.*'x' is not an integer"),
+    (dict(hidden_sizes="2.5"), r"`hidden_sizes`.*'2.5' is not an integer"),
+    (dict(hidden_sizes="2", activation="sigmoid"), r"`activation` must be one of tanh, relu, "
                                                    r"softplus, got 'sigmoid'"),
-    (dict(hidden_sizes="2", likelihood="gamma"), r"likelihood \(--likelihood\) must be one of .*'gamma'"),
-    (dict(hidden_sizes="2", hessian="fisher"), r"hessian \(--hessian\) must be one of exact, gauss-newton"),
+    (dict(hidden_sizes="2", likelihood="gamma"), r"`likelihood` must be one of .*'gamma'"),
+    (dict(hidden_sizes="2", hessian="fisher"), r"`hessian` must be one of exact, gauss-newton"),
     (dict(hidden_sizes="2", noise_variance=-1.0), r"noise_variance must be > 0, got -1"),
 ])
 def test_bad_input_one_line_error(kwargs, match):
@@ -404,7 +404,7 @@ def test_exact_hessians_beyond_the_dense_budget_refuse_with_the_remedy(monkeypat
     X = np.zeros((10, 2))
     d = model.n_params(2)  # 13
     monkeypatch.setattr(expansion, "DENSE_HESSIAN_BUDGET", 10 * d * d - 1)
-    with pytest.raises(SgtuneError, match=r"N·D² = 10·13² = 1.69e\+03 .*--hessian gauss-newton"):
+    with pytest.raises(SgtuneError, match=r"N·D² = 10·13² = 1.69e\+03 .*`hessian='gauss-newton'`"):
         model.curvature(np.zeros(d), X, np.zeros(10))
     monkeypatch.setattr(expansion, "DENSE_HESSIAN_BUDGET", 10 * d * d)
     assert model.curvature(np.zeros(d), X, np.zeros(10)).hessians.shape == (10, d, d)

@@ -369,7 +369,7 @@ def test_network_without_weight_decay_fails_with_the_remedies():
 
     X, y = load_diabetes(return_X_y=True)
     data = make_dataset((X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std())
-    with pytest.raises(ConvergenceError, match=r"did not converge.*--prior-precision.*--theta-hat"):
+    with pytest.raises(ConvergenceError, match=r"did not converge.*`prior_precision` > 0.*`theta_hat`"):
         fit_map(make_mlp("2,3"), data, max_iter=20)
 
 

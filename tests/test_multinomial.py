@@ -169,8 +169,9 @@ def test_full_layout_posterior_with_a_prior_and_no_sandwich():
     X, y, names = wine()
     ds = make_dataset(X, y, intercept=True, names=names)
     m = Multinomial.from_response(y, layout="full")
-    with pytest.raises(DataFormatError, match="needs --prior-precision > 0"):
+    with pytest.raises(DataFormatError, match="`layout='full'` needs a `prior_precision` > 0") as info:
         expand(m, ds)
+    assert "--" not in str(info.value)  # the Python parameters, not the command line's options
     e = expand(m, ds, 1.0)
     assert e.dim == 3 * 4 and e.hessian_min_eigenvalue > 0
     # J is singular along the shift (the same vector added to every class's coefficients)
@@ -208,7 +209,7 @@ def test_separable_classes_are_refused_with_the_remedy():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((60, 2))
     y = (X[:, 0] > 0).astype(float) + (X[:, 1] > 1.5)  # class 2 is not separable alone, class 0 is
-    with pytest.raises(DataFormatError, match="separable.*--prior-precision 1"):
+    with pytest.raises(DataFormatError, match="separable.*`prior_precision=1`"):
         expand(Multinomial.from_response(y), make_dataset(X, y, intercept=True))
     e = expand(Multinomial.from_response(y), make_dataset(X, y, intercept=True), 1.0)
     assert np.all(np.isfinite(e.theta_hat))
@@ -272,7 +273,7 @@ def test_cli_lambda_with_text_labels_names_the_parameters(wine_csv, tmp_path):
 def test_cli_full_layout_errors_are_one_line(wine_csv):
     base = ["lambda", wine_csv, "--response", "cultivar", "--intercept", "--model", "multinomial", "--layout",
             "full", "--batch-size", "32"]
-    for args, match in ((base, "--layout full needs --prior-precision > 0"),
+    for args, match in ((base, "--layout full needs a --prior-precision > 0"),
                         ([*base, "--prior-precision", "1"], "no sandwich target")):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 1 and match in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -2,7 +2,8 @@
 
 Fast: it reads the stored result, it does not run the benchmark. Every problem the script defines has
 a row, every row names the command it measured and a finite chain error with a positive Monte Carlo
-standard error, and a remedy chosen by hand says so.
+standard error, a remedy chosen by hand says so, and each network row measures a remedy sgtune printed,
+followed as printed to an applicable report.
 """
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ def test_every_problem_has_a_row_with_a_finite_chain_error():
     rows = {r["problem"]: r for r in doc["rows"]}
     names = _problem_names()
     assert {"diabetes-mlp8", "digits-softmax", "digits-last-layer", "sine-mlp8"} <= names
-    assert {"digits-softmax", "digits-last-layer", "sine-mlp8"} <= set(rows) <= names
+    assert set(rows) == names and len(rows) >= 4
+    for name in ("diabetes-mlp8", "sine-mlp8"):  # a network ends in a printed remedy, followed as printed
+        r = rows[name]
+        assert not r["remedy_by_hand"] and r["followed"] and r["remedy_applicable"], name
+        assert r["followed"][-1]["argv"] == r["remedy_argv"], name
     for name, r in rows.items():
         assert math.isfinite(r["error"]) and r["error"] >= 0, name
         assert math.isfinite(r["se"]) and r["se"] > 0, name

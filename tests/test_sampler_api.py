@@ -118,3 +118,42 @@ def test_new_form_rejects_what_the_sampler_does_not_take():
         run_chains("logistic", (X, y), Dynamics(0.1, 8, momentum=0.5), run, SGHMCOptions(), initial=np.zeros(3))
     with pytest.raises(TypeError, match="RunSpec"):
         run_chains("logistic", (X, y), Dynamics(0.1, 8), 10)
+
+
+def test_the_driver_asks_the_model_each_question_once():
+    """run_chains reads the model's spec, response check, n_params and parameter names once each
+    (sgtune.models.base.model_record), and the chains carry the names it gave."""
+    from dataclasses import dataclass
+
+    from sgtune.models import get_model
+    from sgtune.models.glm import GLM
+
+    calls: dict[str, int] = {}
+
+    @dataclass(frozen=True)
+    class Counted(GLM):
+        def _count(self, name):
+            calls[name] = calls.get(name, 0) + 1
+
+        def numba_spec(self, n_features=None):
+            self._count("numba_spec")
+            return super().numba_spec(n_features)
+
+        def check_response(self, y, source="y"):
+            self._count("check_response")
+            return super().check_response(y, source)
+
+        def n_params(self, n_features):
+            self._count("n_params")
+            return super().n_params(n_features)
+
+        def parameter_names(self, feature_names):
+            self._count("parameter_names")
+            return tuple(f"w.{f}" for f in feature_names)
+
+    base = get_model("logistic")
+    model = Counted(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    X, y = _data()
+    res = run_chains(model, (X, y), Dynamics(0.01, batch_size=10), RunSpec(20, n_chains=2), initial=np.zeros(3))
+    assert calls == {"numba_spec": 1, "check_response": 1, "n_params": 1, "parameter_names": 1}
+    assert res.parameter_names == ("w.x0", "w.x1", "w.x2")

@@ -97,7 +97,7 @@ def test_library_drops_diverged_chains_and_needs_a_trace(tmp_path):
     write_netcdf(idata, tmp_path / "a.nc")
     assert [f.name for f in tmp_path.iterdir()] == ["a.nc"]
     res0 = run_chains(m, ds, Dynamics(0.05, 64), RunSpec(200, n_chains=2, seed=1), initial=e.theta_hat)
-    with pytest.raises(SgtuneError, match="thin > 0"):
+    with pytest.raises(SgtuneError, match=r"`thin` > 0"):
         to_inference_data(res0)
 
 

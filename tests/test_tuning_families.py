@@ -198,7 +198,7 @@ def test_load_blocks_validation(tmp_path):
     with pytest.raises(DataFormatError, match="cannot read"):
         load_blocks(str(tmp_path / "none.json"), 3)
     e = synthetic_expansion(0, d=3)
-    with pytest.raises(SgtuneError, match="needs blocks"):
+    with pytest.raises(SgtuneError, match="needs `blocks`"):
         tune(e, Dynamics(None, 4), family="block")
     with pytest.raises(SgtuneError, match="only used with family 'block'"):
         tune(e, Dynamics(None, 4), family="diagonal", blocks=[[0, 1, 2]])

@@ -147,8 +147,18 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "blocks": ("blocks",),
     "hessian": ("hessian",),  # only where --hessian takes a file (fluctuation's A), see _FILE_ONLY
     "hidden_sizes": ("hidden_sizes",),
+    "model": ("model",),
+    "features_from": ("features_from",),
     "repeat": ("repeat",),
     "refine_rounds": ("refine_rounds",),
+    "rounds": ("refine_rounds",),
+    "activation": ("activation",),
+    "likelihood": ("likelihood",),
+    "layout": ("layout",),
+    "scheduler": ("scheduler",),
+    "plot": ("plot_path",),
+    "response": ("response",),
+    "against": ("against",),
 }
 
 #: names of matrices that map only to an option taking a file: lambda's --hessian {exact,gauss-newton}
@@ -156,6 +166,8 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
 _FILE_ONLY = {"hessian"}
 _REPEATED = re.compile(r"(--[\w-]+) \(\1((?: [^()]*)?)\)")
 _QUOTED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+#: `name=value` / `name='value'` in backticks: the option followed by its value ("--hessian gauss-newton")
+_QUOTED_VALUE = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)=(['\"]?)([^`'\"]*)\2`")
 _SUBJECT = re.compile(r" (must|contains|has|is|needs|should)\b")
 _IDENT = re.compile(r"(?<![\w\-.'\"])([A-Za-z_][A-Za-z0-9_]*)(?![\w(=])")
 
@@ -179,6 +191,10 @@ def _command_options(kwargs: dict[str, Any]) -> dict[str, str]:
         given = [c for c in present if kwargs.get(c) is not None]
         if present:
             out[name] = spelled[(given or present)[0]]
+        if name in _FILE_ONLY:  # `hessian='gauss-newton'` names a value: the option that takes a word
+            words = [c for c in candidates if c in spelled and c not in files]
+            if words:
+                out[name + "="] = spelled[words[0]]
     return out
 
 
@@ -189,6 +205,13 @@ def in_option_names(message: str, options: dict[str, str]) -> str:
     message that opens "momentum must / contains / has / is …", where they cannot be prose."""
     if not options:
         return message
+    # `name='value'` in backticks: the option and its value as typed ("`hessian='gauss-newton'`")
+    def with_value(m: re.Match[str]) -> str:
+        name, value = m.group(1), m.group(3)
+        option = options.get(name + "=") or (None if name in _FILE_ONLY else options.get(name))
+        return f"{option} {value}" if option else m.group(0)
+
+    message = _QUOTED_VALUE.sub(with_value, message)
     # `name` in backticks: a parameter named on purpose, wherever it stands ("a larger `thin`")
     message = _QUOTED.sub(lambda m: options.get(m.group(1), m.group(0)), message)
 

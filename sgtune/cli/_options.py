@@ -16,7 +16,7 @@ import numpy as np
 
 from ..io.data import EXAMPLES, Dataset, example, load_dataset
 from ..core.errors import DataFormatError, SgtuneError, ShapeError
-from ..models import MODEL_NAMES, Expansion, expand, get_model, model_dim, prior_matrix
+from ..models import MODEL_NAMES, Expansion, expand, fit_map, get_model, model_dim, prior_matrix
 from ..models.base import ModelError
 from ..models.user import is_model_file_spec, load_model_file
 from ._config import config_option, from_file
@@ -31,6 +31,8 @@ MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'm
               "frozen features: --features or --features-from, --likelihood), or a user model path/to/file.py:NAME "
               "(NAME is an object implementing sgtune's model protocol; see the README). Default: the example's "
               "model, else required.")
+#: --features-from mlp: the last layer of sgtune's own network (``--model mlp``'s options) at its fit
+MLP_FEATURES = "mlp"
 #: --likelihood: the mlp's (gaussian, bernoulli, poisson) and the last layer's (gaussian, bernoulli, softmax)
 LIKELIHOODS = ("gaussian", "bernoulli", "poisson", "softmax")
 
@@ -88,10 +90,14 @@ data_options = compose(
                       "DATA (the input of the output layer); DATA gives the response. The head gets a bias column. "
                       "The result describes SGD/SGLD on the head's weights and bias with the body frozen (batches "
                       "are rows of features)."),
-    click.option("--features-from", "features_from", default=None, metavar="FILE.py:NAME",
+    click.option("--features-from", "features_from", default=None, metavar="FILE.py:NAME|mlp",
                  help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
                       "is the output layer (its weights start the fit; nothing may follow it) — or a function "
-                      "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64."),
+                      "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64. "
+                      "'mlp': sgtune's own network (--hidden-sizes, --activation, --likelihood gaussian or "
+                      "bernoulli, --prior-precision, --seed, --subsample: the fit of --model mlp with the same "
+                      "options, or its weights from --theta-hat) — the result describes SGD/SGLD on that network's "
+                      "output layer with the body frozen at those weights."),
     click.option("--layout", type=click.Choice(["baseline", "full"]), default="baseline", show_default=True,
                  help="multinomial: θ's layout. baseline: the smallest label is the reference class (logit 0) and θ "
                       "stacks the K−1 coefficient vectors of the other classes in sorted label order, each of length "
@@ -308,8 +314,10 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
     if bool(feats) == bool(spec):
         raise click.UsageError("--model last-layer needs exactly one of --features FILE (the features, one row per "
                                "row of DATA) or --features-from FILE.py:NAME (the trained network)")
-    if kw.get("intercept"):
+    if kw.get("intercept") and spec != MLP_FEATURES:
         raise click.UsageError("--intercept does not apply to --model last-layer: the output layer has its own bias")
+    if spec == MLP_FEATURES:
+        return _mlp_last_layer(ds, kw)
     lik = kw.get("likelihood") or "gaussian"
     if lik == "poisson":
         raise click.UsageError("--model last-layer takes --likelihood gaussian, bernoulli or softmax, not poisson")
@@ -329,6 +337,35 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
     X = np.asarray(ds.X)
     build = guarded(last_layer, f"--features-from {spec}", str(Path.cwd()), "computing the features")
     model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    return data, model
+
+
+def _mlp_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
+    """``--features-from mlp``: the output layer of ``--model mlp`` with the same options, at its fit (the same
+    deterministic fit as ``--model mlp``: same prior, seed and ``--subsample`` rows) or at ``--theta-hat``."""
+    from ..models.lastlayer import mlp_last_layer
+
+    if (kw.get("likelihood") or "gaussian") not in ("gaussian", "bernoulli"):
+        raise click.UsageError("--features-from mlp takes --likelihood gaussian or bernoulli (the output layer is "
+                               f"then a linear or logistic model), not {kw.get('likelihood')}")
+    if kw.get("hidden_sizes") is None:
+        raise click.UsageError("--features-from mlp needs --hidden-sizes (the network's hidden widths, as for "
+                               "--model mlp, e.g. 8)")
+    mlp = load_model("mlp", kw, ds)
+    d = model_dim(mlp, ds.dim)
+    if kw.get("theta_hat"):
+        theta = load_float_npy(kw["theta_hat"], "--theta-hat").reshape(-1)
+        if theta.shape[0] != d:
+            raise ShapeError(f"--theta-hat must hold D = {d} numbers (the weights of the network, --features-from "
+                             f"mlp) but {kw['theta_hat']} has {theta.shape[0]}")
+    else:
+        seed = int(kw.get("seed", 0))
+        fit_ds = ds if kw.get("subsample") is None else ds.subsample(min(int(kw["subsample"]), ds.n_data),
+                                                                        np.random.default_rng(seed))
+        with announced(f"fitting the network for its features ({fit_ds.n_data} rows)", bool(kw.get("quiet"))):
+            theta = fit_map(mlp, fit_ds, load_prior(kw, d), population_size=None if fit_ds is ds else ds.n_data,
+                             seed=seed).theta_hat
+    model, data = mlp_last_layer(mlp, theta, np.asarray(ds.X), np.asarray(ds.y))
     return data, model
 
 
@@ -382,7 +419,7 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
     d = model_dim(model, ds.dim)
     gam = load_prior(kw, d)
     theta_hat = None
-    if kw.get("theta_hat"):
+    if kw.get("theta_hat") and not (kw.get("model") == "last-layer" and kw.get("features_from") == MLP_FEATURES):
         theta_hat = load_float_npy(kw["theta_hat"], "--theta-hat").reshape(-1)
         if theta_hat.shape[0] != d:
             raise ShapeError(f"--theta-hat must hold D = {d} numbers (the parameters of model {kw.get('model')}) "

@@ -83,7 +83,8 @@ def _tau(tau: float) -> str:
 #: click parameter names of the options that describe the problem (repeated in a next command)
 _PROBLEM = ("data", "example", "response", "intercept", "model", "hidden_sizes", "activation", "likelihood", "hessian",
             "theta_hat", "noise_variance", "beta_power", "prior_precision", "prior_precision_matrix", "subsample",
-            "seed", "scheduler", "batch_size", "without_replacement", "inverse_temperature", "momentum", "config_path")
+            "seed", "scheduler", "batch_size", "without_replacement", "inverse_temperature", "momentum", "config_path",
+            "features", "features_from", "layout")
 
 
 def problem_arguments() -> list[str]:

@@ -6,7 +6,7 @@ command line the user typed, with the changed options replaced, through the one 
 parameter names to options (:data:`sgtune.cli._io.PARAM_OPTIONS`). The argv never repeats output
 options (re-running would refuse to overwrite their files) nor ``--strict``, so it runs as printed.
 A remedy whose parameter the command has no option for is not shown (nothing sgtune prints can fail
-for want of an option). The library may list a remedy and, after it, the same remedy with fewer changes
+for want of an option), unless the remedy only drops it (value None). The library may list a remedy and, after it, the same remedy with fewer changes
 (e.g. a prior precision with the posterior target, then the prior precision alone): the first one the
 command can express is shown, the nested ones after it are not (commands without ``--target`` show the
 second).
@@ -77,7 +77,7 @@ def _option_for(command: click.Command, name: str, value: Any) -> click.Paramete
         p = by_name.get(cand)
         if p is None or not isinstance(p, click.Option):
             continue
-        if isinstance(p.type, click.Path) and not isinstance(value, str):
+        if isinstance(p.type, click.Path) and value is not None and not isinstance(value, str):
             continue  # a number is not a file
         return p
     return None
@@ -104,6 +104,8 @@ def remedy_argv(remedy: Remedy, argv: tuple[str, ...] | None = None,
     for key, value in remedy.changes.items():
         p = _option_for(target, key, value)
         if p is None:
+            if value is None:  # dropping an option the command does not have changes nothing
+                continue
             return None
         changed += [str(p.name), *REPLACES.get(key, ())]
         if value is None or value is False:

@@ -107,7 +107,10 @@ CODES: dict[str, tuple[str, str]] = {
         "the predicted spread is not local: the statistical linearisation runs away, the model cannot be evaluated "
         "over the spread, or its curvature changes by more than 200 % between θ̂ and points 2 sd away",
         "for a tuned Λ, the inverse temperature at which the tuned Λ is about half as large (smaller still when "
-        "the divergence estimate asks for it); for a given scalar step, a step that small. `--refine` is refused"),
+        "the divergence estimate asks for it); for a given scalar step, a step that small. `--refine` is refused. "
+        "For every code of the report, a tuned `--model mlp` (gaussian or bernoulli) first gets its last layer: "
+        "`--model last-layer --features-from mlp`, the output layer at the fitted weights with the body frozen, "
+        "whose own report sgtune computes (`expect: applicable` when it is)"),
     "not-quadratic": (
         "the spread is local but the loss bends over it: the linearised covariance is off by more than 5 %",
         "`--refine 3` (chains correct Λ until their covariance matches the target), then the inverse temperature "

@@ -324,14 +324,14 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
         mode = prediction_check.get("mode")
         what = {"posterior": "the posterior covariance (βH)⁻¹ they sample",
                 "target": "the target covariance the step size was tuned (or refined) for",
-                "matrix": "the covariance they were compared with (--against)"}.get(
+                "matrix": "the covariance they were compared with (`against`)"}.get(
                     str(mode), "sgtune's prediction for the linearised chain")
         reasons.append(f"the chains disagree with {what} (max |z| = {prediction_check['z_max']:.3g} > "
                        f"{prediction_check['threshold']:.3g}, relative error "
                        f"{prediction_check.get('relative_frobenius_error', float('nan')):.2g}); "
                        + {"posterior": "the sampler is biased or has not mixed",
-                          "target": "this Λ's chain does not reach the target here (refine it again with sgtune "
-                                    "lambda --refine, or compare with --against prediction)",
+                          "target": "this Λ's chain does not reach the target here (refine it again, or compare "
+                                    "with `against='prediction'`)",
                           "matrix": "check that the covariance given is the one this chain should have"}.get(
                               str(mode), "see the applicability report of sgtune covariance for this Λ"))
     return ChainHealth(healthy=not reasons, reasons=tuple(reasons), diverged=diverged, frozen=frozen,

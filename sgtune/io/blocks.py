@@ -56,9 +56,9 @@ def load_blocks(blocks: Any, dim: int) -> tuple[np.ndarray, ...]:
             with open(source, encoding="utf-8") as fh:
                 blocks = json.load(fh)
         except OSError as exc:
-            raise DataFormatError(f"--blocks {source}: cannot read the file ({exc.strerror})") from None
+            raise DataFormatError(f"`blocks={source}`: cannot read the file ({exc.strerror})") from None
         except ValueError as exc:
-            raise DataFormatError(f"--blocks {source}: not valid JSON ({exc}); expected a list of lists of "
+            raise DataFormatError(f"`blocks={source}`: not valid JSON ({exc}); expected a list of lists of "
                                   "parameter indices such as [[0, 1], [2, 3, 4]]") from None
     if isinstance(blocks, dict) and "blocks" in blocks:
         blocks = blocks["blocks"]

@@ -283,7 +283,7 @@ def _read_csv(path: Path, response: str, categorical: bool = False
     _check_header(path, header)
     if response not in header:
         raise DataFormatError(
-            f"{path}: no response column {response!r} in header {header}; pass --response NAME")
+            f"{path}: no response column {response!r} in header {header}; pass the response column's name (`response=NAME`)")
     if len(header) < 2:
         raise DataFormatError(f"{path}: need a response and at least one covariate column")
     values = np.empty((len(rows), len(header)))
@@ -524,7 +524,7 @@ def _load_parquet(p: Path, response: str, intercept: bool, categorical: bool = F
                               "from, which would become a covariate; re-export with to_parquet(index=False) (or "
                               "reset_index() first to keep it as data), or drop the column")
     if response not in header:
-        raise DataFormatError(f"{p}: no response column {response!r} in columns {header}; pass --response NAME")
+        raise DataFormatError(f"{p}: no response column {response!r} in columns {header}; pass the response column's name (`response=NAME`)")
     classes: tuple[str, ...] = ()
     codes = None
     for field in schema:

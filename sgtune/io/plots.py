@@ -60,7 +60,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
         import matplotlib.figure  # noqa: F401
     except ImportError:
-        raise MissingExtraError("--plot needs matplotlib, which is not installed; "
+        raise MissingExtraError("plotting (`plot`) needs matplotlib, which is not installed; "
                                 "pip install 'sgtune[plot]'") from None
 
 

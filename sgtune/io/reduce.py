@@ -391,7 +391,7 @@ def get_client(scheduler: str) -> Any:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise SchedulerError(f"--scheduler {scheduler}: dask is not installed; pip install 'sgtune[dask]'") from None
+        raise SchedulerError(f"`scheduler={scheduler}`: dask is not installed; pip install 'sgtune[dask]'") from None
     with _LOCK:
         client = _CLIENTS.get(scheduler)
         if client is not None and client.status == "running":
@@ -407,7 +407,7 @@ def get_client(scheduler: str) -> Any:
             else:
                 client = Client(scheduler, timeout=os.environ.get("SGTUNE_DASK_TIMEOUT", "10s"))
         except (OSError, TimeoutError, ValueError) as exc:
-            raise SchedulerError(f"--scheduler {scheduler}: cannot connect to the Dask scheduler ({exc}); "
+            raise SchedulerError(f"`scheduler={scheduler}`: cannot connect to the Dask scheduler ({exc}); "
                                  "give 'local' or an address like tcp://host:8786") from None
         _CLIENTS[scheduler] = client
         return client

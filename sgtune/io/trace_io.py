@@ -177,7 +177,7 @@ def to_inference_data(result: Any, *, names: Sequence[str] | None = None, theta_
     az = require_arviz()
     trace = getattr(result, "trace", None)
     if trace is None:
-        raise SgtuneError("the run kept no draws: InferenceData needs a trace; run with thin > 0 (--thin k)")
+        raise SgtuneError("the run kept no draws: InferenceData needs a trace; run with `thin` > 0 (keep every k-th draw)")
     trace = np.asarray(trace, float)
     c, t, d = trace.shape
     ok = np.asarray(result.diverged_at) < 0

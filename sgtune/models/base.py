@@ -83,7 +83,7 @@ from ..core.errors import SgtuneError
 
 __all__ = ["CURVATURE_METHODS", "PerSampleModel", "RankOneCurvature", "BlockCurvature", "DenseCurvature", "ModelError",
            "model_dim", "per_sample_curvature", "checked_call", "model_label", "parameter_names", "block_matrix",
-           "block_dense"]
+           "block_dense", "call_checked", "named_parameters", "ModelRecord", "model_record"]
 
 
 #: the ways a model can give its per-sample curvature, in the order sgtune prefers them
@@ -388,18 +388,57 @@ def parameter_names(model: Any, feature_names: tuple[str, ...] | list[str], n_fe
     """
     d = model_dim(model, n_features)
     names = tuple(str(f) for f in feature_names) or tuple(f"x{i}" for i in range(int(n_features)))
-    if callable(getattr(model, "parameter_names", None)):
-        got = checked_call(model, "parameter_names", names)
+    own = callable(getattr(model, "parameter_names", None))
+    got = checked_call(model, "parameter_names", names) if own else None
+    return named_parameters(got, own, d, model_label(model), names)
+
+
+def named_parameters(got: Any, own: bool, d: int, label: str, feature_names: tuple[str, ...]) -> tuple[str, ...]:
+    """:func:`parameter_names` from the model's answer, without asking the model again.
+
+    ``got`` (when the model has the method, ``own``) checked, else the covariate names when there are D of
+    them, else ``theta[0]`` … ``theta[D−1]``.
+
+    Parameters
+    ----------
+    got : object
+        What the model's ``parameter_names(feature_names)`` returned (ignored unless ``own``).
+    own : bool
+        Whether the model has ``parameter_names``.
+    d : int
+        The number of parameters D.
+    label : str
+        :func:`model_label` of the model, for messages.
+    feature_names : tuple of str
+        The covariate names (``x0`` … when the data have none).
+
+    Returns
+    -------
+    tuple of str
+        D distinct names.
+
+    Raises
+    ------
+    ModelError
+        ``got`` is not D distinct strings.
+
+    Examples
+    --------
+    >>> from sgtune.models.base import named_parameters
+    >>> named_parameters(None, False, 2, "linear", ("age", "dose")), named_parameters(None, False, 1, "m", ("a", "b"))
+    (('age', 'dose'), ('theta[0]',))
+    """
+    if own:
         try:
             out = tuple(got)
         except TypeError:
             out = ()
         if len(out) != d or not all(isinstance(n, str) for n in out) or len(set(out)) != d:
-            raise ModelError(f"model {model_label(model)}: parameter_names returned {got!r:.200}, expected {d} "
+            raise ModelError(f"model {label}: parameter_names returned {got!r:.200}, expected {d} "
                              "distinct strings (one per coordinate of θ)")
         return out
-    if len(names) == d and len(set(names)) == d:
-        return names
+    if len(feature_names) == d and len(set(feature_names)) == d:
+        return feature_names
     return tuple(f"theta[{i}]" for i in range(d))
 
 
@@ -444,6 +483,42 @@ def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | N
     fn = getattr(model, method, None)
     if fn is None or not callable(fn):
         raise ModelError(f"model {label} has no method {method}() (see sgtune.models.base for the protocol)")
+    return call_checked(fn, label, method, *args, shape=shape)
+
+
+def call_checked(fn: Any, label: str, method: str, *args: Any, shape: tuple[int, ...] | None = None) -> Any:
+    """:func:`checked_call` of a method already looked up: ``fn(*args)`` for the model ``label``.
+
+    Parameters
+    ----------
+    fn : callable
+        The model's method ``method``.
+    label : str
+        :func:`model_label` of the model, for messages.
+    method : str
+        The method's name, for messages.
+    *args
+        Its arguments.
+    shape : tuple of int or None, optional
+        The shape the result must have (None: return it unchecked).
+
+    Returns
+    -------
+    object or ndarray
+        What the method returned, as a float64 array when ``shape`` is given.
+
+    Raises
+    ------
+    ModelError
+        As :func:`checked_call`.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model
+    >>> from sgtune.models.base import call_checked
+    >>> call_checked(get_model("linear").n_params, "linear", "n_params", 3)
+    3
+    """
     try:
         out = fn(*args)
     except SgtuneError:
@@ -464,6 +539,103 @@ def checked_call(model: Any, method: str, *args: Any, shape: tuple[int, ...] | N
         raise ModelError(f"model {label}: {method}() returned a non-finite value at index {tuple(int(i) for i in bad)}"
                          " (overflow? standardise the covariates, or check the model at these parameters)")
     return arr
+
+
+#: the methods whose presence the sampler needs to know (:attr:`ModelRecord.methods`)
+SAMPLER_METHODS = ("per_sample_grads", "per_sample_losses", "initial_params", "parameter_names")
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """What the sampler asks of a model on a data set, read in one visit (:func:`model_record`).
+
+    The model's answers are kept as it gave them: the sampler checks the numba spec and ``n_params``
+    against each other and :func:`named_parameters` checks the names, without asking the model again.
+
+    Attributes
+    ----------
+    label : str
+        :func:`model_label` of the model.
+    numba_spec : object or None
+        ``model.numba_spec(p)`` as returned, or None when the model has no such method.
+    n_params : object or None
+        ``model.n_params(p)`` as returned, or None when the model has no such method.
+    parameter_names : object or None
+        ``model.parameter_names(feature names)`` as returned, or None when the model has no such method.
+    feature_names : tuple of str
+        The data's covariate names (``x0`` … ``x{p−1}`` when the data have none).
+    methods : frozenset of str
+        Which of ``SAMPLER_METHODS`` (the optional methods the sampler uses) the model has.
+    fit_method : str
+        The model's ``fit_method`` (``"lbfgs"`` by default): how :func:`sgtune.models.fit_map` fits θ̂.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import make_mlp
+    >>> from sgtune.models.base import model_record
+    >>> rec = model_record(make_mlp([2], likelihood="gaussian"), make_dataset(np.ones((3, 1)), np.zeros(3)))
+    >>> rec.n_params, len(rec.parameter_names), "initial_params" in rec.methods
+    (7, 7, True)
+    """
+
+    label: str
+    numba_spec: Any
+    n_params: Any
+    parameter_names: Any
+    feature_names: tuple[str, ...]
+    methods: frozenset[str]
+    fit_method: str
+
+
+def model_record(model: Any, data: Any) -> ModelRecord:
+    """Ask ``model`` everything the sampler needs on ``data``, in one visit, and check the response.
+
+    Calls the model's ``numba_spec(p)``, ``check_response(y, source)``, ``n_params(p)`` and
+    ``parameter_names(names)`` when it has them, in this order, and nothing else of it: the walk of a model
+    from the sampler's driver to the kernel (``benchmarks/model_walk.py``) then never returns to a file it
+    has left.
+
+    Parameters
+    ----------
+    model : object
+        The model.
+    data : Dataset
+        The data (:class:`sgtune.io.data.Dataset`).
+
+    Returns
+    -------
+    ModelRecord
+        The model's answers, as it gave them.
+
+    Raises
+    ------
+    DataFormatError
+        The model's ``check_response`` refused ``y``.
+    ModelError
+        ``numba_spec`` or ``parameter_names`` raised.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import get_model
+    >>> from sgtune.models.base import model_record
+    >>> rec = model_record(get_model("logistic"), make_dataset(np.ones((4, 2)), np.array([0., 1, 0, 1])))
+    >>> rec.label, rec.numba_spec[0], rec.n_params, rec.feature_names
+    ('logistic', 'glm', 2, ('x0', 'x1'))
+    """
+    label = model_label(model)
+    p = int(data.dim)
+    names = tuple(str(f) for f in data.names) or tuple(f"x{i}" for i in range(p))
+    methods = frozenset(m for m in SAMPLER_METHODS if callable(getattr(model, m, None)))
+    spec_fn, check, own = (getattr(model, m, None) for m in ("numba_spec", "check_response", "n_params"))
+    spec = None if spec_fn is None else call_checked(spec_fn, label, "numba_spec", p)
+    if check is not None:
+        check(data.y, data.source or "y")
+    n_params = own(p) if callable(own) else None
+    got = (call_checked(model.parameter_names, label, "parameter_names", names)
+           if "parameter_names" in methods else None)
+    return ModelRecord(label, spec, n_params, got, names, methods, str(getattr(model, "fit_method", "lbfgs")))
 
 
 def per_sample_curvature(model: Any, theta: np.ndarray, X: np.ndarray, y: np.ndarray

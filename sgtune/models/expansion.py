@@ -277,7 +277,7 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
             if gn > math.sqrt(tol) * max(1.0, abs(val)):
                 raise ConvergenceError(
                     f"MAP fit ({label}) by L-BFGS stopped with gradient norm {gn:.3g}; pass trained weights "
-                    "(--theta-hat) or use --hessian gauss-newton", residual=gn, method="lbfgs")
+                    "(`theta_hat`) or use `hessian='gauss-newton'`", residual=gn, method="lbfgs")
             return FitResult(theta, 0, gn, val)
     try:
         return _newton(objective, value, theta, d, tol, max_iter, label)
@@ -307,7 +307,7 @@ def _lbfgs(value_grad: Any, theta: np.ndarray, label: str, max_iter: int) -> np.
         raise ConvergenceError(
             f"MAP fit ({label}) by L-BFGS did not converge in {res.nit} iterations (gradient norm {gn:.3g}, "
             f"‖θ‖ = {np.linalg.norm(x):.3g}{', still growing: the loss has no minimiser at finite θ' if grew else ''}); "
-            "pass a prior precision (--prior-precision, e.g. 1: weight decay) or trained weights (--theta-hat)",
+            "pass a `prior_precision` > 0 (e.g. 1: weight decay) or trained weights (`theta_hat`)",
             residual=gn, method="lbfgs")
     return x
 
@@ -1286,7 +1286,7 @@ def _expand_in_memory(model: Any, data: Dataset, theta: np.ndarray, gam: np.ndar
     grads = checked_call(model, "per_sample_grads", theta, data.X, data.y, shape=(n_rows, d))
     if not _dense_affordable(model, n_rows, d) and dense_hessians:
         raise SgtuneError(f"dense per-sample Hessians of model {label} need N·D² = {n_rows * d * d:.3g} numbers "
-                          f"(more than {DENSE_HESSIAN_BUDGET:.0e}); use a rank-one curvature (--hessian gauss-newton)")
+                          f"(more than {DENSE_HESSIAN_BUDGET:.0e}); use a rank-one curvature (`hessian='gauss-newton'`)")
     cur = per_sample_curvature(model, theta, data.X, data.y)
     resid = float("nan")
     if callable(getattr(model, "residual_variance", None)):

@@ -115,7 +115,7 @@ class GLM:
         if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and separable(X, y):
             raise DataFormatError(
                 f"{source or 'data'}: the logistic data are linearly separable, so the maximum-likelihood "
-                "estimate does not exist (θ̂ → ∞); pass a prior precision > 0 (--prior-precision)")
+                "estimate does not exist (θ̂ → ∞); pass a `prior_precision` > 0")
 
     def newton_start(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray) -> np.ndarray:
         """Least squares (ridge with Γ) for the Gaussian models, zeros otherwise."""
@@ -270,7 +270,7 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
     s2 = check_positive(noise_variance, "noise_variance")
     if name == "beta-linear":
         if beta_power is None:
-            raise SgtuneError("model 'beta-linear' needs beta_power (--beta-power P) with P > 1, e.g. 1.5")
+            raise SgtuneError("model 'beta-linear' needs `beta_power=P` with P > 1, e.g. 1.5")
         p = float(beta_power)
         if not (p > 1 and math.isfinite(p)):
             raise SgtuneError(f"beta_power must be a finite number > 1, got {beta_power}")

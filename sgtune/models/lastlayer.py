@@ -47,7 +47,8 @@ from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..io.data import Dataset, make_dataset
 from .glm import get_model
 
-__all__ = ["last_layer", "LastLayerModel", "HeadLayout", "LAST_LAYER_LIKELIHOODS", "compute_features"]
+__all__ = ["last_layer", "mlp_last_layer", "LastLayerModel", "HeadLayout", "LAST_LAYER_LIKELIHOODS",
+           "compute_features"]
 
 #: likelihood → the model of the head (softmax: the full-layout multinomial model); "categorical" (the name
 #: :func:`sgtune.models.pytorch.from_torch` uses) is accepted for "softmax"
@@ -219,7 +220,7 @@ class LastLayerModel:
             return None
         return ("a softmax last layer has no sandwich target: J = mean J_n is singular along the softmax's shift "
                 "(adding one vector to every class's weights and biases changes no probability), so J⁻¹𝓘J⁻¹/N does "
-                "not exist; use the posterior target (--target posterior)")
+                "not exist; use the posterior target (`target='posterior'`)")
 
     def check_response(self, y: np.ndarray, source: str = "y") -> None:
         """Softmax: y holds class indices 0 … K−1 of the head's K logits (a class without rows is fine: the prior
@@ -243,7 +244,7 @@ class LastLayerModel:
             shift = np.kron(np.ones((k, 1)), np.eye(w)) / np.sqrt(k)
             if np.linalg.eigvalsh(shift.T @ np.asarray(prior_precision, dtype=float) @ shift)[0] <= 0:
                 raise DataFormatError(
-                    "a softmax last layer needs a prior precision > 0 (--prior-precision, prior_precision=): adding "
+                    "a softmax last layer needs a `prior_precision` > 0: adding "
                     "one vector to every class's weights and biases changes no probability, so only the prior "
                     "identifies θ; laplace-torch's default is 1")
             return
@@ -549,3 +550,48 @@ def _assemble(phi: np.ndarray, y: np.ndarray, layout: HeadLayout, lik: str, nois
     model = LastLayerModel(inner, layout, lik, trained, src)
     model.check_response(data.y, "y")
     return model, data
+
+
+def mlp_last_layer(mlp: Any, theta: Any, X: Any, y: Any) -> tuple[LastLayerModel, Dataset]:
+    """The output layer of sgtune's own network (:class:`~sgtune.models.mlp.MLP`) at weights θ, body frozen.
+
+    Parameters
+    ----------
+    mlp : MLP
+        The network (likelihood gaussian or bernoulli: the head is then the linear or logistic model).
+    theta : (D,) array_like
+        The network's weights, e.g. its fitted θ̂ (``expand(mlp, data, Γ).theta_hat``).
+    X, y : array_like
+        The rows the network was fitted to (N, p) and their responses.
+
+    Returns
+    -------
+    (LastLayerModel, Dataset)
+        As :func:`last_layer`: features φ(X; θ) (:meth:`MLP.features <sgtune.models.mlp.MLP.features>`), the
+        output layer's weights at θ as the trained head (named ``output.weight[0,j]``, ``output.bias[0]`` as in
+        the network), σ² the network's. With the same prior precision and θ = the network's θ̂ the head's fit
+        stays at θ̂'s output layer (θ̂ is stationary in every coordinate).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.models import make_mlp
+    >>> from sgtune.models.lastlayer import mlp_last_layer
+    >>> net = make_mlp("3")
+    >>> X, theta = np.linspace(-1, 1, 8)[:, None], np.linspace(-1, 1, 10)
+    >>> head, data = mlp_last_layer(net, theta, X, np.sin(X[:, 0]))
+    >>> head.layout.names()
+    ('output.weight[0,0]', 'output.weight[0,1]', 'output.weight[0,2]', 'output.bias[0]')
+    >>> bool(np.allclose(data.X @ head.trained, net.output(theta, X)))  # the head gives the network's output
+    True
+    """
+    lik = getattr(mlp, "likelihood", None)
+    if lik not in _GLM_OF:
+        raise SgtuneError(f"the last layer of a network with likelihood {lik!r} is not a model sgtune has "
+                          "(gaussian or bernoulli)")
+    Xa = np.ascontiguousarray(X, dtype=np.float64)
+    th = np.asarray(theta, dtype=np.float64).reshape(-1)
+    w, b = mlp.unflatten(th, Xa.shape[1])[-1]
+    return last_layer(lambda rows: mlp.features(th, rows), Xa, y, likelihood=lik,
+                      noise_variance=mlp.noise_variance, head=(w.reshape(-1), b.reshape(-1)), head_name="output",
+                      source=f"mlp ({','.join(map(str, mlp.hidden_sizes))} {mlp.activation})")

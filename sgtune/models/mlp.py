@@ -65,7 +65,7 @@ def _activation(name: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def _parse_hidden_sizes(hidden_sizes: Any) -> tuple[int, ...]:
     """Widths from the CLI string "2,3" (empty string: no hidden layer) or a sequence of ints."""
-    hint = "hidden_sizes (--hidden-sizes) must be positive integer widths separated by commas, e.g. 2,3"
+    hint = "`hidden_sizes` must be positive integer widths separated by commas, e.g. 2,3"
     if isinstance(hidden_sizes, str):
         text = hidden_sizes.strip()
         if not text:
@@ -150,13 +150,13 @@ class MLP:
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _parse_hidden_sizes(self.hidden_sizes))
         if self.activation not in ACTIVATION_CODES:
-            raise SgtuneError(f"activation (--activation) must be one of {', '.join(ACTIVATIONS)}, "
+            raise SgtuneError(f"`activation` must be one of {', '.join(ACTIVATIONS)}, "
                               f"got {self.activation!r}")
         if self.likelihood not in LIKELIHOODS:
-            raise SgtuneError(f"likelihood (--likelihood) must be one of {', '.join(LIKELIHOODS)}, "
+            raise SgtuneError(f"`likelihood` must be one of {', '.join(LIKELIHOODS)}, "
                               f"got {self.likelihood!r}")
         if self.hessian not in HESSIANS:
-            raise SgtuneError(f"hessian (--hessian) must be one of {', '.join(HESSIANS)}, got {self.hessian!r}")
+            raise SgtuneError(f"`hessian` must be one of {', '.join(HESSIANS)}, got {self.hessian!r}")
         # validates σ² (a clear message naming noise_variance)
         object.__setattr__(self, "noise_variance", get_model(LIKELIHOODS[self.likelihood],
                                                              noise_variance=self.noise_variance).noise_variance)
@@ -369,6 +369,12 @@ class MLP:
                 rdelta = rback
         return hv
 
+    def features(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """φ(x_n; θ), the input of the output layer (the last hidden layer's activations; X itself without a
+        hidden layer), shape (n, h_K): the frozen features of the network's last layer
+        (:func:`sgtune.models.lastlayer.mlp_last_layer`)."""
+        return self._forward(np.asarray(theta, dtype=np.float64), np.asarray(X, dtype=np.float64))[1][-1]
+
     # --- protocol ----------------------------------------------------------------
     def output(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """f(x_n; θ), shape (n,)."""
@@ -429,7 +435,7 @@ class MLP:
         budget = expansion.DENSE_HESSIAN_BUDGET
         if n * d * d > budget:
             raise SgtuneError(f"exact per-sample Hessians of the mlp need N·D² = {n}·{d}² = {n * d * d:.3g} numbers "
-                              f"(more than {budget:.0e}); use the rank-one curvature (--hessian gauss-newton)")
+                              f"(more than {budget:.0e}); use the rank-one curvature (`hessian='gauss-newton'`)")
         hs = self._r_op(theta, X, y, np.eye(d))
         hs += np.swapaxes(hs, 1, 2)  # symmetric to rounding; make it exactly so (numpy buffers the overlap)
         hs *= 0.5

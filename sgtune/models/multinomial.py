@@ -174,9 +174,9 @@ class Multinomial:
         """Why the full layout has no sandwich target (None for the baseline layout)."""
         if self.layout == "baseline":
             return None
-        return ("the full softmax layout (--layout full) has no sandwich target: J = mean J_n is singular along the "
+        return ("the full softmax layout (`layout='full'`) has no sandwich target: J = mean J_n is singular along the "
                 "softmax's shift (adding one vector to every class's coefficients changes no probability), so "
-                "J⁻¹𝓘J⁻¹/N does not exist; use --target posterior, or --layout baseline")
+                "J⁻¹𝓘J⁻¹/N does not exist; use `target='posterior'`, or `layout='baseline'`")
 
     def n_params(self, n_features: int) -> int:
         """D = r·p."""
@@ -237,9 +237,9 @@ class Multinomial:
             shift = np.kron(np.ones((self.n_blocks, 1)), np.eye(p)) / np.sqrt(self.n_blocks)
             if np.linalg.eigvalsh(shift.T @ gam @ shift)[0] <= 0:
                 raise DataFormatError(
-                    "--layout full needs --prior-precision > 0 (the softmax is identified only through the prior: "
+                    "`layout='full'` needs a `prior_precision` > 0 (the softmax is identified only through the prior: "
                     "adding one vector to every class's coefficients changes no probability); pass e.g. "
-                    f"--prior-precision {SUGGESTED_PRIOR_PRECISION:g}, or use --layout baseline")
+                    f"`prior_precision={SUGGESTED_PRIOR_PRECISION:g}`, or use `layout='baseline'`")
             return
         if np.linalg.eigvalsh(gam)[0] > 0:
             return
@@ -247,10 +247,10 @@ class Multinomial:
         if rank < p:
             raise DataFormatError(
                 f"{source or 'X'}: the design matrix has rank {rank} < p = {p} (collinear or constant columns), so "
-                "θ̂ is not identified; drop columns or pass a prior precision > 0 (--prior-precision)")
+                "θ̂ is not identified; drop columns or pass a `prior_precision` > 0")
         k = self.class_index(y)
         counts = np.bincount(k, minlength=self.n_classes)
-        hint = (f"pass a prior precision, e.g. --prior-precision {SUGGESTED_PRIOR_PRECISION:g} (a N(0, 1) prior on "
+        hint = (f"pass a prior precision, e.g. `prior_precision={SUGGESTED_PRIOR_PRECISION:g}` (a N(0, 1) prior on "
                 "each coefficient), or merge classes")
         for c in range(self.n_classes):  # one class against the rest: one LP each, names the class
             if separable(X, (k == c).astype(float)):

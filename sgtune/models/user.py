@@ -143,11 +143,11 @@ def load_model_file(spec: str) -> Any:
     >>> model.name
     'squares'
     """
-    obj = load_file_object(spec, "--model")
+    obj = load_file_object(spec, "`model`")
     path_s, _, name = spec.rpartition(":")
     if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
-        obj = guarded(obj, f"--model {spec}: calling {name}() in {path_s}", os.getcwd())()
-    check_protocol(obj, f"--model {spec} ({model_label(obj)})")
+        obj = guarded(obj, f"`model={spec}`: calling {name}() in {path_s}", os.getcwd())()
+    check_protocol(obj, f"`model={spec}` ({model_label(obj)})")
     return UserModel(obj, spec)
 
 
@@ -161,7 +161,8 @@ def load_file_object(spec: str, option: str) -> Any:
     spec : str
         ``path.py:NAME``.
     option : str
-        The option that gave it (``--model``, ``--features-from``), named in messages.
+        What gave it, named in messages: a parameter in backticks (`` `model` ``, which the command line
+        shows as ``--model``) or an option (``--features-from``).
 
     Returns
     -------

@@ -29,7 +29,7 @@ from ..core.errors import (ConvergenceError, InsufficientMemoryError, NotPositiv
 from ..core.results import ResultMixin, SummaryTable, Z_95, resolve_parameter_names, table_from_columns
 from ..io.data import Dataset, make_dataset
 from ..models import fit_map, get_model, prior_matrix
-from ..models.base import model_dim, parameter_names
+from ..models.base import ModelRecord, model_record, named_parameters
 from . import grads
 from .engine import ChainPlan, NumbaBackend, NumpyBackend, run_plan
 from .kernels import BATCH_FNS
@@ -37,7 +37,7 @@ from .registry import (POSTERIOR_SAMPLERS, SAMPLER_NAMES, SGLDOptions, SamplerSp
                        options_for, sampler_spec)
 from .rng import chain_states
 from .smile_chain import init_velocity
-from .specs import ORACLES, labelled_spec
+from .specs import ORACLES, validated_spec
 from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams,
                     mclmc_state)
 
@@ -367,17 +367,14 @@ def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: An
     dynamics.check_data(n)
     if n >= 2**32:
         raise SgtuneError(f"the sampler supports N < 2^32 data points, got N = {n}")
-    # the model is asked for everything in one visit, its label and spec first, then its own methods
-    label, numba_spec = labelled_spec(model, p)
-    check = getattr(model, "check_response", None)
-    if check is not None:
-        check(ds.y, ds.source or "y")
+    # the model is asked for everything in one visit (models.base.model_record); from here on only its answers
+    rec = model_record(model, ds)
+    label, numba_spec = rec.label, validated_spec(rec.numba_spec, rec.label)
     if backend == "numpy" or numba_spec is None:
-        if not callable(getattr(model, "per_sample_grads", None)):
+        if "per_sample_grads" not in rec.methods:
             raise SgtuneError(f"model {label} has neither numba_spec() nor per_sample_grads(theta, X, y); "
                               "give it one of them (see sgtune.sampler.specs)")
-    own = getattr(model, "n_params", None)
-    d = parameter_dim(label, own(p) if callable(own) else None, numba_spec, p)
+    d = parameter_dim(label, rec.n_params, numba_spec, p)
     gam = prior_matrix(prior_precision, d)
     if not np.any(gam):
         prior_kind, prior = grads.PRIOR_NONE, np.zeros((d, d))
@@ -386,20 +383,22 @@ def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: An
     else:
         prior_kind, prior = grads.PRIOR_DENSE, gam / n
     if initial is None:
-        initial = _map_start(model, ds, gam, d, seed, label)
+        initial = _map_start(model, rec, ds, gam, d, seed)
     kind, ints, floats = numba_spec if numba_spec is not None else ("python", np.zeros(1, dtype=np.int64),
                                                                     np.zeros(1))
     if backend == "numpy":
         kind = "python"
     if spec.needs_loss:
         if kind == "python":
-            if not callable(getattr(model, "per_sample_losses", None)):
+            if "per_sample_losses" not in rec.methods:
                 raise SgtuneError(f"sampler {spec.name!r} needs the minibatch loss for its energy error: model "
                                   f"{label} has per_sample_grads but no per_sample_losses(theta, X, y); add it")
         elif ORACLES[kind].value_grad_fn is None:
             raise SgtuneError(f"sampler {spec.name!r} needs a loss for its energy error, which numba oracle {kind!r} "
                               "does not have; use backend='numpy' with a model that has per_sample_losses")
-    names = parameter_names(model, ds.names, p) if model_dim(model, p) == d else None  # else theta[i]
+    # the model's own D is d when it has n_params (parameter_dim checked them), else p
+    names = (named_parameters(rec.parameter_names, "parameter_names" in rec.methods, d, label, rec.feature_names)
+             if rec.n_params is not None or p == d else None)  # else theta[i]
     return _Problem(kind, ds.X, ds.y, ints, floats, prior, int(prior_kind), prior, d, initial, model,
                     {"model": label, "n_data": n, "batch_size": int(dynamics.batch_size), "oracle": kind,
                      "n_params": d}, names)
@@ -549,7 +548,7 @@ def _legacy_parts(legacy: dict[str, Any]) -> tuple[Any, RunSpec, Any, dict[str, 
     beta = kw.pop("inv_temperature", None)
     if beta is not None and sampler in POSTERIOR_SAMPLERS and math.isinf(float(beta)):
         raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
-                          "temperature (--inverse-temperature), got inf; pass inv_temperature=N (the posterior, the "
+                          "temperature, got `inv_temperature` = inf; pass inv_temperature=N (the posterior, the "
                           "default) or a number")
     dyn_kw = {k: kw.pop(k) for k in ("batch_size", "momentum", "batching", "decay") if k in kw}
     kw.pop("noise_variance", None), kw.pop("beta_power", None)
@@ -607,18 +606,18 @@ def _check_dynamics(spec: SamplerSpec, dyn: Dynamics, backend: Any) -> None:
     if spec.step_kind == "scalar":
         arr = np.asarray(dyn.step, dtype=float)
         if arr.size != 1:
-            raise SgtuneError(f"sampler {spec.name!r} takes a scalar step size {spec.step_name}, got step_matrix "
-                              f"(--lambda) of shape {arr.shape}; pass a number (--step-size) — a diagonal or dense Λ "
+            raise SgtuneError(f"sampler {spec.name!r} takes a scalar step size {spec.step_name}, got `step_matrix` "
+                              f"of shape {arr.shape}; pass a number — a diagonal or dense Λ "
                               "is for sampler 'sgld', and psmile estimates a diagonal preconditioner itself")
         h = float(arr.reshape(-1)[0])
         if not (h > 0 and math.isfinite(h)):
             raise SgtuneError(f"sampler {spec.name!r} needs a finite step size > 0, got {h}")
     if dyn.momentum != 0.0 and not spec.momentum:
         alt = "its friction γ (friction=...)" if hasattr(spec.options, "friction") else "its own unit velocity u"
-        raise SgtuneError(f"momentum κ = {dyn.momentum} (--momentum) is an SG(L)D option; sampler {spec.name!r} has "
+        raise SgtuneError(f"`momentum` κ = {dyn.momentum} is an SG(L)D option; sampler {spec.name!r} has "
                           f"{alt} — drop it (or use sampler 'sgld')")
     if dyn.decay != 0.0 and not spec.decay:
-        raise SgtuneError(f"decay = {dyn.decay} (--decay) schedules SG(L)D's Λ; sampler {spec.name!r} has no schedule "
+        raise SgtuneError(f"`decay` = {dyn.decay} schedules SG(L)D's Λ; sampler {spec.name!r} has no schedule "
                           "(smile/psmile tune ε themselves) — drop it")
     if backend == "python":
         raise SgtuneError("backend 'python' is the tests' pure-Python reference implementation now "
@@ -833,14 +832,13 @@ def step_factors(step_matrix: Any, dim: int, inv_temperature: float,
     return np.array(lam, order="C"), kind, np.array(fac, order="C"), inject
 
 
-def _map_start(model: Any, ds: Dataset, gam: np.ndarray, d: int, seed: int, label: str) -> np.ndarray:
-    """θ̂ = ``fit_map(model, ds, Γ, seed=seed)`` as the chains' start (the default ``initial``)."""
-    needs = ["per_sample_losses"]
-    if getattr(model, "fit_method", "lbfgs") != "newton":
-        needs.append("initial_params")
-    missing = [m for m in needs if not callable(getattr(model, m, None))]
+def _map_start(model: Any, rec: ModelRecord, ds: Dataset, gam: np.ndarray, d: int, seed: int) -> np.ndarray:
+    """θ̂ = ``fit_map(model, ds, Γ, seed=seed)`` as the chains' start (the default ``initial``); ``rec`` is the
+    model's :func:`~sgtune.models.base.model_record` (its methods and fit method)."""
+    needs = ["per_sample_losses"] + (["initial_params"] if rec.fit_method != "newton" else [])
+    missing = [m for m in needs if m not in rec.methods]
     if missing:
-        raise SgtuneError(f"initial is required for model {label}: the default start θ̂ is fitted by fit_map, which "
+        raise SgtuneError(f"initial is required for model {rec.label}: the default start θ̂ is fitted by fit_map, which "
                           f"needs {' and '.join(f'{m}()' for m in missing)}; pass initial=<(D,) = ({d},) array>")
     try:
         return fit_map(model, ds, gam, seed=seed).theta_hat
@@ -853,7 +851,8 @@ def parameter_dim(label: str, n_params: Any, spec: tuple[str, np.ndarray, np.nda
     """The number of parameters D of the model ``label`` on p = ``n_features`` features.
 
     Its ``n_params(p)`` if it has one (checked against the numba spec's count), else the spec's count,
-    else p. The caller asks the model (:func:`!_data_problem`), so that the model is visited once.
+    else p. The caller reads the model's answers from :func:`sgtune.models.base.model_record`, so that the
+    model is visited once.
 
     Parameters
     ----------

@@ -35,7 +35,7 @@ from ..core.errors import SgtuneError
 from ..models.base import checked_call, model_label
 from . import grads, mlp, mlp_loss, multinomial
 
-__all__ = ["Oracle", "ORACLES", "numba_spec_of", "labelled_spec"]
+__all__ = ["Oracle", "ORACLES", "numba_spec_of", "validated_spec"]
 
 
 @dataclass(frozen=True)
@@ -85,45 +85,39 @@ def numba_spec_of(model: Any, n_features: int) -> tuple[str, np.ndarray, np.ndar
     Calls ``model.numba_spec(n_features)`` when the model has it (a result of ``None`` or kind
     ``"python"`` means "no spec"); an exception inside it becomes one :class:`~sgtune.models.ModelError`.
     """
-    return labelled_spec(model, n_features)[1]
+    if getattr(model, "numba_spec", None) is None:
+        return None
+    return validated_spec(checked_call(model, "numba_spec", int(n_features)), model_label(model))
 
 
-def labelled_spec(model: Any, n_features: int) -> tuple[str, tuple[str, np.ndarray, np.ndarray] | None]:
-    """The model's label and its validated numba spec, asked of the model in one visit.
-
-    The driver's walk through the model (``benchmarks/model_walk.py``) reads both here and then only the
-    model's own methods, so it never returns to a file it has left.
+def validated_spec(spec: Any, label: str) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """A model's ``numba_spec(p)`` answer checked: ``(kind, ints, floats)`` as int64/float64 vectors the oracle
+    ``kind`` accepts, or None (no spec, or kind ``"python"``: the general NumPy path).
 
     Parameters
     ----------
-    model : object
-        The model.
-    n_features : int
-        The number of features p of the data.
+    spec : object
+        What ``model.numba_spec(p)`` returned (None: the model has no spec).
+    label : str
+        The model's label, for messages.
 
     Returns
     -------
-    label : str
-        :func:`sgtune.models.base.model_label` of the model.
-    spec : tuple or None
-        :func:`numba_spec_of` of the model: ``(kind, ints, floats)``, or None for the general NumPy path.
+    tuple or None
+        ``(kind, ints, floats)``, or None.
+
+    Raises
+    ------
+    SgtuneError
+        The answer is not a valid spec.
 
     Examples
     --------
-    >>> from sgtune.models import get_model
-    >>> from sgtune.sampler.specs import labelled_spec
-    >>> label, (kind, ints, floats) = labelled_spec(get_model("logistic"), 3)
-    >>> kind
-    'glm'
+    >>> from sgtune.sampler.specs import validated_spec
+    >>> kind, ints, floats = validated_spec(("glm", [1], [1.0, 0, 0, 0, 0]), "logistic")
+    >>> kind, ints.dtype.name
+    ('glm', 'int64')
     """
-    label = model_label(model)
-    if getattr(model, "numba_spec", None) is None:
-        return label, None
-    spec = checked_call(model, "numba_spec", int(n_features))
-    return label, _validated(spec, label)
-
-
-def _validated(spec: Any, label: str) -> tuple[str, np.ndarray, np.ndarray] | None:
     if spec is None:
         return None
     try:

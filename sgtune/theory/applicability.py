@@ -82,7 +82,7 @@ from .tuning import reachable_inv_temperature
 
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows",
-           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK"]
+           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
 MAX_DEVIATION = 0.05
@@ -288,6 +288,51 @@ def _solve(e: Expansion, st: StationaryCov, H: np.ndarray, C: np.ndarray) -> np.
     return 0.5 * (S[:d, :d] + S[:d, :d].T)
 
 
+class _Pairs:
+    """The model's curvature, gradient noise and mean gradient at pairs of points around a centre (the
+    expansions of :func:`statistically_linearised_cov`, counted in ``points``)."""
+
+    def __init__(self, model: Any, data: Dataset, e: Expansion, anchor: "_Anchor | None", full: Expansion | None):
+        self.model, self.data, self.e, self.anchor, self.points = model, data, e, anchor, 0
+        self.H0 = e.hessian
+        self.Hm = np.linalg.inv(_sqrtm_psd(e.hessian if full is None else full.hessian))
+
+    def at(self, theta: np.ndarray) -> Expansion:
+        self.points += 1
+        e = self.e
+        try:
+            ei = expansion_at(self.model, self.data, e.prior_precision, theta, population_size=e.population_size)
+        except SgtuneError as exc:
+            raise _NotLocal(f"the model cannot be evaluated over the predicted spread ({exc})") from None
+        if not (np.all(np.isfinite(ei.hessian)) and np.all(np.isfinite(ei.fisher))):
+            raise _NotLocal("the model overflows over the predicted spread")
+        return ei
+
+    def terms(self, center: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+        """Mean H, mean Cov_n g, mean ∇L over center ± each row of dirs; largest pointwise changes."""
+        e, d = self.e, self.e.dim
+        Hs, Cs, gs = np.zeros((d, d)), np.zeros((d, d)), np.zeros(d)
+        dH = dC = 0.0
+        for v in dirs:
+            ep, em = self.at(center + v), self.at(center - v)
+            for ei in (ep, em):
+                Hs += ei.hessian
+                gs += ei.mean_grad + e.prior_precision @ ei.theta_hat / e.n_data
+                dH = max(dH, float(np.linalg.norm(self.Hm @ (ei.hessian - self.H0) @ self.Hm, 2)))
+            cpair = 0.5 * (ep.gradient_cov() + em.gradient_cov())
+            Cs += cpair
+            clin = _lin_noise(e, np.outer(v, v))
+            dC = max(dC, float(np.linalg.norm(cpair - clin) / max(np.linalg.norm(clin), 1e-300)))
+        n = 2 * len(dirs)
+        if self.anchor is not None:  # the subsample's averages, moved to the full data's values at θ̂
+            a = self.anchor
+            return Hs / n + a.hessian, 2 * Cs / n, gs / n + a.mean_grad, dH, dC
+        return Hs / n, 2 * Cs / n, gs / n, dH, dC
+
+    def lin_noise(self, ec: Expansion, S: np.ndarray) -> np.ndarray:
+        return _lin_noise(ec, S) if self.anchor is None else _lin_noise(ec, S) + self.anchor.noise(S)
+
+
 @cites("sgtune", "statistical (equivalent) linearisation of Eq. (11): H_eff = E∇²L, C_eff = E Cov_n ∇l_n "
                  "under N(θ̂, Σ), by Stein's lemma")
 def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
@@ -295,76 +340,73 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
                                  with_shift: bool = True, full: Expansion | None = None) -> dict[str, Any]:
     """Σ_SL, the stationary covariance of the statistically linearised chain (module docstring).
 
-    ``data`` are the rows the model is evaluated on and ``expansion`` their expansion at θ̂. With
-    ``full`` (the expansion of all N rows, e.g. streamed from disk) ``data`` is a random subsample
-    of those rows and every average is anchored to the full data by control variates (module
-    docstring, "Data out of core"): the only full-data quantities used are ``full``'s moments and
-    one C̄(Σ) = mean_n J_nΣJ_n at the predicted Σ (one chunked pass).
+    Parameters
+    ----------
+    model : object
+        The model (the protocol of :mod:`sgtune.models.base`).
+    data : Dataset
+        The rows the model is evaluated on.
+    expansion : Expansion
+        Their expansion at θ̂.
+    stationary : StationaryCov
+        The linearised prediction Σ to start from (its dynamics are the chain's).
+    n_pairs : int, optional
+        Antithetic pairs θ̂ + m ± d, d ~ N(0, Σ), per average.
+    max_iter : int, optional
+        Fixed-point iterations Σ ← Σ_SL(Σ).
+    seed : int, optional
+        Seed of the draws d.
+    with_shift : bool, optional
+        Follow the drift's mean shift m = −H_eff⁻¹E[∇L] (a Newton step per iteration).
+    full : Expansion, optional
+        The expansion of all N rows (e.g. streamed from disk): then ``data`` is a random subsample of
+        them and every average is anchored to the full data by control variates (module docstring,
+        "Data out of core").
 
-    Returns a dict with ``cov`` (Σ_SL or None when the iteration runs away), ``reason`` (why not
-    local, else None), ``curvature_change``, ``noise_change``, ``mean_shift`` (max_i |m_i|/sd_i of
-    the drift's mean shift m = −H_eff⁻¹E[∇L]) and ``points`` (model evaluations).
+    Returns
+    -------
+    dict
+        ``cov`` (Σ_SL, or None when the iteration runs away), ``reason`` (why the spread is not local,
+        else None), ``curvature_change``, ``noise_change``, ``mean_shift`` (max_i |m_i|/sd_i) and
+        ``points`` (model evaluations).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.stationary import predict_stationary_cov
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> st = predict_stationary_cov(e, Dynamics(0.1, batch_size=32))
+    >>> sl = statistically_linearised_cov(model, data, e, st)
+    >>> sl["reason"] is None, sl["points"] > 0
+    (True, True)
+    >>> bool(np.linalg.norm(sl["cov"] - st.cov) < 0.2 * np.linalg.norm(st.cov))  # close to Σ: a local spread
+    True
     """
     e = expansion
     d = e.dim
-    gam = e.prior_precision
     sigma0 = stationary.cov
     sd0 = np.sqrt(np.clip(np.diag(sigma0), 1e-300, None))
-    H0 = e.hessian
-    Hm = np.linalg.inv(_sqrtm_psd(H0 if full is None else full.hessian))
-    anchor = None if full is None else _Anchor.of(full, e, sigma0)
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n_pairs, d))
+    pairs = _Pairs(model, data, e, None if full is None else _Anchor.of(full, e, sigma0), full)
+    Z = np.random.default_rng(seed).standard_normal((n_pairs, d))
     w, V = np.linalg.eigh(sigma0)
     lead = V[:, ::-1][:, : min(d, 4)] * np.sqrt(np.clip(w[::-1][: min(d, 4)], 0, None)) * 2.0  # ±2 sd axes
     out: dict[str, Any] = {"cov": None, "reason": None, "curvature_change": 0.0, "noise_change": 0.0,
                            "mean_shift": 0.0, "points": 0}
-    points = [0]
-
-    def at(theta: np.ndarray) -> Expansion:
-        points[0] += 1
-        try:
-            ei = expansion_at(model, data, gam, theta, population_size=e.population_size)
-        except SgtuneError as exc:
-            raise _NotLocal(f"the model cannot be evaluated over the predicted spread ({exc})") from None
-        if not (np.all(np.isfinite(ei.hessian)) and np.all(np.isfinite(ei.fisher))):
-            raise _NotLocal("the model overflows over the predicted spread")
-        return ei
-
-    def pair_terms(center: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
-        """Mean H, mean Cov_n g, mean ∇L over center ± each row of dirs; largest pointwise changes."""
-        Hs, Cs, gs = np.zeros((d, d)), np.zeros((d, d)), np.zeros(d)
-        dH = dC = 0.0
-        for v in dirs:
-            ep, em = at(center + v), at(center - v)
-            for ei in (ep, em):
-                Hs += ei.hessian
-                gs += ei.mean_grad + gam @ ei.theta_hat / e.n_data
-                dH = max(dH, float(np.linalg.norm(Hm @ (ei.hessian - H0) @ Hm, 2)))
-            cpair = 0.5 * (ep.gradient_cov() + em.gradient_cov())
-            Cs += cpair
-            clin = _lin_noise(e, np.outer(v, v))
-            dC = max(dC, float(np.linalg.norm(cpair - clin) / max(np.linalg.norm(clin), 1e-300)))
-        n = 2 * len(dirs)
-        if anchor is not None:  # the subsample's averages, moved to the full data's values at θ̂
-            return Hs / n + anchor.hessian, 2 * Cs / n, gs / n + anchor.mean_grad, dH, dC
-        return Hs / n, 2 * Cs / n, gs / n, dH, dC
-
-    def lin_noise(ec: Expansion, S: np.ndarray) -> np.ndarray:
-        return _lin_noise(ec, S) if anchor is None else _lin_noise(ec, S) + anchor.noise(S)
-
     try:
-        *_, dH, dC = pair_terms(e.theta_hat, lead.T)
+        *_, dH, dC = pairs.terms(e.theta_hat, lead.T)
         out["curvature_change"], out["noise_change"] = dH, dC
         sigma, shift, ec = sigma0, np.zeros(d), e
         for _ in range(max_iter):
             dirs = Z @ _sqrtm_psd(sigma)
-            H_eff, C_pts, g_eff, dH, dC = pair_terms(e.theta_hat + shift, dirs)
+            H_eff, C_pts, g_eff, dH, dC = pairs.terms(e.theta_hat + shift, dirs)
             out["curvature_change"] = max(out["curvature_change"], dH)
             out["noise_change"] = max(out["noise_change"], dC)
             S_hat = dirs.T @ dirs / len(dirs)
             # control variate: the proxy expanded at the current centre, averaged exactly and over the same draws
-            C_eff = lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
+            C_eff = pairs.lin_noise(ec, sigma) + C_pts - _lin_noise(ec, S_hat)
             H_eff = 0.5 * (H_eff + H_eff.T)
             if not np.linalg.eigvalsh(H_eff)[0] > 0:
                 raise _NotLocal("the curvature averaged over the predicted spread is not positive definite")
@@ -377,14 +419,14 @@ def statistically_linearised_cov(model: Any, data: Dataset, expansion: Expansion
             if with_shift:  # Newton step on E[∇L(θ̂ + m + d)] = 0, at most half a standard deviation per step
                 step = -np.linalg.solve(H_eff, g_eff)
                 shift = shift + step / max(1.0, 2.0 * float(np.max(np.abs(step) / np.sqrt(np.diag(sigma)))))
-                ec = at(e.theta_hat + shift)
+                ec = pairs.at(e.theta_hat + shift)
             out["mean_shift"] = float(np.max(np.abs(shift - np.linalg.solve(H_eff, g_eff) * (not with_shift)) / sd0))
             if change < 1e-3:
                 break
         out["cov"] = sigma
     except _NotLocal as exc:
         out["reason"] = str(exc)
-    out["points"] = points[0]
+    out["points"] = pairs.points
     return out
 
 
@@ -779,6 +821,92 @@ def _smaller_step_remedies(expansion: Expansion, stationary: StationaryCov, targ
                    {"inv_temperature": beta_new}, expect="runs")]
 
 
+def _target_name(expansion: Expansion, target: np.ndarray) -> str | None:
+    """"posterior" or "sandwich" when ``target`` is that target of ``expansion``, else None (a given matrix)."""
+    if np.allclose(target, expansion.posterior_cov(), rtol=1e-8, atol=0):
+        return "posterior"
+    try:
+        return "sandwich" if np.allclose(target, expansion.sandwich_cov(), rtol=1e-8, atol=0) else None
+    except (SgtuneError, np.linalg.LinAlgError):  # a network's J need not be invertible
+        return None
+
+
+@cites("sgtune", "the output layer on frozen features is a GLM (sgtune.models.lastlayer), checked by this report")
+def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov,
+                      target_cov: Any) -> Remedy | None:
+    """The network's output layer at θ̂ with the body frozen, as a remedy — checked here, not hoped for.
+
+    For sgtune's own network (:class:`~sgtune.models.mlp.MLP`, gaussian or bernoulli likelihood) whose Λ
+    was tuned to the posterior or sandwich target with an isotropic prior, the head at θ̂
+    (:func:`~sgtune.models.lastlayer.mlp_last_layer`) is a linear or logistic model: this tunes Λ for it
+    with the same batch, β, momentum and target and runs its applicability report, so ``expect`` is
+    ``"applicable"`` only when that report is. None when the remedy does not apply (another model, a
+    given Λ or target matrix, a prior matrix, data out of core or subsampled, a target the head cannot
+    reach at this β).
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model whose report found reasons (only an :class:`~sgtune.models.mlp.MLP` gets a remedy).
+    data : Dataset
+        Its data.
+    expansion : Expansion
+        The network's expansion at θ̂.
+    stationary : StationaryCov
+        The prediction for the tuned Λ (its dynamics give B, β, momentum and batching).
+    target_cov : (D, D) array_like or None
+        The tuning target (None: Λ was given, not tuned).
+
+    Returns
+    -------
+    Remedy or None
+        Changes ``{"model": "last-layer", "features_from": "mlp", "target": …, "blocks": None}``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> from sgtune.theory.applicability import last_layer_remedy
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> res = tune(e, Dynamics(None, 32), target="posterior")
+    >>> last_layer_remedy(model, data, e, res.stationary, res.target_cov) is None  # a GLM: no network
+    True
+    """
+    from ..models import expand
+    from ..models.lastlayer import mlp_last_layer
+    from ..models.mlp import MLP
+    from .tuning import tune
+
+    if (target_cov is None or not isinstance(model, MLP) or not model.hidden_sizes or data.rows is not None
+            or model.likelihood not in ("gaussian", "bernoulli") or expansion.n_samples != expansion.n_data):
+        return None
+    gam = np.asarray(expansion.prior_precision, dtype=float)
+    g = float(gam[0, 0])
+    if not np.array_equal(gam, g * np.eye(gam.shape[0])):
+        return None
+    name = _target_name(expansion, np.asarray(target_cov, dtype=float))
+    if name is None:
+        return None
+    try:
+        head, hdata = mlp_last_layer(model, expansion.theta_hat, data.X, data.y)
+        e = expand(head, hdata, g)
+        res = tune(e, stationary.dynamics.replace(step=None), target=name)
+        rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov)
+    except (SgtuneError, np.linalg.LinAlgError):
+        return None
+    verdict = ("its own applicability report is applicable" if rep.applicable else
+               f"its own applicability report is not ({', '.join(rep.reason_codes)}): follow its remedies")
+    return Remedy(f"the network's last layer: SGD/SGLD on the output layer's {e.dim} weights and bias with the "
+                  "body frozen at the fitted weights θ̂ (features φ(x; θ̂) of the same fit), same target, batch "
+                  f"and β — a {head.inner.name} model, for which {verdict}",
+                  {"model": "last-layer", "features_from": "mlp", "target": name, "blocks": None},
+                  expect="applicable" if rep.applicable else "runs")
+
+
 def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,
              expansion: Expansion, stationary: StationaryCov, target_cov: Any) -> list[Reason]:
     """The reasons (with computed remedies) of a report whose measurements are given."""
@@ -901,6 +1029,9 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     if divergence and data.rows is None and sl["reason"] is None:
         risk = divergence_risk(model, data, expansion, stationary, seed=seed)
     reasons = _reasons(sl, dev, eq, ratio, risk, expansion, stationary, target_cov)
+    head = last_layer_remedy(model, data, expansion, stationary, target_cov) if reasons else None
+    if head is not None:  # the network's answer first: a model the theory is exact for
+        reasons = [Reason(r.code, r.message, (head, *r.remedies)) for r in reasons]
     csr = cond["column_scale_ratio"]
     notes = (Reason("scale", f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> "
                     f"{COLUMN_SCALE_RATIO:.0e}): standardise them (subtract the mean, divide by the standard "

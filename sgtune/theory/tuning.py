@@ -865,8 +865,8 @@ def _partition(e: Expansion, family: str, blocks: Any) -> tuple[np.ndarray, ...]
     if blocks is None:  # models that know their layers (e.g. an MLP) may expose them
         blocks = getattr(e, "parameter_blocks", None)
     if blocks is None:
-        raise SgtuneError("family 'block' needs blocks: a list of lists of parameter indices partitioning "
-                          "0..D−1 (--blocks FILE.json)")
+        raise SgtuneError("family 'block' needs `blocks`: a list of lists of parameter indices partitioning "
+                          "0..D−1 (or a JSON file of one)")
     return load_blocks(blocks, e.dim)
 
 
@@ -947,7 +947,7 @@ def _out_of_reach(why: str, rho: float, max_stable: float) -> UnstableStepSizeEr
     return UnstableStepSizeError(
         f"the target covariance is out of reach of a stable chain: the step-size matrix that would give "
         f"it sits at the edge of stability ({why}); SGD's own gradient noise is too small in some "
-        "direction — use SGLD (a finite --inverse-temperature), a smaller batch, or a smaller target",
+        "direction — use SGLD (a finite `inv_temperature`), a smaller batch, or a smaller target",
         spectral_radius=rho, max_stable_step=max_stable)
 
 

@@ -546,7 +546,7 @@ def _evaluate(ctx: _Context, cand: Candidate, E: float, family_criterion: str | 
         cand.reason = "reshuffle: Shaw & Whalley's (2025) theory of random reshuffling covers SG(L)D without momentum only"
         return
     if fam == "block" and getattr(e, "parameter_blocks", None) is None:
-        cand.reason = "family 'block' needs the model's parameter blocks (use sgtune lambda --blocks)"
+        cand.reason = "family 'block' needs parameter blocks, which this model does not define (tune with `blocks`)"
         return
     try:
         crit0 = family_criterion if family_criterion is not None else (

@@ -161,7 +161,7 @@ def refine(model: Any, data: Dataset, expansion: Expansion, tuned: TuningResult,
     (1, (5, 5))
     """
     if rounds < 1:
-        raise SgtuneError(f"--refine must be >= 1 round, got {rounds}")
+        raise SgtuneError(f"`rounds` must be >= 1, got {rounds}")
     sigma_star = tuned.target_cov
     st = tuned.stationary
     current, target = tuned, sigma_star

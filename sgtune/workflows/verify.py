@@ -281,8 +281,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     tuning = None
     if sampler_spec(sampler).target == "posterior":
         if step_matrix is None or target is not None:
-            raise SgtuneError(f"sampler {sampler!r} samples the posterior with a scalar step size: give step_matrix "
-                              "(--step-size) and no tuning target")
+            raise SgtuneError(f"sampler {sampler!r} samples the posterior with a scalar step size: give a number as "
+                              "`step_matrix` (the step size) and no tuning target")
         beta = data.n_data if math.isinf(inv_temperature) else check_positive(inv_temperature, "inv_temperature")
         inv_temperature = float(beta)
         arr = np.asarray(step_matrix, dtype=float)  # the scalar step as the diagonal h·1 (reports, plots)
@@ -401,7 +401,7 @@ def chain_prediction(expansion: Expansion, step_matrix: Any, *, sampler: str, ba
     from ..theory.stationary import predict_stationary_cov
 
     if decay:
-        return None, "a decaying step size (--decay) has no stationary covariance"
+        return None, "a decaying step size (`decay` > 0) has no stationary covariance"
     spec = sampler_spec(sampler)
     if spec.prediction == "posterior":
         beta = n_data if math.isinf(inv_temperature) else float(inv_temperature)

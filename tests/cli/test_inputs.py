@@ -86,6 +86,28 @@ def test_in_option_names_rules():
     assert in_option_names("use a larger `thin`", opts) == "use a larger --thin"
     assert in_option_names("needs beta_power (--beta-power P) > 1", opts) == "needs --beta-power P > 1"
     assert in_option_names("x.step_matrix and 'step_matrix'", opts) == "x.step_matrix and 'step_matrix'"
+    # `name='value'`: the option and the value as typed; a name the command has no option for stays
+    opts |= {"layout": "--layout", "hessian=": "--hessian", "hessian": "--hessian-file"}
+    assert in_option_names("`layout='full'` needs `thin` > 0", opts) == "--layout full needs --thin > 0"
+    assert in_option_names("use `hessian='gauss-newton'`", opts) == "use --hessian gauss-newton"
+    assert in_option_names("`blocks=b.json`: no file", opts) == "`blocks=b.json`: no file"
+    assert in_option_names("use `hessian='gauss-newton'`", {"hessian": "--hessian"}) == "use `hessian='gauss-newton'`"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "mlp", "--hidden-sizes", "2,,3"], "Error: --hidden-sizes must be positive integer widths"),
+    (["--model", "logistic"], "pass a --prior-precision > 0"),
+    (["--model", "linear", "--response", "nope"], "pass the response column's name (--response NAME)"),
+    (["--model", "linear", "--family", "block", "--blocks", "absent.json"], "Error: --blocks absent.json: cannot read"),
+])
+def test_library_messages_show_the_option_typed(tmp_path, monkeypatch, args, says):
+    """The library's messages name parameters (`hidden_sizes`); the command's one line names the option."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 2))
+    np.savetxt("d.csv", np.column_stack([x, x[:, 0] > 0]), delimiter=",", header="a,b,y", comments="")
+    line = one_error_line(invoke(["lambda", "d.csv", "--batch-size", "8", "-q", *args]), 1)
+    assert says in line and "`" not in line, line
 
 
 # ------------------------------------------------------------------- malformed input files

@@ -83,6 +83,18 @@ def test_a_remedy_becomes_the_typed_command_with_its_options_replaced():
     assert remedy_argv(Remedy("why", {"no_such_parameter": 1}), argv) is None  # never a command that cannot run
 
 
+def test_the_last_layer_remedy_replaces_the_model_and_drops_what_the_head_cannot_take():
+    r = Remedy("head", {"model": "last-layer", "features_from": "mlp", "target": "posterior", "blocks": None})
+    argv = ("lambda", "d.csv", "--model", "mlp", "--hidden-sizes", "8", "--family", "block", "--blocks", "b.json",
+            "--target", "t.npy", "--batch-size", "8")
+    assert remedy_argv(r, argv) == ["sgtune", "lambda", "d.csv", "--hidden-sizes", "8", "--family", "block",
+                                    "--batch-size", "8", "--model", "last-layer", "--features-from", "mlp",
+                                    "--target", "posterior"]
+    drop = Remedy("only drops", {"blocks": None, "inv_temperature": 900.0})  # calibrate has no --blocks
+    cal = remedy_argv(drop, ("calibrate", "--example", "logistic", "--batch-size", "8"))
+    assert cal == ["sgtune", "calibrate", "--example", "logistic", "--batch-size", "8", "--inverse-temperature", "900"]
+
+
 def test_nested_remedies_show_the_fullest_the_command_can_express():
     full = Remedy("a", {"prior_precision": 12.0, "target": "posterior", "inv_temperature": 552.5})
     part = Remedy("b", {"prior_precision": 12.0})
@@ -207,3 +219,28 @@ def test_flagged_small_poisson_chains_diverge_and_the_remedy_stops_it():
             else:
                 at_remedy += ch.n_diverged
     assert at_2n >= 2 and at_remedy < at_2n and math.isfinite(beta)
+
+
+# ------------------------------------------------------------------ a network ends in an answer: its last layer
+def test_a_network_prints_its_last_layer_and_every_remedy_runs(tmp_path):
+    """A 2-unit tanh network on 40 rows of a noisy sine at β = 2N on the posterior is not applicable; the first
+    remedy printed is the network's output layer at the fitted weights (``--features-from mlp``), which runs as
+    printed and is applicable, and whose θ̂ is the output layer of the network's own θ̂ (the body frozen)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, size=(40, 1))
+    csv = _csv(tmp_path / "s.csv", x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
+    argv = ["lambda", csv, "--model", "mlp", "--hidden-sizes", "2", "--noise-variance", "0.01", "--prior-precision",
+            "1", "--batch-size", "10", "--target", "posterior", "--inverse-temperature", "2N", "-q"]
+    r, doc = _invoke(argv)
+    assert r.exit_code == 0, r.stderr
+    app = doc["applicability"]
+    assert not app["applicable"]
+    head = app["remedies"][0]
+    assert head["argv"][head["argv"].index("--model") + 1] == "last-layer" and "--features-from" in head["argv"]
+    assert head["expect"] == "applicable" and "body frozen" in head["why"]
+    ran = follow(argv, depth=1)  # every printed remedy: exit 0, applicable where it says so
+    assert head["argv"][1:] in ran
+    _, hdoc = _invoke(head["argv"][1:])
+    theta, names = np.asarray(doc["theta_hat"]), doc["parameter_names"]
+    out = [names.index(n) for n in hdoc["parameter_names"]]  # output.weight[0,j], output.bias[0] in both
+    np.testing.assert_allclose(hdoc["theta_hat"], theta[out], rtol=0, atol=1e-6 * np.abs(theta[out]).max())
