@@ -26,8 +26,8 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 Every component is a numba first-class function argument: :func:`chains` is compiled once per
 combination actually used, and cached on disk because every component is declared with
 :func:`~sgtune.sampler._jit.component`. The components are inlined into the loop in numba's IR
-(the callers :data:`~sgtune.sampler.kernels.call_batch`, ``call_rule``, ``call_grad`` and ``call_value_grad``
-of :func:`~sgtune.sampler._jit.inline_caller`; the components are declared with
+(through the callers ``call_batch``, ``call_rule``, ``call_grad`` and ``call_value_grad`` of
+:mod:`sgtune.sampler.kernels`, made by :func:`~sgtune.sampler._jit.inline_caller`; the components are declared with
 :func:`~sgtune.sampler._jit.component_inline`, except the FMA-compiled MLP gradient, which stays a call):
 called as functions, they would pass their arrays through numba's reference counting on every step (an
 atomic increment and decrement each, ≈ 350 per step: 2–15 % of a step of SG(L)D on logistic regression and
