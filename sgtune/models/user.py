@@ -47,7 +47,7 @@ from typing import Any, Callable
 from ..core.errors import SgtuneError
 from .base import CURVATURE_METHODS, ModelError, model_label
 
-__all__ = ["load_model_file", "load_file_object", "is_model_file_spec", "check_protocol", "UserModel"]
+__all__ = ["load_model_file", "load_file_object", "as_model", "is_model_file_spec", "check_protocol", "UserModel"]
 
 REQUIRED = ("per_sample_losses", "per_sample_grads")
 
@@ -143,11 +143,48 @@ def load_model_file(spec: str) -> Any:
     >>> model.name
     'squares'
     """
-    obj = load_file_object(spec, "`model`")
+    return as_model(load_file_object(spec, "`model`"), spec)
+
+
+def as_model(obj: Any, spec: str, param: str = "model") -> UserModel:
+    """The object NAME of ``spec`` (:func:`load_file_object`) as a model: a class (or other callable without
+    ``per_sample_grads``) is called without arguments, the result checked against the protocol and wrapped.
+
+    Parameters
+    ----------
+    obj : object
+        The object the file defines.
+    spec : str
+        ``path.py:NAME``.
+    param : str, optional
+        The parameter that named it, in messages (``model``, or ``features_from`` for the last layer of a
+        network model).
+
+    Returns
+    -------
+    UserModel
+        The model, wrapped so that its errors name the file and the method.
+
+    Raises
+    ------
+    ModelError
+        Calling it fails, or it is not a model.
+
+    Examples
+    --------
+    >>> from sgtune.models.user import as_model
+    >>> class Squares:
+    ...     name = "squares"
+    ...     def per_sample_losses(self, theta, X, y): return 0.5 * (y - X @ theta) ** 2
+    ...     def per_sample_grads(self, theta, X, y): return -(y - X @ theta)[:, None] * X
+    ...     def per_sample_hessians(self, theta, X, y): return X[:, :, None] * X[:, None, :]
+    >>> as_model(Squares, "squares.py:Squares").name
+    'squares'
+    """
     path_s, _, name = spec.rpartition(":")
     if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
-        obj = guarded(obj, f"`model={spec}`: calling {name}() in {path_s}", os.getcwd())()
-    check_protocol(obj, f"`model={spec}` ({model_label(obj)})")
+        obj = guarded(obj, f"`{param}={spec}`: calling {name}() in {path_s}", os.getcwd())()
+    check_protocol(obj, f"`{param}={spec}` ({model_label(obj)})")
     return UserModel(obj, spec)
 
 
