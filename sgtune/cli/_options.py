@@ -392,8 +392,11 @@ def _network_last_layer(ds: Dataset, kw: dict[str, Any], network: Any, spec: str
     fit ``--model`` with the same options would make (same prior, seed and ``--subsample`` rows: the fit is
     deterministic) or at ``--theta-hat`` (the network's D parameters). A likelihood or σ² the model declares for
     its output layer wins; ``--likelihood`` / ``--noise-variance`` given otherwise are refused."""
-    from ..models.lastlayer import model_last_layer
+    from ..models.lastlayer import declared_head, model_last_layer
 
+    given = {} if spec == MLP_FEATURES else {"likelihood": _given(kw, "likelihood"),
+                                             "noise_variance": _given(kw, "noise_variance")}
+    declared_head(network, **given, required=True)  # before the fit: what the head is must be known
     d = model_dim(network, ds.dim)
     if kw.get("theta_hat"):
         theta = load_float_npy(kw["theta_hat"], "--theta-hat").reshape(-1)
@@ -407,8 +410,6 @@ def _network_last_layer(ds: Dataset, kw: dict[str, Any], network: Any, spec: str
         with announced(f"fitting the network for its features ({fit_ds.n_data} rows)", bool(kw.get("quiet"))):
             theta = fit_map(network, fit_ds, load_prior(kw, d), population_size=None if fit_ds is ds else ds.n_data,
                             seed=seed).theta_hat
-    given = {} if spec == MLP_FEATURES else {"likelihood": _given(kw, "likelihood"),
-                                             "noise_variance": _given(kw, "noise_variance")}
     model, data = model_last_layer(network, theta, np.asarray(ds.X), np.asarray(ds.y), **given)
     return data, model
 

@@ -607,8 +607,10 @@ def mlp_last_layer(mlp: Any, theta: Any, X: Any, y: Any) -> tuple[LastLayerModel
                       source=f"mlp ({','.join(map(str, mlp.hidden_sizes))} {mlp.activation})")
 
 
-def declared_head(model: Any) -> tuple[str | None, float | None]:
-    """What a model declares about its output layer: the optional last-layer part of the model protocol.
+def declared_head(model: Any, likelihood: str | None = None, noise_variance: float | None = None, *,
+                  required: bool = False) -> tuple[str | None, float | None]:
+    """What a model declares about its output layer (the optional last-layer part of the model protocol), with
+    what the caller gives where it declares nothing.
 
     A network model may offer ``features(theta, X) -> (n, d)`` (the output layer's input φ(x; θ), i.e. the
     last hidden layer's output at parameters θ) with ``last_layer_likelihood`` (the loss of its output:
@@ -619,32 +621,51 @@ def declared_head(model: Any) -> tuple[str | None, float | None]:
     ----------
     model : object
         Any model.
+    likelihood : {"gaussian", "bernoulli", "softmax"}, optional
+        The head's likelihood where the model declares none (a different one than declared is refused).
+    noise_variance : float, optional
+        σ² of a gaussian head where the model declares none (a different one than declared is refused).
+    required : bool, optional
+        Raise when the model offers no ``features`` or no likelihood results (instead of returning None).
 
     Returns
     -------
     (str or None, float or None)
-        The likelihood and σ² the model declares (None where it declares nothing; both None for a model
-        without ``features``).
+        The likelihood and σ² (σ² only for gaussian); None where neither the model nor the caller says (both
+        None for a model without ``features``).
 
     Raises
     ------
     SgtuneError
-        If ``last_layer_likelihood`` is not one of those names.
+        ``last_layer_likelihood`` is not one of those names, a given value contradicts the declared one, or
+        (``required``) there are no features or no likelihood.
 
     Examples
     --------
     >>> from sgtune.models import get_model, make_mlp
     >>> declared_head(make_mlp("3", likelihood="bernoulli")), declared_head(get_model("logistic"))
-    (('bernoulli', 1.0), (None, None))
+    (('bernoulli', None), (None, None))
     """
+    label = model_label(model)
     if not callable(getattr(model, "features", None)):
+        if required:
+            raise SgtuneError(f"model {label} has no features(theta, X) method (the output layer's input at θ, the "
+                              "last hidden layer's output), so sgtune cannot take its last layer; add one with "
+                              "last_layer_likelihood (sgtune.models.base)")
         return None, None
     lik = getattr(model, "last_layer_likelihood", None)
     if lik is not None and (not isinstance(lik, str) or lik not in (*LAST_LAYER_LIKELIHOODS, "categorical")):
-        raise SgtuneError(f"model {model_label(model)}: its last_layer_likelihood must be one of "
+        raise SgtuneError(f"model {label}: its last_layer_likelihood must be one of "
                           f"{', '.join(LAST_LAYER_LIKELIHOODS)} (the loss of the output layer), got {lik!r}")
+    lik = _agreed(None if lik is None else _likelihood(lik), None if likelihood is None else _likelihood(likelihood),
+                  "likelihood", label)
+    if lik is None and required:
+        raise SgtuneError(f"model {label} declares no last_layer_likelihood (gaussian, bernoulli or softmax: the "
+                          "loss of its output layer); add the attribute, or give the likelihood")
+    if lik != "gaussian":
+        return lik, None
     nv = getattr(model, "noise_variance", None)
-    return (None if lik is None else _likelihood(lik)), (None if nv is None else float(nv))
+    return lik, _agreed(None if nv is None else float(nv), noise_variance, "noise_variance", label)
 
 
 def _agreed(declared: Any, given: Any, what: str, label: str) -> Any:
@@ -725,16 +746,7 @@ def model_last_layer(model: Any, theta: Any, X: Any, y: Any, *, likelihood: str 
     (('output.weight[0,0]', 'output.weight[0,1]', 'output.bias[0]'), (40, 3))
     """
     label = model_label(model)
-    if not callable(getattr(model, "features", None)):
-        raise SgtuneError(f"model {label} has no features(theta, X) method (the output layer's input at θ, the last "
-                          "hidden layer's output), so sgtune cannot take its last layer; add one (sgtune.models.base)")
-    lik0, nv0 = declared_head(model)
-    lik = _agreed(lik0, None if likelihood is None else _likelihood(likelihood), "likelihood", label)
-    if lik is None:
-        raise SgtuneError(f"model {label} declares no last_layer_likelihood (gaussian, bernoulli or softmax: the "
-                          "loss of its output layer); add the attribute, or give the likelihood")
-    nv = _agreed(nv0 if lik == "gaussian" else None, noise_variance if lik == "gaussian" else None,
-                 "noise_variance", label)
+    lik, nv = declared_head(model, likelihood, noise_variance, required=True)
     Xa = np.ascontiguousarray(X, dtype=np.float64)
     Xa = Xa[:, None] if Xa.ndim == 1 else Xa
     th = np.asarray(theta, dtype=np.float64).reshape(-1)
