@@ -28,6 +28,13 @@ arguments to get one. A complete example file (a logistic regression written by 
 
 and ``sgtune lambda data.csv --model my_model.py:MODEL --batch-size 64``.
 
+A network model that also offers ``features(theta, X)`` and ``last_layer_likelihood`` (the protocol's
+last-layer part, :mod:`sgtune.models.base`) has its output layer on frozen features as a model of its own:
+``sgtune lambda data.csv --model last-layer --features-from my_net.py:MODEL --batch-size 64`` fits the
+network exactly as ``--model my_net.py:MODEL`` does (or takes its parameters from ``--theta-hat``) and
+tunes the head on φ(X; θ̂); :class:`UserModel` keeps the file's ``path.py:NAME`` (``source``) so a
+remedy can name it.
+
 A model file cannot break the command line's contract: while it is imported, and in every call
 sgtune makes into the model, what it prints goes to stderr (stdout holds the JSON document),
 ``sys.argv`` holds only the file's path (so ``argparse`` at import time sees no sgtune options), a
