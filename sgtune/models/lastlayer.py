@@ -609,10 +609,10 @@ def mlp_last_layer(mlp: Any, theta: Any, X: Any, y: Any) -> tuple[LastLayerModel
 
 def declared_head(model: Any, likelihood: str | None = None, noise_variance: float | None = None, *,
                   required: bool = False) -> tuple[str | None, float | None]:
-    """What a model declares about its output layer (the optional last-layer part of the model protocol), with
-    what the caller gives where it declares nothing.
+    """What a model declares about its output layer, with what the caller gives where it declares nothing.
 
-    A network model may offer ``features(theta, X) -> (n, d)`` (the output layer's input φ(x; θ), i.e. the
+    The optional last-layer part of the model protocol:
+    a network model may offer ``features(theta, X) -> (n, d)`` (the output layer's input φ(x; θ), i.e. the
     last hidden layer's output at parameters θ) with ``last_layer_likelihood`` (the loss of its output:
     ``"gaussian"``, ``"bernoulli"`` or ``"softmax"``; ``"categorical"`` reads as ``"softmax"``) and, for
     ``"gaussian"``, ``noise_variance`` σ² (:mod:`sgtune.models.base`).
@@ -624,7 +624,7 @@ def declared_head(model: Any, likelihood: str | None = None, noise_variance: flo
     likelihood : {"gaussian", "bernoulli", "softmax"}, optional
         The head's likelihood where the model declares none (a different one than declared is refused).
     noise_variance : float, optional
-        σ² of a gaussian head where the model declares none (a different one than declared is refused).
+        The σ² of a gaussian head where the model declares none (a different one than declared is refused).
     required : bool, optional
         Raise when the model offers no ``features`` or no likelihood results (instead of returning None).
 
@@ -702,7 +702,7 @@ def model_last_layer(model: Any, theta: Any, X: Any, y: Any, *, likelihood: str 
     likelihood : {"gaussian", "bernoulli", "softmax"}, optional
         The head's likelihood where the model declares none (a declared one wins; a different one is refused).
     noise_variance : float, optional
-        σ² of a gaussian head where the model declares none (default 1; a different one is refused).
+        The σ² of a gaussian head where the model declares none (default 1; a different one is refused).
 
     Returns
     -------

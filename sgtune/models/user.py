@@ -154,8 +154,9 @@ def load_model_file(spec: str) -> Any:
 
 
 def as_model(obj: Any, spec: str, param: str = "model") -> UserModel:
-    """The object NAME of ``spec`` (:func:`load_file_object`) as a model: a class (or other callable without
-    ``per_sample_grads``) is called without arguments, the result checked against the protocol and wrapped.
+    """The object NAME of ``spec`` (:func:`load_file_object`) as a checked, wrapped model.
+
+    A class (or other callable without ``per_sample_grads``) is called without arguments first.
 
     Parameters
     ----------
