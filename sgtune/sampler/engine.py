@@ -24,12 +24,18 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
   observables, epoch-position moments, the MCLMC step size.
 
 Every component is a numba first-class function argument: :func:`chains` is compiled once per
-combination actually used (LLVM inlines the components), and cached on disk because every component is
-declared with :func:`~sgtune.sampler._jit.component`. The step loop allocates nothing; all state lives
+combination actually used, and cached on disk because every component is declared with
+:func:`~sgtune.sampler._jit.component`. The step rule is inlined into the loop in numba's IR
+(:func:`apply_rule`, an overload that calls the rule by name; the rules are declared with
+:func:`~sgtune.sampler._jit.component_inline`): called as a function, it would pass the arrays of the
+four records through numba's reference counting on every step (an atomic increment and decrement each,
+≈ 350 per step, 2–15 % of a step of SG(L)D on logistic regression, ``benchmarks/engine_refcounts.py`` and
+``benchmarks/bench_engine_ab.py``). The step loop allocates nothing; all state lives
 in the records' arrays and is updated in place, so the driver runs a long chain in chunks (progress,
 Ctrl-C) with results independent of the chunking.
 
-The step rule signature, for a new sampler (then one entry in the registry):
+The step rule signature, for a new sampler (a :func:`~sgtune.sampler._jit.component_inline`; then one
+entry in the registry):
 ``rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w) -> clipped coordinates``, with θ = ``th`` and its
 auxiliary vector ``m`` (chain c's rows), the stream ``st``, the batch ``w.idx[:nb]``, the schedule factor
 ``s``, the :class:`~sgtune.sampler.state.Oracle` ``ora``, the :class:`~sgtune.sampler.state.StepParams`
@@ -56,12 +62,31 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 from ._jit import njit, njit_parallel, prange
 from .kernels import diverges, finish, record, schedule
 from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
 
 __all__ = ["ChainPlan", "chains", "NumbaBackend", "NumpyBackend", "run_plan"]
+
+
+def apply_rule(rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """``rule_fn(grad_fn, c, th, m, st, nb, s, ora, p, mc, w)``, inlined into the compiled step loop."""
+    return rule_fn(grad_fn, c, th, m, st, nb, s, ora, p, mc, w)
+
+
+@overload(apply_rule, inline="always")
+def _apply_rule_inline(rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    if not isinstance(rule_fn, types.Dispatcher):  # e.g. a first-class function type: a plain call
+        return lambda rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w: rule_fn(grad_fn, c, th, m, st, nb, s,
+                                                                                     ora, p, mc, w)
+    rule = rule_fn.dispatcher  # the component itself: called by name, numba inlines it (an inline component)
+
+    def impl(rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+        return rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w)
+    return impl
 
 
 @njit
@@ -89,7 +114,7 @@ def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batc
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
         nb, pos = batch_fn(st, pm, n_data, batch_size, pos, idx)
-        clips += rule_fn(grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
+        clips += apply_rule(rule_fn, grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         if diverges(th):
             diverged[c] = t
             break

@@ -296,35 +296,35 @@ def data_gradient(grad_fn, th, ora, st, nb, w):  # type: ignore[no-untyped-def]
     add_prior(ora.prior_kind, ora.prior, th, w.grad)
 
 
-@component
+@component_inline
 def sgld_diag_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SG(L)D step, diagonal Λ (the engine's rule signature; returns the clipped coordinates)."""
     data_gradient(grad_fn, th, ora, st, nb, w)
     return sgld_diag_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
-@component
+@component_inline
 def sgld_dense_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SG(L)D step, dense Λ."""
     data_gradient(grad_fn, th, ora, st, nb, w)
     return sgld_dense_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
-@component
+@component_inline
 def sglrw_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SGLRW step."""
     data_gradient(grad_fn, th, ora, st, nb, w)
     return sglrw_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
-@component
+@component_inline
 def clipped_sgld_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One clipped-SGLD step."""
     data_gradient(grad_fn, th, ora, st, nb, w)
     return clipped_sgld_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
-@component
+@component_inline
 def sghmc_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SGHMC step."""
     data_gradient(grad_fn, th, ora, st, nb, w)

@@ -22,7 +22,7 @@ Everything that used to branch on a sampler's name reads these fields (the drive
 default β and choices, the prediction of ``sgtune run``'s health check and of ``verify``, the gradient
 budget of the BNN study).
 
-Adding a sampler: write its step rule (a ``@component`` with the engine's rule signature, documented in
+Adding a sampler: write its step rule (a ``@component_inline`` with the engine's rule signature, documented in
 :mod:`sgtune.sampler.engine`), a frozen options dataclass with a ``sampler`` name (and a
 ``tuner_params`` method if it needs fixed settings in the compiled loop), and one :class:`SamplerSpec`
 entry in :data:`SAMPLERS` below. Nothing else changes.

@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from ._jit import component, njit, njit_inline
+from ._jit import component_inline, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .kernels import diverges, finish, record
 from .smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector, tuner_update
@@ -123,7 +123,7 @@ def _eval(value_grad_fn, th, ora, st, nb, w, want, beta):  # type: ignore[no-unt
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
 
 
-@component
+@component_inline
 def mclmc_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature; module docstring)."""
     beta = mc.inv_temp
