@@ -122,7 +122,7 @@ def test_a_users_network_gets_its_checked_last_layer_in_python(tmp_path):
     eh = expand(head, hdata, 1.0)
     rh = tune(eh, Dynamics(None, 10, inv_temperature=2.0 * ds.n_data), target="posterior")
     own = applicability(head, hdata, eh, rh.stationary, target_cov=rh.target_cov)
-    assert first.expect == ("applicable" if own.applicable else "runs") and "body frozen" in first.why
+    assert own.applicable and first.expect == "applicable" and "body frozen" in first.why
     assert last_layer_remedy(net.model, ds, e, res.stationary, res.target_cov) is None  # no file to name
     net.model.last_layer_likelihood = None
     assert last_layer_remedy(net, ds, e, res.stationary, res.target_cov) is None  # nothing declared
@@ -153,6 +153,13 @@ def test_model_last_layer_takes_the_declaration_and_keeps_the_mlp_head():
     assert h2.likelihood == "bernoulli" and h2.trained is None
     np.testing.assert_allclose(d2.X[:, 0], np.tanh(2.0 * x[:, 0]), rtol=1e-15)
     with pytest.raises(SgtuneError, match="declares no last_layer_likelihood"):
+        model_last_layer(Features(), [2.0], x, y)
+    classes = np.digitize(x[:, 0], [-1.0, 1.0]).astype(float)  # 3 classes: "categorical" is the softmax head
+    Features.last_layer_likelihood = "categorical"
+    h3, d3 = model_last_layer(Features(), [2.0], x, classes)
+    assert h3.likelihood == "softmax" and h3.layout.n_outputs == 3 and d3.X.shape == (len(x), 2)
+    Features.noise_variance, Features.last_layer_likelihood = "small", "gaussian"
+    with pytest.raises(SgtuneError, match="noise_variance must be a number"):
         model_last_layer(Features(), [2.0], x, y)
     with pytest.raises(SgtuneError, match="has no features"):
         model_last_layer(object(), [2.0], x, y)

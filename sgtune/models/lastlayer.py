@@ -665,6 +665,8 @@ def declared_head(model: Any, likelihood: str | None = None, noise_variance: flo
     if lik != "gaussian":
         return lik, None
     nv = getattr(model, "noise_variance", None)
+    if nv is not None and (isinstance(nv, bool) or not isinstance(nv, (int, float, np.floating, np.integer))):
+        raise SgtuneError(f"model {label}: its noise_variance must be a number (σ² of the gaussian loss), got {nv!r}")
     return lik, _agreed(None if nv is None else float(nv), noise_variance, "noise_variance", label)
 
 
