@@ -7,6 +7,7 @@ command spells the shared options identically (docs/cli.rst).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +19,7 @@ from ..io.data import EXAMPLES, Dataset, example, load_dataset
 from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..models import MODEL_NAMES, Expansion, expand, fit_map, get_model, model_dim, prior_matrix
 from ..models.base import ModelError
+from ..models.lastlayer import LastLayerModel
 from ..models.user import is_model_file_spec, load_model_file
 from ._config import config_option, from_file
 from ._io import announced, check_writable
@@ -94,6 +96,10 @@ data_options = compose(
                  help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
                       "is the output layer (its weights start the fit; nothing may follow it) — or a function "
                       "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64. "
+                      "Or NAME is a network model (sgtune's model protocol with features(theta, X) and "
+                      "last_layer_likelihood, which gives the head's --likelihood): fitted exactly as --model "
+                      "FILE.py:NAME with the same options, or at --theta-hat (its D parameters), then the head on "
+                      "its features. "
                       "'mlp': sgtune's own network (--hidden-sizes, --activation, --likelihood gaussian or "
                       "bernoulli, --prior-precision, --seed, --subsample: the fit of --model mlp with the same "
                       "options, or its weights from --theta-hat) — the result describes SGD/SGLD on that network's "
@@ -306,7 +312,9 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
 
 def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
     """``--model last-layer``: the head of a trained network on its features (``--features`` FILE, or computed by
-    ``--features-from`` FILE.py:NAME from DATA's covariates), with ``--likelihood``; (features data, model)."""
+    ``--features-from`` FILE.py:NAME from DATA's covariates), with ``--likelihood``; (features data, model).
+    ``--features-from mlp`` or a model file whose NAME is a network *model* (with ``features(theta, X)``): the
+    output layer of that model at its fit or at ``--theta-hat`` (:func:`_network_last_layer`)."""
     from ..models.lastlayer import last_layer
     from ..models.user import guarded, load_file_object
 
@@ -314,13 +322,16 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
     if bool(feats) == bool(spec):
         raise click.UsageError("--model last-layer needs exactly one of --features FILE (the features, one row per "
                                "row of DATA) or --features-from FILE.py:NAME (the trained network)")
-    if kw.get("intercept") and spec != MLP_FEATURES:
-        raise click.UsageError("--intercept does not apply to --model last-layer: the output layer has its own bias")
-    if spec == MLP_FEATURES:
-        return _mlp_last_layer(ds, kw)
     lik = kw.get("likelihood") or "gaussian"
+    if spec == MLP_FEATURES:
+        return _network_last_layer(ds, kw, _mlp_network(ds, kw), spec)
     if lik == "poisson":
         raise click.UsageError("--model last-layer takes --likelihood gaussian, bernoulli or softmax, not poisson")
+    net = None if feats else load_file_object(spec, "--features-from")
+    if net is not None and _is_network_model(net):
+        return _network_last_layer(ds, kw, _user_network(net, spec, kw), spec)
+    if kw.get("intercept"):
+        raise click.UsageError("--intercept does not apply to --model last-layer: the output layer has its own bias")
     common = dict(likelihood=lik, noise_variance=kw.get("noise_variance", 1.0))
     if feats:
         phi = load_float_npy(feats, "--features")
@@ -330,42 +341,80 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
                                   f"rows), got shape {phi.shape}")
         model, data = last_layer(lambda rows: rows, phi, np.asarray(ds.y), source=feats, **common)
         return data, model
-    net = load_file_object(spec, "--features-from")
     if not callable(net):
         raise ModelError(f"--features-from {spec}: {type(net).__name__} is neither a torch.nn.Module nor a function "
-                         "features(X)")
+                         "features(X) (nor a model with features(theta, X))")
     X = np.asarray(ds.X)
     build = guarded(last_layer, f"--features-from {spec}", str(Path.cwd()), "computing the features")
     model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
     return data, model
 
 
-def _mlp_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
-    """``--features-from mlp``: the output layer of ``--model mlp`` with the same options, at its fit (the same
-    deterministic fit as ``--model mlp``: same prior, seed and ``--subsample`` rows) or at ``--theta-hat``."""
-    from ..models.lastlayer import mlp_last_layer
+def _is_network_model(obj: Any) -> bool:
+    """``--features-from`` FILE.py:NAME names a model (an instance or class with the protocol's
+    ``per_sample_grads``), not a torch network or a function ``features(X)``."""
+    torch = sys.modules.get("torch")  # a torch network's file imported torch
+    return callable(getattr(obj, "per_sample_grads", None)) and not (torch is not None
+                                                                    and isinstance(obj, torch.nn.Module))
 
+
+def _mlp_network(ds: Dataset, kw: dict[str, Any]) -> Any:
+    """``--features-from mlp``: the network ``--model mlp`` builds from the same options."""
     if (kw.get("likelihood") or "gaussian") not in ("gaussian", "bernoulli"):
         raise click.UsageError("--features-from mlp takes --likelihood gaussian or bernoulli (the output layer is "
                                f"then a linear or logistic model), not {kw.get('likelihood')}")
     if kw.get("hidden_sizes") is None:
         raise click.UsageError("--features-from mlp needs --hidden-sizes (the network's hidden widths, as for "
                                "--model mlp, e.g. 8)")
-    mlp = load_model("mlp", kw, ds)
-    d = model_dim(mlp, ds.dim)
+    return load_model("mlp", kw, ds)
+
+
+def _user_network(obj: Any, spec: str, kw: dict[str, Any]) -> Any:
+    """``--features-from FILE.py:NAME`` naming a model: the model ``--model FILE.py:NAME`` loads (``--hessian``
+    too), which must offer ``features(theta, X)``."""
+    from ..models.user import as_model
+
+    model = with_hessian(as_model(obj, spec, "features_from"), spec, kw.get("hessian") or "exact")
+    if not callable(getattr(model, "features", None)):
+        raise ModelError(f"--features-from {spec}: the model has no features(theta, X) method (the output layer's "
+                         "input at θ, the last hidden layer's output), so sgtune cannot take its last layer; add one "
+                         "with last_layer_likelihood (see sgtune.models.base), or give --model "
+                         f"{spec} for the whole network")
+    return model
+
+
+def _given(kw: dict[str, Any], name: str) -> Any:
+    """The value of option ``name`` if the user gave it (command line, environment or --config), else None."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or kw.get(name) is None:
+        return kw.get(name)
+    return None if ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT else kw[name]
+
+
+def _network_last_layer(ds: Dataset, kw: dict[str, Any], network: Any, spec: str) -> tuple[Dataset, Any]:
+    """The output layer of a network model (``--features-from mlp`` or a model file) with the body frozen at the
+    fit ``--model`` with the same options would make (same prior, seed and ``--subsample`` rows: the fit is
+    deterministic) or at ``--theta-hat`` (the network's D parameters). A likelihood or σ² the model declares for
+    its output layer wins; ``--likelihood`` / ``--noise-variance`` given otherwise are refused."""
+    from ..models.lastlayer import declared_head, model_last_layer
+
+    given = {} if spec == MLP_FEATURES else {"likelihood": _given(kw, "likelihood"),
+                                             "noise_variance": _given(kw, "noise_variance")}
+    declared_head(network, **given, required=True)  # before the fit: what the head is must be known
+    d = model_dim(network, ds.dim)
     if kw.get("theta_hat"):
         theta = load_float_npy(kw["theta_hat"], "--theta-hat").reshape(-1)
         if theta.shape[0] != d:
             raise ShapeError(f"--theta-hat must hold D = {d} numbers (the weights of the network, --features-from "
-                             f"mlp) but {kw['theta_hat']} has {theta.shape[0]}")
+                             f"{spec}) but {kw['theta_hat']} has {theta.shape[0]}")
     else:
         seed = int(kw.get("seed", 0))
         fit_ds = ds if kw.get("subsample") is None else ds.subsample(min(int(kw["subsample"]), ds.n_data),
                                                                         np.random.default_rng(seed))
         with announced(f"fitting the network for its features ({fit_ds.n_data} rows)", bool(kw.get("quiet"))):
-            theta = fit_map(mlp, fit_ds, load_prior(kw, d), population_size=None if fit_ds is ds else ds.n_data,
-                             seed=seed).theta_hat
-    model, data = mlp_last_layer(mlp, theta, np.asarray(ds.X), np.asarray(ds.y))
+            theta = fit_map(network, fit_ds, load_prior(kw, d), population_size=None if fit_ds is ds else ds.n_data,
+                            seed=seed).theta_hat
+    model, data = model_last_layer(network, theta, np.asarray(ds.X), np.asarray(ds.y), **given)
     return data, model
 
 
@@ -394,16 +443,20 @@ def load_model(spec: str, kw: dict[str, Any], dataset: Dataset | None = None) ->
                         likelihood=kw.get("likelihood") or "gaussian",
                         noise_variance=kw.get("noise_variance", 1.0), hessian=hessian)
     if is_model_file_spec(spec):
-        model = load_model_file(spec)
-        if hessian != "exact":
-            if not callable(getattr(model, "with_hessian", None)):
-                raise ModelError(f"--hessian {hessian}: model {spec} has no with_hessian(kind) method, so it offers "
-                                 "no Gauss–Newton curvature; return RankOneCurvature from its curvature() instead")
-            model = model.with_hessian(hessian)
-        return model
+        return with_hessian(load_model_file(spec), spec, hessian)
     raise click.UsageError(f"--model must be one of {', '.join(MODEL_NAMES)}, multinomial, mlp, last-layer, or "
                            f"path/to/file.py:NAME; "
                            f"got {spec!r}")
+
+
+def with_hessian(model: Any, spec: str, hessian: str) -> Any:
+    """A user's model with ``--hessian`` applied (``with_hessian(kind)``; ``exact``: the model as it is)."""
+    if hessian == "exact":
+        return model
+    if not callable(getattr(model, "with_hessian", None)):
+        raise ModelError(f"--hessian {hessian}: model {spec} has no with_hessian(kind) method, so it offers "
+                         "no Gauss–Newton curvature; return RankOneCurvature from its curvature() instead")
+    return model.with_hessian(hessian)
 
 
 def load_prior(kw: dict[str, Any], dim: int) -> np.ndarray:
@@ -419,7 +472,7 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
     d = model_dim(model, ds.dim)
     gam = load_prior(kw, d)
     theta_hat = None
-    if kw.get("theta_hat") and not (kw.get("model") == "last-layer" and kw.get("features_from") == MLP_FEATURES):
+    if kw.get("theta_hat") and not (isinstance(model, LastLayerModel) and model.body_weights is not None):
         theta_hat = load_float_npy(kw["theta_hat"], "--theta-hat").reshape(-1)
         if theta_hat.shape[0] != d:
             raise ShapeError(f"--theta-hat must hold D = {d} numbers (the parameters of model {kw.get('model')}) "

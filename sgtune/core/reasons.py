@@ -110,7 +110,9 @@ CODES: dict[str, tuple[str, str]] = {
         "the divergence estimate asks for it); for a given scalar step, a step that small. `--refine` is refused. "
         "For every code of the report, a tuned `--model mlp` (gaussian or bernoulli) first gets its last layer: "
         "`--model last-layer --features-from mlp`, the output layer at the fitted weights with the body frozen, "
-        "whose own report sgtune computes (`expect: applicable` when it is)"),
+        "whose own report sgtune computes (`expect: applicable` when it is); a network model from a file that "
+        "offers `features(theta, X)` and `last_layer_likelihood` likewise gets `--model last-layer "
+        "--features-from net.py:MODEL --likelihood L`"),
     "not-quadratic": (
         "the spread is local but the loss bends over it: the linearised covariance is off by more than 5 %",
         "`--refine 3` (chains correct Λ until their covariance matches the target), then the inverse temperature "

@@ -68,6 +68,23 @@ Optional
     Pure data the sampler maps to a compiled gradient (``"glm"``, ``"mlp"``); models without
     it run through the sampler's general NumPy path.
 
+Optional: the last layer of a network
+-------------------------------------
+A network whose output is f(x; θ) = W φ(x; θ) + b can offer its output layer on frozen features
+(:mod:`sgtune.models.lastlayer`, a GLM the theory is exact for; ``--model last-layer --features-from
+FILE.py:NAME``, and the first remedy when tuning the whole network is not applicable):
+
+``features(theta, X) -> (n, d)``
+    φ(x_n; θ), the output layer's input (the last hidden layer's output) at parameters θ.
+``last_layer_likelihood`` : {"gaussian", "bernoulli", "softmax"}
+    The loss of the output: (y − f)²/(2σ²) with one output, log(1 + e^f) − y f with one logit, or
+    the softmax cross-entropy of K logits (y a class index 0 … K−1).
+``noise_variance`` : float
+    σ² of the gaussian loss (default 1).
+
+Only φ(x; θ̂) is taken from the network: the head (weights and bias) is refitted on the features
+(:func:`sgtune.models.lastlayer.model_last_layer`), so θ's layout does not matter.
+
 Every method takes float64 arrays; a model may assume validated inputs. :func:`checked_call`
 wraps the calls sgtune makes into a model and turns a wrong shape, a non-finite value or an
 exception into one :class:`ModelError` naming the model and the function.

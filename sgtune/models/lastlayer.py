@@ -37,6 +37,7 @@ network and leave the body alone.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,10 +46,12 @@ import numpy as np
 from ..core._refs import cites
 from ..core.errors import DataFormatError, SgtuneError, ShapeError
 from ..io.data import Dataset, make_dataset
+from .base import model_dim, model_label
 from .glm import get_model
+from .mlp import MLP
 
-__all__ = ["last_layer", "mlp_last_layer", "LastLayerModel", "HeadLayout", "LAST_LAYER_LIKELIHOODS",
-           "compute_features"]
+__all__ = ["last_layer", "mlp_last_layer", "model_last_layer", "declared_head", "LastLayerModel", "HeadLayout",
+           "LAST_LAYER_LIKELIHOODS", "compute_features"]
 
 #: likelihood → the model of the head (softmax: the full-layout multinomial model); "categorical" (the name
 #: :func:`sgtune.models.pytorch.from_torch` uses) is accepted for "softmax"
@@ -163,6 +166,12 @@ class LastLayerModel:
     source : str
         Where the features came from (messages and JSON).
 
+    Attributes
+    ----------
+    body_weights : (D_network,) ndarray or None
+        The whole network's parameters θ at which the features φ(x; θ) were computed, when they came from a
+        model (:func:`model_last_layer`); None for features from a file, a function or a torch network.
+
     Examples
     --------
     >>> rng = np.random.default_rng(0)
@@ -182,6 +191,7 @@ class LastLayerModel:
         self.trained = None if trained is None else np.asarray(trained, dtype=float).copy()
         self.features_source = source
         self.name = f"last-layer ({likelihood})"
+        self.body_weights: np.ndarray | None = None
 
     def __getattr__(self, attr: str) -> Any:
         inner = self.__dict__.get("inner")
@@ -595,3 +605,160 @@ def mlp_last_layer(mlp: Any, theta: Any, X: Any, y: Any) -> tuple[LastLayerModel
     return last_layer(lambda rows: mlp.features(th, rows), Xa, y, likelihood=lik,
                       noise_variance=mlp.noise_variance, head=(w.reshape(-1), b.reshape(-1)), head_name="output",
                       source=f"mlp ({','.join(map(str, mlp.hidden_sizes))} {mlp.activation})")
+
+
+def declared_head(model: Any, likelihood: str | None = None, noise_variance: float | None = None, *,
+                  required: bool = False) -> tuple[str | None, float | None]:
+    """What a model declares about its output layer, with what the caller gives where it declares nothing.
+
+    The optional last-layer part of the model protocol:
+    a network model may offer ``features(theta, X) -> (n, d)`` (the output layer's input φ(x; θ), i.e. the
+    last hidden layer's output at parameters θ) with ``last_layer_likelihood`` (the loss of its output:
+    ``"gaussian"``, ``"bernoulli"`` or ``"softmax"``; ``"categorical"`` reads as ``"softmax"``) and, for
+    ``"gaussian"``, ``noise_variance`` σ² (:mod:`sgtune.models.base`).
+
+    Parameters
+    ----------
+    model : object
+        Any model.
+    likelihood : {"gaussian", "bernoulli", "softmax"}, optional
+        The head's likelihood where the model declares none (a different one than declared is refused).
+    noise_variance : float, optional
+        The σ² of a gaussian head where the model declares none (a different one than declared is refused).
+    required : bool, optional
+        Raise when the model offers no ``features`` or no likelihood results (instead of returning None).
+
+    Returns
+    -------
+    (str or None, float or None)
+        The likelihood and σ² (σ² only for gaussian); None where neither the model nor the caller says (both
+        None for a model without ``features``).
+
+    Raises
+    ------
+    SgtuneError
+        ``last_layer_likelihood`` is not one of those names, a given value contradicts the declared one, or
+        (``required``) there are no features or no likelihood.
+
+    Examples
+    --------
+    >>> from sgtune.models import get_model, make_mlp
+    >>> declared_head(make_mlp("3", likelihood="bernoulli")), declared_head(get_model("logistic"))
+    (('bernoulli', None), (None, None))
+    """
+    label = model_label(model)
+    if not callable(getattr(model, "features", None)):
+        if required:
+            raise SgtuneError(f"model {label} has no features(theta, X) method (the output layer's input at θ, the "
+                              "last hidden layer's output), so sgtune cannot take its last layer; add one with "
+                              "last_layer_likelihood (sgtune.models.base)")
+        return None, None
+    lik = getattr(model, "last_layer_likelihood", None)
+    if lik is not None and (not isinstance(lik, str) or lik not in (*LAST_LAYER_LIKELIHOODS, "categorical")):
+        raise SgtuneError(f"model {label}: its last_layer_likelihood must be one of "
+                          f"{', '.join(LAST_LAYER_LIKELIHOODS)} (the loss of the output layer), got {lik!r}")
+    lik = _agreed(None if lik is None else _likelihood(lik), None if likelihood is None else _likelihood(likelihood),
+                  "likelihood", label)
+    if lik is None and required:
+        raise SgtuneError(f"model {label} declares no last_layer_likelihood (gaussian, bernoulli or softmax: the "
+                          "loss of its output layer); add the attribute, or give the likelihood")
+    if lik != "gaussian":
+        return lik, None
+    nv = getattr(model, "noise_variance", None)
+    if nv is not None and (isinstance(nv, bool) or not isinstance(nv, (int, float, np.floating, np.integer))):
+        raise SgtuneError(f"model {label}: its noise_variance must be a number (σ² of the gaussian loss), got {nv!r}")
+    return lik, _agreed(None if nv is None else float(nv), noise_variance, "noise_variance", label)
+
+
+def _agreed(declared: Any, given: Any, what: str, label: str) -> Any:
+    """The declared value, else the given one; both given and different: an error naming the parameter."""
+    if declared is None or given is None:
+        return declared if declared is not None else given
+    same = declared == given if isinstance(declared, str) else math.isclose(declared, given, rel_tol=1e-12)
+    if not same:
+        words = {"likelihood": "the likelihood", "noise_variance": "the noise variance"}[what]
+        raise SgtuneError(f"model {label} declares {words} {declared!r} for its output layer, but `{what}={given}` "
+                          "was given; leave it out or make the two agree")
+    return declared
+
+
+@cites("sgtune", "the output layer of a network model at θ on frozen features φ(x; θ) is a GLM (module docstring)")
+def model_last_layer(model: Any, theta: Any, X: Any, y: Any, *, likelihood: str | None = None,
+                     noise_variance: float | None = None) -> tuple[LastLayerModel, Dataset]:
+    """The output layer of a network *model* at parameters θ, with the body frozen: any model offering its features.
+
+    The model offers ``features(theta, X)`` and declares its head (:func:`declared_head`). sgtune's own
+    :class:`~sgtune.models.mlp.MLP` gives :func:`mlp_last_layer` (the head starts at θ's output layer). Any
+    other model: the head is fitted on φ(X; θ) from zero (a GLM: Newton, unique MAP), its parameters named
+    ``output.weight[k,j]``, ``output.bias[k]`` (K = max(y) + 1 classes for softmax); only φ(x; θ) is taken
+    from θ, so θ's own layout does not matter.
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The network, with ``features(theta, X)`` and ``last_layer_likelihood``.
+    theta : (D,) array_like
+        The network's parameters, e.g. its fitted θ̂ (``expand(model, data, Γ).theta_hat``).
+    X, y : array_like
+        The rows the network was fitted to (N, p) and their responses.
+    likelihood : {"gaussian", "bernoulli", "softmax"}, optional
+        The head's likelihood where the model declares none (a declared one wins; a different one is refused).
+    noise_variance : float, optional
+        The σ² of a gaussian head where the model declares none (default 1; a different one is refused).
+
+    Returns
+    -------
+    (LastLayerModel, Dataset)
+        As :func:`last_layer`; the head's ``body_weights`` is θ.
+
+    Raises
+    ------
+    SgtuneError
+        If the model offers no features, declares no (or an unknown) likelihood, or θ is not D numbers.
+
+    Examples
+    --------
+    A two-unit tanh network written by hand (Gauss–Newton curvature), fitted, then its head:
+
+    >>> from sgtune.models import RankOneCurvature, expand
+    >>> class Net:
+    ...     name, last_layer_likelihood, noise_variance = "net", "gaussian", 0.01
+    ...     def n_params(self, p): return 2 * p + 5                 # W (2, p), b (2), w (2), c
+    ...     def initial_params(self, p, rng): return 0.5 * rng.standard_normal(2 * p + 5)
+    ...     def features(self, theta, X):                           # φ(x; θ) = tanh(W x + b)
+    ...         p = X.shape[1]
+    ...         return np.tanh(X @ theta[:2 * p].reshape(2, p).T + theta[2 * p:2 * p + 2])
+    ...     def _f(self, theta, X):                                 # f(x) and ∇_θ f(x)
+    ...         a, w = self.features(theta, X), theta[-3:-1]
+    ...         da = (1 - a ** 2) * w
+    ...         g = np.hstack([(da[:, :, None] * X[:, None, :]).reshape(len(X), -1), da, a, np.ones((len(X), 1))])
+    ...         return a @ w + theta[-1], g
+    ...     def per_sample_losses(self, theta, X, y): return 0.5 * (y - self._f(theta, X)[0]) ** 2 / 0.01
+    ...     def per_sample_grads(self, theta, X, y):
+    ...         f, g = self._f(theta, X)
+    ...         return ((f - y) / 0.01)[:, None] * g
+    ...     def curvature(self, theta, X, y): return RankOneCurvature(self._f(theta, X)[1], np.full(len(X), 100.0))
+    >>> from sgtune.io.data import make_dataset
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.uniform(-3, 3, (40, 1))
+    >>> data = make_dataset(x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
+    >>> e = expand(Net(), data, 1.0)
+    >>> head, hdata = model_last_layer(Net(), e.theta_hat, data.X, data.y)
+    >>> head.parameter_names(), hdata.X.shape
+    (('output.weight[0,0]', 'output.weight[0,1]', 'output.bias[0]'), (40, 3))
+    """
+    label = model_label(model)
+    lik, nv = declared_head(model, likelihood, noise_variance, required=True)
+    Xa = np.ascontiguousarray(X, dtype=np.float64)
+    Xa = Xa[:, None] if Xa.ndim == 1 else Xa
+    th = np.asarray(theta, dtype=np.float64).reshape(-1)
+    d = model_dim(model, Xa.shape[1])
+    if th.shape[0] != d:
+        raise ShapeError(f"model {label}: θ must hold D = {d} numbers (its parameters), got {th.shape[0]}")
+    if isinstance(model, MLP):
+        head, data = mlp_last_layer(model, th, Xa, y)
+    else:
+        head, data = last_layer(lambda rows: model.features(th, rows), Xa, y, likelihood=lik,
+                                noise_variance=1.0 if nv is None else nv, head_name="output", source=label)
+    head.body_weights = th.copy()
+    return head, data

@@ -369,6 +369,12 @@ class MLP:
                 rdelta = rback
         return hv
 
+    @property
+    def last_layer_likelihood(self) -> str | None:
+        """The output layer's likelihood when it is a model sgtune has (gaussian: linear, bernoulli: logistic),
+        else None (poisson): the model protocol's last-layer declaration (:func:`sgtune.models.lastlayer.declared_head`)."""
+        return self.likelihood if self.likelihood in ("gaussian", "bernoulli") else None
+
     def features(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """φ(x_n; θ), the input of the output layer (the last hidden layer's activations; X itself without a
         hidden layer), shape (n, h_K): the frozen features of the network's last layer

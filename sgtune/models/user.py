@@ -28,6 +28,13 @@ arguments to get one. A complete example file (a logistic regression written by 
 
 and ``sgtune lambda data.csv --model my_model.py:MODEL --batch-size 64``.
 
+A network model that also offers ``features(theta, X)`` and ``last_layer_likelihood`` (the protocol's
+last-layer part, :mod:`sgtune.models.base`) has its output layer on frozen features as a model of its own:
+``sgtune lambda data.csv --model last-layer --features-from my_net.py:MODEL --batch-size 64`` fits the
+network exactly as ``--model my_net.py:MODEL`` does (or takes its parameters from ``--theta-hat``) and
+tunes the head on φ(X; θ̂); :class:`UserModel` keeps the file's ``path.py:NAME`` (``source``) so a
+remedy can name it.
+
 A model file cannot break the command line's contract: while it is imported, and in every call
 sgtune makes into the model, what it prints goes to stderr (stdout holds the JSON document),
 ``sys.argv`` holds only the file's path (so ``argparse`` at import time sees no sgtune options), a
@@ -47,7 +54,7 @@ from typing import Any, Callable
 from ..core.errors import SgtuneError
 from .base import CURVATURE_METHODS, ModelError, model_label
 
-__all__ = ["load_model_file", "load_file_object", "is_model_file_spec", "check_protocol", "UserModel"]
+__all__ = ["load_model_file", "load_file_object", "as_model", "is_model_file_spec", "check_protocol", "UserModel"]
 
 REQUIRED = ("per_sample_losses", "per_sample_grads")
 
@@ -143,11 +150,49 @@ def load_model_file(spec: str) -> Any:
     >>> model.name
     'squares'
     """
-    obj = load_file_object(spec, "`model`")
+    return as_model(load_file_object(spec, "`model`"), spec)
+
+
+def as_model(obj: Any, spec: str, param: str = "model") -> UserModel:
+    """The object NAME of ``spec`` (:func:`load_file_object`) as a checked, wrapped model.
+
+    A class (or other callable without ``per_sample_grads``) is called without arguments first.
+
+    Parameters
+    ----------
+    obj : object
+        The object the file defines.
+    spec : str
+        ``path.py:NAME``.
+    param : str, optional
+        The parameter that named it, in messages (``model``, or ``features_from`` for the last layer of a
+        network model).
+
+    Returns
+    -------
+    UserModel
+        The model, wrapped so that its errors name the file and the method.
+
+    Raises
+    ------
+    ModelError
+        Calling it fails, or it is not a model.
+
+    Examples
+    --------
+    >>> from sgtune.models.user import as_model
+    >>> class Squares:
+    ...     name = "squares"
+    ...     def per_sample_losses(self, theta, X, y): return 0.5 * (y - X @ theta) ** 2
+    ...     def per_sample_grads(self, theta, X, y): return -(y - X @ theta)[:, None] * X
+    ...     def per_sample_hessians(self, theta, X, y): return X[:, :, None] * X[:, None, :]
+    >>> as_model(Squares, "squares.py:Squares").name
+    'squares'
+    """
     path_s, _, name = spec.rpartition(":")
     if isinstance(obj, type) or (callable(obj) and not callable(getattr(obj, "per_sample_grads", None))):
-        obj = guarded(obj, f"`model={spec}`: calling {name}() in {path_s}", os.getcwd())()
-    check_protocol(obj, f"`model={spec}` ({model_label(obj)})")
+        obj = guarded(obj, f"`{param}={spec}`: calling {name}() in {path_s}", os.getcwd())()
+    check_protocol(obj, f"`{param}={spec}` ({model_label(obj)})")
     return UserModel(obj, spec)
 
 

@@ -831,23 +831,44 @@ def _target_name(expansion: Expansion, target: np.ndarray) -> str | None:
         return None
 
 
+def _features_from(model: Any) -> str | None:
+    """How the command line names the network whose last layer is offered: ``"mlp"`` for sgtune's own network with
+    hidden layers, the model file ``path.py:NAME`` of a user's model offering its features; None otherwise."""
+    from ..models.lastlayer import declared_head
+    from ..models.mlp import MLP
+    from ..models.user import is_model_file_spec
+
+    if isinstance(model, MLP):
+        return "mlp" if model.hidden_sizes and model.last_layer_likelihood is not None else None
+    spec = getattr(model, "source", None)
+    if not (isinstance(spec, str) and is_model_file_spec(spec)):
+        return None
+    try:
+        lik, _ = declared_head(model)
+    except SgtuneError:
+        return None
+    return spec if lik is not None else None
+
+
 @cites("sgtune", "the output layer on frozen features is a GLM (sgtune.models.lastlayer), checked by this report")
 def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov,
                       target_cov: Any) -> Remedy | None:
     """The network's output layer at θ̂ with the body frozen, as a remedy — checked here, not hoped for.
 
-    For sgtune's own network (:class:`~sgtune.models.mlp.MLP`, gaussian or bernoulli likelihood) whose Λ
-    was tuned to the posterior or sandwich target with an isotropic prior, the head at θ̂
-    (:func:`~sgtune.models.lastlayer.mlp_last_layer`) is a linear or logistic model: this tunes Λ for it
-    with the same batch, β, momentum and target and runs its applicability report, so ``expect`` is
-    ``"applicable"`` only when that report is. None when the remedy does not apply (another model, a
-    given Λ or target matrix, a prior matrix, data out of core or subsampled, a target the head cannot
-    reach at this β).
+    For a network model that offers its last layer — sgtune's own :class:`~sgtune.models.mlp.MLP` (gaussian or
+    bernoulli likelihood), or a user's model loaded from ``path.py:NAME`` (:class:`~sgtune.models.user.UserModel`)
+    with ``features(theta, X)`` and ``last_layer_likelihood`` (:func:`~sgtune.models.lastlayer.declared_head`) —
+    whose Λ was tuned to the posterior or sandwich target with an isotropic prior, the head at θ̂
+    (:func:`~sgtune.models.lastlayer.model_last_layer`) is a linear, logistic or softmax model: this tunes Λ for
+    it with the same batch, β, momentum and target and runs its applicability report, so ``expect`` is
+    ``"applicable"`` only when that report is. None when the remedy does not apply (another model, a model
+    without a file to name, a given Λ or target matrix, a prior matrix, data out of core or subsampled, a target
+    the head cannot reach at this β).
 
     Parameters
     ----------
     model : PerSampleModel
-        The model whose report found reasons (only an :class:`~sgtune.models.mlp.MLP` gets a remedy).
+        The model whose report found reasons.
     data : Dataset
         Its data.
     expansion : Expansion
@@ -860,7 +881,9 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
     Returns
     -------
     Remedy or None
-        Changes ``{"model": "last-layer", "features_from": "mlp", "target": …, "blocks": None}``.
+        Changes ``{"model": "last-layer", "features_from": "mlp", "target": …, "blocks": None}``; for a user's
+        model ``features_from`` is its ``path.py:NAME``, ``likelihood`` its head's and ``noise_variance`` None
+        (the head's σ² is the one the model declares, or 1: a σ² typed for the whole model is dropped).
 
     Examples
     --------
@@ -877,12 +900,11 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
     True
     """
     from ..models import expand
-    from ..models.lastlayer import mlp_last_layer
-    from ..models.mlp import MLP
+    from ..models.lastlayer import model_last_layer
     from .tuning import tune
 
-    if (target_cov is None or not isinstance(model, MLP) or not model.hidden_sizes or data.rows is not None
-            or model.likelihood not in ("gaussian", "bernoulli") or expansion.n_samples != expansion.n_data):
+    spec = _features_from(model)
+    if target_cov is None or spec is None or data.rows is not None or expansion.n_samples != expansion.n_data:
         return None
     gam = np.asarray(expansion.prior_precision, dtype=float)
     g = float(gam[0, 0])
@@ -892,7 +914,7 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
     if name is None:
         return None
     try:
-        head, hdata = mlp_last_layer(model, expansion.theta_hat, data.X, data.y)
+        head, hdata = model_last_layer(model, expansion.theta_hat, data.X, data.y)
         e = expand(head, hdata, g)
         res = tune(e, stationary.dynamics.replace(step=None), target=name)
         rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov)
@@ -900,11 +922,13 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
         return None
     verdict = ("its own applicability report is applicable" if rep.applicable else
                f"its own applicability report is not ({', '.join(rep.reason_codes)}): follow its remedies")
+    changes: dict[str, Any] = {"model": "last-layer", "features_from": spec}
+    if spec != "mlp":  # the head's likelihood as the model declares it; its σ² is the model's (or 1), never typed
+        changes.update(likelihood=head.likelihood, noise_variance=None)
     return Remedy(f"the network's last layer: SGD/SGLD on the output layer's {e.dim} weights and bias with the "
                   "body frozen at the fitted weights θ̂ (features φ(x; θ̂) of the same fit), same target, batch "
                   f"and β — a {head.inner.name} model, for which {verdict}",
-                  {"model": "last-layer", "features_from": "mlp", "target": name, "blocks": None},
-                  expect="applicable" if rep.applicable else "runs")
+                  {**changes, "target": name, "blocks": None}, expect="applicable" if rep.applicable else "runs")
 
 
 def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,

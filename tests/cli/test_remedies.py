@@ -244,3 +244,42 @@ def test_a_network_prints_its_last_layer_and_every_remedy_runs(tmp_path):
     theta, names = np.asarray(doc["theta_hat"]), doc["parameter_names"]
     out = [names.index(n) for n in hdoc["parameter_names"]]  # output.weight[0,j], output.bias[0] in both
     np.testing.assert_allclose(hdoc["theta_hat"], theta[out], rtol=0, atol=1e-6 * np.abs(theta[out]).max())
+
+
+@pytest.mark.parametrize("lik", ["gaussian", "bernoulli"])
+def test_a_users_network_prints_its_last_layer_and_every_remedy_runs(tmp_path, lik):
+    """A user's tanh network (a model file, tests/_networks.py) where tuning the whole network is not applicable —
+    a 2-unit regression on 40 rows of a noisy sine, a 3-unit classifier on 60 rows of a noisy circle, both SGLD at
+    β = 2N on the posterior (not applicable on every one of 30 problems measured: 4 widths/sizes × 3 seeds of the
+    sine, 3 simulated classifiers × 2 sizes × 3 seeds) — prints its output layer first:
+    ``--model last-layer --features-from FILE.py:MODEL --likelihood L``, which runs as printed and is applicable;
+    a --noise-variance typed for the whole model is dropped (the head's σ² is the model's)."""
+    from _networks import write_net
+
+    rng = np.random.default_rng(0)
+    if lik == "gaussian":
+        x = rng.uniform(-3, 3, size=(40, 1))
+        csv = _csv(tmp_path / "s.csv", x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
+        spec, extra = write_net(tmp_path, "TanhNet(2, 'gaussian', 0.01)"), ["--noise-variance", "0.3"]
+    else:
+        x = rng.standard_normal((60, 2))
+        p = 1.0 / (1.0 + np.exp(-3.0 * (1.2 - (x ** 2).sum(1))))
+        csv = _csv(tmp_path / "c.csv", x, (rng.uniform(size=60) < p).astype(float))
+        spec, extra = write_net(tmp_path, "TanhNet(3, 'bernoulli')"), []
+    argv = ["lambda", csv, "--model", spec, *extra, "--prior-precision", "1", "--batch-size", "10", "--target",
+            "posterior", "--inverse-temperature", "2N", "-q"]
+    r, doc = _invoke(argv)
+    assert r.exit_code == 0, r.stderr
+    app = doc["applicability"]
+    assert not app["applicable"]
+    head = app["remedies"][0]
+    a = head["argv"]
+    assert a[a.index("--model") + 1] == "last-layer" and a[a.index("--features-from") + 1] == spec
+    assert a[a.index("--likelihood") + 1] == lik and "--noise-variance" not in a
+    assert head["expect"] == "applicable" and "body frozen" in head["why"]
+    ran = follow(argv, depth=1)  # every printed remedy: exit 0, applicable where it says so
+    assert a[1:] in ran
+    _, hdoc = _invoke(a[1:])
+    theta, h = np.asarray(doc["theta_hat"]), 2 if lik == "gaussian" else 3
+    out = theta[-(h + 1):]  # θ̂'s output layer (w, c): the head refit on θ̂'s features stays there
+    np.testing.assert_allclose(hdoc["theta_hat"], out, rtol=0, atol=1e-6 * np.abs(out).max())
