@@ -162,10 +162,12 @@ def sgld_target_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: igno
     """The SMILE paper's SGLD baseline on an analytic target, θ ← θ + h g + √(2h) η with g = ∇log p_ξ(θ)
     (:func:`sgtune.sampler.smile.sgld_step`, h = s · ``p.step``; the oracle draws the step's noise)."""
     data_gradient(grad_fn, th, ora, st, nb, w)
+    buf = w.buf
+    grad = w.grad
     for j in range(th.shape[0]):
-        w.buf[j] = -w.grad[j]
+        buf[j] = -grad[j]
     fill_normals(st, w.xi)
-    sgld_step(th, w.buf, w.xi, s * p.step)
+    sgld_step(th, buf, w.xi, s * p.step)
     return 0
 
 
