@@ -318,9 +318,9 @@ def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
         tail = [m for m in after if not isinstance(m, identity)] if isinstance(parent, torch.nn.Sequential) else []
         if tail:
             raise SgtuneError(f"the network's output is not the output of its last nn.Linear {name!r}: something "
-                              f"follows it ({type(tail[0]).__name__}); the likelihood applies the link itself, so the "
-                              "network must end with that layer (its output the logits or the mean), or give body= "
-                              "and head= explicitly")
+                              f"follows it ({type(tail[0]).__name__}); the likelihood applies the link itself: end "
+                              "the network with that layer (its output the logits or the mean) or, in Python, give "
+                              "last_layer(body=..., head=...)")
         parent = parent.get_submodule(part)
     return name, layer
 
@@ -398,8 +398,8 @@ def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: in
                         not torch.equal(f.reshape(-1), seen["out"].reshape(-1)):
                     raise SgtuneError(f"the network's output is not the output of its layer {name!r}: something "
                                       "follows it (an activation such as Softmax or Sigmoid, a scaling); the likelihood "
-                                      "applies the link itself, so give body= and head= explicitly (the head's output "
-                                      "must be the logits or the mean)")
+                                      "applies the link itself: end the network with that layer (its output the "
+                                      "logits or the mean) or, in Python, give last_layer(body=..., head=...)")
                 out.append(seen["in"].reshape(f.shape[0] if f.ndim else 1, -1).numpy())
         finally:
             handle.remove()

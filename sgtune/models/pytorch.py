@@ -236,9 +236,12 @@ class TorchModel:
             If the module offers no last layer (:attr:`last_layer_likelihood` is None): the message says why.
         """
         why = self._output_refusal()
-        if why:
-            raise SgtuneError(f"{self.name}: no last layer: {why}")
-        return torch_network_features(self._network_at(theta), X)[2]
+        if not why:
+            try:  # the forward pass shows what the modules do not (a custom forward linking the output)
+                return torch_network_features(self._network_at(theta), X)[2]
+            except SgtuneError as exc:
+                why = str(exc)
+        raise SgtuneError(f"{self.name}: no last layer: {why}")
 
     def output_layer(self, theta: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None]:
         """(name, weight (K, d), bias (K,) or None) of the module's output layer at θ: where the head starts.
