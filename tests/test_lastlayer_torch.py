@@ -93,6 +93,17 @@ def test_a_categorical_network_gives_a_softmax_head_with_k_from_out_features():
     np.testing.assert_array_equal(head.trained, [value[n] for n in head.parameter_names()])
 
 
+def test_dropout_after_the_output_layer_is_the_identity_in_eval_mode():
+    """The model runs the module in eval() mode, where a trailing Dropout changes nothing: the layer is identified."""
+    torch.manual_seed(4)
+    model = from_torch(nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1), nn.Dropout(0.5)), "bernoulli")
+    theta, X = model.flatten(), _rows(p=2)
+    assert model.last_layer_likelihood == "bernoulli"
+    np.testing.assert_allclose(model.features(theta, X), np.tanh(X @ theta[:6].reshape(3, 2).T + theta[6:9]),
+                               rtol=0, atol=SAME_FEATURES_ATOL)
+    assert model.output_layer(theta)[0] == "2"
+
+
 class _Linked(nn.Module):
     """The logit through a sigmoid in ``forward``: nothing in its modules shows it."""
 

@@ -202,7 +202,7 @@ class TorchModel:
             return str(exc)
         if sum(p.numel() for p in layer.parameters()) == self.dim:
             return (f"the output layer {name or type(layer).__name__!r} holds every parameter of the module: its "
-                    "last layer is the whole model (tune it with --model)")
+                    "last layer is the whole model")
         return ""
 
     def _network_at(self, theta: Any) -> Any:
