@@ -78,7 +78,15 @@ def _runner():
     return run_old
 
 
-def worker(repeats: int) -> dict[str, float]:
+def _selected(only: str) -> list[str]:
+    keys = [k.strip() for k in only.split(",") if k.strip()]
+    names = [n for n in CONFIGS if not keys or any(k in n for k in keys)]
+    if not names:
+        raise SystemExit(f"--only {only!r} matches none of: {', '.join(CONFIGS)}")
+    return names
+
+
+def worker(repeats: int, only: str = "") -> dict[str, float]:
     """µs per chain-iteration, best of ``repeats``, for every configuration (this process's sgtune)."""
     import numpy as np
 
@@ -89,7 +97,8 @@ def worker(repeats: int) -> dict[str, float]:
     X, y = _problem()
     run = _runner()
     out = {}
-    for name, (model_name, sampler, step, chains, steps, extra) in CONFIGS.items():
+    for name in _selected(only):
+        model_name, sampler, step, chains, steps, extra = CONFIGS[name]
         model = make_mlp("3", activation="tanh", likelihood="bernoulli") if model_name == "mlp" else model_name
         dim = model.n_params(D) if model_name == "mlp" else D
         lam = 0.3 * (np.eye(dim) + 0.2 * np.ones((dim, dim)) / dim) if step == "dense" else step
@@ -111,10 +120,11 @@ def worker(repeats: int) -> dict[str, float]:
     return out
 
 
-def _spawn(tree: Path, repeats: int) -> dict[str, float]:
+def _spawn(tree: Path, repeats: int, only: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(tree / ".numba_cache_ab"),
                OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--repeats", str(repeats)],
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--repeats", str(repeats),
+                          "--only", only],
                          env=env, cwd=str(tree), capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"worker in {tree} failed:\n{res.stderr[-3000:]}")
@@ -129,10 +139,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the table here (the docs' results format)")
     ap.add_argument("--label", default="baseline", help="the baseline's name in the table (e.g. its commit)")
     ap.add_argument("--note", default="", help="a remark for the table's caption (e.g. the machine's load)")
+    ap.add_argument("--only", default="", help="comma-separated substrings: run only the configurations whose "
+                    "name contains one (e.g. sglrw,MLP)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker(a.repeats)))
+        print(json.dumps(worker(a.repeats, a.only)))
         return
     if a.baseline is None:
         ap.error("--baseline is required")
@@ -141,12 +153,12 @@ def main() -> None:
     best: dict[str, dict[str, float]] = {k: {} for k in trees}
     for r in range(a.rounds):
         for label in (("baseline", "now") if r % 2 == 0 else ("now", "baseline")):
-            for name, us in _spawn(trees[label], a.repeats).items():
+            for name, us in _spawn(trees[label], a.repeats, a.only).items():
                 best[label][name] = min(best[label].get(name, math.inf), us)
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     rows = []
     print(f"{'configuration':44s} {'baseline µs':>12s} {'now µs':>9s} {'now/base':>9s}")
-    for name in CONFIGS:
+    for name in _selected(a.only):
         b, n = best["baseline"][name], best["now"][name]
         rows.append([name, f"{b:.3g}", f"{n:.3g}", f"{n / b:.2f}"])
         print(f"{name:44s} {b:12.3f} {n:9.3f} {n / b:9.3f}")

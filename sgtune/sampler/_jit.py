@@ -80,7 +80,7 @@ import tempfile
 import numba
 
 __all__ = ["njit", "njit_fma", "njit_inline", "njit_parallel", "prange", "component", "component_fma",
-           "component_inline", "NJIT_OPTIONS",
+           "component_inline", "inline_caller", "NJIT_OPTIONS",
            "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES", "ensure_cache_location"]
 
@@ -253,3 +253,40 @@ def component_fma(fn):  # type: ignore[no-untyped-def]
 def component_inline(fn):  # type: ignore[no-untyped-def]
     """:func:`component` inlined where it is called by name (module docstring, "Inlined helpers")."""
     return component(fn, njit_inline)
+
+
+def inline_caller(name: str, params: str):  # type: ignore[no-untyped-def]
+    """``name(fn, <params>)``: calls the component ``fn`` (passed as an argument) with ``<params>``, inlined.
+
+    A compiled function that calls a component it was given as an argument calls it as a function; one that
+    calls it through this caller gets the component's body inlined in numba's IR when the component is a
+    :func:`component_inline` (module docstring, "Inlined helpers"), and an ordinary call otherwise (e.g. the
+    FMA-compiled MLP gradient, whose flags differ from its caller's). numba cannot inline a call with
+    ``*args``, hence one caller per parameter list (the source of the caller and of its compiled twin is
+    generated from ``params``). In Python (the reference implementation) it is ``fn(<params>)``.
+
+    >>> call2 = inline_caller("call2", "a, b")
+    >>> call2(max, 3, 4)
+    4
+    """
+    from numba import types
+    from numba.extending import overload
+
+    src = f"def {name}(fn, {params}):\n    return fn({params})\n"
+    scope: dict[str, object] = {}
+    exec(src, scope)  # noqa: S102 - fixed template, parameter names from the package's own call sites
+    stub = scope[name]
+    stub.__module__ = __name__
+    stub.__doc__ = f"``fn({params})``, with ``fn``'s body inlined when compiled (:func:`inline_caller`)."
+
+    def implementation(fn):  # type: ignore[no-untyped-def]
+        if not isinstance(fn, types.Dispatcher):  # e.g. a first-class function type: a plain call
+            return stub
+        impl: dict[str, object] = {"target": fn.dispatcher}
+        exec(f"def impl(fn, {params}):\n    return target({params})\n", impl)  # noqa: S102 - as above
+        return impl["impl"]
+
+    typer: dict[str, object] = {"implementation": implementation}
+    exec(f"def typer(fn, {params}):\n    return implementation(fn)\n", typer)  # noqa: S102 - as above
+    overload(stub, inline="always")(typer["typer"])
+    return stub

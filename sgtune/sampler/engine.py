@@ -25,11 +25,13 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
 Every component is a numba first-class function argument: :func:`chains` is compiled once per
 combination actually used, and cached on disk because every component is declared with
-:func:`~sgtune.sampler._jit.component`. The step rule is inlined into the loop in numba's IR
-(:func:`apply_rule`, an overload that calls the rule by name; the rules are declared with
-:func:`~sgtune.sampler._jit.component_inline`): called as a function, it would pass the arrays of the
-four records through numba's reference counting on every step (an atomic increment and decrement each,
-≈ 350 per step, 2–15 % of a step of SG(L)D on logistic regression, ``benchmarks/engine_refcounts.py`` and
+:func:`~sgtune.sampler._jit.component`. The components are inlined into the loop in numba's IR
+(through the callers ``call_batch``, ``call_rule``, ``call_grad`` and ``call_value_grad`` of
+:mod:`sgtune.sampler.kernels`, made by :func:`~sgtune.sampler._jit.inline_caller`; the components are declared with
+:func:`~sgtune.sampler._jit.component_inline`, except the FMA-compiled MLP gradient, which stays a call):
+called as functions, they would pass their arrays through numba's reference counting on every step (an
+atomic increment and decrement each, ≈ 350 per step: 2–15 % of a step of SG(L)D on logistic regression and
+most of a step of a one-dimensional model problem; ``benchmarks/engine_refcounts.py``,
 ``benchmarks/bench_engine_ab.py``). The step loop allocates nothing; all state lives
 in the records' arrays and is updated in place, so the driver runs a long chain in chunks (progress,
 Ctrl-C) with results independent of the chunking.
@@ -62,31 +64,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from numba import types
-from numba.extending import overload
 
 from ._jit import njit, njit_parallel, prange
-from .kernels import diverges, finish, record, schedule
+from .kernels import call_batch, call_rule, diverges, finish, record, schedule
 from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
 
 __all__ = ["ChainPlan", "chains", "NumbaBackend", "NumpyBackend", "run_plan"]
-
-
-def apply_rule(rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
-    """``rule_fn(grad_fn, c, th, m, st, nb, s, ora, p, mc, w)``, inlined into the compiled step loop."""
-    return rule_fn(grad_fn, c, th, m, st, nb, s, ora, p, mc, w)
-
-
-@overload(apply_rule, inline="always")
-def _apply_rule_inline(rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
-    if not isinstance(rule_fn, types.Dispatcher):  # e.g. a first-class function type: a plain call
-        return lambda rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w: rule_fn(grad_fn, c, th, m, st, nb, s,
-                                                                                     ora, p, mc, w)
-    rule = rule_fn.dispatcher  # the component itself: called by name, numba inlines it (an inline component)
-
-    def impl(rule_fn, grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
-        return rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w)
-    return impl
 
 
 @njit
@@ -113,8 +96,8 @@ def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batc
     pos = state.epoch_pos[c]
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
-        nb, pos = batch_fn(st, pm, n_data, batch_size, pos, idx)
-        clips += apply_rule(rule_fn, grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
+        nb, pos = call_batch(batch_fn, st, pm, n_data, batch_size, pos, idx)
+        clips += call_rule(rule_fn, grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         if diverges(th):
             diverged[c] = t
             break
