@@ -31,6 +31,14 @@ softmax) or by Hessian–vector products only (``hessian="hvp"``, forward-over-r
 sgtune assembles dense J_n only where it needs them). Minibatch gradients of many parameter
 vectors at once (:meth:`TorchModel.batched_grads`) are ``vmap`` over chains, which the sampler's
 general path uses. PyTorch is imported only here, when a model is built.
+
+The model offers its last layer (the protocol's optional part, :mod:`sgtune.models.base`) when the
+output layer is identifiable — the module's last ``nn.Linear`` with nothing after it
+(:func:`sgtune.models.lastlayer.torch_network_features`) and a body with parameters of its own:
+:meth:`TorchModel.features` is that layer's input at θ, :meth:`TorchModel.output_layer` its weights
+at θ (where the head starts, named as in the network), and :attr:`TorchModel.last_layer_likelihood`
+gaussian, bernoulli or softmax (for categorical); None (no last layer) for poisson or an output layer
+that cannot be identified, so no remedy is offered rather than a wrong one.
 """
 from __future__ import annotations
 
