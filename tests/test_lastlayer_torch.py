@@ -44,8 +44,9 @@ def _rows(n=30, p=3, seed=0):
 
 
 def test_features_are_the_hidden_output_at_theta_and_the_head_starts_at_the_last_linear():
-    """φ(x; θ) = tanh(W₁x + b₁) with W₁ = θ[:12] (4×3 row-major), b₁ = θ[12:16] (named_parameters order); the head
-    at θ starts at θ's output layer θ[16:21] (weight row, then bias: torch's order), with the network's names."""
+    """φ(x; θ) = tanh(W₁x + b₁) with W₁ = θ[:12] (4×3 row-major), b₁ = θ[12:16] (named_parameters order); the
+    head at θ starts at θ's output layer θ[16:21] (weight row, then bias: torch's order), with the network's
+    names."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
     before = [p.detach().clone() for p in net.parameters()]

@@ -293,7 +293,7 @@ def _is_torch_module(obj: Any) -> bool:
 def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
     """(qualified name, module) of the output layer of a torch ``network``: ``head`` when given (a submodule), else
     the last ``nn.Linear`` among its modules, which an ``nn.Sequential`` on the way to it must end with (the
-    forward hook of :func:`_torch_features` checks the rest: :func:`torch_network_features`)."""
+    forward hook of :func:`torch_network_features` checks the rest)."""
     import torch
 
     identity = (torch.nn.Identity, torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d,  # in eval() mode
@@ -325,7 +325,8 @@ def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
     return name, layer
 
 
-def torch_network_features(network: Any, X: Any, *, chunk_rows: int = FEATURE_CHUNK_ROWS) -> tuple[str, Any, np.ndarray]:
+def torch_network_features(network: Any, X: Any, *,
+                           chunk_rows: int = FEATURE_CHUNK_ROWS) -> tuple[str, Any, np.ndarray]:
     """The output layer of a torch network and its input on rows X: the one rule sgtune applies to find it.
 
     The output layer is the network's last ``nn.Linear``, and nothing may follow it: an
