@@ -4,6 +4,11 @@
 θ = (W (h, p) row-major, b (h), w (h), c), Gaussian loss (y − f)²/(2σ²) or Bernoulli loss
 log(1 + e^f) − y f, Gauss–Newton curvature ρ''(f) ∇f ∇fᵀ, and the protocol's last-layer part:
 ``features(theta, X) = tanh(W x + b)`` and ``last_layer_likelihood``.
+
+``TORCH_NET`` is the PyTorch user's model file: ``MODEL = from_torch(<module>, <likelihood>, ...)`` with the
+module built in the file (``torch.manual_seed(0)`` first, so its initial weights are the same in every run);
+``Scaled`` is a network whose ``forward`` scales its last ``nn.Linear``'s output (nothing identifies its
+output layer from its modules alone).
 """
 from __future__ import annotations
 
@@ -68,4 +73,32 @@ def write_net(folder: Path, model: str, name: str = "net.py", extra: str = "") -
     ``"TanhNet(2, 'gaussian', 0.01)"``); its spec ``path:MODEL``."""
     path = Path(folder) / name
     path.write_text(TANH_NET + extra + f"\nMODEL = {model}\n")
+    return f"{path}:MODEL"
+
+
+TORCH_NET = '''
+import torch
+from torch import nn
+from sgtune.models import from_torch
+
+
+class Scaled(nn.Module):
+    def __init__(self, p, h):
+        super().__init__()
+        self.hidden, self.output = nn.Linear(p, h), nn.Linear(h, 1)
+
+    def forward(self, x):
+        return 2.0 * self.output(torch.tanh(self.hidden(x)))
+
+
+torch.manual_seed(0)
+'''
+
+
+def write_torch_net(folder: Path, module: str, likelihood: str, extra: str = "", name: str = "tnet.py") -> str:
+    """Write the torch model file with ``MODEL = from_torch(<module>, "<likelihood>"<extra>)`` (e.g. module
+    ``"nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 1))"``, extra ``", noise_variance=0.01"``); its spec
+    ``path:MODEL``."""
+    path = Path(folder) / name
+    path.write_text(TORCH_NET + f"MODEL = from_torch({module}, {likelihood!r}{extra})\n")
     return f"{path}:MODEL"

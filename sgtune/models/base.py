@@ -81,9 +81,14 @@ FILE.py:NAME``, and the first remedy when tuning the whole network is not applic
     the softmax cross-entropy of K logits (y a class index 0 … K−1).
 ``noise_variance`` : float
     σ² of the gaussian loss (default 1).
+``output_layer(theta) -> (name, weight (K, d), bias (K,) or None)``
+    Optional: the output layer's own parameters at θ and its name in the network; the head then
+    starts there and its parameters are named as the network's (``name.weight[k,j]``).
 
-Only φ(x; θ̂) is taken from the network: the head (weights and bias) is refitted on the features
-(:func:`sgtune.models.lastlayer.model_last_layer`), so θ's layout does not matter.
+Only φ(x; θ̂) (and ``output_layer``'s start) is taken from the network: the head (weights and bias)
+is refitted on the features (:func:`sgtune.models.lastlayer.model_last_layer`), so θ's layout does
+not matter. A PyTorch network (:func:`sgtune.models.from_torch`) offers all of these when its output
+layer is identifiable (:func:`sgtune.models.lastlayer.torch_network_features`).
 
 Every method takes float64 arrays; a model may assume validated inputs. :func:`checked_call`
 wraps the calls sgtune makes into a model and turns a wrong shape, a non-finite value or an

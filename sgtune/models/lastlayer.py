@@ -51,7 +51,7 @@ from .glm import get_model
 from .mlp import MLP
 
 __all__ = ["last_layer", "mlp_last_layer", "model_last_layer", "declared_head", "LastLayerModel", "HeadLayout",
-           "LAST_LAYER_LIKELIHOODS", "compute_features"]
+           "LAST_LAYER_LIKELIHOODS", "compute_features", "torch_network_features"]
 
 #: likelihood → the model of the head (softmax: the full-layout multinomial model); "categorical" (the name
 #: :func:`sgtune.models.pytorch.from_torch` uses) is accepted for "softmax"
@@ -292,8 +292,12 @@ def _is_torch_module(obj: Any) -> bool:
 
 def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
     """(qualified name, module) of the output layer of a torch ``network``: ``head`` when given (a submodule), else
-    the last ``nn.Linear`` among its modules (for an ``nn.Sequential``, its last layer)."""
+    the last ``nn.Linear`` among its modules, which an ``nn.Sequential`` on the way to it must end with (the
+    forward hook of :func:`torch_network_features` checks the rest)."""
     import torch
+
+    identity = (torch.nn.Identity, torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d,  # in eval() mode
+                torch.nn.Dropout3d, torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
 
     mods = list(network.named_modules())
     if head is not None:
@@ -306,7 +310,61 @@ def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
     if not linears:
         raise SgtuneError(f"the network {type(network).__name__} has no nn.Linear layer to take as its output layer; "
                           "give body= (the features) and head= (an nn.Linear, or (weight, bias) arrays)")
-    return linears[-1]
+    name, layer = linears[-1]
+    parent = network
+    for part in name.split(".") if name else []:  # an nn.Sequential on the way must end with the layer
+        names = [n for n, _ in parent.named_children()]
+        after = [parent.get_submodule(n) for n in names[names.index(part) + 1:]]
+        tail = [m for m in after if not isinstance(m, identity)] if isinstance(parent, torch.nn.Sequential) else []
+        if tail:
+            raise SgtuneError(f"the network's output is not the output of its last nn.Linear {name!r}: something "
+                              f"follows it ({type(tail[0]).__name__}); the likelihood applies the link itself: end "
+                              "the network with that layer (its output the logits or the mean) or, in Python, give "
+                              "last_layer(body=..., head=...)")
+        parent = parent.get_submodule(part)
+    return name, layer
+
+
+def torch_network_features(network: Any, X: Any, *,
+                           chunk_rows: int = FEATURE_CHUNK_ROWS) -> tuple[str, Any, np.ndarray]:
+    """The output layer of a torch network and its input on rows X: the one rule sgtune applies to find it.
+
+    The output layer is the network's last ``nn.Linear``, and nothing may follow it: an
+    ``nn.Sequential`` on the way to it must end with it (dropout and ``nn.Identity`` aside, the
+    identity in ``eval()`` mode), and the network's output must be that layer's output (checked on
+    every forward pass by a hook, so a custom ``forward`` applying a link after it is refused too).
+
+    Parameters
+    ----------
+    network : torch.nn.Module
+        The network (copied, float64, ``eval()`` mode; the one given is left as it is).
+    X : array_like
+        The rows (N, p).
+    chunk_rows : int, optional
+        Rows per forward pass.
+
+    Returns
+    -------
+    (str, torch.nn.Linear, (N, d) ndarray)
+        The layer's qualified name in the network (``"2"`` for the third layer of an
+        ``nn.Sequential``), the layer (of ``network``), and its input φ(X) in float64.
+
+    Raises
+    ------
+    SgtuneError
+        If the network has no ``nn.Linear``, something follows it, or the network never calls it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    >>> name, layer, phi = torch_network_features(net, np.zeros((5, 2)))
+    >>> name, phi.shape
+    ('2', (5, 3))
+    """
+    name, layer = split_torch_network(network)
+    Xa = np.ascontiguousarray(X, dtype=np.float64)
+    return name, layer, _torch_features(network, layer, None, Xa[:, None] if Xa.ndim == 1 else Xa, chunk_rows)
 
 
 def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: int) -> np.ndarray:
@@ -341,8 +399,8 @@ def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: in
                         not torch.equal(f.reshape(-1), seen["out"].reshape(-1)):
                     raise SgtuneError(f"the network's output is not the output of its layer {name!r}: something "
                                       "follows it (an activation such as Softmax or Sigmoid, a scaling); the likelihood "
-                                      "applies the link itself, so give body= and head= explicitly (the head's output "
-                                      "must be the logits or the mean)")
+                                      "applies the link itself: end the network with that layer (its output the "
+                                      "logits or the mean) or, in Python, give last_layer(body=..., head=...)")
                 out.append(seen["in"].reshape(f.shape[0] if f.ndim else 1, -1).numpy())
         finally:
             handle.remove()
@@ -688,8 +746,11 @@ def model_last_layer(model: Any, theta: Any, X: Any, y: Any, *, likelihood: str 
     """The output layer of a network *model* at parameters θ, with the body frozen: any model offering its features.
 
     The model offers ``features(theta, X)`` and declares its head (:func:`declared_head`). sgtune's own
-    :class:`~sgtune.models.mlp.MLP` gives :func:`mlp_last_layer` (the head starts at θ's output layer). Any
-    other model: the head is fitted on φ(X; θ) from zero (a GLM: Newton, unique MAP), its parameters named
+    :class:`~sgtune.models.mlp.MLP` gives :func:`mlp_last_layer` (the head starts at θ's output layer). A
+    model offering ``output_layer(theta) -> (name, weight (K, d), bias (K,) or None)`` (a PyTorch network,
+    :meth:`TorchModel.output_layer <sgtune.models.pytorch.TorchModel.output_layer>`) has its head start at
+    that layer, named as in the network (``name.weight[k,j]``, ``name.bias[k]``, K its outputs). Any other
+    model: the head is fitted on φ(X; θ) from zero (a GLM: Newton, unique MAP), its parameters named
     ``output.weight[k,j]``, ``output.bias[k]`` (K = max(y) + 1 classes for softmax); only φ(x; θ) is taken
     from θ, so θ's own layout does not matter.
 
@@ -758,7 +819,10 @@ def model_last_layer(model: Any, theta: Any, X: Any, y: Any, *, likelihood: str 
     if isinstance(model, MLP):
         head, data = mlp_last_layer(model, th, Xa, y)
     else:
+        own = getattr(model, "output_layer", None)  # (name, weight, bias) at θ: the head starts there
+        name, w, b = own(th) if callable(own) else ("output", None, None)
         head, data = last_layer(lambda rows: model.features(th, rows), Xa, y, likelihood=lik,
-                                noise_variance=1.0 if nv is None else nv, head_name="output", source=label)
+                                noise_variance=1.0 if nv is None else nv, head=None if w is None else (w, b),
+                                head_name=name, source=label)
     head.body_weights = th.copy()
     return head, data

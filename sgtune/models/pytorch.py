@@ -31,6 +31,14 @@ softmax) or by Hessian–vector products only (``hessian="hvp"``, forward-over-r
 sgtune assembles dense J_n only where it needs them). Minibatch gradients of many parameter
 vectors at once (:meth:`TorchModel.batched_grads`) are ``vmap`` over chains, which the sampler's
 general path uses. PyTorch is imported only here, when a model is built.
+
+The model offers its last layer (the protocol's optional part, :mod:`sgtune.models.base`) when the
+output layer is identifiable — the module's last ``nn.Linear`` with nothing after it
+(:func:`sgtune.models.lastlayer.torch_network_features`) and a body with parameters of its own:
+:meth:`TorchModel.features` is that layer's input at θ, :meth:`TorchModel.output_layer` its weights
+at θ (where the head starts, named as in the network), and :attr:`TorchModel.last_layer_likelihood`
+gaussian, bernoulli or softmax (for categorical); None (no last layer) for poisson or an output layer
+that cannot be identified, so no remedy is offered rather than a wrong one.
 """
 from __future__ import annotations
 
@@ -45,11 +53,14 @@ from ..core.errors import DataFormatError, MissingExtraError, SgtuneError, Shape
 from . import expansion
 from .base import DenseCurvature, RankOneCurvature
 from .glm import get_model
+from .lastlayer import split_torch_network, torch_network_features
 
 __all__ = ["from_torch", "TorchModel", "TORCH_LIKELIHOODS", "TORCH_HESSIANS"]
 
 #: likelihood → the GLM whose loss ρ(f, y) is applied to a scalar output (categorical: K logits)
 TORCH_LIKELIHOODS = {"gaussian": "linear", "bernoulli": "logistic", "poisson": "poisson", "categorical": None}
+#: likelihood → the likelihood of the output layer on frozen features (None: no last layer)
+TORCH_HEADS = {"gaussian": "gaussian", "bernoulli": "bernoulli", "poisson": None, "categorical": "softmax"}
 #: per-sample curvature the model declares
 TORCH_HESSIANS = ("exact", "gauss-newton", "hvp")
 
@@ -179,6 +190,94 @@ class TorchModel:
     def initial_params(self, n_features: int = 0, rng: Any = None) -> np.ndarray:
         """The module's weights (the fit starts there; ``rng`` is not used)."""
         return self._theta0.copy()
+
+    # --- the last layer ----------------------------------------------------------
+    @property
+    def last_layer_likelihood(self) -> str | None:
+        """The head's likelihood when the output layer is identifiable (:meth:`features`): gaussian, bernoulli, or
+        softmax for categorical; None for poisson or a module whose output is not its last ``nn.Linear``'s."""
+        return None if self._output_refusal() else TORCH_HEADS[self.likelihood]
+
+    def _output_refusal(self) -> str:
+        """Why the module offers no last layer ("" when it does): the rule of
+        :func:`~sgtune.models.lastlayer.split_torch_network`, a body with parameters, a likelihood with a head."""
+        if TORCH_HEADS[self.likelihood] is None:
+            return (f"a {self.likelihood} network offers no last layer: sgtune's output-layer models are gaussian, "
+                    "bernoulli and categorical (softmax)")
+        try:
+            name, layer = split_torch_network(self.module)
+        except SgtuneError as exc:
+            return str(exc)
+        if sum(p.numel() for p in layer.parameters()) == self.dim:
+            return (f"the output layer {name or type(layer).__name__!r} holds every parameter of the module: its "
+                    "last layer is the whole model")
+        return ""
+
+    def _network_at(self, theta: Any) -> Any:
+        """A float64 copy of the module with θ's parameters loaded (θ's layout: :meth:`unflatten`)."""
+        net = copy.deepcopy(self.module)
+        net.load_state_dict(self.unflatten(np.asarray(theta, dtype=np.float64).reshape(-1)), strict=False)
+        return net
+
+    @cites("sgtune", "the output layer's input φ(x; θ) of a torch network (sgtune.models.lastlayer)")
+    def features(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """φ(x_n; θ): the input of the module's output layer at parameters θ, shape (n, d).
+
+        The output layer is the module's last ``nn.Linear``, and nothing may follow it
+        (:func:`~sgtune.models.lastlayer.torch_network_features`: the one rule sgtune applies).
+
+        Parameters
+        ----------
+        theta : (D,) array_like
+            The module's parameters (θ's layout: :meth:`parameter_names`).
+        X : (n, p) array_like
+            The rows.
+
+        Returns
+        -------
+        (n, d) ndarray
+            The output layer's input, float64.
+
+        Raises
+        ------
+        SgtuneError
+            If the module offers no last layer (:attr:`last_layer_likelihood` is None): the message says why.
+        """
+        why = self._output_refusal()
+        if not why:
+            try:  # the forward pass shows what the modules do not (a custom forward linking the output)
+                return torch_network_features(self._network_at(theta), X)[2]
+            except SgtuneError as exc:
+                why = str(exc)
+        raise SgtuneError(f"{self.name}: no last layer: {why}")
+
+    def output_layer(self, theta: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None]:
+        """(name, weight (K, d), bias (K,) or None) of the module's output layer at θ: where the head starts.
+
+        Parameters
+        ----------
+        theta : (D,) array_like
+            The module's parameters.
+
+        Returns
+        -------
+        (str, (K, d) ndarray, (K,) ndarray or None)
+            The layer's name in the module (``"2"`` for the third layer of an ``nn.Sequential``: the head's
+            parameters are then named ``2.weight[k,j]``, ``2.bias[k]`` as in :meth:`parameter_names`), its
+            weight and bias at θ.
+
+        Raises
+        ------
+        SgtuneError
+            If the module offers no last layer.
+        """
+        why = self._output_refusal()
+        if why:
+            raise SgtuneError(f"{self.name}: no last layer: {why}")
+        net = self._network_at(theta)
+        name, layer = split_torch_network(net)
+        bias = None if layer.bias is None else layer.bias.detach().numpy().copy()
+        return name or "output", layer.weight.detach().numpy().copy(), bias
 
     def with_hessian(self, kind: str) -> "TorchModel":
         """The same network and likelihood with another per-sample curvature (``--hessian`` on the CLI)."""

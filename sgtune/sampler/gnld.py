@@ -30,7 +30,7 @@ import numpy as np
 from ..core._refs import cites
 from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, ShapeError
-from ._jit import component_inline
+from ._jit import component
 from .engine import ChainPlan, NumbaBackend, run_plan
 from .kernels import BATCH_FNS, sgld_dense_rule
 from .rng import chain_states
@@ -78,7 +78,7 @@ class GnldRun:
         return asdict(self)
 
 
-@component_inline
+@component
 def gnld_grad(z, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """ĝ = M z (``mat`` = M), with the first p = ``ints[0]`` coordinates replaced by the minibatch BLR gradient
     (N/nb) Σ_b x̃_b(x̃_bᵀθ − ỹ_b) + Γθ + M_xv z_v at θ = θ̄ + z_{:p} when the batch is not empty (``floats`` =

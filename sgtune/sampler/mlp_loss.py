@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ._jit import component_inline, njit
+from ._jit import component, njit
 from .grads import glm_rho
 from .mlp import mlp_grad
 
@@ -72,7 +72,7 @@ def mlp_loss(theta, X, y, idx, nb, ints, floats, work):  # type: ignore[no-untyp
     return val / m
 
 
-@component_inline
+@component
 def mlp_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
     """:func:`~sgtune.sampler.mlp.mlp_grad`, plus the minibatch mean loss (:func:`mlp_loss`, a second
     forward pass) when ``want``."""

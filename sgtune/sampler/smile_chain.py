@@ -42,7 +42,7 @@ import numpy as np
 from ._jit import component_inline, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .engine import ChainPlan
-from .kernels import BATCH_FNS, call_value_grad, data_gradient, diverges, finish, record, sghmc_rule
+from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
 from .smile import (MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector, sgld_step,
                     tuner_update)
@@ -125,8 +125,7 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
 
 @njit_inline
 def _eval(value_grad_fn, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
-    value = call_value_grad(value_grad_fn, th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad,
-                            want)
+    value = value_grad_fn(th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad, want)
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
 
 

@@ -283,3 +283,67 @@ def test_a_users_network_prints_its_last_layer_and_every_remedy_runs(tmp_path, l
     theta, h = np.asarray(doc["theta_hat"]), 2 if lik == "gaussian" else 3
     out = theta[-(h + 1):]  # θ̂'s output layer (w, c): the head refit on θ̂'s features stays there
     np.testing.assert_allclose(hdoc["theta_hat"], out, rtol=0, atol=1e-6 * np.abs(out).max())
+
+
+def _torch_problem(tmp_path, lik, module=None):
+    """The problems of the test above with a PyTorch network of the same shape in a model file (tests/_networks.py):
+    ``from_torch(nn.Sequential(Linear, Tanh, Linear), L)``, initial weights from torch.manual_seed(0)."""
+    from _networks import write_torch_net
+
+    rng = np.random.default_rng(0)
+    if lik == "gaussian":
+        x = rng.uniform(-3, 3, size=(40, 1))
+        csv = _csv(tmp_path / "s.csv", x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
+        spec = write_torch_net(tmp_path, module or "nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 1))",
+                               "gaussian", ", noise_variance=0.01")
+    else:
+        x = rng.standard_normal((60, 2))
+        p = 1.0 / (1.0 + np.exp(-3.0 * (1.2 - (x ** 2).sum(1))))
+        csv = _csv(tmp_path / "c.csv", x, (rng.uniform(size=60) < p).astype(float))
+        spec = write_torch_net(tmp_path, module or "nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))",
+                               "bernoulli")
+    return ["lambda", csv, "--model", spec, "--prior-precision", "1", "--batch-size", "10", "--target", "posterior",
+            "--inverse-temperature", "2N", "-q"], spec
+
+
+@pytest.mark.parametrize("lik", ["gaussian", "bernoulli"])
+def test_a_torch_network_prints_its_last_layer_and_every_remedy_runs(tmp_path, lik):
+    """A PyTorch network from a model file (``MODEL = from_torch(nn.Sequential(Linear, Tanh, Linear), L)``) where
+    tuning the whole network is not applicable — the 2-unit regression on 40 rows of the noisy sine and the 3-unit
+    classifier on 60 rows of the noisy circle, SGLD at β = 2N on the posterior (not applicable on every one of 24
+    problems measured: sine 40/80 rows × 2/3 units, circle 60/120 rows × 3 units, each × 2 data seeds × 2 torch
+    initialisations; the last layer applicable on all 24) — prints its output layer first, which runs as printed,
+    is applicable, and whose θ̂ is the network's own θ̂ at the same names (``2.weight[0,j]``, ``2.bias[0]``)."""
+    argv, spec = _torch_problem(tmp_path, lik)
+    r, doc = _invoke(argv)
+    assert r.exit_code == 0, r.stderr
+    app = doc["applicability"]
+    assert not app["applicable"]
+    head = app["remedies"][0]
+    a = head["argv"]
+    assert a[a.index("--model") + 1] == "last-layer" and a[a.index("--features-from") + 1] == spec
+    assert a[a.index("--likelihood") + 1] == lik and head["expect"] == "applicable"
+    docs = {}
+    for rem, expect in _printed_remedies(r, doc):  # follow(argv, depth=1) without running argv again
+        r2, docs[tuple(rem)] = _invoke(rem[1:])
+        assert r2.exit_code == 0, (rem, r2.stderr)
+        assert expect != "applicable" or docs[tuple(rem)]["applicability"]["applicable"], rem
+    hdoc = docs[tuple(a)]
+    theta, names = np.asarray(doc["theta_hat"]), doc["parameter_names"]
+    out = [names.index(n) for n in hdoc["parameter_names"]]
+    assert [names[i] for i in out] == [n for n in names if n.startswith("2.")]  # the last Linear, all of it
+    np.testing.assert_allclose(hdoc["theta_hat"], theta[out], rtol=0, atol=1e-6 * np.abs(theta[out]).max())
+
+
+def test_a_torch_network_without_an_identifiable_output_layer_gets_no_last_layer(tmp_path):
+    """The sine network whose forward scales its last Linear's output (nothing in its modules shows it) is not
+    applicable either: its remedies run, none is a last layer; asked for by hand it is one line (exit 1)."""
+    argv, spec = _torch_problem(tmp_path, "gaussian", module="Scaled(1, 2)")
+    r, doc = _invoke(argv)
+    assert r.exit_code == 0, r.stderr
+    assert not doc["applicability"]["applicable"]
+    assert all("last-layer" not in rem["argv"] for rem in doc["applicability"]["remedies"])
+    r2, _ = _invoke(["lambda", argv[1], "--model", "last-layer", "--features-from", spec, "--prior-precision", "1",
+                     "--batch-size", "10", "-q"])
+    lines = [ln for ln in r2.stderr.splitlines() if ln.strip()]
+    assert r2.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: ") and "follows it" in lines[0]
