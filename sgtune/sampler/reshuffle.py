@@ -14,7 +14,7 @@ Schemes (:data:`SCHEME_CODES`), each a batch schedule of the chain engine (:data
   (full Fisher–Yates), then the R = N/B consecutive blocks in order.
 
 The step is the engine's SG(L)D rule with Λ = h and noise factor sqrt(2hσ²/N) on the gradient oracle
-:func:`gaussian_mean_grad` (θ − x̄_b); :func:`reshuffle_plan` composes the run. Every chain owns an
+``gaussian_mean_grad`` (θ − x̄_b); ``reshuffle_plan`` composes the run. Every chain owns an
 independent stream of the package's one generator, :mod:`sgtune.sampler.rng` (xoshiro256++ seeded from
 ``numpy.random.SeedSequence(seed).spawn(n_chains)``; 53-bit uniforms, ziggurat normals, exactly uniform
 indices by Lemire's method), so results do not depend on the number of threads. The tests' pure-Python
