@@ -27,7 +27,8 @@ Every component is a numba first-class function argument: :func:`chains` is comp
 combination actually used, and cached on disk because every component is declared with
 :func:`~sgtune.sampler._jit.component`. The step rule is inlined into the loop in numba's IR
 (through ``call_rule`` of :mod:`sgtune.sampler.kernels`, made by :func:`~sgtune.sampler._jit.inline_caller`;
-the rules are declared with :func:`~sgtune.sampler._jit.component_inline`): called as a function, it would
+the SG(L)D-family rules are declared with :func:`~sgtune.sampler._jit.component_inline`; SMILE's large
+MCLMC rules stay calls, which keeps their compile time down): called as a function, a rule would
 pass the arrays of the four records through numba's reference counting on every step (an atomic increment
 and decrement each, ≈ 350 per step: 2–15 % of a step of SG(L)D on logistic regression;
 ``benchmarks/engine_refcounts.py``, ``benchmarks/bench_engine_ab.py``). The step loop allocates nothing; all state lives
