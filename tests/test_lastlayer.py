@@ -36,12 +36,7 @@ from _tolerances import MC_ALPHA, SOLVER_RTOL  # noqa: E402
 SAME_FEATURES_ATOL = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _data(lik, n=200, p=3, seed=0, k=3):

@@ -31,12 +31,7 @@ nn = torch.nn
 SAME_FEATURES_ATOL = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _rows(n=30, p=3, seed=0):

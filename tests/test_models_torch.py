@@ -53,13 +53,7 @@ class Net(torch.nn.Module):
         return self.output(x)
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Per-sample work on small arrays: intra-op threads only add contention on a shared 2-core VM."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def data(lik, n=30, p=3, seed=0, k=3):

@@ -246,6 +246,18 @@ def test_a_network_prints_its_last_layer_and_every_remedy_runs(tmp_path):
     np.testing.assert_allclose(hdoc["theta_hat"], theta[out], rtol=0, atol=1e-6 * np.abs(theta[out]).max())
 
 
+def _network_data(tmp_path, lik):
+    """The network problems' data as a CSV: 40 rows of a noisy sine (``gaussian``) or 60 rows of a noisy circle
+    (``bernoulli``), seed 0."""
+    rng = np.random.default_rng(0)
+    if lik == "gaussian":
+        x = rng.uniform(-3, 3, size=(40, 1))
+        return _csv(tmp_path / "s.csv", x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
+    x = rng.standard_normal((60, 2))
+    p = 1.0 / (1.0 + np.exp(-3.0 * (1.2 - (x ** 2).sum(1))))
+    return _csv(tmp_path / "c.csv", x, (rng.uniform(size=60) < p).astype(float))
+
+
 @pytest.mark.parametrize("lik", ["gaussian", "bernoulli"])
 def test_a_users_network_prints_its_last_layer_and_every_remedy_runs(tmp_path, lik):
     """A user's tanh network (a model file, tests/_networks.py) where tuning the whole network is not applicable —
@@ -256,15 +268,10 @@ def test_a_users_network_prints_its_last_layer_and_every_remedy_runs(tmp_path, l
     a --noise-variance typed for the whole model is dropped (the head's σ² is the model's)."""
     from _networks import write_net
 
-    rng = np.random.default_rng(0)
+    csv = _network_data(tmp_path, lik)
     if lik == "gaussian":
-        x = rng.uniform(-3, 3, size=(40, 1))
-        csv = _csv(tmp_path / "s.csv", x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
         spec, extra = write_net(tmp_path, "TanhNet(2, 'gaussian', 0.01)"), ["--noise-variance", "0.3"]
     else:
-        x = rng.standard_normal((60, 2))
-        p = 1.0 / (1.0 + np.exp(-3.0 * (1.2 - (x ** 2).sum(1))))
-        csv = _csv(tmp_path / "c.csv", x, (rng.uniform(size=60) < p).astype(float))
         spec, extra = write_net(tmp_path, "TanhNet(3, 'bernoulli')"), []
     argv = ["lambda", csv, "--model", spec, *extra, "--prior-precision", "1", "--batch-size", "10", "--target",
             "posterior", "--inverse-temperature", "2N", "-q"]
@@ -290,16 +297,11 @@ def _torch_problem(tmp_path, lik, module=None):
     ``from_torch(nn.Sequential(Linear, Tanh, Linear), L)``, initial weights from torch.manual_seed(0)."""
     from _networks import write_torch_net
 
-    rng = np.random.default_rng(0)
+    csv = _network_data(tmp_path, lik)
     if lik == "gaussian":
-        x = rng.uniform(-3, 3, size=(40, 1))
-        csv = _csv(tmp_path / "s.csv", x, np.sin(x[:, 0]) + 0.1 * rng.standard_normal(40))
         spec = write_torch_net(tmp_path, module or "nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 1))",
                                "gaussian", ", noise_variance=0.01")
     else:
-        x = rng.standard_normal((60, 2))
-        p = 1.0 / (1.0 + np.exp(-3.0 * (1.2 - (x ** 2).sum(1))))
-        csv = _csv(tmp_path / "c.csv", x, (rng.uniform(size=60) < p).astype(float))
         spec = write_torch_net(tmp_path, module or "nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))",
                                "bernoulli")
     return ["lambda", csv, "--model", spec, "--prior-precision", "1", "--batch-size", "10", "--target", "posterior",
