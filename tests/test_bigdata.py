@@ -205,8 +205,14 @@ def test_bounded_memory_of_the_streamed_expansion(tmp_path, monkeypatch, rng):
 
 @pytest.fixture(scope="module")
 def dask_client():
+    """The per-process local cluster, closed when this module ends: left to the interpreter's exit, its two
+    worker processes (and their heartbeats) stayed alive beside the rest of the run on the same cores.
+    ``get_client`` starts a fresh one if anything later asks for it (a closed client is not reused)."""
     client = get_client("local")
     yield client
+    cluster = client.cluster
+    client.close()
+    cluster.close()
 
 
 def _logistic_data(n, d, seed):
