@@ -15,7 +15,8 @@ trajectory or on kernel-vs-twin rounding — a second time in a subprocess compi
 CPU of the architecture (on x86-64: SSE2, no FMA or AVX — other instructions and other rounding than the
 native build) with
 ``NUMBA_NUM_THREADS=1`` (another thread layout), its own numba cache (generic machine code is not mixed
-with the native one), and without the caller's ``-m``/``-k`` selection or ``PYTEST_ADDOPTS``. It fails with
+with the native one), in one process (``-n 0``), and without the caller's ``-m``/``-k`` selection or
+``PYTEST_ADDOPTS``. It fails with
 the names of the subprocess's failing tests. The subset is chosen to keep the re-run to a few minutes on
 two cores: measured 76 tests, ~150 s of CPU with a cold cache (~120 s of it numba compiling the kernels
 for the generic target, the compiled MLP chain the largest part), ~25 s when
@@ -50,7 +51,9 @@ def _child_env() -> dict[str, str]:
 
 
 def test_portability_tests_pass_compiled_for_a_generic_cpu_with_one_thread():
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "--no-header", "-p", "no:cacheprovider",
+    # -n 0: one process. This test runs beside the other xdist worker (tests/conftest.py hands it out first);
+    # two workers here would overcommit the two cores and compile the kernels their files share twice.
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "--no-header", "-p", "no:cacheprovider", "-n", "0",
            "-m", "portability and not slow", str(ROOT / "tests")]
     out = subprocess.run(cmd, cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     log = out.stdout + out.stderr
