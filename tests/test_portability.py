@@ -18,8 +18,8 @@ native build) with
 with the native one), in one process (``-n 0``), and without the caller's ``-m``/``-k`` selection or
 ``PYTEST_ADDOPTS``. It fails with
 the names of the subprocess's failing tests. The subset is chosen to keep the re-run to a few minutes on
-two cores: measured 76 tests, ~150 s of CPU with a cold cache (~120 s of it numba compiling the kernels
-for the generic target, the compiled MLP chain the largest part), ~25 s when
+two cores: measured 79 tests, ~380 s of CPU in one process with a cold cache on a shared, loaded machine
+(mostly numba compiling the kernels for the generic target, the compiled MLP chain the largest part), ~25 s when
 ``$NUMBA_CACHE_DIR/portability-generic`` is kept from an earlier run. Kernel-vs-twin tests of contracting SGLD chains (rounding does not grow
 there), the CLI tests and the MLP SGLD paths are left out: they would double the compile time and add
 no trajectory the marked tests do not already exercise.
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the subprocess is killed after this long (measured: ~150 s CPU with a cold generic cache, ~25 s warm)
+#: the subprocess is killed after this long (measured: ~380 s CPU cold in one process, 855 s wall on a loaded machine)
 TIMEOUT_S = 1800
 #: at least this many tests must be selected, so that a lost marker cannot turn the check into a no-op
 MIN_SELECTED = 40
