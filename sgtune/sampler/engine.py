@@ -25,12 +25,13 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
 Every component is a numba first-class function argument: :func:`chains` is compiled once per
 combination actually used, and cached on disk because every component is declared with
-:func:`~sgtune.sampler._jit.component`. The step rule is inlined into the loop in numba's IR
-(through ``call_rule`` of :mod:`sgtune.sampler.kernels`, made by :func:`~sgtune.sampler._jit.inline_caller`;
-the SG(L)D-family rules are declared with :func:`~sgtune.sampler._jit.component_inline`; SMILE's large
-MCLMC rules stay calls, which keeps their compile time down): called as a function, a rule would
-pass the arrays of the four records through numba's reference counting on every step (an atomic increment
-and decrement each, ≈ 350 per step: 2–15 % of a step of SG(L)D on logistic regression;
+:func:`~sgtune.sampler._jit.component`. The step rule, the batch schedule and the small gradient oracles
+are inlined into the loop in numba's IR (through ``call_rule``, ``call_batch`` and ``call_grad`` of
+:mod:`sgtune.sampler.kernels`, made by :func:`~sgtune.sampler._jit.inline_caller`; these components are
+declared with :func:`~sgtune.sampler._jit.component_inline`; SMILE's large MCLMC rules and the MLP's and
+multinomial model's gradients stay calls, which keeps their compile time down): called as a function, a
+component passes its arrays through numba's reference counting on every step (an atomic increment and
+decrement each, ≈ 350 per step for a rule: 2–15 % of a step of SG(L)D on logistic regression;
 ``benchmarks/engine_refcounts.py``, ``benchmarks/bench_engine_ab.py``). The step loop allocates nothing; all state lives
 in the records' arrays and is updated in place, so the driver runs a long chain in chunks (progress,
 Ctrl-C) with results independent of the chunking.
@@ -65,7 +66,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._jit import njit, njit_parallel, prange
-from .kernels import call_rule, diverges, finish, record, schedule
+from .kernels import call_batch, call_rule, diverges, finish, record, schedule
 from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
 
 __all__ = ["ChainPlan", "chains", "NumbaBackend", "NumpyBackend", "run_plan"]
@@ -95,7 +96,7 @@ def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batc
     pos = state.epoch_pos[c]
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
-        nb, pos = batch_fn(st, pm, n_data, batch_size, pos, idx)
+        nb, pos = call_batch(batch_fn, st, pm, n_data, batch_size, pos, idx)
         clips += call_rule(rule_fn, grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         if diverges(th):
             diverged[c] = t

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ._jit import component, njit, njit_inline
+from ._jit import component, component_inline, njit, njit_inline
 from .rng import fill_normals, stable_symmetric
 
 __all__ = ["MODEL_IDS", "LINEAR", "LOGISTIC", "POISSON", "BETA_LINEAR", "QUAD_GAUSS", "QUAD_STABLE",
@@ -337,19 +337,19 @@ def add_prior(prior_kind, prior, theta, grad):  # type: ignore[no-untyped-def]
             grad[i] += row_dot(prior, i, theta)
 
 
-@component
+@component_inline
 def glm_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """GLM data term (1/|S|) Σ ρ'(x_nᵀθ, y_n) x_n; ints = [model id], floats = ``mpar``, work ≥ B."""
     minibatch_gradient(theta, X, y, idx, 0, nb, ints[0], floats, PRIOR_NONE, mat, work, grad)
 
 
-@component
+@component_inline
 def quad_gauss_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """A(θ − μ) + L z with X = A, y = μ, mat = L (Cholesky factor of C), work ≥ D."""
     quadratic_gradient(theta, X, y, QUAD_GAUSS, mat, floats, st, work, grad)
 
 
-@component
+@component_inline
 def quad_stable_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """A(θ − μ) + scale·S_α i.i.d. with X = A, y = μ, floats = [σ², p, c, α, scale], work ≥ D."""
     quadratic_gradient(theta, X, y, QUAD_STABLE, mat, floats, st, work, grad)

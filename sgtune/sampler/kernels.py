@@ -63,14 +63,18 @@ __all__ = ["BATCH_FNS", "draw_batches", "advance", "batch_schedule", "sgld_diag_
            "clipped_sgld_rule", "sghmc_rule", "record", "finish", "flush_block", "diverges", "schedule",
            "data_gradient"]
 
-#: the engine's call of its step rule, inlined into the step loop (:func:`~sgtune.sampler._jit.inline_caller`;
-#: the rules are inline components). The batch schedules and gradient oracles stay calls: inlined through
-#: the same mechanism, numba 0.68 failed its own IR checks on some of them (NumbaIRAssumptionWarning on a cold
-#: compile of the MLP's value-and-gradient), for ≤ 3 % of a step.
+#: the engine's calls of its components, inlined into the step loop where the component is an inline one
+#: (:func:`~sgtune.sampler._jit.inline_caller`): the step rules of the SG(L)D family, the batch schedules, and
+#: the small gradient oracles (GLM, quadratic, the Gaussian mean of Shaw & Whalley's model problem, the
+#: analytic targets). The MLP's and the multinomial model's value-and-gradient stay calls (FMA-compiled, or
+#: large): inlined through the same mechanism, numba 0.68 failed its own IR scope check on a cold compile of the
+#: MLP's (NumbaIRAssumptionWarning).
 call_rule = inline_caller("call_rule", "grad_fn, c, th, m, st, nb, s, ora, p, mc, w")
+call_batch = inline_caller("call_batch", "st, perm, n_data, batch_size, pos, idx")
+call_grad = inline_caller("call_grad", "th, X, y, idx, nb, ints, floats, mat, st, work, grad")
 
 
-@component
+@component_inline
 def batch_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """B indices drawn independently and uniformly."""
     fill_randbelow(st, n_data, idx, batch_size)
@@ -88,7 +92,7 @@ def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-unty
         idx[k] = perm[k]
 
 
-@component
+@component_inline
 def batch_without_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """A uniform B-subset: a partial Fisher–Yates shuffle of the chain's permutation."""
     _partial_shuffle(st, perm, n_data, batch_size, idx)
@@ -105,7 +109,7 @@ def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
     return nxt
 
 
-@component
+@component_inline
 def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """Random reshuffling: a fresh permutation at epoch position 0, then consecutive blocks."""
     if pos == 0:
@@ -121,7 +125,7 @@ def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-
     return stop - start, _next_position(pos, n_data, batch_size)
 
 
-@component
+@component_inline
 def batch_none(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """No data (quadratic oracles): an empty batch, no random draws."""
     return 0, pos
@@ -129,20 +133,20 @@ def batch_none(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyp
 
 
 
-@component
+@component_inline
 def batch_full(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """The full data every step (an empty batch: the oracle uses all of it), counting epoch positions."""
     return 0, _next_position(pos, n_data, batch_size)
 
 
-@component
+@component_inline
 def batch_replacement_positions(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """``replacement``, counting epoch positions (the recorder's epoch-position moments)."""
     fill_randbelow(st, n_data, idx, batch_size)
     return batch_size, _next_position(pos, n_data, batch_size)
 
 
-@component
+@component_inline
 def batch_without_replacement_positions(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """``without-replacement``, counting epoch positions (the recorder's epoch-position moments)."""
     _partial_shuffle(st, perm, n_data, batch_size, idx)
@@ -345,7 +349,7 @@ def sghmc_data_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore
 @njit_inline
 def data_gradient(grad_fn, th, ora, st, nb, w):  # type: ignore[no-untyped-def]
     """G_t(θ) into ``w.grad``: the oracle's data term on the batch ``w.idx[:nb]``, plus the prior Γθ/N."""
-    grad_fn(th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad)
+    call_grad(grad_fn, th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad)
     add_prior(ora.prior_kind, ora.prior, th, w.grad)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core._validation import as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, UnstableStepSizeError
-from ._jit import component
+from ._jit import component_inline
 from .engine import ChainPlan, NumbaBackend
 from .kernels import BATCH_FNS, sgld_diag_rule
 from .rng import chain_states
@@ -51,7 +51,7 @@ SCHEME_BATCHING: dict[str, str] = {"ula": "full", "rm": "without-replacement-pos
 
 
 # ----------------------------------------------------------------------------- the engine's components
-@component
+@component_inline
 def gaussian_mean_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the rows ``idx[:nb]`` of X (N, D).
 

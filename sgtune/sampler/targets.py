@@ -32,7 +32,7 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 from ..theory.smile import funnel_second_moments, gaussian_second_moments, rosenbrock_second_moments
-from ._jit import component, njit, njit_inline
+from ._jit import component, component_inline, njit, njit_inline
 from .rng import fill_normals
 
 __all__ = ["TARGET_IDS", "NOISE_KINDS", "AnalyticTarget", "make_target", "target_logp_grad", "noisy_logp_grad",
@@ -141,7 +141,7 @@ def target_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, w
     return _target_loss_grad(theta, X, ints, floats, work, grad)
 
 
-@component
+@component_inline
 def target_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """The step's noise drawn, then −∇log p_ξ(θ): the samplers with one gradient a step (SGLD, SGHMC)."""
     draw_step_noise(st, mat, work, theta.shape[0])
