@@ -117,8 +117,8 @@ def test_normals_distribution_chi_square_and_tail():
 
 
 def test_register_state_fillers_equal_single_draws():
-    # fill_randbelow / fill_normals keep the state in registers; they must consume the stream exactly as
-    # repeated randbelow / normal calls do (same values, same final state)
+    # fill_randbelow / fill_normals / fill_uniforms keep the state in registers; they must consume the stream
+    # exactly as repeated randbelow / normal / uniform calls do (same values, same final state)
     st = rng.chain_states(21, 1)[0]
     a, b = st.copy(), st.copy()
     n = 3 * 2**30 + 7  # rejection probability (2^32 mod n)/2^32 ≈ 0.25: the rejection loop runs
@@ -128,4 +128,7 @@ def test_register_state_fillers_equal_single_draws():
     out = np.empty(20_000)
     rng.fill_normals(a, out)
     np.testing.assert_array_equal(out, [rng.normal(b) for _ in range(20_000)])
+    u = np.empty(1000)
+    rng.fill_uniforms(a, u)
+    np.testing.assert_array_equal(u, [rng.uniform(b) for _ in range(1000)])
     np.testing.assert_array_equal(a, b)

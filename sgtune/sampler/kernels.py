@@ -54,7 +54,7 @@ import numpy as np
 
 from ._jit import component, component_inline, inline_caller, njit, njit_inline
 from .grads import add_prior, row_dot
-from .rng import fill_normals, fill_randbelow, randbelow, uniform
+from .rng import fill_normals, fill_randbelow, fill_uniforms, randbelow
 from .smile import sghmc_step
 from .state import DIVERGENCE_BOUND
 
@@ -295,6 +295,7 @@ def sgld_dense_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore
 def sglrw_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """SGLRW (Mensch et al. 2025, eq. 12): ±r_i moves with P(+r_i) = ½ − s Λ_ii m_i/(2 r_i) clipped to [0, 1]."""
     _momentum(m, grad, p.momentum)
+    fill_uniforms(st, xi)  # the D uniforms of the step, in coordinate order (the stream of D uniform calls)
     clips = 0
     for j in range(th.shape[0]):
         r = rs * fd[j]
@@ -305,7 +306,7 @@ def sglrw_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-u
         elif q > 1.0:
             q = 1.0
             clips += 1
-        if uniform(st) < q:
+        if xi[j] < q:
             th[j] += r
         else:
             th[j] -= r

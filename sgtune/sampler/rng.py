@@ -33,7 +33,7 @@ import numpy as np
 
 from ._jit import njit
 
-__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals", "fill_randbelow",
+__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals", "fill_randbelow", "fill_uniforms",
            "stable_symmetric", "Xoshiro256PP", "ZIG_R", "ZIG_X", "ZIG_F"]
 
 _M64 = (1 << 64) - 1
@@ -173,6 +173,23 @@ def fill_normals(st, out):  # type: ignore[no-untyped-def]
             if ZIG_F[i] + float(uw >> np.uint64(11)) * _TWO53 * (ZIG_F[i + 1] - ZIG_F[i]) < math.exp(-0.5 * x * x):
                 break
         out[k] = -x if (u >> np.uint64(8)) & np.uint64(1) else x
+    st[0] = s0
+    st[1] = s1
+    st[2] = s2
+    st[3] = s3
+
+
+@njit
+def fill_uniforms(st, out):  # type: ignore[no-untyped-def]
+    """Fill ``out`` with :func:`uniform` draws, one after the other, the state kept in local variables
+    (the stores to ``out`` could alias ``st`` for the compiler, as in :func:`fill_normals`)."""
+    s0 = st[0]
+    s1 = st[1]
+    s2 = st[2]
+    s3 = st[3]
+    for k in range(out.shape[0]):
+        u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+        out[k] = float(u >> np.uint64(11)) * (1.0 / 9007199254740992.0)
     st[0] = s0
     st[1] = s1
     st[2] = s2
