@@ -82,16 +82,16 @@ def _model_problem_runner():
 
 
 def _cpu_per_step(call, steps: int, chains: int, repeats: int) -> float:
-    """µs per chain-iteration: the best CPU time of a run of 2T steps (its setup and summary included)."""
-    cpu = {}
-    for n in (2 * steps,):
-        best = math.inf
-        for s in range(repeats):
-            tic = time.process_time()
-            call(n, s)
-            best = min(best, time.process_time() - tic)
-        cpu[n] = best
-    return 1e6 * cpu[2 * steps] / (chains * 2 * steps)
+    """µs per chain-iteration: the best CPU time of ``call(2T, seed)`` over ``repeats`` seeds (its setup and
+    summary, a few ms, included; the time other processes take the core is not counted). A difference of two
+    best times, long minus short, was tried and is not robust here: one slow short run makes it absurdly small."""
+    n = 2 * steps
+    best = math.inf
+    for s in range(repeats):
+        tic = time.process_time()
+        call(n, s)
+        best = min(best, time.process_time() - tic)
+    return 1e6 * best / (chains * n)
 
 
 def _problem():
@@ -158,18 +158,9 @@ def worker(repeats: int, only: str = "") -> dict[str, float]:
         kw = dict(momentum=extra.get("momentum", 0.0), batching=extra.get("batching", "replacement"),
                   initial=initial)
         run(model, X, y, lam, sampler, chains, 50, 0, 0, **kw)  # compile / load the cache
-        cpu = {}
-        for n in (2 * steps,):
-            best = math.inf
-            for s in range(repeats):
-                tic = time.process_time()
-                run(model, X, y, lam, sampler, chains, n, 0 if extra["cov"] else n - 1, s, **kw)
-                best = min(best, time.process_time() - tic)
-            cpu[n] = best
-        # the best CPU time of the long run (the time other processes take the core is not counted; its setup
-        # and summary, a few ms, are; a difference of two best times, long minus short, was tried and is not
-        # robust here: one slow short run makes it absurdly small)
-        out[name] = 1e6 * cpu[2 * steps] / (chains * 2 * steps)
+        burn = (lambda n: 0) if extra["cov"] else (lambda n: n - 1)  # covariance on: record every step
+        out[name] = _cpu_per_step(lambda n, s: run(model, X, y, lam, sampler, chains, n, burn(n), s, **kw),
+                                  steps, chains, repeats)
     run_mp = _model_problem_runner()
     for name in [n for n in _selected(only) if n in MODEL_PROBLEMS]:
         kind, settings, steps = MODEL_PROBLEMS[name]

@@ -33,8 +33,8 @@ import numpy as np
 
 from ._jit import njit
 
-__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals", "fill_randbelow", "fill_uniforms",
-           "stable_symmetric", "Xoshiro256PP", "ZIG_R", "ZIG_X", "ZIG_F"]
+__all__ = ["chain_states", "next_u64", "uniform", "randbelow", "normal", "fill_normals", "fill_randbelow",
+           "fill_uniforms", "stable_symmetric", "Xoshiro256PP", "ZIG_R", "ZIG_X", "ZIG_F"]
 
 _M64 = (1 << 64) - 1
 _TWO53 = 1.0 / 9007199254740992.0  # 2**-53
@@ -189,7 +189,7 @@ def fill_uniforms(st, out):  # type: ignore[no-untyped-def]
     s3 = st[3]
     for k in range(out.shape[0]):
         u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
-        out[k] = float(u >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+        out[k] = float(u >> np.uint64(11)) * _TWO53
     st[0] = s0
     st[1] = s1
     st[2] = s2
