@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import numpy as np
@@ -191,6 +192,42 @@ def test_bad_model_files_are_one_line_errors_without_output(tmp_path, linear_npz
     assert "bad.py" in msg
     assert needle is None or needle in msg, msg
     assert not out.exists()
+
+
+def test_bad_model_file_line_count_does_not_depend_on_speed(tmp_path, linear_npz, monkeypatch):
+    """At threshold 0 every step announces itself (a machine where everything is slow): a failed fit still ends in
+    exactly one Error line, says no "done", and the suite's default (conftest: never) prints only that line."""
+    f = write(tmp_path, "bad.py", LINEAR_FILE.replace("return (X @ theta - y)[:, None] * X", "return X"))
+    args = ["lambda", str(linear_npz), "--model", f"{f}:MODEL", "--batch-size", "32"]
+    monkeypatch.setenv("SGTUNE_PROGRESS_AFTER", "0")
+    slow = run(args)
+    lines = slow.stderr.strip().splitlines()
+    assert slow.exit_code == 1 and lines[0] == "fitting θ̂ and expanding (2000 rows) …", slow.stderr
+    assert [ln for ln in lines if ln.startswith("Error")] == [lines[-1]] and "done in" not in slow.stderr
+    monkeypatch.setenv("SGTUNE_PROGRESS_AFTER", "never")
+    fast = run(args)
+    assert fast.exit_code == 1 and fast.stderr.strip().splitlines() == [lines[-1]]
+
+
+def test_progress_threshold_zero_announces_a_good_fit_and_its_end(tmp_path, linear_npz, monkeypatch):
+    monkeypatch.setenv("SGTUNE_PROGRESS_AFTER", "0")
+    r = run(["lambda", str(linear_npz), "--model", "linear", "--batch-size", "32", "--no-applicability"])
+    assert r.exit_code == 0, r.stderr
+    assert "fitting θ̂ and expanding (2000 rows) …" in r.stderr
+    assert re.search(r"^fitting θ̂ and expanding \(2000 rows\): done in \d+ s$", r.stderr, re.M), r.stderr
+    quiet = run(["lambda", str(linear_npz), "--model", "linear", "--batch-size", "32", "--no-applicability", "-q"])
+    assert quiet.exit_code == 0 and "fitting θ̂ and expanding (2000 rows) …" in quiet.stderr  # even under -q
+
+
+def test_progress_threshold_reads_the_environment(monkeypatch):
+    from sgtune.cli._io import QUIET_PROGRESS_AFTER, progress_after
+
+    for text, want in (("never", float("inf")), ("inf", float("inf")), ("0", 0.0), ("3.5", 3.5)):
+        monkeypatch.setenv("SGTUNE_PROGRESS_AFTER", text)
+        assert progress_after(2.0) == want and progress_after(2.0, quiet=True) == want
+    for text in ("", "soon", "-1", "nan"):  # unset or unreadable: the defaults
+        monkeypatch.setenv("SGTUNE_PROGRESS_AFTER", text)
+        assert progress_after(2.0) == 2.0 and progress_after(2.0, quiet=True) == QUIET_PROGRESS_AFTER
 
 
 def test_wrong_shape_and_nan_name_the_function(tmp_path, linear_npz):

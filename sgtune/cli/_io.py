@@ -472,11 +472,41 @@ def _discard_stdout() -> None:
 
 #: a stage that runs longer than this (seconds) says so on stderr (without -q)
 SLOW_STAGE_SECONDS = 2.0
+#: the environment variable that sets every progress threshold (seconds; ``inf`` or ``never``: no progress lines)
+PROGRESS_ENV = "SGTUNE_PROGRESS_AFTER"
+#: under ``-q`` a step still says what it waits for once it has run this long (seconds), as pip and conda do
+QUIET_PROGRESS_AFTER = 10.0
+
+
+def progress_after(default: float, quiet: bool = False) -> float:
+    """The seconds after which a slow step says so on stderr: ``$SGTUNE_PROGRESS_AFTER`` when set (a number
+    of seconds, ``0`` for at once, ``inf``/``never`` for never; the same for every step, with or without
+    ``-q``), else ``default`` (at least :data:`QUIET_PROGRESS_AFTER` under ``-q``). Scripts and tests that
+    count stderr lines set it, so what they see does not depend on the machine's speed."""
+    text = os.environ.get(PROGRESS_ENV, "").strip().lower()
+    if text:
+        if text in ("never", "off", "none"):
+            return math.inf
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if value >= 0:  # nan (not a number) fails this too: the default below
+            return value
+    return max(default, QUIET_PROGRESS_AFTER) if quiet else default
+
+
+def _echo_err(text: str) -> None:
+    try:
+        click.echo(text, err=True)
+    except (OSError, ValueError):  # stderr gone: nothing to tell
+        pass
 
 
 class slow_stage:
     """``with slow_stage("applicability: …", quiet):`` — a line on stderr once the stage has run for
-    :data:`SLOW_STAGE_SECONDS` (nothing for a quick one), and how long it took when it ends."""
+    :data:`SLOW_STAGE_SECONDS` (nothing for a quick one), and how long it took when it ends
+    (the threshold: :func:`progress_after`)."""
 
     def __init__(self, label: str, quiet: bool | None = None, after: float = SLOW_STAGE_SECONDS) -> None:
         import threading
@@ -485,22 +515,23 @@ class slow_stage:
             ctx = click.get_current_context(silent=True)
             quiet = bool(ctx is not None and ctx.params.get("quiet"))
         self.label, self.quiet, self.shown = label, quiet, False
-        self.timer = threading.Timer(after, self._show)
+        self.after = progress_after(after)
+        self.timer = threading.Timer(self.after if math.isfinite(self.after) else 0.0, self._show)
         self.timer.daemon = True
 
     def _show(self) -> None:
         self.shown = True
-        try:
-            click.echo(f"{self.label} …", err=True)
-        except (OSError, ValueError):  # stderr gone: nothing to tell
-            pass
+        _echo_err(f"{self.label} …")
 
     def __enter__(self) -> "slow_stage":
         import time
 
         self.tic = time.perf_counter()
-        if not self.quiet:
-            self.timer.start()
+        if not self.quiet and math.isfinite(self.after):
+            if self.after <= 0:  # at once, in this thread: no race with a quick stage
+                self._show()
+            else:
+                self.timer.start()
         return self
 
     def cancel(self) -> None:
@@ -525,34 +556,40 @@ def info(message: str, quiet: bool = False) -> None:
         click.echo(message, err=True)
 
 
-#: a step that takes longer than this many seconds says so on stderr (silenced by ``-q``)
+#: a step that takes longer than this many seconds says so on stderr (under ``-q``: :data:`QUIET_PROGRESS_AFTER`)
 PROGRESS_AFTER = 2.0
 
 
 @contextlib.contextmanager
 def announced(label: str, quiet: bool = False) -> Any:
     """Run a step that may be slow (a fit, an expansion, the applicability report): when it is still running
-    after PROGRESS_AFTER seconds, one ``label …`` line on stderr, and ``label: done in T s`` when it ends
-    (nothing with ``-q`` or for a quick step)."""
+    after :func:`progress_after` seconds (PROGRESS_AFTER, or QUIET_PROGRESS_AFTER with ``-q``), one
+    ``label …`` line on stderr, and ``label: done in T s`` when it ends (nothing for a quick step, and no
+    "done" for a step that failed or was interrupted)."""
     import threading
     import time
 
     start, shown = time.monotonic(), threading.Event()
+    after = progress_after(PROGRESS_AFTER, quiet)
 
     def say() -> None:
         shown.set()
-        click.echo(f"{label} …", err=True)
+        _echo_err(f"{label} …")
 
-    timer = threading.Timer(PROGRESS_AFTER, say)
+    timer = threading.Timer(after if math.isfinite(after) else 0.0, say)
     timer.daemon = True
-    if not quiet:
+    if after <= 0:
+        say()
+    elif math.isfinite(after):
         timer.start()
     try:
         yield
-    finally:
+    except BaseException:  # a failed or interrupted step is not "done"
         timer.cancel()
-        if shown.is_set():
-            click.echo(f"{label}: done in {time.monotonic() - start:.0f} s", err=True)
+        raise
+    timer.cancel()
+    if shown.is_set():
+        _echo_err(f"{label}: done in {time.monotonic() - start:.0f} s")
 
 
 def command_line() -> str:

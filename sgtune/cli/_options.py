@@ -155,7 +155,9 @@ json_output_options = compose(
     click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                  help="Write the JSON document to FILE (a name ending in .json; '-' is stdout) instead of stdout."),
     click.option("--overwrite", is_flag=True, help="Allow replacing existing output files."),
-    click.option("-q", "--quiet", is_flag=True, help="No human-readable output on stderr (warnings still are)."),
+    click.option("-q", "--quiet", is_flag=True,
+                 help="No human-readable output on stderr (warnings still are, and a step still running after 10 s "
+                      "says what it waits for; SGTUNE_PROGRESS_AFTER=SECONDS|never sets that threshold)."),
     click.option("--strict", is_flag=True,
                  help="Exit 4 (after writing the outputs) when the answer or the chain should not be trusted: "
                       "a prediction that does not apply, an unhealthy chain."),
