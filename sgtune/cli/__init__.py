@@ -194,7 +194,8 @@ def _fail(message: str, code: int) -> NoReturn:
 @click.version_option(package_name="sgtune")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Read the shared data and model options (DATA, --model, --batch-size, --prior-precision, …) "
-                   "from this TOML file instead of ./sgtune.toml; the command line overrides it.")
+                   "from this TOML file instead of ./sgtune.toml (a pyproject.toml: its [tool.sgtune] table); the "
+                   "command line overrides it.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """sgtune: tune and predict SGD/SGLD before you run it.
@@ -214,8 +215,9 @@ def main(ctx: click.Context, config_path: str | None) -> None:
       130  interrupted (Ctrl-C); 143 terminated (SIGTERM); 129 hung up (SIGHUP)
 
     \b
-    Project file: sgtune.toml in the working directory (or --config FILE) holds the
-    options every command shares, e.g.
+    Project file: sgtune.toml in the working directory, else the [tool.sgtune] table of
+    pyproject.toml (or --config FILE) holds the options every command shares, with the
+    same types and ranges as the options, e.g.
         data = "data.csv"
         model = "logistic"
         batch-size = 32

@@ -86,3 +86,70 @@ def test_commands_without_shared_options_ignore_its_values(project):
     assert json.loads(r.stdout)["config"]["values"] == {}
     r = run(["reshuffle", "--step", "0.1", "-q"])
     assert r.exit_code == 2  # no --data from the file
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("batch-size = 32.7", "'batch-size' = 32.7"),
+    ("batch-size = true", "'batch-size' = true"),
+    ("batch-size = 32.0", "'batch-size' = 32.0"),
+    ("batch-size = \"many\"", "'batch-size' = 'many'"),
+    ("seed = 3.9", "'seed' = 3.9"),
+    ("seed = -1", "'seed' = -1"),
+    ("subsample = 1500.9", "'subsample' = 1500.9"),
+    ("subsample = 0", "'subsample' = 0"),
+    ("intercept = 0.5", "'intercept' = 0.5"),
+    ("intercept = \"yes\"", "'intercept' = 'yes'"),
+    ("prior-precision = true", "'prior-precision' = true"),
+    ("activation = \"sigmoid\"", "'activation' = 'sigmoid'"),
+])
+def test_a_bad_value_in_the_file_is_refused_like_the_option(project, line, needle):
+    """The file's values go through the options' own click types (no silent 32.7 -> 32, true -> 1, 3.9 -> 3):
+    exit 2 and one line naming the key, the value and the file, as the command line would refuse them."""
+    (project / "sgtune.toml").write_text(f'data = "d.csv"\nmodel = "logistic"\n{line}\n')
+    r = run(["lambda", "--batch-size", "32", "-q", "--no-applicability"])
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sgtune.toml" in lines[0] and needle in lines[0], lines
+
+
+def test_the_file_and_the_command_line_take_the_same_values(project):
+    """Every shared option: a value is refused in the file exactly when it is refused on the command line."""
+    from sgtune.cli._config import shared_params
+
+    base = '\ndata = "d.csv"\nmodel = "logistic"\n'
+    for key, value in (("batch-size", "32.7"), ("seed", "3"), ("momentum", "0.5"), ("subsample", "100"),
+                       ("inverse-temperature", '"N"'), ("noise-variance", "2")):
+        assert key in shared_params()
+        (project / "sgtune.toml").write_text(f"{key} = {value}{base}" + ("batch-size = 32\n" if key != "batch-size"
+                                                                           else ""))
+        by_file = run(["lambda", "-q", "--no-applicability"])
+        by_line = run(["lambda", "d.csv", "--model", "logistic", *([] if key == "batch-size" else ["--batch-size", "32"]),
+                       f"--{key}", value.strip('"'), "-q", "--no-applicability", "--config", "/dev/null"])
+        assert (by_file.exit_code == 0) == (by_line.exit_code == 0), (key, by_file.stderr, by_line.stderr)
+
+
+def test_an_unknown_key_names_the_nearest_known_one(project):
+    (project / "sgtune.toml").write_text('data = "d.csv"\nbatch_sise = 32\n')
+    r = run(["lambda", "-q"])
+    assert r.exit_code == 2 and "did you mean 'batch-size'?" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_pyproject_tool_sgtune_table(project):
+    """[tool.sgtune] in pyproject.toml is read when there is no sgtune.toml; --config pyproject.toml reads only that
+    table (the project's other tables are not sgtune's keys)."""
+    (project / "sgtune.toml").unlink()
+    (project / "pyproject.toml").write_text('[project]\nname = "mine"\nversion = "1"\n\n[tool.ruff]\nline-length = 99\n'
+                                            '\n[tool.sgtune]\ndata = "d.csv"\nmodel = "logistic"\nbatch-size = 16\n')
+    for args in ([], ["--config", "pyproject.toml"]):
+        r = run(["lambda", *args, "-q", "--no-applicability"])
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["batch_size"] == 16 and doc["config"]["path"] == "pyproject.toml"
+    (project / "pyproject.toml").write_text('[tool.sgtune]\nbatch-size = 16.5\n')
+    r = run(["lambda", "d.csv", "--model", "logistic", "-q"])
+    assert r.exit_code == 2 and "pyproject.toml [tool.sgtune]: key 'batch-size' = 16.5" in r.stderr, r.stderr
+    (project / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+    r = run(["lambda", "d.csv", "--model", "logistic", "--batch-size", "8", "-q", "--no-applicability"])
+    assert r.exit_code == 0 and "config" not in json.loads(r.stdout)  # no table: not a configuration
+    r = run(["lambda", "--config", "pyproject.toml", "-q"])
+    assert r.exit_code == 2 and "has no [tool.sgtune] table" in r.stderr
