@@ -604,3 +604,98 @@ def test_column_sums_are_accurate_against_fsum(rng, n):
     ref = np.array([math.fsum(c) for c in g.T])
     err = np.max(np.abs(_column_sums(g) - ref)) / np.max(np.abs(ref))
     assert err < 64 * np.finfo(float).eps * (1 + n / 256 + 256 / max(n, 1)) ** 0.5, err
+
+
+class _Server:
+    """A server on 127.0.0.1 (a free port) that is not a Dask scheduler: ``greeting`` bytes sent at once on each
+    connection (None: an HTTP server, which waits for a request and answers only that)."""
+
+    def __init__(self, greeting):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.greeting, self.open = greeting, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.open.append(conn)
+            if self.greeting is not None:
+                conn.sendall(self.greeting)
+
+    def close(self):
+        for c in self.open:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("greeting, needle", [
+    (None, "did not answer as a Dask scheduler within 1 s"),                 # an HTTP server: waits for a request
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "an HTTP server"),  # a proxy replying at once
+    (b"\xff" * 16, "not Dask"),                                                # a length no handshake has
+    (b"abc", "it sent b'abc' and closed"),
+])
+def test_a_scheduler_address_where_something_else_answers_is_a_clear_error(monkeypatch, greeting, needle):
+    monkeypatch.setenv("SGTUNE_DASK_TIMEOUT", "1s")
+    server = _Server(greeting)
+    try:
+        if greeting == b"abc":  # closes after its three bytes
+            server.greeting = None
+            import threading
+
+            def close_after():
+                import time
+                while not server.open:
+                    time.sleep(0.01)
+                server.open[0].sendall(b"abc")
+                server.open[0].close()
+            threading.Thread(target=close_after, daemon=True).start()
+        with pytest.raises(SchedulerError, match=needle) as info:
+            get_client(f"tcp://127.0.0.1:{server.port}")
+        assert "8786" in str(info.value) and "\n" not in str(info.value)
+    finally:
+        server.close()
+
+
+def test_cli_scheduler_on_an_http_port_exits_1_with_one_line(tmp_path, monkeypatch):
+    import http.server
+    import threading
+
+    monkeypatch.setenv("SGTUNE_DASK_TIMEOUT", "1s")
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        ds = example("logistic")
+        folder = save_folder(tmp_path / "d", ds.X, ds.y)
+        out = tmp_path / "lam.npy"
+        r = CliRunner().invoke(main, ["lambda", str(folder), "--model", "logistic", "--batch-size", "32", "-q",
+                                      "-o", str(out), "--scheduler", f"tcp://127.0.0.1:{httpd.server_port}"])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and not out.exists(), r.stderr
+    assert "did not answer as a Dask scheduler" in r.stderr and "--scheduler" in r.stderr, r.stderr
+
+
+def test_a_real_scheduler_passes_the_probe(dask_client):
+    from sgtune.io.reduce import map_tasks, probe_scheduler
+
+    address = dask_client.scheduler.address
+    assert address.startswith("tcp://127.0.0.1:")
+    probe_scheduler(address, 10.0)  # a Dask scheduler greets at once with a short handshake
+    try:
+        assert map_tasks(abs, [(-2,), (3,)], address) == [2, 3]
+    finally:  # the client of the address, before the fixture closes the cluster under it
+        from sgtune.io import reduce
+
+        client = reduce._CLIENTS.pop(address, None)
+        if client is not None:
+            client.close()

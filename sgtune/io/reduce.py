@@ -384,6 +384,92 @@ class blas_single_thread:
 
 _CLIENTS: dict[str, Any] = {}
 _LOCK = threading.Lock()
+#: the largest first message (its 8-byte length prefix) a Dask scheduler's handshake can plausibly have: anything
+#: larger is another protocol's bytes read as a length (HTTP's "HTTP/1.1" is 3.5·10¹⁸ bytes)
+MAX_HANDSHAKE_BYTES = 1 << 24
+
+
+def _timeout_seconds() -> float:
+    """``$SGTUNE_DASK_TIMEOUT`` (default 10 s) in seconds: ``10s``, ``500ms``, ``2``."""
+    text = os.environ.get("SGTUNE_DASK_TIMEOUT", "10s").strip().lower()
+    for unit, scale in (("ms", 1e-3), ("s", 1.0)):
+        if text.endswith(unit):
+            text, factor = text[: -len(unit)], scale
+            break
+    else:
+        factor = 1.0
+    try:
+        value = float(text) * factor
+    except ValueError:
+        value = 10.0
+    return value if value > 0 else 10.0
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a ``tcp://host:port`` or ``host:port`` address; None for other protocols (tls, ucx, …)."""
+    rest = address[len("tcp://"):] if address.startswith("tcp://") else address
+    if "://" in rest:
+        return None
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Check that a Dask scheduler answers at ``address`` before handing it to ``distributed``, whose client
+    waits forever on a server that never speaks (an HTTP port) and reads another protocol's first bytes as
+    the length of a message (an HTTP 400 reply becomes an allocation of exbibytes). A scheduler greets every
+    new connection at once with its handshake, a message whose 8-byte little-endian length comes first; this
+    opens a connection, waits up to ``timeout`` seconds for those 8 bytes and checks them.
+
+    Parameters
+    ----------
+    address : str
+        ``tcp://host:port`` or ``host:port`` (other protocols are not probed).
+    timeout : float
+        Seconds to wait for the connection and then for the greeting.
+
+    Raises
+    ------
+    SchedulerError
+        Nothing listens, nothing answers within ``timeout``, or what answers is not a Dask scheduler.
+    """
+    import socket
+    import struct
+
+    hp = _host_port(address)
+    if hp is None:
+        return
+    where = f"`scheduler={address}`"
+    try:
+        sock = socket.create_connection(hp, timeout=timeout)
+    except OSError as exc:
+        raise SchedulerError(f"{where}: cannot connect to the Dask scheduler ({exc.strerror or exc}); give 'local' "
+                             "or the address of a running scheduler, like tcp://host:8786") from None
+    head = b""
+    try:
+        sock.settimeout(timeout)
+        while len(head) < 8:
+            part = sock.recv(8 - len(head))
+            if not part:
+                break
+            head += part
+    except OSError:  # socket.timeout included
+        pass
+    finally:
+        sock.close()
+    if len(head) < 8:
+        said = f" (it sent {head[:8]!r} and closed)" if head else f" within {timeout:g} s"
+        raise SchedulerError(f"{where}: something listens there but it did not answer as a Dask scheduler{said}; "
+                             "check the address (a scheduler listens on port 8786 by default; 8787 is its "
+                             "dashboard) or raise SGTUNE_DASK_TIMEOUT")
+    (length,) = struct.unpack("<Q", head)
+    if head[:5] in (b"HTTP/", b"<!DOC", b"<html") or not 0 < length <= MAX_HANDSHAKE_BYTES:
+        what = "an HTTP server (a dashboard or a proxy?)" if head.startswith((b"HTTP/", b"<")) else "not Dask"
+        raise SchedulerError(f"{where}: what answers there is {what}, not a Dask scheduler (its first bytes: "
+                             f"{head!r}); give the scheduler's own address (port 8786 by default; 8787 is its "
+                             "dashboard)")
 
 
 def get_client(scheduler: str) -> Any:
@@ -405,7 +491,9 @@ def get_client(scheduler: str) -> Any:
                                        dashboard_address=":0", silence_logs=50)
                 client = Client(cluster)
             else:
-                client = Client(scheduler, timeout=os.environ.get("SGTUNE_DASK_TIMEOUT", "10s"))
+                timeout = _timeout_seconds()
+                probe_scheduler(scheduler, timeout)
+                client = Client(scheduler, timeout=f"{timeout}s")
         except (OSError, TimeoutError, ValueError) as exc:
             raise SchedulerError(f"`scheduler={scheduler}`: cannot connect to the Dask scheduler ({exc}); "
                                  "give 'local' or an address like tcp://host:8786") from None
