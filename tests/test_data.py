@@ -77,3 +77,63 @@ def test_examples_are_deterministic_and_documented_shapes():
     with pytest.raises(DataFormatError, match="subsample size"):
         a.subsample(0, np.random.default_rng(0))
     assert make_dataset(np.ones(3), np.ones(3)).X.shape == (3, 1)
+
+
+def _rows(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    return X, (X @ [1.0, -1.0] + rng.normal(size=n) > 0).astype(float)
+
+
+def test_a_semicolon_or_tab_separated_csv_reads_like_a_comma_separated_one(tmp_path):
+    X, y = _rows()
+    lines = [("a", "b", "y")] + [(repr(float(u)), repr(float(v)), repr(float(w))) for (u, v), w in zip(X, y)]
+    sets = []
+    for sep, name in ((",", "c.csv"), (";", "s.csv"), ("\t", "t.csv")):
+        sets.append(load_dataset(write(tmp_path, name, "\n".join(sep.join(r) for r in lines) + "\n")))
+    for ds in sets:
+        assert ds.names == ("a", "b")
+        np.testing.assert_array_equal(ds.X, X)
+        np.testing.assert_array_equal(ds.y, y)
+    p = write(tmp_path, "dec.csv", "a;b;y\n1,5;2;1\n2,5;1;0\n")  # a decimal comma: said so
+    with pytest.raises(DataFormatError, match=r"'1,5' is not a number; write numbers with a decimal point"):
+        load_dataset(p)
+
+
+def test_a_pandas_index_column_named_unnamed_is_refused(tmp_path):
+    p = write(tmp_path, "d.csv", "Unnamed: 0,a,y\n0,1.5,1\n1,2.5,0\n2,0.5,1\n")
+    with pytest.raises(DataFormatError, match="column 'Unnamed: 0' is a row index .* index=False"):
+        load_dataset(p)
+    ok = write(tmp_path, "e.csv", "Unnamed,a,y\n0,1.5,1\n1,2.5,0\n2,0.5,1\n")  # a real column of that name
+    assert load_dataset(ok).names == ("Unnamed", "a")
+
+
+def test_complex_data_is_refused_not_cast(tmp_path):
+    X, y = _rows()
+    for args, label in (((X + 1j, y), "X"), ((X, y + 0j), "y")):
+        with pytest.raises(DataFormatError, match=f"{label} holds complex numbers"):
+            make_dataset(*args)
+
+
+def test_folder_with_a_column_vector_y_reads_y_as_a_vector(tmp_path):
+    """y.npy of shape (N, 1), float64: read out of core as (N,) (its rows used to come back as (n, 1))."""
+    X, y = _rows(300)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", X)
+    np.save(tmp_path / "d" / "y.npy", y[:, None])
+    ds = load_dataset(tmp_path / "d")
+    assert ds.y.shape == (300,) and ds.out_of_core
+    xs, ys = ds.rows.read(10, 20)  # the minibatch reads of the streamed reductions and the sampler
+    assert ys.shape == (10,) and xs.shape == (10, 2)
+    np.testing.assert_array_equal(ys, y[10:20])
+
+
+def test_a_cache_dir_that_cannot_be_created_is_named(tmp_path, monkeypatch):
+    X, y = _rows(300)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", X)
+    np.save(tmp_path / "d" / "y.npy", y)
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("SGTUNE_CACHE_DIR", str(tmp_path / "file" / "sub"))
+    with pytest.raises(DataFormatError, match=r"SGTUNE_CACHE_DIR=.*file/sub \(Not a directory\); point SGTUNE_CACHE"):
+        load_dataset(tmp_path / "d", intercept=True)

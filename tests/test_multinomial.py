@@ -408,3 +408,74 @@ def test_text_labels_from_csv_folder_and_parquet_agree(wine_csv, tmp_path):
         assert rel(e.theta_hat, es[0].theta_hat) < SOLVER_RTOL and rel(e.curvature, es[0].curvature) < SOLVER_RTOL
     with pytest.raises(DataFormatError, match="not a number"):
         load_dataset(wine_csv, response="cultivar")  # other models: a text response stays an error
+
+
+def _labelled_csv(path, labels, X):
+    with path.open("w") as fh:
+        fh.write("a,b,c,label\n")
+        for row, lab in zip(X.tolist(), labels):
+            fh.write(",".join([*(repr(v) for v in row), lab]) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("missing", ["", "NA", "nan", "NaN", "null", "N/A", " na "])
+@pytest.mark.parametrize("kind", ["text", "numbers"])
+def test_missing_class_labels_are_refused_with_their_lines(tmp_path, missing, kind):
+    """A missing label never becomes a class (sorted first, it would be the reference class): one line naming
+    the CSV lines (header = line 1), for text labels and for numeric labels alike."""
+    X, y, _ = wine()
+    labels = list((np.array(["barolo", "grignolino", "barbera"]) if kind == "text" else np.array(["0", "1", "2"]))
+                  [y.astype(int)])
+    labels[4] = labels[9] = missing
+    csv = _labelled_csv(tmp_path / "w.csv", labels, X)
+    r = CliRunner().invoke(main, ["lambda", csv, "--response", "label", "--model", "multinomial", "--batch-size",
+                                  "32", "-q"])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "2 class labels are missing" in r.stderr and "lines 6, 11" in r.stderr and "'label'" in r.stderr, r.stderr
+
+
+def test_numeric_labels_stay_numeric(tmp_path):
+    X, y, _ = wine()
+    labels = [str(int(v) * 5) for v in y]  # 0, 5, 10: numeric order, not text order ("10" < "5")
+    doc = _json(["lambda", _labelled_csv(tmp_path / "w.csv", labels, X), "--response", "label", "--model",
+                 "multinomial", "--batch-size", "32", "-q", "--no-applicability"])
+    assert doc["classes"] == ["0", "5", "10"] and doc["reference_class"] == "0"
+
+
+def test_missing_labels_in_parquet_and_folders_are_refused(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    X, y, names = wine()
+    text = np.array(["barolo", "grignolino", "barbera"])[y.astype(int)].astype(object)
+    for k, missing in enumerate((None, "NA", "")):
+        lab = text.copy()
+        lab[7] = missing
+        f = tmp_path / f"w{k}.parquet"
+        pq.write_table(pa.table({**{n: X[:, j] for j, n in enumerate(names)}, "cultivar": pa.array(list(lab))}), f)
+        with pytest.raises(DataFormatError, match=r"1 class label is missing .* at row 7;"):
+            load_dataset(f, response="cultivar", categorical_response=True)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "X.npy", np.ascontiguousarray(X))
+    lab = text.astype(str)
+    lab[3] = "nan"
+    np.save(tmp_path / "d" / "y.npy", lab)
+    with pytest.raises(DataFormatError, match=r"y.npy: 1 class label is missing .* at row 3;"):
+        load_dataset(tmp_path / "d", categorical_response=True)
+    with pytest.raises(DataFormatError, match="at rows 0, 2"):
+        encode_labels(["", "a", None, "b"])
+
+
+def test_last_layer_softmax_takes_text_labels_like_multinomial(tmp_path):
+    """--model last-layer --likelihood softmax reads text labels as --model multinomial does (sorted label order =
+    class index), so the same file gives the same answer as its integer-coded twin."""
+    X, y, _ = wine()
+    feats = tmp_path / "phi.npy"
+    np.save(feats, X)
+    text = _labelled_csv(tmp_path / "t.csv", list(np.array(["barbera", "barolo", "grignolino"])[y.astype(int)]), X)
+    codes = _labelled_csv(tmp_path / "c.csv", [str(int(v)) for v in y], X)
+    args = ["--response", "label", "--model", "last-layer", "--likelihood", "softmax", "--features", str(feats),
+            "--prior-precision", "1", "--target", "posterior", "--inverse-temperature", "2N", "--batch-size", "32", "-q",
+            "--no-applicability"]
+    a, b = _json(["lambda", text, *args]), _json(["lambda", codes, *args])
+    assert a["lambda"] == b["lambda"]

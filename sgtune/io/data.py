@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import csv
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -169,6 +170,10 @@ def make_dataset(X: object, y: object, *, intercept: bool = False, names: tuple[
     >>> data.names
     ('intercept', 'age', 'dose')
     """
+    for arr, label in ((X, "X"), (y, "y")):  # a cast to float64 would drop the imaginary part with a mere warning
+        if np.iscomplexobj(arr):
+            raise DataFormatError(f"{source}: {label} holds complex numbers; sgtune's models take real data: give the "
+                                  "real and imaginary parts as separate columns, or the modulus")
     try:
         Xa = np.array(X, dtype=np.float64)
         ya = np.array(y, dtype=np.float64)
@@ -213,6 +218,12 @@ def _check_header(path: Path, header: list[str]) -> None:
             f"{path}: column{'s' if len(unnamed) > 1 else ''} {cols} of the header {'have' if len(unnamed) > 1 else 'has'}"
             " no name (a row index, as pandas to_csv() and R write.csv() write by default, would become a covariate); "
             "re-export with index=False (pandas) or row.names=FALSE (R), or drop the column")
+    index = [h for h in header if re.fullmatch(r"Unnamed: \d+", h)]
+    if index:
+        raise DataFormatError(
+            f"{path}: column {index[0]!r} is a row index (pandas names an unnamed column so when it reads a file "
+            "written with its index, and to_csv() then writes it back as data); it would become a covariate: "
+            "re-export with index=False, or drop the column")
     seen: dict[str, int] = {}
     for k, h in enumerate(header):
         if h in seen:
@@ -247,6 +258,7 @@ def encode_labels(labels: Any) -> tuple[np.ndarray, tuple[str, ...]]:
     ('9', '10')
     """
     text = [str(v).strip() for v in np.asarray(labels, dtype=object).reshape(-1)]
+    check_labels_present(text, "labels")
     if all(_is_number(t) for t in text):
         values = np.array([float(t) for t in text])
         uniq = np.unique(values)
@@ -257,6 +269,25 @@ def encode_labels(labels: Any) -> tuple[np.ndarray, tuple[str, ...]]:
     return np.array([index[t] for t in text], dtype=np.float64), names
 
 
+#: how a missing class label is written (compared case-insensitively, after stripping blanks): an empty cell,
+#: R's and pandas' NA, NaN, null/None (a JSON or Python export), Excel's #N/A
+MISSING_LABELS = frozenset({"", "na", "n/a", "nan", "null", "none", "<na>", "#n/a", "nat"})
+
+
+def check_labels_present(labels: Any, source: str, first_row: int = 0, what: str = "row") -> None:
+    """Refuse missing class labels (:data:`MISSING_LABELS`, ``None``, NaN): they would otherwise become a class of
+    their own, sorted first, i.e. the reference class. The message names the first rows (numbered from
+    ``first_row``; ``what`` is "row" or "line")."""
+    bad = [i for i, v in enumerate(labels)
+           if v is None or (isinstance(v, float) and v != v) or str(v).strip().lower() in MISSING_LABELS]
+    if bad:
+        rows = ", ".join(str(first_row + i) for i in bad[:5]) + (", …" if len(bad) > 5 else "")
+        raise DataFormatError(
+            f"{source}: {len(bad)} class label{'s are' if len(bad) > 1 else ' is'} missing (empty, NA, nan or null) "
+            f"at {what}{'s' if len(bad) > 1 else ''} {rows}; remove those rows or give them their class "
+            "(a missing label would become a class of its own)")
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -265,11 +296,23 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _delimiter(fh: Any) -> str:
+    """The CSV's separator, from its header line: a comma, or a semicolon (spreadsheets in locales whose decimal
+    mark is a comma) or a tab when the header has no comma but those (``fh`` is rewound)."""
+    head = fh.readline()
+    fh.seek(0)
+    if "," not in head:
+        for sep in (";", "\t"):
+            if sep in head:
+                return sep
+    return ","
+
+
 def _read_csv(path: Path, response: str, categorical: bool = False
               ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" starts with a BOM
-            reader = csv.reader(fh)
+            reader = csv.reader(fh, delimiter=_delimiter(fh))
             try:
                 header = [h.strip() for h in next(reader)]
             except StopIteration:
@@ -289,6 +332,9 @@ def _read_csv(path: Path, response: str, categorical: bool = False
     values = np.empty((len(rows), len(header)))
     j = header.index(response)
     classes: tuple[str, ...] = ()
+    if categorical:
+        check_labels_present([r[j] if len(r) == len(header) else "?" for r in rows], f"{path}: column {response!r}",
+                             first_row=2, what="line")
     if categorical and rows and not all(len(r) != len(header) or _is_number(r[j]) for r in rows):
         bad = next((i for i, r in enumerate(rows) if len(r) != len(header)), None)
         if bad is not None:
@@ -305,8 +351,10 @@ def _read_csv(path: Path, response: str, categorical: bool = False
             try:
                 values[i, j] = float(cell)
             except ValueError:
+                hint = ("; write numbers with a decimal point (1.5, not 1,5)" if "," in cell and _is_number(
+                    cell.replace(",", ".")) else "")
                 raise DataFormatError(
-                    f"{path}: line {i + 2}, column {header[j]!r}: {cell!r} is not a number") from None
+                    f"{path}: line {i + 2}, column {header[j]!r}: {cell!r} is not a number{hint}") from None
     j = header.index(response)
     names = tuple(h for k, h in enumerate(header) if k != j)
     return np.delete(values, j, axis=1), values[:, j], names, classes
@@ -393,9 +441,14 @@ _CACHE_DIRS: list[str] = []
 def _cache_dir() -> str:
     """A fresh folder for converted data ($SGTUNE_CACHE_DIR or the system temp; removed at exit)."""
     base = os.environ.get("SGTUNE_CACHE_DIR") or None
-    if base is not None:
-        os.makedirs(base, exist_ok=True)
-    d = tempfile.mkdtemp(prefix="sgtune-data-", dir=base)
+    try:
+        if base is not None:
+            os.makedirs(base, exist_ok=True)
+        d = tempfile.mkdtemp(prefix="sgtune-data-", dir=base)
+    except OSError as exc:
+        where = f"SGTUNE_CACHE_DIR={base}" if base is not None else f"the temporary folder {tempfile.gettempdir()}"
+        raise DataFormatError(f"cannot create the folder for the converted data in {where} ({exc.strerror or exc}); "
+                              "point SGTUNE_CACHE_DIR at a writable folder with room for the data") from None
     _CACHE_DIRS.append(d)
     return d
 
@@ -451,10 +504,13 @@ def _load_folder(p: Path, intercept: bool, categorical: bool = False) -> Dataset
         raise DataFormatError(f"{p / 'y.npy'}: cannot read as .npy ({exc})") from None
     classes: tuple[str, ...] = ()
     if categorical and y_raw.dtype.kind in "US" and y_raw.ndim >= 1:  # class labels as text
-        codes, classes = encode_labels(y_raw.reshape(-1) if y_raw.ndim == 2 and 1 in y_raw.shape else y_raw)
+        flat = y_raw.reshape(-1) if y_raw.ndim == 2 and 1 in y_raw.shape else y_raw
+        check_labels_present(list(flat.reshape(-1)), f"{p / 'y.npy'}")
+        codes, classes = encode_labels(flat)
         y_raw = codes.reshape(y_raw.shape) if y_raw.ndim == 1 else codes
     if y_raw.dtype.kind not in "biuf":
         raise DataFormatError(f"{p / 'y.npy'}: y must be numeric, got dtype {y_raw.dtype}")
+    y_ndim = y_raw.ndim  # the file's own shape: (N, 1) or (1, N) is read as (N,) below
     if y_raw.ndim == 2 and 1 in y_raw.shape:
         y_raw = y_raw.reshape(-1)
     if y_raw.ndim != 1:
@@ -469,7 +525,7 @@ def _load_folder(p: Path, intercept: bool, categorical: bool = False) -> Dataset
     yf = None
     if classes:  # the codes live in memory (y.npy holds the text)
         pass
-    elif y_raw.dtype == np.dtype("<f8") and y_raw.ndim == 1:
+    elif y_raw.dtype == np.dtype("<f8") and y_ndim == 1:
         yf = NpyFile.open(p / "y.npy", "y")
     elif y_raw.dtype == np.dtype("<f8"):  # (N, 1) or (1, N): same bytes as (N,)
         yf0 = NpyFile.open(p / "y.npy", "y")
@@ -532,10 +588,9 @@ def _load_parquet(p: Path, response: str, intercept: bool, categorical: bool = F
         if categorical and field.name == response and (pa.types.is_string(t) or pa.types.is_large_string(t)
                                                        or pa.types.is_dictionary(t)):
             col = pf.read(columns=[response]).column(response)  # class labels as text: one column in memory
-            if col.null_count:
-                i = int(np.argmax(np.asarray(col.is_null())))
-                raise DataFormatError(f"{p}: column {response!r} is missing (null) at row {i}; remove or impute it")
-            codes, classes = encode_labels(col.to_pylist())
+            labels = col.to_pylist()
+            check_labels_present(labels, f"{p}: column {response!r}")
+            codes, classes = encode_labels(labels)
             continue
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
             raise DataFormatError(f"{p}: column {field.name!r} has type {t}; every column must be numeric")
