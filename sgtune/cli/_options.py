@@ -297,7 +297,8 @@ def load_data_model(kw: dict[str, Any]) -> tuple[Dataset, Any]:
         if kw.get("model") is None:
             raise click.UsageError("--model is required with a DATA file")
         ds = load_dataset(kw["data"], response=kw.get("response", "y"), intercept=kw.get("intercept", False),
-                          categorical_response=kw["model"] == "multinomial")
+                          categorical_response=kw["model"] == "multinomial" or (
+                              kw["model"] == "last-layer" and kw.get("likelihood") == "softmax"))
         model_name = kw["model"]
     if model_name == "last-layer":
         if kw.get("layout", "baseline") != "baseline":
