@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core._validation import as_spd
 from ..core.errors import SgtuneError
-from ._io import info
+from ._io import array_digest, info, warn
 from ._options import load_npy
 
 AGAINST_CHOICES = ("prediction", "target")
@@ -72,8 +72,12 @@ def read_sidecar(lambda_path: str | None, lam: Any, *, quiet: bool) -> dict[str,
         info(f"{path}: not the JSON of `sgtune lambda` (no readable 'lambda'); ignored", quiet)
         return None
     arr = np.asarray(lam, dtype=float)
-    if side_lam.shape != arr.shape or not np.array_equal(side_lam, arr):
-        info(f"{path}: its 'lambda' is not the Λ of {lambda_path}; ignored", quiet)
+    digest = (doc.get("array_digests") or {}).get(Path(lambda_path).name) if isinstance(doc, dict) else None
+    if side_lam.shape != arr.shape or not np.array_equal(side_lam, arr) or (
+            isinstance(digest, str) and digest != array_digest(arr)):
+        warn(f"{path} is not the JSON of {lambda_path} (it describes another Λ: one of the pair was replaced or "
+             f"written by another command); it is ignored: write both again with `sgtune lambda … -o {lambda_path} "
+             f"--json {path}`")
         return None
     return doc
 

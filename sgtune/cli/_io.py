@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any, Callable, TypeVar
 import click
 import numpy as np
 
-from ..io._files import OutputAppearedError, atomic_path, check_claims, expect_new, new_outputs, not_regular_reason
+from ..io._files import (OutputAppearedError, atomic_path, check_claims, expect_new, new_outputs, not_regular_reason,
+                         output_set, pending_set, remove_temporary, temporary_file)
 from ..io._json import dumps
 from ..core.errors import AccuracyWarning, SgtuneError
 
@@ -80,6 +80,7 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
     """sgtune's warnings on the command line: one line on stderr (even with ``-q``), no source location,
     also collected for the JSON document's ``warnings`` key."""
     text = str(message).splitlines()[0] if str(message) else category.__name__
+    text = _plain_warning(text, category)
     report = _REPORT.get()
     if report is not None:
         text = as_typed(in_option_names(text, report.options), report.aliases)
@@ -87,6 +88,20 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
             return
         report.warnings.append(text)
     click.echo(f"warning: {text}", err=True)
+
+
+_RCOND = re.compile(r"rcond\s*=\s*([0-9.eE+-]+)")
+
+
+def _plain_warning(text: str, category: Any) -> str:
+    """A library's raw warning in sgtune's words: scipy's "Ill-conditioned matrix (rcond=…): result may not be
+    accurate" says what went wrong inside, not in the problem the user gave."""
+    if getattr(category, "__name__", "") == "LinAlgWarning" or text.lower().startswith("ill-conditioned matrix"):
+        m = _RCOND.search(text)
+        rc = f" (reciprocal condition number {float(m.group(1)):.2g})" if m else ""
+        return (f"a linear system in this computation is nearly singular{rc}, so the result may be inaccurate; "
+                "standardise the covariates, drop collinear ones, or add a --prior-precision")
+    return text
 
 
 def warn(message: str) -> None:
@@ -261,7 +276,8 @@ def handle_errors(fn: F) -> F:
         token = _REPORT.set(report)
         try:
             check_distinct_outputs(kwargs)
-            with warnings.catch_warnings(), new_outputs():
+            # every file of the command is written as one set: all put in place at the end, or none
+            with warnings.catch_warnings(), new_outputs(), output_set(commit_on=(click.exceptions.Exit,)):
                 warnings.simplefilter("always", AccuracyWarning)
                 warnings.showwarning = _show_warning
                 out = fn(*args, **kwargs)
@@ -272,6 +288,8 @@ def handle_errors(fn: F) -> F:
                 from ._remedies import as_text, render
 
                 text += as_text(render(exc.remedies))
+            if bad_option_value(text, kwargs):  # "--momentum must lie in [0, 1)": a usage error, exit 2
+                raise click.UsageError(text, ctx=click.get_current_context(silent=True)) from None
             raise click.ClickException(text) from None
         except click.UsageError as exc:
             exc.message = as_typed(exc.message, report.aliases)
@@ -292,6 +310,29 @@ def handle_errors(fn: F) -> F:
         return out
 
     return wrapper  # type: ignore[return-value]
+
+
+_MUST = re.compile(r"(--[\w-]+) (must|needs to|cannot be|should)\b")
+
+
+def bad_option_value(message: str, kwargs: dict[str, Any]) -> bool:
+    """Does ``message`` (already in option names) refuse the value of an option the user typed — "--batch-size
+    must be in [1, N = 2000]" — rather than the content of a file it names? Then it is a usage error (exit 2, as
+    ``--help`` says of an out-of-range value): the option opens the message, takes a value that is not a file
+    (no click ``Path`` type, and no existing file given to an option such as ``--target``)."""
+    m = _MUST.match(message)
+    ctx = click.get_current_context(silent=True)
+    if m is None or ctx is None:
+        return False
+    param = next((p for p in ctx.command.params if m.group(1) in p.opts), None)
+    if param is None or param.name is None or isinstance(param.type, (click.Path, click.File)):
+        return False
+    value = kwargs.get(param.name)
+    if value is None or isinstance(value, bool):
+        return False
+    if isinstance(value, str) and os.path.exists(value):
+        return False
+    return ctx.get_parameter_source(param.name) not in (click.core.ParameterSource.DEFAULT, None)
 
 
 def appeared_message(exc: OutputAppearedError) -> str:
@@ -390,9 +431,9 @@ def check_writable(path: str | os.PathLike[str] | None, overwrite: bool, option:
     if not folder.is_dir():
         raise click.ClickException(f"{option} {p}: {folder} is not a folder")
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{p.name}.", suffix=".tmp")
+        fd, probe = temporary_file(p)  # the name the output's temporary will have (a long name is shortened)
         os.close(fd)
-        os.unlink(probe)
+        remove_temporary(probe)
     except OSError as exc:
         raise click.ClickException(f"{option} {p}: cannot create files in {folder} ({exc.strerror or exc}); "
                                    "choose a writable folder") from None
@@ -438,6 +479,10 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
     report = _REPORT.get()
     if report is not None:
         doc = {**doc, "warnings": list(dict.fromkeys([*doc.get("warnings", []), *report.warnings]))}
+    digests = {os.path.basename(os.fspath(path)): array_digest(array) for path, array in (arrays or {}).items()
+               if path is not None and not isinstance(array, dict)}
+    if digests and json_path is not None:  # the sidecar names the arrays it describes (read_sidecar checks them)
+        doc = {**doc, "array_digests": digests}
     text = dumps(doc)
     check_claims()  # another process created an output meanwhile: fail before writing any of them
     for path, array in (arrays or {}).items():
@@ -448,15 +493,35 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
         else:
             save_array(path, array)
     if json_path is None:
-        try:
-            click.echo(text)
-        except OSError as exc:
-            if exc.errno == errno.EPIPE:  # the reader went away (| head): the group's main exits quietly
-                raise
-            _discard_stdout()
-            raise click.ClickException(f"cannot write the JSON to stdout: {exc.strerror or exc}") from None
+        outs = pending_set()
+        if outs is not None:  # on stdout once every file of the command is in place
+            outs.after.append(lambda: _echo_json(text))
+        else:
+            _echo_json(text)
     else:
         atomic_write(json_path, lambda fh: fh.write(text + "\n"), "w")
+
+
+def array_digest(array: Any) -> str:
+    """``sha256:…`` of an array's shape, dtype and values (C order): what a JSON sidecar records of the ``.npy``
+    written with it, so a sidecar next to another array is recognised (:func:`sgtune.cli._against.read_sidecar`)."""
+    import hashlib
+
+    arr = np.ascontiguousarray(np.asarray(array, dtype=np.float64))
+    h = hashlib.sha256(f"{arr.shape}".encode())
+    h.update(arr.tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+def _echo_json(text: str) -> None:
+    """The JSON document on stdout; a failed write is one line (a closed pipe: the group's main exits quietly)."""
+    try:
+        click.echo(text)
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:  # the reader went away (| head): the group's main exits quietly
+            raise
+        _discard_stdout()
+        raise click.ClickException(f"cannot write the JSON to stdout: {exc.strerror or exc}") from None
 
 
 def _discard_stdout() -> None:

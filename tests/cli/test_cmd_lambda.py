@@ -77,9 +77,23 @@ def test_covariance_command_and_average_window(tmp_path):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["lambda", "--example", "hetero-linear", "--batch-size", "0"], r"--batch-size must be in \[1, N = 2000\]"),
-    (["lambda", "--example", "hetero-linear", "--batch-size", "8", "--inverse-temperature", "hot"],
-     "--inverse-temperature must be"),
+    (["--batch-size", "0"], r"--batch-size must be in \[1, N = 2000\]"),
+    (["--batch-size", "2001"], r"--batch-size must be in \[1, N = 2000\]"),
+    (["--batch-size", "8", "--inverse-temperature", "hot"], "--inverse-temperature must be"),
+    (["--batch-size", "8", "--momentum", "1"], r"--momentum must lie in \[0, 1\)"),
+])
+def test_out_of_range_option_values_are_usage_errors(tmp_path, args, match):
+    """A value the option does not take exits 2 (the help: "2 usage error (a missing, unknown or out-of-range
+    option)"), in one line naming the option as typed, and writes nothing."""
+    out = tmp_path / "o.npy"
+    r = run(["lambda", "--example", "hetero-linear", *args, "-o", str(out)])
+    assert r.exit_code == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and not out.exists()
+    assert pytest.importorskip("re").search(match, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("args,match", [
     (["lambda", "--example", "hetero-linear", "--batch-size", "8", "--target", "posterior",
       "--inverse-temperature", "N", "--prior-precision", "1"], "inverse temperature > 2000"),
     (["lambda", "--example", "hetero-linear", "--batch-size", "8", "--target", "missing.npy"],

@@ -93,7 +93,7 @@ def test_plan_usage_errors():
     r = run(["plan", "--example", "logistic"])
     assert r.exit_code == 2 and "--tolerance" in r.stderr
     r = run(["plan", "--example", "logistic", "--tolerance", "0", "--no-timing"])
-    assert r.exit_code == 1 and "--tolerance must be" in r.stderr
+    assert r.exit_code == 2 and "--tolerance must be" in r.stderr  # an out-of-range option value: exit 2
 
 
 def test_covariance_reports_the_monte_carlo_constants(logistic_expansion):

@@ -45,3 +45,34 @@ def test_untrusted_result_is_written_and_exits_4_only_under_strict(tmp_path):
     assert "--strict" in r.stderr and "the prediction does not apply" in r.stderr
     assert json.loads(out.read_text())["warnings"][-1] == "the prediction does not apply"
     assert _run("--strict").exit_code == 0  # strict alone changes nothing for a trusted result
+
+
+def test_scipy_ill_conditioned_warning_is_reworded(monkeypatch):
+    """scipy's raw "Ill-conditioned matrix (rcond=…)" becomes one sgtune warning line, also in the JSON."""
+    import json
+    import warnings
+
+    import numpy as np
+    from click.testing import CliRunner
+    from scipy.linalg import LinAlgWarning
+
+    from sgtune.cli import main
+    import sgtune.cli._options as options
+
+    real = options.example
+
+    def noisy(*a, **k):
+        warnings.warn("Ill-conditioned matrix (rcond=1.23e-19): result may not be accurate.", LinAlgWarning)
+        return real(*a, **k)
+
+    monkeypatch.setattr(options, "example", noisy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", LinAlgWarning)  # as outside pytest (the suite turns warnings into errors)
+        r = CliRunner().invoke(main, ["lambda", "--example", "logistic", "--batch-size", "32", "-q",
+                                      "--no-applicability"])
+    assert r.exit_code == 0, r.stderr
+    line = "warning: a linear system in this computation is nearly singular (reciprocal condition number 1.2e-19)"
+    assert any(ln.startswith(line) for ln in r.stderr.splitlines()), r.stderr
+    assert "rcond" not in r.stderr and "Ill-conditioned" not in r.stderr
+    assert any("nearly singular" in w for w in json.loads(r.stdout)["warnings"])
+    assert np.isfinite(json.loads(r.stdout)["lambda"][0][0])
