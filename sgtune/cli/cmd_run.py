@@ -47,8 +47,8 @@ chain_options = compose(
     steps_option,
     click.option("--burn-in", type=int, default=None, help="Steps discarded before the moments (default T/10)."),
     click.option("--chains", type=int, default=16, show_default=True, help="Independent chains C (run in parallel)."),
-    click.option("--batches-per-chain", type=int, default=None,
-                 help="Segments per chain for batch-means standard errors (default ceil(32/C), rounded up to even: the halves of the non-stationarity check). Each must be many autocorrelation times long: shorter ones make the standard errors too small (health: batch_length, a warning)."),
+    click.option("--batches-per-chain", type=click.IntRange(min=1), default=None,
+                 help="Segments per chain for batch-means standard errors (default ceil(32/C), rounded up to even: the halves of the non-stationarity check; at most the kept steps, and 2 or more in all). Each must be many autocorrelation times long: shorter ones make the standard errors too small (health: batch_length, a warning)."),
 )
 
 

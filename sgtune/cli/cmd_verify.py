@@ -165,7 +165,7 @@ def cli(**kw: Any) -> None:
         ("mode", rep.mode),
         ("compared with", ag.label if ag.source in ("prediction", "tuning") else f"{ag.label} ({ag.source})"),
         ("chains × steps", f"{c.n_chains} × {c.n_steps} (burn-in {c.burn_in}; standard errors from K = "
-                           f"{c.n_batches} batch means per chain)"),
+                           f"{c.n_batches} batch means in all, {c.n_batches // max(c.n_chains, 1)} per chain)"),
         ("max |z|", f"{t.z_max:.3g} vs threshold {t.threshold:.3g} (the largest covariance entry's distance from "
                     f"what it is compared with, in standard errors; passes at or below the threshold)"),
         ("relative error", f"{t.relative_frobenius_error:.3g} (‖empirical − compared‖/‖compared‖, Frobenius; "

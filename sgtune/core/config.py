@@ -284,6 +284,22 @@ class RunSpec:
         if self.batches_per_chain is not None:
             set_(self, "batches_per_chain", check_int(self.batches_per_chain, "batches_per_chain", low=1))
         set_(self, "seed", check_int(self.seed, "seed", low=0))
+        self._check_batches()
+
+    def _check_batches(self) -> None:
+        """Batch means the standard errors can use: at most one per kept step (a larger count was once cut down
+        silently), and at least 2 in all (one batch mean has no spread: the standard errors would be NaN)."""
+        kept = self.kept_steps
+        if self.batches_per_chain is not None and self.batches_per_chain > kept:
+            raise SgtuneError(f"batches_per_chain must be at most the steps each chain keeps after burn-in ({kept}), "
+                              f"got {self.batches_per_chain}; give fewer batches or a longer run")
+        if self.n_chains * self.segments < 2:
+            if self.batches_per_chain is not None:
+                raise SgtuneError(f"batches_per_chain must be at least 2 with n_chains = 1, got "
+                                  f"{self.batches_per_chain}: the Monte Carlo standard errors need 2 batch means or "
+                                  "more in all (chains × batches per chain)")
+            raise SgtuneError(f"n_steps must leave at least 2 steps after burn-in with n_chains = 1, got {kept}: the "
+                              "Monte Carlo standard errors need 2 batch means or more in all")
 
     @property
     def burn_in_steps(self) -> int:
@@ -297,7 +313,7 @@ class RunSpec:
 
     @property
     def segments(self) -> int:
-        """Batch-means segments per chain (never more than the kept steps)."""
+        """Batch-means segments per chain (the default: never more than the kept steps)."""
         if self.batches_per_chain is None:
             s = max(1, math.ceil(32 / self.n_chains))
             s += s % 2

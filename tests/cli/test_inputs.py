@@ -67,7 +67,8 @@ def test_unknown_option_is_one_line_with_the_help_hint():
     (["--sampler", "sghmc", "--friction", "-1"], "Error: --friction must be > 0"),
 ])
 def test_library_messages_name_the_option_not_the_python_parameter(extra, start):
-    assert one_error_line(invoke([*RUN, *extra]), 1).startswith(start)
+    # an out-of-range value of an option is a usage error: exit 2, as the help's exit-status table says
+    assert one_error_line(invoke([*RUN, *extra]), 2).startswith(start)
 
 
 def test_lambda_file_of_the_wrong_shape_names_lambda(tmp_path):
@@ -106,7 +107,9 @@ def test_library_messages_show_the_option_typed(tmp_path, monkeypatch, args, say
     rng = np.random.default_rng(0)
     x = rng.standard_normal((40, 2))
     np.savetxt("d.csv", np.column_stack([x, x[:, 0] > 0]), delimiter=",", header="a,b,y", comments="")
-    line = one_error_line(invoke(["lambda", "d.csv", "--batch-size", "8", "-q", *args]), 1)
+    # a value the option does not take ("2,,3") is a usage error (exit 2); the others are domain errors
+    line = one_error_line(invoke(["lambda", "d.csv", "--batch-size", "8", "-q", *args]),
+                          2 if "--hidden-sizes" in args else 1)
     assert says in line and "`" not in line, line
 
 
@@ -338,7 +341,7 @@ def test_verify_tiny_alpha_is_a_finite_threshold_or_one_line():
     r = invoke([*base, "--alpha", "1e-30"])
     assert r.exit_code in (0, 3), r.stderr
     assert math.isfinite(json.loads(r.stdout)["threshold"])
-    line = one_error_line(invoke([*base, "--alpha", "5e-324"]), 1)
+    line = one_error_line(invoke([*base, "--alpha", "5e-324"]), 2)  # an out-of-range option value: exit 2
     assert line.startswith("Error: --alpha must be at least")
 
 
@@ -382,6 +385,31 @@ def test_fluctuation_budget_beyond_double_precision_is_refused(tmp_path):
         np.save(tmp_path / f"{name}.npy", np.array(arr))
     args = ["fluctuation", "nld", "--hessian", str(tmp_path / "A.npy"), "--observable", str(tmp_path / "l.npy"),
             "--antisymmetric", str(tmp_path / "J.npy"), "-q", "--budget"]
-    line = one_error_line(invoke([*args, "4.3121770100104896e+17"]), 1)
+    line = one_error_line(invoke([*args, "4.3121770100104896e+17"]), 2)  # an out-of-range option value: exit 2
     assert line.startswith("Error: --budget must be at most 1e7")
     assert invoke([*args, "1e7"]).exit_code == 0
+
+
+@pytest.mark.parametrize("extra,start", [
+    (["--chains", "1", "--batches-per-chain", "1"], "Error: --batches-per-chain must be at least 2 with --chains = 1"),
+    (["--batches-per-chain", "30000"], "Error: --batches-per-chain must be at most the steps each chain keeps"),
+    (["--batches-per-chain", "0"], "Error: Invalid value for '--batches-per-chain'"),
+])
+def test_batch_means_that_cannot_give_standard_errors_are_usage_errors(extra, start):
+    """One chain with one batch mean has no standard error (it ended in an internal error about a NaN); more
+    batches than kept steps was cut down silently."""
+    assert one_error_line(invoke([*RUN, *extra]), 2).startswith(start)
+
+
+def test_runspec_checks_the_batch_means():
+    from sgtune.core.config import RunSpec
+    from sgtune.core.errors import SgtuneError
+
+    assert RunSpec(1000, n_chains=4, batches_per_chain=900).segments == 900
+    with pytest.raises(SgtuneError, match=r"at most the steps each chain keeps after burn-in \(900\), got 901"):
+        RunSpec(1000, n_chains=4, batches_per_chain=901)
+    with pytest.raises(SgtuneError, match="at least 2 with n_chains = 1"):
+        RunSpec(1000, n_chains=1, batches_per_chain=1)
+    with pytest.raises(SgtuneError, match="n_steps must leave at least 2 steps"):
+        RunSpec(1, n_chains=1)
+    assert RunSpec(1000, n_chains=2, batches_per_chain=1).segments == 1  # 2 batch means in all
