@@ -137,3 +137,10 @@ def test_a_cache_dir_that_cannot_be_created_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("SGTUNE_CACHE_DIR", str(tmp_path / "file" / "sub"))
     with pytest.raises(DataFormatError, match=r"SGTUNE_CACHE_DIR=.*file/sub \(Not a directory\); point SGTUNE_CACHE"):
         load_dataset(tmp_path / "d", intercept=True)
+
+
+def test_dataset_repr_is_short_and_names_no_values():
+    ds = example("hetero-linear")
+    text = repr(ds)
+    assert text.startswith("Dataset(N=2000, D=20, names=(x0, x1, x2, x3, …), source=")
+    assert "array(" not in text and "\n" not in text and len(text) < 200

@@ -206,6 +206,22 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     Every command writes one JSON document to stdout (or --json FILE).
 
     \b
+    Terms used below and in the commands' help:
+      Algorithm 1  the recipe of Wang, Ding & Huggins (2026): fit θ̂, tune Λ, run, check
+      sandwich     the covariance SGD settles to, J⁻¹𝓘J⁻¹/N (J: the mean Hessian,
+                   𝓘: the covariance of the per-observation gradients)
+      dq-exact     tune Λ with the exact discrete-time stationary covariance (ct: its
+                   continuous-time limit; dq-const, lr-ws: the comparison theories)
+      SGLD, SGLRW  stochastic-gradient Langevin dynamics; SGLRW: each coordinate steps ±√(2δ),
+                   up with a probability set by the gradient (Mensch et al. 2025)
+      SGHMC        stochastic-gradient Hamiltonian Monte Carlo (momentum with friction)
+      MCLMC/SMILE  microcanonical Langevin Monte Carlo (fixed-speed velocity) with minibatch
+                   gradients; smile/psmile tune its step size
+      NLD, HFHR,   non-reversible Langevin dynamics, Hessian-free high-resolution and
+      GAUL         generalised underdamped Langevin: the schemes `sgtune fluctuation` compares
+      KSD          kernel Stein discrepancy: how far draws are from the posterior
+
+    \b
     Exit status:
       0    success
       1    domain or runtime error (one line on stderr naming the option and the fix)

@@ -97,6 +97,13 @@ class Dataset:
     def dim(self) -> int:
         return int(self.X.shape[1])
 
+    def __repr__(self) -> str:
+        """A short description (sizes, the first names, where the rows came from), never the arrays themselves."""
+        names = ", ".join(self.names[:4]) + (", …" if len(self.names) > 4 else "")
+        extra = f", classes={len(self.classes)}" if self.classes else ""
+        where = ", out_of_core=True" if self.out_of_core else ""
+        return f"Dataset(N={self.n_data}, D={self.dim}, names=({names}), source={self.source!r}{extra}{where})"
+
     def subsample(self, size: int, rng: np.random.Generator) -> "Dataset":
         """A uniformly random subset of ``size`` rows without replacement (Algorithm 1, step 1)."""
         if not 1 <= size <= self.n_data:

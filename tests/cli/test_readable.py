@@ -44,3 +44,13 @@ def test_lambda_table_ends_with_the_next_command(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last == f"next: sgtune verify --example hetero-linear --batch-size 64 --lambda {out}"
     assert "(stable below 1" in r.stderr
+
+
+def test_ksd_row_on_a_run_that_does_not_target_the_posterior():
+    """A sandwich or SGD run is not meant to match the posterior: the row must not read as a verdict on it."""
+    for doc in ({"target": "sandwich", "inverse_temperature": 2000.0}, {"inverse_temperature": "inf"}):
+        (name, text), = ksd_row({"ksd": 3.0, "ksd_iid_reference": 0.7, **doc})
+        assert name == "KSD (vs the posterior)" and "does not target the posterior" in text
+        assert "further from the posterior" not in text
+    (name, _), = ksd_row({"ksd": 3.0, "ksd_iid_reference": 0.7, "target": "posterior", "inverse_temperature": 2000.0})
+    assert name == "KSD to the posterior"
