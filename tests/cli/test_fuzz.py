@@ -633,3 +633,159 @@ def test_fuzz_model_files(at_import, in_grads):
 def test_fuzz_model_files_long(at_import, in_grads):
     with tempfile.TemporaryDirectory() as d:
         check_model_file(at_import, in_grads, Path(d))
+
+
+# ------------------------------------------------------------------ multinomial labels, configuration, disk full
+
+#: class labels a spreadsheet holds: text, numbers, and the ways a missing one is written
+LABEL_POOL = ["cat", "dog", "emu", "0", "1", "2", "10", "2.5", "", "NA", "nan", "NaN", "null", "N/A", " cat "]
+MISSING = {"", "na", "nan", "null", "n/a"}
+
+
+def check_multinomial_labels(labels: list[str], folder: Path) -> None:
+    """Whatever the labels: a missing one is refused in one line naming its CSV line; otherwise the classes are
+    the distinct labels, sorted numerically when all are numbers, and none of them is a missing value."""
+    rng = np.random.default_rng(len(labels))
+    X = rng.normal(size=(len(labels), 2))
+    f = folder / "labels.csv"
+    f.write_text("a,b,label\n" + "\n".join(f"{x0:.6g},{x1:.6g},{lab}" for (x0, x1), lab in zip(X, labels)) + "\n")
+    r = CliRunner().invoke(main, ["lambda", str(f), "--response", "label", "--model", "multinomial", "--batch-size",
+                                  "4", "--prior-precision", "1", "-q", "--no-applicability"])
+    where = f"labels {labels!r}\nexit {r.exit_code}\nstderr:\n{r.stderr}"
+    assert r.exception is None or isinstance(r.exception, SystemExit), where
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where
+    missing = [i for i, lab in enumerate(labels) if lab.strip().lower() in MISSING]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
+    if missing:
+        assert r.exit_code == 1 and len(errors) == 1 and "missing" in errors[0], where
+        assert f"line{'s' if len(missing) > 1 else ''} {missing[0] + 2}" in errors[0], where
+        return
+    assert r.exit_code in (0, 1) and len(errors) == (r.exit_code == 1), where
+    if r.exit_code == 0:
+        texts = sorted({lab.strip() for lab in labels})
+        try:
+            want = [t for _, t in sorted((float(t), t) for t in texts)]
+            want = [str(int(float(t))) if float(t).is_integer() else f"{float(t):g}" for t in want]
+        except ValueError:
+            want = texts
+        assert json.loads(r.stdout)["classes"] == want, where
+
+
+@settings(max_examples=FAST_EXAMPLES, **SETTINGS)
+@given(labels=st.lists(st.sampled_from(LABEL_POOL), min_size=12, max_size=40))
+def test_fuzz_multinomial_labels(labels):
+    with tempfile.TemporaryDirectory() as d:
+        check_multinomial_labels(labels, Path(d))
+
+
+@pytest.mark.slow
+@settings(max_examples=SLOW_EXAMPLES, **{**SETTINGS, "derandomize": False})
+@given(labels=st.lists(st.sampled_from(LABEL_POOL), min_size=12, max_size=60))
+def test_fuzz_multinomial_labels_long(labels):
+    with tempfile.TemporaryDirectory() as d:
+        check_multinomial_labels(labels, Path(d))
+
+
+#: TOML values of every kind, as written in the file, and the text the same value has on the command line
+CONFIG_VALUES = st.one_of(st.integers(-3, 3000), st.floats(-5, 5000, allow_nan=False), st.booleans(),
+                          st.sampled_from(["N", "2N", "inf", "many", "logistic", "tanh", "16,16", ""]))
+
+
+def _toml(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else json.dumps(value)
+
+
+def check_config_value(key: str, value: Any, folder: Path) -> None:
+    """A value in sgtune.toml is refused exactly when the same text is refused by the option on the command line
+    (exit 2 naming the key, the value and the file); accepted, the command sees the value the option would."""
+    from sgtune.cli._config import read_config, shared_params
+
+    param = shared_params()[key]
+    f = folder / "sgtune.toml"
+    f.write_text(f"{key} = {_toml(value)}\n")
+    ctx = click.Context(click.Command("probe"))
+    flag = getattr(param, "is_flag", False)
+    try:
+        if flag:
+            typed = value if isinstance(value, bool) else click.BadParameter("not a flag value")
+        else:
+            typed = click.BadParameter("bool") if isinstance(value, bool) else param.type.convert(
+                value if isinstance(value, str) else str(value), param, ctx)
+    except click.BadParameter as exc:
+        typed = exc
+    where = f"{key} = {_toml(value)}"
+    try:
+        got = read_config(f, ctx)
+    except click.UsageError as exc:
+        assert isinstance(typed, click.BadParameter), f"{where}: refused in the file, taken by --{key}: {exc}"
+        assert str(f) in exc.message and repr(key) in exc.message and "\n" not in exc.message, where
+        return
+    assert not isinstance(typed, click.BadParameter), f"{where}: taken from the file, refused by --{key}"
+    if key not in ("data", "theta-hat", "prior-precision-matrix", "features"):
+        assert got[param.name] == typed and type(got[param.name]) is type(typed), where
+
+
+@settings(max_examples=4 * FAST_EXAMPLES, **SETTINGS)
+@given(key=st.sampled_from(["batch-size", "seed", "subsample", "momentum", "prior-precision", "noise-variance",
+                            "intercept", "without-replacement", "activation", "inverse-temperature", "model",
+                            "hidden-sizes", "layout"]), value=CONFIG_VALUES)
+def test_fuzz_configuration_file(key, value):
+    with tempfile.TemporaryDirectory() as d:
+        check_config_value(key, value, Path(d))
+
+
+#: commands with two or more outputs (and what they write): the files must be a set under a full disk
+MULTI_OUTPUT = {
+    "lambda": (["lambda", "--example", "logistic", "--batch-size", "32", "--no-applicability"], ["-o", "L.npy"]),
+    "covariance": (["covariance", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01",
+                    "--no-applicability"], ["-o", "C.npy"]),
+    "run": (["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.01", "--steps", "100",
+             "--chains", "2"], ["-o", "trace.npz"]),
+    "plan": (["plan", "--example", "logistic", "--tolerance", "0.2", "--batch-sizes", "32", "--families", "scalar",
+              "--no-timing", "--no-applicability"], ["-o", "plan.csv"]),
+}
+
+
+def check_disk_full(command: str, k: int, folder: Path) -> None:
+    """The k-th file the command writes hits a full disk: exit 1 with one line, the old files stay as they were
+    (byte for byte), no new file and no temporary file."""
+    import errno
+
+    import sgtune.cli._io as cli_io
+
+    base, out = MULTI_OUTPUT[command]
+    args = [*base, "-q", *out[:1], str(folder / out[1]), "--json", str(folder / "doc.json"), "--overwrite"]
+    for name in (out[1], "doc.json"):
+        (folder / name).write_bytes(b"old " + name.encode())
+    real = cli_io.atomic_write
+    seen: list[str] = []
+
+    def atomic_write(path, write, mode):
+        seen.append(os.fspath(path))
+        if len(seen) != k:
+            return real(path, write, mode)
+
+        def partial(fh):
+            fh.write(b"x" if "b" in mode else "x")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return real(path, partial, mode)
+
+    with mock.patch.object(cli_io, "atomic_write", atomic_write):
+        r = CliRunner().invoke(main, args)
+    where = f"{command}, disk full on file {k} of {seen}\nexit {r.exit_code}\nstderr:\n{r.stderr}"
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where
+    if len(seen) < k:  # fewer files than k: nothing failed
+        assert r.exit_code == 0, where
+        return
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
+    assert r.exit_code == 1 and len(errors) == 1 and "No space left on device" in errors[0], where
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == {
+        name: b"old " + name.encode() for name in (out[1], "doc.json")}, where
+
+
+@settings(max_examples=FAST_EXAMPLES, **SETTINGS)
+@given(command=st.sampled_from(sorted(MULTI_OUTPUT)), k=st.integers(1, 2))
+def test_fuzz_disk_full_keeps_outputs_a_set(command, k):
+    with tempfile.TemporaryDirectory() as d:
+        check_disk_full(command, k, Path(d))
