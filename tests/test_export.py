@@ -148,3 +148,21 @@ def test_errors():
         numpy_step(np.array([1.0, 1.0]))(np.zeros(3), np.zeros(3), np.zeros(3))
     with pytest.raises(SgtuneError, match="momentum"):
         numpy_step(np.array([1.0, 1.0]), momentum=1.5)
+
+
+def test_numpy_step_names_wrong_shapes_and_takes_lists():
+    """A wrong-shaped θ, m or gradient is one ShapeError naming it (not numpy's broadcasting error); lists work."""
+    from sgtune.core.config import Dynamics
+    from sgtune.core.errors import ShapeError
+    from sgtune.io.export import numpy_step
+
+    step = numpy_step(Dynamics([0.1, 0.2], batch_size=32), prior="in-loss")
+    theta, m = step([1.0, 1.0], 0.0, [1.0, 1.0])  # lists and the scalar m = 0
+    np.testing.assert_array_equal(theta, [0.9, 0.8])
+    np.testing.assert_array_equal(m, [1.0, 1.0])
+    for args, name in (((np.ones(3), np.zeros(2), np.ones(2)), "theta must have last axis D = 2"),
+                       ((np.ones(2), np.zeros(3), np.ones(2)), "m must have last axis D = 2"),
+                       ((np.ones(2), np.zeros((4, 2)), np.ones(2)), r"m and gradient must have theta's shape \(2,\)"),
+                       ((np.ones(2), np.zeros(2), "a"), "gradient must be an array of numbers")):
+        with pytest.raises(ShapeError, match=name):
+            step(*args)

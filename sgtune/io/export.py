@@ -831,8 +831,7 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
 
     def step(theta: np.ndarray, m: np.ndarray, grad: np.ndarray, *,
              batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if grad.shape[-1] != L.dim:
-            raise ShapeError(f"gradient must have last axis D = {L.dim}, got shape {grad.shape}")
+        theta, m, grad = _step_arrays(theta, m, grad, L.dim)
         rule.check_batch_size(batch_size, "numpy_step")
         m_new = kappa * m + grad
         if rule.prior == "add":
@@ -844,6 +843,30 @@ def numpy_step(source: Any, *, momentum: float | None = None, inv_temperature: f
 
     step.rule = rule  # type: ignore[attr-defined]
     return step
+
+
+def _step_arrays(theta: Any, m: Any, grad: Any, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """θ, m and G of a NumPy step as float arrays: lists are taken; θ and G need the last axis D, m may also be the
+    scalar 0; m and G must broadcast to θ's shape. Anything else is one message naming the argument (not numpy's
+    broadcasting error)."""
+    out = []
+    for value, name in ((theta, "theta"), (m, "m"), (grad, "gradient")):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ShapeError(f"numpy_step: {name} must be an array of numbers of shape (..., D = {dim}), got "
+                             f"{type(value).__name__}") from None
+        if not (name == "m" and arr.ndim == 0) and (arr.ndim == 0 or arr.shape[-1] != dim):
+            raise ShapeError(f"numpy_step: {name} must have last axis D = {dim}, got shape {arr.shape}")
+        out.append(arr)
+    try:
+        fits = np.broadcast_shapes(*(a.shape for a in out)) == out[0].shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"numpy_step: m and gradient must have theta's shape {out[0].shape}, got {out[1].shape} and "
+                         f"{out[2].shape} (start with m = np.zeros_like(theta))")
+    return out[0], out[1], out[2]
 
 
 def _subset_numpy_step(inner: Callable[..., tuple[np.ndarray, np.ndarray]], rule: UpdateRule,
