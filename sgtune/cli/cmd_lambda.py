@@ -11,7 +11,7 @@ from ..core._refs import references_of
 from ..core.config import Dynamics
 from ..core.reasons import Reason, Remedy
 from ..io.plots import figure_lambda
-from ..theory.tuning import FAMILIES, METHODS, tune
+from ..theory.tuning import FAMILIES, MAX_FAMILY_ERROR, METHODS, family_error_warning, tune
 from ._applicability import applicability_report, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
 from ._remedies import as_text, render
@@ -81,12 +81,16 @@ def cli(**kw: object) -> None:
                         batching="without-replacement" if kw["without_replacement"] else "replacement")
     res = tune(prob.expansion, dynamics, target=target, method=str(kw["method"]), family=str(kw["family"]),
                blocks=kw["blocks"])
+    misses = family_error_warning(res.family, res.covariance_error)
+    if misses is not None:  # the library warned; the result is not what was asked for (--strict exits 4)
+        untrusted(misses)
     doc = {**expansion_keys(prob.expansion),
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
         "spectral_radius_is_bound": res.stationary.spectral_radius_is_bound,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
         "covariance_error": res.covariance_error, "covariance_error_source": "prediction",
+        "family_misses_target": misses is not None, "family_error_threshold": MAX_FAMILY_ERROR,
         "predicted_covariance_error": res.covariance_error, "expects": "prediction",
         "expected_cov": res.predicted_cov, "expected_cov_tolerance": 0.0, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
@@ -117,7 +121,8 @@ def cli(**kw: object) -> None:
          + "\n" + key_values([
         ("method", res.method), ("family", res.family),
         ("residual", f"{res.residual:.3g} (of the tuning equation; 0 is solved exactly)"),
-        ("covariance error", f"{res.covariance_error:.3g} (the tuned chain's covariance vs the target; 0 is exact)"),
+        ("covariance error", f"{res.covariance_error:.3g} (the tuned chain's covariance vs the target; 0 is exact)"
+         + (f" — the {res.family} family MISSES the target (≥ {MAX_FAMILY_ERROR:g}, see the warning)" if misses else "")),
         ("spectral radius", f"{res.spectral_radius:.4g} (stable below 1; closer to 0 mixes faster)"),
         *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + _next(kw), bool(kw["quiet"]))
 
