@@ -902,7 +902,7 @@ def family_error_warning(family: str, covariance_error: float, still_error: floa
                                  or covariance_error >= STILL_FRACTION * still_error):
         return None
     still = (f"; a chain that does not move (Λ → 0) would miss it by {still_error:.2g}"
-             if covariance_error < MAX_FAMILY_ERROR else "")
+             if covariance_error < MAX_FAMILY_ERROR else f", ≥ {MAX_FAMILY_ERROR:g}")
     return (f"family '{family}' misses the target covariance by {covariance_error:.2g} (relative Frobenius error "
             f"of the exact stationary covariance of this Λ{still}): a chain with it will not have the covariance "
             "asked for, whatever the applicability report says; use `family='dense'` (exact) or `family='block'`, "
