@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from ..io.plots import figure_lambda
 from ..theory.tuning import FAMILIES, MAX_FAMILY_ERROR, METHODS, family_error_warning, tune
 from ._applicability import applicability_report, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
-from ._remedies import as_text, render
+from ._remedies import as_text, first_checked, render
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -124,11 +125,22 @@ def cli(**kw: object) -> None:
         ("covariance error", f"{res.covariance_error:.3g} (the tuned chain's covariance vs the target; 0 is exact)"
          + (f" — the {res.family} family MISSES the target (≥ {MAX_FAMILY_ERROR:g}, see the warning)" if misses else "")),
         ("spectral radius", f"{res.spectral_radius:.4g} (stable below 1; closer to 0 mixes faster)"),
-        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + _next(kw), bool(kw["quiet"]))
+        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + _next(kw, doc), bool(kw["quiet"]))
 
 
-def _next(kw: dict[str, Any]) -> str:
-    """Verify the tuned Λ on real chains: with the saved Λ, else tuning again with the same options."""
+def _next(kw: dict[str, Any], doc: dict[str, Any] | None = None) -> str:
+    """Verify the tuned Λ on real chains: with the saved Λ, else tuning again with the same options. Not under a
+    result that does not apply (or whose family misses the target): then the first remedy sgtune checked, or
+    a plain no."""
+    app = (doc or {}).get("applicability") or {}
+    if doc is not None and (app.get("applicable") is False or doc.get("family_misses_target")):
+        argv = first_checked(app.get("remedies", []))
+        if argv is not None:
+            return "next: " + shlex.join(argv) + " (checked: its applicability report passes)"
+        why = ("the prediction does not describe the chain on the loss" if app.get("applicable") is False
+               else f"the {kw['family']} family misses the target")
+        return (f"next: no command sgtune has checked — {why}; verifying these chains would only confirm it "
+                "(see the warnings for what may help)")
     if kw["output"]:
         return next_line("verify", "--lambda", str(kw["output"]))
     same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))

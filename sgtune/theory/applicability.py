@@ -82,7 +82,8 @@ from .tuning import reachable_inv_temperature
 
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows",
-           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy"]
+           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy", "checked_remedies",
+           "BETA_SEARCH_SCALES"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
 MAX_DEVIATION = 0.05
@@ -917,7 +918,7 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
         head, hdata = model_last_layer(model, expansion.theta_hat, data.X, data.y)
         e = expand(head, hdata, g)
         res = tune(e, stationary.dynamics.replace(step=None), target=name)
-        rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov)
+        rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov, check_remedies=False)
     except (SgtuneError, np.linalg.LinAlgError):
         return None
     verdict = ("its own applicability report is applicable" if rep.applicable else
@@ -929,6 +930,127 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
                   "body frozen at the fitted weights θ̂ (features φ(x; θ̂) of the same fit), same target, batch "
                   f"and β — a {head.inner.name} model, for which {verdict}",
                   {**changes, "target": name, "blocks": None}, expect="applicable" if rep.applicable else "runs")
+
+
+#: the inverse-temperature search of :func:`checked_remedies`: Λ about this fraction of the tuned one at each probe
+#: (the log grid, largest first; the first that passes is offered), so at most len(...) checks per report
+BETA_SEARCH_SCALES = (0.5, 0.25, 0.125, 0.0625)
+
+
+def _beta_for_scale(expansion: Expansion, stationary: StationaryCov, target: np.ndarray, scale: float) -> float | None:
+    """The inverse temperature at which the Λ tuned to ``target`` is about ``scale`` times as large (None: none)."""
+    bmin = _min_inv_temperature(expansion.hessian, target)
+    dyn = stationary.dynamics
+    beta = dyn.inv_temperature if dyn is not None else math.inf
+    share = 1.0 - bmin / beta if math.isfinite(beta) else 1.0
+    beta_new = reachable_inv_temperature(bmin, gradient_share=scale * share)
+    if not math.isfinite(beta_new) or not beta_new > bmin:
+        return None
+    return float(f"{beta_new:.6g}")
+
+
+def _probe(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, target: np.ndarray,
+           beta: float, seed: int) -> bool:
+    """Is the report applicable for Λ tuned to ``target`` at inverse temperature ``beta`` (no remedies of its own)?"""
+    from .tuning import tune
+
+    try:
+        res = tune(expansion, stationary.dynamics.replace(step=None, inv_temperature=beta), target=target)
+        rep = applicability(model, data, expansion, res.stationary, target_cov=res.target_cov, seed=seed,
+                            check_remedies=False)
+    except (SgtuneError, np.linalg.LinAlgError):
+        return False
+    return rep.applicable
+
+
+def _is_temperature(r: Remedy) -> bool:
+    return r.command is None and set(r.changes) == {"inv_temperature"}
+
+
+def _is_prior(r: Remedy) -> bool:
+    return r.command is None and set(r.changes) == {"prior_precision"}
+
+
+@cites("sgtune", "remedies checked by the applicability report before they are offered (issue 35)")
+def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, target_cov: Any,
+                     reasons: list[Reason], *, seed: int = 0) -> list[Reason]:
+    """The reasons with remedies that were checked where sgtune can check them cheaply.
+
+    Order and rules: (1) for a network, the models the theory is exact for come first — its last layer
+    (:func:`last_layer_remedy`, checked by its own report) — and when one of them is applicable the ladder
+    remedies (inverse temperature, prior) are not offered: they would lead to remedies of the same kind;
+    (2) otherwise the inverse temperature is searched, not guessed: Λ tuned at the inverse temperatures that
+    make it about each of :data:`BETA_SEARCH_SCALES` times as large, largest first, each probe this report
+    without remedies (the expansion is the same: no refit); the first that passes is offered with ``expect``
+    ``"applicable"``, and when none passes the reason says so and no temperature is offered (following one
+    would only print another); (3) a prior precision changes θ̂ (a refit), so it is not checked: it stays a
+    suggestion (``expect`` ``"runs"``) and only when no checked remedy exists. Remedies of another kind
+    (refinement, a larger batch) are kept as they are.
+
+    Parameters
+    ----------
+    model, data, expansion, stationary, target_cov
+        As for :func:`applicability`.
+    reasons : list of Reason
+        The report's reasons with their computed remedies.
+    seed : int, optional
+        Seed of the probes' reports.
+
+    Returns
+    -------
+    list of Reason
+        The same reasons with the remedies as described.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> res = tune(e, Dynamics(None, 32), target="posterior")
+    >>> checked_remedies(model, data, e, res.stationary, res.target_cov, [])  # nothing to remedy
+    []
+    """
+    if not reasons:
+        return reasons
+    network: list[Remedy] = []
+    head = last_layer_remedy(model, data, expansion, stationary, target_cov)
+    if head is not None:
+        network.append(head)
+    # (the lead's Kronecker-factored family for the whole network goes here, checked the same way)
+    if any(r.expect == "applicable" for r in network):
+        return [Reason(r.code, r.message, (*network, *(m for m in r.remedies if not (_is_temperature(m)
+                                                                                      or _is_prior(m)))))
+                for r in reasons]
+    searched: Remedy | None = None
+    none_found = ""
+    if target_cov is not None and data.rows is None and any(_is_temperature(m) for r in reasons for m in r.remedies):
+        target = np.asarray(target_cov, dtype=float)
+        tried: list[float] = []
+        for scale in BETA_SEARCH_SCALES:
+            beta = _beta_for_scale(expansion, stationary, target, scale)
+            if beta is None or beta in tried:
+                continue
+            tried.append(beta)
+            if _probe(model, data, expansion, stationary, target, beta, seed):
+                searched = Remedy(f"SGLD at inverse temperature {beta:.6g}, found by running the applicability check "
+                                  f"at {len(tried)} inverse temperature(s) (Λ about {scale:g}× as large): its report "
+                                  "is applicable", {"inv_temperature": beta}, expect="applicable")
+                break
+        if searched is None and tried:
+            none_found = (f"; no inverse temperature from {min(tried):.6g} to {max(tried):.6g} (Λ down to "
+                          f"{BETA_SEARCH_SCALES[-1]:g}× as large) makes the applicability check pass")
+    out = []
+    for r in reasons:
+        rest = [m for m in r.remedies if not _is_temperature(m)]
+        if searched is not None:
+            rest = [m for m in rest if not _is_prior(m)]
+        had = any(_is_temperature(m) for m in r.remedies)
+        rem = (*network, *([searched] if searched is not None and had else []), *rest)
+        out.append(Reason(r.code, r.message + (none_found if had else ""), tuple(rem)))
+    return out
 
 
 def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,
@@ -972,7 +1094,7 @@ def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict
                  "(module docstring)")
 def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                   target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
-                  seed: int = 0, divergence: bool = True) -> Applicability:
+                  seed: int = 0, divergence: bool = True, check_remedies: bool = True) -> Applicability:
     """The applicability report of a prediction (``stationary``) for ``model`` on ``data``.
 
     Parameters
@@ -995,6 +1117,10 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         Seed of the draws.
     divergence : bool, optional
         Estimate the divergence risk (:func:`divergence_risk`; in memory only).
+    check_remedies : bool, optional
+        Run the check on the remedies before they are offered (:func:`checked_remedies`: the network's last
+        layer first; otherwise the inverse temperature searched on a log grid, each probe this report without
+        its own remedies). False: the remedies are computed but not checked (``expect`` ``"runs"``).
 
     Returns
     -------
@@ -1053,9 +1179,8 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     if divergence and data.rows is None and sl["reason"] is None:
         risk = divergence_risk(model, data, expansion, stationary, seed=seed)
     reasons = _reasons(sl, dev, eq, ratio, risk, expansion, stationary, target_cov)
-    head = last_layer_remedy(model, data, expansion, stationary, target_cov) if reasons else None
-    if head is not None:  # the network's answer first: a model the theory is exact for
-        reasons = [Reason(r.code, r.message, (head, *r.remedies)) for r in reasons]
+    if reasons and check_remedies:
+        reasons = checked_remedies(model, data, expansion, stationary, target_cov, reasons, seed=seed)
     csr = cond["column_scale_ratio"]
     notes = (Reason("scale", f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> "
                     f"{COLUMN_SCALE_RATIO:.0e}): standardise them (subtract the mean, divide by the standard "

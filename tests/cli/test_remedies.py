@@ -104,6 +104,27 @@ def test_nested_remedies_show_the_fullest_the_command_can_express():
     assert [r["why"] for r in cov] == ["b"] and cov[0]["argv"][-2:] == ["--prior-precision", "12"]
 
 
+def test_only_checked_remedies_are_printed_as_what_works():
+    """Issue 35: a remedy sgtune did not check is a suggestion, worded so; a checked one is what works."""
+    from sgtune.cli._remedies import as_text, first_checked
+
+    rendered = [{"why": "unchecked", "argv": ["sgtune", "lambda", "--prior-precision", "12"], "expect": "runs"},
+                {"why": "checked", "argv": ["sgtune", "lambda", "--model", "last-layer"], "expect": "applicable"}]
+    text = as_text(rendered)
+    works, _, rest = text.partition("worth trying (not checked")
+    assert "what works: checked:" in works and "unchecked" not in works and "unchecked:" in rest
+    assert "what works" not in as_text(rendered[:1]) and "worth trying" not in as_text(rendered[1:])
+    assert first_checked(rendered) == rendered[1]["argv"] and first_checked(rendered[:1]) is None
+
+
+def test_a_rejected_verify_keeps_the_target_in_its_next_command():
+    """Issue 35: verify's next command after a rejection dropped --target (and so tuned another target)."""
+    from sgtune.cli.cmd_verify import _next
+
+    line = _next({"target": "posterior", "method": "dq-exact", "family": "diagonal"}, False, False)
+    assert "--target posterior" in line and "--family diagonal" in line and "--refine 2" in line
+
+
 # ------------------------------------------------------------------ the posterior target's inverse temperature
 def test_the_posterior_is_reachable_above_n_and_the_suggested_beta_tunes():
     """Eq. (11): reachable iff HΣ* − I/β has positive eigenvalues; for Σ* = H⁻¹/N that is β > N exactly."""
@@ -142,6 +163,8 @@ def test_small_poisson_at_twice_n_is_flagged_and_its_remedy_is_applicable(tmp_pa
     assert "diverge" in r.stderr and "`sgtune lambda" in r.stderr
     assert app["remedies"]
     for rem in app["remedies"]:
+        # the inverse temperature was searched with the check, not guessed (issue 35: no β ladder)
+        assert rem["expect"] == "applicable" and "found by running the applicability check" in rem["why"]
         r2, d2 = _invoke(rem["argv"][1:])
         assert r2.exit_code == 0, r2.stderr
         assert d2["applicability"]["applicable"], d2["applicability"]["reasons"]
@@ -238,8 +261,13 @@ def test_a_network_prints_its_last_layer_and_every_remedy_runs(tmp_path):
     head = app["remedies"][0]
     assert head["argv"][head["argv"].index("--model") + 1] == "last-layer" and "--features-from" in head["argv"]
     assert head["expect"] == "applicable" and "body frozen" in head["why"]
+    assert [m["expect"] for m in app["remedies"]] == ["applicable"]  # the head works: no β/prior ladder offered
     ran = follow(argv, depth=1)  # every printed remedy: exit 0, applicable where it says so
     assert head["argv"][1:] in ran
+    loud = CliRunner().invoke(main, [a for a in argv if a != "-q"])  # the readable next line: the checked head
+    nxt = [ln for ln in loud.stderr.splitlines() if ln.startswith("next:")]
+    assert nxt == ["next: " + " ".join(a for a in head["argv"] if a != "-q")
+                   + " (checked: its applicability report passes)"], nxt
     _, hdoc = _invoke(head["argv"][1:])
     theta, names = np.asarray(doc["theta_hat"]), doc["parameter_names"]
     out = [names.index(n) for n in hdoc["parameter_names"]]  # output.weight[0,j], output.bias[0] in both
