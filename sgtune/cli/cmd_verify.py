@@ -109,7 +109,7 @@ def cli(**kw: Any) -> None:
     if not (rel_tol >= 0 and np.isfinite(rel_tol)):
         raise click.BadParameter(f"must be a finite number >= 0, got {rel_tol}", param_hint="'--relative-tolerance'")
     state = {"last": 0}
-    with progress_bar(quiet, "verify: running chains", 1000) as bar:
+    with progress_bar(quiet, "verify: running chains", 1000, kind=str(prob.model.name)) as bar:
         def progress(done: int, total: int) -> None:
             frac = int(1000 * done / total)
             bar.update(frac - state["last"])
