@@ -143,11 +143,12 @@ MAX_FAMILY_ERROR = 0.5
 #: … and so does an error at least this fraction of the error of a chain that does not move (Λ → 0, see
 #: :func:`family_error_warning`)
 STILL_FRACTION = 0.95
-#: a structured family's log-step parameters stay within this distance of their start (a factor e^25 ≈ 7e10):
-#: a fit that runs to the lower end drives a step to 0 (a chain that does not move there) and is refused
+#: a structured family's Λ whose smallest eigenvalue is below e^-25 ≈ 1.4e-11 of its largest is refused: the
+#: fit drove a step to 0 (a chain that does not move there)
 _LOG_STEP_RANGE = 25.0
-#: … and the fit's first trial step moves them by at most this (Euclidean) distance
-_FIRST_STEP_MAX = 1.0
+#: the fit's log-step parameters stay within this distance of their start (L-BFGS-B bounds): a trial step beyond
+#: it underflowed Λ to a singular matrix ("smallest eigenvalue 0", a traceback); inside it the fit is unchanged
+_LOG_STEP_BOUND = 600.0
 
 
 @dataclass(frozen=True, repr=False)
@@ -947,9 +948,9 @@ def _check_family_step(lam: np.ndarray, family: str, names: Any, dyn: Dynamics) 
     d = np.diag(lam)
     k = int(np.argmin(d))
     label = names[k] if names is not None and k < len(names) else f"coordinate {k}"
-    raise _family_refusal(family, dyn, NotPositiveDefiniteError(
+    raise NotPositiveDefiniteError(  # tune() words it as the family's refusal
         f"its best Λ drives the step of {label} to {d[k]:.2g} against a largest step {max(d.max(), 0.0):.2g}: a "
-        "chain that does not move there"))
+        "chain that does not move there")
 
 
 def _check_family(e: Expansion, dyn: Dynamics, model: NoiseModel, family: str,
@@ -1217,21 +1218,18 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
         return lam * np.eye(e.dim), ("min ‖Σ*^{-1/2} Σ(Λ) Σ*^{-1/2} − I‖_F over Λ = λI (exact Σ(Λ); root of the "
                                      "exact derivative along the line, Brent)"), last.cov
     # variables y with x = x₀ + s·y, s = ‖∇φ(x₀)‖/2: L-BFGS-B's first trial step (unit length in y) is then
-    # x₀ − ∇φ(x₀)/2; its gradient test |∂φ/∂y| ≤ s·gtol is |∂φ/∂x| ≤ gtol. A first step longer than
-    # _FIRST_STEP_MAX (steps changed by more than a factor e) leaves the separable model's range: a steep start
-    # (e.g. a network's output layer, ‖∇φ‖ ~ 10³) would otherwise jump to steps of 0 or far beyond stability
+    # x₀ − ∇φ(x₀)/2; its gradient test |∂φ/∂y| ≤ s·gtol is |∂φ/∂x| ≤ gtol
     s = 0.5 * float(np.linalg.norm(fun(x0)[1]))
     if not (s > 0 and math.isfinite(s)):
         s = 1.0
-    s = min(s, _FIRST_STEP_MAX)
 
     def fun_y(y: np.ndarray) -> tuple[float, np.ndarray]:
         v, g = fun(x0 + s * y)
         return v, s * g
 
-    # the log-step parameters stay within _LOG_STEP_RANGE of the start (a step far below it is a step of 0,
+    # the log-step parameters stay within _LOG_STEP_BOUND of the start (a step far below it is a step of 0,
     # refused by the caller); block factors' off-diagonal entries are free
-    r = _LOG_STEP_RANGE / s
+    r = _LOG_STEP_BOUND / s
     logs = np.ones(len(x0), dtype=bool) if family == "diagonal" else np.concatenate(fam.is_diag)
     bounds = [(-r, r) if b else (None, None) for b in logs]
     res = sopt.minimize(fun_y, np.zeros_like(x0), jac=True, method="L-BFGS-B", bounds=bounds,
