@@ -85,6 +85,7 @@ M and the products HΣ*, HΣ*H only — no augmented (2D) unknowns, no dense mom
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -924,7 +925,7 @@ def _still_error(e: Expansion, S: np.ndarray, beta: float) -> float:
 def _family_refusal(family: str, dyn: Dynamics, exc: SgtuneError) -> SgtuneError:
     """The one-line refusal of a structured family whose fit fails, whose Λ is singular or whose best Λ sits at
     the edge of stability: the same error class, naming the family and what to try."""
-    why = str(exc).rstrip(".").split("; ")[0]
+    why = re.sub(r" \((?:CONVERGENCE|ABNORMAL)[^)]*\)", "", str(exc).rstrip(".").split("; ")[0])  # L-BFGS-B's words
     if isinstance(exc, UnstableStepSizeError) and math.isfinite(exc.spectral_radius):
         why = (f"its best Λ sits at the edge of stability, spectral radius {exc.spectral_radius:.12g}: a chain that "
                "does not mix")
