@@ -101,6 +101,8 @@ class TorchModel:
         The per-sample curvature the model declares.
     name : str
         Shown in outputs.
+    fit : bool, optional
+        False: θ̂ is the module's current weights (:meth:`trained_weights`); True: the MAP is fitted from them.
 
     Raises
     ------

@@ -989,8 +989,16 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
 
     Parameters
     ----------
-    model, data, expansion, stationary, target_cov
-        As for :func:`applicability`.
+    model : PerSampleModel
+        The model of the report.
+    data : Dataset
+        Its data.
+    expansion : Expansion
+        The expansion at θ̂.
+    stationary : StationaryCov
+        The prediction for the tuned Λ (its dynamics give B, β, momentum and batching).
+    target_cov : (D, D) array_like or None
+        The tuning target (None: Λ was given, not tuned; no inverse temperature is searched).
     reasons : list of Reason
         The report's reasons with their computed remedies.
     seed : int, optional
