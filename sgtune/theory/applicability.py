@@ -1037,19 +1037,24 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
     if target_cov is not None and data.rows is None and any(_is_temperature(m) for r in reasons for m in r.remedies):
         target = np.asarray(target_cov, dtype=float)
         tried: list[float] = []
-        for scale in BETA_SEARCH_SCALES:
-            beta = _beta_for_scale(expansion, stationary, target, scale)
+        grid = [(f"Λ about {c:g}× as large", _beta_for_scale(expansion, stationary, target, c))
+                for c in BETA_SEARCH_SCALES]
+        # the computed one last (e.g. the divergence estimate's scale, when it is below the grid)
+        grid += [("the computed one", float(m.changes["inv_temperature"])) for r in reasons for m in r.remedies
+                 if _is_temperature(m)]
+        for label, beta in grid:
             if beta is None or beta in tried:
                 continue
             tried.append(beta)
             if _probe(model, data, expansion, stationary, target, beta, seed):
                 searched = Remedy(f"SGLD at inverse temperature {beta:.6g}, found by running the applicability check "
-                                  f"at {len(tried)} inverse temperature(s) (Λ about {scale:g}× as large): its report "
-                                  "is applicable", {"inv_temperature": beta}, expect="applicable")
+                                  f"at {len(tried)} inverse temperature(s) ({label}): its report is applicable",
+                                  {"inv_temperature": beta}, expect="applicable")
                 break
         if searched is None and tried:
             none_found = (f"; no inverse temperature from {min(tried):.6g} to {max(tried):.6g} (Λ down to "
-                          f"{BETA_SEARCH_SCALES[-1]:g}× as large) makes the applicability check pass")
+                          f"{BETA_SEARCH_SCALES[-1]:g}× as large, and the one computed for this reason) makes the "
+                          "applicability check pass")
     out = []
     for r in reasons:
         rest = [m for m in r.remedies if not _is_temperature(m)]

@@ -170,6 +170,31 @@ def test_small_poisson_at_twice_n_is_flagged_and_its_remedy_is_applicable(tmp_pa
         assert d2["applicability"]["applicable"], d2["applicability"]["reasons"]
 
 
+def test_when_no_inverse_temperature_passes_the_answer_is_a_clear_no(tmp_path):
+    """Issue 35: the β-divergence fit is not local (curvature change ≈ 5.5 > 2); the searched inverse temperatures
+    (Λ down to 1/16 as large) all fail their check, so no temperature is offered (it would only lead to the next)
+    and the next line says so instead of suggesting verify."""
+    out = tmp_path / "o.json"
+    r = CliRunner().invoke(main, ["lambda", "--example", "hetero-linear", "--model", "beta-linear", "--beta-power",
+                                  "1.5", "--batch-size", "32", "--json", str(out)])
+    assert r.exit_code == 0, r.stderr
+    app = json.loads(out.read_text())["applicability"]
+    assert not app["applicable"] and app["remedies"] == []
+    assert "no inverse temperature from" in app["reasons"][0] and "makes the applicability check pass" in app["reasons"][0]
+    nxt = [ln for ln in r.stderr.splitlines() if ln.startswith("next:")]
+    assert len(nxt) == 1 and nxt[0].startswith("next: no command sgtune has checked") and "verify" not in nxt[0][:40]
+
+
+def test_covariance_does_not_send_a_prediction_that_does_not_apply_to_verify(tmp_path):
+    csv = _poisson17(tmp_path / "p.csv", 1)
+    r = CliRunner().invoke(main, ["covariance", csv, "--model", "poisson", "--intercept", "--batch-size", "4",
+                                  "--step-size", "0.139"])
+    assert r.exit_code == 0, r.stderr
+    assert "warning: not applicable" in r.stderr
+    nxt = [ln for ln in r.stderr.splitlines() if ln.startswith("next:")]
+    assert nxt == [ln for ln in nxt if ln.startswith("next: no command sgtune has checked")] and len(nxt) == 1
+
+
 @pytest.mark.parametrize("args", [["--example", "logistic", "--batch-size", "32"],
                                   ["--example", "hetero-linear", "--batch-size", "64"]])
 def test_well_behaved_examples_are_not_flagged(args):
