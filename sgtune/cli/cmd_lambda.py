@@ -145,6 +145,9 @@ def _next(kw: dict[str, Any], doc: dict[str, Any] | None = None) -> str:
         return next_line("verify", "--lambda", str(kw["output"]))
     same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))
             for a in ((opt, str(kw[k])) if kw[k] not in ("sandwich", "dq-exact", "dense") else ())]
+    if kw.get("blocks"):  # verify tunes again but has no --blocks: save this Λ and verify that
+        return (next_line("lambda", *same, "--blocks", str(kw["blocks"]), "-o", "lambda.npy")
+                + " (then sgtune verify … --lambda lambda.npy)")
     return next_line("verify", *same)
 
 

@@ -125,6 +125,16 @@ def test_a_rejected_verify_keeps_the_target_in_its_next_command():
     assert "--target posterior" in line and "--family diagonal" in line and "--refine 2" in line
 
 
+def test_lambda_next_keeps_the_blocks_file():
+    """verify has no --blocks: lambda's next saves the Λ of these blocks instead of tuning other ones."""
+    from sgtune.cli.cmd_lambda import _next
+
+    kw = {"output": None, "target": "posterior", "method": "dq-exact", "family": "block", "blocks": "b.json"}
+    line = _next(kw, {"applicability": {"applicable": True}})
+    assert line.startswith("next: sgtune lambda") and "--blocks b.json" in line and "--target posterior" in line
+    assert "-o lambda.npy" in line
+
+
 # ------------------------------------------------------------------ the posterior target's inverse temperature
 def test_the_posterior_is_reachable_above_n_and_the_suggested_beta_tunes():
     """Eq. (11): reachable iff HΣ* − I/β has positive eigenvalues; for Σ* = H⁻¹/N that is β > N exactly."""
