@@ -466,3 +466,22 @@ def test_cli_family_refusal_and_warning(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: family 'diagonal' cannot be fitted"), r.stderr
     assert "--family dense" in lines[0] and "Traceback" not in r.output
+
+
+def test_cli_diabetes_network_head_diagonal_warns_even_quiet(tmp_path):
+    """Issue 35's case: the output layer of sgtune's 8-unit tanh network on diabetes, diagonal Λ for the posterior
+    under SGD: it used to exit 0 with 'applicable: yes' and no warning at covariance error ≈ 0.98."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.c_[(X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std()], delimiter=",", comments="",
+               header=",".join([f"x{i}" for i in range(10)] + ["y"]))
+    r = CliRunner().invoke(main, ["lambda", str(csv), "--model", "last-layer", "--features-from", "mlp",
+                                  "--hidden-sizes", "8", "--prior-precision", "1", "--batch-size", "32", "--target",
+                                  "posterior", "--family", "diagonal", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["covariance_error"] >= 0.5 and doc["family_misses_target"] is True
+    assert any(w.startswith("family 'diagonal' misses the target") for w in doc["warnings"])
+    assert "warning: family 'diagonal' misses the target" in r.stderr
