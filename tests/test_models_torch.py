@@ -317,3 +317,8 @@ def test_from_torch_takes_the_modules_weights_as_theta_hat_without_a_refit(tmp_p
     r = CliRunner().invoke(main, [*base, "--fit"], catch_exceptions=False)
     assert "--fit: fitting θ̂ of the whole network" in r.stderr and "one gradient pass took" in r.stderr
     assert json.loads(r.stdout)["gradient_norm"] < 1e-6
+    np.save(tmp_path / "w.npy", np.zeros(4))
+    r = CliRunner().invoke(main, [*base, "--fit", "--theta-hat", str(tmp_path / "w.npy")])
+    assert r.exit_code == 2 and "--fit fits θ̂, --theta-hat gives it" in r.stderr
+    r = CliRunner().invoke(main, ["lambda", str(npz), "--model", "linear", "--batch-size", "16", "--fit"])
+    assert r.exit_code == 2 and "--fit applies to a torch network" in r.stderr

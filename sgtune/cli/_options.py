@@ -487,7 +487,9 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
             raise ShapeError(f"--theta-hat must hold D = {d} numbers (the parameters of model {kw.get('model')}) "
                              f"but {kw['theta_hat']} has {theta_hat.shape[0]}")
     seed = int(kw.get("seed", 0))
-    if kw.get("fit") and theta_hat is None:
+    if kw.get("fit") and kw.get("theta_hat"):
+        raise click.UsageError("--fit fits θ̂, --theta-hat gives it: drop one of them")
+    if kw.get("fit") and not isinstance(model, LastLayerModel):  # a head's network was fitted when it was built
         theta_hat = _requested_fit(model, ds, gam, seed, bool(kw.get("quiet")))
     at_weights = (theta_hat is None and callable(getattr(model, "trained_weights", None))
                   and model.trained_weights() is not None)
