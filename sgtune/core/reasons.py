@@ -108,8 +108,8 @@ CODES: dict[str, tuple[str, str]] = {
         "over the spread, or its curvature changes by more than 200 % between θ̂ and points 2 sd away",
         "for a tuned Λ, the inverse temperature searched with the check itself: Λ tuned where it is 1/2, 1/4, 1/8 "
         "and 1/16 as large, the first whose own report is applicable (`expect: applicable`), or none, and the "
-        "reason then says that none in the range passes (a prior precision stays an unchecked suggestion, only "
-        "when nothing checked works); for a given scalar step, a step that keeps the local step stable. `--refine` "
+        "reason then says that none in the range passes; with the posterior target of a convex model, then a prior "
+        "precision refitted and checked the same way (the computed one, 4× and 16×); for a given scalar step, a step that keeps the local step stable. `--refine` "
         "is refused. For every code of the report, a tuned `--model mlp` (gaussian or bernoulli) first gets its "
         "last layer: `--model last-layer --features-from mlp`, the output layer at the fitted weights with the "
         "body frozen, whose own report sgtune computes (`expect: applicable` when it is, and then no temperature "

@@ -983,9 +983,11 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
     make it about each of :data:`BETA_SEARCH_SCALES` times as large, largest first, each probe this report
     without remedies (the expansion is the same: no refit); the first that passes is offered with ``expect``
     ``"applicable"``, and when none passes the reason says so and no temperature is offered (following one
-    would only print another); (3) a prior precision changes θ̂ (a refit), so it is not checked: it stays a
-    suggestion (``expect`` ``"runs"``) and only when no checked remedy exists. Remedies of another kind
-    (refinement, a larger batch) are kept as they are.
+    would only print another); (3) a prior precision (posterior target) changes θ̂: for a model with a Newton
+    fit (convex: GLMs, softmax regression) the computed one, 4× and 16× it are refitted and checked the same
+    way, the first that passes offered; for another model it is not checked, and it is offered as a
+    suggestion (``expect`` ``"runs"``) only when no search was run. Remedies of another kind (refinement, a
+    larger batch) are kept as they are.
 
     Parameters
     ----------
@@ -1055,15 +1057,51 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
             none_found = (f"; no inverse temperature from {min(tried):.6g} to {max(tried):.6g} (Λ down to "
                           f"{BETA_SEARCH_SCALES[-1]:g}× as large, and the one computed for this reason) makes the "
                           "applicability check pass")
+    prior: Remedy | None = None
+    priors = [float(m.changes["prior_precision"]) for r in reasons for m in r.remedies if _is_prior(m)]
+    if searched is None and priors and data.rows is None and getattr(model, "fit_method", "lbfgs") == "newton":
+        prior, tried_g = _searched_prior(model, data, expansion, stationary, priors[0], seed)
+        if prior is None and tried_g:
+            none_found += (f"; nor a prior precision from {min(tried_g):.2g} to {max(tried_g):.2g} (each refitted and "
+                           "checked)")
+    elif searched is None and priors and none_found:
+        none_found += ("; a larger prior precision was not checked (it needs a refit of this non-convex model) and "
+                       "is not offered")
     out = []
     for r in reasons:
         rest = [m for m in r.remedies if not _is_temperature(m)]
-        if searched is not None:
+        if searched is not None or prior is not None or none_found:
             rest = [m for m in rest if not _is_prior(m)]
-        had = any(_is_temperature(m) for m in r.remedies)
-        rem = (*network, *([searched] if searched is not None and had else []), *rest)
+        had = any(_is_temperature(m) or _is_prior(m) for m in r.remedies)
+        found = [x for x in (searched, prior) if x is not None] if had else []
+        rem = (*network, *found, *rest)
         out.append(Reason(r.code, r.message + (none_found if had else ""), tuple(rem)))
     return out
+
+
+def _searched_prior(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, g0: float,
+                    seed: int) -> tuple[Remedy | None, list[float]]:
+    """A prior precision for the posterior target, checked: the computed one, then 4× and 16× it, each refitted
+    (a convex model's Newton fit), tuned and reported without remedies; the first that passes, and those tried."""
+    from ..models import expand
+    from .tuning import tune
+
+    tried: list[float] = []
+    for g in (g0, 4.0 * g0, 16.0 * g0):
+        g = float(f"{g:.2g}")
+        tried.append(g)
+        try:
+            e = expand(model, data, g, population_size=expansion.population_size)
+            res = tune(e, stationary.dynamics.replace(step=None), target="posterior")
+            rep = applicability(model, data, e, res.stationary, target_cov=res.target_cov, seed=seed,
+                                check_remedies=False)
+        except (SgtuneError, np.linalg.LinAlgError):
+            continue
+        if rep.applicable:
+            return Remedy(f"a prior precision {g:.2g} with the posterior target, found by refitting and running the "
+                          f"applicability check at {len(tried)} prior precision(s): its report is applicable",
+                          {"prior_precision": g}, expect="applicable"), tried
+    return None, tried
 
 
 def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,

@@ -195,6 +195,23 @@ def test_when_no_inverse_temperature_passes_the_answer_is_a_clear_no(tmp_path):
     assert len(nxt) == 1 and nxt[0].startswith("next: no command sgtune has checked") and "verify" not in nxt[0][:40]
 
 
+def test_a_prior_is_searched_with_the_check_for_a_convex_model_and_ends_the_route():
+    """Issue 35: the β-divergence fit on the posterior at 2N is not local; no inverse temperature passes, and the
+    prior precision is searched (refit, tune, check: the computed one, 4× and 16×), printed as what works, and
+    its command is applicable — the route ends in two commands, with no prior ladder."""
+    argv = ["lambda", "--example", "hetero-linear", "--model", "beta-linear", "--beta-power", "1.5", "--batch-size",
+            "32", "--target", "posterior", "--inverse-temperature", "2N", "-q"]
+    r, doc = _invoke(argv)
+    assert r.exit_code == 0, r.stderr
+    app = doc["applicability"]
+    assert not app["applicable"] and "no inverse temperature from" in app["reasons"][0]
+    (rem,) = app["remedies"]
+    assert rem["expect"] == "applicable" and "--prior-precision" in rem["argv"] and "refitting" in rem["why"]
+    assert "what works: a prior precision" in r.stderr
+    r2, d2 = _invoke(rem["argv"][1:])
+    assert r2.exit_code == 0 and d2["applicability"]["applicable"] and d2["applicability"]["remedies"] == []
+
+
 def test_covariance_does_not_send_a_prediction_that_does_not_apply_to_verify(tmp_path):
     csv = _poisson17(tmp_path / "p.csv", 1)
     r = CliRunner().invoke(main, ["covariance", csv, "--model", "poisson", "--intercept", "--batch-size", "4",
