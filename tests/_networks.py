@@ -5,7 +5,7 @@
 log(1 + e^f) − y f, Gauss–Newton curvature ρ''(f) ∇f ∇fᵀ, and the protocol's last-layer part:
 ``features(theta, X) = tanh(W x + b)`` and ``last_layer_likelihood``.
 
-``TORCH_NET`` is the PyTorch user's model file: ``MODEL = from_torch(<module>, <likelihood>, ...)`` with the
+``TORCH_NET`` is the PyTorch user's model file: ``MODEL = from_torch(<module>, <likelihood>, ..., fit=True)`` with the
 module built in the file (``torch.manual_seed(0)`` first, so its initial weights are the same in every run);
 ``Scaled`` is a network whose ``forward`` scales its last ``nn.Linear``'s output (nothing identifies its
 output layer from its modules alone).
@@ -96,9 +96,10 @@ torch.manual_seed(0)
 
 
 def write_torch_net(folder: Path, module: str, likelihood: str, extra: str = "", name: str = "tnet.py") -> str:
-    """Write the torch model file with ``MODEL = from_torch(<module>, "<likelihood>"<extra>)`` (e.g. module
+    """Write the torch model file with ``MODEL = from_torch(<module>, "<likelihood>"<extra>, fit=True)`` (an
+    untrained module: its MAP is fitted from its initial weights, not taken as θ̂; e.g. module
     ``"nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 1))"``, extra ``", noise_variance=0.01"``); its spec
     ``path:MODEL``."""
     path = Path(folder) / name
-    path.write_text(TORCH_NET + f"MODEL = from_torch({module}, {likelihood!r}{extra})\n")
+    path.write_text(TORCH_NET + f"MODEL = from_torch({module}, {likelihood!r}{extra}, fit=True)\n")
     return f"{path}:MODEL"

@@ -268,7 +268,7 @@ def test_cli_model_file(tmp_path):
     f = tmp_path / "net.py"
     f.write_text(textwrap.dedent(MODEL_FILE))
     docs = []
-    for spec in ([f"{f}:MODEL"], ["mlp", "--hidden-sizes", ""]):  # a linear network: one MAP for both fits
+    for spec in ([f"{f}:MODEL", "--fit"], ["mlp", "--hidden-sizes", ""]):  # a linear network: one MAP for both fits
         r = CliRunner().invoke(main, ["lambda", str(npz), "--model", *spec, "--batch-size", "16", "-q"],
                                catch_exceptions=False)
         assert r.exit_code == 0, r.output
@@ -277,5 +277,48 @@ def test_cli_model_file(tmp_path):
     for key in ("lambda", "predicted_cov", "theta_hat"):  # both MAPs solved to the fit's tolerance
         np.testing.assert_allclose(np.array(docs[0][key]), np.array(docs[1][key]), rtol=1e-7, atol=1e-12)
     r = CliRunner().invoke(main, ["lambda", str(npz), "--model", f"{f}:MODEL", "--hessian", "gauss-newton",
-                                  "--batch-size", "16", "-q"], catch_exceptions=False)
+                                  "--batch-size", "16", "-q", "--fit"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
+
+
+def test_from_torch_takes_the_modules_weights_as_theta_hat_without_a_refit(tmp_path, monkeypatch):
+    """Issue 35 item 6: a trained network is expanded at its weights (no L-BFGS on the whole network); fit=True
+    (--fit) fits, with a progress line that estimates its time."""
+    import sgtune.models.expansion as expansion_module
+
+    X, y = data("gaussian", n=60, seed=7)
+    ds = make_dataset(X, y)
+    net = torch.nn.Linear(3, 1).double()  # "trained" weights that are not the MAP: H is SPD, ∇L(θ̂) is not 0
+    torch.nn.utils.vector_to_parameters(torch.tensor([0.3, -0.2, 0.1, 0.05]), net.parameters())
+    weights = from_torch(net, "gaussian").flatten()
+    calls = []
+    real = expansion_module.fit_map
+    monkeypatch.setattr(expansion_module, "fit_map", lambda *a, **k: calls.append(1) or real(*a, **k))
+    from sgtune.core.errors import AccuracyWarning
+
+    with pytest.warns(AccuracyWarning, match="gradient of the mean loss at θ̂ is not small"):  # said, not hidden
+        e = expand(from_torch(net, "gaussian"), ds, 1.0)
+    assert calls == [] and np.array_equal(e.theta_hat, weights)
+    assert e.model_description["theta_hat_source"].startswith("the module's current weights")
+    e_fit = expand(from_torch(net, "gaussian", fit=True), ds, 1.0)
+    assert calls == [1] and e_fit.gradient_norm < 1e-6 < e.gradient_norm
+    with pytest.raises(SgtuneError, match="fit must be True"):
+        from_torch(net, "gaussian", fit="yes")
+    monkeypatch.undo()
+    npz, f = tmp_path / "d.npz", tmp_path / "net.py"
+    np.savez(npz, X=X, y=y)
+    f.write_text(textwrap.dedent(MODEL_FILE))
+    base = ["lambda", str(npz), "--model", f"{f}:MODEL", "--batch-size", "16", "--inverse-temperature", "2N",
+            "--target", "posterior", "--prior-precision", "1", "--no-applicability"]
+    r = CliRunner().invoke(main, base, catch_exceptions=False)
+    doc = json.loads(r.stdout)
+    assert "θ̂ = the network's current weights, not refitted" in r.stderr and "‖∇L(θ̂)‖ =" in r.stderr
+    assert doc["theta_hat_source"].startswith("the module's current weights") and doc["gradient_norm"] > 1e-6
+    r = CliRunner().invoke(main, [*base, "--fit"], catch_exceptions=False)
+    assert "--fit: fitting θ̂ of the whole network" in r.stderr and "one gradient pass took" in r.stderr
+    assert json.loads(r.stdout)["gradient_norm"] < 1e-6
+    np.save(tmp_path / "w.npy", np.zeros(4))
+    r = CliRunner().invoke(main, [*base, "--fit", "--theta-hat", str(tmp_path / "w.npy")])
+    assert r.exit_code == 2 and "--fit fits θ̂, --theta-hat gives it" in r.stderr
+    r = CliRunner().invoke(main, ["lambda", str(npz), "--model", "linear", "--batch-size", "16", "--fit"])
+    assert r.exit_code == 2 and "--fit applies to a torch network" in r.stderr

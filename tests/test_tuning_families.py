@@ -120,6 +120,12 @@ def _old_family_fit(e, S, lam_dense, family, B):
     return np.diag(np.exp(r.x))
 
 
+#: the rank-one synthetic problems' scalar/diagonal optima miss the target by 0.6–0.8 (they warn: issue 35); these
+#: tests are about the optimum itself
+_MISSES = pytest.mark.filterwarnings("ignore:family '.*' misses the target:sgtune.core.errors.AccuracyWarning")
+
+
+@_MISSES
 @pytest.mark.parametrize("family", ["scalar", "diagonal"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_families_no_worse_than_previous_implementation(family, seed):
@@ -143,6 +149,7 @@ def test_families_no_worse_than_previous_implementation(family, seed):
             assert crit_of(S, predict_stationary_cov(e, Dynamics(L, B)).cov) > c_new
 
 
+@_MISSES
 def test_block_family_extremes_are_dense_and_diagonal():
     e = synthetic_expansion(4, n=60, d=4)
     B = 6
@@ -369,3 +376,112 @@ def test_cli_mlp_block_family_defaults_to_the_layers():
     S = np.array(doc["target_cov"])
     assert doc["covariance_error"] == pytest.approx(
         np.linalg.norm(np.array(doc["predicted_cov"]) - S) / np.linalg.norm(S), rel=1e-12)
+
+
+# --------------------------------------------------------------------------- issue 35, item 5: never silently wrong
+def _linear_problem(case: str, prior: float):
+    """Linear regressions on which the structured families fail: two zero columns (no gradient noise there:
+    SGD cannot give the posterior its spread, and a family's fit runs to a step of 0 or to the edge of
+    stability), or two nearly collinear columns (a diagonal/scalar Λ misses the posterior almost entirely)."""
+    from sgtune.io.data import make_dataset
+    from sgtune.models import expand, get_model
+
+    rng = np.random.default_rng(0)
+    n = 200
+    z = rng.standard_normal(n)
+    if case == "zero":
+        X = np.column_stack([rng.standard_normal(n), rng.standard_normal(n), np.zeros(n), np.zeros(n)])
+    else:
+        X = np.column_stack([z, z + 0.05 * rng.standard_normal(n), rng.standard_normal(n)])
+    y = X[:, 0] + rng.standard_normal(n)
+    return expand(get_model("linear"), make_dataset(X, y), prior)
+
+
+@pytest.mark.parametrize("family", ["scalar", "diagonal", "block"])
+@pytest.mark.parametrize("beta, kappa", [(math.inf, 0.0), (300.0, 0.4)])
+def test_family_covariance_error_is_the_exact_one_for_its_lambda(rng, family, beta, kappa):
+    """The reported error is ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F with Σ(Λ) the dense Kronecker solve of the returned Λ's chain."""
+    from test_linear_chain import _brute_force, _problem
+
+    e = _problem("logistic", rng)
+    blocks = [[0, 2], [1]] if family == "block" else None
+    res = tune(e, Dynamics(None, 6, inv_temperature=beta, momentum=kappa), family=family, blocks=blocks)
+    S_bf = _brute_force(e, res.step_matrix, 6, beta, False, kappa)[0][:e.dim, :e.dim]
+    err = np.linalg.norm(S_bf - res.target_cov) / np.linalg.norm(res.target_cov)
+    assert res.covariance_error == pytest.approx(err, rel=1e-8)
+    np.testing.assert_allclose(res.predicted_cov, S_bf, rtol=1e-9, atol=1e-9 * np.abs(S_bf).max())
+
+
+@pytest.mark.parametrize("family, beta_n", [("scalar", math.inf), ("diagonal", 2.0)])
+def test_a_family_that_misses_the_target_warns(family, beta_n):
+    """SGD: the scalar Λ misses the posterior by ≈ 1 (≥ MAX_FAMILY_ERROR). SGLD at β = 2N: the diagonal Λ ends
+    near 0.5, the error of a chain that does not move (H⁻¹/β against H⁻¹/N), and warns for that."""
+    from sgtune.core.errors import AccuracyWarning
+    from sgtune.theory.tuning import MAX_FAMILY_ERROR, STILL_FRACTION
+
+    e = _linear_problem("collinear", 12.0)
+    beta = beta_n * e.n_data
+    with pytest.warns(AccuracyWarning, match=f"family '{family}' misses the target"):
+        res = tune(e, Dynamics(None, 16, inv_temperature=beta), target="posterior", family=family)
+    S_bf = predict_stationary_cov(e, Dynamics(res.step_matrix, 16, inv_temperature=beta)).cov  # solved again
+    err = np.linalg.norm(S_bf - res.target_cov) / np.linalg.norm(res.target_cov)
+    still = 1.0 if beta == math.inf else abs(1.0 - e.n_data / beta)  # Σ → H⁻¹/β as Λ → 0; target H⁻¹/N
+    assert err >= min(MAX_FAMILY_ERROR, STILL_FRACTION * still)
+
+
+def test_a_family_close_to_the_target_does_not_warn():
+    import warnings as _w
+
+    e = synthetic_expansion(0, n=60, d=5)
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        res = tune(e, Dynamics(None, 6), family="diagonal")
+    assert res.covariance_error < 0.5
+
+
+@pytest.mark.parametrize("family", ["scalar", "diagonal"])
+@pytest.mark.parametrize("kappa", [0.0, 0.5])
+def test_a_family_that_cannot_be_fitted_is_refused_in_one_line(family, kappa):
+    """Zero columns and SGD: the family's fit used to stop with "Λ must be symmetric positive definite, smallest
+    eigenvalue 0" (a traceback through scipy); now one line naming the family and what to try."""
+    e = _linear_problem("zero", 12.0)
+    with pytest.raises(SgtuneError) as info:
+        tune(e, Dynamics(None, 16, momentum=kappa), target="posterior", family=family)
+    msg = str(info.value)
+    assert msg.startswith(f"family '{family}' cannot be fitted") and "family='dense'" in msg and "\n" not in msg
+    assert "inv_temperature" in msg  # SGD: SGLD is worth trying
+    assert ("no momentum" in msg) == (kappa > 0)
+
+
+def test_cli_family_refusal_and_warning(tmp_path):
+    csv = tmp_path / "z.csv"
+    rng = np.random.default_rng(0)
+    n = 200
+    X = np.column_stack([rng.standard_normal(n), rng.standard_normal(n), np.zeros(n), np.zeros(n)])
+    y = X[:, 0] + rng.standard_normal(n)
+    np.savetxt(csv, np.column_stack([X, y]), delimiter=",", header="a,b,c,d,y", comments="")
+    r = CliRunner().invoke(main, ["lambda", str(csv), "--model", "linear", "--prior-precision", "12", "--batch-size",
+                                  "16", "--target", "posterior", "--family", "diagonal", "--momentum", "0.5", "-q"])
+    assert r.exit_code != 0 and r.exception is None or isinstance(r.exception, SystemExit)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: family 'diagonal' cannot be fitted"), r.stderr
+    assert "--family dense" in lines[0] and "Traceback" not in r.output
+
+
+def test_cli_diabetes_network_head_diagonal_warns_even_quiet(tmp_path):
+    """Issue 35's case: the output layer of sgtune's 8-unit tanh network on diabetes, diagonal Λ for the posterior
+    under SGD: it used to exit 0 with 'applicable: yes' and no warning at covariance error ≈ 0.98."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.c_[(X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std()], delimiter=",", comments="",
+               header=",".join([f"x{i}" for i in range(10)] + ["y"]))
+    r = CliRunner().invoke(main, ["lambda", str(csv), "--model", "last-layer", "--features-from", "mlp",
+                                  "--hidden-sizes", "8", "--prior-precision", "1", "--batch-size", "32", "--target",
+                                  "posterior", "--family", "diagonal", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["covariance_error"] >= 0.5 and doc["family_misses_target"] is True
+    assert any(w.startswith("family 'diagonal' misses the target") for w in doc["warnings"])
+    assert "warning: family 'diagonal' misses the target" in r.stderr

@@ -201,6 +201,7 @@ def test_tune_moment_with_momentum_at_any_dimension(problem, monkeypatch):
     assert crit_of(S, fit.predicted_cov) < crit_of(S, res.predicted_cov)  # what the fit minimises
 
 
+@pytest.mark.filterwarnings("ignore:family '.*' misses the target:sgtune.core.errors.AccuracyWarning")  # issue 35
 @pytest.mark.parametrize("family", ["diagonal", "scalar", "block"])
 def test_tune_above_fit_max_dim_uses_the_closed_form_and_the_correction_solve(family, monkeypatch):
     e = logistic_expansion(3000, 20, seed=4)
@@ -230,6 +231,7 @@ def test_mid_dimension_covariance_uses_the_tight_correction_solve(criterion, mon
     assert np.linalg.norm(res.predicted_cov - ref) < 1e-11 * np.linalg.norm(ref)
 
 
+@pytest.mark.filterwarnings("ignore:family '.*' misses the target:sgtune.core.errors.AccuracyWarning")  # issue 35
 def test_auto_switches_at_fit_max_dim_without_monkeypatching():
     """The real threshold: D = 301 > FIT_MAX_DIM gets the closed form with momentum (no fit)."""
     e = logistic_expansion(600, tuning.FIT_MAX_DIM + 1, seed=1)

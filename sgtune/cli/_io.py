@@ -132,6 +132,7 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "batches_per_chain": ("batches_per_chain",),
     "thin": ("thin",),
     "momentum": ("momentum",),
+    "family": ("family",),
     "decay": ("decay",),
     "friction": ("friction",),
     "noise_variance": ("noise_variance",),

@@ -22,11 +22,11 @@ from ..models.base import ModelError
 from ..models.lastlayer import LastLayerModel
 from ..models.user import is_model_file_spec, load_model_file
 from ._config import config_option, from_file
-from ._io import announced, check_writable
+from ._io import announced, check_writable, info
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from")
+             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from", "fit")
 MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'multinomial' (softmax regression over "
               "the response's class labels, numbers or text: --layout), 'mlp' (a feed-forward network: "
               "--hidden-sizes, --activation, --likelihood), 'last-layer' (the output layer of a trained network on its "
@@ -99,8 +99,8 @@ data_options = compose(
                       "Or NAME is a network model (sgtune's model protocol with features(theta, X) and "
                       "last_layer_likelihood, which gives the head's --likelihood; a from_torch(net, likelihood) model "
                       "offers them when its output is its last nn.Linear): fitted exactly as --model "
-                      "FILE.py:NAME with the same options, or at --theta-hat (its D parameters), then the head on "
-                      "its features. "
+                      "FILE.py:NAME with the same options (a from_torch network: at its current weights unless "
+                      "--fit), or at --theta-hat (its D parameters), then the head on its features. "
                       "'mlp': sgtune's own network (--hidden-sizes, --activation, --likelihood gaussian or "
                       "bernoulli, --prior-precision, --seed, --subsample: the fit of --model mlp with the same "
                       "options, or its weights from --theta-hat) — the result describes SGD/SGLD on that network's "
@@ -120,6 +120,11 @@ data_options = compose(
                       "fitting the MAP; the JSON reports gradient_norm ‖∇L(θ̂)‖, gradient_noise_ratio "
                       "√(N ∇Lᵀ C⁻¹ ∇L) (> 1 prints a warning) and hessian_min_eigenvalue; an H that is not "
                       "positive definite is refused."),
+    click.option("--fit", "fit", is_flag=True, default=False,
+                 help="A torch network (--model FILE.py:NAME made by from_torch): fit θ̂ (L-BFGS on the whole "
+                      "network from its weights, with a progress line and an estimate of its time) instead of "
+                      "taking the module's current weights as θ̂ (the default: a trained network; the JSON's "
+                      "theta_hat_source says which, gradient_norm ‖∇L(θ̂)‖ how stationary it is)."),
     click.option("--noise-variance", type=float, default=1.0, show_default=True,
                  help="σ² of the linear / beta-linear models and of the mlp Gaussian likelihood."),
     click.option("--beta-power", type=float, default=None, help="β-divergence power P > 1 (beta-linear)."),
@@ -411,6 +416,9 @@ def _network_last_layer(ds: Dataset, kw: dict[str, Any], network: Any, spec: str
         if theta.shape[0] != d:
             raise ShapeError(f"--theta-hat must hold D = {d} numbers (the weights of the network, --features-from "
                              f"{spec}) but {kw['theta_hat']} has {theta.shape[0]}")
+    elif (not kw.get("fit") and callable(getattr(network, "trained_weights", None))
+          and network.trained_weights() is not None):  # a torch network's current weights (--fit refits them)
+        theta = np.asarray(network.trained_weights(), dtype=float)
     else:
         seed = int(kw.get("seed", 0))
         fit_ds = ds if kw.get("subsample") is None else ds.subsample(min(int(kw["subsample"]), ds.n_data),
@@ -482,6 +490,12 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
             raise ShapeError(f"--theta-hat must hold D = {d} numbers (the parameters of model {kw.get('model')}) "
                              f"but {kw['theta_hat']} has {theta_hat.shape[0]}")
     seed = int(kw.get("seed", 0))
+    if kw.get("fit") and kw.get("theta_hat"):
+        raise click.UsageError("--fit fits θ̂, --theta-hat gives it: drop one of them")
+    if kw.get("fit") and not isinstance(model, LastLayerModel):  # a head's network was fitted when it was built
+        theta_hat = _requested_fit(model, ds, gam, seed, bool(kw.get("quiet")))
+    at_weights = (theta_hat is None and callable(getattr(model, "trained_weights", None))
+                  and model.trained_weights() is not None)
     if kw.get("subsample") is not None:  # Alg. 1 steps 1–5 on M rows; every 1/N still uses the full N
         if int(kw["subsample"]) > ds.n_data:
             raise click.BadParameter(f"{kw['subsample']} rows asked for, but the data have N = {ds.n_data}; give "
@@ -491,10 +505,31 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
         with announced(_fit_label(theta_hat, fit_ds.n_data), bool(kw.get("quiet"))):
             e = expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
                        theta_hat=theta_hat, seed=seed)
-        return LoadedProblem(ds, model, gam, e)
-    with announced(_fit_label(theta_hat, ds.n_data), bool(kw.get("quiet"))):
-        e = expand(model, ds, gam, theta_hat=theta_hat, seed=seed, scheduler=kw.get("scheduler"))
+    else:
+        with announced(_fit_label(theta_hat, ds.n_data), bool(kw.get("quiet"))):
+            e = expand(model, ds, gam, theta_hat=theta_hat, seed=seed, scheduler=kw.get("scheduler"))
+    if at_weights:
+        info(f"θ̂ = the network's current weights, not refitted (--fit fits the MAP from them); there ‖∇L(θ̂)‖ = "
+             f"{e.gradient_norm:.3g}, {e.gradient_z:.3g}× its sampling noise", bool(kw.get("quiet")))
     return LoadedProblem(ds, model, gam, e)
+
+
+def _requested_fit(model: Any, ds: Dataset, gam: np.ndarray, seed: int, quiet: bool) -> np.ndarray:
+    """``--fit``: the MAP of a model that brings its weights, with an estimate of the time measured here (one pass
+    of the mean loss's gradient over the rows, times L-BFGS's iteration limit, ~2 passes per iteration)."""
+    if not callable(getattr(model, "trained_weights", None)):
+        raise click.UsageError("--fit applies to a torch network (--model FILE.py:NAME made by from_torch), whose "
+                               "weights are θ̂ otherwise; other models are always fitted (or expanded at --theta-hat)")
+    import time
+
+    theta0 = np.asarray(model.initial_params(ds.dim), dtype=float)
+    t0 = time.perf_counter()
+    model.per_sample_grads(theta0, np.asarray(ds.X), np.asarray(ds.y))
+    one = time.perf_counter() - t0
+    info(f"--fit: fitting θ̂ of the whole network ({ds.n_data} rows, D = {theta0.size}): one gradient pass took "
+         f"{one:.2g} s here, so up to ~{2 * 200 * one:.0f} s for L-BFGS's 200 iterations", quiet)
+    with announced("fitting θ̂ of the whole network", quiet):
+        return fit_map(model, ds, gam, theta0=theta0, seed=seed).theta_hat
 
 
 def _fit_label(theta_hat: Any, n_rows: int) -> str:

@@ -138,7 +138,22 @@ def _nested(r: Remedy, fuller: Remedy) -> bool:
 
 
 def as_text(rendered: list[dict[str, Any]]) -> str:
-    """``; what works: WHY: `sgtune …`; …`` for a warning or error line ('' when there is nothing)."""
+    """``; what works: WHY: `sgtune …`; worth trying (not checked): …`` for a warning or error line ('' when there
+    is nothing). Only a remedy sgtune has checked (``expect`` ``"applicable"``: its own applicability report was
+    run and passes) is printed as what works; the others are suggestions, worded so."""
     if not rendered:
         return ""
-    return "; what works: " + "; ".join(f"{r['why']}: `{shlex.join(r['argv'])}`" for r in rendered)
+    checked = [r for r in rendered if r.get("expect") == "applicable"]
+    other = [r for r in rendered if r.get("expect") != "applicable"]
+    text = ""
+    if checked:
+        text += "; what works: " + "; ".join(f"{r['why']}: `{shlex.join(r['argv'])}`" for r in checked)
+    if other:
+        text += ("; worth trying (not checked: it runs, whether its chain follows the prediction is not known): "
+                 + "; ".join(f"{r['why']}: `{shlex.join(r['argv'])}`" for r in other))
+    return text
+
+
+def first_checked(rendered: list[dict[str, Any]]) -> list[str] | None:
+    """The argv of the first remedy sgtune checked (``expect`` ``"applicable"``), else None."""
+    return next((list(r["argv"]) for r in rendered if r.get("expect") == "applicable"), None)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import shlex
+from typing import Any
 
 import click
 
@@ -12,6 +14,7 @@ from ..theory.mcerror import mc_error
 from ..theory.stationary import iterate_average_cov, predict_stationary_cov
 from ._applicability import applicability_report, skipped_report
 from ._readable import applicability_rows, next_line
+from ._remedies import first_checked
 from ._io import command_line, emit, handle_errors, info
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
@@ -70,6 +73,17 @@ def cli(**kw: object) -> None:
          + "\n" + key_values([
         ("spectral radius", f"{st.spectral_radius:.4g} (stable below 1; closer to 0 mixes faster)"),
         ("relative residual", f"{st.relative_residual:.3g} (of the solve; 0 is exact)"),
-        *applicability_rows(doc["applicability"], st.tau_worst)]) + "\n"
-        + next_line("verify", *(("--step-size", str(kw["step_size"])) if kw["step_size"] is not None
-                                else ("--lambda", str(kw["lambda_file"])))), bool(kw["quiet"]))
+        *applicability_rows(doc["applicability"], st.tau_worst)]) + "\n" + _next(kw, doc["applicability"]),
+        bool(kw["quiet"]))
+
+
+def _next(kw: dict[str, Any], app: dict[str, Any]) -> str:
+    """Verify the prediction on chains — unless it does not apply: then the first checked remedy, or a plain no."""
+    if app.get("applicable") is False:
+        argv = first_checked(app.get("remedies", []))
+        if argv is not None:
+            return "next: " + shlex.join(argv) + " (checked: its applicability report passes)"
+        return ("next: no command sgtune has checked — the prediction does not describe the chain on the loss; "
+                "verifying these chains would only confirm it (see the warnings for what may help)")
+    return next_line("verify", *(("--step-size", str(kw["step_size"])) if kw["step_size"] is not None
+                                 else ("--lambda", str(kw["lambda_file"]))))

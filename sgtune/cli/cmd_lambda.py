@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 import click
@@ -11,10 +12,10 @@ from ..core._refs import references_of
 from ..core.config import Dynamics
 from ..core.reasons import Reason, Remedy
 from ..io.plots import figure_lambda
-from ..theory.tuning import FAMILIES, METHODS, tune
+from ..theory.tuning import FAMILIES, MAX_FAMILY_ERROR, METHODS, family_error_warning, tune
 from ._applicability import applicability_report, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
-from ._remedies import as_text, render
+from ._remedies import as_text, first_checked, render
 from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
                        output_options, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -81,12 +82,16 @@ def cli(**kw: object) -> None:
                         batching="without-replacement" if kw["without_replacement"] else "replacement")
     res = tune(prob.expansion, dynamics, target=target, method=str(kw["method"]), family=str(kw["family"]),
                blocks=kw["blocks"])
+    misses = family_error_warning(res.family, res.covariance_error)
+    if misses is not None:  # the library warned; the result is not what was asked for (--strict exits 4)
+        untrusted(misses)
     doc = {**expansion_keys(prob.expansion),
         "lambda": res.step_matrix, "target_cov": res.target_cov, "predicted_cov": res.predicted_cov,
         "theta_hat": prob.expansion.theta_hat, "spectral_radius": res.spectral_radius,
         "spectral_radius_is_bound": res.stationary.spectral_radius_is_bound,
         "tau_worst": res.tau_worst, "tau": res.tau,         "method": res.method, "family": res.family, "criterion": res.criterion, "residual": res.residual,
         "covariance_error": res.covariance_error, "covariance_error_source": "prediction",
+        "family_misses_target": misses is not None, "family_error_threshold": MAX_FAMILY_ERROR,
         "predicted_covariance_error": res.covariance_error, "expects": "prediction",
         "expected_cov": res.predicted_cov, "expected_cov_tolerance": 0.0, "batch_size": B, "n_data": prob.dataset.n_data, "dim": prob.dim,
         "inverse_temperature": temperature_json(beta), "momentum": res.momentum,
@@ -117,17 +122,32 @@ def cli(**kw: object) -> None:
          + "\n" + key_values([
         ("method", res.method), ("family", res.family),
         ("residual", f"{res.residual:.3g} (of the tuning equation; 0 is solved exactly)"),
-        ("covariance error", f"{res.covariance_error:.3g} (the tuned chain's covariance vs the target; 0 is exact)"),
+        ("covariance error", f"{res.covariance_error:.3g} (the tuned chain's covariance vs the target; 0 is exact)"
+         + (f" — the {res.family} family MISSES the target (≥ {MAX_FAMILY_ERROR:g}, see the warning)" if misses else "")),
         ("spectral radius", f"{res.spectral_radius:.4g} (stable below 1; closer to 0 mixes faster)"),
-        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + _next(kw), bool(kw["quiet"]))
+        *applicability_rows(doc["applicability"], res.tau_worst)]) + "\n" + _next(kw, doc), bool(kw["quiet"]))
 
 
-def _next(kw: dict[str, Any]) -> str:
-    """Verify the tuned Λ on real chains: with the saved Λ, else tuning again with the same options."""
+def _next(kw: dict[str, Any], doc: dict[str, Any] | None = None) -> str:
+    """Verify the tuned Λ on real chains: with the saved Λ, else tuning again with the same options. Not under a
+    result that does not apply (or whose family misses the target): then the first remedy sgtune checked, or
+    a plain no."""
+    app = (doc or {}).get("applicability") or {}
+    if doc is not None and (app.get("applicable") is False or doc.get("family_misses_target")):
+        argv = first_checked(app.get("remedies", []))
+        if argv is not None:
+            return "next: " + shlex.join(argv) + " (checked: its applicability report passes)"
+        why = ("the prediction does not describe the chain on the loss" if app.get("applicable") is False
+               else f"the {kw['family']} family misses the target")
+        return (f"next: no command sgtune has checked — {why}; verifying these chains would only confirm it "
+                "(see the warnings for what may help)")
     if kw["output"]:
         return next_line("verify", "--lambda", str(kw["output"]))
     same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))
             for a in ((opt, str(kw[k])) if kw[k] not in ("sandwich", "dq-exact", "dense") else ())]
+    if kw.get("blocks"):  # verify tunes again but has no --blocks: save this Λ and verify that
+        return (next_line("lambda", *same, "--blocks", str(kw["blocks"]), "-o", "lambda.npy")
+                + " (then sgtune verify … --lambda lambda.npy)")
     return next_line("verify", *same)
 
 

@@ -20,6 +20,7 @@ from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, 
 from ._against import against_option, resolve_against
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage
+from ._timings import compile_estimate, record_compile
 from ._options import (expansion_keys, LoadedProblem, compose, batch_options, check_batch_size, data_options, load_npy,
                        load_problem, output_options, parse_inv_temperature, temperature_json)
 from ._readable import health_row, next_line
@@ -52,9 +53,10 @@ chain_options = compose(
 )
 
 
-#: what a first run says while numba compiles the sampler (measured: 22 s of CPU time for `sgtune run` on a logistic
-#: model with an empty cache; later runs load the compiled code from the cache in about a second)
-COMPILE_NOTICE = "compiling the sampler for this model, once (later runs reuse it): ~20 s"
+#: what a first run says while numba compiles the sampler; the time is what this machine measured for the model's
+#: kind (:mod:`sgtune.cli._timings`), not a constant (22 s of CPU for a logistic model, 258 s for a network on a
+#: loaded VM); later runs load the compiled code from the cache in about a second
+COMPILE_NOTICE = "compiling the sampler for this model, once (later runs reuse it): {estimate}"
 #: preparing the sampler longer than this (seconds) means it is being compiled, not loaded from the cache
 COMPILE_NOTICE_AFTER = 1.0
 
@@ -64,11 +66,13 @@ class _SamplerBar:
     ends the first-compile notice; the notice appears when preparing takes over
     :data:`COMPILE_NOTICE_AFTER` seconds."""
 
-    def __init__(self, label: str, length: int) -> None:
-        self.notice = slow_stage(COMPILE_NOTICE, after=COMPILE_NOTICE_AFTER)
+    def __init__(self, label: str, length: int, kind: str = "sampler") -> None:
+        self.notice = slow_stage(COMPILE_NOTICE.format(estimate=compile_estimate(kind)), after=COMPILE_NOTICE_AFTER)
         self.bar = click.progressbar(length=length, label=label, file=sys.stderr)
+        self.clock = _CompileClock(kind)
 
     def __enter__(self) -> "_SamplerBar":
+        self.clock.start()
         self.notice.__enter__()
         self.bar.__enter__()
         return self
@@ -86,12 +90,36 @@ class _SamplerBar:
         self.bar.length = value
 
     def update(self, n: int) -> None:
+        self.clock.first_update()
         self.notice.cancel()
         self.bar.update(n)
 
 
-def progress_bar(quiet: bool, label: str, length: int) -> Any:
-    """A click progress bar on stderr, with the first-compile notice (a no-op context when quiet)."""
+class _CompileClock:
+    """Time from the start of a run to the sampler's first progress report (it reports 0 steps once it is ready);
+    longer than COMPILE_NOTICE_AFTER means numba compiled it: recorded for the model's kind (:mod:`._timings`)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.tic = kind, None
+
+    def start(self) -> None:
+        import time
+
+        self.tic = time.perf_counter()
+
+    def first_update(self) -> None:
+        import time
+
+        if self.tic is None:
+            return
+        seconds, self.tic = time.perf_counter() - self.tic, None
+        if seconds > COMPILE_NOTICE_AFTER:
+            record_compile(self.kind, seconds)
+
+
+def progress_bar(quiet: bool, label: str, length: int, kind: str = "sampler") -> Any:
+    """A click progress bar on stderr, with the first-compile notice quoting this machine's measured compile time
+    for ``kind`` (the model's name), and the compile timed for the record (a no-op context when quiet)."""
     if quiet:
         class _Null:
             def __enter__(self) -> "_Null":
@@ -103,7 +131,7 @@ def progress_bar(quiet: bool, label: str, length: int) -> Any:
             def update(self, n: int) -> None:
                 return None
         return _Null()
-    return _SamplerBar(label, length)
+    return _SamplerBar(label, length, kind)
 
 
 def step_arguments(kw: dict[str, Any]) -> tuple[str, ...]:
@@ -179,7 +207,7 @@ def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sample
     B = check_batch_size(int(kw["batch_size"]), n)
     quiet = bool(kw.get("quiet"))
     state = {"last": 0}
-    with progress_bar(quiet, f"{kw['chains']} chains × {steps} steps", steps) as bar:
+    with progress_bar(quiet, f"{kw['chains']} chains × {steps} steps", steps, kind=str(prob.model.name)) as bar:
 
         def progress(done: int, total: int) -> None:
             bar.update(done - state["last"])

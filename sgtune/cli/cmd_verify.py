@@ -109,7 +109,7 @@ def cli(**kw: Any) -> None:
     if not (rel_tol >= 0 and np.isfinite(rel_tol)):
         raise click.BadParameter(f"must be a finite number >= 0, got {rel_tol}", param_hint="'--relative-tolerance'")
     state = {"last": 0}
-    with progress_bar(quiet, "verify: running chains", 1000) as bar:
+    with progress_bar(quiet, "verify: running chains", 1000, kind=str(prob.model.name)) as bar:
         def progress(done: int, total: int) -> None:
             frac = int(1000 * done / total)
             bar.update(frac - state["last"])
@@ -181,10 +181,10 @@ def cli(**kw: Any) -> None:
 
 def _next(kw: dict[str, Any], passed: bool, covariance_mode: bool) -> str:
     """Passed: run the chains (a Λ tuned here is saved by lambda first); rejected: correct Λ on chains."""
-    if not passed:
-        return next_line("lambda", "--refine", "2", "-o", "lambda.npy")
+    same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))
+            for a in ((opt, str(kw[k])) if kw.get(k) is not None else ())]
+    if not passed:  # the options the result was computed with (a dropped --target tunes another target)
+        return next_line("lambda", *([] if covariance_mode else same), "--refine", "2", "-o", "lambda.npy")
     if covariance_mode:
         return next_line("run", *step_arguments(kw), "-o", "trace.npz")
-    same = [a for k, opt in (("target", "--target"), ("method", "--method"), ("family", "--family"))
-            for a in ((opt, str(kw[k])) if kw[k] is not None else ())]
     return next_line("lambda", *same, "-o", "lambda.npy") + " (then sgtune run … --lambda lambda.npy)"

@@ -106,13 +106,15 @@ CODES: dict[str, tuple[str, str]] = {
     "not-local": (
         "the predicted spread is not local: the statistical linearisation runs away, the model cannot be evaluated "
         "over the spread, or its curvature changes by more than 200 % between θ̂ and points 2 sd away",
-        "for a tuned Λ, the inverse temperature at which the tuned Λ is about half as large (smaller still when "
-        "the divergence estimate asks for it); for a given scalar step, a step that small. `--refine` is refused. "
-        "For every code of the report, a tuned `--model mlp` (gaussian or bernoulli) first gets its last layer: "
-        "`--model last-layer --features-from mlp`, the output layer at the fitted weights with the body frozen, "
-        "whose own report sgtune computes (`expect: applicable` when it is); a network model from a file that "
-        "offers `features(theta, X)` and `last_layer_likelihood` likewise gets `--model last-layer "
-        "--features-from net.py:MODEL --likelihood L`"),
+        "for a tuned Λ, the inverse temperature searched with the check itself: Λ tuned where it is 1/2, 1/4, 1/8 "
+        "and 1/16 as large, the first whose own report is applicable (`expect: applicable`), or none, and the "
+        "reason then says that none in the range passes; with the posterior target of a convex model, then a prior "
+        "precision refitted and checked the same way (the computed one, 4× and 16×); for a given scalar step, a step that keeps the local step stable. `--refine` "
+        "is refused. For every code of the report, a tuned `--model mlp` (gaussian or bernoulli) first gets its "
+        "last layer: `--model last-layer --features-from mlp`, the output layer at the fitted weights with the "
+        "body frozen, whose own report sgtune computes (`expect: applicable` when it is, and then no temperature "
+        "or prior is offered); a network model from a file that offers `features(theta, X)` and "
+        "`last_layer_likelihood` likewise gets `--model last-layer --features-from net.py:MODEL --likelihood L`"),
     "not-quadratic": (
         "the spread is local but the loss bends over it: the linearised covariance is off by more than 5 %",
         "`--refine 3` (chains correct Λ until their covariance matches the target), then the inverse temperature "
@@ -124,8 +126,9 @@ CODES: dict[str, tuple[str, str]] = {
     "divergence-risk": (
         "the predicted spread reaches states where the minibatch step is unstable and the curvature keeps "
         "growing (a runaway), often enough that chains of the recommended length diverge",
-        "the inverse temperature (or scalar step) that scales Λ so the step stays stable out to the distance "
-        "where the risk index is a quarter of its threshold"),
+        "the inverse temperature searched as for `not-local` (the first whose own report, divergence estimate "
+        "included, passes); for a given scalar step, the step that scales Λ so the step stays stable out to the "
+        "distance where the risk index is a quarter of its threshold"),
     "scale": (
         "the covariates' column scales differ by a factor above 1000 (advisory: the verdict is unchanged)",
         "standardise the covariates (subtract the mean, divide by the standard deviation)"),

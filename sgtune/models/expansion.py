@@ -1147,7 +1147,9 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     prior_precision : float or array_like, optional
         Γ: a scalar (Γ = γI) or a (D, D) positive semi-definite matrix; 0 is a flat prior.
     theta_hat : array_like or None, optional
-        Expand at these parameters instead of fitting the MAP (e.g. a trained network's weights).
+        Expand at these parameters instead of fitting the MAP (e.g. a trained network's weights). Without
+        it, a model with ``trained_weights()`` returning weights (a :func:`~sgtune.models.from_torch`
+        network without ``fit=True``) is expanded at those, else the MAP is fitted.
     dense_hessians : bool, optional
         Keep dense per-sample Hessians J_n even for a rank-one model.
     population_size : int or None, optional
@@ -1204,6 +1206,9 @@ def expand(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta_hat: 
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)
     label = model_label(model)
+    if theta_hat is None:  # a model that brings trained weights (e.g. from_torch) is expanded there, not refitted
+        trained = getattr(model, "trained_weights", None)
+        theta_hat = trained() if callable(trained) else None
     if theta_hat is None:
         theta = fit_map(model, data, gam, population_size=population_size, seed=seed, scheduler=scheduler).theta_hat
     else:

@@ -19,9 +19,11 @@ network with the same weights gives the same numbers. θ is the concatenation of
 ``named_parameters()`` order, each flattened row-major (PyTorch's own order): its names are
 ``fc1.weight[i,j]``, ``fc1.bias[i]`` (:meth:`TorchModel.parameter_names`). The model works on a
 float64 copy of the module in ``eval()`` mode (dropout off, batch-norm statistics frozen); the
-module given is never changed. Its current weights are :meth:`TorchModel.initial_params`, so a
-trained network is expanded at its trained weights (``expand(model, data, theta_hat=model.flatten())``)
-or fitted from them.
+module given is never changed. A trained network is what a user brings: by default
+(``fit=False``) :func:`sgtune.models.expand` takes the module's current weights as θ̂
+(:meth:`TorchModel.trained_weights`; no refit, the expansion reports ‖∇L(θ̂)‖ and warns when it is
+larger than its sampling noise, as for a given ``theta_hat``); ``from_torch(..., fit=True)`` (the
+command line's ``--fit``) fits the MAP by L-BFGS from those weights (:meth:`TorchModel.initial_params`).
 
 Derivatives come from ``torch.func``: per-sample gradients by ``vmap(grad)`` of a
 ``functional_call``; per-sample curvature J_n = ∇²l_n by ``hessian`` (dense, ``hessian="exact"``,
@@ -99,6 +101,8 @@ class TorchModel:
         The per-sample curvature the model declares.
     name : str
         Shown in outputs.
+    fit : bool, optional
+        False: θ̂ is the module's current weights (:meth:`trained_weights`); True: the MAP is fitted from them.
 
     Raises
     ------
@@ -124,9 +128,11 @@ class TorchModel:
     fit_method = "lbfgs"
     convex = False
 
-    def __init__(self, module: Any, likelihood: str, noise_variance: float, hessian: str, name: str) -> None:
+    def __init__(self, module: Any, likelihood: str, noise_variance: float, hessian: str, name: str,
+                 fit: bool = False) -> None:
         torch = _torch()
         self._torch = torch
+        self.fit = bool(fit)
         self.likelihood = likelihood
         self.hessian = hessian
         self.name = name
@@ -192,6 +198,16 @@ class TorchModel:
         return self._theta0.copy()
 
     # --- the last layer ----------------------------------------------------------
+    def trained_weights(self) -> np.ndarray | None:
+        """θ̂ for :func:`~sgtune.models.expand` without a ``theta_hat``: the module's current weights, or None
+        when the model was built with ``fit=True`` (then the MAP is fitted from them)."""
+        return None if self.fit else self._theta0.copy()
+
+    def describe(self) -> dict[str, Any]:
+        """JSON keys about θ̂: ``theta_hat_source`` says whether it is the module's weights or a fit."""
+        return {"theta_hat_source": "fitted: the MAP by L-BFGS from the module's weights (fit=True)" if self.fit
+                else "the module's current weights (no fit; fit=True or --fit fits the MAP from them)"}
+
     @property
     def last_layer_likelihood(self) -> str | None:
         """The head's likelihood when the output layer is identifiable (:meth:`features`): gaussian, bernoulli, or
@@ -283,7 +299,7 @@ class TorchModel:
         """The same network and likelihood with another per-sample curvature (``--hessian`` on the CLI)."""
         if kind not in TORCH_HESSIANS:
             raise SgtuneError(f"hessian must be one of {', '.join(TORCH_HESSIANS)}, got {kind!r}")
-        return TorchModel(self.module, self.likelihood, self.noise_variance, kind, self.name)
+        return TorchModel(self.module, self.likelihood, self.noise_variance, kind, self.name, self.fit)
 
     @property
     def rank_one(self) -> bool:
@@ -454,7 +470,7 @@ class TorchModel:
 
 
 def from_torch(module: Any, likelihood: str = "gaussian", *, noise_variance: float = 1.0, hessian: str = "exact",
-               name: str = "torch-model") -> TorchModel:
+               name: str = "torch-model", fit: bool = False) -> TorchModel:
     """A protocol model from a PyTorch ``nn.Module`` and a likelihood for its output.
 
     Parameters
@@ -471,6 +487,10 @@ def from_torch(module: Any, likelihood: str = "gaussian", *, noise_variance: flo
         for one output), or exact Hessian–vector products only.
     name : str
         Shown in outputs.
+    fit : bool, optional
+        False (default): θ̂ is the module's current weights (a trained network; :func:`~sgtune.models.expand`
+        expands there and reports ‖∇L(θ̂)‖). True: fit the MAP by L-BFGS from them (the whole network, which
+        can take minutes and need not converge without a prior).
 
     Returns
     -------
@@ -502,4 +522,6 @@ def from_torch(module: Any, likelihood: str = "gaussian", *, noise_variance: flo
         raise SgtuneError(f"hessian must be one of {', '.join(TORCH_HESSIANS)}, got {hessian!r}")
     if not isinstance(name, str) or not name:
         raise SgtuneError(f"name must be a non-empty string, got {name!r}")
-    return TorchModel(module, likelihood, noise_variance, hessian, name)
+    if not isinstance(fit, bool):
+        raise SgtuneError(f"fit must be True (fit the MAP) or False (the module's weights are θ̂), got {fit!r}")
+    return TorchModel(module, likelihood, noise_variance, hessian, name, fit)

@@ -82,7 +82,8 @@ from .tuning import reachable_inv_temperature
 
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows",
-           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy"]
+           "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy", "checked_remedies",
+           "BETA_SEARCH_SCALES"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
 MAX_DEVIATION = 0.05
@@ -917,7 +918,7 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
         head, hdata = model_last_layer(model, expansion.theta_hat, data.X, data.y)
         e = expand(head, hdata, g)
         res = tune(e, stationary.dynamics.replace(step=None), target=name)
-        rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov)
+        rep = applicability(head, hdata, e, res.stationary, target_cov=res.target_cov, check_remedies=False)
     except (SgtuneError, np.linalg.LinAlgError):
         return None
     verdict = ("its own applicability report is applicable" if rep.applicable else
@@ -929,6 +930,178 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
                   "body frozen at the fitted weights θ̂ (features φ(x; θ̂) of the same fit), same target, batch "
                   f"and β — a {head.inner.name} model, for which {verdict}",
                   {**changes, "target": name, "blocks": None}, expect="applicable" if rep.applicable else "runs")
+
+
+#: the inverse-temperature search of :func:`checked_remedies`: Λ about this fraction of the tuned one at each probe
+#: (the log grid, largest first; the first that passes is offered), so at most len(...) checks per report
+BETA_SEARCH_SCALES = (0.5, 0.25, 0.125, 0.0625)
+
+
+def _beta_for_scale(expansion: Expansion, stationary: StationaryCov, target: np.ndarray, scale: float) -> float | None:
+    """The inverse temperature at which the Λ tuned to ``target`` is about ``scale`` times as large (None: none)."""
+    bmin = _min_inv_temperature(expansion.hessian, target)
+    dyn = stationary.dynamics
+    beta = dyn.inv_temperature if dyn is not None else math.inf
+    share = 1.0 - bmin / beta if math.isfinite(beta) else 1.0
+    beta_new = reachable_inv_temperature(bmin, gradient_share=scale * share)
+    if not math.isfinite(beta_new) or not beta_new > bmin:
+        return None
+    return float(f"{beta_new:.6g}")
+
+
+def _probe(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, target: np.ndarray,
+           beta: float, seed: int) -> bool:
+    """Is the report applicable for Λ tuned to ``target`` at inverse temperature ``beta`` (no remedies of its own)?"""
+    from .tuning import tune
+
+    try:
+        res = tune(expansion, stationary.dynamics.replace(step=None, inv_temperature=beta), target=target)
+        rep = applicability(model, data, expansion, res.stationary, target_cov=res.target_cov, seed=seed,
+                            check_remedies=False)
+    except (SgtuneError, np.linalg.LinAlgError):
+        return False
+    return rep.applicable
+
+
+def _is_temperature(r: Remedy) -> bool:
+    return r.command is None and set(r.changes) == {"inv_temperature"}
+
+
+def _is_prior(r: Remedy) -> bool:
+    return r.command is None and set(r.changes) == {"prior_precision"}
+
+
+@cites("sgtune", "remedies checked by the applicability report before they are offered (issue 35)")
+def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, target_cov: Any,
+                     reasons: list[Reason], *, seed: int = 0) -> list[Reason]:
+    """The reasons with remedies that were checked where sgtune can check them cheaply.
+
+    Order and rules: (1) for a network, the models the theory is exact for come first — its last layer
+    (:func:`last_layer_remedy`, checked by its own report) — and when one of them is applicable the ladder
+    remedies (inverse temperature, prior) are not offered: they would lead to remedies of the same kind;
+    (2) otherwise the inverse temperature is searched, not guessed: Λ tuned at the inverse temperatures that
+    make it about each of :data:`BETA_SEARCH_SCALES` times as large, largest first, each probe this report
+    without remedies (the expansion is the same: no refit); the first that passes is offered with ``expect``
+    ``"applicable"``, and when none passes the reason says so and no temperature is offered (following one
+    would only print another); (3) a prior precision (posterior target) changes θ̂: for a model with a Newton
+    fit (convex: GLMs, softmax regression) the computed one, 4× and 16× it are refitted and checked the same
+    way, the first that passes offered; for another model it is not checked, and it is offered as a
+    suggestion (``expect`` ``"runs"``) only when no search was run. Remedies of another kind (refinement, a
+    larger batch) are kept as they are.
+
+    Parameters
+    ----------
+    model : PerSampleModel
+        The model of the report.
+    data : Dataset
+        Its data.
+    expansion : Expansion
+        The expansion at θ̂.
+    stationary : StationaryCov
+        The prediction for the tuned Λ (its dynamics give B, β, momentum and batching).
+    target_cov : (D, D) array_like or None
+        The tuning target (None: Λ was given, not tuned; no inverse temperature is searched).
+    reasons : list of Reason
+        The report's reasons with their computed remedies.
+    seed : int, optional
+        Seed of the probes' reports.
+
+    Returns
+    -------
+    list of Reason
+        The same reasons with the remedies as described.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.tuning import tune
+    >>> data, model = example("logistic"), get_model("logistic")
+    >>> e = expand(model, data)
+    >>> res = tune(e, Dynamics(None, 32), target="posterior")
+    >>> checked_remedies(model, data, e, res.stationary, res.target_cov, [])  # nothing to remedy
+    []
+    """
+    if not reasons:
+        return reasons
+    network: list[Remedy] = []
+    head = last_layer_remedy(model, data, expansion, stationary, target_cov)
+    if head is not None:
+        network.append(head)
+    # (the lead's Kronecker-factored family for the whole network goes here, checked the same way)
+    if any(r.expect == "applicable" for r in network):
+        return [Reason(r.code, r.message, (*network, *(m for m in r.remedies if not (_is_temperature(m)
+                                                                                      or _is_prior(m)))))
+                for r in reasons]
+    searched: Remedy | None = None
+    none_found = ""
+    if target_cov is not None and data.rows is None and any(_is_temperature(m) for r in reasons for m in r.remedies):
+        target = np.asarray(target_cov, dtype=float)
+        tried: list[float] = []
+        grid = [(f"Λ about {c:g}× as large", _beta_for_scale(expansion, stationary, target, c))
+                for c in BETA_SEARCH_SCALES]
+        # the computed one last (e.g. the divergence estimate's scale, when it is below the grid)
+        grid += [("the computed one", float(m.changes["inv_temperature"])) for r in reasons for m in r.remedies
+                 if _is_temperature(m)]
+        for label, beta in grid:
+            if beta is None or beta in tried:
+                continue
+            tried.append(beta)
+            if _probe(model, data, expansion, stationary, target, beta, seed):
+                searched = Remedy(f"SGLD at inverse temperature {beta:.6g}, found by running the applicability check "
+                                  f"at {len(tried)} inverse temperature(s) ({label}): its report is applicable",
+                                  {"inv_temperature": beta}, expect="applicable")
+                break
+        if searched is None and tried:
+            none_found = (f"; no inverse temperature from {min(tried):.6g} to {max(tried):.6g} (Λ down to "
+                          f"{BETA_SEARCH_SCALES[-1]:g}× as large, and the one computed for this reason) makes the "
+                          "applicability check pass")
+    prior: Remedy | None = None
+    priors = [float(m.changes["prior_precision"]) for r in reasons for m in r.remedies if _is_prior(m)]
+    if searched is None and priors and data.rows is None and getattr(model, "fit_method", "lbfgs") == "newton":
+        prior, tried_g = _searched_prior(model, data, expansion, stationary, priors[0], seed)
+        if prior is None and tried_g:
+            none_found += (f"; nor a prior precision from {min(tried_g):.2g} to {max(tried_g):.2g} (each refitted and "
+                           "checked)")
+    elif searched is None and priors and none_found:
+        none_found += ("; a larger prior precision was not checked (it needs a refit of this non-convex model) and "
+                       "is not offered")
+    out = []
+    for r in reasons:
+        rest = [m for m in r.remedies if not _is_temperature(m)]
+        if searched is not None or prior is not None or none_found:
+            rest = [m for m in rest if not _is_prior(m)]
+        had = any(_is_temperature(m) or _is_prior(m) for m in r.remedies)
+        found = [x for x in (searched, prior) if x is not None] if had else []
+        rem = (*network, *found, *rest)
+        out.append(Reason(r.code, r.message + (none_found if had else ""), tuple(rem)))
+    return out
+
+
+def _searched_prior(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, g0: float,
+                    seed: int) -> tuple[Remedy | None, list[float]]:
+    """A prior precision for the posterior target, checked: the computed one, then 4× and 16× it, each refitted
+    (a convex model's Newton fit), tuned and reported without remedies; the first that passes, and those tried."""
+    from ..models import expand
+    from .tuning import tune
+
+    tried: list[float] = []
+    for g in (g0, 4.0 * g0, 16.0 * g0):
+        g = float(f"{g:.2g}")
+        tried.append(g)
+        try:
+            e = expand(model, data, g, population_size=expansion.population_size)
+            res = tune(e, stationary.dynamics.replace(step=None), target="posterior")
+            rep = applicability(model, data, e, res.stationary, target_cov=res.target_cov, seed=seed,
+                                check_remedies=False)
+        except (SgtuneError, np.linalg.LinAlgError):
+            continue
+        if rep.applicable:
+            return Remedy(f"a prior precision {g:.2g} with the posterior target, found by refitting and running the "
+                          f"applicability check at {len(tried)} prior precision(s): its report is applicable",
+                          {"prior_precision": g}, expect="applicable"), tried
+    return None, tried
 
 
 def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict[str, Any] | None,
@@ -972,7 +1145,7 @@ def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict
                  "(module docstring)")
 def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                   target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
-                  seed: int = 0, divergence: bool = True) -> Applicability:
+                  seed: int = 0, divergence: bool = True, check_remedies: bool = True) -> Applicability:
     """The applicability report of a prediction (``stationary``) for ``model`` on ``data``.
 
     Parameters
@@ -995,6 +1168,10 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         Seed of the draws.
     divergence : bool, optional
         Estimate the divergence risk (:func:`divergence_risk`; in memory only).
+    check_remedies : bool, optional
+        Run the check on the remedies before they are offered (:func:`checked_remedies`: the network's last
+        layer first; otherwise the inverse temperature searched on a log grid, each probe this report without
+        its own remedies). False: the remedies are computed but not checked (``expect`` ``"runs"``).
 
     Returns
     -------
@@ -1053,9 +1230,8 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
     if divergence and data.rows is None and sl["reason"] is None:
         risk = divergence_risk(model, data, expansion, stationary, seed=seed)
     reasons = _reasons(sl, dev, eq, ratio, risk, expansion, stationary, target_cov)
-    head = last_layer_remedy(model, data, expansion, stationary, target_cov) if reasons else None
-    if head is not None:  # the network's answer first: a model the theory is exact for
-        reasons = [Reason(r.code, r.message, (head, *r.remedies)) for r in reasons]
+    if reasons and check_remedies:
+        reasons = checked_remedies(model, data, expansion, stationary, target_cov, reasons, seed=seed)
     csr = cond["column_scale_ratio"]
     notes = (Reason("scale", f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> "
                     f"{COLUMN_SCALE_RATIO:.0e}): standardise them (subtract the mean, divide by the standard "

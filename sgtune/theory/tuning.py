@@ -85,6 +85,7 @@ M and the products HΣ*, HΣ*H only — no augmented (2D) unknowns, no dense mom
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +99,8 @@ from ..core._refs import cites
 from ..core._validation import as_spd, check_positive, check_probability
 from ..core.config import Dynamics
 from ..core.results import ResultMixin, SummaryTable, estimate_columns, resolve_parameter_names, table_from_columns
-from ..core.errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, SgtuneError, UnstableStepSizeError)
+from ..core.errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, NotPositiveDefiniteError,
+                           SgtuneError, UnstableStepSizeError)
 from ..core.reasons import REACHABLE_MARGIN, Remedy
 from ..models import Expansion
 from ..io.blocks import load_blocks
@@ -111,7 +113,8 @@ from .stationary import StationaryCov, augmented_basis, predict_stationary_cov, 
 __all__ = ["TuningResult", "tune", "reachable_inv_temperature", "REACHABLE_MARGIN", "solve_step_matrix", "tuning_residual", "closed_form_step_matrix",
            "target_covariance", "solve_momentum_step_matrix", "momentum_tuning_residual", "load_blocks",
            "structured_step_matrix", "structured_momentum_step_matrix",
-           "spread_in_rounding_units", "ROUNDING_LEVEL_SPREAD", "METHODS", "FAMILIES", "FAMILY_CRITERIA"]
+           "spread_in_rounding_units", "ROUNDING_LEVEL_SPREAD", "METHODS", "FAMILIES", "FAMILY_CRITERIA",
+           "MAX_FAMILY_ERROR", "STILL_FRACTION", "family_error_warning"]
 
 #: the tuning methods: the noise models of :data:`sgtune.theory.noise_models.NOISE_MODELS`
 METHODS = tuple(NOISE_MODELS)
@@ -130,6 +133,23 @@ AUGMENTED_MAX_DIM = 50
 #: a dq-exact Λ whose chain has spectral radius ρ ≥ 1 − this is reported as "out of reach" (it would need
 #: more than 1/EDGE_OF_STABILITY steps to mix, and at ρ ≈ 1 rounding alone decides the sign of 1 − ρ)
 EDGE_OF_STABILITY = 1e-9
+#: a structured family's covariance error ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F at or above this warns (AccuracyWarning): the
+#: family cannot reach the target and the chain will not have the covariance asked for. Measured
+#: (``benchmarks/family_error_table.py``, 226 fits, docs/benchmarks.md): the bundled examples give 0.04–0.13
+#: for every scalar/diagonal fit (each marginal sd within 6 % of the target's); simulated GLMs with correlated
+#: covariates 0.39–0.93, diabetes (linear, SGD) 1.0, the output layers of small tanh networks up to 1.0. Across
+#: them an error of 0.5 is where the worst marginal sd falls to about 70 % of the target's (median smallest sd
+#: ratio 0.71 for errors 0.4–0.5, 0.64 for 0.5–0.6, 0.98 below 0.2)
+MAX_FAMILY_ERROR = 0.5
+#: … and so does an error at least this fraction of the error of a chain that does not move (Λ → 0, see
+#: :func:`family_error_warning`)
+STILL_FRACTION = 0.95
+#: a structured family's Λ whose smallest eigenvalue is below e^-25 ≈ 1.4e-11 of its largest is refused: the
+#: fit drove a step to 0 (a chain that does not move there)
+_LOG_STEP_RANGE = 25.0
+#: the fit's log-step parameters stay within this distance of their start (L-BFGS-B bounds): a trial step beyond
+#: it underflowed Λ to a singular matrix ("smallest eigenvalue 0", a traceback); inside it the fit is unchanged
+_LOG_STEP_BOUND = 600.0
 
 
 @dataclass(frozen=True, repr=False)
@@ -666,11 +686,24 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
             guess = S
         else:
             lam, residual, criterion, guess, cbar = _family_step_matrix(expansion, dyn, S, family, part, crit)
+            _check_family_step(lam, family, expansion.parameter_names, dyn)
     except InfeasibleTargetError as exc:
         raise _with_temperature_remedy(exc) from None
+    except (NotPositiveDefiniteError, ConvergenceError) as exc:
+        if family == "dense":
+            raise
+        raise _family_refusal(family, dyn, exc) from None
     tuned = dyn.replace(step=lam)
-    st = _tuned_stationary(expansion, tuned, S, cbar, guess, large=large, family=family, method=method)
+    try:
+        st = _tuned_stationary(expansion, tuned, S, cbar, guess, large=large, family=family, method=method)
+    except (UnstableStepSizeError, ConvergenceError) as exc:
+        if family == "dense":
+            raise
+        raise _family_refusal(family, dyn, exc) from None
     err = float(np.linalg.norm(st.cov - S) / np.linalg.norm(S))
+    message = family_error_warning(family, err, _still_error(expansion, S, dyn.inv_temperature))
+    if message is not None:
+        warnings.warn(message, AccuracyWarning, stacklevel=2)
     return TuningResult(step_matrix=lam, target_cov=S, predicted_cov=st.cov, residual=residual, covariance_error=err,
                         method=method, family=family, criterion=criterion, stationary=st, batch_size=dyn.batch_size,
                         inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
@@ -832,6 +865,93 @@ def _tune_whitened(e: Expansion, dyn: Dynamics, T: np.ndarray, target: Any, meth
                         batch_size=dyn.batch_size, inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=None,
                         family_criterion=inner.family_criterion)
+
+
+def family_error_warning(family: str, covariance_error: float, still_error: float = 1.0) -> str | None:
+    """The warning for a structured family whose Λ misses the target, else None.
+
+    A family's Λ misses the target when its covariance error is ``MAX_FAMILY_ERROR`` or more, or when it is
+    no better than ``STILL_FRACTION`` × the error of a chain that does not move: as Λ = εΛ₀ → 0 the stationary
+    covariance of Eq. (11) tends to H⁻¹/β whatever Λ₀ (ΛHΣ + ΣHΛ = 2Λ/β at first order in ε), 0 for SGD, so
+    a fit that ends near that error has found "barely move" as its best answer (measured in
+    ``benchmarks/family_error_table.py``: the output layers of small networks at β = 2N end at 0.486–0.499
+    against 0.5 for the still chain).
+
+    Parameters
+    ----------
+    family : str
+        The family of Λ (:data:`FAMILIES`); the dense family reaches its target and never warns.
+    covariance_error : float
+        ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F with Σ(Λ) the exact stationary covariance of the family's Λ.
+    still_error : float, optional
+        ‖H⁻¹/β − Σ*‖_F/‖Σ*‖_F, the error of the limit Λ → 0 (1 for SGD).
+
+    Returns
+    -------
+    str or None
+        One line: the error, what it means for the chain and what to try.
+
+    Examples
+    --------
+    >>> family_error_warning("diagonal", 0.2) is None
+    True
+    >>> family_error_warning("diagonal", 0.99).startswith("family 'diagonal' misses the target")
+    True
+    >>> family_error_warning("scalar", 0.49, still_error=0.5) is None  # no better than not moving
+    False
+    """
+    if family == "dense" or not (covariance_error >= MAX_FAMILY_ERROR
+                                 or covariance_error >= STILL_FRACTION * still_error):
+        return None
+    still = (f"; a chain that does not move (Λ → 0) would miss it by {still_error:.2g}"
+             if covariance_error < MAX_FAMILY_ERROR else f", ≥ {MAX_FAMILY_ERROR:g}")
+    return (f"family '{family}' misses the target covariance by {covariance_error:.2g} (relative Frobenius error "
+            f"of the exact stationary covariance of this Λ{still}): a chain with it will not have the covariance "
+            "asked for, whatever the applicability report says; use `family='dense'` (exact) or `family='block'`, "
+            "or SGLD (a finite `inv_temperature`)")
+
+
+def _still_error(e: Expansion, S: np.ndarray, beta: float) -> float:
+    """‖H⁻¹/β − Σ*‖_F/‖Σ*‖_F: the covariance error of the limit Λ → 0 (:func:`family_error_warning`)."""
+    if not math.isfinite(beta):
+        return 1.0
+    try:
+        limit = np.linalg.inv(e.hessian) / beta
+    except np.linalg.LinAlgError:
+        return 1.0
+    return float(np.linalg.norm(limit - S) / np.linalg.norm(S))
+
+
+def _family_refusal(family: str, dyn: Dynamics, exc: SgtuneError) -> SgtuneError:
+    """The one-line refusal of a structured family whose fit fails, whose Λ is singular or whose best Λ sits at
+    the edge of stability: the same error class, naming the family and what to try."""
+    why = re.sub(r" \((?:CONVERGENCE|ABNORMAL)[^)]*\)", "", str(exc).rstrip(".").split("; ")[0])  # L-BFGS-B's words
+    if isinstance(exc, UnstableStepSizeError) and math.isfinite(exc.spectral_radius):
+        why = (f"its best Λ sits at the edge of stability, spectral radius {exc.spectral_radius:.12g}: a chain that "
+               "does not mix")
+    sgld = "" if math.isfinite(dyn.inv_temperature) else ", or SGLD (a finite `inv_temperature`)"
+    mom = ", or no momentum" if dyn.momentum > 0 else ""
+    message = (f"family '{family}' cannot be fitted to this target ({why}); try `family='dense'` (exact: eq. (11) "
+               f"solved for a full Λ){sgld}{mom}")
+    if isinstance(exc, UnstableStepSizeError):
+        return UnstableStepSizeError(message, spectral_radius=exc.spectral_radius,
+                                     max_stable_step=exc.max_stable_step)
+    if isinstance(exc, ConvergenceError):
+        return ConvergenceError(message, residual=exc.residual, method=exc.method)
+    return NotPositiveDefiniteError(message)
+
+
+def _check_family_step(lam: np.ndarray, family: str, names: Any, dyn: Dynamics) -> None:
+    """Refuse a structured Λ that is singular (a step the fit drove to 0) or not symmetric positive definite."""
+    w = np.linalg.eigvalsh(0.5 * (lam + lam.T))
+    if np.all(np.isfinite(w)) and w[0] > w[-1] * math.exp(-_LOG_STEP_RANGE):
+        return
+    d = np.diag(lam)
+    k = int(np.argmin(d))
+    label = names[k] if names is not None and k < len(names) else f"coordinate {k}"
+    raise NotPositiveDefiniteError(  # tune() words it as the family's refusal
+        f"its best Λ drives the step of {label} to {d[k]:.2g} against a largest step {max(d.max(), 0.0):.2g}: a "
+        "chain that does not move there")
 
 
 def _check_family(e: Expansion, dyn: Dynamics, model: NoiseModel, family: str,
@@ -1077,7 +1197,10 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
         key = x.tobytes()
         if key not in memo:
             memo.clear()
-            memo[key] = ev.evaluate(fam.matrix(x))
+            try:
+                memo[key] = ev.evaluate(fam.matrix(x))
+            except NotPositiveDefiniteError:  # a step underflowed to 0 (rounding): off the family's SPD set
+                memo[key] = None
         return memo[key]
 
     def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -1105,7 +1228,12 @@ def _fit_family(e: Expansion, S: np.ndarray, lam_dense: np.ndarray, family: str,
         v, g = fun(x0 + s * y)
         return v, s * g
 
-    res = sopt.minimize(fun_y, np.zeros_like(x0), jac=True, method="L-BFGS-B",
+    # the log-step parameters stay within _LOG_STEP_BOUND of the start (a step far below it is a step of 0,
+    # refused by the caller); block factors' off-diagonal entries are free
+    r = _LOG_STEP_BOUND / s
+    logs = np.ones(len(x0), dtype=bool) if family == "diagonal" else np.concatenate(fam.is_diag)
+    bounds = [(-r, r) if b else (None, None) for b in logs]
+    res = sopt.minimize(fun_y, np.zeros_like(x0), jac=True, method="L-BFGS-B", bounds=bounds,
                         options={"maxiter": 1000, "ftol": _FIT_FTOL, "gtol": s * _FIT_GTOL, "maxcor": 30})
     x = x0 + s * res.x
     lam = fam.matrix(x)

@@ -104,6 +104,37 @@ def test_nested_remedies_show_the_fullest_the_command_can_express():
     assert [r["why"] for r in cov] == ["b"] and cov[0]["argv"][-2:] == ["--prior-precision", "12"]
 
 
+def test_only_checked_remedies_are_printed_as_what_works():
+    """Issue 35: a remedy sgtune did not check is a suggestion, worded so; a checked one is what works."""
+    from sgtune.cli._remedies import as_text, first_checked
+
+    rendered = [{"why": "unchecked", "argv": ["sgtune", "lambda", "--prior-precision", "12"], "expect": "runs"},
+                {"why": "checked", "argv": ["sgtune", "lambda", "--model", "last-layer"], "expect": "applicable"}]
+    text = as_text(rendered)
+    works, _, rest = text.partition("worth trying (not checked")
+    assert "what works: checked:" in works and "unchecked" not in works and "unchecked:" in rest
+    assert "what works" not in as_text(rendered[:1]) and "worth trying" not in as_text(rendered[1:])
+    assert first_checked(rendered) == rendered[1]["argv"] and first_checked(rendered[:1]) is None
+
+
+def test_a_rejected_verify_keeps_the_target_in_its_next_command():
+    """Issue 35: verify's next command after a rejection dropped --target (and so tuned another target)."""
+    from sgtune.cli.cmd_verify import _next
+
+    line = _next({"target": "posterior", "method": "dq-exact", "family": "diagonal"}, False, False)
+    assert "--target posterior" in line and "--family diagonal" in line and "--refine 2" in line
+
+
+def test_lambda_next_keeps_the_blocks_file():
+    """verify has no --blocks: lambda's next saves the Λ of these blocks instead of tuning other ones."""
+    from sgtune.cli.cmd_lambda import _next
+
+    kw = {"output": None, "target": "posterior", "method": "dq-exact", "family": "block", "blocks": "b.json"}
+    line = _next(kw, {"applicability": {"applicable": True}})
+    assert line.startswith("next: sgtune lambda") and "--blocks b.json" in line and "--target posterior" in line
+    assert "-o lambda.npy" in line
+
+
 # ------------------------------------------------------------------ the posterior target's inverse temperature
 def test_the_posterior_is_reachable_above_n_and_the_suggested_beta_tunes():
     """Eq. (11): reachable iff HΣ* − I/β has positive eigenvalues; for Σ* = H⁻¹/N that is β > N exactly."""
@@ -142,9 +173,53 @@ def test_small_poisson_at_twice_n_is_flagged_and_its_remedy_is_applicable(tmp_pa
     assert "diverge" in r.stderr and "`sgtune lambda" in r.stderr
     assert app["remedies"]
     for rem in app["remedies"]:
+        # the inverse temperature was searched with the check, not guessed (issue 35: no β ladder)
+        assert rem["expect"] == "applicable" and "found by running the applicability check" in rem["why"]
         r2, d2 = _invoke(rem["argv"][1:])
         assert r2.exit_code == 0, r2.stderr
         assert d2["applicability"]["applicable"], d2["applicability"]["reasons"]
+
+
+def test_when_no_inverse_temperature_passes_the_answer_is_a_clear_no(tmp_path):
+    """Issue 35: the β-divergence fit is not local (curvature change ≈ 5.5 > 2); the searched inverse temperatures
+    (Λ down to 1/16 as large) all fail their check, so no temperature is offered (it would only lead to the next)
+    and the next line says so instead of suggesting verify."""
+    out = tmp_path / "o.json"
+    r = CliRunner().invoke(main, ["lambda", "--example", "hetero-linear", "--model", "beta-linear", "--beta-power",
+                                  "1.5", "--batch-size", "32", "--json", str(out)])
+    assert r.exit_code == 0, r.stderr
+    app = json.loads(out.read_text())["applicability"]
+    assert not app["applicable"] and app["remedies"] == []
+    assert "no inverse temperature from" in app["reasons"][0] and "makes the applicability check pass" in app["reasons"][0]
+    nxt = [ln for ln in r.stderr.splitlines() if ln.startswith("next:")]
+    assert len(nxt) == 1 and nxt[0].startswith("next: no command sgtune has checked") and "verify" not in nxt[0][:40]
+
+
+def test_a_prior_is_searched_with_the_check_for_a_convex_model_and_ends_the_route():
+    """Issue 35: the β-divergence fit on the posterior at 2N is not local; no inverse temperature passes, and the
+    prior precision is searched (refit, tune, check: the computed one, 4× and 16×), printed as what works, and
+    its command is applicable — the route ends in two commands, with no prior ladder."""
+    argv = ["lambda", "--example", "hetero-linear", "--model", "beta-linear", "--beta-power", "1.5", "--batch-size",
+            "32", "--target", "posterior", "--inverse-temperature", "2N", "-q"]
+    r, doc = _invoke(argv)
+    assert r.exit_code == 0, r.stderr
+    app = doc["applicability"]
+    assert not app["applicable"] and "no inverse temperature from" in app["reasons"][0]
+    (rem,) = app["remedies"]
+    assert rem["expect"] == "applicable" and "--prior-precision" in rem["argv"] and "refitting" in rem["why"]
+    assert "what works: a prior precision" in r.stderr
+    r2, d2 = _invoke(rem["argv"][1:])
+    assert r2.exit_code == 0 and d2["applicability"]["applicable"] and d2["applicability"]["remedies"] == []
+
+
+def test_covariance_does_not_send_a_prediction_that_does_not_apply_to_verify(tmp_path):
+    csv = _poisson17(tmp_path / "p.csv", 1)
+    r = CliRunner().invoke(main, ["covariance", csv, "--model", "poisson", "--intercept", "--batch-size", "4",
+                                  "--step-size", "0.139"])
+    assert r.exit_code == 0, r.stderr
+    assert "warning: not applicable" in r.stderr
+    nxt = [ln for ln in r.stderr.splitlines() if ln.startswith("next:")]
+    assert nxt == [ln for ln in nxt if ln.startswith("next: no command sgtune has checked")] and len(nxt) == 1
 
 
 @pytest.mark.parametrize("args", [["--example", "logistic", "--batch-size", "32"],
@@ -238,8 +313,13 @@ def test_a_network_prints_its_last_layer_and_every_remedy_runs(tmp_path):
     head = app["remedies"][0]
     assert head["argv"][head["argv"].index("--model") + 1] == "last-layer" and "--features-from" in head["argv"]
     assert head["expect"] == "applicable" and "body frozen" in head["why"]
+    assert [m["expect"] for m in app["remedies"]] == ["applicable"]  # the head works: no β/prior ladder offered
     ran = follow(argv, depth=1)  # every printed remedy: exit 0, applicable where it says so
     assert head["argv"][1:] in ran
+    loud = CliRunner().invoke(main, [a for a in argv if a != "-q"])  # the readable next line: the checked head
+    nxt = [ln for ln in loud.stderr.splitlines() if ln.startswith("next:")]
+    assert nxt == ["next: " + " ".join(a for a in head["argv"] if a != "-q")
+                   + " (checked: its applicability report passes)"], nxt
     _, hdoc = _invoke(head["argv"][1:])
     theta, names = np.asarray(doc["theta_hat"]), doc["parameter_names"]
     out = [names.index(n) for n in hdoc["parameter_names"]]  # output.weight[0,j], output.bias[0] in both
