@@ -211,6 +211,7 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
     for ft in ("type-2", "empirical"):
         K = cl.KFACLinearOperator(net, loss_func, params, batches, fisher_type=ft, separate_weight_and_bias=False,
                                   check_deterministic=False, num_data=n)
+        K.compute_kronecker_factors()
         factors[ft] = (K._input_covariances, K._gradient_covariances)
     net.zero_grad()
     for Xb, Yb in batches:

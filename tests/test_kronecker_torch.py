@@ -1,0 +1,90 @@
+"""The Kronecker factors of a torch network (curvlinops) against sgtune's NumPy MLP and a brute-force torch route."""
+import numpy as np
+import pytest
+
+from sgtune.core.config import Dynamics
+from sgtune.core.errors import SgtuneError
+from sgtune.models import MLP, from_torch
+from sgtune.models.kfac import mlp_factors, torch_factors, tune_kronecker
+
+torch = pytest.importorskip("torch")  # in the [dev] extra: never skipped in the test environment
+pytest.importorskip("curvlinops")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _torch_copy(net: MLP, theta: np.ndarray, p: int):
+    s = net.widths(p)
+    mods = []
+    for i, (W, b) in enumerate(net.unflatten(theta, p)):
+        lin = torch.nn.Linear(s[i], s[i + 1]).double()
+        with torch.no_grad():
+            lin.weight.copy_(torch.as_tensor(W))
+            lin.bias.copy_(torch.as_tensor(b))
+        mods.append(lin)
+        if i < len(s) - 2:
+            mods.append(torch.nn.Tanh())
+    return torch.nn.Sequential(*mods)
+
+
+@pytest.mark.parametrize("likelihood,noise_variance", [("gaussian", 2.0), ("bernoulli", 1.0)])
+def test_curvlinops_factors_equal_the_numpy_mlp(rng, likelihood, noise_variance):
+    n, p = 120, 3
+    X = rng.normal(size=(n, p))
+    y = np.tanh(X[:, 0]) + 0.5 * rng.normal(size=n)
+    if likelihood == "bernoulli":
+        y = (y > 0).astype(float)
+    net = MLP((4, 3), activation="tanh", likelihood=likelihood, noise_variance=noise_variance)
+    theta = net.initial_params(p, rng)
+    ref = mlp_factors(net, theta, X, y)
+    got = torch_factors(_torch_copy(net, theta, p), X, y, likelihood, noise_variance=noise_variance, chunk_rows=50)
+    assert got.dim == ref.dim and got.n_data == n
+    for a, b in zip(got.layers, ref.layers):
+        assert np.array_equal(a.theta_indices(), b.theta_indices())
+        for field in ("input_factor", "curvature_factor", "noise_factor", "mean_gradient"):
+            x, r = getattr(a, field), getattr(b, field)
+            assert np.allclose(x, r, rtol=1e-10, atol=1e-13 * np.abs(r).max()), (a.name, field)
+
+
+def test_curvlinops_categorical_against_brute_force(rng):
+    """K = 3 logits: A from the layer inputs, G = mean J_nᵀ(diag p − ppᵀ)J_n, E and Ḡ from per-sample gradients."""
+    n, p, K = 60, 2, 3
+    X = rng.normal(size=(n, p))
+    y = rng.integers(0, K, size=n).astype(float)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(p, 4), torch.nn.Tanh(), torch.nn.Linear(4, K)).double()
+    fac = torch_factors(net, X, y, "categorical")
+    Xt = torch.as_tensor(X)
+    h = torch.tanh(net[0](Xt)).detach()
+    g = from_torch(net, "categorical").per_sample_grads(from_torch(net, "categorical").flatten(), X, y)
+    probs = torch.softmax(net(Xt), dim=1).detach().numpy()
+    for lf, inp, suffix in ((fac.layers[0], Xt, lambda z: net[2](torch.tanh(z))), (fac.layers[1], h, lambda z: z)):
+        at = np.hstack([inp.numpy(), np.ones((n, 1))])
+        assert np.allclose(lf.input_factor, at.T @ at / n, rtol=1e-10)
+        z = net[0](Xt).detach() if lf.name == "0" else net(Xt).detach()
+        G = np.zeros((lf.d_out, lf.d_out))
+        for i in range(n):
+            Jn = torch.autograd.functional.jacobian(suffix, z[i]).numpy()  # (K, d_out)
+            Hr = np.diag(probs[i]) - np.outer(probs[i], probs[i])
+            G += Jn.T @ Hr @ Jn / n
+        assert np.allclose(lf.curvature_factor, G, rtol=1e-9, atol=1e-14)
+        blocks = g[:, lf.theta_indices()].reshape(n, lf.d_out, lf.d_in)
+        e = blocks[:, :, -1]
+        assert np.allclose(lf.noise_factor, e.T @ e / n, rtol=1e-9, atol=1e-14)
+        assert np.allclose(lf.mean_gradient, blocks.mean(axis=0), rtol=1e-9, atol=1e-14)
+
+
+def test_tune_kronecker_on_a_torch_network_and_refusals(rng):
+    X = rng.normal(size=(200, 3))
+    y = rng.integers(0, 2, size=200).astype(float)
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 1))
+    lines = []
+    res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=20, inv_temperature=400.0),
+                         likelihood="bernoulli", prior_precision=1.0, progress=lines.append)
+    assert res.names == ("0", "2") and len(lines) == 2 and "layer 2/2 2" in lines[1]
+    assert res.covariance_error < 1e-10 and res.dim == 26
+    conv = torch.nn.Sequential(torch.nn.Conv1d(1, 1, 2), torch.nn.Flatten(), torch.nn.Linear(2, 1))
+    with pytest.raises(SgtuneError, match="parameter '0.weight' belongs to another module"):
+        tune_kronecker(conv, (X, y), Dynamics(None, batch_size=20), likelihood="bernoulli")
+    with pytest.raises(SgtuneError, match="likelihood must be one of gaussian, bernoulli, categorical"):
+        tune_kronecker(net, (X, y), Dynamics(None, batch_size=20), likelihood="poisson")
