@@ -158,3 +158,25 @@ def test_bad_input_is_one_line(rng):
         tune_factors(fac, Dynamics(None, batch_size=2))
     with pytest.raises(SgtuneError, match="target must be one of posterior, sandwich"):
         tune_factors(fac, Dynamics(None, batch_size=2), target="dense")
+
+
+def test_approximation_ladder_structure(rng):
+    """One Gaussian layer without prior: KFAC's H is exact and there is no prior and no other layer, so those
+    rungs cost nothing; the first rung is the family's own prediction and the last the dense exact one."""
+    from sgtune.theory.kronecker_dense import approximation_ladder
+    from sgtune.theory.stationary import predict_stationary_cov
+
+    X = rng.normal(size=(200, 3)) * np.array([1.0, 2.0, 0.5])
+    y = X @ np.array([1.0, -0.5, 0.2]) + (1 + np.abs(X[:, 0])) * rng.normal(size=200)
+    net = MLP((), likelihood="gaussian")
+    e = expand(net, make_dataset(X, y))
+    fac = mlp_factors(net, e.theta_hat, X, y)
+    res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=400.0), target="sandwich")
+    lad = approximation_ladder(res, fac, e)
+    assert lad["step"]["exact prior"] < 1e-12 and lad["step"]["cross-layer"] < 1e-12
+    assert lad["step"]["layer blocks"] > 1e-3  # heteroscedastic: E ⊗ A is not 𝓘
+    assert np.linalg.norm(lad["covs"]["factored"] - res.dense_cov()) < 1e-10 * np.linalg.norm(res.dense_cov())
+    exact = predict_stationary_cov(e, res.dynamics.replace(step=res.dense_step_matrix())).cov
+    assert np.allclose(lad["covs"]["exact noise"], exact, rtol=1e-12)
+    assert lad["target_distance"] == pytest.approx(
+        np.linalg.norm(res.dense_cov() - e.sandwich_cov()) / np.linalg.norm(e.sandwich_cov()), rel=1e-8)

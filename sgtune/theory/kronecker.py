@@ -74,7 +74,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.config import Dynamics
-from ..core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError
+from ..core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from .linear_chain import LinearChain, SteinSolver, finite_population_factor
 from .tuning import solve_momentum_step_matrix, solve_step_matrix
 
@@ -344,8 +344,9 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
     chain = LinearChain.with_constant_noise(dynamics.replace(step=step), curvature, noise,
                                             noise_scale=f / dynamics.batch_size)
     rho = float(np.max(np.abs(np.linalg.eigvals(chain.transition)))) ** 2
-    if not rho < 1.0:
-        chain.raise_unstable(rho)
+    if not rho < 1.0 - 1e-9:
+        raise UnstableStepSizeError(f"the layer's chain is not stable (spectral radius {rho:.6g} ≥ 1); "
+                                    "use a smaller step factor", spectral_radius=rho)
     if dynamics.momentum == 0.0:
         S = SteinSolver(chain).solve(chain.constant_noise)
     else:
@@ -764,9 +765,20 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     _check_factor(layer.name, "input factor A", A_d, fix)
     _check_factor(layer.name, "curvature factor G", G_d, fix)
     S_star = layer_target(layer, A_d, G_d, target, n_data)
+    w = np.linalg.eigvalsh(S_star)
+    if not w[0] > 1e-12 * w[-1]:
+        raise NotPositiveDefiniteError(f"layer {layer.name!r}: the {target} target is singular (no gradient noise "
+                                       "along some output direction of the layer); use target posterior")
     E = noise_factor_for(layer, A_d)
     M = _layer_step(G_d, E, S_star, dynamics, n_data)
-    S, rho, tau = layer_stationary(G_d, E, M, dynamics, n_data)
+    try:
+        S, rho, tau = layer_stationary(G_d, E, M, dynamics, n_data)
+    except UnstableStepSizeError as exc:
+        k = int(np.sum(np.linalg.eigvalsh(E) <= 1e-12 * max(np.linalg.eigvalsh(E)[-1], 1e-300)))
+        why = (f"the gradient noise is zero along {k} output direction(s) of the layer, so a chain without injected "
+               "noise cannot hold the target's variance there; use SGLD (a finite inverse temperature, e.g. 2N)"
+               if k and math.isinf(dynamics.inv_temperature) else "no stable step reaches the target")
+        raise UnstableStepSizeError(f"layer {layer.name!r}: {why}", spectral_radius=exc.spectral_radius) from None
     d = layer.d_out
     S_dd = _sym(S[:d, :d])
     err = float(np.linalg.norm(S_dd - S_star) / np.linalg.norm(S_star))
