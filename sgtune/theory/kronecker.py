@@ -661,14 +661,8 @@ class KroneckerTuning:
         return (f"KroneckerTuning(D={self.dim}, layers={len(self.layers)}, target={self.target!r}, "
                 f"spectral_radius={self.spectral_radius:.4g}, covariance_error={self.covariance_error:.2e})")
 
-    def save(self, path: Any) -> None:
-        """Write the per-layer factors and settings to an ``.npz`` file (read back with :meth:`load`).
-
-        Parameters
-        ----------
-        path : str or path-like
-            The file.
-        """
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The named arrays :meth:`save` writes (layer names, per-layer factors, settings)."""
         arrays: dict[str, np.ndarray] = {"names": np.array(self.names, dtype=str)}
         for i, lay in enumerate(self.layers):
             b = lay.bias_index if lay.bias_index is not None else (-1, -1)
@@ -683,7 +677,17 @@ class KroneckerTuning:
         arrays["settings"] = np.array([self.dim, self.n_data, dyn.batch_size, dyn.inv_temperature, dyn.momentum,
                                        self.prior_precision])
         arrays["text"] = np.array(["kronecker", self.target, dyn.batching], dtype=str)
-        np.savez(path, **arrays)
+        return arrays
+
+    def save(self, path: Any) -> None:
+        """Write the per-layer factors and settings to an ``.npz`` file (read back with :meth:`load`).
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file.
+        """
+        np.savez(path, **self.to_arrays())
 
     @classmethod
     def load(cls, path: Any) -> "KroneckerTuning":
