@@ -17,7 +17,8 @@ from sgtune.core.config import Dynamics
 from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError
 from sgtune.io.data import make_dataset
 from sgtune.models import MLP, expand
-from sgtune.models.kfac import mlp_factors, tune_kronecker
+from sgtune.models.kfac import mlp_factors
+from sgtune.theory.kronecker import tune_kronecker
 from sgtune.theory.kronecker import (KroneckerTuning, damped_factors, eigenbasis_posterior_variance,
                                      noise_factor_for, tune_factors)
 from sgtune.theory.linear_chain import LinearChain, finite_population_factor

@@ -5,7 +5,8 @@ import pytest
 from sgtune.core.config import Dynamics
 from sgtune.core.errors import SgtuneError
 from sgtune.models import MLP, from_torch
-from sgtune.models.kfac import mlp_factors, torch_factors, tune_kronecker
+from sgtune.models.kfac import mlp_factors, torch_factors
+from sgtune.theory.kronecker import tune_kronecker
 
 torch = pytest.importorskip("torch")  # in the [dev] extra: never skipped in the test environment
 pytest.importorskip("curvlinops")

@@ -117,8 +117,7 @@ def _factors(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str]:
 
 def lambda_kronecker(kw: dict[str, Any]) -> None:
     """The ``--family kronecker`` branch of ``sgtune lambda`` (module docstring)."""
-    from ..models.kfac import tune_kronecker
-    from ..theory.kronecker import tune_factors
+    from ..theory.kronecker import tune_factors, tune_kronecker
 
     _refuse_options(kw)
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")

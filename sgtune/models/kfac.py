@@ -18,35 +18,163 @@ Two routes compute them:
   Gauss–Newton factor) for G, ``"empirical"`` for E, rescaled from curvlinops' summed loss to sgtune's
   per-observation loss (σ² of the Gaussian likelihood included); Ḡ from one backward pass.
 
-Both give the same numbers for the same network and data (tested). :func:`tune_kronecker` tunes every
-layer (:func:`sgtune.theory.kronecker.tune_factors`).
+Both give the same numbers for the same network and data (tested).
+:func:`sgtune.theory.kronecker.tune_kronecker` tunes every layer from them. The convention (row-major
+[W | b], ``np.kron(output_factor, input_factor)``) is stated in :mod:`sgtune.theory.kronecker`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..core._refs import cites
-from ..core.config import Dynamics
-from ..core.errors import MissingExtraError, SgtuneError
-from ..theory.kronecker import KroneckerFactors, KroneckerTuning, LayerFactors, tune_factors
+from ..core.errors import MissingExtraError, SgtuneError, ShapeError
 from .mlp import MLP
 
-__all__ = ["mlp_factors", "torch_factors", "tune_kronecker", "KFAC_LIKELIHOODS"]
+__all__ = ["LayerFactors", "KroneckerFactors", "mlp_factors", "torch_factors", "theta_indices", "KFAC_LIKELIHOODS"]
+
+
+def _sym(a: np.ndarray) -> np.ndarray:
+    return 0.5 * (a + a.T)
+
+
+def theta_indices(weight_index: tuple[int, int], bias_index: tuple[int, int] | None, d_out: int,
+                  d_in: int) -> np.ndarray:
+    """The positions in θ of vec([W | b]) (row-major) for W at ``weight_index`` and b at ``bias_index``.
+
+    Parameters
+    ----------
+    weight_index : tuple of int
+        (start, stop) of W (d_out × (d_in − 1 if a bias, else d_in), row-major) in θ.
+    bias_index : tuple of int or None
+        (start, stop) of b in θ, or None.
+    d_out, d_in : int
+        The layer's widths (d_in counting the bias column).
+
+    Returns
+    -------
+    (d_out·d_in,) ndarray
+        Indices into θ; ``theta[idx].reshape(d_out, d_in)`` is [W | b].
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import theta_indices
+    >>> theta_indices((0, 4), (4, 6), 2, 3)   # W (2×2) then b (2): rows [w00 w01 b0], [w10 w11 b1]
+    array([0, 1, 4, 2, 3, 5])
+    """
+    d_w = d_in - (bias_index is not None)
+    w = np.arange(weight_index[0], weight_index[1]).reshape(d_out, d_w)
+    if bias_index is None:
+        return w.ravel()
+    return np.hstack([w, np.arange(bias_index[0], bias_index[1])[:, None]]).ravel()
+
+
+@dataclass(frozen=True)
+class LayerFactors:
+    """The Kronecker factors of one fully connected layer at θ̂ (module docstring for the convention).
+
+    Attributes
+    ----------
+    name : str
+        The layer's name (``fc1``, ``hidden1``, …).
+    input_factor : (d_in, d_in) ndarray
+        A = mean_n ã_n ã_nᵀ, ã the layer's input with a trailing 1 when it has a bias.
+    curvature_factor : (d_out, d_out) ndarray
+        G = mean_n u_n Λ_n u_nᵀ, the Gauss–Newton output factor (u_n = ∂f/∂z, Λ_n = ∇²ρ of the loss).
+    noise_factor : (d_out, d_out) ndarray
+        E = mean_n e_n e_nᵀ, the output factor of 𝓘 = mean_n g_n g_nᵀ (empirical Fisher, e_n = ∂l_n/∂z).
+    weight_index : tuple of int
+        (start, stop) of W (row-major) in θ.
+    bias_index : tuple of int or None
+        (start, stop) of b in θ, or None for a layer without bias.
+    mean_gradient : (d_out, d_in) ndarray or None
+        Ḡ = mean_n e_n ã_nᵀ, the layer's mean gradient as a matrix (None: zero, e.g. at an exact MAP
+        without prior); ḡḡᵀ is removed from 𝓘 in factored form (:func:`noise_factor_for`).
+    """
+
+    name: str
+    input_factor: np.ndarray
+    curvature_factor: np.ndarray
+    noise_factor: np.ndarray
+    weight_index: tuple[int, int]
+    bias_index: tuple[int, int] | None = None
+    mean_gradient: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        A, G, E = (np.asarray(x, dtype=np.float64) for x in (self.input_factor, self.curvature_factor,
+                                                              self.noise_factor))
+        if A.ndim != 2 or A.shape[0] != A.shape[1] or G.ndim != 2 or G.shape[0] != G.shape[1] or E.shape != G.shape:
+            raise ShapeError(f"layer {self.name!r}: factors must be square, A (d_in, d_in) and G, E (d_out, d_out); "
+                             f"got {A.shape}, {G.shape}, {E.shape}")
+        nw = self.weight_index[1] - self.weight_index[0]
+        d_w = A.shape[0] - (self.bias_index is not None)
+        if nw != G.shape[0] * d_w:
+            raise ShapeError(f"layer {self.name!r}: weight_index covers {nw} entries, expected d_out·d_in = "
+                             f"{G.shape[0]}·{d_w}")
+        object.__setattr__(self, "input_factor", _sym(A))
+        object.__setattr__(self, "curvature_factor", _sym(G))
+        object.__setattr__(self, "noise_factor", _sym(E))
+
+    @property
+    def d_in(self) -> int:
+        """Input width, counting the bias column."""
+        return self.input_factor.shape[0]
+
+    @property
+    def d_out(self) -> int:
+        """Output width."""
+        return self.curvature_factor.shape[0]
+
+    @property
+    def n_params(self) -> int:
+        """d_out·d_in."""
+        return self.d_in * self.d_out
+
+    def theta_indices(self) -> np.ndarray:
+        """The positions in θ of vec([W | b]) (row-major), so ``theta[idx].reshape(d_out, d_in)`` is [W | b]."""
+        return theta_indices(self.weight_index, self.bias_index, self.d_out, self.d_in)
+
+
+@dataclass(frozen=True)
+class KroneckerFactors:
+    """The factors of every layer of a network at θ̂, and what they were computed from.
+
+    Attributes
+    ----------
+    layers : tuple of LayerFactors
+        One per fully connected layer, in θ order.
+    n_data : int
+        N.
+    dim : int
+        D, the length of θ.
+    prior_precision : float
+        δ of the Gaussian prior N(0, δ⁻¹I) (weight decay), 0 for none.
+    source : str
+        What computed the factors (``"mlp"``, ``"curvlinops"``, ``"given"``).
+    """
+
+    layers: tuple[LayerFactors, ...]
+    n_data: int
+    dim: int
+    prior_precision: float = 0.0
+    source: str = "given"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        covered = sum(lf.n_params for lf in self.layers)
+        if covered != self.dim:
+            raise ShapeError(f"the layers cover {covered} parameters but θ has {self.dim}; the kronecker family "
+                             "needs every parameter in a fully connected layer")
+        if not (self.prior_precision >= 0 and math.isfinite(self.prior_precision)):
+            raise SgtuneError(f"prior_precision must be ≥ 0, got {self.prior_precision}")
+
+
 
 #: likelihoods the torch route supports (curvlinops' losses)
 KFAC_LIKELIHOODS = ("gaussian", "bernoulli", "categorical")
-
-
-def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(data, tuple) and len(data) == 2:
-        X, y = data
-    else:
-        X, y = getattr(data, "X", None), getattr(data, "y", None)
-        if X is None:
-            raise SgtuneError("data must be an sgtune Dataset or a tuple (X, y)")
-    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
 @cites("martens2015", "§3: A = E[ããᵀ], G = E[J_fᵀ∇²ρ J_f] per layer; E from per-sample gradients (empirical Fisher)")
@@ -131,7 +259,7 @@ def _linear_layers(net: Any, torch: Any) -> list[tuple[str, Any]]:
     for pname, prm in net.named_parameters():
         if id(prm) not in owned:
             raise SgtuneError(f"the kronecker family supports networks of nn.Linear layers and elementwise "
-                              f"activations; parameter {pname!r} belongs to another module (use --family dense "
+                              f"activations; parameter {pname!r} belongs to another module (use the dense family "
                               "or the last layer)")
     return linears
 
@@ -231,62 +359,3 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         out.append(LayerFactors(name, A, G, E, offsets[f"{name}.weight"], bias_index, mean_gradient=gbar))
     return KroneckerFactors(tuple(out), n_data=n, dim=start, prior_precision=float(prior_precision),
                             source="curvlinops")
-
-
-@cites("wang2026", "Eq. (11) / Prop. B.1 per layer in Kronecker-factored form (sgtune.theory.kronecker)")
-def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: str = "posterior",
-                   prior_precision: float = 0.0, theta: Any = None, likelihood: str = "gaussian",
-                   noise_variance: float = 1.0, progress: Callable[[str], None] | None = None) -> KroneckerTuning:
-    """Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹) for a whole network: KFAC factors, then one d_out-sized solve per layer.
-
-    Parameters
-    ----------
-    model_or_net : MLP, torch.nn.Module, TorchModel or KroneckerFactors
-        The network (an sgtune MLP needs ``theta``; a torch network is taken at its current weights).
-    data : Dataset or tuple (X, y)
-        The data the factors average over (ignored for ``KroneckerFactors``).
-    dynamics : Dynamics
-        B, β, κ and the batching (``step`` is ignored).
-    target : {"posterior", "sandwich"}, optional
-        The target (:mod:`sgtune.theory.kronecker`).
-    prior_precision : float, optional
-        δ of the prior N(0, δ⁻¹I) (weight decay δ/N on the mean loss).
-    theta : (D,) array_like, optional
-        θ̂ of an MLP.
-    likelihood : str, optional
-        The torch network's loss (``gaussian``, ``bernoulli``, ``categorical``).
-    noise_variance : float, optional
-        σ² of the Gaussian likelihood (torch networks).
-    progress : callable, optional
-        Called with one line per layer.
-
-    Returns
-    -------
-    KroneckerTuning
-        The per-layer factors, the predicted covariances and summaries.
-
-    Examples
-    --------
-    >>> from sgtune.core.config import Dynamics
-    >>> from sgtune.models import MLP
-    >>> from sgtune.models.kfac import tune_kronecker
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(200, 2)), rng.normal(size=200)
-    >>> net = MLP((3,))
-    >>> res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=20), theta=net.initial_params(2, rng),
-    ...                      prior_precision=1.0)
-    >>> res.names, bool(res.covariance_error < 1e-10)
-    (('hidden1', 'output'), True)
-    """
-    if isinstance(model_or_net, KroneckerFactors):
-        factors = model_or_net
-    elif isinstance(model_or_net, MLP):
-        if theta is None:
-            raise SgtuneError("tune_kronecker: an MLP needs theta (its fitted parameters θ̂)")
-        X, y = _xy(data)
-        factors = mlp_factors(model_or_net, theta, X, y, prior_precision=prior_precision)
-    else:
-        X, y = _xy(data)
-        factors = torch_factors(model_or_net, X, y, likelihood, noise_variance=noise_variance,
-                                prior_precision=prior_precision)
-    return tune_factors(factors, dynamics, target=target, progress=progress)

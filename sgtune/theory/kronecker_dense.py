@@ -27,7 +27,8 @@ import numpy as np
 from ..core._refs import cites
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ..models import Expansion
-from .kronecker import DENSE_CHECK_MAX_DIM, KroneckerFactors, KroneckerTuning, damped_factors, noise_factor_for
+from ..models.kfac import KroneckerFactors
+from .kronecker import DENSE_CHECK_MAX_DIM, KroneckerTuning, damped_factors, noise_factor_for
 from .linear_chain import LinearChain, finite_population_factor
 from .stationary import predict_stationary_cov
 from .tuning import target_covariance

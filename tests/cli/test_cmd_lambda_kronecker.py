@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from sgtune.cli import main
 from sgtune.core.config import Dynamics
 from sgtune.models import MLP
-from sgtune.models.kfac import tune_kronecker
+from sgtune.theory.kronecker import tune_kronecker
 from sgtune.theory.kronecker import KroneckerTuning
 
 
