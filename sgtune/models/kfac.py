@@ -92,7 +92,15 @@ class LayerFactors:
         (start, stop) of b in θ, or None for a layer without bias.
     mean_gradient : (d_out, d_in) ndarray or None
         Ḡ = mean_n e_n ã_nᵀ, the layer's mean gradient as a matrix (None: zero, e.g. at an exact MAP
-        without prior); ḡḡᵀ is removed from 𝓘 in factored form (:func:`noise_factor_for`).
+        without prior); ḡḡᵀ is removed from 𝓘 in factored form
+        (:func:`sgtune.theory.kronecker.noise_factor_for`).
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> lf = LayerFactors("fc", np.eye(3), np.eye(2), np.eye(2), (0, 4), (4, 6))   # W (2×2), b (2)
+    >>> lf.d_out, lf.d_in, lf.theta_indices()
+    (2, 3, array([0, 1, 4, 2, 3, 5]))
     """
 
     name: str
@@ -154,6 +162,13 @@ class KroneckerFactors:
         δ of the Gaussian prior N(0, δ⁻¹I) (weight decay), 0 for none.
     source : str
         What computed the factors (``"mlp"``, ``"curvlinops"``, ``"given"``).
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import KroneckerFactors, LayerFactors
+    >>> lf = LayerFactors("fc", np.eye(3), np.eye(1), np.eye(1), (0, 2), (2, 3))
+    >>> KroneckerFactors((lf,), n_data=10, dim=3).layers[0].name
+    'fc'
     """
 
     layers: tuple[LayerFactors, ...]
@@ -187,13 +202,13 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
     model : MLP
         The network (one output).
     theta : (D,) array_like
-        θ̂.
+        The parameters θ̂.
     X : (N, p) array_like
         Covariates.
     y : (N,) array_like
         Responses.
     prior_precision : float, optional
-        δ of the prior N(0, δ⁻¹I) (recorded; absorbed when tuning).
+        The precision δ of the prior N(0, δ⁻¹I) (recorded; absorbed when tuning).
     chunk_rows : int, optional
         Rows per pass (bounds the memory to O(chunk · width)).
 
@@ -244,8 +259,12 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
 
 
 def _curvlinops() -> Any:
+    import warnings
+
     try:
-        import curvlinops
+        with warnings.catch_warnings():  # its dependency linear_operator uses the deprecated torch.jit.script
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import curvlinops
     except ImportError:
         raise MissingExtraError("the kronecker family for a torch network needs curvlinops-for-pytorch: "
                                 "pip install 'sgtune[kfac]'") from None
@@ -299,9 +318,9 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
     likelihood : {"gaussian", "bernoulli", "categorical"}, optional
         The loss ρ(f, y) (as in :func:`sgtune.models.from_torch`).
     noise_variance : float, optional
-        σ² of the Gaussian likelihood.
+        The variance σ² of the Gaussian likelihood.
     prior_precision : float, optional
-        δ of the prior N(0, δ⁻¹I).
+        The precision δ of the prior N(0, δ⁻¹I).
     chunk_rows : int, optional
         Rows per batch fed to curvlinops.
 
@@ -316,6 +335,16 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         curvlinops-for-pytorch is not installed (extra ``[kfac]``).
     SgtuneError
         A parameter outside an ``nn.Linear``, or a likelihood curvlinops does not support.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.models.kfac import torch_factors
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    >>> rng = np.random.default_rng(0)
+    >>> fac = torch_factors(net, rng.normal(size=(40, 2)), rng.normal(size=40))
+    >>> [(lf.name, lf.d_out, lf.d_in) for lf in fac.layers]
+    [('0', 3, 3), ('2', 1, 4)]
     """
     import copy
 

@@ -102,18 +102,21 @@ def damped_factors(layer: LayerFactors, prior_precision: float, n_data: int) -> 
     layer : LayerFactors
         The layer.
     prior_precision : float
-        δ (0: the factors unchanged).
+        The prior precision δ (0: the factors unchanged).
     n_data : int
         N (the mean loss's curvature is J + (δ/N) I).
 
     Returns
     -------
-    A_damped, G_damped : ndarray
-        Ã = A + π√γ I and G̃ = G + (√γ/π) I (Martens & Grosse 2015, §6.3).
+    A_damped : ndarray
+        Ã = A + π√γ I (Martens & Grosse 2015, §6.3).
+    G_damped : ndarray
+        G̃ = G + (√γ/π) I.
 
     Examples
     --------
-    >>> from sgtune.theory.kronecker import LayerFactors, damped_factors
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import damped_factors
     >>> lf = LayerFactors("fc", np.eye(2), 4 * np.eye(1), np.eye(1), (0, 2))
     >>> A, G = damped_factors(lf, 4.0, 1)   # γ = 4, π = √(1/4) = 1/2
     >>> float(A[0, 0]), float(G[0, 0])
@@ -151,7 +154,8 @@ def noise_factor_for(layer: LayerFactors, A_damped: np.ndarray) -> np.ndarray:
 
     Examples
     --------
-    >>> from sgtune.theory.kronecker import LayerFactors, noise_factor_for
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import noise_factor_for
     >>> lf = LayerFactors("fc", np.eye(2), np.eye(1), 2 * np.eye(1), (0, 2), mean_gradient=np.ones((1, 2)))
     >>> noise_factor_for(lf, np.eye(2))   # 2 − (1·1 + 1·1)/2
     array([[1.]])
@@ -190,7 +194,8 @@ def layer_target(layer: LayerFactors, A_damped: np.ndarray, G_damped: np.ndarray
 
     Examples
     --------
-    >>> from sgtune.theory.kronecker import LayerFactors, layer_target
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import layer_target
     >>> lf = LayerFactors("fc", np.eye(2), 2 * np.eye(1), 3 * np.eye(1), (0, 2))
     >>> float(layer_target(lf, np.eye(2), 2 * np.eye(1), "sandwich", 10)[0, 0])  # 3/(2·2)/10
     0.075
@@ -224,7 +229,7 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
         The stationary second moment of the small chain, (d_out, d_out), or (2d_out, 2d_out) of (d, ν)
         with momentum; the layer's is Σ_dd = S_dd ⊗ Ã⁻¹ (module docstring).
     spectral_radius : float
-        ρ(F)², the spectral radius of the second-moment map S ↦ FSFᵀ (< 1 ⇔ stable).
+        The spectral radius ρ(F)² of the second-moment map S ↦ FSFᵀ (< 1 ⇔ stable).
     tau_worst : float
         The largest integrated autocorrelation time over linear functionals of the layer (the same as
         the small chain's: the layer is d_in independent copies of it in whitened coordinates).
@@ -268,7 +273,7 @@ def _layer_step(G: np.ndarray, E: np.ndarray, S: np.ndarray, dynamics: Dynamics,
 @cites("ritter2018", "§3: the Kronecker-factored Laplace posterior with the prior added in the eigenbasis")
 def eigenbasis_posterior_variance(layer: LayerFactors, directions: np.ndarray, prior_precision: float,
                                   n_data: int) -> np.ndarray:
-    """vᵀ(N·G ⊗ A + δI)⁻¹v for directions V (k, d_out, d_in): laplace-torch's ``KronLaplace`` posterior.
+    """The variances vᵀ(N·G ⊗ A + δI)⁻¹v along directions V (k, d_out, d_in): laplace-torch's ``KronLaplace``.
 
     The prior δ is added to the eigenvalues of the Kronecker product in the joint eigenbasis of G and A
     (as laplace-torch does), so this is exact for the KFAC curvature with the exact prior; matrix-free.
@@ -280,7 +285,7 @@ def eigenbasis_posterior_variance(layer: LayerFactors, directions: np.ndarray, p
     directions : (k, d_out, d_in) or (d_out, d_in) ndarray
         Directions in the layer's [W | b] matrix form.
     prior_precision : float
-        δ.
+        The prior precision δ.
     n_data : int
         N.
 
@@ -291,7 +296,8 @@ def eigenbasis_posterior_variance(layer: LayerFactors, directions: np.ndarray, p
 
     Examples
     --------
-    >>> from sgtune.theory.kronecker import LayerFactors, eigenbasis_posterior_variance
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import eigenbasis_posterior_variance
     >>> lf = LayerFactors("fc", np.eye(2), np.eye(1), np.eye(1), (0, 2))
     >>> eigenbasis_posterior_variance(lf, np.ones((1, 2)), 1.0, 9)   # 2/(9 + 1)
     array([0.2])
@@ -343,6 +349,16 @@ class KroneckerLayer:
         ‖S − S*‖_F/‖S*‖_F = ‖Σ_l − Σ*_l‖_F/‖Σ*_l‖_F in the factored chain.
     prior_error : float
         ‖Σ_damped − Σ_eig‖_F/‖Σ_eig‖_F: the damped posterior against laplace-torch's eigenbasis one.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import tune_layer
+    >>> lay = tune_layer(LayerFactors("fc", np.eye(2), np.eye(1), np.eye(1), (0, 2)), Dynamics(None, batch_size=4),
+    ...                  target="posterior", n_data=40)
+    >>> lay.variances().shape
+    (1, 2)
     """
 
     name: str
@@ -415,7 +431,8 @@ class KroneckerTuning:
     Examples
     --------
     >>> from sgtune.core.config import Dynamics
-    >>> from sgtune.theory.kronecker import KroneckerFactors, LayerFactors, tune_factors
+    >>> from sgtune.models.kfac import KroneckerFactors, LayerFactors
+    >>> from sgtune.theory.kronecker import tune_factors
     >>> lf = LayerFactors("fc", np.array([[2.0, 0.5], [0.5, 1.0]]), np.eye(1), np.eye(1), (0, 1), (1, 2))
     >>> res = tune_factors(KroneckerFactors((lf,), n_data=100, dim=2), Dynamics(None, batch_size=10))
     >>> res.apply(np.array([1.0, 0.0])).shape, res.layers[0].covariance_error < 1e-12
@@ -641,7 +658,7 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     n_data : int
         N.
     prior_precision : float, optional
-        δ (absorbed by :func:`damped_factors`).
+        The prior precision δ (absorbed by :func:`damped_factors`).
 
     Returns
     -------
@@ -651,7 +668,8 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     Examples
     --------
     >>> from sgtune.core.config import Dynamics
-    >>> from sgtune.theory.kronecker import LayerFactors, tune_layer
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import tune_layer
     >>> lf = LayerFactors("fc", np.eye(3), np.diag([1.0, 2.0]), np.eye(2), (0, 6))
     >>> lay = tune_layer(lf, Dynamics(None, batch_size=8), target="posterior", n_data=100)
     >>> bool(lay.covariance_error < 1e-12)
@@ -715,7 +733,8 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
     Examples
     --------
     >>> from sgtune.core.config import Dynamics
-    >>> from sgtune.theory.kronecker import KroneckerFactors, LayerFactors, tune_factors
+    >>> from sgtune.models.kfac import KroneckerFactors, LayerFactors
+    >>> from sgtune.theory.kronecker import tune_factors
     >>> lf = LayerFactors("fc", np.eye(2), np.eye(1), np.eye(1), (0, 2))
     >>> tune_factors(KroneckerFactors((lf,), n_data=50, dim=2), Dynamics(None, batch_size=5)).names
     ('fc',)
@@ -763,13 +782,13 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
     target : {"posterior", "sandwich"}, optional
         The target (:mod:`sgtune.theory.kronecker`).
     prior_precision : float, optional
-        δ of the prior N(0, δ⁻¹I) (weight decay δ/N on the mean loss).
+        The precision δ of the prior N(0, δ⁻¹I) (weight decay δ/N on the mean loss).
     theta : (D,) array_like, optional
-        θ̂ of an MLP.
+        The parameters θ̂ of an MLP.
     likelihood : str, optional
         The torch network's loss (``gaussian``, ``bernoulli``, ``categorical``).
     noise_variance : float, optional
-        σ² of the Gaussian likelihood (torch networks).
+        The variance σ² of the Gaussian likelihood (torch networks).
     progress : callable, optional
         Called with one line per layer.
 

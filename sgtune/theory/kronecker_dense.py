@@ -96,6 +96,22 @@ def approximation_ladder(result: KroneckerTuning, factors: KroneckerFactors, exp
     ------
     SgtuneError
         D above ``DENSE_CHECK_MAX_DIM``, or an expansion of another size.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.io.data import make_dataset
+    >>> from sgtune.models import MLP, expand
+    >>> from sgtune.models.kfac import mlp_factors
+    >>> from sgtune.theory.kronecker import tune_factors
+    >>> from sgtune.theory.kronecker_dense import approximation_ladder
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 2)); y = X @ [1.0, -1.0] + rng.normal(size=200)
+    >>> e = expand(MLP(()), make_dataset(X, y))
+    >>> fac = mlp_factors(MLP(()), e.theta_hat, X, y)
+    >>> lad = approximation_ladder(tune_factors(fac, Dynamics(None, batch_size=20)), fac, e)
+    >>> sorted(lad["step"])
+    ['cross-layer', 'exact noise', 'exact prior', 'layer blocks']
     """
     D = result.dim
     if D > DENSE_CHECK_MAX_DIM or expansion.dim != D:
