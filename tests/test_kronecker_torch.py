@@ -147,3 +147,31 @@ def test_torch_optimizer_noise_is_n_0_2lambda_over_beta(rng):
     white = inc @ V / np.sqrt(w)
     cov = white.T @ white / n
     assert np.max(np.abs(cov - np.eye(res.dim))) < 5 * np.sqrt(2.0 / n)
+
+
+def test_probe_check_on_a_linear_gaussian_layer(rng):
+    """One homoscedastic Gaussian layer without prior: the factored prediction is the dense exact one up to the
+    noise factorisation's sampling error (≈ 1/√N) and the dropped Σ-dependent noise (≈ D/N), and the real chain
+    matches it within Monte Carlo error along every probe."""
+    from sgtune.io.data import make_dataset
+    from sgtune.models import expand
+    from sgtune.theory.stationary import predict_stationary_cov
+    from sgtune.workflows.kronecker_probes import probe_check, probe_directions
+
+    n = 2000
+    X = rng.normal(size=(n, 3))
+    y = X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=n)
+    A1 = np.hstack([X, np.ones((n, 1))])
+    w = np.linalg.lstsq(A1, y, rcond=None)[0]
+    net = torch.nn.Linear(3, 1).double()
+    with torch.no_grad():
+        net.weight.copy_(torch.as_tensor(w[None, :3]))
+        net.bias.copy_(torch.as_tensor(w[3:]))
+    res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=50, inv_temperature=2.0 * n))
+    e = expand(MLP(()), make_dataset(X, y), theta_hat=w)
+    exact = predict_stationary_cov(e, res.dynamics.replace(step=res.dense_step_matrix())).cov
+    labels, V = probe_directions(res, 3, 0)
+    assert np.allclose(res.probe_variance(V), np.einsum("ki,ij,kj->k", V, exact, V), rtol=0.05)
+    pc = probe_check(res, net, X, y, steps=6000, n_random=3, n_batches=30)
+    assert pc.labels == labels and np.all(pc.mcse > 0)
+    assert np.all(np.abs(pc.z) < 4.0), pc.to_dict()

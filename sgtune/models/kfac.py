@@ -384,7 +384,9 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         E = factors["empirical"][1][name].numpy() * e_scale / n
         gw = m.weight.grad.numpy()
         gbar = gw if m.bias is None else np.hstack([gw, m.bias.grad.numpy()[:, None]])
-        bias_index = None if m.bias is None else offsets[f"{name}.bias"]
-        out.append(LayerFactors(name, A, G, E, offsets[f"{name}.weight"], bias_index, mean_gradient=gbar))
+        prefix = f"{name}." if name else ""  # the module itself may be the nn.Linear (name "")
+        bias_index = None if m.bias is None else offsets[f"{prefix}bias"]
+        out.append(LayerFactors(name or "linear", A, G, E, offsets[f"{prefix}weight"], bias_index,
+                                mean_gradient=gbar))
     return KroneckerFactors(tuple(out), n_data=n, dim=start, prior_precision=float(prior_precision),
                             source="curvlinops")
