@@ -130,7 +130,7 @@ def _loss_fn(likelihood: str, noise_variance: float, torch: Any) -> Any:
 
 def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood: str = "gaussian", *,
                 noise_variance: float = 1.0, steps: int = 20000, burn_in: int | None = None, n_random: int = 4,
-                n_batches: int = 40, seed: int = 0) -> ProbeCheck:
+                n_batches: int | None = None, seed: int = 0) -> ProbeCheck:
     """Run the real network's chain with the Kronecker step and compare its variance along probes with vᵀΣv.
 
     Parameters
@@ -151,8 +151,9 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
         Discarded start (default: steps // 5).
     n_random : int, optional
         The number of random probe directions (:func:`probe_directions`).
-    n_batches : int, optional
-        Batches of the batch-means standard error.
+    n_batches : int or None, optional
+        Batches of the batch-means standard error (default: batches of at least 10 predicted autocorrelation
+        times τ_worst, between 5 and 40).
     seed : int, optional
         Seed of the minibatches, the noise and the random probes.
 
@@ -160,6 +161,11 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     -------
     ProbeCheck
         Predicted and measured variances with their MCSE and z.
+
+    Raises
+    ------
+    SgtuneError
+        The chain diverged (a non-finite parameter), or the burn-in leaves too few draws.
 
     Examples
     --------
@@ -182,6 +188,9 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     net = copy.deepcopy(module).double()
     labels, V = probe_directions(result, n_random, seed)
     burn = steps // 5 if burn_in is None else int(burn_in)
+    if n_batches is None:
+        tau = max(lay.tau_worst for lay in result.layers)
+        n_batches = int(max(5, min(40, (steps - burn) // max(10.0 * tau, 1.0))))
     if not 0 <= burn < steps - 4 * n_batches:
         raise SgtuneError(f"burn_in must be in [0, steps − 4·n_batches), got {burn} with steps {steps}")
     Xt, Yt = torch.as_tensor(np.asarray(X, dtype=np.float64)), torch.as_tensor(np.asarray(y, dtype=np.float64))
@@ -202,9 +211,13 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
             loss = loss + decay * sum(p.pow(2).sum() for p in params)
         loss.backward()
         opt.step()
-        if t >= burn:
-            with torch.no_grad():
-                proj[t - burn] = (Vt @ torch.nn.utils.parameters_to_vector(params)).numpy()
+        with torch.no_grad():
+            theta = torch.nn.utils.parameters_to_vector(params)
+            if not bool(torch.isfinite(theta).all()):
+                raise SgtuneError(f"the network's chain diverged at step {t + 1} (a non-finite parameter): the "
+                                  "Kronecker step is not stable for the real network")
+            if t >= burn:
+                proj[t - burn] = (Vt @ theta).numpy()
     centred = proj - proj.mean(axis=0)
     measured = (centred ** 2).mean(axis=0)
     mcse = batch_means_se((centred ** 2)[None], n_batches)
