@@ -20,6 +20,8 @@ import subprocess
 import sys
 
 N_ROWS, P = 10_000, 100
+#: a configuration still running after this many seconds is reported as not finished (the dense path at D = 3000)
+TIMEOUT_S = 600
 #: (label, hidden widths, momentum, route)
 CONFIGS = [("1e3", (9,), 0.0, "dense"), ("1e3", (9,), 0.0, "kronecker"),
            ("3e3", (29,), 0.0, "dense"), ("3e3", (29,), 0.0, "kronecker"),
@@ -81,9 +83,14 @@ def main() -> None:
         if quick and label == "1e6":
             continue
         cmd = [sys.executable, __file__, "--one", json.dumps([list(hidden), kappa, route])]
-        out = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"{label:>9} {str(hidden):>16} {kappa:>4} {route:>10} did not finish in {TIMEOUT_S} s", flush=True)
+            continue
         if out.returncode != 0:
-            print(f"{label:>9} {str(hidden):>16} {kappa:>4} {route:>10} failed: {out.stderr.strip().splitlines()[-1]}")
+            last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+            print(f"{label:>9} {str(hidden):>16} {kappa:>4} {route:>10} failed: {last}", flush=True)
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{r['D']:>9} {str(tuple(r['hidden'])):>16} {kappa:>4} {route:>10} {r['factors_s']:>10.2f} "
