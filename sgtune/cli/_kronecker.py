@@ -17,7 +17,7 @@ import numpy as np
 from ..core._refs import references_of
 from ..core.config import Dynamics
 from ..core.errors import SgtuneError, ShapeError
-from ._io import announced, check_writable, command_line, emit, info, untrusted, warn
+from ._io import announced, check_writable, command_line, emit, info, untrusted
 from ._options import check_batch_size, load_float_npy, parse_inv_temperature, temperature_json
 
 __all__ = ["lambda_kronecker"]
@@ -131,9 +131,11 @@ def lambda_kronecker(kw: dict[str, Any]) -> None:
                    batching="without-replacement" if kw["without_replacement"] else "replacement")
     quiet = bool(kw.get("quiet"))
     res = tune_factors(fac, dyn, target=str(kw["target"]), progress=lambda line: info(line, quiet))
-    warn("kronecker family: the prediction is exact for the factored (KFAC, block-diagonal, constant-noise) chain "
-         "only; the network's own chain is not checked by this command (small networks measured 0.4–0.9 relative "
-         "distance to the dense exact covariance: docs/guide/kronecker.md)")
+    untrusted("kronecker family: the prediction is exact for the factored (KFAC, block-diagonal, constant-noise) "
+              "chain only; the network's own chain is not checked by this command (measured: 0.4–0.9 relative "
+              "distance to the dense exact covariance on small networks, and the real chains of small tanh/relu "
+              "networks with the posterior target diverged; check yours with "
+              "sgtune.workflows.kronecker_probes.probe_check, docs/guide/kronecker.md)")
     for lay in res.layers:
         if lay.prior_error > PRIOR_ERROR_WARN:
             untrusted(f"layer {lay.name!r}: the damped prior's posterior is {lay.prior_error:.2g} (relative) from the "
