@@ -344,6 +344,7 @@ def appeared_message(exc: OutputAppearedError) -> str:
 #: what each output option writes: (command, option) or option -> the accepted file name endings
 OUTPUT_SUFFIXES: dict[tuple[str, str] | str, tuple[str, ...]] = {
     ("run", "--output"): (".npz", ".nc"), ("plan", "--output"): (".csv",), "--output": (".npy",),
+    ("lambda", "--output"): (".npy", ".npz"),  # .npz: the per-layer factors of --family kronecker
     "--json": (".json",), "--plot": (".png",), "--lambda-dir": (".npy",)}
 _WRITES = {".npy": "a .npy array (numpy.save)", ".npz": "an .npz archive", ".nc": "a netCDF file",
            ".csv": "a CSV table", ".json": "a JSON document", ".png": "a PNG image"}

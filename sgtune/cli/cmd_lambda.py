@@ -30,8 +30,9 @@ from ._render import coordinate_table, key_values, matrix_summary
               help="Target covariance of θ: 'sandwich' (J⁻¹𝓘J⁻¹/N), 'posterior' (H⁻¹/N) or a (D, D) .npy file.")
 @click.option("--method", type=click.Choice(METHODS), default="dq-exact", show_default=True,
               help="dq-exact (Wang, Ding & Huggins (2026), exact), ct (continuous time), dq-const, lr-ws (comparison theories).")
-@click.option("--family", type=click.Choice(FAMILIES), default="dense", show_default=True,
-              help="Shape of Λ; scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F up to D = 300 and "
+@click.option("--family", type=click.Choice((*FAMILIES, "kronecker")), default="dense", show_default=True,
+              help="Shape of Λ; kronecker: per layer M ⊗ A⁻¹ for a network (--model mlp or net.py:NET; -o FILE.npz, "
+                   "JSON key layers; no D×D matrix); scalar/diagonal/block minimise ‖Σ*^{-1/2}Σ(Λ)Σ*^{-1/2} − I‖_F up to D = 300 and "
                    "above it return the closed form solving the family's part of eq. (11) (with --momentum: of the "
                    "reduced momentum equation); "
                    "the JSON's criterion says which (dq-exact only).")
@@ -70,6 +71,13 @@ def cli(**kw: object) -> None:
     --plot FILE.png: target vs predicted covariance ellipses and Λ as a heat map.
     Example:  sgtune lambda --example hetero-linear --batch-size 64 --plot lambda.png
     """
+    if kw["family"] == "kronecker":
+        from ._kronecker import lambda_kronecker
+
+        return lambda_kronecker(kw)
+    if str(kw["output"] or "").endswith(".npz"):
+        raise click.BadParameter("an .npz file holds the per-layer factors of --family kronecker; Λ of family "
+                                 f"{kw['family']} is a .npy array: name it e.g. lambda.npy", param_hint="'-o/--output'")
     check_plot(kw)  # type: ignore[arg-type]
     if kw["no_applicability"] and kw["refine_rounds"] is not None:
         raise click.UsageError("--refine decides from the applicability report whether chains can correct Λ; "

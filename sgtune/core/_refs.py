@@ -13,6 +13,10 @@ Keys (see README, "References"):
   Noise?* (the SMILE paper (2025)).
 - ``gorham2017`` — Gorham & Mackey, *Measuring Sample Quality with Kernels* (ICML 2017): the
   kernel Stein discrepancy with the IMQ kernel.
+- ``martens2015`` — Martens & Grosse, *Optimizing Neural Networks with Kronecker-factored
+  Approximate Curvature* (ICML 2015): KFAC factors and factored Tikhonov damping.
+- ``ritter2018`` — Ritter, Botev & Barber, *A Scalable Laplace Approximation for Neural Networks*
+  (ICLR 2018): the Kronecker-factored Laplace posterior (laplace-torch's ``KronLaplace``).
 """
 from __future__ import annotations
 
@@ -31,6 +35,9 @@ REFERENCES: dict[str, str] = {
     "smile2025": "Can Microcanonical Langevin Dynamics Leverage Mini-batch Gradient Noise?",
     "gorham2017": "Gorham & Mackey, Measuring Sample Quality with Kernels (ICML 2017), "
                   "arXiv:1703.01717",
+    "martens2015": "Martens & Grosse, Optimizing Neural Networks with Kronecker-factored Approximate "
+                   "Curvature (ICML 2015), arXiv:1503.05671",
+    "ritter2018": "Ritter, Botev & Barber, A Scalable Laplace Approximation for Neural Networks (ICLR 2018)",
     "sgtune": "derived in sgtune (see the function's docstring)",
 }
 

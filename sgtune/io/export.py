@@ -1099,8 +1099,11 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
 
     Parameters
     ----------
-    source : TuningResult, Dynamics or Λ
-        Λ, κ, β and B as in :func:`numpy_step` (the other settings likewise, checked against it).
+    source : TuningResult, Dynamics, Λ or KroneckerTuning
+        Λ, κ, β and B as in :func:`numpy_step` (the other settings likewise, checked against it); a
+        Kronecker-factored step (:func:`sgtune.theory.kronecker.tune_kronecker`) gives the per-layer,
+        matrix-free optimizer of :func:`sgtune.io.kronecker_torch.kronecker_torch_optimizer` (``params`` a
+        module; the other options then do not apply).
     params : torch.nn.Module or list of tensors
         A module: its ``named_parameters`` are matched by name to the rows of Λ (``fc1.weight[i,j]``:
         the layout of :func:`sgtune.models.pytorch.from_torch`), in any order; a list: the tensors in θ
@@ -1174,6 +1177,10 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
     >>> bool(net.bias.detach() != before)
     True
     """
+    if hasattr(source, "layers") and callable(getattr(source, "to_arrays", None)):  # a kronecker step (duck-typed)
+        from .kronecker_torch import kronecker_torch_optimizer
+
+        return kronecker_torch_optimizer(source, params, generator=generator, seed=seed)
     try:
         import torch
     except ImportError:
