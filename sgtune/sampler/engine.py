@@ -114,7 +114,9 @@ def chains(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, 
     batch_size = sched.batch_size  # read here: parfor lowering mistypes a mixed tuple used inside prange
     decay = sched.decay
     for c in prange(state.theta.shape[0]):
-        _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+        # np.int64(c): numba types the loop index int64 in the function and uint64 in the parfor's gufunc;
+        # passed as is, _chain would compile twice per combination (once per index type)
+        _chain(batch_fn, grad_fn, rule_fn, np.int64(c), state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
 
 
 @dataclass
