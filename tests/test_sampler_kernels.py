@@ -134,9 +134,10 @@ def test_one_specialisation_per_combination_used():
     assert len(combos) >= 5  # 3 batchings × sgld + sglrw + quadratic
     for key, sigs in combos.items():
         assert len(sigs) == 1, (key, sigs)
-    # the per-chain loop too: the prange index reached it as int64 and as uint64 (two compiles per combination)
-    # until it was cast. Its on-disk index holds every signature compiled with this cache (in this process or
-    # an earlier one; a kernel loaded from the cache does not type _chain again), keyed by the CPU it was built for
+    # the per-chain loop too: the chain index must reach it as int64 only (a prange index reached it as int64 and
+    # as uint64: two compiles per combination, issue 38). Its on-disk index holds every signature compiled with this
+    # cache (in this process or an earlier one; a kernel loaded from the cache does not type _chain again), keyed
+    # by the CPU it was built for
     cached: dict[tuple, list] = {}
     for sig, codegen_key, *_ in _cache_index(engine._chain):
         cached.setdefault((tuple(sig[:3]), codegen_key), []).append(sig)
