@@ -9,6 +9,23 @@ import pytest
 os.environ["SGTUNE_PROGRESS_AFTER"] = "never"
 
 
+# BLAS on one thread in every test process (and in the processes the tests start): xdist already runs one worker
+# per core, and OpenBLAS threads that wait for a busy core spin. Measured on the shared 2-core VM: the dense
+# 1600×1600 ``eigvals`` of test_stationary.py took 19.5 s of CPU with two BLAS threads and 1.6 s with one, and
+# ``predict_stationary_cov`` at D = 20 (momentum, iterative) 25.7 s against 1.4 s. Several files limited BLAS
+# themselves before (the same measurement, file by file); the fixture below does it once for all of them.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # libraries loaded later, subprocesses (CLI tests, portability)
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """The BLAS libraries already loaded (numpy's) on one thread for the test (module comment above)."""
+    from threadpoolctl import threadpool_limits  # a scikit-learn dependency, in the [dev] extra
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A fresh seeded generator per test (numpyro style)."""

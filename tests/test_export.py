@@ -22,15 +22,6 @@ from sgtune.core.config import Dynamics
 from _reference import covariance_z_scores
 from _tolerances import bonferroni_z
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    """Small dense solves: BLAS threads only add contention (25× slower on a shared 2-core VM)."""
-    from threadpoolctl import threadpool_limits  # a scikit-learn dependency, in the [dev] extra
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 D, N, B = 3, 200, 10
 CHAINS, STEPS = 3000, 600
 #: configurations: (family, momentum, SGLD) — numpy runs all, optax the last three

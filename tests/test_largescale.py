@@ -22,14 +22,6 @@ from tests.test_tuning_families import crit_of
 from _tolerances import SOLVER_RTOL
 
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 def _closed_form(e, S, B, family, beta=math.inf, wor=False, blocks=None):
     C = noise_covariance(e, S, Dynamics(None, B, batching=bool(wor)))
     H = e.hessian

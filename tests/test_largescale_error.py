@@ -23,14 +23,6 @@ from sgtune.core.config import Dynamics
 from _tolerances import bonferroni_z
 
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 def _problem(m=200, d=12, seed=0, low_rank=None, iso=0.02, prior=2.0):
     rng = np.random.default_rng(seed)
     if low_rank is None:

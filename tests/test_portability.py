@@ -20,7 +20,9 @@ with the native one), in one process (``-n 0``), and without the caller's ``-m``
 the names of the subprocess's failing tests. The subset is chosen to keep the re-run to a few minutes on
 two cores: measured 79 tests, ~380 s of CPU in one process with a cold cache on a shared, loaded machine
 (mostly numba compiling the kernels for the generic target, the compiled MLP chain the largest part), ~25 s when
-``$NUMBA_CACHE_DIR/portability-generic`` is kept from an earlier run. Kernel-vs-twin tests of contracting SGLD chains (rounding does not grow
+``$NUMBA_CACHE_DIR/portability-generic`` is kept from an earlier run; after issue 38 (the chain loop without
+``prange``, one signature per combination, BLAS on one thread) 268 s of CPU cold for 20 engine specialisations
+(8–36 s each; 19 since the SGHMC cases share one), 934 s wall on a machine loaded ≈ 12 (2026-11-28). Kernel-vs-twin tests of contracting SGLD chains (rounding does not grow
 there), the CLI tests and the MLP SGLD paths are left out: they would double the compile time and add
 no trajectory the marked tests do not already exercise.
 """

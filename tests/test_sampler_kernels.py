@@ -134,6 +134,26 @@ def test_one_specialisation_per_combination_used():
     assert len(combos) >= 5  # 3 batchings × sgld + sglrw + quadratic
     for key, sigs in combos.items():
         assert len(sigs) == 1, (key, sigs)
+    # the per-chain loop too: the chain index must reach it as int64 only (a prange index reached it as int64 and
+    # as uint64: two compiles per combination, issue 38). Its on-disk index holds every signature compiled with this
+    # cache (in this process or an earlier one; a kernel loaded from the cache does not type _chain again), keyed
+    # by the CPU it was built for
+    cached: dict[tuple, list] = {}
+    for sig, codegen_key, *_ in _cache_index(engine._chain):
+        cached.setdefault((tuple(sig[:3]), codegen_key), []).append(sig)
+    for sig in engine._chain.signatures:
+        assert str(sig[3]) == "int64", sig
+    assert len(cached) >= 5
+    for key, sigs in cached.items():
+        assert len(sigs) == 1, (key, sigs)
+
+
+def _cache_index(dispatcher):
+    """The keys of a dispatcher's on-disk cache index ((signature, codegen magic tuple, code hash) each;
+    numba's own reader of its index, ``numba.core.caching``)."""
+    cache = dispatcher._cache
+    assert cache.cache_path, "the engine's kernels are cached (sgtune.sampler._jit)"
+    return list(cache._cache_file._load_index())
 
 
 def test_deterministic_regardless_of_threads_and_chunks():

@@ -28,15 +28,6 @@ from sgtune.core.config import Dynamics
 from _reference import logistic_expansion
 from _tolerances import SOLVER_RTOL, TUNING_RESIDUAL
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    """Small dense solves: BLAS threads only add contention (25× slower on a shared 2-core VM)."""
-    from threadpoolctl import threadpool_limits  # a scikit-learn dependency, in the [dev] extra
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 #: central differences with h ≈ 1e-6 relative: truncation O(h²) plus rounding eps/h ≈ 1e-10, with
 #: the solver residual (1e-12) amplified by 1/h → agreement to ~1e-6 relative
 FD_RTOL = 1e-6

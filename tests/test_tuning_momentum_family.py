@@ -35,14 +35,6 @@ FAMILY_PART_RTOL = 1e-12
 COV_RTOL = 1e-8
 
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 @pytest.fixture(scope="module")
 def problem():
     e = logistic_expansion(2000, 12)

@@ -737,3 +737,13 @@ def _finite(a: Any, shape: tuple[int, ...], label: str, what: str) -> np.ndarray
     if not np.all(np.isfinite(arr)):
         raise ModelError(f"model {label}: {what} contains a non-finite value (overflow? standardise the covariates)")
     return arr
+
+
+def separable(X: np.ndarray, y: np.ndarray) -> bool:
+    """Is there θ with (2y−1)·x_nᵀθ ≥ 1 for all n (complete separation)? One LP (HiGHS)."""
+    from scipy.optimize import linprog
+
+    s = 2 * y - 1
+    res = linprog(np.zeros(X.shape[1]), A_ub=-(s[:, None] * X), b_ub=-np.ones(X.shape[0]),
+                  bounds=[(None, None)] * X.shape[1], method="highs")
+    return bool(res.status == 0)

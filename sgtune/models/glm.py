@@ -23,7 +23,7 @@ import numpy as np
 
 from ..core._validation import check_positive
 from ..core.errors import DataFormatError, SgtuneError
-from .base import RankOneCurvature
+from .base import RankOneCurvature, separable
 
 __all__ = ["GLM", "get_model", "MODEL_NAMES", "GLM_IDS"]
 
@@ -276,13 +276,3 @@ def get_model(name: str, *, noise_variance: float = 1.0, beta_power: float | Non
             raise SgtuneError(f"beta_power must be a finite number > 1, got {beta_power}")
         return GLM(name, s2, p)
     return GLM(name, s2)
-
-
-def separable(X: np.ndarray, y: np.ndarray) -> bool:
-    """Is there θ with (2y−1)·x_nᵀθ ≥ 1 for all n (complete separation)? One LP (HiGHS)."""
-    from scipy.optimize import linprog
-
-    s = 2 * y - 1
-    res = linprog(np.zeros(X.shape[1]), A_ub=-(s[:, None] * X), b_ub=-np.ones(X.shape[0]),
-                  bounds=[(None, None)] * X.shape[1], method="highs")
-    return bool(res.status == 0)

@@ -50,8 +50,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.errors import DataFormatError, SgtuneError
-from .base import BlockCurvature, RankOneCurvature, block_dense
-from .glm import separable
+from .base import BlockCurvature, RankOneCurvature, block_dense, separable
 
 __all__ = ["Multinomial", "LAYOUTS", "make_multinomial", "SUGGESTED_PRIOR_PRECISION"]
 

@@ -3,7 +3,7 @@
 Design
 ------
 A run of C chains is a :class:`ChainPlan`: four components and the named records they share
-(:mod:`sgtune.sampler.state`). One step t of chain c in :func:`chains` (``prange`` over chains, each
+(:mod:`sgtune.sampler.state`). One step t of chain c in :func:`chains` (ranges of chains on threads, each
 with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
     nb, pos ← batch_fn(stream, perm, N, B, pos, idx)                   batch schedule
@@ -60,16 +60,17 @@ touching the theory, the registry or the driver.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from ._jit import njit, njit_parallel, prange
+from ._jit import get_num_threads, njit
 from .kernels import call_batch, call_rule, diverges, finish, record, schedule
 from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
 
-__all__ = ["ChainPlan", "chains", "NumbaBackend", "NumpyBackend", "run_plan"]
+__all__ = ["ChainPlan", "chains", "chain_ranges", "NumbaBackend", "NumpyBackend", "run_plan"]
 
 
 @njit
@@ -108,13 +109,30 @@ def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batc
     state.clip_count[c] += clips
 
 
-@njit_parallel
-def chains(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, p, mc, rec):  # type: ignore[no-untyped-def]
-    """Advance C chains by ``n_steps`` steps, composed from the components (module docstring)."""
-    batch_size = sched.batch_size  # read here: parfor lowering mistypes a mixed tuple used inside prange
+@njit
+def chains(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
+    """Advance chains c0, …, c1 − 1 by ``n_steps`` steps, composed from the components (module docstring).
+
+    A serial loop: :class:`NumbaBackend` runs ranges of chains on threads (the kernels release the GIL).
+    A ``prange`` over the chains compiled numba's parfor machinery into every combination: cold, on the
+    quadratic oracle, 14–16 s of CPU for this loop against 19–21 s for the ``prange`` (27–28 s when its index
+    reached ``_chain`` as int64 and uint64: two compiles), ``benchmarks/bench_compile.py``; the same code per
+    chain (every chain has its own stream and records, so the results are the same bits either way).
+    """
+    batch_size = sched.batch_size
     decay = sched.decay
-    for c in prange(state.theta.shape[0]):
+    for c in range(c0, c1):
         _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+
+
+def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:
+    """Contiguous ranges of chains, one per thread (at most ``n_chains``), sizes differing by at most one."""
+    k = max(1, min(n_threads, n_chains))
+    q, r = divmod(n_chains, k)
+    bounds = [0]
+    for i in range(k):
+        bounds.append(bounds[-1] + q + (i < r))
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 @dataclass
@@ -152,8 +170,19 @@ class NumbaBackend:
         self.advance(plan, 0, 0, False)  # compiles (or loads the cache) without doing any work
 
     def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
-        chains(plan.batch_fn, plan.grad_fn, plan.rule_fn, plan.state, int(t0), int(n_steps), int(plan.burn_in),
-               plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder(last))
+        """Chain ranges on ``get_num_threads()`` threads (numba's setting: ``NUMBA_NUM_THREADS``,
+        ``set_num_threads``); the first range runs in the calling thread."""
+        args = (plan.batch_fn, plan.grad_fn, plan.rule_fn, plan.state, int(t0), int(n_steps), int(plan.burn_in),
+                plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder(last))
+        ranges = chain_ranges(plan.state.theta.shape[0], get_num_threads() if n_steps > 0 else 1)
+        if len(ranges) == 1:
+            chains(*args, *ranges[0])
+            return
+        with ThreadPoolExecutor(len(ranges) - 1) as pool:
+            rest = [pool.submit(chains, *args, c0, c1) for c0, c1 in ranges[1:]]
+            chains(*args, *ranges[0])
+            for f in rest:
+                f.result()
 
 
 class NumpyBackend:
