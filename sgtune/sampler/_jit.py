@@ -1,7 +1,7 @@
 """The one place that sets numba options for sgtune's kernels.
 
-``njit`` compiles a helper or a single-threaded kernel, ``njit_parallel`` a kernel that
-loops over chains with :data:`!prange`. Options:
+``njit`` compiles a helper or a kernel (every kernel is single-threaded: the engine runs ranges of chains
+on threads of its own, :mod:`sgtune.sampler.engine`, since the kernels release the GIL). Options:
 
 - ``cache=True``: compiled code is cached on disk (set ``NUMBA_CACHE_DIR`` in CI), so the
   JIT cost (a few seconds per kernel) is paid once per machine, not once per process;
@@ -79,7 +79,7 @@ import tempfile
 
 import numba
 
-__all__ = ["njit", "njit_fma", "njit_inline", "njit_parallel", "prange", "component", "component_fma",
+__all__ = ["njit", "njit_fma", "njit_inline", "component", "component_fma",
            "component_inline", "inline_caller", "NJIT_OPTIONS",
            "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
            "package_stamp", "CORE_MODULES", "ensure_cache_location"]
@@ -222,10 +222,8 @@ if not ensure_cache_location():
 
 njit = numba.njit(**NJIT_OPTIONS)
 njit_fma = numba.njit(**NJIT_FMA_OPTIONS)
-njit_parallel = numba.njit(parallel=True, **NJIT_OPTIONS)
 #: ``njit`` inlined into its callers' numba IR (module docstring, "Inlined helpers")
 njit_inline = numba.njit(inline="always", **NJIT_OPTIONS)
-prange = numba.prange
 get_num_threads = numba.get_num_threads
 set_num_threads = numba.set_num_threads
 
