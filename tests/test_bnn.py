@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 from scipy.stats import norm
 
 from sgtune.workflows import bnn
@@ -137,7 +138,7 @@ def _env():
 @pytest.mark.notebook
 def test_bnn_notebook_smoke():
     out = subprocess.run([sys.executable, str(ROOT / "notebooks" / "bnn_smile.py")], cwd=ROOT, env=_env(),
-                         check=True, capture_output=True, text=True, timeout=300).stdout
+                         check=True, capture_output=True, text=True, timeout=HANG_GUARD_S).stdout
     assert "best test LPPD:" in out and bnn.START_ROW in out
     # the analytic companion: pSMILE's EMA matches the predicted noise sd (median over 737 coordinates)
     line = next(s for s in out.splitlines() if s.startswith("pSMILE's EMA"))
@@ -148,5 +149,5 @@ def test_bnn_notebook_smoke():
 def test_bnn_benchmark_script_smoke():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bnn_smile.py"), "--smoke", "--samplers",
                           "psmile,sgld"], cwd=ROOT, env=_env(), check=True, capture_output=True, text=True,
-                         timeout=300).stdout
+                         timeout=HANG_GUARD_S).stdout
     assert "| psmile" in out and "| sgld" in out and "| deep-ensemble start" in out and "test LPPD" in out

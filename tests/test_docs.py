@@ -18,12 +18,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from _timeouts import HANG_GUARD_S
 
 import sgtune
 from sgtune.cli import COMMANDS
@@ -39,8 +39,6 @@ THEORY_MODULES = ("stationary", "tuning", "applicability", "largescale", "altern
 INTERNALS = ("sgtune.sampler.engine", "sgtune.sampler.state", "sgtune.sampler.kernels", "sgtune.sampler.grads",
              "sgtune.sampler.rng", "sgtune.sampler.smile_chain", "sgtune.sampler.mlp", "sgtune.sampler.mlp_loss",
              "sgtune.sampler.specs")
-#: seconds the whole build may take on the 2-core CI machine (it takes about one minute)
-BUILD_BUDGET = 300
 DOCS_EXTRAS = ("sphinx", "myst_nb", "sphinx_click", "pydata_sphinx_theme", "jupytext", "ipykernel",
                "sphinx-mathjax-offline")
 
@@ -60,13 +58,10 @@ def site(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("docs")
     out = tmp / "html"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
-    t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "-d",
                            str(tmp / "doctrees"), str(DOCS), str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=2 * BUILD_BUDGET)
-    seconds = time.perf_counter() - t0
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, f"sphinx-build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
-    assert seconds < BUILD_BUDGET, f"the docs build took {seconds:.0f} s (budget {BUILD_BUDGET} s)"
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 import scipy.linalg as sla
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -444,4 +445,4 @@ def test_notebook_smoke(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
     path = Path(__file__).resolve().parents[1] / "notebooks" / "fluctuation_nonreversible.py"
     env = {**os.environ, "SGTUNE_SMOKE": "1", "SGTUNE_FIGURES": str(tmp_path)}
-    subprocess.run([sys.executable, str(path)], env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, str(path)], env=env, check=True, capture_output=True, timeout=HANG_GUARD_S)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 from scipy.stats import norm
 
 from sgtune.io.data import make_dataset
@@ -464,5 +465,5 @@ def test_error_zero_noise_coordinate_in_anisotropy():
 def test_notebook_runs_at_smoke_size(tmp_path):
     path = ROOT / "notebooks" / "minibatch_sgld_vs_sglrw.py"
     env = {**os.environ, "SGTUNE_SMOKE": "1", "MPLBACKEND": "Agg", "SGTUNE_NOTEBOOK_OUT": str(tmp_path)}
-    subprocess.run([sys.executable, str(path)], env=env, check=True, cwd=tmp_path, timeout=120,
+    subprocess.run([sys.executable, str(path)], env=env, check=True, cwd=tmp_path, timeout=HANG_GUARD_S,
                    capture_output=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import make_dataset
@@ -98,7 +99,7 @@ def test_sgd_on_the_network_matches_dq_exact_within_mcse():
 def test_neural_network_notebook_smoke():
     env = {**os.environ, "SGTUNE_SMOKE": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, str(ROOT / "notebooks" / "neural_network_covariance.py")],
-                         cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=600)
+                         cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert "dq-exact" in out.stdout and "MC floor" in out.stdout
 
 

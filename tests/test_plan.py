@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example
@@ -223,7 +224,7 @@ def test_evidence_benchmark_smoke(tmp_path):
     if _has_matplotlib():
         args += ["--plot", str(png)]
     out = subprocess.run(args, cwd=root / "benchmarks", env=env, check=True, capture_output=True, text=True,
-                         timeout=300).stdout
+                         timeout=HANG_GUARD_S).stdout
     assert "recommended" in out and "measured RMS" in out and "baseline: B = 32, scalar" in out
     doc = json.loads(js.read_text())
     assert doc["smoke"] and len(doc["rows"]) >= 3

@@ -35,10 +35,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _timeouts import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the subprocess is killed after this long (measured: ~380 s CPU cold in one process, 855 s wall on a loaded machine)
-TIMEOUT_S = 1800
 #: at least this many tests must be selected, so that a lost marker cannot turn the check into a no-op
 MIN_SELECTED = 40
 
@@ -57,7 +56,7 @@ def test_portability_tests_pass_compiled_for_a_generic_cpu_with_one_thread():
     # two workers here would overcommit the two cores and compile the kernels their files share twice.
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "--no-header", "-p", "no:cacheprovider", "-n", "0",
            "-m", "portability and not slow", str(ROOT / "tests")]
-    out = subprocess.run(cmd, cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    out = subprocess.run(cmd, cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     log = out.stdout + out.stderr
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", log, flags=re.MULTILINE)
     passed = re.search(r"(\d+) passed", log)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _timeouts import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("README.md", "docs/getting_started.md")
@@ -93,7 +94,7 @@ def run_block(block: Block, cwd: Path) -> None:
         cmd = [sys.executable, "-c", block.code]
     else:
         cmd = ["bash", "-c", "set -euo pipefail\n" + _shell_script(block)]
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, (
         f"{block.document}:{block.line} ({block.language} block) exited {proc.returncode}\n"
         f"--- code ---\n{block.code}--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"

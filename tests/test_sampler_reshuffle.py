@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 from scipy.stats import norm
 
 from sgtune.core.config import Dynamics, RunSpec
@@ -225,4 +226,4 @@ def test_notebook_smoke() -> None:
 
     path = Path(__file__).resolve().parents[1] / "notebooks" / "reshuffle_vs_robbins_monro.py"
     subprocess.run([sys.executable, str(path)], env={**os.environ, "SGTUNE_SMOKE": "1"}, check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=HANG_GUARD_S)

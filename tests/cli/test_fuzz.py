@@ -37,6 +37,7 @@ from unittest import mock
 import click
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -426,7 +427,7 @@ def check_signal(signame: str, delay: float, command: str, outdir: Path) -> None
         assert _handlers_installed(p.pid, signal.SIGTERM), "sgtune never started"
         time.sleep(delay)
         p.send_signal(signum)
-        out, err = p.communicate(timeout=300)
+        out, err = p.communicate(timeout=HANG_GUARD_S)
     finally:
         p.kill()
     err_text = err.decode()
@@ -474,7 +475,7 @@ def check_two_writers(offset: float, steps: int) -> None:
         second = _popen([*base, "--seed", "2"])
         results = {}
         for seed, p in ((1, first), (2, second)):
-            o, e = p.communicate(timeout=300)
+            o, e = p.communicate(timeout=HANG_GUARD_S)
             results[seed] = (p.returncode, o.decode(), e.decode())
         where = "\n".join(f"seed {s}: exit {r[0]}\n{r[2]}" for s, r in results.items())
         winners = [s for s, r in results.items() if r[0] == 0]
@@ -514,7 +515,7 @@ def check_environment(env_keys: list[str], command: str) -> None:
                  "--chains", "2", "-q", "-o", str(Path(d) / "r.npz")] if command == "run"
                 else [*LAMBDA_Q, "-o", str(Path(d) / "l.npy")])
         p = _popen(args, env=env)
-        out, err = p.communicate(timeout=600)
+        out, err = p.communicate(timeout=HANG_GUARD_S)
         where = f"{env_keys} sgtune {command}\nexit {p.returncode}\nstderr:\n{err.decode(errors='replace')}"
         assert p.returncode == 0, where
         assert "Traceback" not in err.decode(errors="replace"), where

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 from click.testing import CliRunner
 
 from sgtune.cli import main
@@ -325,7 +326,7 @@ def test_sigterm_and_sighup_stop_with_one_line_and_remove_outputs_and_the_data_c
         assert list(cache.iterdir()), "the data cache was never created"
         time.sleep(2)
         p.send_signal(sig)
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=HANG_GUARD_S)
     finally:
         p.kill()
     lines = err.decode().strip().splitlines()
@@ -408,7 +409,7 @@ def test_no_writable_numba_cache_falls_back_to_a_temporary_folder_or_no_cache(tm
     tmpdir.mkdir()
     env = _env(NUMBA_CACHE_DIR=str(tmp_path / "read-only"), TMPDIR=str(tmpdir),
                WRITABLE_PREFIX=str(tmpdir) if tmp_writable else "")
-    p = subprocess.run([sys.executable, "-c", CACHE_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run([sys.executable, "-c", CACHE_PROBE], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
     cache_on, folder = p.stdout.split()
     if tmp_writable:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _timeouts import HANG_GUARD_S
 from click.testing import CliRunner
 
 import sgtune.cli._io as cli_io
@@ -152,7 +153,7 @@ def _sigterm_trials(tmp_path: Path, n: int, seed: int) -> None:
     args = [sys.executable, "-c", "from sgtune.cli import main; main()", *LAMBDA, "--batch-size", "64", "-o",
             str(tmp_path / "L.npy"), "--json", str(tmp_path / "L.json"), "--overwrite"]
     tic = time.monotonic()
-    subprocess.run(args, env=_env(), check=True, capture_output=True, timeout=300)
+    subprocess.run(args, env=_env(), check=True, capture_output=True, timeout=HANG_GUARD_S)
     full = time.monotonic() - tic  # the length of one run on this machine: only to spread the signals over it
     rng = np.random.default_rng(seed)
     outcomes = set()
@@ -161,7 +162,7 @@ def _sigterm_trials(tmp_path: Path, n: int, seed: int) -> None:
         p = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(full * (rng.uniform(0.3, 1.1) if rng.random() < 0.8 else rng.uniform(0, 0.3)))
         p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=300)
+        _, err = p.communicate(timeout=HANG_GUARD_S)
         assert p.returncode in (0, 143, -signal.SIGTERM), err.decode()
         assert _consistent(tmp_path), (p.returncode, err.decode())
         assert _temporaries(tmp_path) == [], (p.returncode, err.decode())
