@@ -36,15 +36,17 @@ def _close(a, b):
 TWIN_UNSTABLE = {("funnel", "psmile")}
 
 
-@pytest.mark.parametrize("name,noise,sampler", [(n, z, s) for n, z in CASES for s in METHOD_IDS
-                                                 if (n, s) not in TWIN_UNSTABLE])
-def test_kernel_matches_twin(sampler, name, noise):
+@pytest.mark.parametrize("name,noise,sampler,tuner", [(n, z, s, "anchored") for n, z in CASES for s in METHOD_IDS
+                                                       if (n, s) not in TWIN_UNSTABLE]
+                         + [(n, z, "smile", "paper") for n, z in CASES])
+def test_kernel_matches_twin(sampler, name, noise, tuner):
     """The kernel and its twin agree to rounding along 60 steps (2 chains; burn-in, thinning, the tuner from
     step 10 and the preconditioner from step 30 all act). 60, not more: the chains are chaotic, so rounding
     differences grow along the run — measured worst |kernel − twin|/TWIN_RTOL over 300 seeds: ≤ 0.93 at 60
-    steps for every pair, but up to 44 (Rosenbrock, pSMILE) at 150 steps, the length this test used to run."""
+    steps for every pair, but up to 44 (Rosenbrock, pSMILE) at 150 steps, the length this test used to run.
+    Both step-size rules: the anchored one (default) for every sampler, the paper's for smile."""
     t = make_target(name, noise, dim=6, seed=1)
-    kw = dict(n_steps=60, n_chains=2, burn_in=20, thin=7, seed=5, precond_start=30)
+    kw = dict(n_steps=60, n_chains=2, burn_in=20, thin=7, seed=5, precond_start=30, tuner=tuner)
     a = run_smile_ensemble(t, **ensemble_kw(sampler, STEP[sampler], **kw))
     b = run_smile_ensemble(t, **ensemble_kw(sampler, STEP[sampler], backend="python", **kw))
     for f in ("final_state", "sample_second_moment", "sample_mean", "trace", "step_size_trace", "energy_trace",
