@@ -78,7 +78,7 @@ def test_divergence_collapse_and_prediction_are_reasons():
     # the advice names the anchored tuner when the paper's rule collapsed, and does not re-advise it otherwise
     collapsed = np.array([0.1, 0.1 * STEP_COLLAPSE / 2])
     h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "paper"}), initial_step_size=0.1)
-    assert "use the anchored tuner (--tuner anchored" in h.reasons[0]
+    assert "use the anchored tuner (tuner 'anchored'" in h.reasons[0]
     h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "anchored"}), initial_step_size=0.1)
     assert "smile-naive" in h.reasons[0] and "use the anchored tuner" not in h.reasons[0]
     h = chain_health(_fake(), prediction_check={"passed": False, "z_max": 9.0, "threshold": 4.0, "mode": "covariance"})
@@ -178,7 +178,7 @@ def test_run_reports_health_and_strict_exits_4_on_the_frozen_psmile(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["health"]["healthy"] is False and doc["health"]["frozen"] is True
     assert "unhealthy chains: the tuned step size collapsed" in r.stderr  # even with -q
-    assert "--tuner anchored" in r.stderr
+    assert "use the anchored tuner (tuner 'anchored'" in r.stderr
     assert any(w.startswith("unhealthy chains") for w in doc["warnings"])
     r = CliRunner().invoke(main, argv)
     doc = json.loads(r.stdout)
