@@ -148,11 +148,11 @@ def test_tuner_options_errors_and_settings():
 def _glm_band(name, n_steps, n_chains):
     """max/min of ε over the second half of the kept steps, over the chains of two runs started 100× apart."""
     from sgtune.core.config import Dynamics
-    from sgtune.io.data import example
+    from sgtune.io.data import EXAMPLES, example
     from sgtune.models import expand, get_model
     from sgtune.sampler import run_chains
 
-    ds, model = example(name), get_model(name)
+    ds, model = example(name), get_model(EXAMPLES[name][1])
     e = expand(model, ds)
     traces = []
     for eps0 in (0.002, 0.2):
