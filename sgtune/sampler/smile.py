@@ -27,7 +27,11 @@ later use them as "update step" functions):
   EMAs (β = 0.01) of |ΔE| *before* this step's update, Wilson–Hilferty quantiles, guardrail
   |ΔE| > Q(κ = 0.98) → reject (θ restored, momentum zeroed: the next momentum map then sets
   u = e), step ×(1 + δ) below Q(a/3), ×(1 − δ) above Q(1 − 2a/3) (δ = 0.02, a = 0.1); active
-  after ``tune_start`` steps. A non-finite ΔE is always rejected (and not fed to the EMAs).
+  after ``tune_start`` steps. A non-finite ΔE is always rejected (and not fed to the EMAs). The paper's
+  rule as printed (``SmileOptions(tuner="paper")``): its log ε drifts down at every step size.
+- :func:`anchored_update` — the default step rule of ``smile``/``psmile``: the same EMAs and guardrail, and
+  log ε ← log ε + (γ/6)(1 − min(ΔE²/(d v*), ξ_max)) toward the energy-error variance per dimension
+  v* = 5·10⁻⁴ (MCLMC's target), a stable fixed point (derivation in its docstring).
 - :func:`sgld_step`, :func:`sghmc_step` — the baselines: SGLD θ ← θ + h g + √(2h) η;
   vanilla SGHMC (Chen et al. 2014, no noise estimate B̂) v ← v + h(g − γv) + √(2γh) η,
   θ ← θ + h v (unit mass, friction γ = 1 by default).
