@@ -636,7 +636,7 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
         ``time.perf_counter`` by default.
     **kwargs
         The sampler's settings (friction, ema_rate, precond_rate, kappa, adapt_a, adapt_delta, tune_start,
-        precond_start) and ``start``/``backend`` of :func:`run_smile_ensemble`.
+        precond_start, tuner, energy_var_target, anchor_rate) and ``start``/``backend`` of :func:`run_smile_ensemble`.
 
     Returns
     -------
