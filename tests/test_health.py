@@ -75,6 +75,12 @@ def test_divergence_collapse_and_prediction_are_reasons():
     assert h.frozen and "collapsed" in h.reasons[0]
     h = chain_health(_fake(step_size_final=np.array([0.1, 0.1 * STEP_COLLAPSE * 2])), initial_step_size=0.1)
     assert h.healthy
+    # the advice names the anchored tuner when the paper's rule collapsed, and does not re-advise it otherwise
+    collapsed = np.array([0.1, 0.1 * STEP_COLLAPSE / 2])
+    h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "paper"}), initial_step_size=0.1)
+    assert "use the anchored tuner (tuner 'anchored'" in h.reasons[0]
+    h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "anchored"}), initial_step_size=0.1)
+    assert "smile-naive" in h.reasons[0] and "use the anchored tuner" not in h.reasons[0]
     h = chain_health(_fake(), prediction_check={"passed": False, "z_max": 9.0, "threshold": 4.0, "mode": "covariance"})
     assert not h.healthy and "9" in h.reasons[0]
     h = chain_health(_fake(), prediction_check={"passed": False, "reason": "the step size is unstable"})
@@ -127,18 +133,24 @@ def test_tuned_sgd_on_the_logistic_example_is_healthy():
 
 @pytest.mark.portability
 def test_the_frozen_psmile_run_of_issue_19_is_unhealthy():
-    """Tuned pSMILE on a homoskedastic linear regression (N = 2000, D = 4, ε = 0.05, 40 000 steps)."""
+    """Tuned pSMILE on a homoskedastic linear regression (N = 2000, D = 4, ε = 0.05, 40 000 steps) with the
+    paper's step-size rule (issue 19's run, before the anchored tuner was the default): frozen. The same run
+    with the anchored tuner (issue 36) is healthy: ε held, the covariance within the prediction check."""
     ds = _linear_2000()
     model = get_model("linear")
     e = expand(model, ds)
-    res = run_chains(model, ds, Dynamics(0.05, 32), RunSpec(40000, n_chains=16, seed=0),
-                     SmileOptions(preconditioned=True), initial=e.theta_hat)
     cov, mode = chain_prediction(e, 0.05, sampler="psmile", batch_size=32, inv_temperature=math.inf,
                                  n_data=ds.n_data)
+    res = run_chains(model, ds, Dynamics(0.05, 32), RunSpec(40000, n_chains=16, seed=0),
+                     SmileOptions(preconditioned=True, tuner="paper"), initial=e.theta_hat)
     h = chain_health(res, initial_step_size=0.05, prediction_check=prediction_check(res, cov, mode=mode))
     assert h.frozen and not h.healthy
     assert h.details["step_size_ratio_min"] < STEP_COLLAPSE
     assert not h.prediction_check["passed"]
+    res = run_chains(model, ds, Dynamics(0.05, 32), RunSpec(40000, n_chains=16, seed=0),
+                     SmileOptions(preconditioned=True), initial=e.theta_hat)
+    h = chain_health(res, initial_step_size=0.05, prediction_check=prediction_check(res, cov, mode=mode))
+    assert not h.frozen and h.details["step_size_ratio_min"] > 0.01 and h.prediction_check["passed"], h.reasons
 
 
 def test_an_unstable_step_is_a_reason_even_when_the_chain_stays_finite():
@@ -155,15 +167,23 @@ def test_an_unstable_step_is_a_reason_even_when_the_chain_stays_finite():
 
 # ----------------------------------------------------------------------------- the command line
 def test_run_reports_health_and_strict_exits_4_on_the_frozen_psmile(tmp_path):
+    """The paper's rule (--tuner paper) collapses ε on this run (its log ε drifts down at every step size); the
+    health check says so, names the anchored tuner, and --strict exits 4. The anchored default holds ε."""
     ds = _linear_2000()
     np.savez(tmp_path / "lin.npz", X=ds.X, y=ds.y)
-    r = CliRunner().invoke(main, ["run", str(tmp_path / "lin.npz"), "--model", "linear", "--batch-size", "32",
-                                  "--sampler", "psmile", "--step-size", "0.05", "--steps", "40000", "-q", "--strict"])
+    argv = ["run", str(tmp_path / "lin.npz"), "--model", "linear", "--batch-size", "32", "--sampler", "psmile",
+            "--step-size", "0.05", "--steps", "40000", "-q", "--strict"]
+    r = CliRunner().invoke(main, [*argv, "--tuner", "paper"])
     assert r.exit_code == 4, r.stderr
     doc = json.loads(r.stdout)
     assert doc["health"]["healthy"] is False and doc["health"]["frozen"] is True
     assert "unhealthy chains: the tuned step size collapsed" in r.stderr  # even with -q
+    assert "use the anchored tuner (tuner 'anchored'" in r.stderr
     assert any(w.startswith("unhealthy chains") for w in doc["warnings"])
+    r = CliRunner().invoke(main, argv)
+    doc = json.loads(r.stdout)
+    assert doc["health"]["frozen"] is False and "collapsed" not in r.stderr, r.stderr
+    assert doc["health"]["step_size_ratio_min"] > 0.01
 
 
 def test_run_verify_calibrate_report_health_on_a_healthy_run():

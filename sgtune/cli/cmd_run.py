@@ -15,7 +15,7 @@ from ..core.errors import SgtuneError
 from ..core.config import MAX_STEPS, Dynamics, RunSpec
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
-from ..sampler.registry import options_for
+from ..sampler.registry import TUNERS, options_for
 from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, write_netcdf
 from ._against import against_option, resolve_against
 from ._health import health_report
@@ -169,7 +169,16 @@ SAMPLER_HELP = ("sgld: SG(L)D/SGD (any Λ); sglrw: Mensch et al. (2025) eq. 12; 
 sampler_options = compose(
     click.option("--sampler", type=click.Choice(SAMPLERS), default="sgld", show_default=True, help=SAMPLER_HELP),
     click.option("--friction", type=float, default=1.0, show_default=True, help="SGHMC's friction γ > 0."),
+    click.option("--tuner", type=click.Choice(TUNERS), default="anchored", show_default=True,
+                 help="The step-size rule of smile/psmile: anchored (ε moves toward the energy-error variance "
+                      "per dimension Var[ΔE]/d = 5e-4, a stable fixed point) or paper (the SMILE paper's eq. (7) "
+                      "as printed; its log ε drifts down by ≈ 7e-4 per step). Ignored by the other samplers."),
 )
+
+
+def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
+    """The options object of ``sampler`` from --friction and --tuner."""
+    return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"))
 
 
 def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
@@ -196,6 +205,8 @@ def smile_json(res: ChainResult) -> dict[str, Any]:
                            "energy_error_var_per_dim": res.energy_error_var_per_dim}
     if res.preconditioner is not None:
         out["preconditioner"] = res.preconditioner
+    if res.settings.get("sampler") in ("smile", "psmile"):
+        out["tuner"] = res.settings.get("tuner", "anchored")
     return out
 
 
@@ -218,7 +229,7 @@ def execute_chains(prob: LoadedProblem, step: Any, kw: dict[str, Any], *, sample
                                    batching=batching, decay=decay),
                           RunSpec(steps, n_chains=int(kw["chains"]), burn_in=burn_in, thin=thin,
                                   batches_per_chain=kw.get("batches_per_chain"), seed=int(kw["seed"])),
-                          options_for(sampler, friction=float(kw.get("friction") or 1.0)),
+                          sampler_settings(kw, sampler),
                           prior_precision=prob.prior_precision, initial=prob.expansion.theta_hat,
                           progress=None if quiet else progress)
 
@@ -301,7 +312,8 @@ def cli(**kw: Any) -> None:
     Standard errors are batch means over chain segments (K batches, reported).
     sghmc: v ← v + h(−βG_t − γv) + sqrt(2γh) ξ, θ ← θ + h v (h = --step-size).
     smile-naive/psmile-naive/smile/psmile: MCLMC (the SMILE paper (2025)), minimal-norm integrator on one
-    minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile).
+    minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile; --tuner anchored
+    moves it toward Var[ΔE]/d = 5e-4, --tuner paper is the SMILE paper's eq. (7), which drifts down).
     JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
     mean, cov, cov_standard_error, ess, seconds, iterations_per_second, health, ...
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
@@ -311,8 +323,8 @@ def cli(**kw: Any) -> None:
     --lambda LAM.npy with a JSON sidecar LAM.json from `sgtune lambda --refine` with its target
     by default; keys against, against_source, against_tolerance), batch_length (batches too short for the chains'
     autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
-    SMILE runs add (one entry per chain) step_size_final, rejection_fraction,
-    energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
+    SMILE runs add tuner (smile/psmile: the step-size rule) and (one entry per chain) step_size_final,
+    rejection_fraction, energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
     psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.
     -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at
     (and draws (C, T', D) with --thin). -o trace.nc (or --format netcdf) writes an ArviZ

@@ -21,7 +21,7 @@ from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._readable import health_row, ksd_row, next_line
 from ._render import coordinate_table, key_values
 from .cmd_run import (step_arguments, chain_json, chain_options, progress_bar, resolve_step, sampler_options, sampler_temperature,
-                      smile_json, step_options)
+                      sampler_settings, smile_json, step_options)
 
 
 @click.command("verify")
@@ -124,7 +124,7 @@ def cli(**kw: Any) -> None:
             relative_tolerance=rel_tol, inflate_prediction=float(kw["inflate_prediction"]), against=against,
             seed=int(kw["seed"]), progress=None if quiet else progress,
             keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
-            sampler=str(kw["sampler"]), friction=float(kw["friction"]))
+            sampler=sampler_settings(kw, str(kw["sampler"])))
     t = rep.test
     doc = {**expansion_keys(prob.expansion), 
         "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,

@@ -40,11 +40,16 @@ from ..core._validation import check_positive
 from ..core.errors import SgtuneError
 from . import kernels, smile_chain
 from .smile import check_tuner_settings
-from .state import LAM_DENSE, LAM_DIAG, TunerParams, tuner_params
+from .state import LAM_DENSE, LAM_DIAG, TUNER_ANCHORED, TUNER_PAPER, TunerParams, tuner_params
+
+#: the step-size rules of the tuned SMILE samplers (``SmileOptions.tuner``, ``--tuner``); the first is the default
+TUNERS: tuple[str, ...] = ("anchored", "paper")
+#: the anchored tuner's clip ξ_max of ΔE²/(d v*) (:func:`sgtune.sampler.smile.anchored_update`)
+ANCHOR_CLIP = 10.0
 
 __all__ = ["SamplerSpec", "SAMPLERS", "SAMPLER_NAMES", "SGLDOptions", "SGLRWOptions", "ClippedSGLDOptions",
            "SGHMCOptions", "SmileOptions", "sampler_spec", "options_for", "default_inv_temperature",
-           "POSTERIOR_SAMPLERS"]
+           "POSTERIOR_SAMPLERS", "TUNERS"]
 
 
 @dataclass(frozen=True)
@@ -145,10 +150,17 @@ class SmileOptions:
     """The SMILE samplers (the SMILE paper, anonymous, 2025): MCLMC on minibatch gradients.
 
     ``preconditioned`` adds pSMILE's diagonal preconditioner (EMA rate ``precond_rate``, active after
-    ``precond_start`` steps); ``tuned`` adds Algorithm 1's energy-variance step-size tuner (EMA rate
-    ``ema_rate`` of |ΔE|, guardrail quantile κ = ``guardrail``, adaptation band a = ``adapt_a`` and
-    factor δ = ``adapt_delta``, active after ``tune_start`` steps). The four combinations are the
-    samplers ``smile-naive``, ``psmile-naive``, ``smile`` and ``psmile``.
+    ``precond_start`` steps); ``tuned`` adds the energy-variance step-size tuner (Algorithm 1's online
+    Gamma model, EMA rate ``ema_rate`` of |ΔE|, and its guardrail quantile κ = ``guardrail``; active after
+    ``tune_start`` steps). The four combinations are the samplers ``smile-naive``, ``psmile-naive``,
+    ``smile`` and ``psmile``.
+
+    The step-size rule is ``tuner``: ``"anchored"`` (default) moves log ε toward the absolute target
+    Var[ΔE]/d = ``energy_var_target`` at rate ``anchor_rate``
+    (:func:`sgtune.sampler.smile.anchored_update`: a stable fixed point); ``"paper"`` is eq. (7) as
+    printed (×(1 + δ) below the a/3 quantile, ×(1 − δ) above the 1 − 2a/3 quantile, a = ``adapt_a``,
+    δ = ``adapt_delta``), whose log ε drifts by (a/3) log(1 + δ) + (2a/3) log(1 − δ) per step
+    (:func:`sgtune.sampler.smile.tuner_update`).
 
     Parameters
     ----------
@@ -170,6 +182,12 @@ class SmileOptions:
         Steps before the tuner starts.
     precond_start : int, optional
         Steps before the preconditioner starts.
+    tuner : {"anchored", "paper"}, optional
+        The step-size rule of the tuned samplers.
+    energy_var_target : float, optional
+        The anchored rule's target energy-error variance per dimension, Var[ΔE]/d (MCLMC's 5e-4).
+    anchor_rate : float, optional
+        The anchored rule's rate γ in (0, 1): log ε moves by (γ/6)(1 − ξ) per step.
 
     Raises
     ------
@@ -181,6 +199,8 @@ class SmileOptions:
     >>> from sgtune.sampler import SmileOptions
     >>> SmileOptions(preconditioned=True).sampler, SmileOptions(tuned=False).sampler
     ('psmile', 'smile-naive')
+    >>> SmileOptions().tuner, SmileOptions(tuner="paper").tuner_params(1.0).mode
+    ('anchored', 0.0)
     """
 
     preconditioned: bool = False
@@ -192,12 +212,24 @@ class SmileOptions:
     adapt_delta: float = 0.02
     tune_start: int = 10
     precond_start: int = 100
+    tuner: str = "anchored"
+    energy_var_target: float = 5e-4
+    anchor_rate: float = 0.02
 
     def __post_init__(self) -> None:
         ts, ps = check_tuner_settings(self.ema_rate, self.precond_rate, self.guardrail, self.adapt_a,
                                       self.adapt_delta, self.tune_start, self.precond_start)
         object.__setattr__(self, "tune_start", ts)
         object.__setattr__(self, "precond_start", ps)
+        if self.tuner not in TUNERS:
+            raise SgtuneError(f"tuner must be one of {', '.join(TUNERS)}, got {self.tuner!r}; 'anchored' (the "
+                              "default) holds its step size, 'paper' is the SMILE paper's eq. (7) as printed")
+        v = check_positive(self.energy_var_target, "energy_var_target")
+        r = check_positive(self.anchor_rate, "anchor_rate")
+        if not r < 1.0:
+            raise SgtuneError(f"anchor_rate must lie in (0, 1), got {r}; the default is 0.02")
+        object.__setattr__(self, "energy_var_target", v)
+        object.__setattr__(self, "anchor_rate", r)
 
     @property
     def sampler(self) -> str:  # type: ignore[override]
@@ -214,7 +246,8 @@ class SmileOptions:
         return tuner_params(alpha=self.precond_rate, beta=self.ema_rate, zk=ndtri(self.guardrail), zlo=ndtri(a / 3.0),
                             zhi=ndtri(1.0 - 2.0 * a / 3.0), delta=self.adapt_delta, tune_start=self.tune_start,
                             pre_start=self.precond_start, inv_temp=inv_temperature, precond=self.preconditioned,
-                            tuned=self.tuned)
+                            tuned=self.tuned, mode=TUNER_PAPER if self.tuner == "paper" else TUNER_ANCHORED,
+                            anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP)
 
 
 @dataclass(frozen=True)

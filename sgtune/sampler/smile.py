@@ -27,7 +27,11 @@ later use them as "update step" functions):
   EMAs (β = 0.01) of |ΔE| *before* this step's update, Wilson–Hilferty quantiles, guardrail
   |ΔE| > Q(κ = 0.98) → reject (θ restored, momentum zeroed: the next momentum map then sets
   u = e), step ×(1 + δ) below Q(a/3), ×(1 − δ) above Q(1 − 2a/3) (δ = 0.02, a = 0.1); active
-  after ``tune_start`` steps. A non-finite ΔE is always rejected (and not fed to the EMAs).
+  after ``tune_start`` steps. A non-finite ΔE is always rejected (and not fed to the EMAs). The paper's
+  rule as printed (``SmileOptions(tuner="paper")``): its log ε drifts down at every step size.
+- :func:`anchored_update` — the default step rule of ``smile``/``psmile``: the same EMAs and guardrail, and
+  log ε ← log ε + (γ/6)(1 − min(ΔE²/(d v*), ξ_max)) toward the energy-error variance per dimension
+  v* = 5·10⁻⁴ (MCLMC's target), a stable fixed point (derivation in its docstring).
 - :func:`sgld_step`, :func:`sghmc_step` — the baselines: SGLD θ ← θ + h g + √(2h) η;
   vanilla SGHMC (Chen et al. 2014, no noise estimate B̂) v ← v + h(g − γv) + √(2γh) η,
   θ ← θ + h v (unit mass, friction γ = 1 by default).
@@ -57,7 +61,7 @@ from .targets import AnalyticTarget, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
            "GridSearchResult", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
-           "sgld_step", "sghmc_step", "random_unit_vector"]
+           "sgld_step", "sghmc_step", "random_unit_vector", "anchored_update"]
 
 SMILE_NAIVE, PSMILE_NAIVE, SMILE, PSMILE, SGLD, SGHMC = 0, 1, 2, 3, 4, 5
 METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE_NAIVE, "smile": SMILE,
@@ -176,20 +180,50 @@ def _wh(z, k, scale):  # type: ignore[no-untyped-def]
 
 
 @njit
+def _gamma_guardrail(tune, abs_de, zk, beta, tune_start):  # type: ignore[no-untyped-def]
+    """Eq. (6): |ΔE| above the κ quantile of the Gamma fitted to the EMAs before this step (False before
+    ``tune_start`` steps or while the fit is degenerate)."""
+    n = tune[2]
+    if n < tune_start:
+        return False
+    corr = 1.0 - (1.0 - beta) ** n
+    mu = tune[0] / corr
+    var = tune[1] / corr
+    if mu > 0.0 and var > 0.0:
+        return abs_de > _wh(zk, mu * mu / var, var / mu)
+    return False
+
+
+@njit
+def _ema_push(tune, abs_de, beta):  # type: ignore[no-untyped-def]
+    """Eq. (4): the EMAs of |ΔE| and of its squared deviation (bias-corrected mean), and the count."""
+    n1 = tune[2] + 1.0
+    tune[0] = (1.0 - beta) * tune[0] + beta * abs_de
+    dev = abs_de - tune[0] / (1.0 - (1.0 - beta) ** n1)
+    tune[1] = (1.0 - beta) * tune[1] + beta * dev * dev
+    tune[2] = n1
+
+
+@njit
 def tuner_update(tune, abs_de, zk, zlo, zhi, beta, delta, tune_start):  # type: ignore[no-untyped-def]
-    """Algorithm 1 after one integrator step; ``tune`` = [μ_raw, s²_raw, n, step]. Returns True to reject.
+    """Algorithm 1 as printed after one integrator step; ``tune`` = [μ_raw, s²_raw, n, step]. Returns True to reject.
 
     The Gamma fit and quantiles use the EMAs before this step's |ΔE| (γ^{(t)} of eqs. 6–7);
     then the EMAs are updated (eq. 4) and the step size multiplied (eq. 7).
+
+    **Drift.** Where the fitted Gamma describes |ΔE|, the step grows (×(1 + δ)) with probability a/3 and
+    shrinks (×(1 − δ)) with probability 2a/3 at *every* step size, since both thresholds are quantiles of the
+    chain's own energy errors: log ε performs a random walk with drift
+    (a/3) log(1 + δ) + (2a/3) log(1 − δ) ≈ −7.1·10⁻⁴ per step at a = 0.1, δ = 0.02 (a factor e⁻¹⁴ over
+    20 000 steps), and no restoring force. This is the paper's rule; :func:`anchored_update` is the default.
     """
     if not math.isfinite(abs_de):
         tune[3] *= 1.0 - delta
         return True
-    n = tune[2]
     reject = False
     factor = 1.0
-    if n >= tune_start:
-        corr = 1.0 - (1.0 - beta) ** n
+    if tune[2] >= tune_start:
+        corr = 1.0 - (1.0 - beta) ** tune[2]
         mu = tune[0] / corr
         var = tune[1] / corr
         if mu > 0.0 and var > 0.0:
@@ -200,12 +234,49 @@ def tuner_update(tune, abs_de, zk, zlo, zhi, beta, delta, tune_start):  # type: 
                 factor = 1.0 + delta
             elif abs_de > _wh(zhi, k, scale):
                 factor = 1.0 - delta
-    n1 = n + 1.0
-    tune[0] = (1.0 - beta) * tune[0] + beta * abs_de
-    dev = abs_de - tune[0] / (1.0 - (1.0 - beta) ** n1)
-    tune[1] = (1.0 - beta) * tune[1] + beta * dev * dev
-    tune[2] = n1
+    _ema_push(tune, abs_de, beta)
     tune[3] *= factor
+    return reject
+
+
+@njit
+def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip):  # type: ignore[no-untyped-def]
+    """The anchored tuner after one integrator step; ``tune`` = [μ_raw, s²_raw, n, step]. Returns True to reject.
+
+    Algorithm 1 with eq. (7) replaced: the guardrail (eq. 6, :func:`tuner_update`'s Gamma fit and
+    κ quantile) and the EMAs (eq. 4) are unchanged; the step size moves toward an absolute target
+    v* = ``target`` of the energy-error variance per dimension, Var[ΔE]/d (MCLMC's anchor; BlackJAX's
+    ``mclmc_find_L_and_step_size`` uses ``desired_energy_var`` = 5·10⁻⁴):
+
+        ξ_t = min(ΔE_t² / (d v*), ξ_max),    log ε ← log ε + (γ/6) (1 − ξ_t)
+
+    (γ = ``gain``, ξ_max = ``clip``; from step ``tune_start`` on). A non-finite ΔE counts as ξ = ξ_max and
+    is rejected.
+
+    **Fixed point.** The mean change of x = log ε is (γ/6)(1 − m(x)) with m(x) = E[min(ΔE²/(d v*), ξ_max)]
+    at step size eˣ, so the only fixed point is m(x*) = 1: E[ΔE²]/d = v* up to the clip (for a Gaussian
+    ΔE at the target, ξ ~ χ²₁ and the clip at 10 moves m by E[(χ²₁ − 10)₊] ≈ 1.4·10⁻⁴).
+    The up and down rates balance there and nowhere else: m is increasing in ε (the minimal-norm
+    integrator's energy error on the step's fixed potential is O(ε³), so m ∝ ε^p with p = 6 for small ε).
+
+    **Stability.** Linearised at x*, x_{t+1} − x* = (1 − γ m'(x*)/6)(x_t − x*) + noise, with
+    m'(x*) = p m(x*) = p: a contraction for 0 < γp/6 < 2 (p = 6, γ = 0.02: factor 0.98, relaxation time
+    1/γ = 50 steps). Far from x* the drift is bounded and points to x*: at most +γ/6 per step
+    below (ε 100× too small: ≈ 6 log 100/γ steps) and −γ(ξ_max − 1)/6 above. The stationary spread
+    of x is that of an AR(1): Var x ≈ (γ/6)² Var ξ / (1 − (1 − γ)²) ≈ γ Var ξ / 72 (Var ξ = 2 for a
+    Gaussian ΔE: standard deviation ≈ 0.024 at γ = 0.02, for independent ξ_t).
+    """
+    reject = True
+    xi = clip
+    if math.isfinite(abs_de):
+        reject = _gamma_guardrail(tune, abs_de, zk, beta, tune_start)
+        xi = abs_de * abs_de / (ndim * target)
+        if xi > clip:
+            xi = clip
+        _ema_push(tune, abs_de, beta)
+        if tune[2] <= tune_start:
+            return reject
+    tune[3] *= math.exp(gain * (1.0 - xi) / 6.0)
     return reject
 
 
@@ -421,7 +492,8 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     smile = options if hasattr(options, "ema_rate") else SmileOptions()
     settings = {"friction": params.friction, "ema_rate": smile.ema_rate, "precond_rate": smile.precond_rate,
                 "kappa": smile.guardrail, "adapt_a": smile.adapt_a, "adapt_delta": smile.adapt_delta,
-                "tune_start": smile.tune_start, "precond_start": smile.precond_start, "n_chains": nc}
+                "tune_start": smile.tune_start, "precond_start": smile.precond_start, "n_chains": nc,
+                "tuner": smile.tuner, "energy_var_target": smile.energy_var_target, "anchor_rate": smile.anchor_rate}
     return SmileEnsembleResult(
         sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
         stats[:, 0] / ns, step.copy(), stats[:, 1] / ns, stats[:, 2] / ns, stats[:, 3] / ns / d, diverged, 1.0 / ipre,
@@ -564,7 +636,7 @@ def grid_search_b2(target: AnalyticTarget, sampler: str, *, n_steps: int, n_chai
         ``time.perf_counter`` by default.
     **kwargs
         The sampler's settings (friction, ema_rate, precond_rate, kappa, adapt_a, adapt_delta, tune_start,
-        precond_start) and ``start``/``backend`` of :func:`run_smile_ensemble`.
+        precond_start, tuner, energy_var_target, anchor_rate) and ``start``/``backend`` of :func:`run_smile_ensemble`.
 
     Returns
     -------

@@ -14,8 +14,9 @@ gradient of log p of the SMILE paper, anonymous, 2025, eq. 3). One step of the M
     P(b₁ε) Q(ε/2)  ·  g ← ∇log p_β(θ'|S_t)  ·  P(b₂ε) Q(ε/2)       gradient evaluation 2 (no loss)
     g, ℓ₁ ← …                                                    gradient evaluation 3 (with the loss)
     P(b₁ε);  ΔE = ΣΔK − (ℓ₁ − ℓ₀)                                 (eq. 2; sign as in :mod:`sgtune.sampler.smile`)
-    smile/psmile: Algorithm 1 (:func:`~sgtune.sampler.smile.tuner_update`): reject (θ restored, u zeroed) or
-    rescale ε.
+    smile/psmile: the guardrail of Algorithm 1 (reject: θ restored, u zeroed) and the step-size rule —
+    anchored (:func:`~sgtune.sampler.smile.anchored_update`, the default) or the paper's eq. (7)
+    (:func:`~sgtune.sampler.smile.tuner_update`).
 
 ε (the scalar ``Dynamics.step`` of :func:`~sgtune.sampler.driver.run_chains`) is the distance θ moves per
 step in the preconditioned coordinates (|u| = 1); it does not depend on β. The phases of a step
@@ -44,8 +45,8 @@ from .grads import add_prior, minibatch_value_gradient, prior_value
 from .engine import ChainPlan
 from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
-from .smile import (MN_A1, MN_B1, MN_B2, momentum_map, position_map, precond_update, random_unit_vector, sgld_step,
-                    tuner_update)
+from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, position_map, precond_update,
+                    random_unit_vector, sgld_step, tuner_update)
 from .state import LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams, TunerParams, mclmc_state
 from .targets import draw_step_noise, target_grad, target_value_grad
 
@@ -108,8 +109,12 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
     de = dk - (lp1 - mc.scal[c, 1])
     if params.tuned != 0.0:
         tune[c, 3] = h
-        rej = tuner_update(tune[c], abs(de), params.zk, params.zlo, params.zhi, params.beta, params.delta,
-                           params.tune_start)
+        if params.mode == 0.0:
+            rej = tuner_update(tune[c], abs(de), params.zk, params.zlo, params.zhi, params.beta, params.delta,
+                               params.tune_start)
+        else:
+            rej = anchored_update(tune[c], abs(de), d, params.zk, params.beta, params.tune_start, params.anchor,
+                                  params.gain, params.clip)
         if rej or diverges(th):
             stats[c, 0] += 1.0
             for i in range(d):

@@ -31,7 +31,7 @@ from collections import namedtuple
 import numpy as np
 
 __all__ = ["ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
-           "DIVERGENCE_BOUND", "COV_BLOCK", "LAM_DIAG", "LAM_DENSE", "mclmc_state", "tuner_params"]
+           "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state", "tuner_params"]
 
 #: a chain whose ‖θ‖₁ reaches this (or is not finite) has diverged and stops
 DIVERGENCE_BOUND = 1e150
@@ -45,7 +45,9 @@ Oracle = namedtuple("Oracle", "X y ints floats mat prior_kind prior work_len")
 Schedule = namedtuple("Schedule", "batch_size decay")
 StepParams = namedtuple("StepParams", "lam fac momentum inject inv_temp friction step")
 TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
-                                        "friction")
+                                        "friction mode anchor gain clip")
+#: the step-size rules of the tuned SMILE samplers (``TunerParams.mode``): Algorithm 1 as printed, or anchored
+TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
 #: the per-chain arrays of the SMILE samplers followed by the fields of :class:`TunerParams` (flat: numba's
 #: parallel loop cannot pass a record nested in a record)
 MclmcState = namedtuple("MclmcState", ("step", "tune", "ipre", "gbar", "gvar", "pcount", "stats", "prev", "scal")
@@ -58,10 +60,16 @@ Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 
 def tuner_params(*, alpha: float = 0.01, beta: float = 0.01, zk: float = 0.0, zlo: float = 0.0, zhi: float = 0.0,
                  delta: float = 0.02, tune_start: float = 10.0, pre_start: float = 100.0, inv_temp: float = 1.0,
-                 precond: bool = False, tuned: bool = False, friction: float = 1.0) -> TunerParams:
-    """A :class:`TunerParams` record with every field a float (one numba type for every sampler)."""
+                 precond: bool = False, tuned: bool = False, friction: float = 1.0, mode: float = TUNER_PAPER,
+                 anchor: float = 5e-4, gain: float = 0.02, clip: float = 10.0) -> TunerParams:
+    """A :class:`TunerParams` record with every field a float (one numba type for every sampler).
+
+    ``mode`` is the step-size rule (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`); ``anchor``, ``gain`` and
+    ``clip`` are the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max
+    (:func:`sgtune.sampler.smile.anchored_update`)."""
     return TunerParams(float(alpha), float(beta), float(zk), float(zlo), float(zhi), float(delta), float(tune_start),
-                       float(pre_start), float(inv_temp), float(bool(precond)), float(bool(tuned)), float(friction))
+                       float(pre_start), float(inv_temp), float(bool(precond)), float(bool(tuned)), float(friction),
+                       float(mode), float(anchor), float(gain), float(clip))
 
 
 def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerParams | None = None) -> MclmcState:

@@ -33,7 +33,8 @@ package ships (scikit-learn's diabetes data, N = 442, p = 10; no download):
   from the same starts, trained on the training part and scored by the LPPD on the validation
   part; the best value is then run on the full budget. The grid is over the step size itself for
   SGLD / SGHMC and over the *initial* step size for smile / psmile (whose energy-variance tuner
-  then adapts it).
+  then adapts it: the anchored rule by default; ``sampler_options={"smile": {"tuner": "paper"}}``
+  runs the SMILE paper's eq. (7) instead).
 - **Metrics.** :func:`gaussian_lppd` (test log pointwise predictive density of the SMILE paper (2025), appendix
   E, with the C·S draws pooled) and :func:`predictive_rmse` (RMSE of the posterior-predictive
   mean), both reported on the original scale of the response; mean ± sd over the splits

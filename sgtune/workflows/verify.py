@@ -160,7 +160,7 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                           burn_in: int | None = None, n_chains: int = 16, batches_per_chain: int | None = None,
                           alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
                           seed: int = 0, progress: ProgressCallback | None = None,
-                          keep_draws: int = 0, sampler: str = "sgld", friction: float = 1.0,
+                          keep_draws: int = 0, sampler: Any = "sgld", friction: float = 1.0,
                           against: Any = "prediction") -> VerificationReport:
     r"""Test Σ̂ (chains) = Σ(Λ) (Eqs. (11)–(12)) entrywise with batch-means z-scores and a Bonferroni threshold.
 
@@ -208,8 +208,9 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         Called after each chunk of steps.
     keep_draws : int, optional
         Keep about that many thinned draws (pooled over chains) in ``chains.trace``.
-    sampler : str, optional
-        The sampler (:data:`sgtune.sampler.SAMPLERS`).
+    sampler : str or options object, optional
+        The sampler (:data:`sgtune.sampler.SAMPLERS`), or its options (e.g.
+        ``SmileOptions(tuner="paper")``; ``friction`` is then ignored).
     friction : float, optional
         SGHMC's friction γ.
     against : {"prediction", "target"} or array_like, optional
@@ -281,7 +282,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     tuning = None
     if sampler_spec(sampler).target == "posterior":
         if step_matrix is None or target is not None:
-            raise SgtuneError(f"sampler {sampler!r} samples the posterior with a scalar step size: give a number as "
+            raise SgtuneError(f"sampler {sampler_spec(sampler).name!r} samples the posterior with a scalar step size: "
+                              "give a number as "
                               "`step_matrix` (the step size) and no tuning target")
         beta = data.n_data if math.isinf(inv_temperature) else check_positive(inv_temperature, "inv_temperature")
         inv_temperature = float(beta)
@@ -310,7 +312,8 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
                         Dynamics(lam, batch_size, inv_temperature=inv_temperature, momentum=momentum,
                                  batching="without-replacement" if without_replacement else "replacement"),
                         run,
-                        options_for(sampler, friction=friction), prior_precision=prior_precision,
+                        options_for(sampler, friction=friction) if isinstance(sampler, str) else sampler,
+                        prior_precision=prior_precision,
                         initial=expansion.theta_hat, progress=progress)
     if chains.n_batches < 2:
         raise SgtuneError("verification needs at least 2 batches for standard errors; use more chains")

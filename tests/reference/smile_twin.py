@@ -80,6 +80,8 @@ def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom
         float(params.alpha), float(params.beta), float(params.zk), float(params.zlo), float(params.zhi),
         float(params.delta), float(params.friction), float(params.tune_start), float(params.pre_start))
     pk, plo, phi = (float(ndtr(z)) for z in (zk, zlo, zhi))
+    anchored = float(params.mode) != 0.0
+    v_star, gain, clip = float(params.anchor), float(params.gain), float(params.clip)
     n_chains, d = theta.shape
     mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)
     for c in range(n_chains):
@@ -116,7 +118,27 @@ def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom
                         th = th + coef * h * u * ip
                         lp1, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
                 de = dk - (lp1 - lp0)
-                if tuned:
+                if tuned and anchored:  # ξ = min(ΔE²/(d v*), ξ_max); ε ← ε exp(γ(1 − ξ)/6); the guardrail as below
+                    a = abs(de)
+                    reject, xi = True, clip
+                    if math.isfinite(a):
+                        reject = False
+                        if en >= tune_start:
+                            mu, var = ema_corrected(em, ev, en, beta)
+                            if mu > 0 and var > 0:
+                                fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
+                                reject = a > wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0]
+                        xi = min(a * a / (d * v_star), clip)
+                    act = not math.isfinite(a) or en >= tune_start
+                    if math.isfinite(a):
+                        em, ev, en = ema_update(em, ev, en, a, beta)
+                    factor = math.exp(gain * (1.0 - xi) / 6.0) if act else 1.0
+                    if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
+                        stats[c, 0] += 1.0
+                        th = prev
+                        u = np.zeros(d)
+                    step[c] = h * factor
+                elif tuned:
                     reject = False
                     factor = 1.0
                     a = abs(de)
