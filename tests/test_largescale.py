@@ -84,6 +84,7 @@ def test_arnoldi_gmres_against_a_dense_solve():
     assert np.linalg.norm(A @ x - b) / np.linalg.norm(b) < 1e-11  # Arnoldi's residual is the true one
 
 
+@pytest.mark.filterwarnings("ignore::sgtune.core.errors.AccuracyWarning")  # the closed forms miss this target (warned, tested in test_tuning_families.py); here the route and exactness
 def test_closed_form_is_the_default_above_fit_max_dim(monkeypatch):
     """Above FIT_MAX_DIM tune(family=...) returns the closed form with the exact covariance of its chain."""
     e = synthetic_expansion(6, n=80, d=5)

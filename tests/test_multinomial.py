@@ -350,6 +350,7 @@ def test_expansion_refuses_two_curvature_structures():
                   per_sample_hessians=m.per_sample_hessians(theta, X, y))
 
 
+@pytest.mark.filterwarnings("ignore::sgtune.core.errors.AccuracyWarning")  # structured families miss the wine sandwich (the warning is tested in test_tuning_families.py); here only success/refusal
 def test_every_tuning_method_and_family_behaves_as_for_logistic_regression():
     """The multinomial expansion goes through tune() like a GLM's: each (method, family) succeeds for both
     models or is refused for both (the comparison theories give dense Λ only; lr-ws is Gaussian-only)."""

@@ -206,7 +206,7 @@ class TorchModel:
     def describe(self) -> dict[str, Any]:
         """JSON keys about θ̂: ``theta_hat_source`` says whether it is the module's weights or a fit."""
         return {"theta_hat_source": "fitted: the MAP by L-BFGS from the module's weights (fit=True)" if self.fit
-                else "the module's current weights (no fit; fit=True or --fit fits the MAP from them)"}
+                else "the module's current weights (no fit; fit=True fits the MAP from them)"}
 
     @property
     def last_layer_likelihood(self) -> str | None:

@@ -971,7 +971,7 @@ def _is_prior(r: Remedy) -> bool:
     return r.command is None and set(r.changes) == {"prior_precision"}
 
 
-@cites("sgtune", "remedies checked by the applicability report before they are offered (issue 35)")
+@cites("sgtune", "remedies checked by the applicability report before they are offered")
 def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, target_cov: Any,
                      reasons: list[Reason], *, seed: int = 0) -> list[Reason]:
     """The reasons with remedies that were checked where sgtune can check them cheaply.
@@ -1029,34 +1029,12 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
     head = last_layer_remedy(model, data, expansion, stationary, target_cov)
     if head is not None:
         network.append(head)
-    # (the lead's Kronecker-factored family for the whole network goes here, checked the same way)
+    # (a whole-network family goes here once its applicability report exists, checked the same way)
     if any(r.expect == "applicable" for r in network):
         return [Reason(r.code, r.message, (*network, *(m for m in r.remedies if not (_is_temperature(m)
                                                                                       or _is_prior(m)))))
                 for r in reasons]
-    searched: Remedy | None = None
-    none_found = ""
-    if target_cov is not None and data.rows is None and any(_is_temperature(m) for r in reasons for m in r.remedies):
-        target = np.asarray(target_cov, dtype=float)
-        tried: list[float] = []
-        grid = [(f"Λ about {c:g}× as large", _beta_for_scale(expansion, stationary, target, c))
-                for c in BETA_SEARCH_SCALES]
-        # the computed one last (e.g. the divergence estimate's scale, when it is below the grid)
-        grid += [("the computed one", float(m.changes["inv_temperature"])) for r in reasons for m in r.remedies
-                 if _is_temperature(m)]
-        for label, beta in grid:
-            if beta is None or beta in tried:
-                continue
-            tried.append(beta)
-            if _probe(model, data, expansion, stationary, target, beta, seed):
-                searched = Remedy(f"SGLD at inverse temperature {beta:.6g}, found by running the applicability check "
-                                  f"at {len(tried)} inverse temperature(s) ({label}): its report is applicable",
-                                  {"inv_temperature": beta}, expect="applicable")
-                break
-        if searched is None and tried:
-            none_found = (f"; no inverse temperature from {min(tried):.6g} to {max(tried):.6g} (Λ down to "
-                          f"{BETA_SEARCH_SCALES[-1]:g}× as large, and the one computed for this reason) makes the "
-                          "applicability check pass")
+    searched, none_found = _searched_temperature(model, data, expansion, stationary, target_cov, reasons, seed)
     prior: Remedy | None = None
     priors = [float(m.changes["prior_precision"]) for r in reasons for m in r.remedies if _is_prior(m)]
     if searched is None and priors and data.rows is None and getattr(model, "fit_method", "lbfgs") == "newton":
@@ -1077,6 +1055,39 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
         rem = (*network, *found, *rest)
         out.append(Reason(r.code, r.message + (none_found if had else ""), tuple(rem)))
     return out
+
+
+def _searched_temperature(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov,
+                          target_cov: Any, reasons: list[Reason], seed: int) -> tuple[Remedy | None, str]:
+    """The inverse-temperature search of :func:`checked_remedies`: the first inverse temperature of the grid
+    (Λ about each of :data:`BETA_SEARCH_SCALES` times as large, then the computed one) whose report passes, and
+    the words to add to the reason when none does (empty when the search did not run or found one)."""
+    searched: Remedy | None = None
+    none_found = ""
+    if target_cov is None or data.rows is not None or not any(_is_temperature(m) for r in reasons
+                                                              for m in r.remedies):
+        return searched, none_found
+    target = np.asarray(target_cov, dtype=float)
+    tried: list[float] = []
+    grid = [(f"Λ about {c:g}× as large", _beta_for_scale(expansion, stationary, target, c))
+            for c in BETA_SEARCH_SCALES]
+    # the computed one last (e.g. the divergence estimate's scale, when it is below the grid)
+    grid += [("the computed one", float(m.changes["inv_temperature"])) for r in reasons for m in r.remedies
+             if _is_temperature(m)]
+    for label, beta in grid:
+        if beta is None or beta in tried:
+            continue
+        tried.append(beta)
+        if _probe(model, data, expansion, stationary, target, beta, seed):
+            searched = Remedy(f"SGLD at inverse temperature {beta:.6g}, found by running the applicability check "
+                              f"at {len(tried)} inverse temperature(s) ({label}): its report is applicable",
+                              {"inv_temperature": beta}, expect="applicable")
+            break
+    if searched is None and tried:
+        none_found = (f"; no inverse temperature from {min(tried):.6g} to {max(tried):.6g} (Λ down to "
+                      f"{BETA_SEARCH_SCALES[-1]:g}× as large, and the one computed for this reason) makes the "
+                      "applicability check pass")
+    return searched, none_found
 
 
 def _searched_prior(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, g0: float,

@@ -407,7 +407,7 @@ DENSE_CHECK_MAX_DIM = 5000
 
 @dataclass(frozen=True, repr=False)
 class KroneckerTuning:
-    """Result of :func:`tune_factors` / :func:`sgtune.models.kfac.tune_kronecker`: Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹).
+    """Result of :func:`tune_factors` / :func:`tune_kronecker`: Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹).
 
     Holds only per-layer factors (no D×D object): :meth:`apply` multiplies a gradient by Λ with two
     small matrix products per layer, :meth:`noise` draws from N(0, Λ) the same way, :meth:`save` /

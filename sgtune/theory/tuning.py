@@ -680,19 +680,7 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
         return _tune_whitened(expansion, dyn, expansion.whitening(), target, method)
     S = _target_covariance(expansion, target)
     part = _partition(expansion, family, blocks)
-    try:
-        if family == "dense":
-            lam, residual, criterion, cbar = _dense_step_matrix(expansion, dyn, S, model)
-            guess = S
-        else:
-            lam, residual, criterion, guess, cbar = _family_step_matrix(expansion, dyn, S, family, part, crit)
-            _check_family_step(lam, family, expansion.parameter_names, dyn)
-    except InfeasibleTargetError as exc:
-        raise _with_temperature_remedy(exc) from None
-    except (NotPositiveDefiniteError, ConvergenceError) as exc:
-        if family == "dense":
-            raise
-        raise _family_refusal(family, dyn, exc) from None
+    lam, residual, criterion, guess, cbar = _step_matrix_of_family(expansion, dyn, S, model, family, part, crit)
     tuned = dyn.replace(step=lam)
     try:
         st = _tuned_stationary(expansion, tuned, S, cbar, guess, large=large, family=family, method=method)
@@ -709,6 +697,26 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
                         inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=part,
                         family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names)
+
+
+def _step_matrix_of_family(expansion: Expansion, dyn: Dynamics, S: np.ndarray, model: Any, family: str,
+                           part: Any, crit: str) -> tuple[np.ndarray, float, float, np.ndarray, Any]:
+    """Λ of :func:`tune` for its family (dense: one Lyapunov solve; else the family's fit), with the residual,
+    the criterion, the starting covariance of the stationary solve and C̄; a family that cannot be fitted is
+    refused in one line (:func:`_family_refusal`), an unreachable target names the inverse temperature."""
+    try:
+        if family == "dense":
+            lam, residual, criterion, cbar = _dense_step_matrix(expansion, dyn, S, model)
+            return lam, residual, criterion, S, cbar
+        lam, residual, criterion, guess, cbar = _family_step_matrix(expansion, dyn, S, family, part, crit)
+        _check_family_step(lam, family, expansion.parameter_names, dyn)
+        return lam, residual, criterion, guess, cbar
+    except InfeasibleTargetError as exc:
+        raise _with_temperature_remedy(exc) from None
+    except (NotPositiveDefiniteError, ConvergenceError) as exc:
+        if family == "dense":
+            raise
+        raise _family_refusal(family, dyn, exc) from None
 
 
 def _tune_dynamics(dynamics: Any, legacy: dict[str, Any]) -> Dynamics:
@@ -867,6 +875,7 @@ def _tune_whitened(e: Expansion, dyn: Dynamics, T: np.ndarray, target: Any, meth
                         family_criterion=inner.family_criterion)
 
 
+@cites("wang2026", "Eq. (11) as Λ → 0: Σ → H⁻¹/β, the still chain a structured family's fit is compared with")
 def family_error_warning(family: str, covariance_error: float, still_error: float = 1.0) -> str | None:
     """The warning for a structured family whose Λ misses the target, else None.
 

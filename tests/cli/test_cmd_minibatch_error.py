@@ -102,7 +102,7 @@ def test_error_theta_not_numeric(data_file, tmp_path, command):
 def test_error_batch_size_too_large(data_file):
     path, tpath, *_ = data_file
     res = _run([path, "--model", "linear", "--theta", tpath, "--batch-size", 9])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # an out-of-range option value is a usage error, as the help says
     assert "--batch-size must be in [1, N = 5]" in res.stderr
 
 

@@ -126,8 +126,8 @@ def test_outputs_that_share_a_file_are_a_usage_error_naming_both(tmp_path, args,
 
 
 @pytest.mark.parametrize("args,says", [
-    ([*LAMBDA, "-o", "{d}/lambda.csv"], "-o {d}/lambda.csv: this option writes a .npy array (numpy.save); give a "
-                                        "file name ending in .npy"),
+    ([*LAMBDA, "-o", "{d}/lambda.csv"], "-o {d}/lambda.csv: this option writes a .npy array (numpy.save) or an "
+                                        ".npz archive; give a file name ending in .npy or .npz"),
     ([*RUN, "-o", "{d}/t.txt"], "-o {d}/t.txt: this option writes an .npz archive or a netCDF file; give a file name "
                                 "ending in .npz or .nc"),
     ([*LAMBDA, "--json", "{d}/doc.npy"], "--json {d}/doc.npy: this option writes a JSON document; give a file name "
