@@ -125,6 +125,7 @@ def test_reprs_are_short_and_hold_no_arrays(problem):
         assert len(text) < 400 and text.count("\n") == 0 and "array(" not in text, text
         assert text.startswith(type(obj).__name__ + "(")
         assert "D=40" in text or isinstance(obj, type(app))  # the applicability report is about checks, not D
+    assert "momentum=0" in repr(t) and "inv_temperature=inf" in repr(t)  # the chain a Λ is for, not only its B
 
 
 def test_summary_std_err_is_the_targets_sd_computed_from_the_data(problem):

@@ -264,7 +264,8 @@ class TuningResult(ResultMixin):
         return [("D", self.step_matrix.shape[0]), ("method", self.method), ("family", self.family),
                 ("target", self.target if isinstance(self.target, str) else "matrix"),
                 ("covariance_error", self.covariance_error), ("spectral_radius", self.spectral_radius),
-                ("batch_size", self.batch_size)]
+                ("batch_size", self.batch_size), ("momentum", self.momentum),
+                ("inv_temperature", self.inv_temperature)]
 
     def summary(self) -> SummaryTable:
         """Per coordinate: θ̂ with the target's standard deviation √Σ*_ii as its standard error (z, P>|z|,
