@@ -750,29 +750,15 @@ MULTI_OUTPUT = {
 def check_disk_full(command: str, k: int, folder: Path) -> None:
     """The k-th file the command writes hits a full disk: exit 1 with one line, the old files stay as they were
     (byte for byte), no new file and no temporary file."""
-    import errno
-
     import sgtune.cli._io as cli_io
+    from _disk_full import atomic_write_failing_on
 
     base, out = MULTI_OUTPUT[command]
     args = [*base, "-q", *out[:1], str(folder / out[1]), "--json", str(folder / "doc.json"), "--overwrite"]
     for name in (out[1], "doc.json"):
         (folder / name).write_bytes(b"old " + name.encode())
-    real = cli_io.atomic_write
-    seen: list[str] = []
-
-    def atomic_write(path, write, mode):
-        seen.append(os.fspath(path))
-        if len(seen) != k:
-            return real(path, write, mode)
-
-        def partial(fh):
-            fh.write(b"x" if "b" in mode else "x")
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        return real(path, partial, mode)
-
-    with mock.patch.object(cli_io, "atomic_write", atomic_write):
+    fake, seen = atomic_write_failing_on(k)
+    with mock.patch.object(cli_io, "atomic_write", fake):
         r = CliRunner().invoke(main, args)
     where = f"{command}, disk full on file {k} of {seen}\nexit {r.exit_code}\nstderr:\n{r.stderr}"
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _disk_full import atomic_write_failing_on
 from _timeouts import HANG_GUARD_S
 from click.testing import CliRunner
 
@@ -48,21 +49,8 @@ def _temporaries(folder: Path) -> list[str]:
 
 def _fail_on_file(monkeypatch, k: int) -> list[str]:
     """The k-th file the command writes (1-based) hits a full disk after a few bytes."""
-    real = cli_io.atomic_write
-    seen: list[str] = []
-
-    def atomic_write(path, write, mode):
-        seen.append(os.fspath(path))
-        if len(seen) != k:
-            return real(path, write, mode)
-
-        def partial(fh):
-            fh.write(b"\x93NUMPY" if "b" in mode else "{")
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        return real(path, partial, mode)
-
-    monkeypatch.setattr(cli_io, "atomic_write", atomic_write)
+    fake, seen = atomic_write_failing_on(k)
+    monkeypatch.setattr(cli_io, "atomic_write", fake)
     return seen
 
 
