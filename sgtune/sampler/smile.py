@@ -180,18 +180,27 @@ def _wh(z, k, scale):  # type: ignore[no-untyped-def]
 
 
 @njit
-def _gamma_guardrail(tune, abs_de, zk, beta, tune_start):  # type: ignore[no-untyped-def]
-    """Eq. (6): |ΔE| above the κ quantile of the Gamma fitted to the EMAs before this step (False before
-    ``tune_start`` steps or while the fit is degenerate)."""
+def _gamma_fit(tune, beta, tune_start):  # type: ignore[no-untyped-def]
+    """Eq. (5), moment-matched: the Gamma's shape k = μ²/s² and scale θ = s²/μ from the bias-corrected EMAs
+    before this step, and whether there is a fit (not before ``tune_start`` steps or while the EMAs are
+    degenerate)."""
     n = tune[2]
     if n < tune_start:
-        return False
+        return False, 0.0, 0.0
     corr = 1.0 - (1.0 - beta) ** n
     mu = tune[0] / corr
     var = tune[1] / corr
     if mu > 0.0 and var > 0.0:
-        return abs_de > _wh(zk, mu * mu / var, var / mu)
-    return False
+        return True, mu * mu / var, var / mu
+    return False, 0.0, 0.0
+
+
+@njit
+def _gamma_guardrail(tune, abs_de, zk, beta, tune_start):  # type: ignore[no-untyped-def]
+    """Eq. (6): |ΔE| above the κ quantile of the Gamma fitted to the EMAs before this step (False before
+    ``tune_start`` steps or while the fit is degenerate)."""
+    fitted, k, scale = _gamma_fit(tune, beta, tune_start)
+    return fitted and abs_de > _wh(zk, k, scale)
 
 
 @njit
@@ -222,18 +231,13 @@ def tuner_update(tune, abs_de, zk, zlo, zhi, beta, delta, tune_start):  # type: 
         return True
     reject = False
     factor = 1.0
-    if tune[2] >= tune_start:
-        corr = 1.0 - (1.0 - beta) ** tune[2]
-        mu = tune[0] / corr
-        var = tune[1] / corr
-        if mu > 0.0 and var > 0.0:
-            k = mu * mu / var
-            scale = var / mu
-            reject = abs_de > _wh(zk, k, scale)
-            if abs_de < _wh(zlo, k, scale):
-                factor = 1.0 + delta
-            elif abs_de > _wh(zhi, k, scale):
-                factor = 1.0 - delta
+    fitted, k, scale = _gamma_fit(tune, beta, tune_start)
+    if fitted:
+        reject = abs_de > _wh(zk, k, scale)
+        if abs_de < _wh(zlo, k, scale):
+            factor = 1.0 + delta
+        elif abs_de > _wh(zhi, k, scale):
+            factor = 1.0 - delta
     _ema_push(tune, abs_de, beta)
     tune[3] *= factor
     return reject
