@@ -883,7 +883,8 @@ class CovarianceErrorEstimate:
     >>> rng = np.random.default_rng(0)
     >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
     >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
-    >>> est = posterior_covariance_error(U, w, c, 1.0, Dynamics(np.full(6, 0.05), 10), probes=16)
+    >>> est = posterior_covariance_error(RankOneProblem(U, w, c, 1.0), Dynamics(np.full(6, 0.05), 10),
+    ...                                  ProbeOptions(probes=16))
     >>> est.rank, est.basis, est.diagonal.shape
     (0, 'none', (6,))
     """
