@@ -213,7 +213,7 @@ def families_table(quick: bool) -> None:
 def matrix_free_table(quick: bool) -> None:
     import resource
 
-    from sgtune.theory.largescale import posterior_diagonal_step_sizes
+    from sgtune.theory.largescale import ProbeOptions, RankOneProblem, posterior_diagonal_step_sizes
     from sgtune.theory.stationary import noise_covariance as ncov
     from sgtune.theory.tuning import structured_step_matrix
 
@@ -224,7 +224,8 @@ def matrix_free_table(quick: bool) -> None:
     gam = np.ones(d)
     X, w = e.design, e.weights
     c = e.grads[:, 0] / X[:, 0]  # g_n = c_n x_n for the GLM
-    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(X, w, c, gam, Dynamics(None, B), probes=k), repeat=1)
+    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(RankOneProblem(X, w, c, gam), Dynamics(None, B),
+                                                          ProbeOptions(probes=k)), repeat=1)
 
     def dense():
         S, H = e.posterior_cov(), e.hessian
@@ -247,7 +248,8 @@ def matrix_free_table(quick: bool) -> None:
     c = rng.standard_normal(n) * 0.4
     gam = np.full(d2, 0.01 * n)  # Γ/N = 0.01 I
     t_build = time.perf_counter() - t0
-    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B), probes=k), repeat=1)
+    t_mf, r = timed(lambda: posterior_diagonal_step_sizes(RankOneProblem(U, w, c, gam), Dynamics(None, B),
+                                                          ProbeOptions(probes=k)), repeat=1)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"Gauss–Newton-like D = N = {d2}: {t_mf:.3g} s ({r.cg_iterations} CG its, k = {k} probes; building the "
           f"design {t_build:.3g} s), peak RSS {rss:.2f} GiB (the design alone: {U.nbytes / 1024**3:.2f} GiB); "
@@ -288,7 +290,8 @@ def _mlp_expansion(n: int, p: int, h: int, seed: int = 1) -> Expansion:
 
 def covariance_error_rows(e: Expansion, lam: np.ndarray, name: str, B: int, header: bool = True) -> None:
     """The matrix-free covariance-error estimate vs the exact dense error of the same diagonal Λ (issue 10 item 3)."""
-    from sgtune.theory.largescale import posterior_covariance_error, stationary_cov_from_target
+    from sgtune.theory.largescale import (ErrorOptions, ProbeOptions, RankOneProblem, posterior_covariance_error,
+                                          stationary_cov_from_target)
     from sgtune.theory.stationary import noise_covariance as ncov
 
     U, w = e.design, e.weights
@@ -312,10 +315,11 @@ def covariance_error_rows(e: Expansion, lam: np.ndarray, name: str, B: int, head
 
     warnings.simplefilter("ignore", AccuracyWarning)  # the table shows the standard error instead
     t_ex, err = cpu(exact)
-    t_t, est = cpu(lambda: posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), probes=32))
+    problem, probing = RankOneProblem(U, w, c, gam), ProbeOptions(probes=32)
+    t_t, est = cpu(lambda: posterior_covariance_error(problem, Dynamics(lam, B), probing))
     try:
-        t_l, low = cpu(lambda: posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), probes=32,
-                                                          representation="low-rank", rank=64))
+        t_l, low = cpu(lambda: posterior_covariance_error(problem, Dynamics(lam, B), probing,
+                                                          ErrorOptions(representation="low-rank", rank=64)))
         low_txt = f"{low.covariance_error:15.4f} {t_l:6.1f}"
     except Exception as exc:  # noqa: BLE001 — a benchmark row, not a test: show why
         low_txt = f"{type(exc).__name__:>15} {'':>6}"
@@ -325,7 +329,7 @@ def covariance_error_rows(e: Expansion, lam: np.ndarray, name: str, B: int, head
 
 def error_table(quick: bool) -> None:
     """Rows of 5a for the Gauss–Newton-like design and a real Gauss–Newton MLP (dense exact still fits)."""
-    from sgtune.theory.largescale import posterior_diagonal_step_sizes
+    from sgtune.theory.largescale import ProbeOptions, RankOneProblem, posterior_diagonal_step_sizes
 
     B = 32
     n = 10_000
@@ -335,8 +339,8 @@ def error_table(quick: bool) -> None:
         if e is None:
             continue
         U, w = e.design, e.weights
-        lam = posterior_diagonal_step_sizes(U, w, e.grads[:, 0] / U[:, 0], np.diag(e.prior_precision).copy(),
-                                            Dynamics(None, B), probes=16).diagonal
+        problem = RankOneProblem(U, w, e.grads[:, 0] / U[:, 0], np.diag(e.prior_precision).copy())
+        lam = posterior_diagonal_step_sizes(problem, Dynamics(None, B), ProbeOptions(probes=16)).diagonal
         covariance_error_rows(e, lam, name, B, header=False)
     print("(target: Δ̂ = diag(d) + αΣ*, Galerkin, k = 32 probes, jackknife se; low-rank: diag(d) + VCVᵀ, 'mixed' "
           "basis. ê is trustworthy only when its se is small: on the MLP Σ* is itself nearly diagonal and α is "
@@ -353,7 +357,7 @@ def gn_mlp_rows(quick: bool) -> None:
     import resource
 
     from sgtune.models.mlp import make_mlp
-    from sgtune.theory.largescale import posterior_diagonal_step_sizes
+    from sgtune.theory.largescale import ProbeOptions, RankOneProblem, posterior_diagonal_step_sizes
 
     n, p, h = (2000, 40, 49) if quick else (10_000, 100, 99)
     rng = np.random.default_rng(1)
@@ -378,8 +382,9 @@ def gn_mlp_rows(quick: bool) -> None:
     for r in (256, 0):
         t0 = time.process_time()
         try:
-            t, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 32), probes=16,
-                                                               preconditioner_rank=r, max_iter=cap))
+            t, res = cpu(lambda: posterior_diagonal_step_sizes(
+                RankOneProblem(U, w, c, gam), Dynamics(None, 32),
+                ProbeOptions(probes=16, preconditioner_rank=r, max_iter=cap)))
         except ConvergenceError as exc:  # the baseline at its iteration cap
             print(f"{'Jacobi (baseline)':>22} | {time.process_time() - t0:8.3g} {'>' + str(cap):>7} | {'≤ 60':>7} | "
                   f"not converged: {str(exc)[:70]}", flush=True)
@@ -390,16 +395,17 @@ def gn_mlp_rows(quick: bool) -> None:
         print(f"{name:>22} | {t:8.3g} {res.cg_iterations:7d} | {'≤ 60':>7} | {dev}", flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"peak RSS of this process (both runs, the GN-like problem above included): {rss:.2f} GiB (target ≤ 4)")
-    from sgtune.theory.largescale import posterior_covariance_error
+    from sgtune.theory.largescale import ProbeOptions, RankOneProblem, posterior_covariance_error
 
     import warnings
 
     from sgtune.core.errors import AccuracyWarning
 
     warnings.simplefilter("ignore", AccuracyWarning)  # the row shows the standard error instead
-    t_lam, res = cpu(lambda: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 32), probes=16))
+    problem, probing = RankOneProblem(U, w, c, gam), ProbeOptions(probes=16)
+    t_lam, res = cpu(lambda: posterior_diagonal_step_sizes(problem, Dynamics(None, 32), probing))
     rss_lam = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    t_err, est = cpu(lambda: posterior_covariance_error(U, w, c, gam, Dynamics(res.diagonal, 32), probes=16))
+    t_err, est = cpu(lambda: posterior_covariance_error(problem, Dynamics(res.diagonal, 32), probing))
     rss_err = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"{'Λ alone (Nyström 256)':>30} | {t_lam:8.3g} CPU s | peak RSS {rss_lam:.2f} GiB")
     print(f"{'Λ + covariance error':>30} | {t_lam + t_err:8.3g} CPU s | peak RSS {rss_err:.2f} GiB | "

@@ -65,9 +65,11 @@ def main() -> None:
               f"{r.settings.get('rms_move', float('nan')):.3g}{extra}  validation LPPD over the grid: [{vals}]",
               flush=True)
 
-    rows, starts = bnn.compare_samplers(samplers, splits=splits, n_chains=chains, gradient_budget=budget,
-                                        batch_size=a.batch_size, draws_per_chain=draws, step_grids=grids, log=log,
-                                        prior_precision=a.prior_precision, start_iter=a.start_iter)
+    rows, starts = bnn.compare_samplers(
+        samplers, splits=splits,
+        budget=bnn.ComparisonBudget(n_chains=chains, gradient_budget=budget, start_iter=a.start_iter),
+        setup=bnn.NetworkSetup(batch_size=a.batch_size, draws_per_chain=draws, prior_precision=a.prior_precision),
+        step_grids=grids, log=log)
     summ = bnn.summarise(rows)
     print()
     print(f"σ² (training MSR of the starts, standardised units; validation MSR in brackets): "

@@ -94,8 +94,9 @@ from tests.reference.reshuffle_twin import run_reshuffle_chains_python  # noqa: 
 from sgtune.sampler.targets import NOISE_KINDS, TARGET_IDS, make_target  # noqa: E402
 from sgtune.theory.adjoint import affine_discrepancy, criterion_gradient  # noqa: E402
 from sgtune.theory.applicability import applicability  # noqa: E402
-from sgtune.theory.largescale import (posterior_covariance_error, posterior_diagonal_step_sizes,  # noqa: E402
-                                      stationary_cov_from_target, stationary_cov_from_target_momentum)
+from sgtune.theory.largescale import (ProbeOptions, RankOneProblem, posterior_covariance_error,  # noqa: E402
+                                      posterior_diagonal_step_sizes, stationary_cov_from_target,
+                                      stationary_cov_from_target_momentum)
 from sgtune.theory.mcerror import mc_error  # noqa: E402
 from sgtune.theory.stationary import (autocorrelation_times, equilibration_steps, iterate_average_cov,  # noqa: E402
                                       max_stable_step, noise_covariance, predict_comparison_cov,
@@ -431,8 +432,10 @@ def matrix_free(error_estimate: bool = False, **opts: Any) -> Any:
     c = rng.standard_normal(m) * 0.4
     gam = np.full(d, 2.0)
     dyn, rest = _dynamics(None, 8, dict(opts))
-    diag = posterior_diagonal_step_sizes(U, w, c, gam, dyn, probes=32, seed=3, error_estimate=error_estimate, **rest)
-    err = posterior_covariance_error(U, w, c, gam, dyn.replace(step=diag.diagonal), probes=32, seed=4, **rest)
+    problem = RankOneProblem(U, w, c, gam)
+    diag = posterior_diagonal_step_sizes(problem, dyn, ProbeOptions(probes=32, seed=3, **rest),
+                                         error_estimate=error_estimate)
+    err = posterior_covariance_error(problem, dyn.replace(step=diag.diagonal), ProbeOptions(probes=32, seed=4, **rest))
     return {"diagonal": diag, "error": err}
 
 

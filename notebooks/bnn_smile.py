@@ -54,8 +54,9 @@ GRIDS = {s: bnn.DEFAULT_STEP_GRIDS[s][1:3] for s in SAMPLERS} if SMOKE else None
 # ## 1. The comparison
 
 # %%
-rows, starts = bnn.compare_samplers(SAMPLERS, splits=SPLITS, n_chains=CHAINS, gradient_budget=BUDGET,
-                                    draws_per_chain=DRAWS, step_grids=GRIDS)
+rows, starts = bnn.compare_samplers(SAMPLERS, splits=SPLITS,
+                                    budget=bnn.ComparisonBudget(n_chains=CHAINS, gradient_budget=BUDGET),
+                                    setup=bnn.NetworkSetup(draws_per_chain=DRAWS), step_grids=GRIDS)
 summary = bnn.summarise(rows)
 print(f"{'sampler':<20} {'grads/chain':>11} {'steps':>6}  {'test LPPD':>17}  {'test RMSE':>15}")
 for s, v in summary.items():

@@ -112,9 +112,11 @@ def test_ensemble_start_members_beat_their_glorot_start():
 
 def test_tiny_comparison_runs_with_equal_budget():
     X, y = _tiny()
-    rows, starts = bnn.compare_samplers(("sgld",), splits=(0,), n_chains=2, gradient_budget=600, tune_budget=200,
-                                        batch_size=8, draws_per_chain=10, hidden_sizes=(4,), start_iter=50,
-                                        step_grids={"sgld": (1e-3, 1e-2)}, data=(X, y))
+    rows, starts = bnn.compare_samplers(
+        ("sgld",), splits=(0,), budget=bnn.ComparisonBudget(n_chains=2, gradient_budget=600, tune_budget=200,
+                                                            start_iter=50),
+        setup=bnn.NetworkSetup(batch_size=8, draws_per_chain=10, hidden_sizes=(4,)),
+        step_grids={"sgld": (1e-3, 1e-2)}, data=(X, y))
     start, r = rows
     assert start.sampler == bnn.START_ROW and start.gradient_evals_per_chain == 0
     assert r.gradient_evals_per_chain == 600 and r.n_steps == 600 and r.n_diverged == 0

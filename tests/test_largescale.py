@@ -114,7 +114,8 @@ def test_nystrom_preconditioner_changes_speed_not_the_answer():
     """Same probes (same seed): Jacobi, partial-rank and full-rank Nyström CG give the same λ (to cg_tol);
     on a design with a decaying spectrum (low-rank signal + small isotropic part) the Nyström one needs
     far fewer iterations."""
-    from sgtune.theory.largescale import _nystrom_preconditioner, posterior_diagonal_step_sizes
+    from sgtune.theory.largescale import (ProbeOptions, RankOneProblem, _nystrom_preconditioner,
+                                          posterior_diagonal_step_sizes)
 
     rng = np.random.default_rng(2)
     m, d = 400, 60
@@ -122,8 +123,9 @@ def test_nystrom_preconditioner_changes_speed_not_the_answer():
     w = rng.uniform(0.05, 0.25, m)
     c = rng.standard_normal(m)
     gam = rng.uniform(0.5, 2.0, d)
-    out = {r: posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 4), probes=8, seed=3, cg_tol=1e-11,
-                                            preconditioner_rank=r) for r in (0, 12, d)}
+    out = {r: posterior_diagonal_step_sizes(RankOneProblem(U, w, c, gam), Dynamics(None, 4),
+                                            ProbeOptions(probes=8, seed=3, cg_tol=1e-11, preconditioner_rank=r))
+           for r in (0, 12, d)}
     for r in (12, d):
         np.testing.assert_allclose(out[r].diagonal, out[0].diagonal, rtol=1e-8)
         assert out[r].preconditioner_rank == r

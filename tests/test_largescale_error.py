@@ -14,8 +14,8 @@ import pytest
 
 from sgtune.core.errors import SgtuneError, ShapeError, UnstableStepSizeError
 from sgtune.models import Expansion
-from sgtune.theory.largescale import (_projected_correction, _RankOneCurvature, posterior_covariance_error,
-                                      posterior_diagonal_step_sizes)
+from sgtune.theory.largescale import (ErrorOptions, ProbeOptions, RankOneProblem, _projected_correction,
+                                      _RankOneCurvature, posterior_covariance_error, posterior_diagonal_step_sizes)
 from sgtune.theory.linear_chain import LinearChain
 from sgtune.theory.stationary import finite_population_factor, predict_stationary_cov
 from sgtune.core.config import Dynamics
@@ -39,8 +39,9 @@ def _problem(m=200, d=12, seed=0, low_rank=None, iso=0.02, prior=2.0):
 
 def _lam(U, w, c, gam, B, beta=math.inf, wor=False):
     """A diagonal Λ from the matrix-free route (many probes: close to the closed form)."""
-    return posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B, inv_temperature=beta, batching=bool(wor)),
-                                         probes=512, seed=7).diagonal
+    return posterior_diagonal_step_sizes(RankOneProblem(U, w, c, gam),
+                                         Dynamics(None, B, inv_temperature=beta, batching=bool(wor)),
+                                         ProbeOptions(probes=512, seed=7)).diagonal
 
 
 def _dense(e, lam, B, beta=math.inf, wor=False):
@@ -107,8 +108,8 @@ def test_probe_estimate_of_the_target_norm_is_unbiased_and_the_error_consistent(
     S = np.linalg.inv(e.hessian) / e.n_data
     exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B), method="direct").cov - S) \
         / np.linalg.norm(S)
-    reps = [posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=e.dim, probes=8,
-                                       seed=s)
+    reps = [posterior_covariance_error(RankOneProblem(U, w, c, gam), Dynamics(lam, B), ProbeOptions(probes=8, seed=s),
+                                       ErrorOptions(representation="low-rank", rank=e.dim))
             for s in range(40)]
     t = np.array([r.target_norm**2 for r in reps])
     exact = np.linalg.norm(S) ** 2
@@ -132,8 +133,8 @@ def test_realistic_rank_on_a_gauss_newton_like_problem(basis):
     S = np.linalg.inv(e.hessian) / e.n_data
     ref = predict_stationary_cov(e, Dynamics(np.diag(lam), B))
     exact_err = np.linalg.norm(ref.cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=24, basis=basis,
-                                     probes=512)
+    est = posterior_covariance_error(RankOneProblem(U, w, c, gam), Dynamics(lam, B), ProbeOptions(probes=512),
+                                     ErrorOptions(representation="low-rank", rank=24, basis=basis))
     assert est.rank == 24 and est.basis == basis and est.solve_residual < 1e-6
     assert est.basis_vectors.shape == (60, 24)
     np.testing.assert_allclose(est.basis_vectors.T @ est.basis_vectors, np.eye(24), atol=1e-10)
@@ -147,7 +148,8 @@ def test_low_rank_representation_underestimates_a_full_rank_correction():
     lam = _lam(U, w, c, gam, B)
     S = np.linalg.inv(e.hessian) / e.n_data
     exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B)).cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), representation="low-rank", rank=4, probes=32)
+    est = posterior_covariance_error(RankOneProblem(U, w, c, gam), Dynamics(lam, B), ProbeOptions(probes=32),
+                                     ErrorOptions(representation="low-rank", rank=4))
     assert est.covariance_error < 0.8 * exact_err
 
 
@@ -155,29 +157,30 @@ def test_input_validation_is_one_line_errors():
     """(d) bad probes / rank / basis / shapes / steps → SgtuneError naming the argument."""
     e, U, w, c, gam = _problem()
     lam = np.full(e.dim, 0.01)
+    problem = RankOneProblem(U, w, c, gam)
     cases = [
-        (lam[:3], {}, ShapeError, r"step_sizes must be the \(D,\) = \(12,\)"),
-        (0.01, {}, ShapeError, "step_sizes must be the"),
-        (lam, dict(probes=1), SgtuneError, "probes must be >= 2"),
-        (lam, dict(probes=4), SgtuneError, "probes must be >= 8 for representation 'target'"),
-        (lam, dict(representation="dense"), SgtuneError, "representation must be one of target, low-rank"),
-        (lam, dict(rank=0), SgtuneError, "rank must be >= 1"),
-        (lam, dict(representation="low-rank", basis="random"), SgtuneError,
+        (lambda: posterior_covariance_error(problem, Dynamics(lam[:3], 8)), ShapeError,
+         r"step_sizes must be the \(D,\) = \(12,\)"),
+        (lambda: posterior_covariance_error(problem, Dynamics(0.01, 8)), ShapeError, "step_sizes must be the"),
+        (lambda: ProbeOptions(probes=1), SgtuneError, "probes must be >= 2"),
+        (lambda: posterior_covariance_error(problem, Dynamics(lam, 8), ProbeOptions(probes=4)), SgtuneError,
+         "probes must be >= 8 for representation 'target'"),
+        (lambda: ErrorOptions(representation="dense"), SgtuneError, "representation must be one of target, low-rank"),
+        (lambda: ErrorOptions(rank=0), SgtuneError, "rank must be >= 1"),
+        (lambda: ErrorOptions(representation="low-rank", basis="random"), SgtuneError,
          "basis must be one of mixed, curvature, posterior"),
-        (np.full(e.dim, 1e3), {}, UnstableStepSizeError, "step_sizes are unstable"),
+        (lambda: posterior_covariance_error(problem, Dynamics(np.full(e.dim, 1e3), 8)), UnstableStepSizeError,
+         "step_sizes are unstable"),
+        (lambda: RankOneProblem(U, w[:5], c, gam), ShapeError, "length M = 200"),
+        (lambda: RankOneProblem(U, w, c, 0.0), SgtuneError, "prior_diagonal must be > 0"),
+        (lambda: RankOneProblem(U, w, c, gam, n_data=10), SgtuneError, "n_data must be >= 200"),
     ]
-    for step, extra, exc, msg in cases:
+    for call, exc, msg in cases:
         with pytest.raises(exc, match=msg) as info:
-            posterior_covariance_error(U, w, c, gam, Dynamics(step, 8), **extra)
+            call()
         assert "\n" not in str(info.value)
     with pytest.raises(SgtuneError, match=r"step_matrix \(diagonal\) must be positive"):
         Dynamics(-lam, 8)
-    with pytest.warns(DeprecationWarning), pytest.raises(SgtuneError, match=r"step_sizes must be > 0; step_sizes\[0\]"):
-        posterior_covariance_error(U, w, c, gam, step_sizes=-lam, batch_size=8)  # the old form validates itself
-    with pytest.raises(ShapeError, match="length M = 200"):
-        posterior_covariance_error(U, w[:5], c, gam, Dynamics(lam, 8))
-    with pytest.raises(SgtuneError, match="prior_diagonal must be > 0"):
-        posterior_covariance_error(U, w, c, 0.0, Dynamics(lam, 8))
 
 
 # --------------------------------------------------------------------------- representation "target": diag(d) + αΣ*
@@ -243,7 +246,7 @@ def test_target_representation_on_a_gauss_newton_like_problem():
     lam = _lam(U, w, c, gam, B)
     S = np.linalg.inv(e.hessian) / e.n_data
     exact_err = np.linalg.norm(predict_stationary_cov(e, Dynamics(np.diag(lam), B)).cov - S) / np.linalg.norm(S)
-    est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, B), probes=64)
+    est = posterior_covariance_error(RankOneProblem(U, w, c, gam), Dynamics(lam, B), ProbeOptions(probes=64))
     assert est.representation == "target" and est.rank == 0 and est.solve_residual < 1e-6
     assert 0 < est.standard_error < 0.1 * est.covariance_error
     assert abs(est.covariance_error - exact_err) < 3 * est.standard_error + 0.05 * exact_err
@@ -252,11 +255,12 @@ def test_target_representation_on_a_gauss_newton_like_problem():
 def test_matrix_free_diagonal_reports_the_error_and_keeps_lambda():
     """error_estimate=True adds the estimate (and its standard error) without changing Λ."""
     e, U, w, c, gam = _problem(m=400, d=60, seed=1, low_rank=6, prior=0.01 * 400)
-    plain = posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 8), probes=64, seed=3)
-    both = posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, 8), probes=64, seed=3, error_estimate=True)
+    problem, probing = RankOneProblem(U, w, c, gam), ProbeOptions(probes=64, seed=3)
+    plain = posterior_diagonal_step_sizes(problem, Dynamics(None, 8), probing)
+    both = posterior_diagonal_step_sizes(problem, Dynamics(None, 8), probing, error_estimate=True)
     np.testing.assert_array_equal(plain.diagonal, both.diagonal)
     assert math.isnan(plain.covariance_error) and plain.covariance_error_representation == ""
-    direct = posterior_covariance_error(U, w, c, gam, Dynamics(both.diagonal, 8), probes=64, seed=4)
+    direct = posterior_covariance_error(problem, Dynamics(both.diagonal, 8), ProbeOptions(probes=64, seed=4))
     assert both.covariance_error == direct.covariance_error and both.covariance_error_se == direct.standard_error
     assert both.covariance_error_representation == "target" and both.covariance_error_rank == 0
     S = np.linalg.inv(e.hessian) / e.n_data
@@ -288,5 +292,5 @@ def test_target_estimate_warns_when_the_probes_do_not_determine_it():
     e, U, w, c, gam = _problem(m=200, d=12, seed=0, prior=200.0)
     lam = _lam(U, w, c, gam, 8)
     with pytest.warns(AccuracyWarning, match="jackknife standard error"):
-        est = posterior_covariance_error(U, w, c, gam, Dynamics(lam, 8), probes=32, seed=0)
+        est = posterior_covariance_error(RankOneProblem(U, w, c, gam), Dynamics(lam, 8), ProbeOptions(probes=32))
     assert est.standard_error > 0.2 * est.covariance_error

@@ -155,12 +155,12 @@ def test_the_circle_checker_sees_function_level_and_indirect_circles(tmp_path):
     assert _circles(_module_graph(tmp_path, "probe")) == {("probe.sub.a", "probe.sub.b", "probe.sub.c")}
 
 
-@pytest.mark.parametrize("old", sorted(sgtune._MOVED))
-def test_moved_modules_still_import_with_a_deprecation_warning(old):
-    with pytest.warns(DeprecationWarning, match=sgtune._MOVED[old].replace(".", r"\.")):
-        mod = importlib.import_module(old)
-    assert mod is importlib.import_module(sgtune._MOVED[old])
-    assert mod.__spec__.name == sgtune._MOVED[old]  # relative imports inside it keep resolving
+@pytest.mark.parametrize("old", ["sgtune.errors", "sgtune.data", "sgtune.export", "sgtune.ksd", "sgtune.bnn",
+                                 "sgtune.sampler.verify"])
+def test_the_module_paths_of_0_1_are_gone(old):
+    """0.2.0 removed the root module paths of 0.1 (CHANGELOG.md names where each one lives now)."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 def test_root_api_is_lazy_and_complete():
@@ -391,3 +391,83 @@ def test_the_option_text_checker_sees_messages_and_skips_docstrings(tmp_path):
                  'def f(x):\n    """Also --fine here."""\n    raise ValueError(f"use --hessian {x}")\n'
                  'y = "a - b -- c, x--y"\n')
     assert _option_texts(f, "probe.py") == ["probe.py:4: '--hessian' in 'use --hessian '"]
+
+
+# --------------------------------------------------------------------------- function size
+MAX_PARAMETERS = 12  # of a public function: positional and keyword-only, self/cls excluded (*args/**kw not)
+MAX_LINES = 100  # of any function: from its ``def`` line to its last line
+#: what is still over on this branch, (module path, qualified name) -> the limits it exceeds. The list may only
+#: shrink: a function brought under a limit must leave it (the test fails while it is listed).
+KNOWN_OVERSIZE: dict[tuple[str, str], frozenset[str]] = {
+    ("cli/cmd_calibrate.py", "cli"): frozenset({"lines"}),
+    ("cli/cmd_verify.py", "cli"): frozenset({"lines"}),
+    ("io/export.py", "optax_transform"): frozenset({"lines"}),
+    ("io/export.py", "torch_optimizer"): frozenset({"parameters", "lines"}),
+    ("models/expansion.py", "fit_map"): frozenset({"lines"}),
+    ("sampler/driver.py", "run_chains"): frozenset({"lines"}),
+    ("sampler/engine.py", "chains"): frozenset({"parameters"}),
+    ("sampler/gnld.py", "gnld_plan"): frozenset({"parameters"}),
+    ("sampler/gnld.py", "run_sg_gnld"): frozenset({"parameters", "lines"}),
+    ("sampler/state.py", "tuner_params"): frozenset({"parameters"}),
+    ("workflows/calibrate.py", "calibrate"): frozenset({"parameters", "lines"}),
+    ("workflows/plan.py", "plan_run"): frozenset({"parameters", "lines"}),
+    ("workflows/verify.py", "verify_stationary_cov"): frozenset({"parameters", "lines"}),
+}
+
+
+def _oversize(tree: ast.AST) -> dict[str, frozenset[str]]:
+    """Qualified name -> the limits it exceeds, for every function (methods and nested functions included)."""
+    out: dict[str, frozenset[str]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                n_params = len(names) - (1 if names and names[0] in ("self", "cls") else 0)
+                over = set()
+                if not child.name.startswith("_") and n_params > MAX_PARAMETERS:
+                    over.add("parameters")
+                if child.end_lineno - child.lineno + 1 > MAX_LINES:
+                    over.add("lines")
+                if over:
+                    out[f"{prefix}{child.name}"] = frozenset(over)
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def _all_oversize() -> dict[tuple[str, str], frozenset[str]]:
+    return {(path.relative_to(PKG).as_posix(), name): over for path in sorted(PKG.rglob("*.py"))
+            for name, over in _oversize(ast.parse(path.read_text(encoding="utf-8"))).items()}
+
+
+def test_no_public_function_over_12_parameters_and_no_function_over_100_lines():
+    """Public functions take a Dynamics, a RunSpec and options objects, not long flat parameter lists, and a
+    long function is split by meaning; only the listed, not yet converted functions are over (and they must
+    stay listed only while they are)."""
+    found = _all_oversize()
+    new = {f"{p}::{n}: {', '.join(sorted(o - KNOWN_OVERSIZE.get((p, n), frozenset())))}"
+           for (p, n), o in found.items() if not o <= KNOWN_OVERSIZE.get((p, n), frozenset())}
+    assert not new, f"over {MAX_PARAMETERS} parameters (public) or {MAX_LINES} lines:\n" + "\n".join(sorted(new))
+    fixed = {f"{p}::{n}: {', '.join(sorted(o - found.get((p, n), frozenset())))}"
+             for (p, n), o in KNOWN_OVERSIZE.items() if not o <= found.get((p, n), frozenset())}
+    assert not fixed, "no longer over the limit — remove from KNOWN_OVERSIZE:\n" + "\n".join(sorted(fixed))
+
+
+def test_the_size_checker_counts_parameters_and_lines():
+    body = "\n".join(f"    x{i} = {i}" for i in range(99))
+    src = (f"def public(a, b, c, d, e, f, g, h, i, j, k, l, *, m, **kw):\n    pass\n"
+           f"def _private(a, b, c, d, e, f, g, h, i, j, k, l, m):\n    pass\n"
+           f"def fits(a, b, c, d, e, f, g, h, i, j, k, l, *args):\n    pass\n"
+           f"class C:\n    def method(self, a, b, c, d, e, f, g, h, i, j, k, l):\n        pass\n"
+           f"    def wide(self, a, b, c, d, e, f, g, h, i, j, k, l, m):\n        pass\n"
+           f"def long():\n{body}\n    return x0\n"
+           f"def short():\n{body}\n")
+    assert _oversize(ast.parse(src)) == {"public": frozenset({"parameters"}), "C.wide": frozenset({"parameters"}),
+                                         "long": frozenset({"lines"})}

@@ -257,10 +257,8 @@ def test_sampler_chains_match_the_constants(name, model, B, kappa):
     _sampler_check(name, model, B, kappa, T=20_000, reps=60)
 
 
-def test_the_old_keyword_form_warns_and_agrees(rng):
-    """cov_error_constant(F, S, step_matrix=Λ, momentum=κ) still works: one DeprecationWarning, the same numbers."""
-    for kappa in (0.0, 0.5):
-        F, S, chain = _linear_chain(rng, 3, kappa)
-        with pytest.warns(DeprecationWarning, match=r"cov_error_constant\(LinearChain"):
-            old = cov_error_constant(F, S, dim=3, step_matrix=chain.step_matrix, momentum=kappa)
-        assert old == cov_error_constant(chain, S)
+def test_the_keyword_form_of_0_1_is_gone(rng):
+    """0.2.0 removed cov_error_constant(F, S, step_matrix=Λ, momentum=κ): Λ and κ come with the LinearChain."""
+    F, S, chain = _linear_chain(rng, 3, 0.5)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'step_matrix'"):
+        cov_error_constant(F, S, dim=3, step_matrix=chain.step_matrix, momentum=0.5)

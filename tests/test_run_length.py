@@ -1,12 +1,8 @@
 """The one run-length policy of the workflows (sgtune.workflows.run_length) and where it is used."""
 from __future__ import annotations
 
-import importlib
 import math
-import sys
-import warnings
 
-import numpy as np
 import pytest
 
 from sgtune.core.errors import SgtuneError
@@ -63,19 +59,6 @@ def test_the_workflows_share_the_policy():
         text = (root / name).read_text(encoding="utf-8")
         assert "from .run_length import" in text, name
         assert "// keep_draws" not in text and "20_000" not in text and "// 4000" not in text, name
-
-
-def test_old_verify_module_is_a_deprecated_alias():
-    sys.modules.pop("sgtune.sampler.verify", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("sgtune.sampler.verify")
-        again = importlib.import_module("sgtune.sampler.verify")
-    new = importlib.import_module("sgtune.workflows.verify")
-    assert old is new and again is new
-    dep = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert len(dep) == 1 and "sgtune.workflows.verify" in str(dep[0].message)  # warns once
-    sys.modules.pop("sgtune.sampler.verify", None)
 
 
 @pytest.mark.parametrize("command", ["verify", "calibrate"])

@@ -1,13 +1,11 @@
-"""The theory takes the run configuration (one Dynamics); the keyword forms of 0.1 still work.
+"""The theory takes the run configuration (one Dynamics); the keyword forms of 0.1 are gone (0.2.0).
 
-Each old form must emit exactly one DeprecationWarning that names the new form and give the same numbers,
-bit for bit, as the new form. A TuningResult records the configuration that tuned it, and
+Each old form must be a one-line TypeError that names the new form (not a warning, not a result). A TuningResult records the configuration that tuned it, and
 ``sgtune.workflows.refine.refine`` re-tunes with exactly that configuration (the block family's blocks
 and the criterion included), independently of the command line.
 """
 from __future__ import annotations
 
-import math
 import warnings
 from types import SimpleNamespace
 
@@ -17,8 +15,7 @@ import pytest
 from sgtune.core.config import Dynamics
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
-from sgtune.theory import adjoint, largescale, mcerror, stationary, tuning
-from sgtune.theory.linear_chain import LinearChain
+from sgtune.theory import adjoint, largescale, stationary, tuning
 
 
 @pytest.fixture(scope="module")
@@ -26,112 +23,57 @@ def e():
     return expand(get_model("logistic"), example("logistic"), 1.0)
 
 
-def _equal(a, b):
-    """Bitwise equality of results (dataclasses, arrays, numbers, tuples) — the Dynamics fields aside."""
-    if hasattr(a, "__dataclass_fields__"):
-        return all(_equal(getattr(a, k), getattr(b, k)) for k in a.__dataclass_fields__ if k != "dynamics")
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(a, b, equal_nan=True)
-    return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+def _gone(fn, *args, **kw):
+    """Call a form of 0.1: a one-line TypeError that names the Dynamics form (no DeprecationWarning, no result)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError) as info:
+            fn(*args, **kw)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert any(s in msg for s in ("Dynamics", "unexpected keyword argument", "dynamics")), msg
+    return msg
 
 
-def _old(fn, *args, **kw):
-    """Call an old form: exactly one DeprecationWarning naming Dynamics; the result."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = fn(*args, **kw)
-    dep = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert len(dep) == 1, [str(w.message) for w in caught]
-    assert "Dynamics" in str(dep[0].message) or "LinearChain" in str(dep[0].message)
-    assert dep[0].filename == __file__  # it points at the caller's line
-    return out
-
-
-def test_stationary_old_forms_warn_once_and_agree(e):
-    d = e.dim
-    lam = 0.3 * np.eye(d)
-    kw = dict(batch_size=16, inv_temperature=3000.0, without_replacement=True, momentum=0.4)
-    dyn = Dynamics(lam, 16, inv_temperature=3000.0, momentum=0.4, batching="without-replacement")
-    assert _equal(_old(stationary.predict_stationary_cov, e, lam, **kw), stationary.predict_stationary_cov(e, dyn))
-    assert _equal(_old(stationary.predict_stationary_cov, e, step_matrix=lam, method="iterative", **kw),
-                  stationary.predict_stationary_cov(e, dyn, method="iterative"))
-    S = e.sandwich_cov()
-    assert _equal(_old(stationary.noise_covariance, e, S, batch_size=16, without_replacement=True),
-                  stationary.noise_covariance(e, S, Dynamics(None, 16, batching="without-replacement")))
-    assert _equal(_old(stationary.max_stable_step, e, lam, batch_size=16, momentum=0.4, rtol=1e-4),
-                  stationary.max_stable_step(e, Dynamics(lam, 16, momentum=0.4), rtol=1e-4))
-    for theory in ("dq-exact", "ct", "dq-const"):
-        assert _equal(_old(stationary.predict_comparison_cov, e, lam, batch_size=16, theory=theory,
-                           inv_temperature=3000.0),
-                      stationary.predict_comparison_cov(e, Dynamics(lam, 16, inv_temperature=3000.0), theory=theory))
-    old_ev = _old(stationary.stationary_cov_evaluator, e, batch_size=16, momentum=0.4)
-    assert _equal(old_ev(lam), stationary.stationary_cov_evaluator(e, Dynamics(None, 16, momentum=0.4))(lam))
-
-
-def test_tuning_old_forms_warn_once_and_agree(e):
-    for kw, dyn, extra in [
-        (dict(batch_size=16), Dynamics(None, 16), dict(method="ct")),
-        (dict(batch_size=16, inv_temperature=3000.0, momentum=0.3), Dynamics(None, 16, 3000.0, 0.3),
-         dict(target="posterior", family="diagonal", family_criterion="moment")),
-        (dict(batch_size=16, without_replacement=True), Dynamics(None, 16, batching="without-replacement"),
-         dict(family="block", blocks=[[0, 1], [2, 3, 4]])),
-    ]:
-        old = _old(tuning.tune, e, **kw, **extra)
-        new = tuning.tune(e, dyn, **extra)
-        assert _equal(old, new) and old.dynamics.batching == new.dynamics.batching
-    S = e.sandwich_cov()
-    assert _equal(_old(tuning.closed_form_step_matrix, e, S, batch_size=16, without_replacement=True),
-                  tuning.closed_form_step_matrix(e, Dynamics(None, 16, batching="without-replacement"), S))
-
-
-def test_adjoint_largescale_mcerror_old_forms_warn_once_and_agree(e):
+def test_the_keyword_forms_of_0_1_are_type_errors_naming_the_new_form(e):
     lam = 0.3 * np.eye(e.dim)
-    crit = adjoint.affine_discrepancy(e.sandwich_cov())
-    assert _equal(_old(adjoint.criterion_gradient, e, lam, crit, batch_size=16, momentum=0.3),
-                  adjoint.criterion_gradient(e, Dynamics(lam, 16, momentum=0.3), crit))
-    ev = _old(adjoint.GradientEvaluator, e, crit, batch_size=16, inv_temperature=3000.0)
-    assert _equal(ev.evaluate(lam), adjoint.GradientEvaluator(e, crit, Dynamics(None, 16, 3000.0)).evaluate(lam))
-    S = e.posterior_cov()
-    cbar = stationary.noise_covariance(e, S, Dynamics(None, 16))
-    lam = tuning.structured_step_matrix(e.hessian, S, cbar + e.hessian @ S @ e.hessian, family="diagonal",
-                                        inv_temperature=4000.0)
-    for kappa in (0.0, 0.3):
-        dyn = Dynamics(lam, 16, inv_temperature=4000.0, momentum=kappa)
-        assert _equal(_old(largescale.stationary_cov_from_target_momentum, e, lam, S, cbar, batch_size=16,
-                           momentum=kappa, inv_temperature=4000.0),
-                      largescale.stationary_cov_from_target_momentum(e, dyn, S, cbar))
-    assert _equal(_old(largescale.stationary_cov_from_target, e, lam, S, cbar, batch_size=16, inv_temperature=4000.0),
-                  largescale.stationary_cov_from_target(e, Dynamics(lam, 16, 4000.0), S, cbar))
-    st = stationary.predict_stationary_cov(e, Dynamics(0.3, 16, momentum=0.5))
-    chain = LinearChain.of(e, Dynamics(0.3, 16, momentum=0.5))
-    assert _old(mcerror.cov_error_constant, st.transition, st.augmented_cov, step_matrix=st.step_matrix,
-                momentum=0.5) == mcerror.cov_error_constant(chain, st.augmented_cov)
+    S = e.sandwich_cov()
+    kw = dict(batch_size=16, inv_temperature=3000.0, without_replacement=True, momentum=0.4)
+    for fn, args in [(stationary.predict_stationary_cov, (e, lam)), (stationary.max_stable_step, (e, lam)),
+                     (adjoint.criterion_gradient, (e, lam, adjoint.affine_discrepancy(S))),
+                     (largescale.stationary_cov_from_target, (e, lam, S, S)),
+                     (largescale.stationary_cov_from_target_momentum, (e, lam, S, S)),
+                     (tuning.closed_form_step_matrix, (e, S))]:
+        assert "got ndarray" in _gone(fn, *args) and "0.2.0" in _gone(fn, *args)  # Λ where the Dynamics goes
+        _gone(fn, *args, **kw)
+    assert "unexpected keyword argument 'batch_size'" in _gone(tuning.tune, e, batch_size=16)
+    assert "missing 1 required positional argument: 'dynamics'" in _gone(tuning.tune, e)
+    assert "tune(expansion, Dynamics(None, batch_size" in _gone(tuning.tune, e, None)
+    _gone(stationary.noise_covariance, e, S, batch_size=16)
+    _gone(stationary.predict_comparison_cov, e, lam, theory="ct")
+    _gone(stationary.stationary_cov_evaluator, e, batch_size=16)
+    _gone(adjoint.GradientEvaluator, e, adjoint.affine_discrepancy(S), batch_size=16)
 
 
-def test_matrix_free_old_forms_warn_once_and_agree():
+def test_the_matrix_free_forms_of_0_1_are_type_errors():
     rng = np.random.default_rng(0)
     U = rng.standard_normal((300, 6))
     p = 1 / (1 + np.exp(-U @ rng.standard_normal(6) / 3))
     w, c = p * (1 - p), p - (rng.random(300) < p)
-    old = _old(largescale.posterior_diagonal_step_sizes, U, w, c, 1.0, batch_size=8, probes=8, inv_temperature=1e3)
-    new = largescale.posterior_diagonal_step_sizes(U, w, c, 1.0, Dynamics(None, 8, 1e3), probes=8)
-    assert _equal(old, new)
-    old = _old(largescale.posterior_covariance_error, U, w, c, 1.0, new.diagonal, batch_size=8, probes=8,
-               inv_temperature=1e3, representation="low-rank", rank=3)
-    assert _equal(old, largescale.posterior_covariance_error(U, w, c, 1.0, Dynamics(new.diagonal, 8, 1e3), probes=8,
-                                                             representation="low-rank", rank=3))
+    _gone(largescale.posterior_diagonal_step_sizes, U, w, c, 1.0, batch_size=8, probes=8)
+    problem = largescale.RankOneProblem(U, w, c, 1.0)
+    msg = _gone(largescale.posterior_covariance_error, problem, np.full(6, 0.1))
+    assert "posterior_covariance_error(RankOneProblem(U, w, c, γ), Dynamics(step_sizes" in msg
+    new = largescale.posterior_diagonal_step_sizes(problem, Dynamics(None, 8, 1e3), largescale.ProbeOptions(probes=8))
+    assert new.diagonal.shape == (6,) and new.probes == 8
 
 
 def test_mixing_the_forms_or_misspelling_a_keyword_is_a_type_error(e):
-    with pytest.raises(TypeError, match="got also batch_size"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batch_size'"):
         stationary.predict_stationary_cov(e, Dynamics(0.1, 8), batch_size=8)
     with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
         stationary.predict_stationary_cov(e, 0.1, batchsize=8)
-    with pytest.raises(TypeError, match="needs a Dynamics"):
-        tuning.tune(e)
-    with pytest.raises(TypeError, match="got also momentum"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
         tuning.tune(e, Dynamics(None, 8), momentum=0.5)
 
 

@@ -318,7 +318,7 @@ def test_block_family_defaults_to_the_expansions_parameter_blocks():
 # --------------------------------------------------------------------------- matrix-free large-D route
 def test_matrix_free_posterior_diagonal_converges_to_the_closed_form():
     """Random-probe estimate vs the exact closed form (dense Expansion route): unbiased up to O(1/k)."""
-    from sgtune.theory.largescale import posterior_diagonal_step_sizes
+    from sgtune.theory.largescale import ProbeOptions, RankOneProblem, posterior_diagonal_step_sizes
     from sgtune.theory.tuning import structured_step_matrix
 
     rng = np.random.default_rng(0)
@@ -331,19 +331,20 @@ def test_matrix_free_posterior_diagonal_converges_to_the_closed_form():
     S, H = e.posterior_cov(), e.hessian
     exact = np.diag(structured_step_matrix(H, S, noise_covariance(e, S, Dynamics(None, B)) + H @ S @ H,
                                            family="diagonal"))
-    reps = np.array([posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B), probes=16, seed=s).diagonal
+    problem = RankOneProblem(U, w, c, gam)
+    reps = np.array([posterior_diagonal_step_sizes(problem, Dynamics(None, B), ProbeOptions(probes=16, seed=s)).diagonal
                      for s in range(20)])
     sd = reps.std(axis=0, ddof=1)
     assert np.all(sd > 1e-6 * exact)  # the probes do add noise, so the test below has power
     z = (reps.mean(axis=0) - exact) / (sd / math.sqrt(len(reps)))
     assert np.abs(z).max() < 5.0  # |bias| O(sd²/λ) ≪ MCSE here
-    big = posterior_diagonal_step_sizes(U, w, c, gam, Dynamics(None, B), probes=4096, seed=99)
+    big = posterior_diagonal_step_sizes(problem, Dynamics(None, B), ProbeOptions(probes=4096, seed=99))
     assert np.all(np.abs(big.diagonal - exact) < 5 * sd * math.sqrt(16 / 4096))  # error ∝ 1/√k
     assert big.cg_residual <= 1e-8
     with pytest.raises(SgtuneError, match="prior_diagonal must be > 0"):
-        posterior_diagonal_step_sizes(U, w, c, 0.0, Dynamics(None, B))
+        RankOneProblem(U, w, c, 0.0)
     with pytest.raises(ShapeError, match="length M = 300"):
-        posterior_diagonal_step_sizes(U, w[:5], c, gam, Dynamics(None, B))
+        RankOneProblem(U, w[:5], c, gam)
 
 
 def test_cli_mlp_block_family_defaults_to_the_layers():

@@ -1,7 +1,7 @@
 """``sgtune fluctuation``: small-stepsize fluctuation constants of NLD / HFHR / GAUL / general GNLD."""
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -26,6 +26,64 @@ def _need(value: Any, option: str, scheme: str) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """The scheme's inputs as the options gave them: the matrices loaded (the preconditioner when its scheme
+    needs it), the scalars as typed (None: not given)."""
+
+    hessian: np.ndarray
+    observable: np.ndarray
+    antisymmetric: np.ndarray | None = None
+    diffusion: np.ndarray | None = None
+    alpha: float | None = None
+    gamma: float | None = None
+    a_param: float | None = None
+    preconditioner: str | None = None  # a path, read by the one scheme that uses it (gaul)
+    budget: float | None = None
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "_Inputs":
+        """Load the matrix files (errors name the option) and keep the scalars."""
+        return cls(hessian=_load(options["hessian"], "--hessian"),  # type: ignore[arg-type]
+                   observable=_load(options["observable"], "--observable"),  # type: ignore[arg-type]
+                   antisymmetric=_load(options["antisymmetric"], "--antisymmetric"),
+                   diffusion=_load(options["diffusion"], "--diffusion"), alpha=options["alpha"],
+                   gamma=options["gamma"], a_param=options["a_param"],
+                   preconditioner=options["preconditioner"], budget=options["budget"])
+
+
+def _solve(scheme: str, x: _Inputs) -> Any:
+    """The fluctuation constants of ``scheme`` (the GNLD paper (2025), Prop. 5.2; Cor. 5.5/5.7/5.10)."""
+    from ..theory import fluctuation as fl
+
+    if scheme == "nld":
+        return fl.solve_fluctuation_nld(x.hessian, x.observable, _need(x.antisymmetric, "--antisymmetric", scheme),
+                                        x.diffusion)
+    if scheme == "hfhr":
+        return fl.solve_fluctuation_hfhr(x.hessian, x.observable, _need(x.alpha, "--alpha", scheme),
+                                         _need(x.gamma, "--gamma", scheme))
+    if scheme == "gaul":
+        return fl.solve_fluctuation_gaul(x.hessian, x.observable, _need(x.a_param, "--a", scheme),
+                                         _need(x.gamma, "--gamma", scheme), _load(x.preconditioner, "--preconditioner"))
+    return fl.solve_fluctuation_general(x.hessian, _need(x.diffusion, "--diffusion", scheme),
+                                        _need(x.antisymmetric, "--antisymmetric", scheme), x.observable)
+
+
+def _optimal_antisymmetric(x: _Inputs) -> dict[str, Any]:
+    """``--budget`` (nld): the variance-optimal J within the budget and the spectral-gap-optimal J."""
+    from ..theory import fluctuation as fl
+
+    opt = fl.optimal_antisymmetric_nld(x.hessian, x.observable, x.budget, x.diffusion)
+    doc: dict[str, Any] = {"optimal_antisymmetric": opt.antisymmetric, "optimal_ratio": opt.ratio,
+                           "optimal_bound_ratio": opt.bound_ratio}
+    if np.asarray(x.hessian).shape[0] >= 2:
+        gap = fl.spectral_gap_optimal_nld(x.hessian, x.observable, x.diffusion)
+        doc.update(spectral_gap_optimal_antisymmetric=gap.antisymmetric, spectral_gap_optimal_ratio=gap.ratio,
+                   spectral_gap_optimal_budget=gap.budget, spectral_gap=gap.spectral_gap,
+                   spectral_gap_reversible=gap.spectral_gap_reversible)
+    return doc
+
+
 @click.command("fluctuation")
 @click.argument("scheme", type=click.Choice(_SCHEMES))
 @click.option("--hessian", required=True, type=click.Path(exists=True, dir_okay=False),
@@ -46,10 +104,8 @@ def _need(value: Any, option: str, scheme: str) -> Any:
                    "and the spectral-gap-optimal J (Lelièvre–Nier–Pavliotis).")
 @json_output_options
 @handle_errors
-def cli(scheme: str, hessian: str, observable: str, antisymmetric: str | None,
-        diffusion: str | None, alpha: float | None, gamma: float | None, a_param: float | None,
-        preconditioner: str | None, budget: float | None, json_path: str | None,
-        overwrite: bool, quiet: bool, strict: bool = False) -> None:
+def cli(scheme: str, json_path: str | None, overwrite: bool, quiet: bool, strict: bool = False,
+        **options: Any) -> None:
     """Fluctuation constant σ² of SG non-reversible Langevin vs its reversible baseline.
 
     \b
@@ -63,27 +119,11 @@ def cli(scheme: str, hessian: str, observable: str, antisymmetric: str | None,
     JSON keys: sigma2, sigma2_reversible, ratio, max_stable_step, max_stable_step_reversible,
     reduction, equal_cost_ratio, poisson_coefficient, scheme (+ optimal_* with --budget).
     """
-    from ..theory import fluctuation as fl
-
     check_writable(json_path, overwrite, "--json")
-    a_mat = _load(hessian, "--hessian")
-    ell = _load(observable, "--observable")
-    j_mat = _load(antisymmetric, "--antisymmetric")
-    d_mat = _load(diffusion, "--diffusion")
-    if budget is not None and scheme != "nld":
+    x = _Inputs.from_options(options)
+    if x.budget is not None and scheme != "nld":
         raise click.UsageError("--budget is only available for scheme 'nld'")
-    if scheme == "nld":
-        res = fl.solve_fluctuation_nld(a_mat, ell, _need(j_mat, "--antisymmetric", scheme), d_mat)
-    elif scheme == "hfhr":
-        res = fl.solve_fluctuation_hfhr(a_mat, ell, _need(alpha, "--alpha", scheme),
-                                        _need(gamma, "--gamma", scheme))
-    elif scheme == "gaul":
-        res = fl.solve_fluctuation_gaul(a_mat, ell, _need(a_param, "--a", scheme),
-                                        _need(gamma, "--gamma", scheme),
-                                        _load(preconditioner, "--preconditioner"))
-    else:
-        res = fl.solve_fluctuation_general(a_mat, _need(d_mat, "--diffusion", scheme),
-                                           _need(j_mat, "--antisymmetric", scheme), ell)
+    res = _solve(scheme, x)
     doc: dict[str, Any] = {
         "scheme": scheme,
         "sigma2": res.sigma2,
@@ -97,18 +137,8 @@ def cli(scheme: str, hessian: str, observable: str, antisymmetric: str | None,
         "poisson_coefficient_reversible": res.poisson_coefficient_reversible,
         "references": ["gnld2025: Prop. 5.2, Cor. 5.5/5.7/5.10"],
     }
-    if budget is not None:
-        opt = fl.optimal_antisymmetric_nld(a_mat, ell, budget, d_mat)
-        doc["optimal_antisymmetric"] = opt.antisymmetric
-        doc["optimal_ratio"] = opt.ratio
-        doc["optimal_bound_ratio"] = opt.bound_ratio
-        if np.asarray(a_mat).shape[0] >= 2:
-            gap = fl.spectral_gap_optimal_nld(a_mat, ell, d_mat)
-            doc["spectral_gap_optimal_antisymmetric"] = gap.antisymmetric
-            doc["spectral_gap_optimal_ratio"] = gap.ratio
-            doc["spectral_gap_optimal_budget"] = gap.budget
-            doc["spectral_gap"] = gap.spectral_gap
-            doc["spectral_gap_reversible"] = gap.spectral_gap_reversible
+    if x.budget is not None:
+        doc.update(_optimal_antisymmetric(x))
     if not quiet:
         info(f"{scheme}: sigma2 = {res.sigma2:.6g}  baseline = {res.sigma2_reversible:.6g}  "
              f"ratio = {res.ratio:.4g}", quiet)

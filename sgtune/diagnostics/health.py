@@ -275,76 +275,103 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
     >>> health.healthy, any("effective draws" in reason for reason in health.reasons)
     (False, True)
     """
-    reasons: list[str] = []
-    diverged = int(np.sum(np.asarray(chains.diverged_at) >= 0))
-    n_chains = int(chains.n_chains)
-    if diverged:
-        reasons.append(f"{diverged} of {n_chains} chains diverged (a non-finite state); use a smaller step size")
     details: dict[str, Any] = {}
-
-    frozen = False
-    final = getattr(chains, "step_size_final", None)
-    if final is not None and initial_step_size is not None and initial_step_size > 0:
-        ratio = float(np.nanmin(np.asarray(final, dtype=float))) / float(initial_step_size)
-        details["step_size_ratio_min"] = ratio
-        if ratio < STEP_COLLAPSE:
-            frozen = True
-            reasons.append(f"the tuned step size collapsed in some chain (final ε = {ratio:.2g} × the initial ε, "
-                           f"below {STEP_COLLAPSE:g}): the chain stopped moving; {_collapse_advice(chains)}")
-    draws = float(max(int(chains.n_chains) - diverged, 0) * max(int(chains.n_steps) - int(chains.burn_in), 0))
-    ess = np.asarray(chains.ess, dtype=float)
-    if draws > 0 and ess.size and np.all(np.isfinite(ess)):
-        ess_min = float(ess.min())
-        details["ess_min"] = ess_min
-        details["ess_fraction"] = ess_min / draws
-        if ess_min < ESS_MIN and ess_min < ESS_FRACTION * draws:
-            frozen = True
-            reasons.append(f"only {ess_min:.0f} effective draws of {draws:.0f} ({100 * ess_min / draws:.2g} %, below "
-                           f"{100 * ESS_FRACTION:g} %): the chains barely move relative to their spread; run longer "
-                           "or with a larger step size")
-        elif ess_min < ESS_MIN:
-            reasons.append(f"only {ess_min:.0f} effective draws (below {ESS_MIN:g}): the run is too short for its "
-                           "standard errors to be reliable; run longer")
-
-    nonstationary: bool | None = None
-    hm, hv = getattr(chains, "half_means", None), getattr(chains, "half_variances", None)
-    split = None if hm is None or hv is None else half_split_test(hm, hv, alpha=alpha)
-    if split is not None:
-        details["half_split"] = split
-        nonstationary = not split["passed"]
-        if nonstationary:
-            reasons.append(f"the chains are not stationary: the {split['statistic']} of coordinate "
-                           f"{split['coordinate']} differs between the first and second half of the chains "
-                           f"(|t| = {split['t_max']:.3g} > {split['threshold']:.3g}); run longer or with a "
-                           "longer burn-in")
-
-    batches = batch_length_test(chains, alpha=alpha)
-    if batches is not None:
-        details["batch_length"] = batches
-        if not batches["passed"]:
-            fix = (f"use at most {batches['batches_per_chain_max']} `batches_per_chain`"
-                   if batches["batches_per_chain_max"] >= 2 else "run longer and leave `batches_per_chain` at its default")
-            reasons.append(f"the standard errors come from batches of {batches['batch_steps']:.3g} steps, but the "
-                           f"chains' autocorrelation time is about {batches['tau']:.3g} steps (coordinate "
-                           f"{batches['coordinate']}): the standard errors are about {batches['se_factor']:.2g}× too "
-                           f"small and the effective sample size {batches['se_factor'] ** 2:.2g}× too large; {fix} "
-                           f"(batches of at least {BATCH_TAUS:g} autocorrelation times)")
-
-    if prediction_check is not None and prediction_check.get("reason"):
-        reasons.append(str(prediction_check["reason"]))
-    elif prediction_check is not None and not prediction_check.get("passed", True):
-        mode = prediction_check.get("mode")
-        what = {"posterior": "the posterior covariance (βH)⁻¹ they sample",
-                "target": "the target covariance the step size was tuned (or refined) for",
-                "matrix": "the covariance they were compared with (`against`)"}.get(
-                    str(mode), "sgtune's prediction for the linearised chain")
-        reasons.append(f"the chains disagree with {what} (max |z| = {prediction_check['z_max']:.3g} > "
-                       f"{prediction_check['threshold']:.3g}, relative error "
-                       f"{prediction_check.get('relative_frobenius_error', float('nan')):.2g}); "
-                       + {"posterior": "the sampler is biased or has not mixed",
-                          "target": "this Λ's chain does not reach the target here (refine it again, or compare "
-                                    "with `against='prediction'`)",
-                          "matrix": "check that the covariance given is the one this chain should have"}.get(
-                              str(mode), "see the applicability report of sgtune covariance for this Λ"))
+    diverged = int(np.sum(np.asarray(chains.diverged_at) >= 0))
+    reasons = [f"{diverged} of {int(chains.n_chains)} chains diverged (a non-finite state); use a smaller step size"
+               ] if diverged else []
+    collapsed, why = _step_collapse(chains, initial_step_size, details)
+    reasons += why
+    stuck, why = _effective_draws(chains, diverged, details)
+    reasons += why
+    frozen = collapsed or stuck
+    nonstationary, why = _stationarity(chains, alpha, details)
+    reasons += why
+    reasons += _batch_length(chains, alpha, details)
+    reasons += _prediction_disagreement(prediction_check)
     return ChainHealth(healthy=not reasons, reasons=tuple(reasons), diverged=diverged, frozen=frozen,
                        nonstationary=nonstationary, prediction_check=prediction_check, details=details)
+
+
+def _step_collapse(chains: Any, initial_step_size: float | None, details: dict[str, Any]) -> tuple[bool, list[str]]:
+    """A tuned MCLMC step size that collapsed below ``STEP_COLLAPSE`` × the initial one: (frozen, reasons)."""
+    final = getattr(chains, "step_size_final", None)
+    if final is None or initial_step_size is None or not initial_step_size > 0:
+        return False, []
+    ratio = float(np.nanmin(np.asarray(final, dtype=float))) / float(initial_step_size)
+    details["step_size_ratio_min"] = ratio
+    if ratio >= STEP_COLLAPSE:
+        return False, []
+    return True, [f"the tuned step size collapsed in some chain (final ε = {ratio:.2g} × the initial ε, "
+                  f"below {STEP_COLLAPSE:g}): the chain stopped moving; {_collapse_advice(chains)}"]
+
+
+def _effective_draws(chains: Any, diverged: int, details: dict[str, Any]) -> tuple[bool, list[str]]:
+    """Too few effective draws: frozen chains (also a small fraction of the draws) or only a short run."""
+    draws = float(max(int(chains.n_chains) - diverged, 0) * max(int(chains.n_steps) - int(chains.burn_in), 0))
+    ess = np.asarray(chains.ess, dtype=float)
+    if not (draws > 0 and ess.size and np.all(np.isfinite(ess))):
+        return False, []
+    ess_min = float(ess.min())
+    details["ess_min"] = ess_min
+    details["ess_fraction"] = ess_min / draws
+    if ess_min < ESS_MIN and ess_min < ESS_FRACTION * draws:
+        return True, [f"only {ess_min:.0f} effective draws of {draws:.0f} ({100 * ess_min / draws:.2g} %, below "
+                      f"{100 * ESS_FRACTION:g} %): the chains barely move relative to their spread; run longer "
+                      "or with a larger step size"]
+    if ess_min < ESS_MIN:
+        return False, [f"only {ess_min:.0f} effective draws (below {ESS_MIN:g}): the run is too short for its "
+                       "standard errors to be reliable; run longer"]
+    return False, []
+
+
+def _stationarity(chains: Any, alpha: float, details: dict[str, Any]) -> tuple[bool | None, list[str]]:
+    """The half-split test: (nonstationary, or None without half moments; reasons)."""
+    hm, hv = getattr(chains, "half_means", None), getattr(chains, "half_variances", None)
+    split = None if hm is None or hv is None else half_split_test(hm, hv, alpha=alpha)
+    if split is None:
+        return None, []
+    details["half_split"] = split
+    if split["passed"]:
+        return False, []
+    return True, [f"the chains are not stationary: the {split['statistic']} of coordinate "
+                  f"{split['coordinate']} differs between the first and second half of the chains "
+                  f"(|t| = {split['t_max']:.3g} > {split['threshold']:.3g}); run longer or with a "
+                  "longer burn-in"]
+
+
+def _batch_length(chains: Any, alpha: float, details: dict[str, Any]) -> list[str]:
+    """Batches shorter than ``BATCH_TAUS`` autocorrelation times: standard errors too small."""
+    batches = batch_length_test(chains, alpha=alpha)
+    if batches is None:
+        return []
+    details["batch_length"] = batches
+    if batches["passed"]:
+        return []
+    fix = (f"use at most {batches['batches_per_chain_max']} `batches_per_chain`"
+           if batches["batches_per_chain_max"] >= 2 else "run longer and leave `batches_per_chain` at its default")
+    return [f"the standard errors come from batches of {batches['batch_steps']:.3g} steps, but the "
+            f"chains' autocorrelation time is about {batches['tau']:.3g} steps (coordinate "
+            f"{batches['coordinate']}): the standard errors are about {batches['se_factor']:.2g}× too "
+            f"small and the effective sample size {batches['se_factor'] ** 2:.2g}× too large; {fix} "
+            f"(batches of at least {BATCH_TAUS:g} autocorrelation times)"]
+
+
+def _prediction_disagreement(prediction_check: dict[str, Any] | None) -> list[str]:
+    """The caller's comparison with a prediction, when it failed (or carries its own reason)."""
+    if prediction_check is not None and prediction_check.get("reason"):
+        return [str(prediction_check["reason"])]
+    if prediction_check is None or prediction_check.get("passed", True):
+        return []
+    mode = prediction_check.get("mode")
+    what = {"posterior": "the posterior covariance (βH)⁻¹ they sample",
+            "target": "the target covariance the step size was tuned (or refined) for",
+            "matrix": "the covariance they were compared with (`against`)"}.get(
+                str(mode), "sgtune's prediction for the linearised chain")
+    return [f"the chains disagree with {what} (max |z| = {prediction_check['z_max']:.3g} > "
+            f"{prediction_check['threshold']:.3g}, relative error "
+            f"{prediction_check.get('relative_frobenius_error', float('nan')):.2g}); "
+            + {"posterior": "the sampler is biased or has not mixed",
+               "target": "this Λ's chain does not reach the target here (refine it again, or compare "
+                         "with `against='prediction'`)",
+               "matrix": "check that the covariance given is the one this chain should have"}.get(
+                   str(mode), "see the applicability report of sgtune covariance for this Λ")]

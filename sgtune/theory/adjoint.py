@@ -36,7 +36,7 @@ from ..core._refs import cites
 from ..core.config import Dynamics
 from ..core.errors import UnstableStepSizeError
 from ..models import Expansion
-from .linear_chain import DIRECT_MAX_DIM, LinearChain, SteinSolver, dynamics_from_keywords, variance_kernel
+from .linear_chain import DIRECT_MAX_DIM, LinearChain, SteinSolver, require_dynamics, variance_kernel
 
 __all__ = ["CovarianceGradient", "affine_discrepancy", "criterion_gradient", "GradientEvaluator"]
 
@@ -136,8 +136,6 @@ class GradientEvaluator:
         B, β, κ and the batching.
     tol : float, optional
         Relative tolerance of the iterative solves (large systems).
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Examples
     --------
@@ -153,16 +151,10 @@ class GradientEvaluator:
     ((5, 5), None)
     """
 
-    def __init__(self, expansion: Expansion, criterion: Criterion, dynamics: Any = None, *,
-                 tol: float = 1e-12, **legacy: Any) -> None:
-        if not isinstance(dynamics, Dynamics):
-            if dynamics is not None:
-                raise TypeError(f"GradientEvaluator() needs a Dynamics, got {type(dynamics).__name__}")
-            dynamics = dynamics_from_keywords("GradientEvaluator", "GradientEvaluator(expansion, criterion, "
-                                              "Dynamics(None, batch_size, …))", None, legacy)
-        elif legacy:
-            raise TypeError("GradientEvaluator() takes the chain's settings in the Dynamics; got also "
-                            f"{', '.join(sorted(legacy))}")
+    def __init__(self, expansion: Expansion, criterion: Criterion, dynamics: Dynamics, *,
+                 tol: float = 1e-12) -> None:
+        dynamics = require_dynamics("GradientEvaluator", "GradientEvaluator(expansion, criterion, "
+                                    "Dynamics(None, batch_size, …))", dynamics)
         self.expansion = expansion
         self.criterion = criterion
         self.dynamics = dynamics
@@ -207,7 +199,7 @@ class GradientEvaluator:
 
 @cites("sgtune", "adjoint of Wang, Ding & Huggins (2026) Eqs. (11)–(12) / Prop. B.1 (derivation in "
                  "sgtune.theory.adjoint)")
-def criterion_gradient(expansion: Expansion, dynamics: Any, criterion: Criterion, **legacy: Any) -> CovarianceGradient:
+def criterion_gradient(expansion: Expansion, dynamics: Dynamics, criterion: Criterion) -> CovarianceGradient:
     r"""Compute φ(Σ(Λ)) and its gradient over symmetric Λ from one forward and one adjoint solve.
 
     Parameters
@@ -219,8 +211,6 @@ def criterion_gradient(expansion: Expansion, dynamics: Any, criterion: Criterion
         :func:`sgtune.theory.stationary.predict_stationary_cov`.
     criterion : callable
         Σ ↦ (φ(Σ), ∂φ/∂Σ), e.g. :func:`affine_discrepancy`.
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -244,12 +234,8 @@ def criterion_gradient(expansion: Expansion, dynamics: Any, criterion: Criterion
     >>> bool(criterion_gradient(e, Dynamics(0.1, batch_size=32), phi).value > 0)
     True
     """
-    if not isinstance(dynamics, Dynamics):  # the old form criterion_gradient(expansion, step_matrix, criterion, …)
-        dynamics = dynamics_from_keywords("criterion_gradient", "criterion_gradient(expansion, Dynamics(step_matrix, "
-                                          "batch_size, …), criterion)", dynamics, legacy)
-    elif legacy:
-        raise TypeError(f"criterion_gradient() takes the chain's settings in the Dynamics; got also "
-                        f"{', '.join(sorted(legacy))}")
+    dynamics = require_dynamics("criterion_gradient", "criterion_gradient(expansion, Dynamics(step_matrix, "
+                                "batch_size, …), criterion)", dynamics)
     ev = GradientEvaluator(expansion, criterion, dynamics.replace(step=None))
     out = ev.evaluate(dynamics.step)
     if out is None:

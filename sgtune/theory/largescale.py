@@ -142,6 +142,7 @@ coordinates d = Vx, ν = V⁻ᵀy, where F = [[I−ΛH, −κΛ], [H, κI]] is a
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, replace
@@ -155,11 +156,12 @@ from ..core._validation import as_float_array, check_int
 from ..core.errors import (AccuracyWarning, ConvergenceError, InfeasibleTargetError, SgtuneError, ShapeError,
                       UnstableStepSizeError)
 from ..core.config import Dynamics
-from .linear_chain import LinearChain, dynamics_from_keywords, finite_population_factor
+from .linear_chain import LinearChain, finite_population_factor, require_dynamics
 from .stationary import StationaryCov
 
-__all__ = ["CovarianceErrorEstimate", "MatrixFreeDiagonal", "posterior_covariance_error",
-           "posterior_diagonal_step_sizes", "stationary_cov_from_target", "stationary_cov_from_target_momentum"]
+__all__ = ["CovarianceErrorEstimate", "ErrorOptions", "MatrixFreeDiagonal", "ProbeOptions", "RankOneProblem",
+           "posterior_covariance_error", "posterior_diagonal_step_sizes", "stationary_cov_from_target",
+           "stationary_cov_from_target_momentum"]
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ class MatrixFreeDiagonal:
     >>> rng = np.random.default_rng(0)
     >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
     >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
-    >>> r = posterior_diagonal_step_sizes(U, w, c, 1.0, Dynamics(None, 10), probes=16, error_estimate=True)
+    >>> r = posterior_diagonal_step_sizes(RankOneProblem(U, w, c, 1.0), Dynamics(None, 10), ProbeOptions(probes=16),
+    ...                                   error_estimate=True)
     >>> r.probes, r.covariance_error_representation, bool(r.cg_residual < 1e-8)
     (16, 'target', True)
     """
@@ -225,32 +228,154 @@ def _rank_one_inputs(design: Any, weights: Any, grad_scales: Any,
     return U, w, c, gam
 
 
+@dataclass(frozen=True, eq=False)
+class RankOneProblem:
+    """The model at θ̂ in the rank-one form of the matrix-free posterior route: U, w, c, γ and N.
+
+    Validated once, here, and stored as float64 arrays (γ as (D,), N as an int).
+
+    Parameters
+    ----------
+    design : (M, D) array_like
+        The design U, rows u_n (covariates of a GLM, ∇_θ f(x_n) for Gauss–Newton).
+    weights : (M,) array_like
+        The curvature weights w ≥ 0, J_n = w_n u_n u_nᵀ.
+    grad_scales : (M,) array_like
+        The gradient scales c, per-sample gradients g_n = c_n u_n at θ̂.
+    prior_diagonal : float or (D,) array_like
+        The prior precisions γ > 0 (Γ = diag γ).
+    n_data : int or None, optional
+        N (``None``: M, the rows of U).
+
+    Raises
+    ------
+    SgtuneError
+        :class:`~sgtune.core.errors.ShapeError` for inconsistent shapes; negative weights; γ not positive.
+
+    Examples
+    --------
+    >>> U = np.random.default_rng(0).standard_normal((400, 6))
+    >>> problem = RankOneProblem(U, np.full(400, 0.25), U[:, 0], 1.0)
+    >>> problem.prior_diagonal.shape, problem.n_data
+    ((6,), 400)
+    """
+
+    design: Any
+    weights: Any
+    grad_scales: Any
+    prior_diagonal: Any
+    n_data: int | None = None
+
+    def __post_init__(self) -> None:
+        U, w, c, gam = _rank_one_inputs(self.design, self.weights, self.grad_scales, self.prior_diagonal)
+        n = U.shape[0] if self.n_data is None else check_int(self.n_data, "n_data", low=U.shape[0])
+        for name, value in (("design", U), ("weights", w), ("grad_scales", c), ("prior_diagonal", gam),
+                            ("n_data", n)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def dim(self) -> int:
+        """D, the columns of U."""
+        return int(self.design.shape[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeOptions:
+    """How the random probes s_j ~ N(0, Σ*) of the matrix-free route are drawn and solved.
+
+    Parameters
+    ----------
+    probes : int, optional
+        The number k ≥ 2 of random probes (:func:`posterior_covariance_error` with
+        ``representation="target"`` needs k ≥ 8).
+    seed : int, optional
+        The seed of the probes.
+    cg_tol : float, optional
+        The relative tolerance of the block conjugate-gradient solves H X = V.
+    max_iter : int, optional
+        Their iteration cap.
+    preconditioner_rank : int, optional
+        The rank r of the randomised Nyström preconditioner (module docstring; 0: Jacobi only).
+
+    Examples
+    --------
+    >>> ProbeOptions(probes=16, seed=3)
+    ProbeOptions(probes=16, seed=3, cg_tol=1e-08, max_iter=2000, preconditioner_rank=256)
+    """
+
+    probes: int = 32
+    seed: int = 0
+    cg_tol: float = 1e-8
+    max_iter: int = 2000
+    preconditioner_rank: int = 256
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "probes", check_int(self.probes, "probes", low=2))
+        set_(self, "seed", check_int(self.seed, "seed", low=0))
+        set_(self, "max_iter", check_int(self.max_iter, "max_iter", low=1))
+        set_(self, "preconditioner_rank", check_int(self.preconditioner_rank, "preconditioner_rank", low=0))
+        if not self.cg_tol > 0:
+            raise SgtuneError(f"cg_tol must be > 0, got {self.cg_tol!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorOptions:
+    """How :func:`posterior_covariance_error` represents and solves the correction Δ = Σ(Λ) − Σ*.
+
+    Parameters
+    ----------
+    representation : {"target", "low-rank"}, optional
+        Δ̂ = diag(d) + αΣ* or Δ̂ = diag(d) + VCVᵀ (module docstring).
+    rank : int, optional
+        The rank r ≥ 1 of V for ``"low-rank"`` (r ≥ D: V = I, exact representation).
+    basis : {"mixed", "curvature", "posterior"}, optional
+        How V is built for ``"low-rank"``.
+    solve_tol : float, optional
+        The relative tolerance of the projected GMRES solve.
+    solve_max_iter : int, optional
+        Its iteration cap.
+
+    Examples
+    --------
+    >>> ErrorOptions(representation="low-rank", rank=8).basis
+    'mixed'
+    """
+
+    representation: str = "target"
+    rank: int = 64
+    basis: str = "mixed"
+    solve_tol: float = 1e-8
+    solve_max_iter: int = 500
+
+    def __post_init__(self) -> None:
+        if self.representation not in ERROR_REPRESENTATIONS:
+            raise SgtuneError(f"representation must be one of {', '.join(ERROR_REPRESENTATIONS)}, "
+                              f"got {self.representation!r}")
+        if self.basis not in ERROR_BASES:
+            raise SgtuneError(f"basis must be one of {', '.join(ERROR_BASES)}, got {self.basis!r}")
+        object.__setattr__(self, "rank", check_int(self.rank, "rank", low=1))
+        object.__setattr__(self, "solve_max_iter", check_int(self.solve_max_iter, "solve_max_iter", low=1))
+        if not self.solve_tol > 0:
+            raise SgtuneError(f"solve_tol must be > 0, got {self.solve_tol!r}")
+
+
 @cites("wang2026", "Eqs. (11)–(12), diagonal part at the posterior target (matrix-free, random probes)")
-def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any,
-                                  dynamics: Any = None, *, n_data: int | None = None,
-                                  probes: int = 32, seed: int = 0, cg_tol: float = 1e-8,
-                                  max_iter: int = 2000, preconditioner_rank: int = 256,
-                                  error_estimate: bool = False, **legacy: Any) -> MatrixFreeDiagonal:
+def posterior_diagonal_step_sizes(problem: RankOneProblem, dynamics: Dynamics, probing: ProbeOptions | None = None,
+                                  *, error_estimate: bool = False) -> MatrixFreeDiagonal:
     r"""Diagonal Λ solving the diagonal of eq. (11) at Σ* = H⁻¹/N, from (U, w, c, γ) only.
 
     Parameters
     ----------
-    design, weights, grad_scales, prior_diagonal : array_like
-        U (M, D) with rows u_n (covariates of a GLM, ∇_θ f(x_n) for Gauss–Newton), w (M,) ≥ 0 with
-        J_n = w_n u_n u_nᵀ, c (M,) with per-sample gradients g_n = c_n u_n at θ̂, and γ > 0, a scalar
-        or (D,) (Γ = diag γ).
+    problem : RankOneProblem
+        U, w, c, γ and N.
     dynamics : Dynamics
         B, β and the batching of the chain (``step`` is not used: the result is Λ; no momentum).
-    n_data, probes, seed : int, optional
-        N (default M), the number k of random probes and their seed.
-    cg_tol, max_iter, preconditioner_rank : float, int, int, optional
-        The probe solves' tolerance and iteration cap, and the rank r of their randomised Nyström
-        preconditioner (module docstring; 0: Jacobi only).
+    probing : ProbeOptions, optional
+        The number k of random probes, their seed and their solves (default ``ProbeOptions()``).
     error_estimate : bool, optional
         Also estimate the covariance error of the returned Λ (:func:`posterior_covariance_error`,
         representation ``"target"``, max(k, 8) fresh probes, seed + 1); Λ itself is unchanged.
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -266,32 +391,26 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     --------
     >>> from sgtune.core.config import Dynamics
     >>> U = np.random.default_rng(0).standard_normal((400, 6))
-    >>> r = posterior_diagonal_step_sizes(U, np.full(400, 0.25), U[:, 0], 1.0, Dynamics(None, 10))
+    >>> problem = RankOneProblem(U, np.full(400, 0.25), U[:, 0], 1.0)
+    >>> r = posterior_diagonal_step_sizes(problem, Dynamics(None, 10))
     >>> r.diagonal.shape, bool(np.all(r.diagonal > 0))
     ((6,), True)
     """
-    if not isinstance(dynamics, Dynamics):
-        if dynamics is not None:
-            raise TypeError(f"posterior_diagonal_step_sizes() needs a Dynamics, got {type(dynamics).__name__}")
-        dynamics = dynamics_from_keywords("posterior_diagonal_step_sizes", "posterior_diagonal_step_sizes(design, "
-                                          "weights, grad_scales, prior_diagonal, Dynamics(None, batch_size, …))",
-                                          None, legacy)
-    elif legacy:
-        raise TypeError(f"posterior_diagonal_step_sizes() takes the chain's settings in the Dynamics; got also "
-                        f"{', '.join(sorted(legacy))}")
-    U, w, c, gam = _rank_one_inputs(design, weights, grad_scales, prior_diagonal)
+    dynamics = require_dynamics("posterior_diagonal_step_sizes", "posterior_diagonal_step_sizes(RankOneProblem(U, w, "
+                                "c, γ), Dynamics(None, batch_size, …), ProbeOptions(probes=…))", dynamics)
+    probing = ProbeOptions() if probing is None else probing
+    U, w, c, gam, n = problem.design, problem.weights, problem.grad_scales, problem.prior_diagonal, problem.n_data
     m, d = U.shape
-    n = m if n_data is None else check_int(n_data, "n_data", low=m)
     dynamics.check_data(n)
     if dynamics.momentum:
         raise SgtuneError("posterior_diagonal_step_sizes is for SG(L)D without momentum")
     B, beta, without_replacement = dynamics.batch_size, dynamics.inv_temperature, dynamics.without_replacement
-    k = check_int(probes, "probes", low=2)
+    k = probing.probes
     shift = 0.0 if math.isinf(beta) else 1.0 / beta
     if not 1.0 / n > shift:
         raise InfeasibleTargetError(f"the posterior target is unreachable at inverse temperature {beta:g}: "
                                     f"use an inverse temperature > N = {n}", min_inv_temperature=float(n))
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(probing.seed)
     op = _RankOneCurvature(U, w, gam / n)  # H = UᵀWU/M + Γ/N, row chunks: U is streamed once per product
     # diag H and the moments that need one pass over the rows (chunked: no (M, D) temporaries)
     h_diag = op.sq_tmul(w) / m + gam / n
@@ -300,12 +419,12 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     # probes v ~ N(0, H): v = Uᵀ(√w z₁)/√M + √γ z₂/√N
     Vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
         + np.sqrt(gam)[:, None] * rng.standard_normal((d, k)) / math.sqrt(n)
-    r = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
+    r = min(probing.preconditioner_rank, d)
     if r > 0:
         pre = _nystrom_preconditioner(op.j_mul, gam / n, r, rng)
     else:
         pre = lambda R_: R_ / h_diag[:, None]  # noqa: E731 (Jacobi)
-    S, its, res = _block_pcg(op.h_mul, Vrhs, pre, cg_tol, max_iter)
+    S, its, res = _block_pcg(op.h_mul, Vrhs, pre, probing.cg_tol, probing.max_iter)
     S /= math.sqrt(n)  # columns ~ N(0, H⁻¹/N) = N(0, Σ*)
     US = op.rows_mul(S)  # (M, k)
     q = np.mean(US * US, axis=1)  # q̂_n = u_nᵀΣ*u_n
@@ -319,9 +438,9 @@ def posterior_diagonal_step_sizes(design: Any, weights: Any, grad_scales: Any, p
     out = MatrixFreeDiagonal(diagonal=lam, noise_diagonal=cbar, probes=k, cg_iterations=its, cg_residual=res,
                              preconditioner_rank=r)
     if error_estimate:
-        est = posterior_covariance_error(U, w, c, gam, dynamics.replace(step=lam), n_data=n, probes=max(k, 8),
-                                         seed=seed + 1,
-                                         cg_tol=cg_tol, max_iter=max_iter, preconditioner_rank=r)
+        est = posterior_covariance_error(problem, dynamics.replace(step=lam),
+                                         dataclasses.replace(probing, probes=max(k, 8), seed=probing.seed + 1,
+                                                             preconditioner_rank=r))
         out = replace(out, covariance_error=est.covariance_error, covariance_error_se=est.standard_error,
                       covariance_error_representation=est.representation, covariance_error_rank=est.rank)
     return out
@@ -381,9 +500,9 @@ def _block_pcg(mul: Any, Bm: np.ndarray, pinv: Any, tol: float, max_iter: int) -
 
 
 @cites("wang2026", "Eqs. (11)–(12) for Σ(Λ) − Σ*, Stein-preconditioned GMRES started at the target")
-def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.ndarray,
-                               noise_at_target: np.ndarray, *, tol: float = 1e-9, max_iter: int = 40,
-                               **legacy: Any) -> StationaryCov:
+def stationary_cov_from_target(expansion: Any, dynamics: Dynamics, target_cov: np.ndarray,
+                               noise_at_target: np.ndarray, *, tol: float = 1e-9,
+                               max_iter: int = 40) -> StationaryCov:
     r"""Exact Σ(Λ) of a tuned chain, solved for Δ = Σ(Λ) − Σ* (Wang, Ding & Huggins 2026, Eqs. (11)–(12)).
 
     Parameters
@@ -395,8 +514,6 @@ def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.nda
         Σ* and C̄(Σ*), already computed by the tuning (no further pass over the data).
     tol, max_iter : float, int
         GMRES's tolerance relative to ‖R₀‖ and its iteration cap.
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -420,7 +537,7 @@ def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.nda
     >>> bool(np.allclose(st.cov, sgtune.predict_stationary_cov(e, dyn).cov, rtol=1e-6))
     True
     """
-    dyn = _target_settings("stationary_cov_from_target", dynamics, legacy)
+    dyn = _target_settings("stationary_cov_from_target", dynamics)
     if dyn.momentum > 0:
         return stationary_cov_from_target_momentum(expansion, dyn, target_cov, noise_at_target, tol=tol,
                                                    max_iter=max_iter)
@@ -483,15 +600,10 @@ def stationary_cov_from_target(expansion: Any, dynamics: Any, target_cov: np.nda
                          parameter_names=getattr(chain.expansion, "parameter_names", None))
 
 
-def _target_settings(function: str, dynamics: Any, legacy: dict[str, Any]) -> Dynamics:
-    """``dynamics``, or the Dynamics of the old form ``function(expansion, step_matrix, …, batch_size=…)``."""
-    if isinstance(dynamics, Dynamics):
-        if legacy:
-            raise TypeError(f"{function}() takes the chain's settings in the Dynamics; got also "
-                            f"{', '.join(sorted(legacy))}")
-        return dynamics
-    return dynamics_from_keywords(function, f"{function}(expansion, Dynamics(step_matrix, batch_size, …), "
-                                  "target_cov, noise_at_target)", dynamics, legacy, stacklevel=4)
+def _target_settings(function: str, dynamics: Any) -> Dynamics:
+    """``dynamics``, or a ``TypeError`` naming the form ``function(expansion, Dynamics(…), …)``."""
+    return require_dynamics(function, f"{function}(expansion, Dynamics(step_matrix, batch_size, …), target_cov, "
+                            "noise_at_target)", dynamics)
 
 
 def _sandwich_by(lam: np.ndarray) -> Any:
@@ -548,9 +660,9 @@ def _gmres(matvec: Any, b: np.ndarray, tol: float, max_iter: int) -> tuple[np.nd
 
 # --------------------------------------------------------------------------- momentum (large D)
 @cites("sgtune", "Prop. B.1 (momentum) with Λ fixed: Yule–Walker lag-0 equation, linear in Σ, solved for Σ(Λ) − Σ*")
-def stationary_cov_from_target_momentum(expansion: Any, dynamics: Any, target_cov: np.ndarray,
-                                        noise_at_target: np.ndarray, *, tol: float = 1e-9, max_iter: int = 40,
-                                        **legacy: Any) -> StationaryCov:
+def stationary_cov_from_target_momentum(expansion: Any, dynamics: Dynamics, target_cov: np.ndarray,
+                                        noise_at_target: np.ndarray, *, tol: float = 1e-9,
+                                        max_iter: int = 40) -> StationaryCov:
     r"""Exact stationary covariance Σ(Λ) of a heavy-ball chain (momentum κ), solved for Δ = Σ(Λ) − Σ* in D×D.
 
     The VARMA(2,1) form of the chain, reduced to D×D unknowns (module docstring; Wang, Ding & Huggins
@@ -566,8 +678,6 @@ def stationary_cov_from_target_momentum(expansion: Any, dynamics: Any, target_co
         Σ* and C̄(Σ*), already computed by the tuning (no further pass over the data).
     tol, max_iter : float, int
         GMRES's tolerance relative to ‖R₀‖_F and its iteration cap.
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -586,7 +696,7 @@ def stationary_cov_from_target_momentum(expansion: Any, dynamics: Any, target_co
     >>> bool(np.allclose(st.cov, predict_stationary_cov(e, dyn).cov, rtol=1e-6))
     True
     """
-    dyn = _target_settings("stationary_cov_from_target_momentum", dynamics, legacy)
+    dyn = _target_settings("stationary_cov_from_target_momentum", dynamics)
     kappa = dyn.momentum
     if kappa == 0.0:
         return stationary_cov_from_target(expansion, dyn, target_cov, noise_at_target, tol=tol, max_iter=max_iter)
@@ -773,7 +883,8 @@ class CovarianceErrorEstimate:
     >>> rng = np.random.default_rng(0)
     >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
     >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
-    >>> est = posterior_covariance_error(U, w, c, 1.0, Dynamics(np.full(6, 0.05), 10), probes=16)
+    >>> est = posterior_covariance_error(RankOneProblem(U, w, c, 1.0), Dynamics(np.full(6, 0.05), 10),
+    ...                                  ProbeOptions(probes=16))
     >>> est.rank, est.basis, est.diagonal.shape
     (0, 'none', (6,))
     """
@@ -838,13 +949,8 @@ class _RankOneCurvature:
 @cites("wang2026", "Eqs. (11)–(12): Σ(Λ) − Σ* for diagonal Λ at the posterior target, projected on "
                    "diag + αΣ* or diag + low rank (matrix-free); relative Frobenius error by random probes")
 @cites("sgtune", "Galerkin projection of the correction equation; Hutchinson-type probe estimates")
-def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prior_diagonal: Any,
-                               dynamics: Any = None, *, n_data: int | None = None,
-                               representation: str = "target", rank: int = 64, basis: str = "mixed",
-                               probes: int = 32, seed: int = 0,
-                               cg_tol: float = 1e-8, max_iter: int = 2000, preconditioner_rank: int = 256,
-                               solve_tol: float = 1e-8, solve_max_iter: int = 500,
-                               **legacy: Any) -> CovarianceErrorEstimate:
+def posterior_covariance_error(problem: RankOneProblem, dynamics: Dynamics, probing: ProbeOptions | None = None,
+                               options: ErrorOptions | None = None) -> CovarianceErrorEstimate:
     r"""Covariance error ‖Σ(Λ) − Σ*‖_F/‖Σ*‖_F of a diagonal Λ at Σ* = H⁻¹/N, matrix-free (rank-one J_n).
 
     The correction Δ = Σ(Λ) − Σ* of SG(L)D (Wang, Ding & Huggins 2026, Eqs. (11)–(12), κ = 0) solves a
@@ -855,27 +961,15 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
 
     Parameters
     ----------
-    design, weights, grad_scales, prior_diagonal : array_like
-        U, w, c and γ, as :func:`posterior_diagonal_step_sizes`.
+    problem : RankOneProblem
+        U, w, c, γ and N.
     dynamics : Dynamics
         The chain: ``step`` the (D,) diagonal λ of Λ (e.g. ``posterior_diagonal_step_sizes(...).diagonal``),
         B, β and the batching (no momentum).
-    n_data : int, optional
-        N (default M).
-    representation : {"target", "low-rank"}, optional
-        Δ̂ = diag(d) + αΣ* or Δ̂ = diag(d) + VCVᵀ.
-    rank : int, optional
-        The rank r ≥ 1 of V for ``"low-rank"`` (r ≥ D: V = I, exact representation).
-    basis : {"mixed", "curvature", "posterior"}, optional
-        How V is built for ``"low-rank"``.
-    probes, seed : int, optional
-        As :func:`posterior_diagonal_step_sizes` (``"target"`` needs k ≥ 8).
-    cg_tol, max_iter, preconditioner_rank : float, int, int, optional
-        As :func:`posterior_diagonal_step_sizes`.
-    solve_tol, solve_max_iter : float, int, optional
-        The relative tolerance and iteration cap of the projected GMRES solve.
-    **legacy
-        The keyword form of 0.1 (``step_sizes`` in place of the Dynamics), with a ``DeprecationWarning``.
+    probing : ProbeOptions, optional
+        The probes (default ``ProbeOptions()``; ``"target"`` needs k ≥ 8).
+    options : ErrorOptions, optional
+        The representation of Δ̂ and its projected solve (default ``ErrorOptions()``).
 
     Returns
     -------
@@ -893,47 +987,37 @@ def posterior_covariance_error(design: Any, weights: Any, grad_scales: Any, prio
     >>> rng = np.random.default_rng(0)
     >>> U = rng.standard_normal((400, 2)) @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((400, 6))
     >>> w, c = np.full(400, 0.25), rng.standard_normal(400)
-    >>> lam = posterior_diagonal_step_sizes(U, w, c, 1.0, Dynamics(None, 10), probes=16).diagonal
-    >>> est = posterior_covariance_error(U, w, c, 1.0, Dynamics(lam, 10), probes=16)
+    >>> problem, probing = RankOneProblem(U, w, c, 1.0), ProbeOptions(probes=16)
+    >>> lam = posterior_diagonal_step_sizes(problem, Dynamics(None, 10), probing).diagonal
+    >>> est = posterior_covariance_error(problem, Dynamics(lam, 10), probing)
     >>> est.representation, est.probes, bool(est.standard_error < 0.2 * est.covariance_error)
     ('target', 16, True)
     """
-    if isinstance(dynamics, Dynamics):
-        if legacy:
-            raise TypeError(f"posterior_covariance_error() takes the chain's settings in the Dynamics; got also "
-                            f"{', '.join(sorted(legacy))}")
-        dyn, step_sizes = dynamics, dynamics.step
-    else:  # the old form: step_sizes in the place of the Dynamics, batch_size=… and the rest as keywords
-        step_sizes = legacy.pop("step_sizes", dynamics)
-        dyn = dynamics_from_keywords("posterior_covariance_error", "posterior_covariance_error(design, weights, "
-                                     "grad_scales, prior_diagonal, Dynamics(step_sizes, batch_size, …))", None, legacy)
-    U, w, c, gam = _rank_one_inputs(design, weights, grad_scales, prior_diagonal)
-    m, d = U.shape
+    dyn = require_dynamics("posterior_covariance_error", "posterior_covariance_error(RankOneProblem(U, w, c, γ), "
+                           "Dynamics(step_sizes, batch_size, …), ProbeOptions(…), ErrorOptions(…))", dynamics)
+    probing = ProbeOptions() if probing is None else probing
+    options = ErrorOptions() if options is None else options
+    d, n, step_sizes = problem.dim, problem.n_data, dyn.step
     lam = as_float_array(step_sizes, "step_sizes").reshape(-1) if np.ndim(step_sizes) else None
     if lam is None or lam.shape[0] != d:
         raise ShapeError(f"step_sizes must be the (D,) = ({d},) diagonal of Λ, got shape {np.shape(step_sizes)}")
     if not np.all(lam > 0):
         i = int(np.argmin(lam))
         raise SgtuneError(f"step_sizes must be > 0; step_sizes[{i}] = {lam[i]:g} — pass the diagonal of an SPD Λ")
-    n = m if n_data is None else check_int(n_data, "n_data", low=m)
     dyn.check_data(n)
     if dyn.momentum:
         raise SgtuneError("posterior_covariance_error is for SG(L)D without momentum")
-    k = check_int(probes, "probes", low=2)
-    r = min(check_int(rank, "rank", low=1), d)
-    if representation not in ERROR_REPRESENTATIONS:
-        raise SgtuneError(f"representation must be one of {', '.join(ERROR_REPRESENTATIONS)}, got {representation!r}")
-    if representation == "target" and k < 8:
+    k = probing.probes
+    if options.representation == "target" and k < 8:
         raise SgtuneError(f"probes must be >= 8 for representation 'target' (two independent halves in each of "
                           f"4 jackknife groups), got {k}")
-    if basis not in ERROR_BASES:
-        raise SgtuneError(f"basis must be one of {', '.join(ERROR_BASES)}, got {basis!r}")
-    pr = _ErrorProbes.draw(U, w, c, gam / n, lam, n=n, dynamics=dyn, k=k, low_rank=representation == "low-rank",
-                           seed=seed, cg_tol=cg_tol, max_iter=max_iter, preconditioner_rank=preconditioner_rank)
-    if representation == "target":
-        return _target_error(pr, seed=seed, solve_tol=solve_tol, solve_max_iter=solve_max_iter)
-    return _low_rank_error(pr, r, basis, cg_tol=cg_tol, max_iter=max_iter, solve_tol=solve_tol,
-                           solve_max_iter=solve_max_iter)
+    pr = _ErrorProbes.draw(problem, lam, dyn, probing, low_rank=options.representation == "low-rank")
+    if options.representation == "target":
+        return _target_error(pr, seed=probing.seed, solve_tol=options.solve_tol,
+                             solve_max_iter=options.solve_max_iter)
+    return _low_rank_error(pr, min(options.rank, d), options.basis, cg_tol=probing.cg_tol,
+                           max_iter=probing.max_iter, solve_tol=options.solve_tol,
+                           solve_max_iter=options.solve_max_iter)
 
 
 @dataclass
@@ -959,10 +1043,11 @@ class _ErrorProbes:
     cg_res: float
 
     @classmethod
-    def draw(cls, U: np.ndarray, w: np.ndarray, c: np.ndarray, g: np.ndarray, lam: np.ndarray, *, n: int,
-             dynamics: Dynamics, k: int, low_rank: bool, seed: int, cg_tol: float, max_iter: int,
-             preconditioner_rank: int) -> "_ErrorProbes":
+    def draw(cls, problem: RankOneProblem, lam: np.ndarray, dynamics: Dynamics, probing: ProbeOptions, *,
+             low_rank: bool) -> "_ErrorProbes":
         """One block solve H X = [v_1..v_k, z_1..z_k] (s_j = x_j/√N ~ N(0, Σ*), Σ*z_j) and the Rademacher probes."""
+        U, w, c, n, k = problem.design, problem.weights, problem.grad_scales, problem.n_data, probing.probes
+        g = problem.prior_diagonal / n
         m, d = U.shape
         beta = dynamics.inv_temperature
         shift = 0.0 if math.isinf(beta) else 1.0 / beta
@@ -975,16 +1060,16 @@ class _ErrorProbes:
             raise UnstableStepSizeError(f"step_sizes are unstable: λ_i H_ii = {lh[i]:.4g} ≥ 2 at i = {i} (a stable "
                                         f"chain needs the eigenvalues of ΛH below 2); scale them by less than "
                                         f"{2 / lh.max():.4g}", spectral_radius=math.nan, max_stable_step=2 / lh.max())
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(probing.seed)
         vrhs = U.T @ (np.sqrt(w)[:, None] * rng.standard_normal((m, k))) / math.sqrt(m) \
             + np.sqrt(g)[:, None] * rng.standard_normal((d, k))
         zs = rng.standard_normal((d, k if low_rank else 0))
-        pr = min(check_int(preconditioner_rank, "preconditioner_rank", low=0), d)
+        pr = min(probing.preconditioner_rank, d)
         if pr > 0:
             pre = _nystrom_preconditioner(op.j_mul, g, pr, rng)
         else:
             pre = lambda R_: R_ / h[:, None]  # noqa: E731 (Jacobi)
-        X, its, cg_res = _block_pcg(op.h_mul, np.hstack([vrhs, zs]), pre, cg_tol, max_iter)
+        X, its, cg_res = _block_pcg(op.h_mul, np.hstack([vrhs, zs]), pre, probing.cg_tol, probing.max_iter)
         S = X[:, :k] / math.sqrt(n)
         US = op.rows_mul(S)
         rad = rng.choice([-1.0, 1.0], size=(d, k))  # Rademacher probes of (J∘J)d

@@ -62,33 +62,17 @@ FAIL_RESIDUAL = 1e-6
 
 
 # --------------------------------------------------------------------------- the settings
-_KEYWORDS = ("batch_size", "inv_temperature", "without_replacement", "momentum")
+def require_dynamics(function: str, new_form: str, dynamics: Any) -> Dynamics:
+    """``dynamics`` when it is a :class:`~sgtune.core.config.Dynamics`, else a one-line ``TypeError``.
 
-
-def dynamics_from_keywords(function: str, new_form: str, step: Any, keywords: dict[str, Any], *,
-                           stacklevel: int = 3) -> Dynamics:
-    """The :class:`~sgtune.core.config.Dynamics` of an old keyword call, with one ``DeprecationWarning``.
-
-    ``keywords`` are the old ``batch_size``, ``inv_temperature``, ``without_replacement`` and
-    ``momentum`` arguments and the step when it was passed by name (``step_matrix``, ``step_sizes``);
-    any other name is a ``TypeError``, as for a misspelt keyword. The warning names ``new_form``,
-    the call that replaces ``function(...)``.
+    The message names ``new_form``, the call that takes the chain's settings (the keyword forms of
+    0.1 — ``batch_size=…``, ``inv_temperature=…``, ``without_replacement=…``, ``momentum=…`` — were
+    removed in 0.2.0).
     """
-    keywords = dict(keywords)
-    for name in ("step_matrix", "step_sizes"):  # the old forms' step, passed by keyword
-        if name in keywords and step is None:
-            step = keywords.pop(name)
-    unknown = sorted(set(keywords) - set(_KEYWORDS))
-    if unknown:
-        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
-    if "batch_size" not in keywords:
-        raise TypeError(f"{function}() needs a Dynamics (the new form: {new_form})")
-    warnings.warn(f"{function}(..., batch_size=..., inv_temperature=..., without_replacement=..., momentum=...) "
-                  f"is deprecated; pass the chain's settings as one sgtune.core.config.Dynamics: {new_form}",
-                  DeprecationWarning, stacklevel=stacklevel)
-    return Dynamics(step, keywords["batch_size"], inv_temperature=keywords.get("inv_temperature", math.inf),
-                    momentum=keywords.get("momentum", 0.0),
-                    batching=bool(keywords.get("without_replacement", False)))
+    if isinstance(dynamics, Dynamics):
+        return dynamics
+    raise TypeError(f"{function}() takes the chain's settings as one sgtune.core.config.Dynamics: {new_form}; "
+                    f"got {type(dynamics).__name__} (the keyword forms of 0.1 were removed in 0.2.0)")
 
 
 @cites("wang2026", "Thm. 4.3 (without replacement: × (N−B)/(N−1))")

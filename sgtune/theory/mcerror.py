@@ -52,7 +52,6 @@ mean's formula stays exact. How well it holds against real chains is measured in
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,8 +178,8 @@ def mean_asymptotic_cov(transition: Any, second_moment: Any, *, dim: int | None 
 
 @cites("sgtune", "Isserlis' theorem on the lag autocovariances F^k S of the proxy chain (Wang, Ding & Huggins "
                  "2026, §4, Prop. B.2), summed through a block-diagonal form of F")
-def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None = None, method: str | None = None,
-                       **legacy: Any) -> tuple[float, str]:
+def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None = None,
+                       method: str | None = None) -> tuple[float, str]:
     r"""Error constant of the covariance estimate, lim T·E‖Ŝ_T − Σ‖²_F = Σ_k [(tr A_k)² + tr(A_kA_k)].
 
     Parameters
@@ -196,9 +195,6 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     method : {"symmetric", "blocks", "eig", "kron", None}
         Force a route (None: ``symmetric`` / ``blocks`` when Λ is SPD and H symmetric, else ``eig``,
         else ``kron`` for ill-conditioned small systems).
-    **legacy
-        The keyword form of 0.1 (``step_matrix=…``, ``momentum=…`` with a bare F), with a
-        ``DeprecationWarning`` naming the new form.
 
     Returns
     -------
@@ -229,22 +225,10 @@ def cov_error_constant(transition: Any, second_moment: Any, *, dim: int | None =
     True
     """
     if isinstance(transition, LinearChain):
-        if legacy:
-            raise TypeError(f"cov_error_constant() takes Λ and κ from the LinearChain; got also "
-                            f"{', '.join(sorted(legacy))}")
         chain = transition
         return _error_constant(chain.transition, second_moment, chain.dim if dim is None else dim,
                                chain.step_matrix, chain.momentum, method)
-    unknown = sorted(set(legacy) - {"step_matrix", "momentum"})
-    if unknown:
-        raise TypeError(f"cov_error_constant() got an unexpected keyword argument {unknown[0]!r}")
-    if legacy:
-        warnings.warn("cov_error_constant(transition, S, step_matrix=…, momentum=…) is deprecated; pass the chain: "
-                      "cov_error_constant(LinearChain.of(expansion, dynamics), S)", DeprecationWarning, stacklevel=2)
-    step_matrix = legacy.get("step_matrix")
-    lam = None if step_matrix is None else as_float_array(step_matrix, "step_matrix", ndim=2)
-    return _error_constant(transition, second_moment, dim, lam, check_probability(legacy.get("momentum", 0.0),
-                                                                                 "momentum"), method)
+    return _error_constant(transition, second_moment, dim, None, 0.0, method)
 
 
 def _error_constant(transition: Any, second_moment: Any, dim: int | None, lam: np.ndarray | None, kappa: float,

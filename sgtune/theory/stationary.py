@@ -13,8 +13,8 @@ live in :class:`sgtune.theory.linear_chain.LinearChain`; the comparison theories
 :mod:`sgtune.theory.noise_models`.
 
 The keyword forms of 0.1 (``predict_stationary_cov(expansion, step_matrix, batch_size=…,
-inv_temperature=…, without_replacement=…, momentum=…)`` and the like) still work and give the
-same numbers; they emit a ``DeprecationWarning`` naming the new form.
+inv_temperature=…, without_replacement=…, momentum=…)`` and the like) were removed in 0.2.0; a call
+without a Dynamics is a ``TypeError`` naming the new form.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from ..core.errors import SgtuneError
 from ..core.results import ResultMixin, SummaryTable, resolve_parameter_names, table_from_columns
 from ..models import Expansion
 from .linear_chain import (ARPACK_MAX_DIM, DENSE_RADIUS_MAX_DIM, DIRECT_MAX_DIM, FAIL_RESIDUAL, WARN_RESIDUAL,
-                           LinearChain, dynamics_from_keywords, equilibration_steps, finite_population_factor,
-                           noise_scale, variance_kernel)
+                           LinearChain, equilibration_steps, finite_population_factor, noise_scale,
+                           require_dynamics, variance_kernel)
 from .noise_models import NOISE_MODELS, noise_model
 
 __all__ = [
@@ -171,26 +171,9 @@ class StationaryCov(ResultMixin):
                    "(iterations).",))
 
 
-def _settings(function: str, new_form: str, dynamics: Any, legacy: dict[str, Any], *,
-              step_given: bool = True) -> Dynamics:
-    """``dynamics`` itself, or the Dynamics of an old keyword call (with its DeprecationWarning).
-
-    In the old forms the second argument was Λ (``step_given``) or absent; a Dynamics together
-    with old keywords is a ``TypeError``.
-    """
-    if isinstance(dynamics, Dynamics):
-        if legacy:
-            raise TypeError(f"{function}() takes the chain's settings in the Dynamics; got also "
-                            f"{', '.join(sorted(legacy))}")
-        return dynamics
-    if not step_given and dynamics is not None:
-        raise TypeError(f"{function}() needs a Dynamics, got {type(dynamics).__name__}")
-    return dynamics_from_keywords(function, new_form, dynamics, legacy, stacklevel=4)
-
-
 # --------------------------------------------------------------------------- public API
 @cites("wang2026", "Thm. 4.3, Eq. (12)")
-def noise_covariance(expansion: Expansion, stationary_cov: Any, dynamics: Any = None, **legacy: Any) -> np.ndarray:
+def noise_covariance(expansion: Expansion, stationary_cov: Any, dynamics: Dynamics) -> np.ndarray:
     r"""C̄(Σ) = (f/B) [𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ]  (Wang, Ding & Huggins 2026, Eq. (12)).
 
     The expected covariance of the minibatch gradient of the proxy chain at stationarity.
@@ -206,9 +189,6 @@ def noise_covariance(expansion: Expansion, stationary_cov: Any, dynamics: Any = 
         The covariance Σ at which the noise is evaluated (symmetric).
     dynamics : Dynamics
         B and the batching (Λ, β and κ are not used; ``step`` may be None).
-    **legacy
-        The keyword form of 0.1 (``batch_size=…``, ``without_replacement=…``), with a
-        ``DeprecationWarning``.
 
     Returns
     -------
@@ -226,8 +206,8 @@ def noise_covariance(expansion: Expansion, stationary_cov: Any, dynamics: Any = 
     >>> C.shape, bool(np.allclose(C, C.T))
     ((5, 5), True)
     """
-    dyn = _settings("noise_covariance", "noise_covariance(expansion, sigma, Dynamics(None, batch_size))",
-                    dynamics, legacy, step_given=False)
+    dyn = require_dynamics("noise_covariance", "noise_covariance(expansion, sigma, Dynamics(None, batch_size))",
+                           dynamics)
     n, d = expansion.n_data, expansion.dim
     dyn.check_data(n)
     sigma = as_symmetric(stationary_cov, "stationary_cov", d, rtol=1e-10)
@@ -268,9 +248,9 @@ def as_step_matrix(step: Any, dim: int, *, name: str = "step_matrix") -> np.ndar
 
 
 @cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12); Prop. B.1 (momentum, general Λ)")
-def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method: str | None = None,
-                           tol: float = 1e-13, initial_guess: Any = None, radius_bound: bool = False,
-                           **legacy: Any) -> StationaryCov:
+def predict_stationary_cov(expansion: Expansion, dynamics: Dynamics, *, method: str | None = None,
+                           tol: float = 1e-13, initial_guess: Any = None,
+                           radius_bound: bool = False) -> StationaryCov:
     r"""Solve ΛHΣ + ΣHΛ = Λ(C̄(Σ) + HΣH)Λ + 2β⁻¹Λ for Σ (Wang, Ding & Huggins 2026, Eqs. (11)–(12); Prop. B.1).
 
     The exact stationary covariance of the proxy SG(L)D chain (exact for linear
@@ -299,10 +279,6 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
         Iterative path: report the certified bound 1 − λ_min(S^{-1/2}Q₀S^{-1/2}) ≥ ρ at every state
         dimension instead of ARPACK's ρ below ``ARPACK_MAX_DIM`` (no eigen-iteration, O(D³);
         ``spectral_radius_is_bound`` says which; ARPACK is still used when the bound is void).
-
-    **legacy
-        The keyword forms of 0.1 (``step_matrix`` as the second argument and ``batch_size=…``,
-        ``inv_temperature=…``, …): same numbers, with a ``DeprecationWarning`` naming the new form.
 
     Returns
     -------
@@ -335,8 +311,8 @@ def predict_stationary_cov(expansion: Expansion, dynamics: Any = None, *, method
     >>> bool(res.relative_residual < 1e-10 and res.spectral_radius < 1)
     True
     """
-    dyn = _settings("predict_stationary_cov", "predict_stationary_cov(expansion, Dynamics(step_matrix, "
-                    "batch_size, inv_temperature=…, momentum=…, batching=…))", dynamics, legacy)
+    dyn = require_dynamics("predict_stationary_cov", "predict_stationary_cov(expansion, Dynamics(step_matrix, "
+                           "batch_size, inv_temperature=…, momentum=…, batching=…))", dynamics)
     chain = LinearChain.of(expansion, dyn)
     T = expansion.whitening()
     if T is not None:  # κ(H) too large to solve in θ's own units: solve in φ, θ − θ̂ = Tφ, and map back
@@ -388,8 +364,7 @@ def stationary_result(chain: LinearChain, S: np.ndarray, spectral_radius: float,
 
 
 @cites("wang2026", "Eqs. (2)–(3) (CT), Eq. (5) (DQ+const), Eqs. (5)–(6) (LR+WS), Eqs. (11)–(12)")
-def predict_comparison_cov(expansion: Expansion, dynamics: Any = None, *, theory: str,
-                           **legacy: Any) -> np.ndarray:
+def predict_comparison_cov(expansion: Expansion, dynamics: Dynamics, *, theory: str) -> np.ndarray:
     r"""Σ predicted by a comparison theory: ΛHΣ + ΣHΛᵀ = Λ(C_th(Σ) [+ HΣH])Λᵀ + 2Λ/β.
 
     Parameters
@@ -400,8 +375,6 @@ def predict_comparison_cov(expansion: Expansion, dynamics: Any = None, *, theory
         The chain: Λ, B, β and the batching (κ only with ``dq-exact``).
     theory : {"ct", "dq-const", "lr-ws", "dq-exact"}
         The theory (:data:`sgtune.theory.noise_models.NOISE_MODELS`).
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -446,8 +419,8 @@ def predict_comparison_cov(expansion: Expansion, dynamics: Any = None, *, theory
     True
     """
     model = noise_model(theory, what="theory")
-    dyn = _settings("predict_comparison_cov", "predict_comparison_cov(expansion, Dynamics(step_matrix, batch_size, "
-                    "…), theory=…)", dynamics, legacy)
+    dyn = require_dynamics("predict_comparison_cov", "predict_comparison_cov(expansion, Dynamics(step_matrix, "
+                           "batch_size, …), theory=…)", dynamics)
     if not model.exact:
         if dyn.momentum != 0.0:
             raise SgtuneError(f"theory {model.name!r} describes SG(L)D without momentum; use theory 'dq-exact' "
@@ -550,7 +523,7 @@ def autocorrelation_times(stationary: StationaryCov) -> tuple[np.ndarray, float]
 
 
 @cites("wang2026", "Prop. 4.4 (deterministic bound 2/μ_max(ΛH)) and Eqs. (11)–(12) (noise)")
-def max_stable_step(expansion: Expansion, dynamics: Any = None, *, rtol: float = 1e-3, **legacy: Any) -> float:
+def max_stable_step(expansion: Expansion, dynamics: Dynamics, *, rtol: float = 1e-3) -> float:
     r"""Largest c such that the chain with step matrix cΛ is second-moment stable.
 
     Parameters
@@ -561,8 +534,6 @@ def max_stable_step(expansion: Expansion, dynamics: Any = None, *, rtol: float =
         The chain: Λ, B, κ and the batching (β does not affect stability).
     rtol : float, optional
         Relative accuracy of the bisection.
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -586,13 +557,13 @@ def max_stable_step(expansion: Expansion, dynamics: Any = None, *, rtol: float =
     >>> bool(c > 1)  # λ = 0.1 is stable, with room to spare
     True
     """
-    dyn = _settings("max_stable_step", "max_stable_step(expansion, Dynamics(step_matrix, batch_size, momentum=…, "
-                    "batching=…))", dynamics, legacy)
+    dyn = require_dynamics("max_stable_step", "max_stable_step(expansion, Dynamics(step_matrix, batch_size, "
+                           "momentum=…, batching=…))", dynamics)
     return LinearChain.of(expansion, dyn.replace(inv_temperature=math.inf)).max_stable_multiplier(rtol)
 
 
 @cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12): Σ(Λ) for many Λ of one chain's settings")
-def stationary_cov_evaluator(expansion: Expansion, dynamics: Any = None, **legacy: Any) -> Any:
+def stationary_cov_evaluator(expansion: Expansion, dynamics: Dynamics) -> Any:
     """A fast Λ ↦ Σ(Λ) for repeated solves (tuning families); returns None when unstable.
 
     Parameters
@@ -601,8 +572,6 @@ def stationary_cov_evaluator(expansion: Expansion, dynamics: Any = None, **legac
         The expansion at θ̂.
     dynamics : Dynamics
         B, β, κ and the batching (its ``step`` is not used).
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -632,8 +601,8 @@ def stationary_cov_evaluator(expansion: Expansion, dynamics: Any = None, **legac
     >>> evaluate(0.1).shape, evaluate(100.0) is None
     ((5, 5), True)
     """
-    dyn = _settings("stationary_cov_evaluator", "stationary_cov_evaluator(expansion, Dynamics(None, batch_size, "
-                    "…))", dynamics, legacy, step_given=False)
+    dyn = require_dynamics("stationary_cov_evaluator", "stationary_cov_evaluator(expansion, Dynamics(None, "
+                           "batch_size, …))", dynamics)
     small = expansion.dim * (2 if dyn.momentum else 1) <= DIRECT_MAX_DIM
     kernel = variance_kernel(expansion) if small else None
 

@@ -106,7 +106,7 @@ from ..models import Expansion
 from ..io.blocks import load_blocks
 from .adjoint import GradientEvaluator, affine_discrepancy
 from .largescale import stationary_cov_from_target_momentum
-from .linear_chain import LinearChain, dynamics_from_keywords, noise_scale
+from .linear_chain import LinearChain, noise_scale, require_dynamics
 from .noise_models import NOISE_MODELS, NoiseModel, noise_model
 from .stationary import StationaryCov, augmented_basis, predict_stationary_cov, stationary_result
 
@@ -549,8 +549,7 @@ def tuning_residual(step_matrix: np.ndarray, hessian: np.ndarray, target_cov: np
 
 
 @cites("wang2026", "the authors' public code: Λ = (ΣJ + JΣ)(C̄ + JΣJ)⁻¹ (baseline only)")
-def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: Any = "sandwich",
-                            **legacy: Any) -> np.ndarray:
+def closed_form_step_matrix(expansion: Expansion, dynamics: Dynamics, target: Any = "sandwich") -> np.ndarray:
     r"""The approximate closed form Λ = (ΣJ + JΣ)(C̄(Σ) + JΣJ)⁻¹ of the authors' public code (a benchmark baseline).
 
     Exact only when Λ commutes with JΣ (e.g. a well-specified model with Σ ∝ J⁻¹);
@@ -564,8 +563,6 @@ def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: 
         B and the batching (its ``step`` is not used).
     target : {"sandwich", "posterior"} or (D, D) array_like, optional
         Σ*, as in :func:`tune`.
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -586,13 +583,8 @@ def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: 
     >>> closed_form_step_matrix(e, Dynamics(None, batch_size=32)).shape
     (5, 5)
     """
-    if not isinstance(dynamics, Dynamics):  # the old form closed_form_step_matrix(expansion, target_cov, batch_size=…)
-        target = dynamics
-        dynamics = dynamics_from_keywords("closed_form_step_matrix", "closed_form_step_matrix(expansion, "
-                                          "Dynamics(None, batch_size, batching=…), target)", None, legacy)
-    elif legacy:
-        raise TypeError(f"closed_form_step_matrix() takes the chain's settings in the Dynamics; got also "
-                        f"{', '.join(sorted(legacy))}")
+    dynamics = require_dynamics("closed_form_step_matrix", "closed_form_step_matrix(expansion, Dynamics(None, "
+                                "batch_size, batching=…), target)", dynamics)
     dynamics.check_data(expansion.n_data)
     S = target_covariance(expansion, target)
     J = expansion.curvature
@@ -601,8 +593,8 @@ def closed_form_step_matrix(expansion: Expansion, dynamics: Any = None, target: 
 
 
 @cites("wang2026", "Alg. 1 step 6 (DQ+exact: Eqs. 11–12; CT: Eqs. 2–3; DQ+const: Eq. 5; LR+WS: Eqs. 5–6)")
-def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich", method: str = "dq-exact",
-         family: str = "dense", blocks: Any = None, family_criterion: str = "auto", **legacy: Any) -> TuningResult:
+def tune(expansion: Expansion, dynamics: Dynamics, *, target: Any = "sandwich", method: str = "dq-exact",
+         family: str = "dense", blocks: Any = None, family_criterion: str = "auto") -> TuningResult:
     r"""Step-size matrix Λ whose SG(L)D stationary covariance equals the target Σ*.
 
     Parameters
@@ -621,8 +613,6 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
         The ``block`` family's partition (index lists, a JSON file; default an MLP's layers).
     family_criterion : str, optional
         One of :data:`FAMILY_CRITERIA`: how a structured family is fitted (see Notes).
-    **legacy
-        The keyword form of 0.1 (``batch_size=…``, …): same numbers, with a ``DeprecationWarning``.
 
     Returns
     -------
@@ -673,7 +663,8 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
     >>> round(diagonal.covariance_error, 2)  # a diagonal Λ only approaches the target
     0.11
     """
-    dyn = _tune_dynamics(dynamics, legacy)
+    dyn = require_dynamics("tune", "tune(expansion, Dynamics(None, batch_size, inv_temperature=…, momentum=…, "
+                           "batching=…), target=…, method=…, family=…)", dynamics)
     dyn.check_data(expansion.n_data)
     model = noise_model(method)
     crit, large = _check_family(expansion, dyn, model, family, family_criterion)
@@ -718,19 +709,6 @@ def _step_matrix_of_family(expansion: Expansion, dyn: Dynamics, S: np.ndarray, m
         if family == "dense":
             raise
         raise _family_refusal(family, dyn, exc) from None
-
-
-def _tune_dynamics(dynamics: Any, legacy: dict[str, Any]) -> Dynamics:
-    """The chain's settings of a ``tune`` call: its Dynamics, or the keyword form of 0.1 (with one warning)."""
-    if not isinstance(dynamics, Dynamics):
-        if dynamics is not None:
-            raise TypeError(f"tune() needs a Dynamics, got {type(dynamics).__name__}")
-        return dynamics_from_keywords("tune", "tune(expansion, Dynamics(None, batch_size, inv_temperature=…, "
-                                      "momentum=…, batching=…), target=…, method=…, family=…)", None, legacy,
-                                      stacklevel=4)
-    if legacy:
-        raise TypeError(f"tune() takes the chain's settings in the Dynamics; got also {', '.join(sorted(legacy))}")
-    return dynamics
 
 
 @cites("sgtune", "a target at rounding level: √tr(HΣ*) against ε√(θ̂ᵀHθ̂), both lengths in the metric H")

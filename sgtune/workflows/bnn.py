@@ -64,8 +64,8 @@ from ..sampler.registry import SAMPLERS, options_for
 
 __all__ = ["GRADS_PER_STEP", "DEFAULT_STEP_GRIDS", "START_ROW", "Split", "load_diabetes_arrays", "standardised_split",
            "gaussian_lppd", "predictive_rmse", "steps_for_budget", "EnsembleStart", "ensemble_start",
-           "SamplerRun", "run_sampler", "StepChoice", "choose_step", "ComparisonRow", "compare_samplers",
-           "summarise"]
+           "NetworkSetup", "ComparisonBudget", "SamplerRun", "run_sampler", "StepChoice", "choose_step",
+           "ComparisonRow", "compare_samplers", "summarise"]
 
 #: minibatch gradient evaluations per step: one for SGLD/SGHMC, three for the MN integrator of SMILE
 GRADS_PER_STEP: dict[str, int] = {name: SAMPLERS[name].grads_per_step
@@ -258,6 +258,83 @@ def ensemble_start(split: Split, n_members: int, *, hidden_sizes: Sequence[int] 
     return EnsembleStart(M, float(np.mean(trn)), float(np.mean(val)), evals, time.process_time() - t0)
 
 
+# ----------------------------------------------------------------------------- the configuration
+@dataclass(frozen=True, kw_only=True)
+class NetworkSetup:
+    """The network posterior every sampler runs on, and how its chains are observed (the same for all samplers).
+
+    Parameters
+    ----------
+    hidden_sizes : sequence of int, optional
+        The widths of the hidden layers (:func:`sgtune.models.make_mlp`).
+    activation : str, optional
+        Their activation.
+    prior_precision : float, optional
+        Γ of the prior θ ~ N(0, Γ⁻¹I).
+    batch_size : int, optional
+        The minibatch size B of every chain.
+    draws_per_chain : int, optional
+        The thinned draws per chain, after burn-in, that form the predictive.
+
+    Examples
+    --------
+    >>> NetworkSetup(hidden_sizes=[4], batch_size=8).hidden_sizes
+    (4,)
+    """
+
+    hidden_sizes: tuple[int, ...] = (16, 16, 16)
+    activation: str = "tanh"
+    prior_precision: float = 10.0
+    batch_size: int = 32
+    draws_per_chain: int = 100
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden_sizes", tuple(check_int(h, "hidden_sizes", low=1) for h in self.hidden_sizes))
+        object.__setattr__(self, "prior_precision",
+                           check_positive(self.prior_precision, "prior_precision", strict=False))
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", low=1))
+        object.__setattr__(self, "draws_per_chain", check_int(self.draws_per_chain, "draws_per_chain", low=1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonBudget:
+    """What every sampler of :func:`compare_samplers` gets: chains and minibatch gradient evaluations per chain.
+
+    Parameters
+    ----------
+    n_chains : int, optional
+        C, the chains of each run (one per deep-ensemble member).
+    gradient_budget : int, optional
+        Minibatch gradient evaluations per chain of the final run.
+    tune_budget : int or None, optional
+        The same for each step-size grid value on the validation run (``None``: ``gradient_budget // 3``).
+    start_iter : int, optional
+        The L-BFGS iterations of each ensemble member (:func:`ensemble_start`, not part of the budget).
+
+    Examples
+    --------
+    >>> ComparisonBudget(gradient_budget=600).tune_gradients
+    200
+    """
+
+    n_chains: int = 10
+    gradient_budget: int = 30_000
+    tune_budget: int | None = None
+    start_iter: int = 300
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_chains", check_int(self.n_chains, "n_chains", low=1))
+        object.__setattr__(self, "gradient_budget", check_int(self.gradient_budget, "gradient_budget", low=1))
+        if self.tune_budget is not None:
+            object.__setattr__(self, "tune_budget", check_int(self.tune_budget, "tune_budget", low=1))
+        object.__setattr__(self, "start_iter", check_int(self.start_iter, "start_iter", low=0))
+
+    @property
+    def tune_gradients(self) -> int:
+        """The per-chain gradient budget of each grid value (``tune_budget``, or a third of ``gradient_budget``)."""
+        return self.gradient_budget // 3 if self.tune_budget is None else self.tune_budget
+
+
 # ----------------------------------------------------------------------------- one sampler run
 @dataclass(frozen=True)
 class SamplerRun:
@@ -279,28 +356,28 @@ class SamplerRun:
 
 
 def run_sampler(sampler: str, step: float, X: np.ndarray, y: np.ndarray, X_eval: np.ndarray,
-                initial: np.ndarray, noise_variance: float, *, gradient_budget: int, batch_size: int = 32,
-                draws_per_chain: int = 100, prior_precision: float = 10.0,
-                hidden_sizes: Sequence[int] = (16, 16, 16), activation: str = "tanh", seed: int = 0,
-                sampler_options: Mapping[str, Any] | None = None) -> SamplerRun:
+                initial: np.ndarray, noise_variance: float, *, gradient_budget: int, seed: int = 0,
+                sampler_options: Mapping[str, Any] | None = None, setup: NetworkSetup | None = None) -> SamplerRun:
     """Run ``sampler`` on the network posterior for ``gradient_budget`` gradient evaluations per chain.
 
     One chain per row of ``initial`` (C, D); posterior at β = N (``run_chains``' mean-loss scaling);
-    burn-in = half the steps; ``draws_per_chain`` thinned draws per chain are pushed through the
+    burn-in = half the steps; ``setup.draws_per_chain`` thinned draws per chain are pushed through the
     network on ``X_eval``. Diverged chains (non-finite state) are dropped from the predictions and
     counted; if every chain diverges, :class:`~sgtune.core.errors.UnstableStepSizeError` propagates.
+    ``setup`` (default ``NetworkSetup()``) is the network, its prior, B and the draws kept.
     """
+    setup = NetworkSetup() if setup is None else setup
     steps = steps_for_budget(sampler, gradient_budget)
     burn = steps // 2
-    k = check_int(draws_per_chain, "draws_per_chain", low=1, high=steps - burn)
+    k = check_int(setup.draws_per_chain, "draws_per_chain", low=1, high=steps - burn)
     thin = max((steps - burn) // k, 1)
-    model = make_mlp(tuple(hidden_sizes), activation=activation, noise_variance=noise_variance)
+    model = make_mlp(setup.hidden_sizes, activation=setup.activation, noise_variance=noise_variance)
     init = np.asarray(initial, dtype=np.float64)
     n = X.shape[0]
     t0 = time.process_time()
-    res = run_chains(model, (X, y), Dynamics(float(step), batch_size, inv_temperature=float(n)),
+    res = run_chains(model, (X, y), Dynamics(float(step), setup.batch_size, inv_temperature=float(n)),
                      RunSpec(steps, n_chains=init.shape[0], burn_in=burn, thin=thin, seed=seed),
-                     options_for(sampler, **dict(sampler_options or {})), prior_precision=prior_precision,
+                     options_for(sampler, **dict(sampler_options or {})), prior_precision=setup.prior_precision,
                      initial=init)
     cpu = time.process_time() - t0
     trace = res.trace
@@ -369,10 +446,8 @@ class ComparisonRow:
 
 
 def compare_samplers(samplers: Sequence[str] = ("psmile", "smile", "sghmc", "sgld"), *,
-                     splits: Sequence[int] = (0, 1, 2), n_chains: int = 10, gradient_budget: int = 30_000,
-                     tune_budget: int | None = None, batch_size: int = 32, draws_per_chain: int = 100,
-                     prior_precision: float = 10.0, hidden_sizes: Sequence[int] = (16, 16, 16),
-                     step_grids: Mapping[str, Sequence[float]] | None = None, start_iter: int = 300,
+                     splits: Sequence[int] = (0, 1, 2), budget: ComparisonBudget | None = None,
+                     setup: NetworkSetup | None = None, step_grids: Mapping[str, Sequence[float]] | None = None,
                      data: tuple[np.ndarray, np.ndarray] | None = None, seed: int = 0,
                      sampler_options: Mapping[str, Mapping[str, Any]] | None = None,
                      include_start: bool = True,
@@ -382,24 +457,28 @@ def compare_samplers(samplers: Sequence[str] = ("psmile", "smile", "sghmc", "sgl
     With ``include_start`` a row :data:`START_ROW` scores the C starting members themselves (the
     deep ensemble the chains start from, no sampling): the baseline every sampler should beat.
 
-    ``tune_budget`` (default ``gradient_budget // 3``) is the per-chain gradient budget of each
-    grid value on the validation run. ``data`` defaults to the diabetes data.
+    ``budget`` (default ``ComparisonBudget()``) gives the chains, the gradient budget of the final run
+    and of each grid value on the validation run, and the ensemble's L-BFGS iterations; ``setup``
+    (default ``NetworkSetup()``) the network, its prior, B and the draws kept. ``data`` defaults to the
+    diabetes data.
     """
+    budget = ComparisonBudget() if budget is None else budget
+    setup = NetworkSetup() if setup is None else setup
     grids = {**DEFAULT_STEP_GRIDS, **dict(step_grids or {})}
     for s in samplers:
         if s not in GRADS_PER_STEP:
             raise SgtuneError(f"samplers: {s!r} is not one of {', '.join(GRADS_PER_STEP)}")
     X, y = load_diabetes_arrays() if data is None else data
-    tb = gradient_budget // 3 if tune_budget is None else int(tune_budget)
     rows: list[ComparisonRow] = []
     starts: dict[int, EnsembleStart] = {}
     for sp in splits:
         split = standardised_split(X, y, seed=1000 + int(sp))
-        start = ensemble_start(split, n_chains, hidden_sizes=hidden_sizes, prior_precision=prior_precision,
-                               max_iter=start_iter, seed=2000 + int(sp))
+        start = ensemble_start(split, budget.n_chains, hidden_sizes=setup.hidden_sizes, activation=setup.activation,
+                               prior_precision=setup.prior_precision, max_iter=budget.start_iter,
+                               seed=2000 + int(sp))
         starts[int(sp)] = start
         if include_start:  # the baseline: the C starting members' own predictive (no sampling)
-            model = make_mlp(tuple(hidden_sizes), noise_variance=start.noise_variance)
+            model = make_mlp(setup.hidden_sizes, activation=setup.activation, noise_variance=start.noise_variance)
             P = np.stack([model.output(th, split.X_test) for th in start.members])
             row0 = ComparisonRow(int(sp), START_ROW, math.nan, 0, 0,
                                  gaussian_lppd(P, split.y_test, start.noise_variance, y_scale=split.y_scale),
@@ -407,15 +486,13 @@ def compare_samplers(samplers: Sequence[str] = ("psmile", "smile", "sghmc", "sgl
             rows.append(row0)
             if log is not None:
                 log(row0)
-        common = dict(batch_size=batch_size, draws_per_chain=draws_per_chain, prior_precision=prior_precision,
-                      hidden_sizes=hidden_sizes)
         for j, s in enumerate(samplers):
             opts = dict((sampler_options or {}).get(s, {}))
-            choice = choose_step(s, split, start, grids[s], gradient_budget=tb, seed=seed + 100 * int(sp) + j,
-                                 sampler_options=opts, **common)
+            choice = choose_step(s, split, start, grids[s], gradient_budget=budget.tune_gradients,
+                                 seed=seed + 100 * int(sp) + j, sampler_options=opts, setup=setup)
             r = run_sampler(s, choice.best, split.X_train, split.y_train, split.X_test, start.members,
-                            start.noise_variance, gradient_budget=gradient_budget,
-                            seed=seed + 100 * int(sp) + 50 + j, sampler_options=opts, **common)
+                            start.noise_variance, gradient_budget=budget.gradient_budget,
+                            seed=seed + 100 * int(sp) + 50 + j, sampler_options=opts, setup=setup)
             row = ComparisonRow(int(sp), s, choice.best, r.n_steps, r.gradient_evals_per_chain,
                                 gaussian_lppd(r.predictions, split.y_test, start.noise_variance,
                                               y_scale=split.y_scale),
