@@ -141,9 +141,7 @@ def cli(**kw: Any) -> None:
     table = _table(p, rows, front)
     if p.recommended is None:
         info(table, bool(kw["quiet"]))
-        best = min((c.covariance_error for c in p.candidates), default=math.inf)
-        raise SgtuneError(f"no candidate reaches --tolerance {tol:g}: the smallest bias is {best:.3g}; loosen the "
-                          "tolerance, include the dense family, or change the target")
+        raise SgtuneError(_none_feasible(p.candidates, tol, families))
     best = p.candidates[p.recommended]
     check = kw["applicability"] if kw["applicability"] is not None else prob.dim <= APPLICABILITY_MAX_DIM
     if check:
@@ -179,6 +177,29 @@ def cli(**kw: Any) -> None:
         atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
     write_plot(kw, png)
     info(table, bool(kw["quiet"]))
+
+
+def _none_feasible(candidates: list[Any], tol: float, families: list[str]) -> str:
+    """Why no candidate of the grid reaches ``--tolerance``: a bias at or above it (then a richer family helps,
+    unless the dense family, whose bias is zero, is already in the grid), or, when some bias is below it,
+    what stopped the best of those (a run over 10^12 steps, the memory, no stationary law)."""
+    head = f"no candidate reaches --tolerance {tol:g}"
+    biased = [c for c in candidates if math.isfinite(c.covariance_error)]
+    if not biased:
+        reasons = [c.reason for c in candidates if c.reason]
+        return f"{head}: {reasons[0] if reasons else 'no candidate could be tuned'}"
+    best = min(biased, key=lambda c: c.covariance_error)
+    if best.covariance_error < tol:  # the bias fits: the run length, the memory or the chain itself does not
+        below = [c for c in biased if c.covariance_error < tol and c.reason]
+        pick = min(below, key=lambda c: c.run_steps if math.isfinite(c.run_steps) else math.inf, default=best)
+        return (f"{head}: the smallest bias, {best.covariance_error:.3g} ({best.family} family), is below it, but "
+                f"{pick.reason or 'the run is not feasible'}")
+    fixes = ["loosen the tolerance"]
+    if "dense" not in families:
+        fixes.append("add dense to --families (its bias is zero)")
+    fixes.append("or change the target")
+    return (f"{head}: the smallest bias is {best.covariance_error:.3g} ({best.family} family, at any run length); "
+            + ", ".join(fixes))
 
 
 def _figure(rows: list[dict[str, Any]], p: Plan, front: list[int], prob: Any, tol: float) -> Any:
