@@ -18,6 +18,11 @@ Every workflow that runs chains it has not been told the length of (``verify``, 
   :func:`default_steps` is the batch-means default of the checking commands: T = max(20 000, 1000·τ).
 - **thinning** from a draw budget (:func:`thinning`): keep every k-th draw after burn-in so that at most
   (or at least) a given number of draws is kept.
+- **batches** for the batch-means standard errors (:func:`check_batches_per_chain`): each batch at least
+  ``BATCH_TAUS`` integrated autocorrelation times long (the chain-health rule,
+  :func:`~sgtune.diagnostics.health.batch_length_test`). Shorter batches have correlated means, so the
+  standard errors come out too small and a z-test rejects correct chains: a check refuses more batches than
+  that, and its default never asks for them.
 
 :func:`run_spec` assembles them into a :class:`~sgtune.core.config.RunSpec`.
 """
@@ -27,11 +32,13 @@ import math
 
 from ..core.config import RunSpec
 from ..core.errors import SgtuneError
+from ..diagnostics.health import BATCH_TAUS
 from ..theory.linear_chain import equilibration_steps
 
 __all__ = ["MIN_STEPS", "TAU_MULTIPLE", "BURN_IN_TAUS", "default_steps", "burn_in_steps", "minimum_burn_in",
            "steps_for_error",
-           "thinning", "run_spec", "default_run_length"]
+           "thinning", "run_spec", "default_run_length", "check_batches_per_chain", "max_batches_per_chain",
+           "BATCH_TAUS"]
 
 #: the checking commands' default run is never shorter than this (batch means need many segments)
 MIN_STEPS = 20_000
@@ -203,6 +210,78 @@ def thinning(kept: int, n_chains: int, *, max_draws: int | None = None, min_draw
     if min_draws:
         return max(1, kept // int(min_draws))
     return 0
+
+
+def max_batches_per_chain(kept: int, tau_worst: float) -> int:
+    """Return the most batches per chain whose batches are each ``BATCH_TAUS``·τ steps or longer.
+
+    Parameters
+    ----------
+    kept : int
+        The steps per chain after burn-in.
+    tau_worst : float
+        The largest integrated autocorrelation time τ (NaN or infinite: unknown, counts as 1).
+
+    Returns
+    -------
+    int
+        ⌊kept/(``BATCH_TAUS``·τ)⌋ (0 when even one batch would be too short).
+
+    Examples
+    --------
+    >>> max_batches_per_chain(28501, 31.7)
+    89
+    """
+    return int(kept // math.ceil(BATCH_TAUS * _tau(tau_worst)))
+
+
+def check_batches_per_chain(run: RunSpec, tau_worst: float, given: int | None = None) -> int | None:
+    """Return the batches per chain of a check whose standard errors a z-test trusts (module docstring).
+
+    Given: refused when its batches would be shorter than ``BATCH_TAUS``·τ. Not given: the
+    :class:`~sgtune.core.config.RunSpec` default, lowered (to an even count ≥ 2) when its batches would be
+    that short; ``None`` when the default is long enough.
+
+    Parameters
+    ----------
+    run : RunSpec
+        The run (its kept steps and chains).
+    tau_worst : float
+        The predicted largest integrated autocorrelation time τ (NaN: unknown, nothing is checked).
+    given : int or None, optional
+        The batches per chain asked for.
+
+    Returns
+    -------
+    int or None
+        The batches per chain (``None``: the run's default).
+
+    Raises
+    ------
+    SgtuneError
+        ``given`` batches would each be shorter than ``BATCH_TAUS``·τ steps.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import RunSpec
+    >>> run = RunSpec(20000, n_chains=4, burn_in=2000)
+    >>> check_batches_per_chain(run, 5.0), check_batches_per_chain(run, 500.0), check_batches_per_chain(run, 5.0, 100)
+    (None, 2, 100)
+    """
+    if not math.isfinite(tau_worst):
+        return given
+    kept = run.kept_steps
+    most = max_batches_per_chain(kept, tau_worst)
+    if given is None:
+        return None if run.segments <= most else max(2, most - most % 2)
+    if given > most and given > 2:
+        length = kept / given
+        raise SgtuneError(
+            f"batches_per_chain must be at most {max(most, 2)} for this run, got {given}: batches of {length:.3g} "
+            f"steps are shorter than {BATCH_TAUS:g} autocorrelation times (τ = {tau_worst:.3g} steps, predicted), "
+            f"so their means are correlated, the standard errors too small and correct chains rejected; give at "
+            f"most {max(most, 2)}, or a longer run (more `n_steps`)")
+    return given
 
 
 def run_spec(tau_worst: float, spectral_radius: float = math.nan, *, n_chains: int, n_steps: int | None = None,

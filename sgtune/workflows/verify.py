@@ -17,7 +17,7 @@ from ..io.data import Dataset
 from ..models import GLM, Expansion
 from ..sampler.driver import ChainResult, ProgressCallback, run_chains
 from ..sampler.registry import options_for, sampler_spec
-from .run_length import default_run_length, run_spec
+from .run_length import check_batches_per_chain, default_run_length, run_spec
 
 __all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction",
            "chain_prediction", "prediction_check", "CHECK_ALPHA", "CHECK_TOLERANCE"]
@@ -308,6 +308,9 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         mode = "covariance"
     run = run_spec(stationary.tau_worst, stationary.spectral_radius, n_chains=n_chains, n_steps=n_steps,
                    burn_in=burn_in, max_draws=keep_draws, batches_per_chain=batches_per_chain, seed=seed)
+    batches = check_batches_per_chain(run, stationary.tau_worst, batches_per_chain)
+    if batches != run.batches_per_chain:
+        run = run.replace(batches_per_chain=batches)
     chains = run_chains(model, data,
                         Dynamics(lam, batch_size, inv_temperature=inv_temperature, momentum=momentum,
                                  batching="without-replacement" if without_replacement else "replacement"),
