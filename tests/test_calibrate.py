@@ -84,3 +84,29 @@ def test_cli_calibrate(tmp_path, rng):
                                   "--theta-hat", str(th), "-o", str(tmp_path / "x.npy")])
     assert r.exit_code != 0 and "--theta-hat" in r.stderr and "calibrate fits θ̂ itself" in r.stderr
     assert not (tmp_path / "x.npy").exists()
+
+
+def test_calibrate_is_not_applicable_when_its_own_chains_disagree(tmp_path):
+    """--subsample 5: θ̂, J and I from 5 of 500 rows, the chains on all 500; the health report's prediction check
+    fails by far, and "applicable: yes" beside it was wrong (issue 37). The verdict is withdrawn with a warning
+    (stderr and JSON), whatever made the chains disagree."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sgtune.cli import main
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((500, 3))
+    y = X @ np.array([1.0, -0.5, 0.2]) + rng.standard_normal(500) * (1 + 0.5 * np.abs(X[:, 0]))
+    path = tmp_path / "lin.csv"
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", header="a,b,c,y", comments="")
+    r = CliRunner().invoke(main, ["calibrate", str(path), "--model", "linear", "--batch-size", "16", "--subsample", "5",
+                                  "--chains", "4", "--steps", "6000"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["health"]["prediction_check"]["passed"] is False
+    app = doc["applicability"]
+    assert app["applicable"] is False and "chains-disagree" in app["reason_codes"]
+    assert any("--subsample 5 of the 500 rows" in w for w in doc["warnings"])
+    assert "not applicable: the chains that ran disagree" in r.stderr

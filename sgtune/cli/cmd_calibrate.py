@@ -13,7 +13,7 @@ from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
 from ..workflows.verify import prediction_check
 from ._health import health_report
-from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage
+from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage, untrusted
 from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
                        load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -126,6 +126,7 @@ def cli(**kw: Any) -> None:
     doc["applicability"] = skipped_report("--no-applicability") if kw["no_applicability"] else applicability_report(
         SimpleNamespace(model=prob.model, dataset=prob.dataset, expansion=r.expansion, dim=r.expansion.dim),
         t.stationary, target_cov=t.target_cov, backward_error=t.residual, seed=int(kw["seed"]))
+    _measured_verdict(doc["applicability"], doc["health"].get("prediction_check"), r.expansion.n_samples, n)
     png = render_plot(kw, lambda: figure_calibrate(
         t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=r.parameter_names,
         title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
@@ -147,6 +148,29 @@ def cli(**kw: Any) -> None:
     after = next_line("run", "--lambda", str(kw["output"] or "lambda.npy"), "-o", "trace.npz")
     info(coordinate_table(r.summary()) + "\n" + key_values(rows) + "\n"
          + (after if kw["output"] else f"{after} (with -o lambda.npy here to save Λ)"), kw["quiet"])
+
+
+def _measured_verdict(app: dict[str, Any], check: dict[str, Any] | None, rows_fitted: int, n_data: int) -> None:
+    """A verdict of "applicable" that the chains themselves contradict is withdrawn (in place).
+
+    "Applicable" means the chain that runs has about the predicted covariance; the report checks the linearised
+    chain on the rows the expansion was fitted on, and cannot see inputs that are off for the rows the chains run
+    on. When the health report's prediction check of the real chains failed, the result is not applicable (reason
+    code ``chains-disagree``), and the warning says so (stderr and JSON; ``--strict`` exits 4).
+    """
+    if not app.get("checked", True) or not app.get("applicable") or check is None or check.get("passed", True):
+        return
+    why = (f"the chains that ran disagree with the prediction (max |z| = {check['z_max']:.3g} > "
+           f"{check['threshold']:.3g}, relative error {check['relative_frobenius_error']:.2g}; health "
+           "prediction_check), although the checks of the linearised chain passed: the prediction's inputs are off")
+    if rows_fitted < n_data:
+        why += (f"; the expansion was fitted on --subsample {rows_fitted} of the {n_data} rows the chains run on: "
+                "fit on more rows")
+    app["applicable"] = False
+    app["reasons"].append(why)
+    app["reason_codes"].append("chains-disagree")
+    app["reason_details"].append({"code": "chains-disagree", "message": why, "remedies": []})
+    untrusted(f"not applicable: {why}")
 
 
 def _summary(r: Any, seed: int) -> dict[str, Any]:
