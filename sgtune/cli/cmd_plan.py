@@ -15,7 +15,7 @@ from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import predict_stationary_cov
 from ..theory.tuning import FAMILIES, tune
-from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
+from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, SECONDS_TIE, Plan, plan_run
 from ._applicability import applicability_report, skipped_report
 from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
 from ._options import data_argv, data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
@@ -73,7 +73,8 @@ def _ints(value: str, name: str) -> list[int]:
               help="C independent chains (run in parallel); the error falls like 1/√(T·C).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="gradients", show_default=True,
               help="What 'recommended' minimises among the feasible candidates: gradient evaluations or the "
-                   "predicted wall seconds on this machine.")
+                   "predicted wall seconds on this machine (timed now: candidates within 50 % of the fastest count as "
+                   "tied, and the fewest gradient evaluations among them is recommended).")
 @click.option("--applicability/--no-applicability", "applicability", default=None,
               help="Check the recommended candidate's applicability (the report of sgtune lambda). Default: on up "
                    f"to D = {APPLICABILITY_MAX_DIM}, off above (it costs about as much as the whole plan at "
@@ -161,6 +162,7 @@ def cli(**kw: Any) -> None:
     doc = {**expansion_keys(prob.expansion),
            "candidates": rows, "recommended": p.recommended, "recommended_candidate": rows[p.recommended],
            "lambda": best.step_matrix, "pareto_front": front, "tolerance": tol, "objective": p.objective,
+           "seconds_meaning": SECONDS_MEANING, "seconds_tie": SECONDS_TIE,
            "chains": p.chains, "target": kw["target"], "target_cov": p.target_cov,
            "theta_hat": prob.expansion.theta_hat, "applicability": app,
            "batch_sizes": sorted({c.batch_size for c in p.candidates}), "families": families,
@@ -177,6 +179,13 @@ def cli(**kw: Any) -> None:
         atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
     write_plot(kw, png)
     info(table, bool(kw["quiet"]))
+
+
+#: what the plan's seconds are (the table's header line and the JSON's ``seconds_meaning``)
+SECONDS_MEANING = (f"the predicted wall time of the whole run (all chains) with sgtune's own sampler on this machine "
+                   f"(a cost per step and per run measured on short timed runs now, so it varies by 10–20 % "
+                   f"with the machine's load); with --objective seconds, candidates within {SECONDS_TIE:.0%} of the "
+                   f"fastest count as tied and the fewest gradient evaluations among them is recommended")
 
 
 def _none_feasible(candidates: list[Any], tol: float, families: list[str]) -> str:
@@ -244,7 +253,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], front: list[int]) -> str:
     head = (f"{'':2}{'#':>3} {'B':>5} {'family':<8} {'κ':>4} {'batching':<10} {'β':>7} {'bias':>8} {'c':>9} "
             f"{'burn-in':>8} {'steps T':>9} {'gradients':>11} {'seconds':>8}  note")
     lines = [f"plan: tolerance E = {p.tolerance:g} (RMS relative error of the covariance), C = {p.chains} chains, "
-             f"objective {p.objective}", head]
+             f"objective {p.objective}", f"seconds: {SECONDS_MEANING}", head]
     for i, r in enumerate(rows):
         mark = "*" if i == p.recommended else ("+" if i in front else " ")
         beta = r["inverse_temperature"]
