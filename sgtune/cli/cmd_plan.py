@@ -15,7 +15,8 @@ from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import predict_stationary_cov
 from ..theory.tuning import FAMILIES, tune
-from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, SECONDS_TIE, Plan, plan_run
+from ..workflows.plan import (BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, SECONDS_TIE, Plan, PlanGrid, TimingOptions,
+                              plan_run)
 from ._applicability import applicability_report, skipped_report
 from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
 from ._options import data_argv, data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
@@ -132,10 +133,11 @@ def cli(**kw: Any) -> None:
     target: Any = kw["target"]
     if target not in ("sandwich", "posterior"):
         target = load_float_npy(str(target), "--target")
-    p = plan_run(prob.model, prob.dataset, prob.expansion, target=target, tolerance=tol, batch_sizes=bs,
-                 families=families, momenta=momenta, batchings=batchings, inverse_temperatures=betas,
-                 chains=int(kw["chains"]), objective=str(kw["objective"]), prior_precision=prob.prior_precision,
-                 time_steps=not kw["no_timing"], seed=int(kw["seed"]))
+    grid = PlanGrid(batch_sizes=bs, families=families, momenta=momenta, batchings=batchings,
+                    inverse_temperatures=betas, chains=int(kw["chains"]))
+    p = plan_run(prob.model, prob.dataset, prob.expansion, target=target, tolerance=tol, grid=grid,
+                 objective=str(kw["objective"]), prior_precision=prob.prior_precision,
+                 timing=TimingOptions(enabled=not kw["no_timing"], seed=int(kw["seed"])))
     rows = [c.to_dict() for c in p.candidates]
     lambda_files = _add_run_argv(rows, p, kw)
     front = p.pareto_front()

@@ -149,6 +149,6 @@ CODES: dict[str, tuple[str, str]] = {
     "chains-disagree": (
         "`calibrate`: the chains it ran disagree with the prediction (the health report's prediction check failed) "
         "although the checks of the linearised chain passed, so the prediction's inputs are off, e.g. an expansion "
-        "fitted on a small `--subsample` of the rows the chains run on",
-        "none computed: fit on more rows (a larger `--subsample`, or all of them), then check with `sgtune verify`"),
+        "fitted on a small `subsample` of the rows the chains run on",
+        "none computed: fit on more rows (a larger `subsample`, or all of them), then check with `sgtune verify`"),
 }
