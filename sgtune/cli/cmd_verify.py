@@ -57,7 +57,9 @@ def cli(**kw: Any) -> None:
     the tuned chain's predicted covariance; `covariance` options (--step-size L | --lambda
     FILE.npy) test the forward prediction for that Λ. The chains start at θ̂.
     Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
-    max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
+    max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Each batch is at least 10
+    predicted autocorrelation times long (shorter ones make se too small and reject correct
+    chains): a larger --batches-per-chain is refused (exit 2) with the most the run allows. Default run length
     T = max(20000, 1000·τ_worst); burn-in (also with --steps) the largest of T/10, 20·τ_worst
     and the equilibration steps of the second-moment map, at most T/2.
     --against prediction|target|FILE.npy: what the chains are tested against (default: the
