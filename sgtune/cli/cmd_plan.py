@@ -75,7 +75,7 @@ def _ints(value: str, name: str) -> list[int]:
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="gradients", show_default=True,
               help="What 'recommended' minimises among the feasible candidates: gradient evaluations or the "
                    "predicted wall seconds on this machine (timed now: candidates within 50 % of the fastest count as "
-                   "tied, and the fewest gradient evaluations among them is recommended).")
+                   "tied, and the one with the fewest steps among them is recommended).")
 @click.option("--applicability/--no-applicability", "applicability", default=None,
               help="Check the recommended candidate's applicability (the report of sgtune lambda). Default: on up "
                    f"to D = {APPLICABILITY_MAX_DIM}, off above (it costs about as much as the whole plan at "
@@ -187,7 +187,7 @@ def cli(**kw: Any) -> None:
 SECONDS_MEANING = (f"the predicted wall time of the whole run (all chains) with sgtune's own sampler on this machine "
                    f"(a cost per step and per run measured on short timed runs now, so it varies by 10–20 % "
                    f"with the machine's load); with --objective seconds, candidates within {SECONDS_TIE:.0%} of the "
-                   f"fastest count as tied and the fewest gradient evaluations among them is recommended")
+                   f"fastest count as tied and the one with the fewest steps (the least per-step overhead) is recommended")
 
 
 def _none_feasible(candidates: list[Any], tol: float, families: list[str]) -> str:

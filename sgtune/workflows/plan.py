@@ -87,8 +87,8 @@ TIMING_SHORT = 64
 #: with ``objective="seconds"``, predictions within this fraction of the fastest count as tied. The timings come
 #: from short runs on a machine other work shares: the same candidate measured 1.10× and 1.19× the fastest on two
 #: identical runs (2 cores, loaded), so a 10 % band recommended B = 64 once and B = 128 the next time. Only a wall
-#: time 1.5× the fastest or more is a difference the timings vouch for; within it the machine-independent cost (the
-#: gradient evaluations) decides
+#: time 1.5× the fastest or more is a difference the timings vouch for; within it the fewest chain-steps (the least
+#: per-step overhead, a count, not a timing) decides
 SECONDS_TIE = 0.5
 
 @dataclass
@@ -494,9 +494,11 @@ def recommend(cands: list[Candidate], objective: str) -> int | None:
     """Return the index of the feasible candidate that minimises ``objective``.
 
     Ties go to the earlier candidate of the grid (a deterministic key), never to a measured time. With
-    ``"seconds"``, predictions within ``SECONDS_TIE`` (50 %) of the fastest are tied and the fewest gradient
-    evaluations among them wins: differences in the timings smaller than that are within their noise, and the
-    recommendation must not change between identical runs.
+    ``"seconds"``, predictions within ``SECONDS_TIE`` (50 %) of the fastest are tied, and the one with the fewest
+    chain-steps among them wins (then the fewest gradient evaluations): differences in the timings smaller than
+    that are within their noise, and the recommendation must not change between identical runs. Breaking the
+    tie by the fewest gradient evaluations picked the smallest B in the band, the candidate at its edge, whose
+    place in or out of the band is what the noise decides.
 
     Parameters
     ----------
@@ -523,7 +525,9 @@ def recommend(cands: list[Candidate], objective: str) -> int | None:
     if objective == "seconds":
         fastest = min(cands[i].predicted_seconds for i in feasible)
         if math.isfinite(fastest):
-            feasible = [i for i in feasible if cands[i].predicted_seconds <= fastest * (1.0 + SECONDS_TIE)]
+            tied = [i for i in feasible if cands[i].predicted_seconds <= fastest * (1.0 + SECONDS_TIE)]
+            # the fewest chain-steps: the least per-step overhead, and the fast side of the band, never its edge
+            return min(tied, key=lambda i: (cands[i].chains * cands[i].run_steps, cands[i].gradient_evaluations, i))
     return min(feasible, key=lambda i: (cands[i].gradient_evaluations, i))
 
 

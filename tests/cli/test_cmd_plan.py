@@ -74,8 +74,8 @@ def test_plan_quiet_plot_and_timing(tmp_path):
     doc = json.loads(r.stdout)
     secs = [c["predicted_seconds"] for c in doc["candidates"]]
     assert all(isinstance(s, float) and s > 0 for s in secs)
-    tied = [i for i, s in enumerate(secs) if s <= min(secs) * (1 + doc["seconds_tie"])]  # fewest gradients among them
-    assert doc["recommended"] == min(tied, key=lambda i: (doc["candidates"][i]["gradient_evaluations"], i))
+    tied = [i for i, s in enumerate(secs) if s <= min(secs) * (1 + doc["seconds_tie"])]  # fewest steps among them
+    assert doc["recommended"] == min(tied, key=lambda i: (doc["candidates"][i]["run_steps"], i))
     assert doc["objective"] == "seconds"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
