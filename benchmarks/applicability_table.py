@@ -10,8 +10,8 @@ from sgtune.io.data import make_dataset, example
 from sgtune.models import get_model, expand
 from sgtune.theory.tuning import tune
 from sgtune.theory.applicability import applicability
-from sgtune.workflows.verify import verify_stationary_cov
-from sgtune.core.config import Dynamics
+from sgtune.workflows.verify import CheckOptions, verify_stationary_cov
+from sgtune.core.config import Dynamics, RunSpec
 
 def std(X): 
     s = X.std(0); s[s == 0] = 1; return (X - X.mean(0)) / s
@@ -78,9 +78,9 @@ def main(names=None, steps_cap=1_000_000):
             tau = max(1.0, a.tau_worst)
             steps = int(min(max(200_000, 4000 * tau), steps_cap))
             t1 = time.time()
-            rep = verify_stationary_cov(model, ds, e, res.step_matrix, batch_size=B, inv_temperature=beta,
-                                        prior_precision=prior, n_steps=steps, burn_in=steps // 10, n_chains=8,
-                                        relative_tolerance=0.05, seed=11)
+            rep = verify_stationary_cov(model, ds, e, Dynamics(res.step_matrix, B, inv_temperature=beta),
+                                        RunSpec(steps, n_chains=8, burn_in=steps // 10, seed=11),
+                                        check=CheckOptions(relative_tolerance=0.05), prior_precision=prior)
             P_, E_ = rep.predicted, rep.empirical
             s = np.sqrt(np.diag(P_)); iu = np.triu_indices(len(s))
             dev = np.abs(E_ - P_) / np.outer(s, s); se = rep.chains.cov_standard_error / np.outer(s, s)

@@ -35,7 +35,7 @@ from sgtune.models import expand, get_model
 from sgtune.theory.linear_chain import LinearChain
 from sgtune.theory.mcerror import cov_error_constant
 from sgtune.theory.tuning import tune
-from sgtune.workflows.plan import plan_run
+from sgtune.workflows.plan import PlanGrid, plan_run
 from sgtune.core.config import Dynamics
 
 
@@ -116,7 +116,7 @@ def table_plan(dims: list[int], N: int) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         e = expand(model, ds, 1.0)
         t_e = time.perf_counter() - t0
-        p = plan_run(model, ds, e, tolerance=0.1, families=("dense", "diagonal"), prior_precision=1.0)
+        p = plan_run(model, ds, e, tolerance=0.1, prior_precision=1.0, grid=PlanGrid(families=("dense", "diagonal")))
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
         b = p.best
         rec = "none feasible" if b is None else (

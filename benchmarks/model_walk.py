@@ -24,6 +24,7 @@ LAYERS = {"core": 0, "io": 1, "models": 2, "symbolic": 2, "diagnostics": 3, "the
 
 
 def walk() -> list[tuple[str, str]]:
+    from sgtune.core.config import Dynamics, RunSpec
     from sgtune.workflows.verify import verify_stationary_cov
 
     data = example("hetero-linear")
@@ -44,7 +45,7 @@ def walk() -> list[tuple[str, str]]:
 
     sys.setprofile(prof)
     try:
-        verify_stationary_cov(model, data, e, 0.01, batch_size=32, n_steps=200, n_chains=2, seed=0)
+        verify_stationary_cov(model, data, e, Dynamics(0.01, 32), RunSpec(200, n_chains=2, seed=0))
     finally:
         sys.setprofile(None)
     return stops

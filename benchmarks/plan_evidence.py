@@ -34,7 +34,7 @@ from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
-from sgtune.workflows.plan import Candidate, plan_run
+from sgtune.workflows.plan import Candidate, PlanGrid, TimingOptions, plan_run
 
 MODELS = {"hetero-linear": "linear", "logistic": "logistic", "poisson": "poisson"}
 
@@ -101,12 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     problem, reps, steps, grid = args.problem, args.reps, None, {}
     if args.smoke:
-        problem, reps, steps, grid = "logistic", 2, 1000, {"batch_sizes": (8, 32), "time_steps": False}
+        problem, reps, steps, grid = "logistic", 2, 1000, {"batch_sizes": (8, 32)}
     ds = example(problem)
     model = get_model(MODELS[problem])
     e = expand(model, ds)
     t0 = time.perf_counter()
-    p = plan_run(model, ds, e, tolerance=args.tolerance, chains=args.chains, seed=args.seed, **grid)
+    p = plan_run(model, ds, e, tolerance=args.tolerance, grid=PlanGrid(chains=args.chains, **grid),
+                 timing=TimingOptions(enabled=not args.smoke, seed=args.seed))
     print(f"plan: {problem} (N = {ds.n_data}, D = {e.dim}), tolerance E = {args.tolerance:g}, C = {args.chains}: "
           f"{len(p.candidates)} candidates in {time.perf_counter() - t0:.2g} s", flush=True)
     if p.best is None:

@@ -26,7 +26,7 @@ from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
 from sgtune.sampler import run_chains
-from sgtune.workflows.plan import clear_cost_cache, plan_run
+from sgtune.workflows.plan import PlanGrid, TimingOptions, clear_cost_cache, plan_run
 
 
 def synthetic(D: int = 50, N: int = 5000, seed: int = 0):
@@ -93,7 +93,9 @@ def main() -> None:
         for r in range(args.reruns):
             clear_cost_cache()
             t0 = time.perf_counter()
-            p = plan_run(model, ds, e, prior_precision=prior, seed=0, notes=False, **kw)
+            grid = {k: v for k, v in kw.items() if k != "tolerance"}
+            p = plan_run(model, ds, e, tolerance=kw["tolerance"], prior_precision=prior, grid=PlanGrid(**grid),
+                         timing=TimingOptions(seed=0), notes=False)
             if p.best is None:
                 print(f"{label:<42} no feasible candidate")
                 break

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from sgtune.cli import main
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
-from sgtune.workflows.verify import verify_stationary_cov
+from sgtune.workflows.verify import CheckOptions, verify_stationary_cov
 from sgtune.theory.applicability import MAX_DEVIATION, REASON_CODES, applicability
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
-from sgtune.core.config import Dynamics
+from sgtune.core.config import Dynamics, RunSpec
 
 
 def _std(X):
@@ -96,8 +96,8 @@ def test_gallery_each_answer_is_flagged_or_its_chain_agrees(name):
         assert a.reasons and all(len(r.message) > 40 and r.code in REASON_CODES for r in a.reasons)
         return
     steps = int(min(max(100_000, 2000 * res.tau_worst), 400_000))
-    rep = verify_stationary_cov(model, ds, e, res.step_matrix, batch_size=B, prior_precision=prior, n_steps=steps,
-                                n_chains=4, relative_tolerance=0.05, seed=1)
+    rep = verify_stationary_cov(model, ds, e, Dynamics(res.step_matrix, B), RunSpec(steps, n_chains=4, seed=1),
+                                check=CheckOptions(relative_tolerance=0.05), prior_precision=prior)
     assert rep.test.passed, (name, rep.test.z_max)
 
 

@@ -248,16 +248,17 @@ def test_keep_draws_does_not_change_the_chains_and_bounds_the_trace():
     from sgtune.workflows.calibrate import calibrate
     from sgtune.io.data import example
     from sgtune.models import expand
-    from sgtune.workflows.verify import verify_stationary_cov
+    from sgtune.core.config import Dynamics, RunSpec
+    from sgtune.workflows.verify import CheckOptions, verify_stationary_cov
 
     ds, m = example("logistic"), get_model("logistic")
     e = expand(m, ds, 1.0)
-    kw = dict(batch_size=64, prior_precision=1.0, n_steps=1500, n_chains=3, seed=5, relative_tolerance=0.2)
-    a = verify_stationary_cov(m, ds, e, **kw)
-    b = verify_stationary_cov(m, ds, e, keep_draws=500, **kw)
+    kw = dict(prior_precision=1.0, check=CheckOptions(relative_tolerance=0.2))
+    a = verify_stationary_cov(m, ds, e, Dynamics(None, 64), RunSpec(1500, n_chains=3, seed=5), **kw)
+    b = verify_stationary_cov(m, ds, e, Dynamics(None, 64), RunSpec(1500, n_chains=3, seed=5), keep_draws=500, **kw)
     assert a.chains.trace is None and np.array_equal(a.empirical, b.empirical)
     assert 400 < b.chains.trace.shape[0] * b.chains.trace.shape[1] <= 500
-    c = calibrate(m, ds, batch_size=64, prior_precision=1.0, n_steps=1500, n_chains=2, keep_draws=300)
+    c = calibrate(m, ds, Dynamics(None, 64), RunSpec(1500, n_chains=2), prior_precision=1.0, keep_draws=300)
     assert 250 < c.chains.trace.shape[0] * c.chains.trace.shape[1] <= 300
 
 

@@ -20,12 +20,12 @@ torch = pytest.importorskip("torch")  # in the [dev] extra: never skipped in the
 from click.testing import CliRunner  # noqa: E402
 
 from sgtune.cli import main  # noqa: E402
-from sgtune.core.config import Dynamics  # noqa: E402
+from sgtune.core.config import Dynamics, RunSpec  # noqa: E402
 from sgtune.core.errors import DataFormatError, NotPositiveDefiniteError, SgtuneError, ShapeError  # noqa: E402
 from sgtune.io.export import numpy_step, optax_transform, torch_optimizer  # noqa: E402
 from sgtune.models import expand  # noqa: E402
 from sgtune.models.lastlayer import HeadLayout, last_layer  # noqa: E402
-from sgtune.workflows.verify import verify_stationary_cov  # noqa: E402
+from sgtune.workflows.verify import CheckOptions, verify_stationary_cov  # noqa: E402
 from sgtune.theory.applicability import applicability  # noqa: E402
 from sgtune.theory.stationary import predict_stationary_cov  # noqa: E402
 from sgtune.theory.tuning import tune  # noqa: E402
@@ -307,8 +307,8 @@ def test_verify_passes_and_applicability_reports_on_a_trained_last_layer():
     model, data = last_layer(net, X, y, likelihood="gaussian", noise_variance=0.1)
     e = expand(model, data, prior_precision=1.0)
     res = tune(e, Dynamics(None, 16), target="posterior")
-    rep = verify_stationary_cov(model, data, e, res.step_matrix, batch_size=16, prior_precision=1.0,
-                                n_steps=20_000, n_chains=8, alpha=MC_ALPHA, seed=3)
+    rep = verify_stationary_cov(model, data, e, Dynamics(res.step_matrix, 16), RunSpec(20_000, n_chains=8, seed=3),
+                                check=CheckOptions(alpha=MC_ALPHA), prior_precision=1.0)
     assert rep.test.passed, rep.test.z_max
     st = predict_stationary_cov(e, Dynamics(res.step_matrix, 16))
     a = applicability(model, data, e, st, target_cov=res.target_cov)
@@ -410,9 +410,9 @@ def test_verify_passes_on_a_softmax_last_layer_with_sgld():
     res = tune(e, Dynamics(None, 32, inv_temperature=beta), target="posterior")
     a = applicability(model, data, e, res.stationary, target_cov=res.target_cov)
     assert a.applicable, a.reasons
-    rep = verify_stationary_cov(model, data, e, res.step_matrix, batch_size=32, inv_temperature=beta,
-                                prior_precision=1.0, n_steps=40_000, n_chains=8, relative_tolerance=0.05,
-                                alpha=MC_ALPHA, seed=1)
+    rep = verify_stationary_cov(model, data, e, Dynamics(res.step_matrix, 32, inv_temperature=beta),
+                                RunSpec(40_000, n_chains=8, seed=1),
+                                check=CheckOptions(alpha=MC_ALPHA, relative_tolerance=0.05), prior_precision=1.0)
     assert rep.test.passed, rep.test.z_max
 
 

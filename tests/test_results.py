@@ -18,7 +18,7 @@ from sgtune.sampler import run_chains
 from sgtune.theory.applicability import applicability
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
-from sgtune.workflows.plan import plan_run
+from sgtune.workflows.plan import PlanGrid, TimingOptions, plan_run
 
 from _tolerances import SOLVER_RTOL
 
@@ -57,8 +57,8 @@ def test_names_reach_every_result_and_default_to_theta_i(problem):
     assert t.parameter_names == st.parameter_names == t.stationary.parameter_names == NAMES
     app = applicability(problem.model, problem.ds, problem.e, t.stationary, target_cov=t.target_cov)
     assert app.parameter_names == NAMES
-    p = plan_run(problem.model, problem.ds, problem.e, tolerance=0.2, batch_sizes=[32], families=["dense"],
-                 time_steps=False, notes=False)
+    p = plan_run(problem.model, problem.ds, problem.e, tolerance=0.2, notes=False,
+                 grid=PlanGrid(batch_sizes=[32], families=["dense"]), timing=TimingOptions(enabled=False))
     assert p.parameter_names == NAMES and p.to_dict()["parameter_names"] == list(NAMES)
     assert default_parameter_names(3) == ("theta[0]", "theta[1]", "theta[2]")
     with pytest.raises(ShapeError, match="has 2 names but θ has D = 3"):
@@ -221,23 +221,23 @@ def test_verification_calibration_plan_and_applicability_present_themselves(prob
     from sgtune.workflows.verify import verify_stationary_cov
     from sgtune.workflows.calibrate import calibrate
 
-    rep = verify_stationary_cov(problem.model, problem.ds, problem.e, 0.05, batch_size=32, n_steps=3000,
-                                n_chains=4, seed=1)
+    rep = verify_stationary_cov(problem.model, problem.ds, problem.e, Dynamics(0.05, 32),
+                                RunSpec(3000, n_chains=4, seed=1))
     df = rep.summary().to_dataframe()
     assert rep.parameter_names == NAMES and list(df.index) == list(NAMES)
     np.testing.assert_allclose(df["sd predicted"], np.sqrt(np.diag(rep.predicted)), rtol=SOLVER_RTOL)
     np.testing.assert_allclose(df["sd measured"], np.sqrt(np.diag(rep.empirical)), rtol=SOLVER_RTOL)
     assert rep.to_dict()["parameter_names"] == list(NAMES)
 
-    cal = calibrate(problem.model, problem.ds, batch_size=32, n_steps=2000, n_chains=2, seed=1)
+    cal = calibrate(problem.model, problem.ds, Dynamics(None, 32), RunSpec(2000, n_chains=2, seed=1))
     theta, sandwich, _ = _sandwich_by_hand(problem.X, problem.y, SIGMA2)
     cdf = cal.summary().to_dataframe()
     np.testing.assert_allclose(cdf["coef"], theta, rtol=SOLVER_RTOL)
     np.testing.assert_allclose(cdf["std err"], np.sqrt(np.diag(sandwich)), rtol=SOLVER_RTOL)
     np.testing.assert_allclose(cdf["sd measured"], np.sqrt(np.diag(cal.chains.cov)), rtol=SOLVER_RTOL)
 
-    p = plan_run(problem.model, problem.ds, problem.e, tolerance=0.2, batch_sizes=[16, 64], families=["dense"],
-                 time_steps=False, notes=False)
+    p = plan_run(problem.model, problem.ds, problem.e, tolerance=0.2, notes=False,
+                 grid=PlanGrid(batch_sizes=[16, 64], families=["dense"]), timing=TimingOptions(enabled=False))
     assert len(p.summary().rows) == 2 and len(p.to_dataframe()) == 2
     app = applicability(problem.model, problem.ds, problem.e, cal.tuning.stationary)
     table = app.summary()

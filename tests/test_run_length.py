@@ -81,3 +81,31 @@ def test_given_steps_get_the_policy_burn_in(command):
     tau, rho = doc["tau_worst"], doc["spectral_radius"]
     want = min(max(400, math.ceil(20 * max(tau, 1.0)), int(equilibration_steps(rho))), 2000)
     assert doc["burn_in"] == want and doc["steps"] == 4000
+
+
+def test_batches_are_never_shorter_than_ten_autocorrelation_times():
+    """Batches of 14 steps with τ ≈ 32 have correlated means: the standard errors were too small and verify rejected
+    correct chains (issue 37). A given count above ⌊kept/(10τ)⌋ is refused; the default is lowered to fit."""
+    from sgtune.core.config import RunSpec
+
+    run = RunSpec(31_667, n_chains=4, burn_in=3166)  # the hetero-linear example's verify run
+    assert rl.max_batches_per_chain(run.kept_steps, 31.7) == 28_501 // 317 == 89
+    assert rl.check_batches_per_chain(run, 31.7, 89) == 89
+    with pytest.raises(SgtuneError, match=r"batches_per_chain must be at most 89 for this run, got 2000"):
+        rl.check_batches_per_chain(run, 31.7, 2000)
+    assert rl.check_batches_per_chain(run, 31.7) is None  # the default 8 per chain is long enough
+    short = RunSpec(2000, n_chains=4, burn_in=200)  # default 8 batches of 225 steps, τ = 31.7 needs 317
+    assert rl.check_batches_per_chain(short, 31.7) == 4 and rl.check_batches_per_chain(short, 200.0) == 2
+    assert rl.check_batches_per_chain(run, math.nan, 2000) == 2000  # τ unknown (posterior samplers): as given
+
+
+def test_verify_refuses_batches_too_short_for_its_chain():
+    from click.testing import CliRunner
+
+    from sgtune.cli import main
+
+    r = CliRunner().invoke(main, ["verify", "--example", "hetero-linear", "--batch-size", "64", "--chains", "4",
+                                  "--batches-per-chain", "2000", "-q"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "--batches-per-chain must be at most 89 for this run, got 2000" in r.stderr
+    assert "--steps" in r.stderr and "autocorrelation times" in r.stderr

@@ -123,8 +123,8 @@ def untrusted(reason: str) -> None:
 PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "step_matrix": ("lambda_file", "lambda_path", "step_size"),
     "step_size": ("step_size",),
-    "inv_temperature": ("inverse_temperature",),
-    "inverse_temperature": ("inverse_temperature",),
+    "inv_temperature": ("inverse_temperature", "inverse_temperatures"),
+    "inverse_temperature": ("inverse_temperature", "inverse_temperatures"),
     "batch_size": ("batch_size",),
     "n_steps": ("steps",),
     "n_chains": ("chains",),
@@ -132,7 +132,7 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "batches_per_chain": ("batches_per_chain",),
     "thin": ("thin",),
     "momentum": ("momentum",),
-    "family": ("family",),
+    "family": ("family", "families"),
     "decay": ("decay",),
     "friction": ("friction",),
     "noise_variance": ("noise_variance",),
@@ -306,7 +306,8 @@ def handle_errors(fn: F) -> F:
         finally:
             _REPORT.reset(token)
         if kwargs.get("strict") and report.untrusted:
-            click.echo(f"error: --strict: the result is not trusted ({report.untrusted[0]})", err=True)
+            why = as_typed(in_option_names(report.untrusted[0], report.options), report.aliases)  # as typed
+            click.echo(f"error: --strict: the result is not trusted ({why})", err=True)
             raise click.exceptions.Exit(EXIT_UNTRUSTED)
         return out
 

@@ -1,19 +1,23 @@
 """``sgtune calibrate``: Algorithm 1 of Wang, Ding & Huggins (2026) end to end (tune Λ, run the chains, report errors)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import click
 import numpy as np
 
 from ..core._refs import references_of
+from ..core.config import Dynamics
 from ..workflows.calibrate import calibrate
+from ..workflows.run_length import RunOptions
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_calibrate
 from ..theory.tuning import FAMILIES, METHODS
-from ..workflows.verify import prediction_check
+from ..workflows.verify import TuneOptions, prediction_check
+from ._applicability import applicability_report, skipped_report
 from ._health import health_report
-from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage
+from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage, untrusted
 from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
                        load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
 from ._plot import check_plot, plot_option, render_plot, write_plot
@@ -70,7 +74,6 @@ def cli(**kw: Any) -> None:
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     prob, B, beta = _load(kw)
-    n = prob.dataset.n_data
     target = kw["target"] if kw["target"] in ("sandwich", "posterior") else load_npy(kw["target"], "--target")
     theta_star = load_npy(kw["true_theta"], "--true-theta") if kw["true_theta"] else None
     if kw["chains"] < 1:
@@ -84,14 +87,49 @@ def cli(**kw: Any) -> None:
             bar.update(done - state["last"])
             state["last"] = done
 
-        r = calibrate(prob.model, prob.dataset, batch_size=B, prior_precision=prob.prior_precision, target=target,
-                      method=kw["method"], family=kw["family"], subsample=kw["subsample"], inv_temperature=beta,
-                      without_replacement=kw["without_replacement"], momentum=kw["momentum"],
-                      n_steps=kw["steps"], burn_in=kw["burn_in"], n_chains=kw["chains"], seed=kw["seed"],
-                      true_theta=theta_star, progress=progress,
-                      keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
-                      scheduler=None if kw["repeat"] > 1 else kw.get("scheduler"))
-    t, c = r.tuning, r.chains
+        r = _calibrate(kw, prob, B, beta, target, theta_star, int(kw["seed"]), progress=progress,
+                       keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
+                       scheduler=None if kw["repeat"] > 1 else kw.get("scheduler"))
+    doc = _document(kw, prob, r, B, beta, target, theta_star)
+    t, c, n = r.tuning, r.chains, prob.dataset.n_data
+    png = render_plot(kw, lambda: figure_calibrate(
+        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=r.parameter_names,
+        title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
+              f"{r.cov_error_predicted:.2g} predicted, {r.cov_error_empirical:.2g} empirical "
+              f"(noise floor {r.cov_error_noise_floor:.2g})" + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
+    emit(doc, kw["json_path"], arrays={kw["output"]: t.step_matrix})
+    write_plot(kw, png)
+    floor = r.cov_error_noise_floor
+    rows: list[tuple[str, object]] = [
+        ("method", t.method),
+        ("cov error (predicted)", f"{r.cov_error_predicted:.3g} (the tuned chain's covariance vs the target; "
+                                  "0 is exact)"),
+        ("cov error (empirical)", f"{r.cov_error_empirical:.3g} vs {floor:.2g}, what Monte Carlo noise alone gives "
+                                  "(a perfect Λ scores about that)"),
+        *ks_row(r.calibration_ks, 0 if r.pit is None else int(np.size(r.pit))),
+        *ksd_row(doc),
+        health_row(doc["health"]),
+        *applicability_rows(doc["applicability"], t.tau_worst)]
+    after = next_line("run", "--lambda", str(kw["output"] or "lambda.npy"), "-o", "trace.npz")
+    info(coordinate_table(r.summary()) + "\n" + key_values(rows) + "\n"
+         + (after if kw["output"] else f"{after} (with -o lambda.npy here to save Λ)"), kw["quiet"])
+
+
+def _calibrate(kw: dict[str, Any], prob: Any, B: int, beta: float, target: Any, theta_star: Any, seed: int,
+               **extra: Any) -> Any:
+    """:func:`sgtune.workflows.calibrate.calibrate` with the command's options (repetition ``seed``)."""
+    dynamics = Dynamics(None, B, inv_temperature=beta, momentum=float(kw["momentum"]),
+                        batching="without-replacement" if kw["without_replacement"] else "replacement")
+    run = RunOptions(n_steps=kw["steps"], burn_in=kw["burn_in"], n_chains=int(kw["chains"]), seed=seed)
+    return calibrate(prob.model, prob.dataset, dynamics, run,
+                     tuning=TuneOptions(target=target, method=kw["method"], family=kw["family"]),
+                     prior_precision=prob.prior_precision, subsample=kw["subsample"], true_theta=theta_star, **extra)
+
+
+def _document(kw: dict[str, Any], prob: Any, r: Any, B: int, beta: float, target: Any,
+              theta_star: Any) -> dict[str, Any]:
+    """The JSON document: the result, health, repetitions, KSD and the applicability report."""
+    t, c, n = r.tuning, r.chains, prob.dataset.n_data
     doc: dict[str, Any] = {
         **expansion_keys(r.expansion), "lambda": t.step_matrix, "target_cov": t.target_cov, "predicted_cov": t.predicted_cov,
         "empirical_cov": c.cov, "empirical_cov_standard_error": c.cov_standard_error,
@@ -119,34 +157,34 @@ def cli(**kw: Any) -> None:
         doc["repetition_summary"] = _repetition_summary(reps)
     with slow_stage("KSD: scoring the draws against the posterior"):
         doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, c, prob.prior_precision))
-    from types import SimpleNamespace
-
-    from ._applicability import applicability_report, skipped_report
-
     doc["applicability"] = skipped_report("--no-applicability") if kw["no_applicability"] else applicability_report(
         SimpleNamespace(model=prob.model, dataset=prob.dataset, expansion=r.expansion, dim=r.expansion.dim),
         t.stationary, target_cov=t.target_cov, backward_error=t.residual, seed=int(kw["seed"]))
-    png = render_plot(kw, lambda: figure_calibrate(
-        t.target_cov, t.predicted_cov, c.cov, t.step_matrix, pit=r.pit, ks=r.calibration_ks, names=r.parameter_names,
-        title=f"sgtune calibrate: {prob.model.name}, N = {n}, B = {B}, target {kw['target']} — covariance error "
-              f"{r.cov_error_predicted:.2g} predicted, {r.cov_error_empirical:.2g} empirical "
-              f"(noise floor {r.cov_error_noise_floor:.2g})" + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
-    emit(doc, kw["json_path"], arrays={kw["output"]: t.step_matrix})
-    write_plot(kw, png)
-    floor = r.cov_error_noise_floor
-    rows: list[tuple[str, object]] = [
-        ("method", t.method),
-        ("cov error (predicted)", f"{r.cov_error_predicted:.3g} (the tuned chain's covariance vs the target; "
-                                  "0 is exact)"),
-        ("cov error (empirical)", f"{r.cov_error_empirical:.3g} vs {floor:.2g}, what Monte Carlo noise alone gives "
-                                  "(a perfect Λ scores about that)"),
-        *ks_row(r.calibration_ks, 0 if r.pit is None else int(np.size(r.pit))),
-        *ksd_row(doc),
-        health_row(doc["health"]),
-        *applicability_rows(doc["applicability"], t.tau_worst)]
-    after = next_line("run", "--lambda", str(kw["output"] or "lambda.npy"), "-o", "trace.npz")
-    info(coordinate_table(r.summary()) + "\n" + key_values(rows) + "\n"
-         + (after if kw["output"] else f"{after} (with -o lambda.npy here to save Λ)"), kw["quiet"])
+    _measured_verdict(doc["applicability"], doc["health"].get("prediction_check"), r.expansion.n_samples, n)
+    return doc
+
+
+def _measured_verdict(app: dict[str, Any], check: dict[str, Any] | None, rows_fitted: int, n_data: int) -> None:
+    """A verdict of "applicable" that the chains themselves contradict is withdrawn (in place).
+
+    "Applicable" means the chain that runs has about the predicted covariance; the report checks the linearised
+    chain on the rows the expansion was fitted on, and cannot see inputs that are off for the rows the chains run
+    on. When the health report's prediction check of the real chains failed, the result is not applicable (reason
+    code ``chains-disagree``), and the warning says so (stderr and JSON; ``--strict`` exits 4).
+    """
+    if not app.get("checked", True) or not app.get("applicable") or check is None or check.get("passed", True):
+        return
+    why = (f"the chains that ran disagree with the prediction (max |z| = {check['z_max']:.3g} > "
+           f"{check['threshold']:.3g}, relative error {check['relative_frobenius_error']:.2g}; health "
+           "prediction_check), although the checks of the linearised chain passed: the prediction's inputs are off")
+    if rows_fitted < n_data:
+        why += (f"; the expansion was fitted on --subsample {rows_fitted} of the {n_data} rows the chains run on: "
+                "fit on more rows")
+    app["applicable"] = False
+    app["reasons"].append(why)
+    app["reason_codes"].append("chains-disagree")
+    app["reason_details"].append({"code": "chains-disagree", "message": why, "remedies": []})
+    untrusted(f"not applicable: {why}")
 
 
 def _summary(r: Any, seed: int) -> dict[str, Any]:
@@ -159,8 +197,6 @@ def _summary(r: Any, seed: int) -> dict[str, Any]:
 
 def _load(kw: dict[str, Any]) -> tuple[Any, int, float]:
     """(problem: model, dataset, prior_precision; B; β) from the shared options, without fitting."""
-    from types import SimpleNamespace
-
     from ..models import model_dim
 
     ds, model = load_data_model(kw)
@@ -173,11 +209,7 @@ def _load(kw: dict[str, Any]) -> tuple[Any, int, float]:
 def _repetition(kw: dict[str, Any], seed: int, target: Any, theta_star: Any) -> dict[str, Any]:
     """One repetition of Algorithm 1 (a Dask task: loads DATA itself, returns only the summary numbers)."""
     prob, B, beta = _load(kw)
-    r = calibrate(prob.model, prob.dataset, batch_size=B, prior_precision=prob.prior_precision, target=target,
-                  method=kw["method"], family=kw["family"], subsample=kw["subsample"], inv_temperature=beta,
-                  without_replacement=kw["without_replacement"], momentum=kw["momentum"], n_steps=kw["steps"],
-                  burn_in=kw["burn_in"], n_chains=kw["chains"], seed=seed, true_theta=theta_star)
-    return _summary(r, seed)
+    return _summary(_calibrate(kw, prob, B, beta, target, theta_star, seed), seed)
 
 
 def _repetition_summary(reps: list[dict[str, Any]]) -> dict[str, Any]:

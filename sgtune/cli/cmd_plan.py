@@ -15,7 +15,8 @@ from ..core.errors import SgtuneError
 from ..theory.mcerror import mc_error
 from ..theory.stationary import predict_stationary_cov
 from ..theory.tuning import FAMILIES, tune
-from ..workflows.plan import BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, Plan, plan_run
+from ..workflows.plan import (BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, SECONDS_TIE, Plan, PlanGrid, TimingOptions,
+                              plan_run)
 from ._applicability import applicability_report, skipped_report
 from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
 from ._options import data_argv, data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
@@ -73,7 +74,8 @@ def _ints(value: str, name: str) -> list[int]:
               help="C independent chains (run in parallel); the error falls like 1/√(T·C).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="gradients", show_default=True,
               help="What 'recommended' minimises among the feasible candidates: gradient evaluations or the "
-                   "predicted wall seconds on this machine.")
+                   "predicted wall seconds on this machine (timed now: candidates within 50 % of the fastest count as "
+                   "tied, and the one with the fewest steps among them is recommended).")
 @click.option("--applicability/--no-applicability", "applicability", default=None,
               help="Check the recommended candidate's applicability (the report of sgtune lambda). Default: on up "
                    f"to D = {APPLICABILITY_MAX_DIM}, off above (it costs about as much as the whole plan at "
@@ -131,19 +133,18 @@ def cli(**kw: Any) -> None:
     target: Any = kw["target"]
     if target not in ("sandwich", "posterior"):
         target = load_float_npy(str(target), "--target")
-    p = plan_run(prob.model, prob.dataset, prob.expansion, target=target, tolerance=tol, batch_sizes=bs,
-                 families=families, momenta=momenta, batchings=batchings, inverse_temperatures=betas,
-                 chains=int(kw["chains"]), objective=str(kw["objective"]), prior_precision=prob.prior_precision,
-                 time_steps=not kw["no_timing"], seed=int(kw["seed"]))
+    grid = PlanGrid(batch_sizes=bs, families=families, momenta=momenta, batchings=batchings,
+                    inverse_temperatures=betas, chains=int(kw["chains"]))
+    p = plan_run(prob.model, prob.dataset, prob.expansion, target=target, tolerance=tol, grid=grid,
+                 objective=str(kw["objective"]), prior_precision=prob.prior_precision,
+                 timing=TimingOptions(enabled=not kw["no_timing"], seed=int(kw["seed"])))
     rows = [c.to_dict() for c in p.candidates]
     lambda_files = _add_run_argv(rows, p, kw)
     front = p.pareto_front()
     table = _table(p, rows, front)
     if p.recommended is None:
         info(table, bool(kw["quiet"]))
-        best = min((c.covariance_error for c in p.candidates), default=math.inf)
-        raise SgtuneError(f"no candidate reaches --tolerance {tol:g}: the smallest bias is {best:.3g}; loosen the "
-                          "tolerance, include the dense family, or change the target")
+        raise SgtuneError(_none_feasible(p.candidates, tol, families))
     best = p.candidates[p.recommended]
     check = kw["applicability"] if kw["applicability"] is not None else prob.dim <= APPLICABILITY_MAX_DIM
     if check:
@@ -163,6 +164,7 @@ def cli(**kw: Any) -> None:
     doc = {**expansion_keys(prob.expansion),
            "candidates": rows, "recommended": p.recommended, "recommended_candidate": rows[p.recommended],
            "lambda": best.step_matrix, "pareto_front": front, "tolerance": tol, "objective": p.objective,
+           "seconds_meaning": SECONDS_MEANING, "seconds_tie": SECONDS_TIE,
            "chains": p.chains, "target": kw["target"], "target_cov": p.target_cov,
            "theta_hat": prob.expansion.theta_hat, "applicability": app,
            "batch_sizes": sorted({c.batch_size for c in p.candidates}), "families": families,
@@ -179,6 +181,36 @@ def cli(**kw: Any) -> None:
         atomic_write(kw["output"], lambda fh: fh.write(csv_text), "w")
     write_plot(kw, png)
     info(table, bool(kw["quiet"]))
+
+
+#: what the plan's seconds are (the table's header line and the JSON's ``seconds_meaning``)
+SECONDS_MEANING = (f"the predicted wall time of the whole run (all chains) with sgtune's own sampler on this machine "
+                   f"(a cost per step and per run measured on short timed runs now, so it varies by 10–20 % "
+                   f"with the machine's load); with --objective seconds, candidates within {SECONDS_TIE:.0%} of the "
+                   f"fastest count as tied and the one with the fewest steps (the least per-step overhead) is recommended")
+
+
+def _none_feasible(candidates: list[Any], tol: float, families: list[str]) -> str:
+    """Why no candidate of the grid reaches ``--tolerance``: a bias at or above it (then a richer family helps,
+    unless the dense family, whose bias is zero, is already in the grid), or, when some bias is below it,
+    what stopped the best of those (a run over 10^12 steps, the memory, no stationary law)."""
+    head = f"no candidate reaches --tolerance {tol:g}"
+    biased = [c for c in candidates if math.isfinite(c.covariance_error)]
+    if not biased:
+        reasons = [c.reason for c in candidates if c.reason]
+        return f"{head}: {reasons[0] if reasons else 'no candidate could be tuned'}"
+    best = min(biased, key=lambda c: c.covariance_error)
+    if best.covariance_error < tol:  # the bias fits: the run length, the memory or the chain itself does not
+        below = [c for c in biased if c.covariance_error < tol and c.reason]
+        pick = min(below, key=lambda c: c.run_steps if math.isfinite(c.run_steps) else math.inf, default=best)
+        return (f"{head}: the smallest bias, {best.covariance_error:.3g} ({best.family} family), is below it, but "
+                f"{pick.reason or 'the run is not feasible'}")
+    fixes = ["loosen the tolerance"]
+    if "dense" not in families:
+        fixes.append("add dense to --families (its bias is zero)")
+    fixes.append("or change the target")
+    return (f"{head}: the smallest bias is {best.covariance_error:.3g} ({best.family} family, at any run length); "
+            + ", ".join(fixes))
 
 
 def _figure(rows: list[dict[str, Any]], p: Plan, front: list[int], prob: Any, tol: float) -> Any:
@@ -223,7 +255,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], front: list[int]) -> str:
     head = (f"{'':2}{'#':>3} {'B':>5} {'family':<8} {'κ':>4} {'batching':<10} {'β':>7} {'bias':>8} {'c':>9} "
             f"{'burn-in':>8} {'steps T':>9} {'gradients':>11} {'seconds':>8}  note")
     lines = [f"plan: tolerance E = {p.tolerance:g} (RMS relative error of the covariance), C = {p.chains} chains, "
-             f"objective {p.objective}", head]
+             f"objective {p.objective}", f"seconds: {SECONDS_MEANING}", head]
     for i, r in enumerate(rows):
         mark = "*" if i == p.recommended else ("+" if i in front else " ")
         beta = r["inverse_temperature"]

@@ -1,6 +1,7 @@
 """``sgtune verify``: predict the stationary covariance, run the chains, compare within Monte Carlo error."""
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import click
@@ -10,7 +11,9 @@ from ..core._refs import references_of
 from ..diagnostics.ksd import CHAIN_KSD_MAX_DRAWS, chain_ksd_summary, posterior_is_gaussian
 from ..io.plots import figure_verify
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
-from ..workflows.verify import verify_stationary_cov
+from ..core.config import Dynamics
+from ..workflows.run_length import RunOptions
+from ..workflows.verify import CheckOptions, TuneOptions, verify_stationary_cov
 from ..theory.tuning import FAMILIES, METHODS
 from ._against import Against, against_option, resolve_against
 from ._health import health_report
@@ -54,7 +57,9 @@ def cli(**kw: Any) -> None:
     the tuned chain's predicted covariance; `covariance` options (--step-size L | --lambda
     FILE.npy) test the forward prediction for that Λ. The chains start at θ̂.
     Test: z_ij = (Σ̂_ij − Σ_ij)/se_ij over i ≤ j (batch-means se, K batches); pass when
-    max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Default run length
+    max|z| ≤ t_{K−1}(1 − α/(2k)), k = D(D+1)/2 (Bonferroni). Each batch is at least 10
+    predicted autocorrelation times long (shorter ones make se too small and reject correct
+    chains): a larger --batches-per-chain is refused (exit 2) with the most the run allows. Default run length
     T = max(20000, 1000·τ_worst); burn-in (also with --steps) the largest of T/10, 20·τ_worst
     and the equilibration steps of the second-moment map, at most T/2.
     --against prediction|target|FILE.npy: what the chains are tested against (default: the
@@ -85,18 +90,39 @@ def cli(**kw: Any) -> None:
         raise click.UsageError("give either the lambda options (--target/--method/--family) or "
                                "the covariance options (--step-size | --lambda), not both")
     prob = load_problem(kw)
+    setup = _setup(kw, prob, covariance_mode)
+    rep = _verify(kw, prob, setup)
+    t = rep.test
+    doc = _document(kw, prob, setup, rep)
+    png = render_plot(kw, lambda: figure_verify(
+        rep.compared_with, rep.empirical, rep.step_matrix,
+        target_cov=None if rep.tuning is None else rep.tuning.target_cov,
+        names=rep.parameter_names,
+        title=f"sgtune verify: {prob.model.name}, B = {setup.B}, {rep.chains.n_chains}×{rep.chains.n_steps} steps — "
+              f"{'PASSED' if t.passed else 'REJECTED'} (max|z| = {t.z_max:.2f} vs {t.threshold:.2f})"
+              + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
+    emit(doc, kw["json_path"], arrays={kw["output"]: rep.empirical})
+    write_plot(kw, png)
+    info(coordinate_table(rep.summary()) + "\n" + key_values(_rows(rep, setup.against, doc)) + "\n"
+         + _next(kw, t.passed, covariance_mode), bool(kw["quiet"]))
+    if not t.passed:
+        raise click.exceptions.Exit(EXIT_VERIFY_FAILED)
+
+
+def _setup(kw: dict[str, Any], prob: Any, covariance_mode: bool) -> SimpleNamespace:
+    """The chain (Dynamics), the tuning (lambda mode), what is compared and the test, from the options."""
     n, d = prob.dataset.n_data, prob.dim
     B = check_batch_size(int(kw["batch_size"]), n)
     beta = sampler_temperature(kw, str(kw["sampler"]), n)
     step = resolve_step(kw, d) if covariance_mode else None
-    target: Any = None
+    tuning: TuneOptions | None = None
     if not covariance_mode:
         target = kw["target"] or "sandwich"
         if target not in ("sandwich", "posterior"):
             target = load_npy(str(target), "--target")
-    quiet = bool(kw["quiet"])
+        tuning = TuneOptions(target=target, method=kw["method"] or "dq-exact", family=kw["family"] or "dense")
     if covariance_mode:
-        ag = resolve_against(kw["against"], dim=d, lambda_path=kw["lambda_path"], lam=step, quiet=quiet)
+        ag = resolve_against(kw["against"], dim=d, lambda_path=kw["lambda_path"], lam=step, quiet=bool(kw["quiet"]))
         against: Any = "prediction" if ag.cov is None else ag.cov
     elif kw["against"] == "target":  # Λ is tuned here: the tuning's own target
         ag, against = Against("target", None, 0.0, "tuning"), "target"
@@ -108,6 +134,19 @@ def cli(**kw: Any) -> None:
     rel_tol = ag.tolerance if kw["relative_tolerance"] is None else float(kw["relative_tolerance"])
     if not (rel_tol >= 0 and np.isfinite(rel_tol)):
         raise click.BadParameter(f"must be a finite number >= 0, got {rel_tol}", param_hint="'--relative-tolerance'")
+    dynamics = Dynamics(step, B, inv_temperature=beta, momentum=float(kw["momentum"]),
+                        batching="without-replacement" if kw["without_replacement"] else "replacement")
+    check = CheckOptions(alpha=float(kw["alpha"]), relative_tolerance=rel_tol,
+                         inflate_prediction=float(kw["inflate_prediction"]), against=against)
+    run = RunOptions(n_steps=kw["steps"], burn_in=kw["burn_in"], n_chains=int(kw["chains"]),
+                     batches_per_chain=kw["batches_per_chain"], seed=int(kw["seed"]))
+    return SimpleNamespace(B=B, beta=beta, step=step, dynamics=dynamics, tuning=tuning, against=ag, check=check,
+                           run=run)
+
+
+def _verify(kw: dict[str, Any], prob: Any, setup: SimpleNamespace) -> Any:
+    """The verification, with a progress bar on stderr (none with -q)."""
+    quiet = bool(kw["quiet"])
     state = {"last": 0}
     with progress_bar(quiet, "verify: running chains", 1000, kind=str(prob.model.name)) as bar:
         def progress(done: int, total: int) -> None:
@@ -115,18 +154,18 @@ def cli(**kw: Any) -> None:
             bar.update(frac - state["last"])
             state["last"] = frac
 
-        rep = verify_stationary_cov(
-            prob.model, prob.dataset, prob.expansion, step, batch_size=B, target=target,
-            method=kw["method"] or "dq-exact", family=kw["family"] or "dense", inv_temperature=beta,
-            without_replacement=bool(kw["without_replacement"]), momentum=float(kw["momentum"]),
-            prior_precision=prob.prior_precision, n_steps=kw["steps"], burn_in=kw["burn_in"],
-            n_chains=int(kw["chains"]), batches_per_chain=kw["batches_per_chain"], alpha=float(kw["alpha"]),
-            relative_tolerance=rel_tol, inflate_prediction=float(kw["inflate_prediction"]), against=against,
-            seed=int(kw["seed"]), progress=None if quiet else progress,
-            keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS,
-            sampler=sampler_settings(kw, str(kw["sampler"])))
-    t = rep.test
-    doc = {**expansion_keys(prob.expansion), 
+        return verify_stationary_cov(
+            prob.model, prob.dataset, prob.expansion, setup.dynamics, setup.run, tuning=setup.tuning,
+            check=setup.check, sampler=sampler_settings(kw, str(kw["sampler"])),
+            prior_precision=prob.prior_precision, progress=None if quiet else progress,
+            keep_draws=0 if posterior_is_gaussian(prob.model) else CHAIN_KSD_MAX_DRAWS)
+
+
+def _document(kw: dict[str, Any], prob: Any, setup: SimpleNamespace, rep: Any) -> dict[str, Any]:
+    """The JSON document (KSD and health included)."""
+    t, ag = rep.test, setup.against
+    n, d = prob.dataset.n_data, prob.dim
+    doc = {**expansion_keys(prob.expansion),
         "predicted": rep.predicted, "empirical": rep.empirical, "z_max": t.z_max, "passed": t.passed,
         "threshold": t.threshold, "argmax": list(t.argmax), "n_tests": t.n_tests, "dof": t.dof, "alpha": t.alpha,
         "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error,
@@ -135,7 +174,7 @@ def cli(**kw: Any) -> None:
         **({} if rep.mode == "posterior" else {"spectral_radius": rep.stationary.spectral_radius,
                                                "tau_worst": rep.stationary.tau_worst}),
         "theta_hat": prob.expansion.theta_hat, **chain_json(rep.chains),
-        "batch_size": B, "n_data": n, "dim": d, "inverse_temperature": temperature_json(beta),
+        "batch_size": setup.B, "n_data": n, "dim": d, "inverse_temperature": temperature_json(setup.beta),
         "momentum": float(kw["momentum"]), "without_replacement": bool(kw["without_replacement"]),
         "model": prob.model.name, "seed": int(kw["seed"]), "data": prob.dataset.source,
         "command": command_line(), "references": references_of(verify_stationary_cov),
@@ -147,21 +186,17 @@ def cli(**kw: Any) -> None:
     with slow_stage("KSD: scoring the draws against the posterior"):
         doc.update(chain_ksd_summary(prob.model, prob.dataset.X, prob.dataset.y, rep.chains, prob.prior_precision))
     doc["health"] = health_report(
-        rep.chains, initial_step_size=step if SAMPLER_SPECS[kw["sampler"]].mclmc else None,
-        check={"mode": rep.mode if ag.label == "prediction" else ag.label, "passed": t.passed, "z_max": t.z_max, "threshold": t.threshold,
-               "argmax": list(t.argmax), "alpha": t.alpha, "relative_tolerance": t.relative_tolerance,
-               "relative_frobenius_error": t.relative_frobenius_error})
-    png = render_plot(kw, lambda: figure_verify(
-        rep.compared_with, rep.empirical, rep.step_matrix,
-        target_cov=None if rep.tuning is None else rep.tuning.target_cov,
-        names=rep.parameter_names,
-        title=f"sgtune verify: {prob.model.name}, B = {B}, {rep.chains.n_chains}×{rep.chains.n_steps} steps — "
-              f"{'PASSED' if t.passed else 'REJECTED'} (max|z| = {t.z_max:.2f} vs {t.threshold:.2f})"
-              + (f", KSD = {doc['ksd']:.3g}" if "ksd" in doc else "")))
-    emit(doc, kw["json_path"], arrays={kw["output"]: rep.empirical})
-    write_plot(kw, png)
-    c = rep.chains
-    info(coordinate_table(rep.summary()) + "\n" + key_values([
+        rep.chains, initial_step_size=setup.step if SAMPLER_SPECS[kw["sampler"]].mclmc else None,
+        check={"mode": rep.mode if ag.label == "prediction" else ag.label, "passed": t.passed, "z_max": t.z_max,
+               "threshold": t.threshold, "argmax": list(t.argmax), "alpha": t.alpha,
+               "relative_tolerance": t.relative_tolerance, "relative_frobenius_error": t.relative_frobenius_error})
+    return doc
+
+
+def _rows(rep: Any, ag: Against, doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The summary rows under the coordinate table."""
+    c, t = rep.chains, rep.test
+    return [
         ("mode", rep.mode),
         ("compared with", ag.label if ag.source in ("prediction", "tuning") else f"{ag.label} ({ag.source})"),
         ("chains × steps", f"{c.n_chains} × {c.n_steps} (burn-in {c.burn_in}; standard errors from K = "
@@ -173,10 +208,7 @@ def cli(**kw: Any) -> None:
         *ksd_row(doc),
         health_row(doc["health"]),
         ("applicable", "tested directly: these are the real chains, not the linearised one"),
-        ("verdict", "PASSED" if t.passed else "REJECTED: the chains do not have the expected covariance")]) + "\n"
-        + _next(kw, t.passed, covariance_mode), quiet)
-    if not t.passed:
-        raise click.exceptions.Exit(EXIT_VERIFY_FAILED)
+        ("verdict", "PASSED" if t.passed else "REJECTED: the chains do not have the expected covariance")]
 
 
 def _next(kw: dict[str, Any], passed: bool, covariance_mode: bool) -> str:

@@ -146,4 +146,9 @@ CODES: dict[str, tuple[str, str]] = {
     "indefinite-curvature": (
         "error: the curvature at the fitted θ̂ has a negative eigenvalue (a saddle point, not a minimum)",
         "as for `singular-curvature`: the computed prior precision, with the posterior target"),
+    "chains-disagree": (
+        "`calibrate`: the chains it ran disagree with the prediction (the health report's prediction check failed) "
+        "although the checks of the linearised chain passed, so the prediction's inputs are off, e.g. an expansion "
+        "fitted on a small `subsample` of the rows the chains run on",
+        "none computed: fit on more rows (a larger `subsample`, or all of them), then check with `sgtune verify`"),
 }

@@ -15,12 +15,14 @@ from scipy.stats import kstest
 from ..core._refs import cites
 from ..core._validation import as_vector, check_int
 from ..core.results import ResultMixin, SummaryTable, estimate_columns, table_from_columns
-from ..core.config import Dynamics
+from ..core.config import Dynamics, RunSpec
+from ..core.errors import SgtuneError
 from ..io.data import Dataset
 from ..models import Expansion, expand, model_dim, prior_matrix
 from ..sampler import ChainResult, run_chains
 from ..theory.tuning import TuningResult, tune
-from .run_length import run_spec
+from .run_length import RunOptions, resolve_run
+from .verify import TuneOptions
 
 __all__ = ["CalibrationResult", "calibrate", "pit_values", "ks_uniform", "PIT_DRAWS"]
 
@@ -63,7 +65,9 @@ class CalibrationResult(ResultMixin):
     >>> from sgtune.io.data import example
     >>> from sgtune.models import get_model
     >>> from sgtune.workflows.calibrate import calibrate
-    >>> result = calibrate(get_model("logistic"), example("logistic"), batch_size=32, n_steps=1000, n_chains=4)
+    >>> from sgtune.core.config import Dynamics, RunSpec
+    >>> result = calibrate(get_model("logistic"), example("logistic"), Dynamics(None, batch_size=32),
+    ...                    RunSpec(1000, n_chains=4))
     >>> bool(result.cov_error_predicted < 1e-10), result.standard_errors.shape
     (True, (5,))
     """
@@ -166,12 +170,9 @@ def ks_uniform(q: np.ndarray) -> float:
 
 
 @cites("wang2026", "Algorithm 1 (steps 1–13) and §6's covariance-error and calibration metrics")
-def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: Any = 0.0,
-              target: Any = "sandwich", method: str = "dq-exact", family: str = "dense",
-              subsample: int | None = None, inv_temperature: float = math.inf, without_replacement: bool = False,
-              momentum: float = 0.0, n_steps: int | None = None, burn_in: int | None = None, n_chains: int = 8,
-              seed: int = 0, true_theta: Any = None,
-              progress: Callable[[int, int], None] | None = None, keep_draws: int = 0,
+def calibrate(model: Any, data: Dataset, dynamics: Dynamics, run: RunSpec | RunOptions | None = None, *,
+              tuning: TuneOptions | None = None, prior_precision: Any = 0.0, subsample: int | None = None,
+              true_theta: Any = None, progress: Callable[[int, int], None] | None = None, keep_draws: int = 0,
               scheduler: str | None = None) -> CalibrationResult:
     r"""Run Algorithm 1: fit θ̂ and Ĵ, Î on M rows, tune Λ for the target, run SG(L)D on all N rows.
 
@@ -180,12 +181,12 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     covariance) with the Monte Carlo noise floor that an exact Λ would show — with short runs
     the empirical error is dominated by Monte Carlo noise, so the floor is part of the answer.
     With ``true_theta``, also the probability-integral transforms q_d and their exact KS
-    distance to Unif(0, 1). Run length and burn-in default to :func:`sgtune.workflows.run_length.run_spec`'s
-    (T = max(20 000, 1000·τ) with τ the tuned chain's worst-case integrated autocorrelation time).
-    ``keep_draws`` > 0 keeps at most about that many thinned draws (pooled over chains) in
-    ``chains.trace`` (e.g. for the KSD); with ``true_theta`` at least ``PIT_DRAWS`` per chain are kept.
-    ``scheduler`` (None, "local" or a Dask address) runs the fit's and the expansion's passes over
-    out-of-core data (``data.rows``) on Dask, with the same numbers.
+    distance to Unif(0, 1). What ``run`` leaves open comes from the run-length policy
+    (:func:`sgtune.workflows.run_length.resolve_run`: T = max(20 000, 1000·τ) with τ the tuned chain's
+    worst-case integrated autocorrelation time). ``keep_draws`` > 0 keeps at most about that many thinned
+    draws (pooled over chains) in ``chains.trace`` (e.g. for the KSD); with ``true_theta`` at least
+    ``PIT_DRAWS`` per chain are kept. ``scheduler`` (None, "local" or a Dask address) runs the fit's and the
+    expansion's passes over out-of-core data (``data.rows``) on Dask, with the same numbers.
 
     Parameters
     ----------
@@ -193,28 +194,16 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
         The model.
     data : Dataset
         All N rows.
-    batch_size : int
-        B.
+    dynamics : Dynamics
+        The chain to tune and run: no step (Λ is tuned here), B, β (``inf``: SGD), κ and the batching.
+    run : RunSpec or RunOptions, optional
+        The run (default ``RunOptions(n_chains=8)``); its seed also draws the subsample.
+    tuning : TuneOptions, optional
+        Target Σ*, method and family of the tuning (default the sandwich, dq-exact, dense).
     prior_precision : float or array_like, optional
         Γ.
-    target : {"sandwich", "posterior"} or array_like, optional
-        Σ* (:func:`sgtune.theory.tuning.tune`).
-    method, family : str, optional
-        The tuning's noise model and family.
     subsample : int or None, optional
         M, the rows the expansion is fitted on (Algorithm 1, steps 1–5; default all).
-    inv_temperature : float, optional
-        The inverse temperature β (``inf``: SGD).
-    without_replacement : bool, optional
-        Draw each batch without replacement.
-    momentum : float, optional
-        The heavy-ball momentum κ.
-    n_steps, burn_in : int or None, optional
-        The run's length and burn-in (defaults above).
-    n_chains : int, optional
-        C.
-    seed : int, optional
-        Seed of the subsample and the chains.
     true_theta : (D,) array_like or None, optional
         The true θ* for the probability-integral transforms.
     progress : callable(done, total), optional
@@ -232,41 +221,34 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
     Raises
     ------
     SgtuneError
-        Settings out of range (as :func:`sgtune.theory.tuning.tune` and
+        A step in ``dynamics``, or settings out of range (as :func:`sgtune.theory.tuning.tune` and
         :func:`sgtune.sampler.run_chains` refuse them).
 
     Examples
     --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
     >>> from sgtune.io.data import example
     >>> from sgtune.models import get_model
     >>> from sgtune.workflows.calibrate import calibrate
-    >>> result = calibrate(get_model("logistic"), example("logistic"), batch_size=32, n_steps=1000, n_chains=4)
+    >>> result = calibrate(get_model("logistic"), example("logistic"), Dynamics(None, batch_size=32),
+    ...                    RunSpec(1000, n_chains=4))
     >>> result.n_steps, result.tuning.family
     (1000, 'dense')
     """
+    if dynamics.step is not None:
+        raise SgtuneError("calibrate tunes Λ itself (Algorithm 1): give `dynamics` without a step")
+    run = RunOptions(n_chains=8) if run is None else run
     d = model_dim(model, data.dim)
     gam = prior_matrix(prior_precision, d)
-    rng = np.random.default_rng(seed)
-    if subsample is not None:
-        m = check_int(subsample, "subsample", low=d + 1, high=data.n_data)
-        e = expand(model, data.subsample(m, rng), gam, population_size=data.n_data, seed=seed, scheduler=scheduler)
-    else:
-        e = expand(model, data, gam, seed=seed, scheduler=scheduler)
-    dynamics = Dynamics(None, batch_size, inv_temperature=inv_temperature, momentum=momentum,
-                        batching="without-replacement" if without_replacement else "replacement")
-    t = tune(e, dynamics, target=target, method=method, family=family)
-    steps = check_int(n_steps, "n_steps", low=2) if n_steps is not None else None
-    burn = check_int(burn_in, "burn_in", low=0, high=steps - 1 if steps is not None else None) \
-        if burn_in is not None else None
+    e = _expansion(model, data, gam, subsample, run.seed, scheduler)
+    opts = TuneOptions() if tuning is None else tuning
+    t = tune(e, dynamics, target=opts.target, method=opts.method, family=opts.family)
     theta_star = None if true_theta is None else as_vector(true_theta, "true_theta", d)
     # the PIT needs at least PIT_DRAWS draws per chain; otherwise at most keep_draws in all (for the KSD)
-    run = run_spec(t.tau_worst, t.spectral_radius, n_chains=n_chains, n_steps=steps, burn_in=burn,
-                   min_draws=PIT_DRAWS if theta_star is not None else 0,
-                   max_draws=keep_draws if theta_star is None else 0, seed=seed)
-    res = run_chains(model, data,
-                     Dynamics(t.step_matrix, batch_size, inv_temperature=inv_temperature, momentum=momentum,
-                              batching="without-replacement" if without_replacement else "replacement"),
-                     run, prior_precision=gam, initial=e.theta_hat, progress=progress)
+    spec = resolve_run(run, t.tau_worst, t.spectral_radius, min_draws=PIT_DRAWS if theta_star is not None else 0,
+                       max_draws=keep_draws if theta_star is None else 0)
+    res = run_chains(model, data, dynamics.replace(step=t.step_matrix), spec, prior_precision=gam,
+                     initial=e.theta_hat, progress=progress)
     S = t.target_cov
     norm = float(np.linalg.norm(S))
     pit = ks = None
@@ -277,5 +259,15 @@ def calibrate(model: Any, data: Dataset, *, batch_size: int, prior_precision: An
         tuning=t, chains=res, expansion=e, cov_error_predicted=t.covariance_error,
         cov_error_empirical=float(np.linalg.norm(res.cov - S) / norm),
         cov_error_noise_floor=float(math.sqrt(np.sum(res.cov_standard_error**2)) / norm),
-        standard_errors=np.sqrt(np.diag(res.cov)), n_steps=run.n_steps, burn_in=run.burn_in_steps, pit=pit,
+        standard_errors=np.sqrt(np.diag(res.cov)), n_steps=spec.n_steps, burn_in=spec.burn_in_steps, pit=pit,
         calibration_ks=ks)
+
+
+def _expansion(model: Any, data: Dataset, gam: np.ndarray, subsample: int | None, seed: int,
+               scheduler: str | None) -> Expansion:
+    """The expansion at θ̂ on all rows, or on M = ``subsample`` rows drawn with ``seed`` (scaled to N)."""
+    if subsample is None:
+        return expand(model, data, gam, seed=seed, scheduler=scheduler)
+    m = check_int(subsample, "subsample", low=model_dim(model, data.dim) + 1, high=data.n_data)
+    return expand(model, data.subsample(m, np.random.default_rng(seed)), gam, population_size=data.n_data,
+                  seed=seed, scheduler=scheduler)

@@ -18,20 +18,29 @@ Every workflow that runs chains it has not been told the length of (``verify``, 
   :func:`default_steps` is the batch-means default of the checking commands: T = max(20 000, 1000·τ).
 - **thinning** from a draw budget (:func:`thinning`): keep every k-th draw after burn-in so that at most
   (or at least) a given number of draws is kept.
+- **batches** for the batch-means standard errors (:func:`check_batches_per_chain`): each batch at least
+  ``BATCH_TAUS`` integrated autocorrelation times long (the chain-health rule,
+  :func:`~sgtune.diagnostics.health.batch_length_test`). Shorter batches have correlated means, so the
+  standard errors come out too small and a z-test rejects correct chains: a check refuses more batches than
+  that, and its default never asks for them.
 
 :func:`run_spec` assembles them into a :class:`~sgtune.core.config.RunSpec`.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from ..core.config import RunSpec
 from ..core.errors import SgtuneError
+from ..diagnostics.health import BATCH_TAUS
 from ..theory.linear_chain import equilibration_steps
 
 __all__ = ["MIN_STEPS", "TAU_MULTIPLE", "BURN_IN_TAUS", "default_steps", "burn_in_steps", "minimum_burn_in",
            "steps_for_error",
-           "thinning", "run_spec", "default_run_length"]
+           "thinning", "run_spec", "default_run_length", "check_batches_per_chain", "max_batches_per_chain",
+           "BATCH_TAUS", "RunOptions", "resolve_run"]
 
 #: the checking commands' default run is never shorter than this (batch means need many segments)
 MIN_STEPS = 20_000
@@ -205,6 +214,78 @@ def thinning(kept: int, n_chains: int, *, max_draws: int | None = None, min_draw
     return 0
 
 
+def max_batches_per_chain(kept: int, tau_worst: float) -> int:
+    """Return the most batches per chain whose batches are each ``BATCH_TAUS``·τ steps or longer.
+
+    Parameters
+    ----------
+    kept : int
+        The steps per chain after burn-in.
+    tau_worst : float
+        The largest integrated autocorrelation time τ (NaN or infinite: unknown, counts as 1).
+
+    Returns
+    -------
+    int
+        ⌊kept/(``BATCH_TAUS``·τ)⌋ (0 when even one batch would be too short).
+
+    Examples
+    --------
+    >>> max_batches_per_chain(28501, 31.7)
+    89
+    """
+    return int(kept // math.ceil(BATCH_TAUS * _tau(tau_worst)))
+
+
+def check_batches_per_chain(run: RunSpec, tau_worst: float, given: int | None = None) -> int | None:
+    """Return the batches per chain of a check whose standard errors a z-test trusts (module docstring).
+
+    Given: refused when its batches would be shorter than ``BATCH_TAUS``·τ. Not given: the
+    :class:`~sgtune.core.config.RunSpec` default, lowered (to an even count ≥ 2) when its batches would be
+    that short; ``None`` when the default is long enough.
+
+    Parameters
+    ----------
+    run : RunSpec
+        The run (its kept steps and chains).
+    tau_worst : float
+        The predicted largest integrated autocorrelation time τ (NaN: unknown, nothing is checked).
+    given : int or None, optional
+        The batches per chain asked for.
+
+    Returns
+    -------
+    int or None
+        The batches per chain (``None``: the run's default).
+
+    Raises
+    ------
+    SgtuneError
+        ``given`` batches would each be shorter than ``BATCH_TAUS``·τ steps.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import RunSpec
+    >>> run = RunSpec(20000, n_chains=4, burn_in=2000)
+    >>> check_batches_per_chain(run, 5.0), check_batches_per_chain(run, 500.0), check_batches_per_chain(run, 5.0, 100)
+    (None, 2, 100)
+    """
+    if not math.isfinite(tau_worst):
+        return given
+    kept = run.kept_steps
+    most = max_batches_per_chain(kept, tau_worst)
+    if given is None:
+        return None if run.segments <= most else max(2, most - most % 2)
+    if given > most and given > 2:
+        length = kept / given
+        raise SgtuneError(
+            f"batches_per_chain must be at most {max(most, 2)} for this run, got {given}: batches of {length:.3g} "
+            f"steps are shorter than {BATCH_TAUS:g} autocorrelation times (τ = {tau_worst:.3g} steps, predicted), "
+            f"so their means are correlated, the standard errors too small and correct chains rejected; give at "
+            f"most {max(most, 2)}, or a longer run (more `n_steps`)")
+    return given
+
+
 def run_spec(tau_worst: float, spectral_radius: float = math.nan, *, n_chains: int, n_steps: int | None = None,
              burn_in: int | None = None, max_draws: int = 0, min_draws: int = 0,
              batches_per_chain: int | None = None, seed: int = 0) -> RunSpec:
@@ -271,3 +352,83 @@ def default_run_length(tau_worst: float, spectral_radius: float = math.nan) -> t
     """
     steps = default_steps(tau_worst)
     return steps, burn_in_steps(tau_worst, spectral_radius, total=steps)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """A check's run whose open fields (``None``) the run-length policy fills from the predicted τ and ρ.
+
+    The :class:`~sgtune.core.config.RunSpec` fields a caller may leave open.
+
+    Parameters
+    ----------
+    n_steps : int or None, optional
+        Steps per chain, burn-in included (default :func:`default_steps`).
+    burn_in : int or None, optional
+        Steps discarded (default :func:`burn_in_steps` with ``total=n_steps``).
+    n_chains : int, optional
+        The number of chains C.
+    batches_per_chain : int or None, optional
+        Batch-means segments per chain (default: :func:`check_batches_per_chain`'s).
+    seed : int, optional
+        The seed of the chains.
+
+    Examples
+    --------
+    >>> from sgtune.workflows.run_length import RunOptions, resolve_run
+    >>> resolve_run(RunOptions(n_chains=4), 5.0)
+    RunSpec(n_steps=20000, n_chains=4, burn_in=2000, thin=0, batches_per_chain=None, seed=0)
+    """
+
+    n_steps: int | None = None
+    burn_in: int | None = None
+    n_chains: int = 16
+    batches_per_chain: int | None = None
+    seed: int = 0
+
+
+def resolve_run(run: Any, tau_worst: float, spectral_radius: float = math.nan, *, max_draws: int = 0,
+                min_draws: int = 0) -> RunSpec:
+    """Return the :class:`~sgtune.core.config.RunSpec` a check runs, from a ``RunSpec`` or :class:`RunOptions`.
+
+    What is open is filled by the policy (:func:`run_spec`; a ``RunSpec`` without ``burn_in`` gets the
+    policy's burn-in, not T // 10, and one without ``thin`` the thinning of the draw bounds), and the batches
+    are checked against τ (:func:`check_batches_per_chain`).
+
+    Parameters
+    ----------
+    run : RunSpec or RunOptions
+        The run as given.
+    tau_worst : float
+        The predicted largest integrated autocorrelation time τ (NaN: unknown).
+    spectral_radius : float, optional
+        The spectral radius ρ(𝒫) of the second-moment map (NaN: unknown).
+    max_draws, min_draws : int, optional
+        The bounds of :func:`thinning` (0: not given).
+
+    Returns
+    -------
+    RunSpec
+        The run.
+
+    Raises
+    ------
+    SgtuneError
+        Batches too short for τ, or counts out of range.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import RunSpec
+    >>> resolve_run(RunSpec(1000, n_chains=4), 5.0).burn_in
+    100
+    """
+    opts = run if isinstance(run, RunOptions) else RunOptions(
+        n_steps=run.n_steps, burn_in=run.burn_in, n_chains=run.n_chains, batches_per_chain=run.batches_per_chain,
+        seed=run.seed)
+    spec = run_spec(tau_worst, spectral_radius, n_chains=opts.n_chains, n_steps=opts.n_steps, burn_in=opts.burn_in,
+                    max_draws=max_draws, min_draws=min_draws, batches_per_chain=opts.batches_per_chain,
+                    seed=opts.seed)
+    if isinstance(run, RunSpec) and run.thin and not (max_draws or min_draws):
+        spec = spec.replace(thin=run.thin)
+    batches = check_batches_per_chain(spec, tau_worst, opts.batches_per_chain)
+    return spec if batches == spec.batches_per_chain else spec.replace(batches_per_chain=batches)

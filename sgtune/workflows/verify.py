@@ -10,17 +10,18 @@ import numpy as np
 from ..core._refs import cites
 from ..core._validation import as_spd, check_positive
 from ..core.results import ResultMixin, SummaryTable, table_from_columns
-from ..core.config import Dynamics
+from ..core.config import Dynamics, RunSpec
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ..diagnostics.mcse import CovarianceTest, compare_covariance
 from ..io.data import Dataset
 from ..models import GLM, Expansion
 from ..sampler.driver import ChainResult, ProgressCallback, run_chains
 from ..sampler.registry import options_for, sampler_spec
-from .run_length import default_run_length, run_spec
+from .run_length import RunOptions, default_run_length, resolve_run
 
-__all__ = ["VerificationReport", "verify_stationary_cov", "default_run_length", "PosteriorPrediction",
-           "chain_prediction", "prediction_check", "CHECK_ALPHA", "CHECK_TOLERANCE"]
+__all__ = ["VerificationReport", "verify_stationary_cov", "TuneOptions", "CheckOptions",
+           "default_run_length", "PosteriorPrediction", "chain_prediction", "prediction_check", "CHECK_ALPHA",
+           "CHECK_TOLERANCE"]
 
 #: the chain-health prediction check (:func:`prediction_check`): family-wise level …
 CHECK_ALPHA = 1e-3
@@ -88,12 +89,13 @@ class VerificationReport(ResultMixin):
 
     Examples
     --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
     >>> from sgtune.io.data import example
     >>> from sgtune.models import expand, get_model
-    >>> from sgtune.workflows.verify import verify_stationary_cov
+    >>> from sgtune.workflows.verify import CheckOptions, verify_stationary_cov
     >>> data, model = example("logistic"), get_model("logistic")
-    >>> report = verify_stationary_cov(model, data, expand(model, data), 0.1, batch_size=32,
-    ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
+    >>> report = verify_stationary_cov(model, data, expand(model, data), Dynamics(0.1, batch_size=32),
+    ...                                RunSpec(1000, n_chains=4), check=CheckOptions(relative_tolerance=0.1))
     >>> report.mode, report.predicted.shape, report.test.n_tests
     ('covariance', (5, 5), 15)
     """
@@ -152,16 +154,80 @@ class VerificationReport(ResultMixin):
                 "test": self.test.to_dict(), "lambda": self.step_matrix}
 
 
+@dataclass(frozen=True)
+class TuneOptions:
+    """How Λ is tuned when the chain's :class:`~sgtune.core.config.Dynamics` has no step.
+
+    The arguments of :func:`sgtune.theory.tuning.tune` beyond the chain.
+
+    Parameters
+    ----------
+    target : {"sandwich", "posterior"} or array_like, optional
+        The target covariance Σ*.
+    method : str, optional
+        The noise model (:data:`~sgtune.theory.tuning.METHODS`).
+    family : str, optional
+        The step-size family (:data:`~sgtune.theory.tuning.FAMILIES`).
+
+    Examples
+    --------
+    >>> from sgtune.workflows.verify import TuneOptions
+    >>> TuneOptions(family="diagonal").target
+    'sandwich'
+    """
+
+    target: Any = "sandwich"
+    method: str = "dq-exact"
+    family: str = "dense"
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """The entrywise z-test of a verification (:func:`sgtune.diagnostics.mcse.compare_covariance`).
+
+    Parameters
+    ----------
+    alpha : float, optional
+        Family-wise level of the test.
+    relative_tolerance : float, optional
+        A known model error r of the prediction, added in quadrature (e.g. 0.1 for a GLM whose proxy carries
+        an O(λ/B) error).
+    inflate_prediction : float, optional
+        Multiply what is compared (a deliberately wrong prediction, to see the test reject).
+    against : {"prediction", "target"} or array_like, optional
+        What the chains are tested against: the linearised prediction, the tuning target Σ* (Λ tuned
+        here), or a given (D, D) SPD matrix.
+
+    Raises
+    ------
+    SgtuneError
+        A level outside (0, 1), a negative tolerance or a factor ≤ 0.
+
+    Examples
+    --------
+    >>> from sgtune.workflows.verify import CheckOptions
+    >>> CheckOptions(relative_tolerance=0.1).alpha
+    0.001
+    """
+
+    alpha: float = 1e-3
+    relative_tolerance: float = 0.0
+    inflate_prediction: float = 1.0
+    against: Any = "prediction"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < float(self.alpha) < 1.0:
+            raise SgtuneError(f"alpha must lie in (0, 1), got {self.alpha}")
+        if not (float(self.relative_tolerance) >= 0.0 and math.isfinite(self.relative_tolerance)):
+            raise SgtuneError(f"relative_tolerance must be a finite number >= 0, got {self.relative_tolerance}")
+        check_positive(self.inflate_prediction, "inflate_prediction")
+
+
 @cites("wang2026", "Prop. 4.2, Eq. (11); Thm. 4.3, Eq. (12) — prediction checked by simulation")
-def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_matrix: Any = None, *,
-                          batch_size: int, target: Any = None, method: str = "dq-exact", family: str = "dense",
-                          inv_temperature: float = math.inf, without_replacement: bool = False,
-                          momentum: float = 0.0, prior_precision: Any = 0.0, n_steps: int | None = None,
-                          burn_in: int | None = None, n_chains: int = 16, batches_per_chain: int | None = None,
-                          alpha: float = 1e-3, relative_tolerance: float = 0.0, inflate_prediction: float = 1.0,
-                          seed: int = 0, progress: ProgressCallback | None = None,
-                          keep_draws: int = 0, sampler: Any = "sgld", friction: float = 1.0,
-                          against: Any = "prediction") -> VerificationReport:
+def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, dynamics: Dynamics,
+                          run: RunSpec | RunOptions | None = None, *, tuning: TuneOptions | None = None,
+                          check: CheckOptions | None = None, sampler: Any = "sgld", prior_precision: Any = 0.0,
+                          progress: ProgressCallback | None = None, keep_draws: int = 0) -> VerificationReport:
     r"""Test Σ̂ (chains) = Σ(Λ) (Eqs. (11)–(12)) entrywise with batch-means z-scores and a Bonferroni threshold.
 
     Parameters
@@ -172,50 +238,27 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
         The observations the chains run on.
     expansion : Expansion
         The expansion at θ̂ (:func:`sgtune.models.expand`); the chains start at θ̂.
-    step_matrix : float, array_like or None, optional
-        Λ to check (a scalar, (D,) diagonal or (D, D) matrix); None tunes Λ to ``target`` first.
-        For SGHMC and SMILE the scalar step size (h or ε).
-    batch_size : int
-        The batch size B.
-    target : {"sandwich", "posterior"}, array_like or None, optional
-        The target of the tuning when ``step_matrix`` is None (default ``"sandwich"``).
-    method, family : str, optional
-        The tuning's noise model and family (:func:`sgtune.theory.tuning.tune`).
-    inv_temperature : float, optional
-        The inverse temperature β (``inf`` is SGD; for SGHMC and SMILE ``inf`` means N).
-    without_replacement : bool, optional
-        Draw each batch without replacement.
-    momentum : float, optional
-        The heavy-ball momentum κ ∈ [0, 1).
+    dynamics : Dynamics
+        The chain: Λ as ``step`` (a scalar, (D,) diagonal or (D, D) matrix; ``None`` tunes Λ first with
+        ``tuning``; for SGHMC and SMILE the scalar step size h or ε), B, β (``inf`` is SGD; for SGHMC and
+        SMILE ``inf`` means N), κ and the batching (with or without replacement).
+    run : RunSpec or RunOptions, optional
+        The run; what it leaves open comes from :func:`~sgtune.workflows.run_length.resolve_run` (default
+        ``RunOptions()``: 16 chains of the policy's length).
+    tuning : TuneOptions, optional
+        Target, method and family of the tuning when ``dynamics.step`` is None (default ``TuneOptions()``,
+        the sandwich); refused with a given step.
+    check : CheckOptions, optional
+        The test's level, model tolerance, inflation and what is compared (default ``CheckOptions()``).
+    sampler : str or options object, optional
+        The sampler (:data:`sgtune.sampler.SAMPLERS`), or its options (e.g. ``SGHMCOptions(friction=2.0)``,
+        ``SmileOptions(tuner="paper")``).
     prior_precision : float or array_like, optional
         Γ, as given to :func:`sgtune.models.expand`.
-    n_steps, burn_in : int or None, optional
-        Steps per chain and burn-in; default :func:`default_run_length` of the predicted τ.
-    n_chains : int, optional
-        The number of chains C.
-    batches_per_chain : int or None, optional
-        Segments per chain behind the standard errors (:class:`~sgtune.core.config.RunSpec`).
-    alpha : float, optional
-        Family-wise level of the test.
-    relative_tolerance : float, optional
-        A known model error r of the prediction, added in quadrature (e.g. 0.1 for a GLM
-        whose proxy carries an O(λ/B) error).
-    inflate_prediction : float, optional
-        Multiply the prediction (a deliberately wrong prediction, to see the test reject).
-    seed : int, optional
-        Seed of the chains.
     progress : callable(done, total) or None, optional
         Called after each chunk of steps.
     keep_draws : int, optional
         Keep about that many thinned draws (pooled over chains) in ``chains.trace``.
-    sampler : str or options object, optional
-        The sampler (:data:`sgtune.sampler.SAMPLERS`), or its options (e.g.
-        ``SmileOptions(tuner="paper")``; ``friction`` is then ignored).
-    friction : float, optional
-        SGHMC's friction γ.
-    against : {"prediction", "target"} or array_like, optional
-        What the chains are tested against: the linearised prediction (default), the tuning target
-        Σ* (Λ tuned here), or a given (D, D) SPD matrix (see Notes).
 
     Returns
     -------
@@ -225,109 +268,86 @@ def verify_stationary_cov(model: GLM, data: Dataset, expansion: Expansion, step_
     Raises
     ------
     SgtuneError
-        Incompatible settings (both ``step_matrix`` and ``target``; SGHMC or SMILE without a step
-        size), fewer than 2 batches, or a zero standard error.
+        Incompatible settings (a step and ``tuning``; SGHMC or SMILE without a step size), batches shorter
+        than 10 autocorrelation times, fewer than 2 batches, or a zero standard error.
     UnstableStepSizeError
         The predicted chain is unstable, or every chain diverged.
 
     See Also
     --------
-    sgtune.theory.stationary.predict_stationary_cov : The prediction alone.
     sgtune.sampler.run_chains : The chains alone.
 
     Notes
     -----
-    With ``step_matrix`` given, Σ(Λ) comes from :func:`sgtune.theory.stationary.predict_stationary_cov`;
-    otherwise Λ is first tuned to ``target`` (default ``"sandwich"``) with
-    :func:`sgtune.theory.tuning.tune` and Σ(Λ) is the tuned chain's exact prediction.
-    The chains start at θ̂ and run SG(L)D with that Λ. The decision is
-    :func:`sgtune.diagnostics.mcse.compare_covariance`: max_{i≤j} |z_ij| ≤ t_{K−1}(1 − α/(2k)).
-    For linear regression the prediction is exact, so a correct Σ passes with probability
-    ≥ 1 − α; for other GLMs the proxy carries an O(λ/B) error — pass a
-    ``relative_tolerance`` for it. ``inflate_prediction`` multiplies the prediction (a
-    deliberately wrong prediction, to see the test reject). ``keep_draws`` > 0 keeps about
-    that many thinned post-burn-in draws (pooled over chains) in ``chains.trace`` (e.g. for
-    :func:`sgtune.diagnostics.ksd.chain_ksd`); the draws do not change the chains.
+    The prediction is :func:`sgtune.theory.stationary.predict_stationary_cov` of the given Λ, or the tuned
+    chain's (:func:`sgtune.theory.tuning.tune`). The chains start at θ̂; the decision is
+    :func:`sgtune.diagnostics.mcse.compare_covariance`: max_{i≤j} |z_ij| ≤ t_{K−1}(1 − α/(2k)), over K batch
+    means each at least 10 predicted autocorrelation times long (shorter ones have correlated means and too
+    small standard errors). For linear regression the prediction is exact (a correct Σ passes with probability
+    ≥ 1 − α); other GLMs carry an O(λ/B) proxy error: give ``check.relative_tolerance``.
 
-    ``sampler`` = ``"sghmc"`` or a SMILE sampler (:func:`~sgtune.sampler.driver.run_chains`) samples
-    the tempered posterior itself: ``step_matrix`` is then its scalar step size (h or ε), β = ``inf``
-    means N, and the prediction is the posterior covariance (β H)⁻¹ with H = J + Γ/N at θ̂ (mode
-    ``"posterior"``; exact for linear regression up to the sampler's own bias: SMILE-naive's
-    stationary law is exact only for isotropic minibatch noise, the SMILE paper (anonymous, 2025) appendix A, and SGHMC
-    without a noise estimate is hot unless the minibatch noise is small).
-
-    ``against`` chooses what the chains are tested against: ``"prediction"`` (default, the above),
-    ``"target"`` (the tuning target Σ*; needs ``target``, i.e. Λ tuned here) or a (D, D) SPD matrix,
-    e.g. the target a Λ refined on chains (:func:`sgtune.workflows.refine.refine`) is meant to give,
-    whose linearised prediction is not what its chain gives. ``inflate_prediction`` multiplies
-    whichever is compared.
+    SGHMC and the SMILE samplers sample the tempered posterior: the prediction is (β H)⁻¹, H = J + Γ/N at θ̂
+    (mode ``"posterior"``; exact for linear regression up to the sampler's own bias: SMILE-naive's law is exact
+    only for isotropic minibatch noise, the SMILE paper's appendix A; SGHMC without a noise estimate runs hot
+    unless the minibatch noise is small). ``check.against`` = ``"target"`` tests against Σ* (Λ tuned here), a
+    (D, D) SPD matrix against it (e.g. what a refined Λ, :func:`sgtune.workflows.refine.refine`, is meant to give).
 
     Examples
     --------
+    >>> from sgtune.core.config import Dynamics, RunSpec
     >>> from sgtune.io.data import example
     >>> from sgtune.models import expand, get_model
-    >>> from sgtune.workflows.verify import verify_stationary_cov
+    >>> from sgtune.workflows.verify import CheckOptions, verify_stationary_cov
     >>> data, model = example("logistic"), get_model("logistic")
-    >>> report = verify_stationary_cov(model, data, expand(model, data), batch_size=32,
-    ...                                n_steps=1000, n_chains=4, relative_tolerance=0.1)
-    >>> report.mode, report.tuning.family
-    ('lambda', 'dense')
-    >>> bool(report.test.threshold > 0)
-    True
+    >>> report = verify_stationary_cov(model, data, expand(model, data), Dynamics(None, batch_size=32),
+    ...                                RunSpec(1000, n_chains=4), check=CheckOptions(relative_tolerance=0.1))
+    >>> report.mode, report.tuning.family, bool(report.test.threshold > 0)
+    ('lambda', 'dense', True)
     """
-    from ..theory.stationary import predict_stationary_cov
-    from ..theory.tuning import tune
-
-    f = check_positive(inflate_prediction, "inflate_prediction")
-    tuning = None
-    if sampler_spec(sampler).target == "posterior":
-        if step_matrix is None or target is not None:
-            raise SgtuneError(f"sampler {sampler_spec(sampler).name!r} samples the posterior with a scalar step size: "
-                              "give a number as "
-                              "`step_matrix` (the step size) and no tuning target")
-        beta = data.n_data if math.isinf(inv_temperature) else check_positive(inv_temperature, "inv_temperature")
-        inv_temperature = float(beta)
-        arr = np.asarray(step_matrix, dtype=float)  # the scalar step as the diagonal h·1 (reports, plots)
-        stationary: Any = PosteriorPrediction(np.linalg.inv(beta * expansion.hessian),
-                                              np.full(expansion.dim, arr.reshape(-1)[0]) if arr.size == 1 else arr)
-        lam = step_matrix
-        mode = "posterior"
-    elif step_matrix is None:
-        tuning = tune(expansion, Dynamics(None, batch_size, inv_temperature=inv_temperature, momentum=momentum,
-                                          batching=bool(without_replacement)),
-                      target="sandwich" if target is None else target, method=method, family=family)
-        lam = tuning.step_matrix
-        stationary = tuning.stationary
-        mode = "lambda"
-    else:
-        if target is not None:
-            raise SgtuneError("give either step_matrix (check a prediction) or target (tune first), not both")
-        lam = step_matrix
-        stationary = predict_stationary_cov(expansion, Dynamics(lam, batch_size, inv_temperature=inv_temperature,
-                                                                momentum=momentum, batching=bool(without_replacement)))
-        mode = "covariance"
-    run = run_spec(stationary.tau_worst, stationary.spectral_radius, n_chains=n_chains, n_steps=n_steps,
-                   burn_in=burn_in, max_draws=keep_draws, batches_per_chain=batches_per_chain, seed=seed)
-    chains = run_chains(model, data,
-                        Dynamics(lam, batch_size, inv_temperature=inv_temperature, momentum=momentum,
-                                 batching="without-replacement" if without_replacement else "replacement"),
-                        run,
-                        options_for(sampler, friction=friction) if isinstance(sampler, str) else sampler,
-                        prior_precision=prior_precision,
-                        initial=expansion.theta_hat, progress=progress)
+    check = CheckOptions() if check is None else check
+    stationary, dynamics, tuned, mode = _prediction(expansion, dynamics, tuning, sampler, data.n_data)
+    spec = resolve_run(RunOptions() if run is None else run, stationary.tau_worst, stationary.spectral_radius,
+                       max_draws=keep_draws)
+    chains = run_chains(model, data, dynamics, spec, options_for(sampler) if isinstance(sampler, str) else sampler,
+                        prior_precision=prior_precision, initial=expansion.theta_hat, progress=progress)
     if chains.n_batches < 2:
         raise SgtuneError("verification needs at least 2 batches for standard errors; use more chains")
     if np.any(chains.cov_standard_error[np.triu_indices(expansion.dim)] <= 0):
         raise SgtuneError("a covariance standard error is zero (deterministic chains?); nothing to test")
+    f = float(check.inflate_prediction)
     predicted = f * stationary.cov
-    label, reference = _reference(against, tuning, expansion.dim)
+    label, reference = _reference(check.against, tuned, expansion.dim)
     compared = predicted if reference is None else f * reference
     test = compare_covariance(compared, chains.cov, chains.cov_standard_error, n_batches=chains.n_batches,
-                              alpha=alpha, relative_tolerance=relative_tolerance)
+                              alpha=check.alpha, relative_tolerance=check.relative_tolerance)
     return VerificationReport(predicted=predicted, empirical=chains.cov, test=test, chains=chains,
                               step_matrix=np.asarray(stationary.step_matrix), stationary=stationary,
-                              tuning=tuning, mode=mode, against=label,
+                              tuning=tuned, mode=mode, against=label,
                               reference=None if reference is None else f * reference)
+
+
+def _prediction(expansion: Expansion, dynamics: Dynamics, tuning: TuneOptions | None, sampler: Any,
+                n_data: int) -> tuple[Any, Dynamics, Any, str]:
+    """(prediction, the chain's Dynamics, the TuningResult or None, mode) of :func:`verify_stationary_cov`."""
+    from ..theory.stationary import predict_stationary_cov
+    from ..theory.tuning import tune
+
+    if sampler_spec(sampler).target == "posterior":
+        if dynamics.step is None or tuning is not None:
+            raise SgtuneError(f"sampler {sampler_spec(sampler).name!r} samples the posterior with a scalar step size: "
+                              "give a number as the step of `dynamics` (the step size) and no `tuning`")
+        beta = float(n_data) if math.isinf(dynamics.inv_temperature) else dynamics.inv_temperature
+        arr = np.asarray(dynamics.step, dtype=float)  # the scalar step as the diagonal h·1 (reports, plots)
+        cov = np.linalg.inv(beta * expansion.hessian)
+        diag = np.full(expansion.dim, arr.reshape(-1)[0]) if arr.size == 1 else arr
+        return PosteriorPrediction(cov, diag), dynamics.replace(inv_temperature=beta), None, "posterior"
+    if dynamics.step is None:
+        opts = TuneOptions() if tuning is None else tuning
+        tuned = tune(expansion, dynamics, target=opts.target, method=opts.method, family=opts.family)
+        return tuned.stationary, dynamics.replace(step=tuned.step_matrix), tuned, "lambda"
+    if tuning is not None:
+        raise SgtuneError("give either a step in `dynamics` (check a prediction) or `tuning` (tune first), not both")
+    return predict_stationary_cov(expansion, dynamics), dynamics, None, "covariance"
 
 
 def _reference(against: Any, tuning: Any, dim: int) -> tuple[str, np.ndarray | None]:

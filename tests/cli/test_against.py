@@ -120,15 +120,17 @@ def test_library_verify_against_target_and_a_wrong_matrix():
     target; the very same chains are rejected against 1.3·Σ* (a 30 % error, far beyond Monte Carlo error)."""
     from sgtune.io.data import example
     from sgtune.models import expand, get_model
-    from sgtune.workflows.verify import verify_stationary_cov
+    from sgtune.core.config import Dynamics, RunSpec
+    from sgtune.workflows.verify import CheckOptions, TuneOptions, verify_stationary_cov
 
     ds, model = example("hetero-linear"), get_model("linear")
     e = expand(model, ds, 0.0)
-    ok = verify_stationary_cov(model, ds, e, batch_size=64, target="sandwich", against="target", n_chains=8,
-                               n_steps=8000, seed=1)
+    run = RunSpec(8000, n_chains=8, seed=1)
+    ok = verify_stationary_cov(model, ds, e, Dynamics(None, 64), run, tuning=TuneOptions(target="sandwich"),
+                               check=CheckOptions(against="target"))
     assert ok.against == "target" and np.array_equal(ok.compared_with, ok.tuning.target_cov)
     assert ok.passed
-    bad = verify_stationary_cov(model, ds, e, batch_size=64, target="sandwich", against=1.3 * ok.tuning.target_cov,
-                                n_chains=8, n_steps=8000, seed=1)
+    bad = verify_stationary_cov(model, ds, e, Dynamics(None, 64), run, tuning=TuneOptions(target="sandwich"),
+                                check=CheckOptions(against=1.3 * ok.tuning.target_cov))
     assert bad.against == "matrix" and not bad.passed
     assert np.array_equal(bad.empirical, ok.empirical)

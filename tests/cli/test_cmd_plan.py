@@ -74,8 +74,8 @@ def test_plan_quiet_plot_and_timing(tmp_path):
     doc = json.loads(r.stdout)
     secs = [c["predicted_seconds"] for c in doc["candidates"]]
     assert all(isinstance(s, float) and s > 0 for s in secs)
-    tied = [i for i, s in enumerate(secs) if s <= min(secs) * 1.1]  # SECONDS_TIE: fewest gradients among them
-    assert doc["recommended"] == min(tied, key=lambda i: (doc["candidates"][i]["gradient_evaluations"], i))
+    tied = [i for i, s in enumerate(secs) if s <= min(secs) * (1 + doc["seconds_tie"])]  # fewest steps among them
+    assert doc["recommended"] == min(tied, key=lambda i: (doc["candidates"][i]["run_steps"], i))
     assert doc["objective"] == "seconds"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -150,3 +150,16 @@ def test_absurd_run_length_is_a_one_line_error():
     r = run(["run", "--example", "logistic", "--batch-size", "32", "--step-size", "0.5", "--steps",
              "10000000000000", "-q"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--steps" in r.stderr and "10^12" in r.stderr
+
+
+def test_plan_none_feasible_names_what_stops_it_not_a_family_already_there():
+    """--tolerance 1e-6 with the dense family in the grid: its bias (≈ 1e-15) is below the tolerance, so the
+    advice "include the dense family" was wrong; the message says what stops the run (its length)."""
+    r = run(["plan", "--example", "logistic", "--tolerance", "1e-6", "--batch-sizes", "32", "--families",
+             "dense,scalar", "--chains", "2", "--no-timing", "-q"])
+    assert r.exit_code == 1 and r.stdout == ""
+    assert "include the dense family" not in r.stderr and "add dense" not in r.stderr
+    assert "is below it" in r.stderr and "steps per chain" in r.stderr
+    r = run(["plan", "--example", "logistic", "--tolerance", "0.01", "--families", "scalar", "--batch-sizes", "32",
+             "--no-timing", "-q"])  # the bias decides: a richer family helps, and dense is not in the grid
+    assert r.exit_code == 1 and "add dense to --families" in r.stderr

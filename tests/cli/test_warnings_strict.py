@@ -5,6 +5,7 @@ import json
 import warnings
 
 import click
+import numpy as np
 from click.testing import CliRunner
 
 from sgtune.cli._io import EXIT_UNTRUSTED, emit, handle_errors, untrusted, warn
@@ -76,3 +77,33 @@ def test_scipy_ill_conditioned_warning_is_reworded(monkeypatch):
     assert "rcond" not in r.stderr and "Ill-conditioned" not in r.stderr
     assert any("nearly singular" in w for w in json.loads(r.stdout)["warnings"])
     assert np.isfinite(json.loads(r.stdout)["lambda"][0][0])
+
+
+def _anisotropic_csv(tmp_path):
+    """x2 30× the scale of x1: a scalar Λ misses the sandwich target by ≈ 1 (the family warning)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 2)) * np.array([1.0, 30.0])
+    y = X @ np.array([1.0, 0.01]) + rng.standard_normal(400)
+    path = tmp_path / "aniso.csv"
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", header="a,b,y", comments="")
+    return str(path)
+
+
+def test_strict_error_names_options_as_typed(tmp_path):
+    """The --strict line printed the library's words (`family='dense'`, `inv_temperature`) where the warning above
+    it said --family dense (issue 37); plan's option is --families."""
+    from click.testing import CliRunner
+
+    from sgtune.cli import main
+
+    data = _anisotropic_csv(tmp_path)
+    r = CliRunner().invoke(main, ["lambda", data, "--model", "linear", "--batch-size", "16", "--family", "scalar",
+                                  "--strict", "-q", "--no-applicability"])
+    assert r.exit_code == 4
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error: --strict"))
+    assert "--family dense" in line and "--inverse-temperature" in line
+    assert "family='dense'" not in line and "inv_temperature" not in line
+    r = CliRunner().invoke(main, ["plan", data, "--model", "linear", "--families", "scalar", "--tolerance", "0.9",
+                                  "-q", "--no-applicability", "--no-timing"])
+    warning = next(ln for ln in r.stderr.splitlines() if "misses the target" in ln)
+    assert "--families dense" in warning and "family='dense'" not in warning and "inv_temperature" not in warning
