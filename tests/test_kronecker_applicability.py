@@ -72,7 +72,8 @@ def test_series_and_eigenvalues_equal_the_dense_linear_chain(rng, likelihood, mo
     H, C = _dense(ops)
     Lam = res.dense_step_matrix()
     lam = np.linalg.eigvals(Lam @ H).real
-    a = kronecker_applicability(res, net, X, y, likelihood, n_random=3, tol=1e-12, max_terms=200000)
+    a = kronecker_applicability(res, net, X, y, likelihood, n_random=3, tol=1e-12, max_terms=200000,
+                                minibatch=False)
     assert a.eigenvalue_min == pytest.approx(lam.min(), rel=1e-6, abs=1e-9)
     assert a.eigenvalue_max == pytest.approx(lam.max(), rel=1e-6)
     if not a.stable:
@@ -88,16 +89,58 @@ def test_series_and_eigenvalues_equal_the_dense_linear_chain(rng, likelihood, mo
     assert np.allclose(a.predicted, res.probe_variance(V), rtol=1e-14)
 
 
+def _scaled(res, factor):
+    """The same result with every M multiplied by ``factor`` (Λ → factor·Λ)."""
+    return res.__class__(tuple(lay.__class__(lay.name, factor * lay.step_factor, *[getattr(lay, k) for k in (
+        "input_inverse", "output_cov", "target_output_cov", "weight_index", "bias_index", "spectral_radius",
+        "tau_worst", "covariance_error", "prior_error")]) for lay in res.layers), res.dim, res.n_data,
+        res.dynamics, res.target, res.prior_precision)
+
+
 def test_an_unstable_step_is_flagged_without_a_series(rng):
     net, X, y = _problem(rng, "gaussian")
     res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=15, inv_temperature=2.0 * len(X)),
                          prior_precision=3.0)
-    big = res.__class__(tuple(lay.__class__(lay.name, 200.0 * lay.step_factor, *[getattr(lay, k) for k in (
-        "input_inverse", "output_cov", "target_output_cov", "weight_index", "bias_index", "spectral_radius",
-        "tau_worst", "covariance_error", "prior_error")]) for lay in res.layers), res.dim, res.n_data,
-        res.dynamics, res.target, res.prior_precision)
-    a = kronecker_applicability(big, net, X, y, n_random=1)
+    big = _scaled(res, 200.0)
+    a = kronecker_applicability(big, net, X, y, n_random=1, minibatch=False)
     assert not a.stable and not a.applicable and a.terms == 0
     assert "diverges" in a.reasons[0]
     assert np.all(np.isnan(a.linearised))
     assert a.to_dict()["probes"][0]["linearised"] is None
+
+
+def test_minibatch_growth_against_dense_random_products(rng):
+    """Dense route: per-row Hessians by torch.autograd.functional.hessian, the same minibatch stream, the product
+    of the dense (I − ΛH_b) on the same starts: equal growth. And the growth a single chain sees (its almost-sure
+    rate) is at most the mean-square rate, the spectral radius of E[(I − ΛH_b) ⊗ (I − ΛH_b)] = F ⊗ F +
+    (Λ⊗Λ)(E[H_n ⊗ H_n] − H ⊗ H)/B (with-replacement batches of B independent rows; Jensen)."""
+    from sgtune.workflows.kronecker_applicability import minibatch_growth
+
+    net, X, y = _problem(rng, "gaussian", n=60, hidden=2)
+    n, B = len(X), 6
+    res = _scaled(tune_kronecker(net, (X, y), Dynamics(None, batch_size=B, inv_temperature=2.0 * n),
+                                 prior_precision=DELTA), 4.0)  # a growing mode
+    ops = NetworkOperators(net, X, y, "gaussian", prior_precision=DELTA)
+    th = ops.theta.clone()
+    Hn = np.array([torch.autograd.functional.hessian(lambda t, i=i: ops.per_row_losses(t, ops.X[i:i + 1],
+                                                                                        ops.Y[i:i + 1]).sum(),
+                                                     th).numpy() for i in range(n)])
+    Hn = 0.5 * (Hn + Hn.transpose(0, 2, 1)) + DELTA / n * np.eye(res.dim)
+    Lam = res.dense_step_matrix()
+    g = np.random.default_rng(3)
+    V = g.standard_normal((8, res.dim))
+    V /= np.sqrt(np.mean(np.sum(V * V, axis=1)))
+    logs = 0.0
+    for t in range(60):
+        rows = g.integers(0, n, B)
+        V = V - V @ Hn[rows].mean(axis=0) @ Lam
+        sq = np.mean(np.sum(V * V, axis=1))
+        logs += np.log(sq) if t >= 10 else 0.0
+        V /= np.sqrt(sq)
+    got = minibatch_growth(res, ops, steps=60, n_vectors=8, discard=10, seed=3)
+    assert got == pytest.approx(np.exp(logs / 50), rel=1e-8)
+    H = Hn.mean(axis=0)
+    F = np.eye(res.dim) - Lam @ H
+    EHH = np.einsum("nij,nkl->ikjl", Hn, Hn).reshape(res.dim ** 2, res.dim ** 2) / n
+    T = np.kron(F, F) + np.kron(Lam, Lam) @ (EHH - np.kron(H, H)) / B
+    assert 1.0 < got <= 1.05 * np.max(np.abs(np.linalg.eigvals(T)))

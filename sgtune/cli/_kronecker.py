@@ -89,6 +89,26 @@ def _mlp_theta(model: Any, ds: Any, kw: dict[str, Any], prior: float) -> np.ndar
         return fit_map(model, ds, prior, seed=int(kw.get("seed", 0))).theta_hat
 
 
+def network_and_data(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str, float, str]:
+    """(torch module at θ̂, dataset, likelihood, σ², model label) from ``--model mlp`` or ``--model net.py:NET``."""
+    from ._options import load_data_model
+
+    spec = str(kw.get("model") or "")
+    if spec.endswith(".py") or ".py:" in spec:
+        ds, _ = load_data_model({**kw, "model": "linear"})  # the data only; the network is loaded below
+        net, likelihood, sigma2 = _torch_network(spec, kw)
+        return net, ds, likelihood, sigma2, spec
+    ds, model = load_data_model(kw)
+    from ..io.kronecker_io import mlp_module
+    from ..models.mlp import MLP
+
+    if not isinstance(model, MLP) or model.likelihood not in ("gaussian", "bernoulli"):
+        raise click.BadParameter(f"--family kronecker is for networks: --model mlp (gaussian or bernoulli) or "
+                                 f"--model net.py:NET, got {spec!r}", param_hint="'--model'")
+    theta = _mlp_theta(model, ds, kw, prior)
+    return mlp_module(model, theta, ds.dim), ds, model.likelihood, float(model.noise_variance), "mlp"
+
+
 def _factors(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str]:
     """(KroneckerFactors, dataset, model label)."""
     from ..models.kfac import mlp_factors, torch_factors
