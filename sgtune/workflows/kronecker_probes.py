@@ -45,6 +45,8 @@ class ProbeCheck:
         measured/predicted − 1.
     steps, burn_in : int
         The chain's length and the discarded start.
+    n_batches : int
+        Batches of the batch-means standard error.
 
     Examples
     --------
@@ -62,6 +64,7 @@ class ProbeCheck:
     relative_error: np.ndarray
     steps: int
     burn_in: int
+    n_batches: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The probes as plain values (the JSON's ``probes``)."""
@@ -223,4 +226,4 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     mcse = batch_means_se((centred ** 2)[None], n_batches)
     predicted = result.probe_variance(V)
     return ProbeCheck(labels, predicted, measured, mcse, (measured - predicted) / mcse, measured / predicted - 1.0,
-                      int(steps), burn)
+                      int(steps), burn, int(n_batches))
