@@ -47,7 +47,8 @@ def run(name, net, X, y, likelihood, delta, steps, prior, momentum=0.0):
     ta = time.perf_counter() - t
     print(f"{name}: D = {res.dim}, δ = {delta:g}, κ = {momentum:g}, {likelihood}; flag: "
           f"{'applicable' if a.applicable else 'NOT applicable'} ({ta:.0f} s; ΛH in [{a.eigenvalue_min:.3g}, "
-          f"{a.eigenvalue_max:.3g}], real spectral radius {a.spectral_radius:.4g}, {a.terms} terms)", flush=True)
+          f"{a.eigenvalue_max:.3g}], real spectral radius {a.spectral_radius:.4g}, minibatch growth "
+          f"×{a.minibatch_growth:.3g}/step, {a.terms} terms)", flush=True)
     t = time.perf_counter()
     try:
         pc = probe_check(res, net, X, y, likelihood, steps=steps, n_random=4)
