@@ -118,6 +118,20 @@ def kronecker_optax(result: Any, *, seed: int = 0) -> Any:
         JAX or optax is not installed.
     ShapeError
         Parameters that are not one array of length D.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models.kfac import KroneckerFactors, LayerFactors
+    >>> from sgtune.theory.kronecker import tune_factors
+    >>> from sgtune.io.kronecker_export import kronecker_optax
+    >>> lf = LayerFactors("fc", np.eye(2), np.eye(1), np.eye(1), (0, 2))
+    >>> res = tune_factors(KroneckerFactors((lf,), n_data=50, dim=2), Dynamics(None, batch_size=5))
+    >>> tx = kronecker_optax(res)
+    >>> upd, state = tx.update(jnp.ones(2), tx.init(jnp.zeros(2)))
+    >>> bool(np.allclose(upd, -res.apply(np.ones(2)), atol=1e-6))
+    True
     """
     jax, jnp, optax = _jax()
     dyn = result.dynamics

@@ -28,6 +28,12 @@ def is_kronecker_file(path: Any) -> bool:
     -------
     bool
         True for a name ending in ``.npz``.
+
+    Examples
+    --------
+    >>> from sgtune.io.kronecker_io import is_kronecker_file
+    >>> is_kronecker_file("lam.npz"), is_kronecker_file("lam.npy")
+    (True, False)
     """
     return path is not None and str(path).lower().endswith(".npz")
 
@@ -53,6 +59,14 @@ def load_kronecker(path: Any, option: str = "--lambda", dim: int | None = None) 
     ------
     SgtuneError
         Missing or unreadable file, not a Kronecker step, or the wrong D.
+
+    Examples
+    --------
+    >>> from sgtune.io.kronecker_io import load_kronecker
+    >>> load_kronecker("missing.npz")
+    Traceback (most recent call last):
+    ...
+    sgtune.core.errors.SgtuneError: --lambda missing.npz: no such file; write one with `sgtune lambda --family kronecker -o missing.npz`
     """
     import zipfile
 
@@ -78,11 +92,11 @@ def mlp_module(model: Any, theta: Any, n_features: int) -> Any:
     Parameters
     ----------
     model : MLP
-        sgtune's network (tanh, relu or softplus hidden layers, one output).
+        The network (tanh, relu or softplus hidden layers, one output).
     theta : (D,) array_like
         Its parameters.
     n_features : int
-        p, the number of inputs.
+        The number of inputs p.
 
     Returns
     -------

@@ -351,6 +351,10 @@ class KroneckerLayer:
         ‖S − S*‖_F/‖S*‖_F = ‖Σ_l − Σ*_l‖_F/‖Σ*_l‖_F in the factored chain.
     prior_error : float
         ‖Σ_damped − Σ_eig‖_F/‖Σ_eig‖_F: the damped posterior against laplace-torch's eigenbasis one.
+    eigenbasis : tuple of ndarray or None
+        None for the damped form; for ``prior="eigenbasis"`` (:func:`tune_layer_eigenbasis`) the arrays
+        (Q_G, Q_A, λ, σ, σ*): Λ_l = (Q_G ⊗ Q_A) diag(λ)(Q_G ⊗ Q_A)ᵀ, the predicted and target Σ_l likewise
+        with σ and σ* (each (d_out, d_in)); the four matrix fields are then zeros.
 
     Examples
     --------
@@ -837,7 +841,7 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
     n_data : int
         N.
     prior_precision : float, optional
-        δ.
+        The prior precision δ.
 
     Returns
     -------

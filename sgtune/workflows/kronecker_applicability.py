@@ -75,9 +75,9 @@ class NetworkOperators:
     likelihood : {"gaussian", "bernoulli", "categorical"}
         The per-row loss ρ (sgtune's per-observation scaling: (f − y)²/(2σ²) for gaussian).
     noise_variance : float, optional
-        σ² of the Gaussian likelihood.
+        The variance σ² of the Gaussian likelihood.
     prior_precision : float, optional
-        δ: the mean loss carries δ‖θ‖²/(2N).
+        The prior precision δ: the mean loss carries δ‖θ‖²/(2N).
     chunk_rows : int, optional
         Rows per pass.
 
@@ -286,7 +286,20 @@ def minibatch_growth(res: KroneckerTuning, ops: NetworkOperators, *, steps: int 
     Returns
     -------
     float
-        The growth factor of E‖d‖² per step.
+        The growth factor of the mean ‖d‖² per step.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.theory.kronecker import tune_kronecker
+    >>> from sgtune.workflows.kronecker_applicability import NetworkOperators, minibatch_growth
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(300, 2)); y = X @ [1.0, -1.0] + rng.normal(size=300)
+    >>> net = torch.nn.Linear(2, 1).double()
+    >>> res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=20, inv_temperature=600.0), prior_precision=1.0)
+    >>> bool(minibatch_growth(res, NetworkOperators(net, X, y, "gaussian", prior_precision=1.0), steps=60) < 1)
+    True
     """
     rng = np.random.default_rng(seed)
     dyn = res.dynamics
@@ -419,7 +432,7 @@ def kronecker_applicability(result: KroneckerTuning, module: Any, X: Any, y: Any
     likelihood : {"gaussian", "bernoulli", "categorical"}, optional
         The loss.
     noise_variance : float, optional
-        σ² of the Gaussian likelihood.
+        The variance σ² of the Gaussian likelihood.
     n_random : int, optional
         Random probes (besides each layer's least and most variable direction).
     seed : int, optional
