@@ -250,6 +250,9 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
     (0.333333333333, 0.25)
     """
     f = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement)
+    if dynamics.momentum > 0.0:
+        return _momentum_stationary(curvature, noise, step, f / dynamics.batch_size, float(dynamics.momentum),
+                                    float(dynamics.inv_temperature))
     chain = LinearChain.with_constant_noise(dynamics.replace(step=step), curvature, noise,
                                             noise_scale=f / dynamics.batch_size)
     rho = float(np.max(np.abs(np.linalg.eigvals(chain.transition)))) ** 2
@@ -261,6 +264,51 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
     else:
         S = _sym(chain.solve_constant_noise())
     return S, rho, chain.autocorrelation_times(S)[1]
+
+
+@cites("wang2026", "Prop. B.1: the heavy-ball chain's stationary second moment, decoupled into 2×2 modes")
+def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, kappa: float,
+                         beta: float) -> tuple[np.ndarray, float, float]:
+    """(S, ρ², τ_worst) of the small heavy-ball chain m' = κm + Gd + η, d' = d − Mm' + √(2M/β)ξ, exactly.
+
+    With K = M^{1/2} G M^{1/2} = U diag(μ) Uᵀ, the coordinates d = M^{1/2}U a, m = M^{−1/2}U b decouple the
+    transition into 2×2 blocks F_i = [[1 − μ_i, −κ], [μ_i, κ]]; the noise becomes Q_aa = sẼ + (2/β)I,
+    Q_ab = −sẼ, Q_bb = sẼ with Ẽ = UᵀM^{1/2}EM^{1/2}U. Each pair (i, j) of the Lyapunov equation
+    P = FPFᵀ + Q is a 4×4 system (I − F_i ⊗ F_j) vec(P_ij) = vec(Q_ij), solved in one batch: O(d³ + 16d²)
+    instead of the Schur decomposition of the 2d × 2d transition. τ_worst as
+    :meth:`sgtune.theory.linear_chain.LinearChain.autocorrelation_times` (W = (I − F)⁻¹S), in these coordinates.
+    """
+    d = G.shape[0]
+    wm, Vm = np.linalg.eigh(_sym(M))
+    Mh, Mih = (Vm * np.sqrt(wm)) @ Vm.T, (Vm / np.sqrt(wm)) @ Vm.T
+    mu, U = np.linalg.eigh(_sym(Mh @ G @ Mh))
+    t = 1.0 - mu + kappa
+    disc = t * t - 4.0 * kappa
+    modulus = np.where(disc >= 0, 0.5 * (np.abs(t) + np.sqrt(np.clip(disc, 0, None))), math.sqrt(kappa))
+    rho = float(np.max(modulus)) ** 2
+    if not rho < 1.0 - 1e-9:
+        raise UnstableStepSizeError(f"the layer's chain is not stable (spectral radius {rho:.6g} ≥ 1); "
+                                    "use a smaller step factor", spectral_radius=rho)
+    Et = _sym(U.T @ Mh @ E @ Mh @ U)
+    inj = 0.0 if math.isinf(beta) else 2.0 / beta
+    Fi = np.zeros((d, 2, 2))
+    Fi[:, 0, 0], Fi[:, 0, 1], Fi[:, 1, 0], Fi[:, 1, 1] = 1.0 - mu, -kappa, mu, kappa
+    Q = np.empty((d, d, 2, 2))
+    Q[..., 0, 0], Q[..., 0, 1], Q[..., 1, 0], Q[..., 1, 1] = s * Et + inj * np.eye(d), -s * Et, -s * Et, s * Et
+    kron = np.einsum("iab,jcd->ijacbd", Fi, Fi).reshape(d, d, 4, 4)
+    P = np.linalg.solve(np.eye(4) - kron, Q.reshape(d, d, 4, 1)).reshape(d, d, 2, 2)
+    Td, Tm = Mh @ U, Mih @ U
+    S = np.empty((2 * d, 2 * d))
+    S[:d, :d] = _sym(Td @ P[..., 0, 0] @ Td.T)
+    S[:d, d:] = Td @ P[..., 0, 1] @ Tm.T
+    S[d:, :d] = S[:d, d:].T
+    S[d:, d:] = _sym(Tm @ P[..., 1, 1] @ Tm.T)
+    inv = np.linalg.inv(np.eye(2) - Fi)  # (I − F_i)⁻¹, per mode (the row index of W)
+    W_aa = inv[:, 0, 0][:, None] * P[..., 0, 0] + inv[:, 0, 1][:, None] * P[..., 1, 0]
+    import scipy.linalg as sla
+
+    top = sla.eigh(_sym(W_aa), _sym(P[..., 0, 0]), eigvals_only=True)[-1]
+    return S, rho, float(2.0 * top - 1.0)
 
 
 def _layer_step(G: np.ndarray, E: np.ndarray, S: np.ndarray, dynamics: Dynamics, n_data: int) -> np.ndarray:
