@@ -177,7 +177,8 @@ def lambda_kronecker(kw: dict[str, Any]) -> None:
     dyn = Dynamics(None, B, inv_temperature=beta, momentum=float(kw["momentum"]),
                    batching="without-replacement" if kw["without_replacement"] else "replacement")
     quiet = bool(kw.get("quiet"))
-    res = tune_factors(fac, dyn, target=str(kw["target"]), progress=lambda line: info(line, quiet))
+    res = tune_factors(fac, dyn, target=str(kw["target"]), progress=lambda line: info(line, quiet),
+                       prior=str(kw.get("kronecker_prior") or "damped"))
     applicability = _applicability(res, ds, torch_net, kw)
     for lay in res.layers:
         if lay.prior_error > PRIOR_ERROR_WARN:

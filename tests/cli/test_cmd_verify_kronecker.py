@@ -62,3 +62,16 @@ def test_run_reports_probes_and_mismatch_is_refused(tuned):
     r = CliRunner().invoke(main, ["verify", str(tuned / "d.npz"), "--model", f"{tuned / 'net.py'}:NET",
                                   "--lambda", str(tuned / "nope.npz"), "--batch-size", "20"])
     assert r.exit_code != 0 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_lambda_kronecker_prior_eigenbasis(tuned):
+    from sgtune.theory.kronecker import KroneckerTuning
+
+    r = CliRunner().invoke(main, ["lambda", str(tuned / "d.npz"), "--model", f"{tuned / 'net.py'}:NET",
+                                  "--family", "kronecker", "--kronecker-prior", "eigenbasis", "--batch-size", "20",
+                                  "--inverse-temperature", "2N", "--prior-precision", "1", "--target", "posterior",
+                                  "-o", str(tuned / "eig.npz"), "-q", "--no-applicability"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["layers"][0]["prior"] == "eigenbasis" and doc["applicability"]["checked"] is False
+    assert KroneckerTuning.load(tuned / "eig.npz").layers[0].form == "eigenbasis"
