@@ -32,8 +32,9 @@ __all__ = ["verify_kronecker", "run_kronecker", "DEFAULT_RELATIVE_TOLERANCE"]
 
 #: the default allowed model error r of a probe (relative): issue 35's "within 10 % on the probes"
 DEFAULT_RELATIVE_TOLERANCE = 0.10
-#: steps of the torch chain when --steps is not given: at least this many, and 500 τ_worst
+#: steps of the torch chain when --steps is not given: at least this many, and 100 τ_worst up to MAX_DEFAULT_STEPS
 DEFAULT_STEPS = 20000
+MAX_DEFAULT_STEPS = 100000
 #: most random probes
 N_RANDOM = 4
 
@@ -70,7 +71,7 @@ def _load(kw: dict[str, Any]) -> tuple[Any, Any, Any, str, float, str]:
 
 def _steps(kw: dict[str, Any], res: Any) -> tuple[int, int | None]:
     tau = max(lay.tau_worst for lay in res.layers)
-    steps = int(kw["steps"]) if kw.get("steps") else int(max(DEFAULT_STEPS, min(500 * tau, 10**6)))
+    steps = int(kw["steps"]) if kw.get("steps") else int(max(DEFAULT_STEPS, min(100 * tau, MAX_DEFAULT_STEPS)))
     return steps, (None if kw.get("burn_in") is None else int(kw["burn_in"]))
 
 
