@@ -240,8 +240,10 @@ def _root_modulus(lam: float, kappa: float) -> float:
 
 
 @cites("wang2026", "stability of the linearised chain: ρ(I − ΛH) (Prop. B.1's heavy-ball map with momentum)")
-def _extreme_eigenvalues(res: KroneckerTuning, ops: NetworkOperators, tol: float) -> tuple[float, float]:
-    """(λ_min, λ_max) of ΛH = similar to LᵀHL, by Lanczos on the symmetric operator."""
+def _extreme_eigenvalues(res: KroneckerTuning, ops: NetworkOperators, tol: float,
+                         max_restarts: int = 25) -> tuple[float, float]:
+    """(λ_min, λ_max) of ΛH = similar to LᵀHL, by Lanczos on the symmetric operator (≤ ~1000 products; when
+    that does not converge — a cluster of tiny eigenvalues — the Ritz values reached, λ_min then an upper bound)."""
     from scipy.sparse.linalg import LinearOperator, eigsh
 
     def mv(x: np.ndarray) -> np.ndarray:
@@ -252,9 +254,14 @@ def _extreme_eigenvalues(res: KroneckerTuning, ops: NetworkOperators, tol: float
         K = np.array([mv(e) for e in np.eye(res.dim)])
         w = np.linalg.eigvalsh(0.5 * (K + K.T))
         return float(w[0]), float(w[-1])
+    from scipy.sparse.linalg import ArpackNoConvergence
+
     op = LinearOperator((res.dim, res.dim), matvec=mv, dtype=np.float64)
-    w = eigsh(op, k=2, which="BE", tol=tol, return_eigenvectors=False,
-              v0=np.random.default_rng(0).standard_normal(res.dim))
+    try:
+        w = eigsh(op, k=2, which="BE", tol=tol, return_eigenvectors=False, ncv=min(res.dim - 1, 40),
+                  maxiter=max_restarts, v0=np.random.default_rng(0).standard_normal(res.dim))
+    except ArpackNoConvergence as exc:  # the Ritz values so far: λ_max is reached first, λ_min from above
+        w = exc.eigenvalues if len(exc.eigenvalues) else np.array([np.nan])
     return float(np.min(w)), float(np.max(w))
 
 
