@@ -91,3 +91,19 @@ def test_unknown_prior_form_is_refused(rng):
     fac = _factors(rng)
     with pytest.raises(SgtuneError, match="prior must be one of damped, eigenbasis"):
         tune_factors(fac, Dynamics(None, batch_size=20), prior="exact")
+
+
+@pytest.mark.parametrize("prior", ["damped", "eigenbasis"])
+def test_probe_directions_are_the_extreme_variance_directions(rng, prior):
+    from sgtune.workflows.kronecker_probes import probe_directions
+
+    fac = _factors(rng)
+    res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=2.0 * fac.n_data), prior=prior)
+    labels, V = probe_directions(res, n_random=1)
+    cov = res.dense_cov()
+    for lay in res.layers:
+        idx = lay.theta_indices()
+        w = np.linalg.eigvalsh(cov[np.ix_(idx, idx)])
+        lo, hi = V[labels.index(f"{lay.name} least")], V[labels.index(f"{lay.name} most")]
+        assert np.linalg.norm(lo) == pytest.approx(1.0) and np.linalg.norm(hi) == pytest.approx(1.0)
+        assert lo @ cov @ lo == pytest.approx(w[0], rel=1e-9) and hi @ cov @ hi == pytest.approx(w[-1], rel=1e-9)

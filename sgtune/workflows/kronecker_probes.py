@@ -111,11 +111,9 @@ def probe_directions(result: KroneckerTuning, n_random: int = 4,
     rows = list(R / np.linalg.norm(R, axis=1, keepdims=True))
     labels = [f"random {i}" for i in range(n_random)]
     for lay in result.layers:
-        ws, Vs = np.linalg.eigh(lay.output_cov)
-        wa, Va = np.linalg.eigh(lay.input_inverse)
-        for tag, i in (("least", 0), ("most", -1)):
+        for tag, X in zip(("least", "most"), lay.extreme_directions()):
             v = np.zeros(result.dim)
-            v[lay.theta_indices()] = np.outer(Vs[:, i], Va[:, i]).ravel()
+            v[lay.theta_indices()] = X.ravel()
             rows.append(v)
             labels.append(f"{lay.name} {tag}")
     return tuple(labels), np.array(rows)
