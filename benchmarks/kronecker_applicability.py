@@ -63,9 +63,8 @@ def run(name, net, X, y, likelihood, delta, steps, prior, momentum=0.0):
           f"linearised max |ratio − 1| {np.nanmax(np.abs(a.ratio - 1)):.1%}", flush=True)
 
 
-def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
-    prior = sys.argv[2] if len(sys.argv) > 2 else None
+def networks():
+    """(name, module, X, y, likelihood, δ) of the measured problems (N = 2000, 8 inputs)."""
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
     n = 2000
@@ -75,18 +74,43 @@ def main():
     yc = np.argmax(X[:, :3] + 0.5 * rng.normal(size=(n, 3)), axis=1).astype(float)
     lin, tanh, relu = torch.nn.Linear, torch.nn.Tanh, torch.nn.ReLU
     ylin = X @ rng.normal(size=8) + rng.normal(size=n)
-    run("regression linear (well specified)", lin(8, 1), X, ylin, "gaussian", 1.0, steps, prior)
-    run("regression linear (misspecified: tanh data)", lin(8, 1), X, y / 0.3, "gaussian", 1.0, steps, prior)
-    run("regression tanh 32", torch.nn.Sequential(lin(8, 32), tanh(), lin(32, 1)), X, y / 0.3, "gaussian", 10.0,
-        steps, prior)
-    run("regression relu 16, weak prior", torch.nn.Sequential(lin(8, 16), relu(), lin(16, 1)), X, y / 0.3,
-        "gaussian", 1.0, steps, prior)
-    run("classification tanh 32-32", torch.nn.Sequential(lin(8, 32), tanh(), lin(32, 32), tanh(), lin(32, 1)), X,
-        yb, "bernoulli", 10.0, steps, prior)
-    run("3 classes relu 64", torch.nn.Sequential(lin(8, 64), relu(), lin(64, 3)), X, yc, "categorical", 10.0, steps,
-        prior)
-    run("classification tanh 128-64", torch.nn.Sequential(lin(8, 128), tanh(), lin(128, 64), tanh(), lin(64, 1)), X,
-        yb, "bernoulli", 10.0, steps, prior)
+    yield "regression linear (well specified)", lin(8, 1), X, ylin, "gaussian", 1.0
+    yield "regression linear (misspecified: tanh data)", lin(8, 1), X, y / 0.3, "gaussian", 1.0
+    yield "regression tanh 32", torch.nn.Sequential(lin(8, 32), tanh(), lin(32, 1)), X, y / 0.3, "gaussian", 10.0
+    yield ("regression relu 16, weak prior", torch.nn.Sequential(lin(8, 16), relu(), lin(16, 1)), X, y / 0.3,
+           "gaussian", 1.0)
+    yield ("classification tanh 32-32", torch.nn.Sequential(lin(8, 32), tanh(), lin(32, 32), tanh(), lin(32, 1)), X,
+           yb, "bernoulli", 10.0)
+    yield "3 classes relu 64", torch.nn.Sequential(lin(8, 64), relu(), lin(64, 3)), X, yc, "categorical", 10.0
+    yield ("classification tanh 128-64", torch.nn.Sequential(lin(8, 128), tanh(), lin(128, 64), tanh(), lin(64, 1)),
+           X, yb, "bernoulli", 10.0)
+
+
+def growth_only():
+    """The minibatch-curvature growth (check (c)) per network for both prior forms (cheap: 300 minibatch HVPs)."""
+    from sgtune.workflows.kronecker_applicability import NetworkOperators, minibatch_growth
+
+    for name, net, X, y, lik, delta in networks():
+        net = net.double()
+        _fit(net, X, y, lik, delta)
+        ops = NetworkOperators(net, X, y, lik, prior_precision=delta)
+        row = []
+        for prior in ("damped", "eigenbasis"):
+            res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=50, inv_temperature=2.0 * len(X)),
+                                 likelihood=lik, prior_precision=delta, target="posterior", prior=prior)
+            row.append(f"{prior} ×{minibatch_growth(res, ops):.3g}")
+        print(f"{name}: minibatch growth per step: {', '.join(row)}", flush=True)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "growth":
+        return growth_only()
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
+    prior = sys.argv[2] if len(sys.argv) > 2 else None
+    only = sys.argv[3] if len(sys.argv) > 3 else None
+    for name, net, X, y, lik, delta in networks():
+        if only is None or only in name:
+            run(name, net, X, y, lik, delta, steps, prior)
 
 
 if __name__ == "__main__":
