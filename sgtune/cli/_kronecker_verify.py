@@ -1,7 +1,7 @@
 """``sgtune verify --lambda L.npz`` and ``sgtune run --lambda L.npz``: a Kronecker-factored Λ on the real network.
 
 The ``.npz`` is what ``sgtune lambda --family kronecker -o L.npz`` writes (per-layer factors and the settings
-B, β, κ, batching and prior δ they were tuned for; :mod:`sgtune.io.kronecker_io` reads it). The network is
+B, β, κ, batching and prior δ they were tuned for; :func:`load_kronecker` reads it). The network is
 ``--model net.py:NET`` (a torch module at its current weights, or ``--theta-hat``) or ``--model mlp`` (sgtune's
 network, built in torch at ``--theta-hat`` or its fitted θ̂). The chain runs in PyTorch with the per-layer,
 matrix-free optimizer (:func:`sgtune.io.kronecker_torch.kronecker_torch_optimizer`) from θ̂, with the file's
@@ -28,7 +28,7 @@ from ..core.errors import SgtuneError
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, info, untrusted
 from ._options import temperature_json
 
-__all__ = ["verify_kronecker", "run_kronecker", "DEFAULT_RELATIVE_TOLERANCE"]
+__all__ = ["verify_kronecker", "run_kronecker", "load_kronecker", "DEFAULT_RELATIVE_TOLERANCE"]
 
 #: the default allowed model error r of a probe (relative): issue 35's "within 10 % on the probes"
 DEFAULT_RELATIVE_TOLERANCE = 0.10
@@ -47,9 +47,24 @@ def _settings(res: Any) -> dict[str, Any]:
             "prior": res.layers[0].form if res.layers else "damped"}
 
 
+def load_kronecker(path: Any) -> Any:
+    """The :class:`~sgtune.theory.kronecker.KroneckerTuning` in ``--lambda FILE.npz``, or a one-line error."""
+    import zipfile
+
+    from ..theory.kronecker import KroneckerTuning
+
+    try:
+        return KroneckerTuning.load(path)
+    except FileNotFoundError:
+        raise SgtuneError(f"--lambda {path}: no such file; write one with `sgtune lambda --family kronecker -o "
+                          f"{path}`") from None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise SgtuneError(f"--lambda {path}: not a kronecker step-size file written by sgtune ({exc}); write one "
+                          "with `sgtune lambda --family kronecker -o FILE.npz`") from None
+
+
 def _load(kw: dict[str, Any]) -> tuple[Any, Any, Any, str, float, str]:
     """(result, module, dataset, likelihood, σ², label); the file's B, β, κ and prior are the chain's."""
-    from ..io.kronecker_io import load_kronecker
     from ._kronecker import network_and_data
 
     res = load_kronecker(kw["lambda_path"])
