@@ -175,3 +175,50 @@ def test_probe_check_on_a_linear_gaussian_layer(rng):
     pc = probe_check(res, net, X, y, steps=6000, n_random=3, n_batches=30)
     assert pc.labels == labels and np.all(pc.mcse > 0)
     assert np.all(np.abs(pc.z) < 4.0), pc.to_dict()
+
+
+def _small_tuned_eig(rng, momentum=0.0, beta=math.inf):
+    X = rng.normal(size=(120, 3))
+    y = np.tanh(X[:, 0]) + 0.3 * rng.normal(size=120)
+    torch.manual_seed(2)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
+    res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=12, inv_temperature=beta, momentum=momentum),
+                         prior_precision=1.0, prior="eigenbasis")
+    return net, res, X, y
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_torch_optimizer_applies_the_eigenbasis_step(rng, momentum):
+    from sgtune.io.export import torch_optimizer
+
+    net, res, X, y = _small_tuned_eig(rng, momentum)
+    assert res.layers[0].form == "eigenbasis"
+    opt = torch_optimizer(res, net)
+    lam = res.dense_step_matrix()
+    buf = np.zeros(res.dim)
+    for t in range(3):
+        opt.zero_grad()
+        Xb, yb = torch.as_tensor(X[12 * t:12 * t + 12]), torch.as_tensor(y[12 * t:12 * t + 12])
+        (0.5 * (net(Xb)[:, 0] - yb).pow(2)).mean().backward()
+        before, g = _theta(net), _grad(net)
+        buf = momentum * buf + g
+        opt.step()
+        assert np.allclose(_theta(net), before - lam @ buf, rtol=1e-12, atol=1e-15)
+
+
+def test_torch_optimizer_eigenbasis_noise_is_n_0_2lambda_over_beta(rng):
+    from sgtune.io.kronecker_torch import kronecker_torch_optimizer
+
+    net, res, _, _ = _small_tuned_eig(rng, beta=500.0)
+    opt = kronecker_torch_optimizer(res, net, seed=7)
+    n = 4000
+    inc = np.empty((n, res.dim))
+    for t in range(n):
+        for p in net.parameters():
+            p.grad = torch.zeros_like(p)
+        before = _theta(net)
+        opt.step()
+        inc[t] = _theta(net) - before
+    w, V = np.linalg.eigh(res.dense_step_matrix() * 2.0 / 500.0)
+    white = inc @ V / np.sqrt(w)
+    assert np.max(np.abs(white.T @ white / n - np.eye(res.dim))) < 5 * np.sqrt(2.0 / n)

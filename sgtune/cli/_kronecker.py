@@ -89,20 +89,38 @@ def _mlp_theta(model: Any, ds: Any, kw: dict[str, Any], prior: float) -> np.ndar
         return fit_map(model, ds, prior, seed=int(kw.get("seed", 0))).theta_hat
 
 
-def _factors(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str]:
-    """(KroneckerFactors, dataset, model label)."""
+def network_and_data(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str, float, str]:
+    """(torch module at θ̂, dataset, likelihood, σ², model label) from ``--model mlp`` or ``--model net.py:NET``."""
+    from ._options import load_data_model
+
+    spec = str(kw.get("model") or "")
+    if spec.endswith(".py") or ".py:" in spec:
+        ds, _ = load_data_model({**kw, "model": "linear"})  # the data only; the network is loaded below
+        net, likelihood, sigma2 = _torch_network(spec, kw)
+        return net, ds, likelihood, sigma2, spec
+    ds, model = load_data_model(kw)
+    from ..io.kronecker_io import mlp_module
+    from ..models.mlp import MLP
+
+    if not isinstance(model, MLP) or model.likelihood not in ("gaussian", "bernoulli"):
+        raise click.BadParameter(f"--family kronecker is for networks: --model mlp (gaussian or bernoulli) or "
+                                 f"--model net.py:NET, got {spec!r}", param_hint="'--model'")
+    theta = _mlp_theta(model, ds, kw, prior)
+    return mlp_module(model, theta, ds.dim), ds, model.likelihood, float(model.noise_variance), "mlp"
+
+
+def _factors(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str, Any]:
+    """(KroneckerFactors, dataset, model label, (torch module, likelihood, σ²) or None without torch)."""
     from ..models.kfac import mlp_factors, torch_factors
     from ._options import load_data_model
 
     spec = str(kw.get("model") or "")
     if spec.endswith(".py") or ".py:" in spec:
-        kw2 = {**kw, "model": "linear"}  # read the data only; the network is loaded below
-        ds, _ = load_data_model(kw2)
-        net, likelihood, sigma2 = _torch_network(spec, kw)
+        net, ds, likelihood, sigma2, _ = network_and_data(kw, prior)
         with announced(f"KFAC factors of {spec} ({ds.n_data} rows, curvlinops)", bool(kw.get("quiet"))):
             fac = torch_factors(net, np.asarray(ds.X), np.asarray(ds.y), likelihood, noise_variance=sigma2,
                                 prior_precision=prior)
-        return fac, ds, spec
+        return fac, ds, spec, (net, likelihood, sigma2)
     ds, model = load_data_model(kw)
     from ..models.mlp import MLP
 
@@ -112,7 +130,36 @@ def _factors(kw: dict[str, Any], prior: float) -> tuple[Any, Any, str]:
     theta = _mlp_theta(model, ds, kw, prior)
     with announced(f"KFAC factors of the mlp ({ds.n_data} rows)", bool(kw.get("quiet"))):
         fac = mlp_factors(model, theta, np.asarray(ds.X), np.asarray(ds.y), prior_precision=prior)
-    return fac, ds, "mlp"
+    torch_net = None
+    if model.likelihood in ("gaussian", "bernoulli"):
+        try:
+            from ..io.kronecker_io import mlp_module
+
+            torch_net = (mlp_module(model, theta, ds.dim), model.likelihood, float(model.noise_variance))
+        except ImportError:
+            torch_net = None
+    return fac, ds, "mlp", torch_net
+
+
+def _applicability(res: Any, ds: Any, torch_net: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """The matrix-free applicability report of the family (:mod:`sgtune.workflows.kronecker_applicability`)."""
+    if kw.get("no_applicability"):
+        untrusted("kronecker family: the applicability report was skipped (--no-applicability): the network's own "
+                  "chain is not checked")
+        return {"checked": False, "reason": "--no-applicability"}
+    if torch_net is None:
+        untrusted("kronecker family: the applicability report needs PyTorch (pip install 'sgtune[kfac]'); the "
+                  "network's own chain is not checked")
+        return {"checked": False, "reason": "PyTorch is not installed or the likelihood is not supported"}
+    from ..workflows.kronecker_applicability import kronecker_applicability
+
+    net, likelihood, sigma2 = torch_net
+    with announced("kronecker applicability (matrix-free checks of the network's own chain)", bool(kw.get("quiet"))):
+        app = kronecker_applicability(res, net, np.asarray(ds.X), np.asarray(ds.y), likelihood,
+                                      noise_variance=sigma2, seed=int(kw.get("seed") or 0))
+    if not app.applicable:
+        untrusted("kronecker family: not applicable to this network: " + "; ".join(app.reasons))
+    return {"checked": True, **app.to_dict()}
 
 
 def lambda_kronecker(kw: dict[str, Any]) -> None:
@@ -123,19 +170,16 @@ def lambda_kronecker(kw: dict[str, Any]) -> None:
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     prior = float(kw.get("prior_precision") or 0.0)
-    fac, ds, label = _factors(kw, prior)
+    fac, ds, label, torch_net = _factors(kw, prior)
     n = ds.n_data
     B = check_batch_size(int(kw["batch_size"]), n)
     beta = parse_inv_temperature(kw["inverse_temperature"], n)
     dyn = Dynamics(None, B, inv_temperature=beta, momentum=float(kw["momentum"]),
                    batching="without-replacement" if kw["without_replacement"] else "replacement")
     quiet = bool(kw.get("quiet"))
-    res = tune_factors(fac, dyn, target=str(kw["target"]), progress=lambda line: info(line, quiet))
-    untrusted("kronecker family: the prediction is exact for the factored (KFAC, block-diagonal, constant-noise) "
-              "chain only; the network's own chain is not checked by this command (measured: 0.4–0.9 relative "
-              "distance to the dense exact covariance on small networks, and the real chains of small tanh/relu "
-              "networks with the posterior target diverged; check yours with "
-              "sgtune.workflows.kronecker_probes.probe_check, docs/guide/kronecker.md)")
+    res = tune_factors(fac, dyn, target=str(kw["target"]), progress=lambda line: info(line, quiet),
+                       prior=str(kw.get("kronecker_prior") or "damped"))
+    applicability = _applicability(res, ds, torch_net, kw)
     for lay in res.layers:
         if lay.prior_error > PRIOR_ERROR_WARN:
             untrusted(f"layer {lay.name!r}: the damped prior's posterior is {lay.prior_error:.2g} (relative) from the "
@@ -144,6 +188,7 @@ def lambda_kronecker(kw: dict[str, Any]) -> None:
             untrusted(f"layer {lay.name!r} mixes slowly (tau {lay.tau_worst:.3g} iterations): chains need many "
                       "times that many steps")
     doc = {**res.to_dict(), "method": "dq-const (kronecker-factored: constant noise at θ̂, KFAC factors)",
+           "applicability": applicability,
            "family": "kronecker", "tau_worst": max(lay.tau_worst for lay in res.layers),
            "inverse_temperature": temperature_json(beta), "without_replacement": dyn.without_replacement,
            "lambda_file": str(kw["output"]) if kw.get("output") else None, "model": label,

@@ -36,6 +36,9 @@ from ._render import coordinate_table, key_values, matrix_summary
                    "above it return the closed form solving the family's part of eq. (11) (with --momentum: of the "
                    "reduced momentum equation); "
                    "the JSON's criterion says which (dq-exact only).")
+@click.option("--kronecker-prior", type=click.Choice(("damped", "eigenbasis")), default="damped", show_default=True,
+              help="--family kronecker: the prior as factored damping of A and G, or exactly in their joint eigenbasis "
+                   "(laplace-torch's KronLaplace; Λ diagonal there). docs/guide/kronecker.md.")
 @click.option("--blocks", "blocks", default=None, metavar="FILE.json",
               help="For --family block: JSON list of lists of 0-based parameter indices, e.g. [[0,1],[2,3,4]], "
                    "covering every parameter once.")

@@ -333,6 +333,9 @@ def cli(**kw: Any) -> None:
     (arviz.from_netcdf, az.rhat, az.ess and ArviZ's plots work on it).
     Example:  sgtune run --example hetero-linear --batch-size 64 --step-size 0.01 --steps 20000
     """
+    if str(kw.get("lambda_path") or "").lower().endswith(".npz"):  # kronecker family: torch chains, probes
+        from ._kronecker_verify import run_kronecker
+        return run_kronecker(kw)
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")
     if kw["steps"] is None:

@@ -82,6 +82,9 @@ def cli(**kw: Any) -> None:
     --plot FILE.png: predicted (and target) vs empirical covariance ellipses and Λ.
     Example:  sgtune verify --example hetero-linear --batch-size 64 --plot verify.png
     """
+    if str(kw.get("lambda_path") or "").lower().endswith(".npz"):  # kronecker family: torch chains, probes
+        from ._kronecker_verify import verify_kronecker
+        return verify_kronecker(kw)
     check_plot(kw)
     check_writable(kw["output"], bool(kw["overwrite"]), "--output")
     check_writable(kw["json_path"], bool(kw["overwrite"]), "--json")

@@ -8,7 +8,9 @@ momentum buffer m,
     m ← κ m + Γ,    [W | b] ← [W | b] − M m Ã⁻¹ + √(2/β) L_M Z L_Aᵀ,   Z ~ N(0, I),
 
 L_M = chol(M), L_A = chol(Ã⁻¹): two small matrix products per layer for the drift and two for the noise
-(N(0, 2Λ/β) since (L_M ⊗ L_A)(L_M ⊗ L_A)ᵀ = M ⊗ Ã⁻¹ = Λ_l). The arithmetic is float64; the parameters keep
+(N(0, 2Λ/β) since (L_M ⊗ L_A)(L_M ⊗ L_A)ᵀ = M ⊗ Ã⁻¹ = Λ_l). With the prior in the eigenbasis
+(``prior="eigenbasis"``, Λ_l = (Q_G ⊗ Q_A) diag(λ) (Q_G ⊗ Q_A)ᵀ) the drift is Q_G((Q_Gᵀ m Q_A) ∘ λ)Q_Aᵀ and the
+noise Q_G(√λ ∘ Z)Q_Aᵀ: four small products. The arithmetic is float64; the parameters keep
 their dtype. No D×D object. This is the update the factored theory describes
 (:mod:`sgtune.theory.kronecker`), applied to the real network.
 """
@@ -52,6 +54,20 @@ def _layer_params(result: Any, module: Any) -> list[tuple[Any, Any, Any]]:
                               f"{(lay.d_out, lay.d_in - (b is not None))}")
         out.append((lay, w[1], None if b is None else b[1]))
     return out
+
+
+def _layer_maps(lay: Any, torch: Any) -> tuple[Any, Any]:
+    """(X ↦ Λ_l X, Z ↦ L Z) on torch (d_out, d_in) matrices, for the damped or the eigenbasis form."""
+    def t(a: Any) -> Any:
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float64)
+
+    if lay.eigenbasis is None:
+        M, Ainv = t(lay.step_factor), t(lay.input_inverse)
+        LM, LA = t(np.linalg.cholesky(lay.step_factor)), t(np.linalg.cholesky(lay.input_inverse))
+        return (lambda X: M @ X @ Ainv), (lambda Z: LM @ Z @ LA.T)
+    Qg, Qa, lam = t(lay.eigenbasis[0]), t(lay.eigenbasis[1]), t(lay.eigenbasis[2])
+    root = lam.sqrt()
+    return (lambda X: Qg @ ((Qg.T @ X @ Qa) * lam) @ Qa.T), (lambda Z: Qg @ (root * Z) @ Qa.T)
 
 
 def kronecker_torch_optimizer(result: Any, module: Any, *, generator: Any = None, seed: int = 0) -> Any:
@@ -101,21 +117,18 @@ def kronecker_torch_optimizer(result: Any, module: Any, *, generator: Any = None
     f64 = dict(dtype=torch.float64)
 
     class KroneckerSGMCMC(torch.optim.Optimizer):
-        """m ← κm + Γ, [W | b] ← [W | b] − M m Ã⁻¹ + √(2/β) chol(M) Z chol(Ã⁻¹)ᵀ per layer."""
+        """m ← κm + Γ, [W | b] ← [W | b] − Λ_l m + √(2/β) L_l Z per layer (Λ_l = L_l L_lᵀ, Kronecker-factored)."""
 
         def __init__(self) -> None:
             params = [t for _, w, b in layers for t in ((w,) if b is None else (w, b))]
             super().__init__(params, dict(momentum=kappa, inv_temperature=beta))
-            self._layers = [(lay, w, b, torch.as_tensor(lay.step_factor, **f64),
-                             torch.as_tensor(lay.input_inverse, **f64),
-                             torch.as_tensor(np.linalg.cholesky(lay.step_factor), **f64),
-                             torch.as_tensor(np.linalg.cholesky(lay.input_inverse), **f64)) for lay, w, b in layers]
+            self._layers = [(lay, w, b, _layer_maps(lay, torch)) for lay, w, b in layers]
             self.generator = generator if generator is not None else torch.Generator().manual_seed(int(seed))
 
         @torch.no_grad()
         def step(self, closure: Any = None) -> Any:  # noqa: D102 (documented on the class)
             loss = None if closure is None else closure()
-            for lay, w, b, M, Ainv, LM, LA in self._layers:
+            for lay, w, b, (step, sqrt) in self._layers:
                 if w.grad is None:
                     continue
                 grad = w.grad.to(torch.float64)
@@ -128,10 +141,10 @@ def kronecker_torch_optimizer(result: Any, module: Any, *, generator: Any = None
                     buf = grad.clone() if buf is None else buf.mul_(kappa).add_(grad)
                     state["momentum_buffer"] = buf
                     grad = buf
-                delta = -(M @ grad @ Ainv)
+                delta = -step(grad)
                 if noise_scale:
                     Z = torch.randn(lay.d_out, lay.d_in, generator=self.generator, **f64)
-                    delta += noise_scale * (LM @ Z @ LA.T)
+                    delta += noise_scale * sqrt(Z)
                 d_w = w.shape[1]
                 w.add_(delta[:, :d_w].to(w.dtype))
                 if b is not None:

@@ -51,6 +51,13 @@ What the factored chain leaves out of the real proxy chain (measured, not hidden
   relative Frobenius distance between the damped posterior and laplace-torch's is computed exactly
   per layer (``prior_error``) with d_out·d_in numbers.
 
+The prior in the eigenbasis (``prior="eigenbasis"``, :func:`tune_layer_eigenbasis`): instead of damping,
+H_l = G ⊗ A + γI = (Q_G ⊗ Q_A)(diag(g ⊗ a) + γ)(Q_G ⊗ Q_A)ᵀ exactly, the noise is taken diagonal in the same
+basis (EKFAC-style) and Λ_l is diagonal there, so each layer is d_out·d_in independent scalar chains and the
+prediction is exact for that chain (the KFAC curvature with the exact prior, laplace-torch's ``KronLaplace``
+posterior as the target). Measured on real networks it is worse than damping (docs/guide/kronecker.md), so
+``"damped"`` is the default.
+
 Targets (per layer, for the output factor S*; the input factor is Ã⁻¹):
 
 - ``posterior``: Σ* = H̃⁻¹/N = (G̃⁻¹/N) ⊗ Ã⁻¹, so S* = G̃⁻¹/N (KFAC-Laplace in the damped form; the
@@ -83,10 +90,12 @@ from .tuning import solve_momentum_step_matrix, solve_step_matrix
 __all__ = ["tune_kronecker", "KroneckerLayer", "KroneckerTuning", "damped_factors", "tune_layer",
            "noise_factor_for",
            "layer_target", "layer_stationary", "tune_factors", "eigenbasis_posterior_variance",
-           "KRONECKER_TARGETS"]
+           "KRONECKER_TARGETS", "KRONECKER_PRIORS", "tune_layer_eigenbasis"]
 
 #: the targets of the Kronecker family
 KRONECKER_TARGETS = ("posterior", "sandwich")
+#: how the prior enters the factors (:func:`tune_factors`)
+KRONECKER_PRIORS = ("damped", "eigenbasis")
 
 
 def _sym(a: np.ndarray) -> np.ndarray:
@@ -248,6 +257,9 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
     (0.333333333333, 0.25)
     """
     f = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement)
+    if dynamics.momentum > 0.0:
+        return _momentum_stationary(curvature, noise, step, f / dynamics.batch_size, float(dynamics.momentum),
+                                    float(dynamics.inv_temperature))
     chain = LinearChain.with_constant_noise(dynamics.replace(step=step), curvature, noise,
                                             noise_scale=f / dynamics.batch_size)
     rho = float(np.max(np.abs(np.linalg.eigvals(chain.transition)))) ** 2
@@ -259,6 +271,51 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
     else:
         S = _sym(chain.solve_constant_noise())
     return S, rho, chain.autocorrelation_times(S)[1]
+
+
+@cites("wang2026", "Prop. B.1: the heavy-ball chain's stationary second moment, decoupled into 2×2 modes")
+def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, kappa: float,
+                         beta: float) -> tuple[np.ndarray, float, float]:
+    """(S, ρ², τ_worst) of the small heavy-ball chain m' = κm + Gd + η, d' = d − Mm' + √(2M/β)ξ, exactly.
+
+    With K = M^{1/2} G M^{1/2} = U diag(μ) Uᵀ, the coordinates d = M^{1/2}U a, m = M^{−1/2}U b decouple the
+    transition into 2×2 blocks F_i = [[1 − μ_i, −κ], [μ_i, κ]]; the noise becomes Q_aa = sẼ + (2/β)I,
+    Q_ab = −sẼ, Q_bb = sẼ with Ẽ = UᵀM^{1/2}EM^{1/2}U. Each pair (i, j) of the Lyapunov equation
+    P = FPFᵀ + Q is a 4×4 system (I − F_i ⊗ F_j) vec(P_ij) = vec(Q_ij), solved in one batch: O(d³ + 16d²)
+    instead of the Schur decomposition of the 2d × 2d transition. τ_worst as
+    :meth:`sgtune.theory.linear_chain.LinearChain.autocorrelation_times` (W = (I − F)⁻¹S), in these coordinates.
+    """
+    d = G.shape[0]
+    wm, Vm = np.linalg.eigh(_sym(M))
+    Mh, Mih = (Vm * np.sqrt(wm)) @ Vm.T, (Vm / np.sqrt(wm)) @ Vm.T
+    mu, U = np.linalg.eigh(_sym(Mh @ G @ Mh))
+    t = 1.0 - mu + kappa
+    disc = t * t - 4.0 * kappa
+    modulus = np.where(disc >= 0, 0.5 * (np.abs(t) + np.sqrt(np.clip(disc, 0, None))), math.sqrt(kappa))
+    rho = float(np.max(modulus)) ** 2
+    if not rho < 1.0 - 1e-9:
+        raise UnstableStepSizeError(f"the layer's chain is not stable (spectral radius {rho:.6g} ≥ 1); "
+                                    "use a smaller step factor", spectral_radius=rho)
+    Et = _sym(U.T @ Mh @ E @ Mh @ U)
+    inj = 0.0 if math.isinf(beta) else 2.0 / beta
+    Fi = np.zeros((d, 2, 2))
+    Fi[:, 0, 0], Fi[:, 0, 1], Fi[:, 1, 0], Fi[:, 1, 1] = 1.0 - mu, -kappa, mu, kappa
+    Q = np.empty((d, d, 2, 2))
+    Q[..., 0, 0], Q[..., 0, 1], Q[..., 1, 0], Q[..., 1, 1] = s * Et + inj * np.eye(d), -s * Et, -s * Et, s * Et
+    kron = np.einsum("iab,jcd->ijacbd", Fi, Fi).reshape(d, d, 4, 4)
+    P = np.linalg.solve(np.eye(4) - kron, Q.reshape(d, d, 4, 1)).reshape(d, d, 2, 2)
+    Td, Tm = Mh @ U, Mih @ U
+    S = np.empty((2 * d, 2 * d))
+    S[:d, :d] = _sym(Td @ P[..., 0, 0] @ Td.T)
+    S[:d, d:] = Td @ P[..., 0, 1] @ Tm.T
+    S[d:, :d] = S[:d, d:].T
+    S[d:, d:] = _sym(Tm @ P[..., 1, 1] @ Tm.T)
+    inv = np.linalg.inv(np.eye(2) - Fi)  # (I − F_i)⁻¹, per mode (the row index of W)
+    W_aa = inv[:, 0, 0][:, None] * P[..., 0, 0] + inv[:, 0, 1][:, None] * P[..., 1, 0]
+    import scipy.linalg as sla
+
+    top = sla.eigh(_sym(W_aa), _sym(P[..., 0, 0]), eigvals_only=True)[-1]
+    return S, rho, float(2.0 * top - 1.0)
 
 
 def _layer_step(G: np.ndarray, E: np.ndarray, S: np.ndarray, dynamics: Dynamics, n_data: int) -> np.ndarray:
@@ -349,6 +406,10 @@ class KroneckerLayer:
         ‖S − S*‖_F/‖S*‖_F = ‖Σ_l − Σ*_l‖_F/‖Σ*_l‖_F in the factored chain.
     prior_error : float
         ‖Σ_damped − Σ_eig‖_F/‖Σ_eig‖_F: the damped posterior against laplace-torch's eigenbasis one.
+    eigenbasis : tuple of ndarray or None
+        None for the damped form; for ``prior="eigenbasis"`` (:func:`tune_layer_eigenbasis`) the arrays
+        (Q_G, Q_A, λ, σ, σ*): Λ_l = (Q_G ⊗ Q_A) diag(λ)(Q_G ⊗ Q_A)ᵀ, the predicted and target Σ_l likewise
+        with σ and σ* (each (d_out, d_in)); the four matrix fields are then zeros.
 
     Examples
     --------
@@ -372,24 +433,68 @@ class KroneckerLayer:
     tau_worst: float
     covariance_error: float
     prior_error: float
+    eigenbasis: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def form(self) -> str:
+        """``"damped"`` (Λ_l = M ⊗ Ã⁻¹) or ``"eigenbasis"`` (Λ_l diagonal in the eigenbasis Q_G ⊗ Q_A)."""
+        return "damped" if self.eigenbasis is None else "eigenbasis"
 
     @property
     def d_in(self) -> int:
         """Input width, counting the bias column."""
-        return self.input_inverse.shape[0]
+        return (self.input_inverse if self.eigenbasis is None else self.eigenbasis[1]).shape[0]
 
     @property
     def d_out(self) -> int:
         """Output width."""
-        return self.step_factor.shape[0]
+        return (self.step_factor if self.eigenbasis is None else self.eigenbasis[0]).shape[0]
+
+    def _in_basis(self, X: np.ndarray, diag: np.ndarray) -> np.ndarray:
+        Qg, Qa = self.eigenbasis[0], self.eigenbasis[1]  # type: ignore[index]
+        return Qg @ ((Qg.T @ X @ Qa) * diag) @ Qa.T
+
+    def step_map(self, X: np.ndarray) -> np.ndarray:
+        """Λ_l applied to matrices X (..., d_out, d_in) in the [W | b] layout (two small products a side)."""
+        if self.eigenbasis is None:
+            return self.step_factor @ X @ self.input_inverse
+        return self._in_basis(X, self.eigenbasis[2])
+
+    def cov_map(self, X: np.ndarray) -> np.ndarray:
+        """The predicted Σ_l applied to matrices X (..., d_out, d_in)."""
+        if self.eigenbasis is None:
+            return self.output_cov @ X @ self.input_inverse
+        return self._in_basis(X, self.eigenbasis[3])
+
+    def sqrt_map(self, X: np.ndarray, transpose: bool = False) -> np.ndarray:
+        """L X (or Lᵀ X) for a square root Λ_l = LLᵀ: chol(M) ⊗ chol(Ã⁻¹), or (Q_G ⊗ Q_A) diag(√λ)."""
+        if self.eigenbasis is None:
+            LM, LA = np.linalg.cholesky(self.step_factor), np.linalg.cholesky(self.input_inverse)
+            return LM.T @ X @ LA if transpose else LM @ X @ LA.T
+        Qg, Qa, lam = self.eigenbasis[0], self.eigenbasis[1], np.sqrt(self.eigenbasis[2])
+        return lam * (Qg.T @ X @ Qa) if transpose else Qg @ (lam * X) @ Qa.T
+
+    def extreme_directions(self) -> tuple[np.ndarray, np.ndarray]:
+        """The unit directions (d_out, d_in) of least and most predicted variance (Kronecker products)."""
+        if self.eigenbasis is None:
+            ws, Vs = np.linalg.eigh(self.output_cov)
+            wa, Va = np.linalg.eigh(self.input_inverse)
+            return np.outer(Vs[:, 0], Va[:, 0]), np.outer(Vs[:, -1], Va[:, -1])
+        Qg, Qa, sig = self.eigenbasis[0], self.eigenbasis[1], self.eigenbasis[3]
+        lo = np.unravel_index(np.argmin(sig), sig.shape)
+        hi = np.unravel_index(np.argmax(sig), sig.shape)
+        return np.outer(Qg[:, lo[0]], Qa[:, lo[1]]), np.outer(Qg[:, hi[0]], Qa[:, hi[1]])
 
     def theta_indices(self) -> np.ndarray:
         """The positions in θ of vec([W | b]) (row-major)."""
         return theta_indices(self.weight_index, self.bias_index, self.d_out, self.d_in)
 
     def variances(self) -> np.ndarray:
-        """diag(S ⊗ Ã⁻¹) as a (d_out, d_in) matrix in the [W | b] layout."""
-        return np.outer(np.diag(self.output_cov), np.diag(self.input_inverse))
+        """diag(Σ_l) as a (d_out, d_in) matrix in the [W | b] layout."""
+        if self.eigenbasis is None:
+            return np.outer(np.diag(self.output_cov), np.diag(self.input_inverse))
+        Qg, Qa, sig = self.eigenbasis[0], self.eigenbasis[1], self.eigenbasis[3]
+        return (Qg * Qg) @ sig @ (Qa * Qa).T
 
     def summary_dict(self) -> dict[str, Any]:
         """The layer's summary as plain values (the JSON's per-layer entry)."""
@@ -398,6 +503,7 @@ class KroneckerLayer:
                 "n_params": self.d_out * self.d_in, "bias": self.bias_index is not None,
                 "spectral_radius": float(self.spectral_radius), "tau_worst": float(self.tau_worst),
                 "covariance_error": float(self.covariance_error), "prior_error": float(self.prior_error),
+                "prior": self.form,
                 "sd_min": float(sd.min()), "sd_median": float(np.median(sd)), "sd_max": float(sd.max())}
 
 
@@ -461,8 +567,8 @@ class KroneckerTuning:
         """The largest per-layer spectral radius (the chain's, since layers are independent)."""
         return max(lay.spectral_radius for lay in self.layers)
 
-    def _map(self, vectors: Any, left: Callable[[KroneckerLayer], np.ndarray],
-             right: Callable[[KroneckerLayer], np.ndarray]) -> np.ndarray:
+    def _map(self, vectors: Any, fn: Callable[[KroneckerLayer, np.ndarray], np.ndarray]) -> np.ndarray:
+        """fn(layer, [W | b] matrices) for every layer, on vectors (..., D) in θ order."""
         x = np.asarray(vectors, dtype=np.float64)
         if x.shape[-1] != self.dim:
             raise ShapeError(f"expected vectors of length D = {self.dim} (θ order), got shape {x.shape}")
@@ -474,7 +580,7 @@ class KroneckerTuning:
             blocks = [x[..., w0:w1].reshape(*lead, lay.d_out, d_w)]
             if lay.bias_index is not None:
                 blocks.append(x[..., lay.bias_index[0]:lay.bias_index[1], None])
-            Y = left(lay) @ np.concatenate(blocks, axis=-1) @ right(lay).T
+            Y = fn(lay, np.concatenate(blocks, axis=-1))
             out[..., w0:w1] = Y[..., :d_w].reshape(*lead, w1 - w0)
             if lay.bias_index is not None:
                 out[..., lay.bias_index[0]:lay.bias_index[1]] = Y[..., d_w]
@@ -493,7 +599,7 @@ class KroneckerTuning:
         (..., D) ndarray
             Λ g.
         """
-        return self._map(grad, lambda lay: lay.step_factor, lambda lay: lay.input_inverse)
+        return self._map(grad, lambda lay, X: lay.step_map(X))
 
     def noise(self, z: Any) -> np.ndarray:
         """Λ^{1/2} z with the Kronecker square root chol(M) ⊗ chol(Ã⁻¹): N(0, I) draws z give N(0, Λ).
@@ -508,9 +614,24 @@ class KroneckerTuning:
         (..., D) ndarray
             Draws with covariance Λ.
         """
-        chol = {lay.name: (np.linalg.cholesky(lay.step_factor), np.linalg.cholesky(lay.input_inverse))
-                for lay in self.layers}
-        return self._map(z, lambda lay: chol[lay.name][0], lambda lay: chol[lay.name][1])
+        return self._map(z, lambda lay, X: lay.sqrt_map(X))
+
+    def sqrt_apply(self, x: Any, transpose: bool = False) -> np.ndarray:
+        """L x (or Lᵀ x) with Λ = LLᵀ, L = blockdiag_l of each layer's Kronecker square root (matrix-free).
+
+        Parameters
+        ----------
+        x : (..., D) array_like
+            Vectors in θ order.
+        transpose : bool, optional
+            Apply Lᵀ instead of L.
+
+        Returns
+        -------
+        (..., D) ndarray
+            L x or Lᵀ x.
+        """
+        return self._map(x, lambda lay, X: lay.sqrt_map(X, transpose))
 
     def variances(self) -> np.ndarray:
         """The predicted stationary variance of every θ_i, (D,) in θ order (diag of S_l ⊗ Ã_l⁻¹)."""
@@ -536,7 +657,7 @@ class KroneckerTuning:
         total = np.zeros(V.shape[0])
         for lay in self.layers:
             X = V[:, lay.theta_indices()].reshape(-1, lay.d_out, lay.d_in)
-            total += np.einsum("kij,kij->k", lay.output_cov @ X @ lay.input_inverse, X)
+            total += np.einsum("kij,kij->k", lay.cov_map(X), X)
         return total
 
     def _dense(self, what: str) -> np.ndarray:
@@ -546,8 +667,9 @@ class KroneckerTuning:
         out = np.zeros((self.dim, self.dim))
         for lay in self.layers:
             idx = lay.theta_indices()
-            left = lay.step_factor if what == "step matrix" else lay.output_cov
-            out[np.ix_(idx, idx)] = np.kron(left, lay.input_inverse)
+            eye = np.eye(lay.d_out * lay.d_in).reshape(-1, lay.d_out, lay.d_in)
+            fn = lay.step_map if what == "step matrix" else lay.cov_map
+            out[np.ix_(idx, idx)] = fn(eye).reshape(len(idx), len(idx))
         return out
 
     def dense_step_matrix(self) -> np.ndarray:
@@ -583,6 +705,9 @@ class KroneckerTuning:
             arrays[f"S_target_{i}"] = lay.target_output_cov
             arrays[f"stats_{i}"] = np.array([lay.spectral_radius, lay.tau_worst, lay.covariance_error,
                                              lay.prior_error])
+            if lay.eigenbasis is not None:
+                for tag, arr in zip(("Qg", "Qa", "lam", "sig", "sig_target"), lay.eigenbasis):
+                    arrays[f"{tag}_{i}"] = arr
         dyn = self.dynamics
         arrays["settings"] = np.array([self.dim, self.n_data, dyn.batch_size, dyn.inv_temperature, dyn.momentum,
                                        self.prior_precision])
@@ -627,9 +752,11 @@ class KroneckerTuning:
             for i, name in enumerate(z["names"]):
                 ix = [int(v) for v in z[f"index_{i}"]]
                 st = z[f"stats_{i}"]
+                eig = (tuple(z[f"{tag}_{i}"] for tag in ("Qg", "Qa", "lam", "sig", "sig_target"))
+                       if f"Qg_{i}" in z else None)
                 layers.append(KroneckerLayer(str(name), z[f"M_{i}"], z[f"Ainv_{i}"], z[f"S_{i}"], z[f"S_target_{i}"],
                                              (ix[0], ix[1]), None if ix[2] < 0 else (ix[2], ix[3]),
-                                             float(st[0]), float(st[1]), float(st[2]), float(st[3])))
+                                             float(st[0]), float(st[1]), float(st[2]), float(st[3]), eig))
         dyn = Dynamics(None, int(B), inv_temperature=beta, momentum=kappa, batching=batching)
         return cls(tuple(layers), int(dim), int(n), dyn, target, prior)
 
@@ -702,9 +829,143 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
                           _prior_error(layer, A_d, G_d, prior_precision, n_data))
 
 
+def _scalar_stationary(lam: np.ndarray, h: np.ndarray, c: np.ndarray, kappa: float, beta: float) -> np.ndarray:
+    """Stationary variance of the scalar chains m' = κm + h d + η (var c), d' = d − λm' + √(2λ/β) ξ (elementwise).
+
+    The 2×2 Lyapunov equation P = FPFᵀ + Q, F = [[1 − λh, −κλ], [h, κ]],
+    Q = [[λ²c + 2λ/β, −λc], [−λc, c]], solved as a 3×3 linear system in (P₁₁, P₁₂, P₂₂) per coordinate.
+    """
+    inj = 0.0 if math.isinf(beta) else 2.0 / beta
+    a, b = 1.0 - lam * h, -kappa * lam
+    z = np.zeros_like(lam)
+    K = np.stack([np.stack([1 - a * a, -2 * a * b, -b * b], -1),
+                  np.stack([-a * h, 1 - (a * kappa + b * h), -b * kappa], -1),
+                  np.stack([-h * h, -2 * h * kappa, 1 - kappa * kappa + z], -1)], -2)
+    rhs = np.stack([lam * lam * c + inj * lam, -lam * c, c], -1)
+    return np.linalg.solve(K, rhs[..., None])[..., 0, 0]
+
+
+def _root_modulus(lam: np.ndarray, h: np.ndarray, kappa: float) -> np.ndarray:
+    """The largest |z| of z² − (1 − λh + κ)z + κ, elementwise (the scalar heavy-ball chain's mean map)."""
+    t = 1.0 - lam * h + kappa
+    disc = t * t - 4.0 * kappa
+    return np.where(disc >= 0, 0.5 * (np.abs(t) + np.sqrt(np.clip(disc, 0, None))), math.sqrt(kappa))
+
+
+def _eigen_steps(h: np.ndarray, c: np.ndarray, target: np.ndarray, kappa: float, beta: float) -> np.ndarray:
+    """λ per coordinate with stationary variance = target: closed form for κ = 0, else bisection."""
+    inj = 0.0 if math.isinf(beta) else 2.0 / beta
+    if kappa == 0.0:  # σ*λh(2 − λh) = λ²c + 2λ/β  ⇔  λ = 2(σ*h − 1/β)/(c + σ*h²)
+        return 2.0 * (target * h - 0.5 * inj) / (c + target * h * h)
+    lo, hi = np.zeros_like(h), 2.0 * (1.0 + kappa) / h
+    for _ in range(200):  # p(λ) → (injected-noise limit) at λ → 0, → ∞ at the stability edge
+        mid = 0.5 * (lo + hi)
+        above = _scalar_stationary(mid, h, c, kappa, beta) > target
+        lo, hi = np.where(above, lo, mid), np.where(above, mid, hi)
+        if np.all(hi - lo <= 1e-15 * hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+@cites("ritter2018", "§3: the prior added in the joint eigenbasis of the Kronecker factors (laplace-torch KronLaplace)")
+def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: int,
+                          prior_precision: float = 0.0) -> KroneckerLayer:
+    r"""Tune one layer with the prior in the eigenbasis: Λ_l diagonal in Q_G ⊗ Q_A (module docstring).
+
+    With G = Q_G diag(g) Q_Gᵀ and A = Q_A diag(a) Q_Aᵀ the prior is exact in the Kronecker eigenbasis:
+    H_l = G ⊗ A + γI = (Q_G ⊗ Q_A)(diag(g ⊗ a) + γ)(Q_G ⊗ Q_A)ᵀ, γ = δ/N (laplace-torch's ``KronLaplace``).
+    The noise is taken diagonal in the same basis (EKFAC-style, George et al. 2018, here from the KFAC noise: c_ij =
+    (Q_Gᵀ E_eff Q_G)_ii a_j, E_eff of :func:`noise_factor_for` without damping). A Λ_l diagonal there makes
+    Λ_l H_l diagonal, so the layer's chain is d_out·d_in independent scalar chains (curvature
+    h_ij = g_i a_j + γ, noise s·c_ij, step λ_ij), and the stationary covariance is exactly
+    (Q_G ⊗ Q_A) diag(σ_ij) (Q_G ⊗ Q_A)ᵀ, σ_ij the scalar chain's (Wang, Ding & Huggins 2026, Eq. (11) in one
+    dimension; Prop. B.1 with momentum). It is **exact for the chain** block-diagonal over layers with
+    H_l = G ⊗ A + γI (the KFAC curvature with the exact prior) and C_l = (Q_G ⊗ Q_A) diag(c)(Q_G ⊗ Q_A)ᵀ.
+    Without momentum λ_ij = 2(σ*_ij h_ij − 1/β)/(s c_ij + σ*_ij h_ij²) in closed form; with momentum
+    the scalar equation is solved by bisection. Targets: σ* = 1/(N h) (posterior = laplace-torch's
+    KronLaplace) or c/(N h²) (sandwich).
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer's factors.
+    dynamics : Dynamics
+        B, β, κ and the batching.
+    target : {"posterior", "sandwich"}
+        The target.
+    n_data : int
+        N.
+    prior_precision : float, optional
+        The prior precision δ.
+
+    Returns
+    -------
+    KroneckerLayer
+        With ``eigenbasis = (Q_G, Q_A, λ, σ, σ*)`` (``form == "eigenbasis"``).
+
+    Raises
+    ------
+    InfeasibleTargetError
+        β too small (the injected noise alone exceeds the target along some direction).
+    NotPositiveDefiniteError
+        A direction with no curvature (no prior) or no noise under SGD.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import tune_layer_eigenbasis
+    >>> lf = LayerFactors("fc", np.eye(3), np.diag([1.0, 2.0]), np.eye(2), (0, 6))
+    >>> lay = tune_layer_eigenbasis(lf, Dynamics(None, batch_size=8), target="posterior", n_data=100,
+    ...                             prior_precision=1.0)
+    >>> lay.form, bool(lay.covariance_error < 1e-12)
+    ('eigenbasis', True)
+    """
+    from ..core.errors import InfeasibleTargetError
+
+    if target not in KRONECKER_TARGETS:
+        raise SgtuneError(f"target must be one of {', '.join(KRONECKER_TARGETS)} for the kronecker family, "
+                          f"got {target!r}")
+    la, Qa = np.linalg.eigh(layer.input_factor)
+    lg, Qg = np.linalg.eigh(layer.curvature_factor)
+    gamma = prior_precision / n_data
+    h = np.outer(np.clip(lg, 0, None), np.clip(la, 0, None)) + gamma
+    if not np.all(h > 1e-14 * h.max()):
+        raise NotPositiveDefiniteError(f"layer {layer.name!r}: the curvature G ⊗ A is singular without a prior; "
+                                       "add a prior (prior_precision > 0)")
+    E = noise_factor_for(layer, layer.input_factor)
+    c_raw = np.outer(np.clip(np.einsum("ji,jk,ki->i", Qg, E, Qg), 0, None), np.clip(la, 0, None))
+    scale = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement) / dynamics.batch_size
+    c = scale * c_raw
+    sig_t = 1.0 / (n_data * h) if target == "posterior" else c_raw / (n_data * h * h)
+    beta, kappa = float(dynamics.inv_temperature), float(dynamics.momentum)
+    if target == "sandwich" and not np.all(sig_t > 0):
+        raise NotPositiveDefiniteError(f"layer {layer.name!r}: the sandwich target is singular (no gradient noise "
+                                       "along some eigen-direction of the layer); use target posterior")
+    if math.isinf(beta) and not np.all(c > 0):
+        raise NotPositiveDefiniteError(f"layer {layer.name!r}: the gradient noise is zero along some eigen-direction "
+                                       "of the layer, so SGD cannot hold the target's variance there; use SGLD "
+                                       "(a finite inverse temperature, e.g. 2N)")
+    floor = float(np.max(h * sig_t))
+    lam = _eigen_steps(h, c, sig_t, kappa, beta)
+    rho = _root_modulus(lam, h, kappa)
+    if not (np.all(lam > 0) and np.all(rho < 1.0)):
+        raise InfeasibleTargetError(f"layer {layer.name!r}: the injected noise alone (β = {beta:g}) exceeds the "
+                                    f"{target} target along some eigen-direction (largest σ*·h {floor:.3g}); raise "
+                                    "the inverse temperature (e.g. 2N)")
+    sig = _scalar_stationary(lam, h, c, kappa, beta)
+    err = float(np.linalg.norm(sig - sig_t) / np.linalg.norm(sig_t))
+    f = 1.0 - lam * h
+    tau = float(np.max((1 + f) / (1 - f))) if kappa == 0.0 else float(np.max((1 + rho) / (1 - rho)))
+    d_out, d_in = layer.d_out, layer.d_in
+    empty_o, empty_i = np.zeros((d_out, d_out)), np.zeros((d_in, d_in))
+    return KroneckerLayer(layer.name, empty_o, empty_i, empty_o, empty_o, layer.weight_index, layer.bias_index,
+                          float(np.max(rho)) ** 2, tau, err, 0.0, (Qg, Qa, lam, sig, sig_t))
+
+
 @cites("wang2026", "Eq. (11) / Prop. B.1, per layer in Kronecker-factored form (module docstring)")
 def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str = "posterior",
-                 progress: Callable[[str], None] | None = None) -> KroneckerTuning:
+                 progress: Callable[[str], None] | None = None, prior: str = "damped") -> KroneckerTuning:
     """Tune every layer of a network (:func:`tune_layer`): Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹).
 
     Parameters
@@ -717,6 +978,9 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
         The target (module docstring).
     progress : callable, optional
         Called with one line per layer (e.g. to print on stderr).
+    prior : {"damped", "eigenbasis"}, optional
+        How the prior enters: factored Tikhonov damping (:func:`tune_layer`, Λ_l = M ⊗ Ã⁻¹) or exactly in
+        the Kronecker eigenbasis (:func:`tune_layer_eigenbasis`, Λ_l diagonal in Q_G ⊗ Q_A).
 
     Returns
     -------
@@ -742,11 +1006,13 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
     if target not in KRONECKER_TARGETS:
         raise SgtuneError(f"target must be one of {', '.join(KRONECKER_TARGETS)} for the kronecker family, "
                           f"got {target!r}")
+    if prior not in KRONECKER_PRIORS:
+        raise SgtuneError(f"prior must be one of {', '.join(KRONECKER_PRIORS)} for the kronecker family, got {prior!r}")
+    tuner = tune_layer if prior == "damped" else tune_layer_eigenbasis
     dynamics.check_data(factors.n_data)
     out = []
     for i, layer in enumerate(factors.layers):
-        lay = tune_layer(layer, dynamics, target=target, n_data=factors.n_data,
-                         prior_precision=factors.prior_precision)
+        lay = tuner(layer, dynamics, target=target, n_data=factors.n_data, prior_precision=factors.prior_precision)
         out.append(lay)
         if progress is not None:
             progress(f"kronecker: layer {i + 1}/{len(factors.layers)} {layer.name} ({layer.d_out}×{layer.d_in}): "
@@ -768,7 +1034,8 @@ def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
 @cites("wang2026", "Eq. (11) / Prop. B.1 per layer in Kronecker-factored form (sgtune.theory.kronecker)")
 def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: str = "posterior",
                    prior_precision: float = 0.0, theta: Any = None, likelihood: str = "gaussian",
-                   noise_variance: float = 1.0, progress: Callable[[str], None] | None = None) -> KroneckerTuning:
+                   noise_variance: float = 1.0, progress: Callable[[str], None] | None = None,
+                   prior: str = "damped") -> KroneckerTuning:
     """Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹) for a whole network: KFAC factors, then one d_out-sized solve per layer.
 
     Parameters
@@ -791,6 +1058,8 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         The variance σ² of the Gaussian likelihood (torch networks).
     progress : callable, optional
         Called with one line per layer.
+    prior : {"damped", "eigenbasis"}, optional
+        How the prior enters (:func:`tune_factors`).
 
     Returns
     -------
@@ -821,4 +1090,4 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         X, y = _xy(data)
         factors = torch_factors(model_or_net, X, y, likelihood, noise_variance=noise_variance,
                                 prior_precision=prior_precision)
-    return tune_factors(factors, dynamics, target=target, progress=progress)
+    return tune_factors(factors, dynamics, target=target, progress=progress, prior=prior)

@@ -151,5 +151,9 @@ def _factored_target(result: KroneckerTuning) -> np.ndarray:
     out = np.zeros((D, D))
     for lay in result.layers:
         idx = lay.theta_indices()
-        out[np.ix_(idx, idx)] = np.kron(lay.target_output_cov, lay.input_inverse)
+        if lay.eigenbasis is None:
+            out[np.ix_(idx, idx)] = np.kron(lay.target_output_cov, lay.input_inverse)
+        else:  # (Q_G ⊗ Q_A) diag(σ*) (Q_G ⊗ Q_A)ᵀ
+            Q = np.kron(lay.eigenbasis[0], lay.eigenbasis[1])
+            out[np.ix_(idx, idx)] = (Q * lay.eigenbasis[4].ravel()) @ Q.T
     return out

@@ -45,6 +45,8 @@ class ProbeCheck:
         measured/predicted − 1.
     steps, burn_in : int
         The chain's length and the discarded start.
+    n_batches : int
+        Batches of the batch-means standard error.
 
     Examples
     --------
@@ -62,6 +64,7 @@ class ProbeCheck:
     relative_error: np.ndarray
     steps: int
     burn_in: int
+    n_batches: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The probes as plain values (the JSON's ``probes``)."""
@@ -108,11 +111,9 @@ def probe_directions(result: KroneckerTuning, n_random: int = 4,
     rows = list(R / np.linalg.norm(R, axis=1, keepdims=True))
     labels = [f"random {i}" for i in range(n_random)]
     for lay in result.layers:
-        ws, Vs = np.linalg.eigh(lay.output_cov)
-        wa, Va = np.linalg.eigh(lay.input_inverse)
-        for tag, i in (("least", 0), ("most", -1)):
+        for tag, X in zip(("least", "most"), lay.extreme_directions()):
             v = np.zeros(result.dim)
-            v[lay.theta_indices()] = np.outer(Vs[:, i], Va[:, i]).ravel()
+            v[lay.theta_indices()] = X.ravel()
             rows.append(v)
             labels.append(f"{lay.name} {tag}")
     return tuple(labels), np.array(rows)
@@ -223,4 +224,4 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     mcse = batch_means_se((centred ** 2)[None], n_batches)
     predicted = result.probe_variance(V)
     return ProbeCheck(labels, predicted, measured, mcse, (measured - predicted) / mcse, measured / predicted - 1.0,
-                      int(steps), burn)
+                      int(steps), burn, int(n_batches))
