@@ -151,8 +151,14 @@ def _applicability(res: Any, ds: Any, torch_net: Any, kw: dict[str, Any]) -> dic
         untrusted("kronecker family: the applicability report needs PyTorch (pip install 'sgtune[kfac]'); the "
                   "network's own chain is not checked")
         return {"checked": False, "reason": "PyTorch is not installed or the likelihood is not supported"}
-    from ..workflows.kronecker_applicability import kronecker_applicability
+    from ..workflows.kronecker_applicability import CHECK_MAX_DIM, kronecker_applicability
 
+    if res.dim > CHECK_MAX_DIM:
+        why = (f"D = {res.dim} > {CHECK_MAX_DIM}, where the matrix-free checks take many minutes (hundreds of "
+               "full-data Hessian-vector products)")
+        untrusted(f"kronecker family: the applicability report was skipped ({why}): the network's own chain is not "
+                  "checked; `sgtune verify --lambda L.npz` measures it along probes")
+        return {"checked": False, "reason": why}
     net, likelihood, sigma2 = torch_net
     with announced("kronecker applicability (matrix-free checks of the network's own chain)", bool(kw.get("quiet"))):
         app = kronecker_applicability(res, net, np.asarray(ds.X), np.asarray(ds.y), likelihood,

@@ -110,8 +110,12 @@ def _chain(res: Any, net: Any, ds: Any, likelihood: str, sigma2: float, kw: dict
 def _applicability(res: Any, net: Any, ds: Any, likelihood: str, sigma2: float, kw: dict[str, Any]) -> Any:
     if kw.get("no_applicability"):
         return None
-    from ..workflows.kronecker_applicability import kronecker_applicability
+    from ..workflows.kronecker_applicability import CHECK_MAX_DIM, kronecker_applicability
 
+    if res.dim > CHECK_MAX_DIM:
+        untrusted(f"kronecker: the matrix-free applicability checks were skipped (D = {res.dim} > {CHECK_MAX_DIM}: "
+                  "they take many minutes); the probes below are the measurement")
+        return None
     info("kronecker: applicability (matrix-free: the real linearised chain's stability and probe variances)",
          bool(kw.get("quiet")))
     return kronecker_applicability(res, net, np.asarray(ds.X), np.asarray(ds.y), likelihood, noise_variance=sigma2,

@@ -83,3 +83,20 @@ def test_glm_and_dense_npz_are_refused(files):
     r = CliRunner().invoke(main, ["lambda", str(tmp / "d.npz"), "--model", "linear", "--batch-size", "30",
                                   "-o", str(tmp / "lam.npz")])
     assert r.exit_code == 2 and "per-layer factors of --family kronecker" in r.stderr
+
+
+def test_applicability_above_the_size_cap_is_skipped_with_a_warning(files, monkeypatch):
+    """Over CHECK_MAX_DIM the matrix-free checks (minutes of full-data products) are skipped, never silently."""
+    import sgtune.workflows.kronecker_applicability as ka
+
+    monkeypatch.setattr(ka, "CHECK_MAX_DIM", 10)
+    tmp = files[0]
+    r = CliRunner().invoke(main, ["lambda", str(tmp / "d.npz"), "--model", "mlp", "--hidden-sizes", "4",
+                                  "--theta-hat", str(tmp / "theta.npy"), "--family", "kronecker", "--batch-size", "30",
+                                  "--inverse-temperature", "2N", "--prior-precision", "1", "--target", "posterior",
+                                  "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["applicability"]["checked"] is False and "D = 21 > 10" in doc["applicability"]["reason"]
+    assert any("applicability report was skipped" in w for w in doc["warnings"])
+    assert "applicability report was skipped" in r.stderr
