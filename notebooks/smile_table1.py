@@ -101,7 +101,7 @@ for tg in TARGETS:
 # *decays in expectation* (the paper says so in appendix F.1, comparing it with cSGLD). Over long
 # runs it decays geometrically, which the trace below shows (`tuner="paper"`). sgtune's default,
 # the anchored rule, keeps the guardrail and moves log Δt by (γₙ/6)(1 − min(ΔE²/(d v*), 10)) toward
-# Var[ΔE]/d = v* = 5·10⁻⁴, with a gain γₙ = 0.02/√(1 + n/1000) that diminishes over the n tuned steps:
+# Var[ΔE]/d = v* = 5·10⁻⁵, with a gain γₙ = 0.02/√(1 + n/1000) that diminishes over the n tuned steps:
 # its trace settles.
 
 # %%

@@ -185,7 +185,8 @@ class SmileOptions:
     tuner : {"anchored", "paper"}, optional
         The step-size rule of the tuned samplers.
     energy_var_target : float, optional
-        The anchored rule's target energy-error variance per dimension, Var[ΔE]/d (MCLMC's 5e-4).
+        The anchored rule's target energy-error variance per dimension, Var[ΔE]/d (5e-5, a tenth of MCLMC's
+        5e-4 for exact gradients: :func:`sgtune.sampler.smile.anchored_update`, "Choice of v*").
     anchor_rate : float, optional
         The anchored rule's rate γ in (0, 1): log ε moves by (γₙ/6)(1 − ξ) per step, γₙ = γ/√(1 + n/1000)
         after n tuned steps.
@@ -214,7 +215,7 @@ class SmileOptions:
     tune_start: int = 10
     precond_start: int = 100
     tuner: str = "anchored"
-    energy_var_target: float = 5e-4
+    energy_var_target: float = 5e-5
     anchor_rate: float = 0.02
 
     def __post_init__(self) -> None:
