@@ -100,8 +100,9 @@ for tg in TARGETS:
 # a/3 and 2a/3, so log Δt drifts by about δ(a/3 − 2a/3) = −6.7·10⁻⁴ per step: the step size
 # *decays in expectation* (the paper says so in appendix F.1, comparing it with cSGLD). Over long
 # runs it decays geometrically, which the trace below shows (`tuner="paper"`). sgtune's default,
-# the anchored rule, keeps the guardrail and moves log Δt by (γ/6)(1 − min(ΔE²/(d v*), 10)) toward
-# Var[ΔE]/d = v* = 5·10⁻⁴: its trace settles.
+# the anchored rule, keeps the guardrail and moves log Δt by (γₙ/6)(1 − min(ΔE²/(d v*), 10)) toward
+# Var[ΔE]/d = v* = 5·10⁻⁵, with a gain γₙ = 0.02/√(1 + n/1000) that diminishes over the n tuned steps:
+# its trace settles.
 
 # %%
 tt = make_target("gaussian", "diagonal", seed=0)

@@ -16,7 +16,7 @@ from scipy.special import ndtri
 from sgtune.core.config import RunSpec
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler.registry import ANCHOR_CLIP, SmileOptions
-from sgtune.sampler.smile import anchored_update, run_smile_ensemble, tuner_update
+from sgtune.sampler.smile import anchor_gain, anchored_update, run_smile_ensemble, tuner_update
 from sgtune.sampler.targets import make_target
 from tests._tolerances import MC_ALPHA, bonferroni_z
 
@@ -29,18 +29,23 @@ V_STAR = 5e-4
 ANCHOR_BIAS = 0.03
 
 
-def _xi_mean(target, eps, n, n_chains, seed):
-    """Per-chain mean of ξ = min(ΔE²/(d v*), ξ_max) of smile-naive at the fixed step ``eps`` (burn-in n/10)."""
+def _energy_errors(target, eps, n, n_chains, seed):
+    """Each step's ΔE of smile-naive at the fixed step ``eps`` after a burn-in of n/10 (C, 0.9 n)."""
     r = run_smile_ensemble(target, eps, RunSpec(n, n_chains=n_chains, thin=1, seed=seed, burn_in=n // 10),
                            SmileOptions(tuned=False))
-    de = np.diff(np.concatenate([np.zeros((n_chains, 1)), r.energy_trace], axis=1), axis=1)[:, n // 10:]
-    return np.minimum(de ** 2 / (target.dim * V_STAR), ANCHOR_CLIP).mean(axis=1)
+    return np.diff(np.concatenate([np.zeros((n_chains, 1)), r.energy_trace], axis=1), axis=1)[:, n // 10:]
 
 
-def _eps_star(target, lo, hi, n, n_chains):
+def _xi_mean(target, eps, n, n_chains, seed, v_star=V_STAR):
+    """Per-chain mean of ξ = min(ΔE²/(d v*), ξ_max) of smile-naive at the fixed step ``eps`` (burn-in n/10)."""
+    de = _energy_errors(target, eps, n, n_chains, seed)
+    return np.minimum(de ** 2 / (target.dim * v_star), ANCHOR_CLIP).mean(axis=1)
+
+
+def _eps_star(target, lo, hi, n, n_chains, v_star=V_STAR):
     """log ε* from smile-naive at ``lo`` and ``hi`` (log–log interpolation of E[ξ] to 1) and its standard error
     (delta method over the chains' spread)."""
-    ma, mb = _xi_mean(target, lo, n, n_chains, 11), _xi_mean(target, hi, n, n_chains, 12)
+    ma, mb = _xi_mean(target, lo, n, n_chains, 11, v_star), _xi_mean(target, hi, n, n_chains, 12, v_star)
     la, lb = math.log(ma.mean()), math.log(mb.mean())
     assert la < 0.0 < lb, (ma.mean(), mb.mean())  # the two steps bracket ε*
     w = -la / (lb - la)  # log ε* = (1 − w) log lo + w log hi
@@ -52,12 +57,14 @@ def _eps_star(target, lo, hi, n, n_chains):
     return x, span * math.hypot((1 - w) * se_la, w * se_lb)
 
 
-def _check_fixed_point(n, n_chains):
+def _check_fixed_point(n, n_chains, v_star=V_STAR, bracket=(0.18, 0.22)):
     target = make_target("gaussian", "isotropic", dim=10)
-    x_star, se_star = _eps_star(target, 0.18, 0.22, n, n_chains)
+    x_star, se_star = _eps_star(target, *bracket, n, n_chains, v_star)
     z = bonferroni_z(2)
-    for start in (0.02, 2.0):  # two orders of magnitude apart, ε* ≈ 0.2 between them
-        r = run_smile_ensemble(target, start, RunSpec(n, n_chains=n_chains, thin=10, seed=4), SmileOptions())
+    mid = math.sqrt(bracket[0] * bracket[1])
+    for start in (mid / 10, mid * 10):  # two orders of magnitude apart, ε* between them
+        r = run_smile_ensemble(target, start, RunSpec(n, n_chains=n_chains, thin=10, seed=4),
+                               SmileOptions(energy_var_target=v_star))
         assert np.all(r.diverged < 0)
         logs = np.log(r.step_size_trace[:, r.step_size_trace.shape[1] // 2:]).mean(axis=1)  # second half
         se = logs.std(ddof=1) / math.sqrt(n_chains)
@@ -78,8 +85,9 @@ def test_anchored_tuner_reaches_the_fixed_step_of_its_target_long():
 
 
 def test_anchored_update_step_guardrail_and_emas():
-    """One call: ε × exp(γ(1 − min(ΔE²/(d v*), ξ_max))/6) after ``tune_start`` steps, the guardrail of the paper's
-    rule (the same EMAs and decisions as :func:`tuner_update` with bands it never meets), NaN rejected."""
+    """One call: ε × exp(γ_n(1 − min(ΔE²/(d v*), ξ_max))/6), γ_n = γ/√(1 + n/1000) after n tuned steps (from
+    ``tune_start`` on), the guardrail of the paper's rule (the same EMAs and decisions as :func:`tuner_update` with
+    bands it never meets), NaN rejected."""
     zk = float(ndtri(0.98))
     rng = np.random.default_rng(3)
     ours, ref = np.array([0.0, 0.0, 0.0, 0.3]), np.array([0.0, 0.0, 0.0, 0.3])
@@ -91,11 +99,13 @@ def test_anchored_update_step_guardrail_and_emas():
         # the paper's rule with δ tiny but its bands never met (zlo = −∞, zhi = +∞): the same guardrail and EMAs
         rej_ref = tuner_update(ref, x, zk, -40.0, 40.0, beta, 1e-300, 10.0)
         assert rej == rej_ref and np.array_equal(ours[:3], ref[:3])
-        expect = before * math.exp(g * (1.0 - min(x * x / (d * v), clip)) / 6.0) if t >= 10 else before
+        g_n = g / math.sqrt(1.0 + (t + 1 - 10) / 1000.0)  # t + 1 steps pushed, 10 of them before tuning
+        expect = before * math.exp(g_n * (1.0 - min(x * x / (d * v), clip)) / 6.0) if t >= 10 else before
         assert ours[3] == pytest.approx(expect, rel=1e-14)
     before, n = float(ours[3]), float(ours[2])
     assert anchored_update(ours, float("nan"), d, zk, beta, 10.0, v, g, clip)  # rejected, not fed to the EMAs
-    assert ours[2] == n and ours[3] == pytest.approx(before * math.exp(g * (1.0 - clip) / 6.0), rel=1e-14)
+    g_n = g / math.sqrt(1.0 + (n - 10) / 1000.0)
+    assert ours[2] == n and ours[3] == pytest.approx(before * math.exp(g_n * (1.0 - clip) / 6.0), rel=1e-14)
 
 
 def test_paper_rule_drift_matches_the_formula():
@@ -177,3 +187,38 @@ def test_anchored_step_settles_in_a_factor_2_band_on_glms(name):
 def test_anchored_step_settles_in_a_factor_2_band_on_glms_long(name):
     """The same over 10⁵ steps and 4 chains."""
     assert _glm_band(name, 100000, 4) < 2.0
+
+
+@pytest.mark.parametrize("v_star, bracket", [(5e-5, (0.125, 0.16)), (5e-6, (0.09, 0.11))])
+def test_anchored_tuner_reaches_the_fixed_step_of_a_lower_target(v_star, bracket):
+    """v* = 5·10⁻⁵ (the default, 10× below MCLMC's) and 5·10⁻⁶: the fixed point is again the step at which
+    smile-naive's E[min(ΔE²/(d v*), ξ_max)] = 1 (≈ 0.14 and 0.1 on the 10-d Gaussian with isotropic noise:
+    E[ΔE²] ∝ ε^p with p ≈ 6.5 here, so 10× lower v* is ≈ 1.4× smaller ε), reached from starts 100× apart
+    (6000 steps, 8 chains)."""
+    _check_fixed_point(6000, 8, v_star, bracket)
+
+
+def test_energy_error_under_noise_has_a_mean_of_its_own_size():
+    """What ΔE measures under minibatch noise (:func:`anchored_update`): the step's error on its own potential,
+    started from a state that is in equilibrium for the chain, not for that potential, so E[ΔE] is of the order of
+    √E[ΔE²] (measured 0.6–0.7 at the anchored step); without noise the integrator's error is centred
+    (|E[ΔE]| / √E[ΔE²] ≈ 0.006 at the noiseless anchored step 1.18). smile-naive, 4 chains × 5000 steps, the
+    ratio of the pooled moments with a chain-level standard error."""
+    z = bonferroni_z(2)
+    for noise_scale, eps, inside in ((None, 0.2, (0.3, 1.0)), (0.0, 1.0, (-0.1, 0.1))):
+        kw = {} if noise_scale is None else {"noise_scale": noise_scale}
+        de = _energy_errors(make_target("gaussian", "isotropic", dim=10, **kw), eps, 5000, 4, 21)
+        per_chain = de.mean(axis=1) / np.sqrt((de ** 2).mean(axis=1))
+        ratio, se = per_chain.mean(), per_chain.std(ddof=1) / math.sqrt(per_chain.size)
+        assert inside[0] < ratio - z * se and ratio + z * se < inside[1], (noise_scale, ratio, se)
+
+
+def test_anchor_gain_diminishes_as_the_inverse_square_root():
+    """γ_n = γ/√(1 + n/1000): γ until tuning starts, γ/√2 after 1000 tuned steps, γ/√101 after 10⁵; the sum over
+    the first N steps, 2γ·1000(√(1 + N/1000) − 1) up to O(γ), diverges (the fixed point is reached from anywhere)."""
+    assert anchor_gain(0.02, -5.0) == 0.02 and anchor_gain(0.02, 0.0) == 0.02
+    assert anchor_gain(0.02, 1000.0) == pytest.approx(0.02 / math.sqrt(2.0), rel=1e-15)
+    assert anchor_gain(0.02, 1e5) == pytest.approx(0.02 / math.sqrt(101.0), rel=1e-15)
+    total = sum(anchor_gain(0.02, float(n)) for n in range(1900))
+    assert total == pytest.approx(2 * 0.02 * 1000 * (math.sqrt(1 + 1900 / 1000) - 1), abs=0.02)
+    assert total / 6 > math.log(100.0)  # ε 100× too small: at most ≈ 1900 steps to climb back (ξ = 0 at tiny ε)

@@ -171,7 +171,7 @@ sampler_options = compose(
     click.option("--friction", type=float, default=1.0, show_default=True, help="SGHMC's friction γ > 0."),
     click.option("--tuner", type=click.Choice(TUNERS), default="anchored", show_default=True,
                  help="The step-size rule of smile/psmile: anchored (ε moves toward the energy-error variance "
-                      "per dimension Var[ΔE]/d = 5e-4, a stable fixed point) or paper (the SMILE paper's eq. (7) "
+                      "per dimension Var[ΔE]/d = 5e-5, a stable fixed point) or paper (the SMILE paper's eq. (7) "
                       "as printed; its log ε drifts down by ≈ 7e-4 per step). Ignored by the other samplers."),
 )
 
@@ -313,7 +313,7 @@ def cli(**kw: Any) -> None:
     sghmc: v ← v + h(−βG_t − γv) + sqrt(2γh) ξ, θ ← θ + h v (h = --step-size).
     smile-naive/psmile-naive/smile/psmile: MCLMC (the SMILE paper (2025)), minimal-norm integrator on one
     minibatch per step (3 gradients), ε = --step-size (initial ε for smile/psmile; --tuner anchored
-    moves it toward Var[ΔE]/d = 5e-4, --tuner paper is the SMILE paper's eq. (7), which drifts down).
+    moves it toward Var[ΔE]/d = 5e-5, --tuner paper is the SMILE paper's eq. (7), which drifts down).
     JSON keys: parameter_names (the name of each coordinate of θ, in θ order),
     mean, cov, cov_standard_error, ess, seconds, iterations_per_second, health, ...
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %

@@ -235,7 +235,7 @@ def _collapse_advice(chains: Any) -> str:
     if settings.get("tuner") == "paper":
         return ("the SMILE paper's step-size rule (tuner 'paper') drifts ε down by ≈ 7e-4 per step at any step "
                 "size; use the anchored tuner (tuner 'anchored', the default), which holds ε where the "
-                "energy-error variance per dimension is 5e-4")
+                "energy-error variance per dimension is 5e-5")
     return ("the anchored tuner (tuner 'anchored') shrank ε to keep the energy-error variance per dimension at its "
             "target, so the energy errors stay large even at tiny steps (a non-smooth or ill-scaled model?); check "
             "the model, or use the untuned sampler with a fixed step size (e.g. smile-naive)")

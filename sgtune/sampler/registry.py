@@ -156,7 +156,7 @@ class SmileOptions:
     ``smile`` and ``psmile``.
 
     The step-size rule is ``tuner``: ``"anchored"`` (default) moves log ε toward the absolute target
-    Var[ΔE]/d = ``energy_var_target`` at rate ``anchor_rate``
+    Var[ΔE]/d = ``energy_var_target`` at a rate that starts at ``anchor_rate`` and diminishes
     (:func:`sgtune.sampler.smile.anchored_update`: a stable fixed point); ``"paper"`` is eq. (7) as
     printed (×(1 + δ) below the a/3 quantile, ×(1 − δ) above the 1 − 2a/3 quantile, a = ``adapt_a``,
     δ = ``adapt_delta``), whose log ε drifts by (a/3) log(1 + δ) + (2a/3) log(1 − δ) per step
@@ -185,9 +185,11 @@ class SmileOptions:
     tuner : {"anchored", "paper"}, optional
         The step-size rule of the tuned samplers.
     energy_var_target : float, optional
-        The anchored rule's target energy-error variance per dimension, Var[ΔE]/d (MCLMC's 5e-4).
+        The anchored rule's target energy-error variance per dimension, Var[ΔE]/d (5e-5, a tenth of MCLMC's
+        5e-4 for exact gradients: :func:`sgtune.sampler.smile.anchored_update`, "Choice of v*").
     anchor_rate : float, optional
-        The anchored rule's rate γ in (0, 1): log ε moves by (γ/6)(1 − ξ) per step.
+        The anchored rule's rate γ in (0, 1): log ε moves by (γₙ/6)(1 − ξ) per step, γₙ = γ/√(1 + n/1000)
+        after n tuned steps.
 
     Raises
     ------
@@ -213,7 +215,7 @@ class SmileOptions:
     tune_start: int = 10
     precond_start: int = 100
     tuner: str = "anchored"
-    energy_var_target: float = 5e-4
+    energy_var_target: float = 5e-5
     anchor_rate: float = 0.02
 
     def __post_init__(self) -> None:

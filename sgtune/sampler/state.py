@@ -61,7 +61,7 @@ Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 def tuner_params(*, alpha: float = 0.01, beta: float = 0.01, zk: float = 0.0, zlo: float = 0.0, zhi: float = 0.0,
                  delta: float = 0.02, tune_start: float = 10.0, pre_start: float = 100.0, inv_temp: float = 1.0,
                  precond: bool = False, tuned: bool = False, friction: float = 1.0, mode: float = TUNER_PAPER,
-                 anchor: float = 5e-4, gain: float = 0.02, clip: float = 10.0) -> TunerParams:
+                 anchor: float = 5e-5, gain: float = 0.02, clip: float = 10.0) -> TunerParams:
     """A :class:`TunerParams` record with every field a float (one numba type for every sampler).
 
     ``mode`` is the step-size rule (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`); ``anchor``, ``gain`` and

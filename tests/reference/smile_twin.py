@@ -132,7 +132,7 @@ def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom
                     act = not math.isfinite(a) or en >= tune_start
                     if math.isfinite(a):
                         em, ev, en = ema_update(em, ev, en, a, beta)
-                    factor = math.exp(gain * (1.0 - xi) / 6.0) if act else 1.0
+                    factor = math.exp(gain / math.sqrt(1.0 + max(en - tune_start, 0) / 1000.0) * (1.0 - xi) / 6.0) if act else 1.0
                     if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
                         stats[c, 0] += 1.0
                         th = prev
