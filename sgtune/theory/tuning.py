@@ -1059,7 +1059,7 @@ def _tuned_stationary(e: Expansion, dyn: Dynamics, S: np.ndarray, cbar: np.ndarr
             "whitened coordinates", residual=exc.residual, method=exc.method) from None
     except UnstableStepSizeError as exc:
         if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
-            raise _out_of_reach(str(exc), exc.spectral_radius, exc.max_stable_step) from None
+            raise _out_of_reach(str(exc), exc.spectral_radius, exc.max_stable_step, e, dyn) from None
         raise UnstableStepSizeError(
             f"method {method!r} gives a step-size matrix whose chain diverges ({exc}); the target is out of "
             "reach of this method's noise model — use method 'dq-exact'",
@@ -1068,17 +1068,22 @@ def _tuned_stationary(e: Expansion, dyn: Dynamics, S: np.ndarray, cbar: np.ndarr
         # at the edge itself rounding decides whether ρ prints as 1 − 1e-13 or 1 + 1e-13: one answer for both
         raise _out_of_reach(f"spectral radius {st.spectral_radius:.15g} is within {EDGE_OF_STABILITY:g} of 1, "
                             f"a chain that needs more than {1 / EDGE_OF_STABILITY:.0e} steps to mix",
-                            st.spectral_radius, math.nan)
+                            st.spectral_radius, math.nan, e, dyn)
     return st
 
 
-def _out_of_reach(why: str, rho: float, max_stable: float) -> UnstableStepSizeError:
-    """The error of a dq-exact Λ that sits at (or beyond) the edge of stability."""
+def _out_of_reach(why: str, rho: float, max_stable: float, e: Expansion, dyn: Dynamics) -> UnstableStepSizeError:
+    """The error of a dq-exact Λ that sits at (or beyond) the edge of stability; for SGD, the remedy SGLD at
+    REACHABLE_MARGIN·N (its injected noise spreads the chain along directions the gradient noise misses)."""
+    beta = float(f"{REACHABLE_MARGIN * e.n_data:.6g}")
+    remedies = () if math.isfinite(dyn.inv_temperature) else (Remedy(
+        f"SGLD at inverse temperature {beta:.6g} ({REACHABLE_MARGIN:g}·N): its injected noise reaches the "
+        "directions SGD's gradient noise does not", {"inv_temperature": beta}, expect="runs"),)
     return UnstableStepSizeError(
         f"the target covariance is out of reach of a stable chain: the step-size matrix that would give "
         f"it sits at the edge of stability ({why}); SGD's own gradient noise is too small in some "
         "direction — use SGLD (a finite `inv_temperature`), a smaller batch, or a smaller target",
-        spectral_radius=rho, max_stable_step=max_stable)
+        spectral_radius=rho, max_stable_step=max_stable, remedies=remedies)
 
 
 def _scalar_line_optimum(fun: Any, t0: float) -> float:
