@@ -437,6 +437,11 @@ def _prior_matrix(value: Any, d: int) -> np.ndarray:
     return g
 
 
+def _dense_prior(g: np.ndarray, d: int) -> np.ndarray:
+    """Γ of :func:`_prior_matrix` as a (D, D) matrix."""
+    return g if g.ndim == 2 else np.diag(np.broadcast_to(g, (d,)))
+
+
 def _resolve_prior(prior: str | None, gamma: Any, n_data: Any, s: dict[str, Any], d: int,
                    where: str) -> tuple[str, np.ndarray | None, int | None]:
     """(mode, Γ, N): ``prior`` checked against what is given and what the source records."""
@@ -444,8 +449,8 @@ def _resolve_prior(prior: str | None, gamma: Any, n_data: Any, s: dict[str, Any]
         raise SgtuneError(f"{where}: prior must be one of {', '.join(repr(m) for m in PRIOR_MODES)}, got {prior!r}")
     rec_g = None if s.get("prior_precision") is None else _prior_matrix(s["prior_precision"], d)
     given_g = None if gamma is None else _prior_matrix(gamma, d)
-    if rec_g is not None and given_g is not None and not (
-            np.shape(rec_g) == np.shape(given_g) and np.allclose(rec_g, given_g, rtol=1e-12, atol=0)):
+    if rec_g is not None and given_g is not None and not np.allclose(
+            _dense_prior(rec_g, d), _dense_prior(given_g, d), rtol=1e-12, atol=0):  # Γ = 1 is the identity
         raise SgtuneError(f"prior_precision contradicts {s['label']} prior precision: omit it")
     n = _agree("n_data", n_data, s.get("n_data"), s.get("label", "the source's"))
     gam = given_g if given_g is not None else rec_g
@@ -455,10 +460,13 @@ def _resolve_prior(prior: str | None, gamma: Any, n_data: Any, s: dict[str, Any]
         elif not s.get("is_result") or (rec_g is not None and not np.any(rec_g)):
             prior = "in-loss"  # a bare Λ (the old meaning), or a result recorded without prior
         else:
+            add = ("prior='add' (the update adds Γθ/N, Γ and N as the result records them)" if rec_g is not None
+                   and s.get("n_data") is not None else "prior='add' with prior_precision=Γ and n_data=N (the update "
+                   "adds Γθ/N)")
+            had = "the fit had a prior: " if rec_g is not None else ""
             raise SgtuneError(
-                f"{where}: say where the prior term Γθ/N of the gradient comes from: prior='in-loss' (the gradient "
-                "you pass is that of your mean loss including ½θᵀΓθ/N; also when the fit had no prior) or "
-                "prior='add' with prior_precision=Γ and n_data=N (the update adds Γθ/N)")
+                f"{where}: {had}say where the prior term Γθ/N of the gradient comes from: prior='in-loss' (the "
+                f"gradient you pass is that of your mean loss including ½θᵀΓθ/N) or {add}")
     if prior == "in-loss":
         if given_g is not None:
             raise SgtuneError(f"{where}: prior_precision is used only with prior='add' (with prior='in-loss' your "
@@ -660,6 +668,9 @@ def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: 
     seen = set()
     for label, prefix, shape in leaves:
         if prefix not in groups:
+            if any(p in groups for _, p, _ in leaves):  # some parameters are Λ's: a last layer, say
+                raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); pass subset=True "
+                                  "to update only the parameters Λ's rows name (the others stay frozen)")
             raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); rename it, or give "
                               "parameter_names= for these parameters")
         gshape, rows = groups[prefix]

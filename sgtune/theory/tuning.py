@@ -198,6 +198,11 @@ class TuningResult(ResultMixin):
         θ̂ of the expansion tuned at (None when not known).
     parameter_names : tuple of str
         The name of each coordinate of θ (the expansion's; ``theta[i]`` when none).
+    prior_precision : ndarray or None
+        Γ of the expansion tuned at (zeros: the fit had no prior; None when not known), so an export
+        (:func:`sgtune.io.export.numpy_step`) knows the gradient's prior term Γθ/N without ``prior=``.
+    n_data : int or None
+        N of the expansion tuned at (None when not known).
 
     See Also
     --------
@@ -237,6 +242,8 @@ class TuningResult(ResultMixin):
     family_criterion: str = "discrepancy"
     theta_hat: np.ndarray | None = None
     parameter_names: tuple[str, ...] | None = None
+    prior_precision: np.ndarray | None = None
+    n_data: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parameter_names",
@@ -697,7 +704,8 @@ def tune(expansion: Expansion, dynamics: Any = None, *, target: Any = "sandwich"
                         method=method, family=family, criterion=criterion, stationary=st, batch_size=dyn.batch_size,
                         inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=part,
-                        family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names)
+                        family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names,
+                        prior_precision=expansion.prior_precision, n_data=expansion.n_data)
 
 
 def _step_matrix_of_family(expansion: Expansion, dyn: Dynamics, S: np.ndarray, model: Any, family: str,
@@ -873,7 +881,7 @@ def _tune_whitened(e: Expansion, dyn: Dynamics, T: np.ndarray, target: Any, meth
                         covariance_error=err, method=method, family="dense", criterion=criterion, stationary=st,
                         batch_size=dyn.batch_size, inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=None,
-                        family_criterion=inner.family_criterion)
+                        family_criterion=inner.family_criterion, prior_precision=e.prior_precision, n_data=e.n_data)
 
 
 @cites("wang2026", "Eq. (11) as Λ → 0: Σ → H⁻¹/β, the still chain a structured family's fit is compared with")
