@@ -165,6 +165,7 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "hidden_sizes": ("hidden_sizes",),
     "model": ("model",),
     "features_from": ("features_from",),
+    "head": ("head",),
     "repeat": ("repeat",),
     "refine_rounds": ("refine_rounds",),
     "rounds": ("refine_rounds",),

@@ -26,7 +26,7 @@ from ._io import announced, check_writable, info
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from", "fit")
+             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from", "head", "fit")
 MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'multinomial' (softmax regression over "
               "the response's class labels, numbers or text: --layout), 'mlp' (a feed-forward network: "
               "--hidden-sizes, --activation, --likelihood), 'last-layer' (the output layer of a trained network on its "
@@ -93,8 +93,9 @@ data_options = compose(
                       "The result describes SGD/SGLD on the head's weights and bias with the body frozen (batches "
                       "are rows of features)."),
     click.option("--features-from", "features_from", default=None, metavar="FILE.py:NAME|mlp",
-                 help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
-                      "is the output layer (its weights start the fit; nothing may follow it) — or a function "
+                 help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose output layer is "
+                      "the nn.Linear that gives its output (else its last one; --head NAME names it; its weights "
+                      "start the fit; nothing may follow it) — or a function "
                       "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64. "
                       "Or NAME is a network model (sgtune's model protocol with features(theta, X) and "
                       "last_layer_likelihood, which gives the head's --likelihood; a from_torch(net, likelihood) model "
@@ -105,6 +106,11 @@ data_options = compose(
                       "bernoulli, --prior-precision, --seed, --subsample: the fit of --model mlp with the same "
                       "options, or its weights from --theta-hat) — the result describes SGD/SGLD on that network's "
                       "output layer with the body frozen at those weights."),
+    click.option("--head", "head", default=None, metavar="NAME",
+                 help="last-layer with --features-from FILE.py:NAME (a torch network): the qualified name of the "
+                      "output layer, an nn.Linear (e.g. 'out', 'classifier.2'); default: the nn.Linear whose output "
+                      "is the network's output, else its last one. A name it lacks lists the network's nn.Linear "
+                      "modules."),
     click.option("--layout", type=click.Choice(["baseline", "full"]), default="baseline", show_default=True,
                  help="multinomial: θ's layout. baseline: the smallest label is the reference class (logit 0) and θ "
                       "stacks the K−1 coefficient vectors of the other classes in sorted label order, each of length "
@@ -332,6 +338,9 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
         raise click.UsageError("--model last-layer needs exactly one of --features FILE (the features, one row per "
                                "row of DATA) or --features-from FILE.py:NAME (the trained network)")
     lik = kw.get("likelihood") or "gaussian"
+    if kw.get("head") and (feats or spec == MLP_FEATURES):
+        raise click.UsageError(f"--head {kw['head']} names the output layer of a torch network given by "
+                               "--features-from FILE.py:NAME; drop it")
     if spec == MLP_FEATURES:
         return _network_last_layer(ds, kw, _mlp_network(ds, kw), spec)
     if lik == "poisson":
@@ -355,7 +364,14 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
                          "features(X) (nor a model with features(theta, X))")
     X = np.asarray(ds.X)
     build = guarded(last_layer, f"--features-from {spec}", str(Path.cwd()), "computing the features")
-    model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    if kw.get("head"):
+        common["head"] = kw["head"]
+    try:
+        model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    except SgtuneError as exc:
+        if str(exc).startswith("`head="):  # a name the network lacks: a bad option value
+            raise click.UsageError(f"--head {kw['head']}: {str(exc).split(': ', 1)[1]}") from None
+        raise
     return data, model
 
 
