@@ -21,8 +21,9 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     data = prob.dataset
     if prob.expansion.n_samples != data.n_data:  # --subsample M: the rows the expansion used (same seeded draw)
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
+    label, long = _announcement(prob, data, 16 if small else 6)
     try:
-        with announced("applicability report (the model over the predicted spread)", _quiet()):
+        with announced(label, _quiet(), at_once=long):
             a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
                               backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
     except np.linalg.LinAlgError:
@@ -48,6 +49,37 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     if a.linearised_cov is not None:
         doc["statistically_linearised_cov"] = a.linearised_cov
     return doc
+
+
+#: the applicability report's typical number of model evaluations over all rows: the ±2 sd axes (8), then three
+#: fixed-point iterations of 2·n_pairs points and a shifted centre (statistically_linearised_cov)
+def typical_evaluations(n_pairs: int) -> int:
+    """Expansions the applicability report typically computes with ``n_pairs`` antithetic pairs."""
+    return 8 + 3 * (2 * n_pairs + 1)
+
+
+def _announcement(prob: Any, data: Any, n_pairs: int) -> tuple[str, bool]:
+    """The report's progress label and whether it is long enough to say so at once: above LARGE_DIM one model
+    evaluation over all rows is timed (a few percent of the report) and the label says roughly how long the
+    report takes (``applicability report (… about 3 min: ~47 evaluations of the model over 5000 rows of
+    about 4 s each)``)."""
+    import time
+
+    from ..models.expansion import expansion_at
+    from ._io import QUIET_PROGRESS_AFTER, rough_seconds
+
+    label = "applicability report (the model over the predicted spread"
+    if prob.dim <= LARGE_DIM:
+        return label + ")", False
+    e = prob.expansion
+    tic = time.perf_counter()
+    expansion_at(prob.model, data, e.prior_precision, e.theta_hat, population_size=e.population_size)
+    each = time.perf_counter() - tic
+    k = typical_evaluations(n_pairs)
+    total = k * each
+    label += (f"; {rough_seconds(total)}: ~{k} evaluations of the model over {data.n_data} rows at D = {prob.dim}, "
+              f"{rough_seconds(each)} each)")
+    return label, total > 3 * QUIET_PROGRESS_AFTER
 
 
 def _quiet() -> bool:

@@ -518,11 +518,13 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
                                      f"at most {ds.n_data}, or leave --subsample out to fit on every row",
                                      param_hint="'--subsample'")
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(seed))
-        with announced(_fit_label(theta_hat, fit_ds.n_data), bool(kw.get("quiet"))):
+        label, long = _fit_label(theta_hat, fit_ds.n_data, d)
+        with announced(label, bool(kw.get("quiet")), at_once=long):
             e = expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
                        theta_hat=theta_hat, seed=seed)
     else:
-        with announced(_fit_label(theta_hat, ds.n_data), bool(kw.get("quiet"))):
+        label, long = _fit_label(theta_hat, ds.n_data, d)
+        with announced(label, bool(kw.get("quiet")), at_once=long):
             e = expand(model, ds, gam, theta_hat=theta_hat, seed=seed, scheduler=kw.get("scheduler"))
     if at_weights:
         info(f"θ̂ = the network's current weights, not refitted (--fit fits the MAP from them); there ‖∇L(θ̂)‖ = "
@@ -548,8 +550,24 @@ def _requested_fit(model: Any, ds: Dataset, gam: np.ndarray, seed: int, quiet: b
         return fit_map(model, ds, gam, theta0=theta0, seed=seed).theta_hat
 
 
-def _fit_label(theta_hat: Any, n_rows: int) -> str:
-    return f"{'expanding at the given θ̂' if theta_hat is not None else 'fitting θ̂ and expanding'} ({n_rows} rows)"
+#: from this D on the fit's progress line says how long its dense D×D algebra takes, roughly
+LARGE_FIT_DIM = 1000
+
+
+def _fit_label(theta_hat: Any, n_rows: int, d: int = 0) -> tuple[str, bool]:
+    """The fit's progress label and whether to show it at once: from D = LARGE_FIT_DIM on with a rough time
+    (about 12·N·D² + 30·D³ multiply-adds — the identifiability check's and the start's decompositions of the
+    N×D design, Newton's curvature passes and factorisations, the expansion's moments and eigenvalues; matched to
+    a linear model at N = 2500, D = 2000 — at the speed :func:`multiply_add_rate` measures now), shown at once
+    when that is over half a minute."""
+    from ._io import multiply_add_rate, rough_seconds
+
+    what = "expanding at the given θ̂" if theta_hat is not None else "fitting θ̂ and expanding"
+    if d < LARGE_FIT_DIM:
+        return f"{what} ({n_rows} rows)", False
+    seconds = (12.0 * n_rows * d * d + 30.0 * float(d) ** 3) / multiply_add_rate()
+    return (f"{what} ({n_rows} rows, D = {d}: dense D×D algebra, {rough_seconds(seconds)} at this machine's "
+            "current speed)"), seconds > 30
 
 
 def load_theta(path: str, dim: int) -> np.ndarray:

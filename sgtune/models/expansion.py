@@ -86,7 +86,7 @@ def prior_matrix(prior_precision: Any, dim: int) -> np.ndarray:
             raise SgtuneError(f"prior_precision must be a finite number >= 0, got {g}")
         return g * np.eye(dim)
     gam = as_symmetric(arr, "prior_precision", dim)
-    lam = np.linalg.eigvalsh(gam)
+    lam = interruptible(4.0 * dim ** 3 / 3, np.linalg.eigvalsh, gam)
     if lam[0] < -1e-12 * max(1.0, abs(lam[-1])):
         raise NotPositiveDefiniteError(
             f"prior_precision must be positive semi-definite but has eigenvalue {lam[0]:.3g}")
@@ -328,11 +328,11 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
         damping = 0.0
         while True:
             try:
-                chol = np.linalg.cholesky(hess + damping * np.eye(d))
+                chol = interruptible(d ** 3 / 3, np.linalg.cholesky, hess + damping * np.eye(d))
                 break
             except np.linalg.LinAlgError:
                 damping = max(2 * damping, 1e-8 * max(1.0, np.abs(hess).max()))
-        step = -np.linalg.solve(chol.T, np.linalg.solve(chol, grad))
+        step = -interruptible(2.0 * d ** 2, lambda: np.linalg.solve(chol.T, np.linalg.solve(chol, grad)))
         decrement2 = float(-grad @ step)
         if decrement2 <= tol**2 and damping == 0.0:
             # converged; the step already computed takes θ to O(decrement²) of θ̂ at no cost, so fits that
@@ -370,7 +370,8 @@ def _newton(objective: Any, value: Any, theta: np.ndarray, d: int, tol: float, m
         if not np.all(np.isfinite(theta)) or np.linalg.norm(theta) > runaway:
             break
     gn = float(np.linalg.norm(grad))
-    lam = np.linalg.eigvalsh(0.5 * (hess + hess.T)) if np.all(np.isfinite(hess)) else None
+    lam = interruptible(4.0 * d ** 3 / 3, np.linalg.eigvalsh, 0.5 * (hess + hess.T)) if np.all(np.isfinite(hess)) \
+        else None
     if lam is not None and gn <= STATIONARY_GRADIENT * max(1.0, abs(val)) and not lam[0] > SINGULAR_RTOL * lam[-1]:
         raise _NotStrictMinimum(gn, float(lam[0]), float(lam[-1]), theta)
     raise ConvergenceError(
@@ -443,6 +444,35 @@ def _not_strict_minimum_error(exc: _NotStrictMinimum, label: str, gam: np.ndarra
 
 #: rows per block of :func:`_column_sums`
 _SUM_BLOCK = 256
+#: multiply-adds above which a dense linear-algebra call runs where Ctrl-C and SIGTERM can interrupt it
+#: (:func:`interruptible`; about a second on one core)
+INTERRUPTIBLE_WORK = 1e9
+
+
+def interruptible(work: float, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``; when it costs more than :data:`INTERRUPTIBLE_WORK` multiply-adds (``work``) and this is the
+    main thread, in a worker thread the main thread waits on in short slices: a signal (Ctrl-C, SIGTERM) is
+    handled within a fraction of a second instead of when a minutes-long LAPACK call returns (NumPy releases
+    the interpreter lock inside it; the abandoned call ends with the process)."""
+    import threading
+
+    if work < INTERRUPTIBLE_WORK or threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn(*args)
+        except BaseException as exc:  # handed to the caller below
+            box["exc"] = exc
+
+    worker = threading.Thread(target=run, name="sgtune-linalg", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "exc" in box:
+        raise box["exc"]
+    return box["out"]
 
 
 def _column_sums(g: np.ndarray) -> np.ndarray:
@@ -463,9 +493,10 @@ def _mean_curvature(cur: RankOneCurvature | BlockCurvature | DenseCurvature) -> 
     """J = mean_n J_n from any structure (rank-one: Uᵀ diag(w) U / n, one BLAS call)."""
     if isinstance(cur, RankOneCurvature):
         u, w = cur.features, cur.weights
-        J = (u.T * w) @ u / u.shape[0]
+        J = interruptible(float(u.shape[0]) * u.shape[1] ** 2, lambda: (u.T * w) @ u) / u.shape[0]
     elif isinstance(cur, BlockCurvature):
-        J = block_matrix(cur.features, cur.weights) / cur.features.shape[0]
+        J = interruptible(float(cur.features.shape[0]) * (cur.weights.shape[1] * cur.features.shape[1]) ** 2,
+                          block_matrix, cur.features, cur.weights) / cur.features.shape[0]
     else:
         J = cur.hessians.mean(axis=0)
     return 0.5 * (J + J.T)
@@ -857,7 +888,7 @@ class Expansion(ResultMixin):
         if self.design is not None:
             if self.weights is None or self.design.shape != (n, d) or self.weights.shape != (n,):
                 raise SgtuneError(f"design must be (N, D) = ({n}, {d}) and weights (N,) = ({n},)")
-            J = (self.design.T * self.weights) @ self.design / n
+            J = interruptible(float(n) * d * d, lambda: (self.design.T * self.weights) @ self.design) / n
         elif self.block is not None:
             x, w = self.block.features, self.block.weights
             p = x.shape[1] if x.ndim == 2 else 0
@@ -865,13 +896,14 @@ class Expansion(ResultMixin):
             if x.shape != (n, p) or not r or w.shape != (n, r, r):
                 raise SgtuneError(f"block features must be (N, p) and weights (N, r, r) with r·p = D = {d}, got "
                                   f"{x.shape} and {w.shape}")
-            J = block_matrix(x, w) / n
+            J = interruptible(float(n) * d * d, block_matrix, x, w) / n
         else:
             if self.per_sample_hessians.shape != (n, d, d):  # type: ignore[union-attr]
                 raise SgtuneError(f"per_sample_hessians must be (N, D, D) = ({n}, {d}, {d})")
             J = self.per_sample_hessians.mean(axis=0)  # type: ignore[union-attr]
         J = 0.5 * (J + J.T)
-        self._set_moments(J, self.grads.T @ self.grads / n, _column_sums(self.grads) / n)
+        self._set_moments(J, interruptible(float(n) * d * d, lambda: self.grads.T @ self.grads) / n,
+                          _column_sums(self.grads) / n)
 
     def _init_streamed(self) -> None:
         r = self.reductions
@@ -900,9 +932,9 @@ class Expansion(ResultMixin):
         grad_l = self.mean_grad + self.prior_precision @ self.theta_hat / self.n_data  # ∇L(θ̂)
         object.__setattr__(self, "gradient_norm", float(np.linalg.norm(grad_l)))
         # ∇L against its own sampling noise: √(N ∇Lᵀ C⁺ ∇L), C = Cov_n g_n (pseudo-inverse if singular)
-        z2 = float(grad_l @ np.linalg.pinv(self.gradient_cov(), hermitian=True) @ grad_l) * self.n_data
+        z2 = _inverse_form(self.gradient_cov(), grad_l) * self.n_data
         object.__setattr__(self, "gradient_z", math.sqrt(max(z2, 0.0)))
-        lam = np.linalg.eigvalsh(self.hessian)
+        lam = interruptible(4.0 * self.dim ** 3 / 3, np.linalg.eigvalsh, self.hessian)
         object.__setattr__(self, "hessian_min_eigenvalue", float(lam[0]))
         self._cache["hessian_max_eigenvalue"] = float(lam[-1])  # for whitening(): no second O(D³) pass
 
@@ -1117,6 +1149,28 @@ class Expansion(ResultMixin):
                 "hessian": self.hessian, "fisher": self.fisher, "gradient_norm": self.gradient_norm,
                 "hessian_min_eigenvalue": self.hessian_min_eigenvalue, "n_data": self.n_data, "dim": self.dim,
                 "model": self.model}
+
+
+def _inverse_form(c: np.ndarray, v: np.ndarray) -> float:
+    """vᵀC⁺v for a symmetric positive semi-definite C: by Cholesky when C is positive definite (D³/3
+    multiply-adds, the same number as the pseudo-inverse's to rounding), else by the pseudo-inverse
+    (an eigendecomposition, about thirty times the work)."""
+    from scipy.linalg import lapack, solve_triangular
+
+    d = c.shape[0]
+    try:
+        chol = interruptible(d ** 3 / 3, np.linalg.cholesky, c)
+        rcond, info = lapack.dpocon(chol, float(np.abs(c).sum(axis=0).max()), uplo="L")
+    except np.linalg.LinAlgError:
+        rcond, info = 0.0, 0
+    if info != 0 or not rcond > CHOLESKY_RCOND:  # (nearly) singular: the pseudo-inverse drops the null space
+        return float(v @ interruptible(9.0 * d ** 3, lambda: np.linalg.pinv(c, hermitian=True)) @ v)
+    w = solve_triangular(chol, v, lower=True)  # C = LLᵀ: vᵀC⁻¹v = ‖L⁻¹v‖²
+    return float(w @ w)
+
+
+#: reciprocal condition number above which :func:`_inverse_form` trusts the Cholesky solve
+CHOLESKY_RCOND = 1e-10
 
 
 def _spd_inverse(a: np.ndarray, name: str, hint: str = "", *, prior: bool = True) -> np.ndarray:
