@@ -432,3 +432,35 @@ def test_a_layout_with_more_parameters_than_lambda_suggests_subset():
     with pytest.raises(SgtuneError, match=r"parameter 0\.weight has no rows in the layout .*pass subset=True"):
         torch_optimizer(res, net, prior="in-loss")
     assert len(torch_optimizer(res, net, prior="in-loss", subset=True).param_groups[0]["params"]) == 2
+
+
+def test_torch_optimizer_takes_its_options_as_one_object_or_as_before():
+    """TorchOptions(subset=…, seed=…) and the keywords of the earlier form build the same optimizer; an unknown
+    keyword is a TypeError as for any function; torch_optimizer has at most 12 parameters."""
+    import inspect
+
+    from sgtune.io.export import TorchOptions
+
+    torch = pytest.importorskip("torch")
+    assert len(inspect.signature(torch_optimizer).parameters) <= 12
+    head = ("2.weight[0,0]", "2.weight[0,1]", "2.bias[0]")
+    res = result(lam=np.diag(np.full(3, 0.1)), parameter_names=head, momentum=0.0, inv_temperature=50.0)
+    states = []
+    for kw in (dict(options=TorchOptions(subset=True, seed=7)), dict(subset=True, seed=7)):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
+        opt = torch_optimizer(res, net, prior="in-loss", check_batch_size=False, **kw) if "subset" in kw else \
+            torch_optimizer(res, net, prior="in-loss", options=replace_check(kw["options"]))
+        net(torch.ones(4, 3, dtype=torch.float64)).sum().backward()
+        opt.step()
+        states.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*states):
+        assert torch.equal(a, b)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'subsett'"):
+        torch_optimizer(res, torch.nn.Linear(2, 1), prior="in-loss", subsett=True)
+
+
+def replace_check(options):
+    from dataclasses import replace
+
+    return replace(options, check_batch_size=False)
