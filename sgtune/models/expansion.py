@@ -171,20 +171,13 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
 
     Notes
     -----
-    Implements θ̂ of Wang, Ding & Huggins (2026), §2.1. Models with ``fit_method = "newton"`` (GLMs)
-    are fitted by damped Newton with a backtracking
-    line search from ``model.newton_start`` (or ``theta0``). Other (non-convex) models — networks,
-    user models — by L-BFGS from the seeded start ``model.initial_params(p, default_rng(seed))``
-    (or ``theta0``), then polished by the same damped Newton on the model's curvature, which
-    certifies the result: converged when the Newton decrement satisfies ``gᵀH⁻¹g ≤ tol²`` with an
-    undamped (positive-definite) H — a strict local minimum. Indefinite Hessians are handled by
-    Levenberg damping. With ``population_size`` N (fitting on a subsample of M rows) the prior term
-    is θᵀΓθ/(2N), so θ̂ estimates the full-data MAP. Out-of-core data (``data.rows``) are streamed:
-    each pass is one chunked reduction (``scheduler``: None, "local" or a Dask address; module
-    docstring), Newton starts from the MAP of a random sample of at most
-    ``IDENTIFIABILITY_SAMPLE`` rows (the model's identifiability check runs on the same sample),
-    and each line-search trial point's pass also gives its gradient and curvature (an accepted
-    point costs no second pass).
+    Implements θ̂ of Wang, Ding & Huggins (2026), §2.1. GLMs (``fit_method = "newton"``): damped Newton with a
+    backtracking line search from ``model.newton_start`` (or ``theta0``). Other (non-convex) models: L-BFGS
+    from ``model.initial_params(p, default_rng(seed))`` (or ``theta0``), polished by the same Newton, which
+    certifies a strict local minimum (``gᵀH⁻¹g ≤ tol²`` with an undamped, positive-definite H; Levenberg
+    damping otherwise). Out-of-core data (``data.rows``) are streamed in chunked passes (``scheduler``),
+    Newton starting from the MAP of a random sample of at most ``IDENTIFIABILITY_SAMPLE`` rows (where the
+    identifiability check runs too). Dense factorisations are interruptible (Ctrl-C is prompt at large D).
 
     Examples
     --------
@@ -215,64 +208,12 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
         else:
             _check_identifiable_sample(model, data, gam, sample)
 
-    def value_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        if rows is not None:
-            ls, gs = reduce_rows(_chunk_fit_terms, rows, model, theta, d, False,
-                                 chunk_rows=_chunk_rows(model, d), scheduler=scheduler)
-            return float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n
-        losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
-        g = checked_call(model, "per_sample_grads", theta, X, y, shape=(m_rows, d))
-        return float(losses.mean() + 0.5 * theta @ gam @ theta / n), _column_sums(g) / m_rows + gam @ theta / n
-
-    def value(theta: np.ndarray) -> float:
-        if rows is not None:  # streamed data: the loss by chunks too (never an (N,) temporary), and with the
-            return objective(theta)[0]  # gradient and curvature: an accepted trial point is the next iterate
-        losses = checked_call(model, "per_sample_losses", theta, X, y, shape=(m_rows,))
-        return float(losses.mean() + 0.5 * theta @ gam @ theta / n)
-
-    # a rank-one (Gauss–Newton) curvature is not the Hessian of a non-convex loss: polish with the exact
-    # mean Hessian from D Hessian–vector products when the model has them (quadratic convergence)
-    exact_hvp = (not newton and getattr(model, "rank_one", False)
-                 and callable(getattr(model, "hessian_vector_products", None)))
-
-    last: dict[bytes, tuple[float, np.ndarray, np.ndarray]] = {}
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        if rows is not None:  # one pass: loss, gradient and curvature sums (remembered for the last θ)
-            key = np.asarray(theta, dtype=float).tobytes()
-            if key in last:
-                return last[key]
-            ls, gs, js = reduce_rows(_chunk_fit_terms, rows, model, theta, d, True,
-                                     chunk_rows=_chunk_rows(model, d), scheduler=scheduler)
-            J = js / m_rows
-            out = (float(ls[0] / m_rows + 0.5 * theta @ gam @ theta / n), gs / m_rows + gam @ theta / n,
-                   0.5 * (J + J.T) + gam / n)
-            last.clear()
-            last[key] = out
-            return out
-        val, grad = value_grad(theta)
-        if exact_hvp:
-            cols = [checked_call(model, "hessian_vector_products", theta, X, y, e, shape=(m_rows, d)).mean(axis=0)
-                    for e in np.eye(d)]
-            hess = np.array(cols).T
-            return val, grad, 0.5 * (hess + hess.T) + gam / n
-        return val, grad, _mean_curvature(per_sample_curvature(model, theta, X, y)) + gam / n
-
-    if theta0 is not None:
-        theta = as_float_array(theta0, "theta0").reshape(-1).copy()
-        if theta.shape[0] != d:
-            raise SgtuneError(f"theta0 must have length D = {d}, got {theta.shape[0]}")
-    elif newton and sample is not None:  # streamed: Newton on a random sample first, so few passes remain
-        theta = _sample_start(model, sample, gam, n, d, label, max_iter)
-    elif newton:
-        theta = np.asarray(model.newton_start(X, y, gam), dtype=float) if callable(
-            getattr(model, "newton_start", None)) else np.zeros(d)
-    else:
-        theta = checked_call(model, "initial_params", X.shape[1], np.random.default_rng(seed), shape=(d,))
+    obj = _MapObjective(model, data, gam, n, d, scheduler)
+    theta = _fit_start(model, data, theta0, gam, n, d, label, max_iter, sample, seed)
     if not newton:
-        theta = _lbfgs(value_grad, theta, label, max_iter)
+        theta = _lbfgs(obj.value_grad, theta, label, max_iter)
         if not _dense_affordable(model, m_rows, d):  # no curvature to certify with: gradient check only
-            val, grad = value_grad(theta)
+            val, grad = obj.value_grad(theta)
             gn = float(np.linalg.norm(grad))
             if gn > math.sqrt(tol) * max(1.0, abs(val)):
                 raise ConvergenceError(
@@ -280,9 +221,80 @@ def fit_map(model: Any, data: Dataset, prior_precision: Any = 0.0, *, theta0: An
                     "(`theta_hat`) or use `hessian='gauss-newton'`", residual=gn, method="lbfgs")
             return FitResult(theta, 0, gn, val)
     try:
-        return _newton(objective, value, theta, d, tol, max_iter, label)
+        return _newton(obj.objective, obj.value, theta, d, tol, max_iter, label)
     except _NotStrictMinimum as exc:
         raise _not_strict_minimum_error(exc, label, gam, n) from None
+
+
+class _MapObjective:
+    """The MAP objective L(θ) = (1/M) Σ_n l_n(θ) + θᵀΓθ/(2N) of :func:`fit_map` on M rows in memory or streamed:
+    ``value_grad`` (L, ∇L), ``value`` (L) and ``objective`` (L, ∇L, H). Streamed data take one chunked pass for
+    all three (remembered for the last θ: an accepted line-search point is the next iterate at no second pass);
+    a rank-one (Gauss–Newton) curvature of a non-convex model is replaced by the exact mean Hessian from D
+    Hessian–vector products when the model has them (quadratic convergence)."""
+
+    def __init__(self, model: Any, data: Dataset, gam: np.ndarray, n: int, d: int, scheduler: str | None) -> None:
+        self.model, self.X, self.y, self.rows = model, data.X, data.y, data.rows
+        self.gam, self.n, self.d, self.m, self.scheduler = gam, n, d, data.X.shape[0], scheduler
+        newton = getattr(model, "fit_method", "lbfgs") == "newton"
+        self.exact_hvp = (not newton and getattr(model, "rank_one", False)
+                          and callable(getattr(model, "hessian_vector_products", None)))
+        self.last: dict[bytes, tuple[float, np.ndarray, np.ndarray]] = {}
+
+    def _prior(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        return 0.5 * theta @ self.gam @ theta / self.n, self.gam @ theta / self.n
+
+    def value_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        pv, pg = self._prior(theta)
+        if self.rows is not None:
+            ls, gs = reduce_rows(_chunk_fit_terms, self.rows, self.model, theta, self.d, False,
+                                 chunk_rows=_chunk_rows(self.model, self.d), scheduler=self.scheduler)
+            return float(ls[0] / self.m + pv), gs / self.m + pg
+        losses = checked_call(self.model, "per_sample_losses", theta, self.X, self.y, shape=(self.m,))
+        g = checked_call(self.model, "per_sample_grads", theta, self.X, self.y, shape=(self.m, self.d))
+        return float(losses.mean() + pv), _column_sums(g) / self.m + pg
+
+    def value(self, theta: np.ndarray) -> float:
+        if self.rows is not None:  # streamed: the loss by chunks too (never an (N,) temporary), with ∇L and H
+            return self.objective(theta)[0]
+        losses = checked_call(self.model, "per_sample_losses", theta, self.X, self.y, shape=(self.m,))
+        return float(losses.mean() + self._prior(theta)[0])
+
+    def objective(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        if self.rows is not None:  # one pass: loss, gradient and curvature sums (remembered for the last θ)
+            key = np.asarray(theta, dtype=float).tobytes()
+            if key not in self.last:
+                ls, gs, js = reduce_rows(_chunk_fit_terms, self.rows, self.model, theta, self.d, True,
+                                         chunk_rows=_chunk_rows(self.model, self.d), scheduler=self.scheduler)
+                J, (pv, pg) = js / self.m, self._prior(theta)
+                self.last = {key: (float(ls[0] / self.m + pv), gs / self.m + pg,
+                                   0.5 * (J + J.T) + self.gam / self.n)}
+            return self.last[key]
+        val, grad = self.value_grad(theta)
+        if self.exact_hvp:
+            cols = [checked_call(self.model, "hessian_vector_products", theta, self.X, self.y, e,
+                                 shape=(self.m, self.d)).mean(axis=0) for e in np.eye(self.d)]
+            hess = np.array(cols).T
+            return val, grad, 0.5 * (hess + hess.T) + self.gam / self.n
+        return val, grad, _mean_curvature(per_sample_curvature(self.model, theta, self.X, self.y)) + self.gam / self.n
+
+
+def _fit_start(model: Any, data: Dataset, theta0: Any, gam: np.ndarray, n: int, d: int, label: str, max_iter: int,
+               sample: tuple[np.ndarray, np.ndarray] | None, seed: int) -> np.ndarray:
+    """Where :func:`fit_map` starts: ``theta0``; streamed Newton models the MAP of a random sample (so few passes
+    remain); in memory the model's ``newton_start`` (else zeros); non-convex models their seeded initial_params."""
+    if theta0 is not None:
+        theta = as_float_array(theta0, "theta0").reshape(-1).copy()
+        if theta.shape[0] != d:
+            raise SgtuneError(f"theta0 must have length D = {d}, got {theta.shape[0]}")
+        return theta
+    if getattr(model, "fit_method", "lbfgs") != "newton":
+        return checked_call(model, "initial_params", data.X.shape[1], np.random.default_rng(seed), shape=(d,))
+    if sample is not None:
+        return _sample_start(model, sample, gam, n, d, label, max_iter)
+    if callable(getattr(model, "newton_start", None)):
+        return np.asarray(model.newton_start(data.X, data.y, gam), dtype=float)
+    return np.zeros(d)
 
 
 def _lbfgs(value_grad: Any, theta: np.ndarray, label: str, max_iter: int) -> np.ndarray:
