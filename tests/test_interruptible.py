@@ -66,3 +66,24 @@ def test_a_long_step_says_so_at_once_and_an_interrupted_one_never_says_done(monk
 def test_rough_seconds():
     assert rough_seconds(0.2) == "about 1 s" and rough_seconds(42) == "about 40 s"
     assert rough_seconds(200) == "about 3 min" and rough_seconds(7300) == "about 2 h"
+
+
+def test_the_applicability_report_above_large_dim_says_roughly_how_long():
+    """Above LARGE_DIM the report times one evaluation of the model and says how many it takes (issue 37: K = 50
+    classes waited minutes with no word)."""
+    from types import SimpleNamespace
+
+    from sgtune.cli._applicability import LARGE_DIM, _announcement, typical_evaluations
+    from sgtune.io.data import make_dataset
+    from sgtune.models import expand, get_model
+
+    d = LARGE_DIM + 20
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2 * d, d))
+    data = make_dataset(X, X[:, 0] + rng.standard_normal(2 * d))
+    model = get_model("linear")
+    label, _ = _announcement(SimpleNamespace(dim=d, expansion=expand(model, data), model=model), data, 6)
+    k, most = typical_evaluations(6), typical_evaluations(6, 6)
+    assert f"{k}–{most} evaluations of the model over {2 * d} rows at D = {d}" in label and "at most" in label
+    small, long = _announcement(SimpleNamespace(dim=5), data, 16)
+    assert small == "applicability report (the model over the predicted spread)" and not long
