@@ -82,8 +82,8 @@ def test_the_applicability_report_above_large_dim_says_roughly_how_long():
     X = rng.standard_normal((2 * d, d))
     data = make_dataset(X, X[:, 0] + rng.standard_normal(2 * d))
     model = get_model("linear")
-    label, _ = _announcement(SimpleNamespace(dim=d, expansion=expand(model, data), model=model), data, 6)
+    label, _ = _announcement(SimpleNamespace(dim=d, expansion=expand(model, data), model=model), data, 6, np.eye(d))
     k, most = typical_evaluations(6), typical_evaluations(6, 6)
-    assert f"{k}–{most} evaluations of the model over {2 * d} rows at D = {d}" in label and "at most" in label
+    assert f"{k}–{most} evaluations of the model over {2 * d} rows at D = {d}" in label and "at least" in label
     small, long = _announcement(SimpleNamespace(dim=5), data, 16)
     assert small == "applicability report (the model over the predicted spread)" and not long
