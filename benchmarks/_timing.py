@@ -30,3 +30,31 @@ def best_wall_cpu(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
         walls.append(time.perf_counter() - t)
         cpus.append(time.process_time() - c)
     return min(walls), min(cpus)
+
+
+def machine() -> dict[str, Any]:
+    """The machine and software a benchmark runs on: CPU model, logical cores, OS, Python, NumPy, SciPy and numba
+    versions (what a reader needs to compare a table with their own numbers; a date or a commit says none of it)."""
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:  # not Linux: platform's name
+        pass
+    versions = {}
+    for name in ("numpy", "scipy", "numba"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = "not installed"
+    return {"cpu": cpu, "cores": os.cpu_count(), "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(), **versions}
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """One line naming the machine of :func:`machine`."""
+    return (f"{m['cpu']}, {m['cores']} logical cores; {m['os']}; Python {m['python']}, NumPy {m['numpy']}, "
+            f"SciPy {m['scipy']}, numba {m['numba']}")

@@ -19,6 +19,10 @@ Sources (paths relative to ``benchmarks/results/``):
 * ``table1_smile:NAME.json`` — the SMILE paper's (2025) Table 1 grid (b² ± bootstrap sd per target, noise and
   sampler) as written by ``benchmarks/table1_smile.py``, with the paper's value in brackets
   (``table1_smile_paper.json``).
+* ``machine.json`` — the machine the measurements run on (CPU model, cores, OS, Python, NumPy, SciPy,
+  numba), written by ``python benchmarks/make_docs_tables.py --record-machine`` on that machine
+  (``benchmarks/_timing.py``'s ``machine()``); a results file with its own ``"machine"`` record names it
+  in each table's caption.
 * ``applicability.jsonl`` — ``benchmarks/applicability_table.py --table`` on those rows (likewise
   ``health.jsonl`` with ``benchmarks/health_table.py``).
 """
@@ -48,10 +52,25 @@ def _markdown(columns: list[str], rows: list[list[str]], align: list[str] | None
     return out
 
 
+def _machine(name: str) -> list[str]:
+    """The machine record ``name`` (``machine.json``) as one line."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _timing import machine_line
+
+    m = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    return [f"**Machine:** {machine_line(m)} (source: `benchmarks/results/{name}`)."]
+
+
 def _measured(name: str, table: str) -> list[str]:
     doc = json.loads((RESULTS / name).read_text(encoding="utf-8"))
     t = doc["tables"][table]
-    caption = f"*`{t['command']}` — {t['measured']}* (source: `benchmarks/results/{name}`)"
+    where = ""
+    if "machine" in t or "machine" in doc:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from _timing import machine_line
+
+        where = f"; machine: {machine_line(t.get('machine') or doc['machine'])}"
+    caption = f"*`{t['command']}` — {t['measured']}{where}* (source: `benchmarks/results/{name}`)"
     return [caption, "", *_markdown(t["columns"], t["rows"], t.get("align"))]
 
 
@@ -91,6 +110,8 @@ def render(source: str) -> list[str]:
     """The Markdown lines of one generated block."""
     if source.startswith("table1_smile:"):
         return _table1(source.split(":", 1)[1])
+    if source == "machine.json":
+        return _machine(source)
     if "#" in source:
         return _measured(*source.split("#", 1))
     if source.endswith(".csv"):
@@ -126,7 +147,15 @@ def pages() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 if a page is out of date")
+    ap.add_argument("--record-machine", action="store_true",
+                    help="first write this machine's record (CPU, cores, OS, Python, NumPy, SciPy, numba) to "
+                         "benchmarks/results/machine.json: run it on the machine that measured")
     args = ap.parse_args(argv)
+    if args.record_machine:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from _timing import machine
+
+        (RESULTS / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n", encoding="utf-8")
     stale = []
     for page in pages():
         old = page.read_text(encoding="utf-8")

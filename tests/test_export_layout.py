@@ -399,3 +399,68 @@ def test_step_matrix_names():
         lam.with_names(["a", "b"])
     with pytest.raises(SgtuneError, match="'a' appears twice"):
         StepMatrix("scalar", 2, scalar=0.1, names=("a", "a"))
+
+
+# --------------------------------------------------------------------------- what a real tuning result records
+def test_a_tuning_result_records_gamma_and_n_so_exports_need_no_prior():
+    """tune records the expansion's Γ and N: a fit without a prior exports with no ``prior=`` (nothing to add),
+    a fit with one takes ``prior="add"`` alone, and the update adds exactly Γθ/N (the recursion written out)."""
+    from sgtune.io.data import make_dataset
+    from sgtune.models import expand, get_model
+    from sgtune.theory.tuning import tune
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((200, 3))
+    data = make_dataset(X, X @ np.array([1.0, -1.0, 0.5]) + rng.standard_normal(200))
+    plain = tune(expand(get_model("linear"), data), Dynamics(None, batch_size=16))
+    assert plain.n_data == 200 and not np.any(plain.prior_precision)
+    theta, m, g = rng.standard_normal(3), np.zeros(3), rng.standard_normal(3)
+    np.testing.assert_allclose(numpy_step(plain)(theta, m, g)[0], theta - plain.step_matrix @ g, rtol=1e-13)
+    gamma = np.array([1.0, 2.0, 3.0])
+    with_prior = tune(expand(get_model("linear"), data, prior_precision=np.diag(gamma)), Dynamics(None, batch_size=16))
+    with pytest.raises(SgtuneError, match="the fit had a prior: say where .* or prior='add' .*as the result records"):
+        numpy_step(with_prior)
+    want = theta - with_prior.step_matrix @ (g + gamma * theta / 200)
+    np.testing.assert_allclose(numpy_step(with_prior, prior="add")(theta, m, g)[0], want, rtol=1e-13)
+
+
+def test_a_layout_with_more_parameters_than_lambda_suggests_subset():
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
+    head = ("2.weight[0,0]", "2.weight[0,1]", "2.bias[0]")
+    res = result(lam=np.diag(np.full(3, 0.1)), parameter_names=head, momentum=0.0)
+    with pytest.raises(SgtuneError, match=r"parameter 0\.weight has no rows in the layout .*pass subset=True"):
+        torch_optimizer(res, net, prior="in-loss")
+    assert len(torch_optimizer(res, net, prior="in-loss", subset=True).param_groups[0]["params"]) == 2
+
+
+def test_torch_optimizer_takes_its_options_as_one_object_or_as_before():
+    """TorchOptions(subset=…, seed=…) and the keywords of the earlier form build the same optimizer; an unknown
+    keyword is a TypeError as for any function; torch_optimizer has at most 12 parameters."""
+    import inspect
+
+    from sgtune.io.export import TorchOptions
+
+    torch = pytest.importorskip("torch")
+    assert len(inspect.signature(torch_optimizer).parameters) <= 12
+    head = ("2.weight[0,0]", "2.weight[0,1]", "2.bias[0]")
+    res = result(lam=np.diag(np.full(3, 0.1)), parameter_names=head, momentum=0.0, inv_temperature=50.0)
+    states = []
+    for kw in (dict(options=TorchOptions(subset=True, seed=7)), dict(subset=True, seed=7)):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
+        opt = torch_optimizer(res, net, prior="in-loss", check_batch_size=False, **kw) if "subset" in kw else \
+            torch_optimizer(res, net, prior="in-loss", options=replace_check(kw["options"]))
+        net(torch.ones(4, 3, dtype=torch.float64)).sum().backward()
+        opt.step()
+        states.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*states):
+        assert torch.equal(a, b)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'subsett'"):
+        torch_optimizer(res, torch.nn.Linear(2, 1), prior="in-loss", subsett=True)
+
+
+def replace_check(options):
+    from dataclasses import replace
+
+    return replace(options, check_batch_size=False)

@@ -530,3 +530,65 @@ def test_features_from_mlp_takes_the_network_weights_from_theta_hat_and_refuses_
     r5 = CliRunner().invoke(main, ["lambda", "--model", "last-layer", "--features-from", "mlp", *base,
                                    "--theta-hat", str(tmp_path / "short.npy")])
     assert r5.exit_code == 1 and "--theta-hat must hold D = 7" in r5.stderr
+
+
+# ----------------------------------------------------------------------------- which Linear is the head; NaN features
+HEAD_FIRST_FILE = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    class First(torch.nn.Module):  # the output layer registered before the body
+        def __init__(self):
+            super().__init__()
+            self.out = torch.nn.Linear(4, 1)
+            self.body = torch.nn.Linear(3, 4)
+        def forward(self, x):
+            return self.out(torch.tanh(self.body(x)))
+    FIRST = First()
+    class Twice(torch.nn.Module):  # no nn.Linear gives the output: a scaling follows
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)
+        def forward(self, x):
+            return 2 * self.b(torch.tanh(self.a(x)))
+    TWICE = Twice()
+    class Sqrt(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.out = torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)
+        def forward(self, x):
+            return self.out(torch.sqrt(self.body(x)))  # NaN where the body is negative
+    SQRT = Sqrt()
+""")
+
+
+def test_the_head_is_the_linear_that_gives_the_output_or_the_one_named(cli_files, monkeypatch):
+    """A network whose output nn.Linear is registered first: the head is the layer whose output is the
+    network's (the features are the input of `out`, tanh(body(x)), computed independently here), ``--head``
+    names it, a name the network lacks lists its nn.Linear modules (exit 2), and NaN features are said as such."""
+    tmp, X, y = cli_files
+    (tmp / "first.py").write_text(HEAD_FIRST_FILE)
+    monkeypatch.chdir(tmp)
+    base = ["d.npz", "--model", "last-layer", "--likelihood", "bernoulli", "--features-from"]
+    docs = []
+    for extra in ([], ["--head", "out"]):
+        r = _lam([*base, "first.py:FIRST", *extra])
+        assert r.exit_code == 0, r.output
+        docs.append(json.loads(r.stdout))
+    assert docs[0]["last_layer"]["head"] == "out" and docs[0]["parameter_names"][0] == "out.weight[0,0]"
+    np.testing.assert_array_equal(docs[0]["lambda"], docs[1]["lambda"])
+    ns: dict = {}
+    exec(HEAD_FIRST_FILE, ns)
+    body = ns["FIRST"].body
+    W, b = body.weight.detach().double().numpy(), body.bias.detach().double().numpy()
+    model, data = last_layer(lambda Z: np.tanh(Z @ W.T + b), X, y, likelihood="bernoulli")
+    res = tune(expand(model, data, 1.0), Dynamics(None, 16), target="sandwich")
+    np.testing.assert_allclose(docs[0]["lambda"], res.step_matrix, rtol=1e-8)
+    r = _lam([*base, "first.py:FIRST", "--head", "nope"])
+    assert r.exit_code == 2 and "--head nope" in r.stderr and "'out', 'body'" in r.stderr, r.output
+    r = _lam([*base, "first.py:TWICE"])
+    assert r.exit_code == 1 and "follows it" in r.stderr and "--head NAME" in r.stderr and "'a', 'b'" in r.stderr
+    r = _lam([*base, "first.py:SQRT"])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "features" in r.stderr and "not finite" in r.stderr, \
+        r.stderr
+    with pytest.raises(SgtuneError, match="`head='nope'`"):
+        last_layer(ns["FIRST"], X, y, likelihood="bernoulli", head="nope")

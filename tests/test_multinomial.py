@@ -3,6 +3,7 @@ finite differences, the compiled oracle's NumPy twin, and through the command li
 from __future__ import annotations
 
 import json
+import shlex
 import tracemalloc
 
 import numpy as np
@@ -480,3 +481,15 @@ def test_last_layer_softmax_takes_text_labels_like_multinomial(tmp_path):
             "--no-applicability"]
     a, b = _json(["lambda", text, *args]), _json(["lambda", codes, *args])
     assert a["lambda"] == b["lambda"]
+
+
+def test_cli_full_layout_unreachable_posterior_prints_the_command_that_runs(wine_csv):
+    """SGD cannot spread the full layout's chain along the softmax's shift (no gradient noise there): the error
+    prints the SGLD command (README: errors with a computed way out print it), and that command runs."""
+    base = ["lambda", wine_csv, "--response", "cultivar", "--intercept", "--model", "multinomial", "--layout",
+            "full", "--batch-size", "32", "--prior-precision", "1", "--target", "posterior", "-q"]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 1 and "out of reach" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    command = r.stderr.rsplit("`", 2)[-2]
+    assert command.startswith("sgtune lambda ") and "--inverse-temperature" in command, r.stderr
+    _json(shlex.split(command)[1:])

@@ -21,8 +21,9 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     data = prob.dataset
     if prob.expansion.n_samples != data.n_data:  # --subsample M: the rows the expansion used (same seeded draw)
         data = data.subsample(prob.expansion.n_samples, np.random.default_rng(seed))
+    label, long = _announcement(prob, data, 16 if small else 6, stationary.cov)
     try:
-        with announced("applicability report (the model over the predicted spread)", _quiet()):
+        with announced(label, _quiet(), at_once=long):
             a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
                               backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
     except np.linalg.LinAlgError:
@@ -48,6 +49,41 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     if a.linearised_cov is not None:
         doc["statistically_linearised_cov"] = a.linearised_cov
     return doc
+
+
+def typical_evaluations(n_pairs: int, iterations: int = 3) -> int:
+    """Expansions the applicability report computes with ``n_pairs`` antithetic pairs: the ±2 sd axes (8), then
+    ``iterations`` fixed-point iterations of 2·n_pairs points and a shifted centre (statistically_linearised_cov:
+    typically 3, at most 6)."""
+    return 8 + iterations * (2 * n_pairs + 1)
+
+
+def _announcement(prob: Any, data: Any, n_pairs: int, cov: Any = None) -> tuple[str, bool]:
+    """The report's progress label and whether it is long enough to say so at once: above LARGE_DIM one model
+    evaluation over all rows (its expansion and mean_n J_nΣJ_n at ``cov``) is timed (a few percent of the
+    report) and the label says roughly how long the
+    report takes (``applicability report (… about 3 min: ~47 evaluations of the model over 5000 rows of
+    about 4 s each)``)."""
+    import time
+
+    from ..models.expansion import expansion_at
+    from ._io import QUIET_PROGRESS_AFTER, rough_seconds
+
+    label = "applicability report (the model over the predicted spread"
+    if prob.dim <= LARGE_DIM:
+        return label + ")", False
+    e = prob.expansion
+    tic = time.perf_counter()
+    ei = expansion_at(prob.model, data, e.prior_precision, e.theta_hat, population_size=e.population_size)
+    if cov is not None:  # each point also needs its linearised gradient noise, mean_n J_nΣJ_n (dear for blocks)
+        ei.mean_jsj(cov)
+    each = time.perf_counter() - tic
+    k, most = typical_evaluations(n_pairs), typical_evaluations(n_pairs, 6)
+    total = k * each
+    at_least = rough_seconds(total).replace("about", "at least")  # each point costs more than what is timed
+    label += (f"; {at_least} at this speed: {k}–{most} evaluations of the model over {data.n_data} rows at "
+              f"D = {prob.dim}, {rough_seconds(each)} each and more)")
+    return label, total > 3 * QUIET_PROGRESS_AFTER
 
 
 def _quiet() -> bool:

@@ -122,7 +122,8 @@ def check_value(p: Path, key: str, value: Any, param: click.Parameter, ctx: clic
     try:
         return param.type.convert(text, param, ctx)
     except click.BadParameter as exc:
-        raise click.UsageError(f"{_where(p)}: key {key!r} = {shown}: {exc.message}; give a value --{key} accepts "
+        why = exc.message.rstrip(".")  # click's own sentence, then ours
+        raise click.UsageError(f"{_where(p)}: key {key!r} = {shown}: {why}; give a value --{key} accepts "
                                f"on the command line (see --help)") from None
 
 

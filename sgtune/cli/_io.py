@@ -165,6 +165,7 @@ PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "hidden_sizes": ("hidden_sizes",),
     "model": ("model",),
     "features_from": ("features_from",),
+    "head": ("head",),
     "repeat": ("repeat",),
     "refine_rounds": ("refine_rounds",),
     "rounds": ("refine_rounds",),
@@ -628,17 +629,39 @@ def info(message: str, quiet: bool = False) -> None:
 PROGRESS_AFTER = 2.0
 
 
+def multiply_add_rate() -> float:
+    """Multiply-adds per second this machine does now (one 384×384 matrix product, a few milliseconds): the
+    speed a rough time estimate of a dense step divides by."""
+    import time
+
+    a = np.random.default_rng(0).standard_normal((384, 384))
+    tic = time.perf_counter()
+    a @ a
+    return 384.0 ** 3 / max(time.perf_counter() - tic, 1e-9)
+
+
+def rough_seconds(seconds: float) -> str:
+    """``about 40 s`` / ``about 3 min`` / ``about 2 h``: one significant figure, for an estimate."""
+    for unit, size in (("h", 3600.0), ("min", 60.0)):
+        if seconds >= 1.5 * size:
+            return f"about {float(f'{seconds / size:.1g}'):g} {unit}"
+    return f"about {float(f'{max(seconds, 1.0):.1g}'):g} s"
+
+
 @contextlib.contextmanager
-def announced(label: str, quiet: bool = False) -> Any:
+def announced(label: str, quiet: bool = False, *, at_once: bool = False) -> Any:
     """Run a step that may be slow (a fit, an expansion, the applicability report): when it is still running
     after :func:`progress_after` seconds (PROGRESS_AFTER, or QUIET_PROGRESS_AFTER with ``-q``), one
     ``label …`` line on stderr, and ``label: done in T s`` when it ends (nothing for a quick step, and no
-    "done" for a step that failed or was interrupted)."""
+    "done" for a step that failed or was interrupted). ``at_once``: a step known to be long (its label says how
+    long) says so when it starts, unless ``$SGTUNE_PROGRESS_AFTER`` sets the threshold."""
     import threading
     import time
 
     start, shown = time.monotonic(), threading.Event()
     after = progress_after(PROGRESS_AFTER, quiet)
+    if at_once and not os.environ.get(PROGRESS_ENV, "").strip():
+        after = 0.0
 
     def say() -> None:
         shown.set()

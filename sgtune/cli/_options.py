@@ -26,7 +26,7 @@ from ._io import announced, check_writable, info
 
 DATA_KEYS = ("data", "example", "response", "intercept", "model", "noise_variance", "beta_power",
              "prior_precision", "prior_precision_matrix", "subsample", "seed", "hidden_sizes", "activation",
-             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from", "fit")
+             "likelihood", "hessian", "theta_hat", "scheduler", "layout", "features", "features_from", "head", "fit")
 MODEL_HELP = ("Per-observation model: a GLM (" + ", ".join(MODEL_NAMES) + "), 'multinomial' (softmax regression over "
               "the response's class labels, numbers or text: --layout), 'mlp' (a feed-forward network: "
               "--hidden-sizes, --activation, --likelihood), 'last-layer' (the output layer of a trained network on its "
@@ -93,8 +93,9 @@ data_options = compose(
                       "The result describes SGD/SGLD on the head's weights and bias with the body frozen (batches "
                       "are rows of features)."),
     click.option("--features-from", "features_from", default=None, metavar="FILE.py:NAME|mlp",
-                 help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose last nn.Linear "
-                      "is the output layer (its weights start the fit; nothing may follow it) — or a function "
+                 help="last-layer: NAME in FILE.py is the trained network — a torch.nn.Module whose output layer is "
+                      "the nn.Linear that gives its output (else its last one; --head NAME names it; its weights "
+                      "start the fit; nothing may follow it) — or a function "
                       "features(X) -> (n, d); the features of DATA's covariates are computed once, in float64. "
                       "Or NAME is a network model (sgtune's model protocol with features(theta, X) and "
                       "last_layer_likelihood, which gives the head's --likelihood; a from_torch(net, likelihood) model "
@@ -105,6 +106,11 @@ data_options = compose(
                       "bernoulli, --prior-precision, --seed, --subsample: the fit of --model mlp with the same "
                       "options, or its weights from --theta-hat) — the result describes SGD/SGLD on that network's "
                       "output layer with the body frozen at those weights."),
+    click.option("--head", "head", default=None, metavar="NAME",
+                 help="last-layer with --features-from FILE.py:NAME (a torch network): the qualified name of the "
+                      "output layer, an nn.Linear (e.g. 'out', 'classifier.2'); default: the nn.Linear whose output "
+                      "is the network's output, else its last one. A name it lacks lists the network's nn.Linear "
+                      "modules."),
     click.option("--layout", type=click.Choice(["baseline", "full"]), default="baseline", show_default=True,
                  help="multinomial: θ's layout. baseline: the smallest label is the reference class (logit 0) and θ "
                       "stacks the K−1 coefficient vectors of the other classes in sorted label order, each of length "
@@ -332,6 +338,9 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
         raise click.UsageError("--model last-layer needs exactly one of --features FILE (the features, one row per "
                                "row of DATA) or --features-from FILE.py:NAME (the trained network)")
     lik = kw.get("likelihood") or "gaussian"
+    if kw.get("head") and (feats or spec == MLP_FEATURES):
+        raise click.UsageError(f"--head {kw['head']} names the output layer of a torch network given by "
+                               "--features-from FILE.py:NAME; drop it")
     if spec == MLP_FEATURES:
         return _network_last_layer(ds, kw, _mlp_network(ds, kw), spec)
     if lik == "poisson":
@@ -355,7 +364,14 @@ def load_last_layer(ds: Dataset, kw: dict[str, Any]) -> tuple[Dataset, Any]:
                          "features(X) (nor a model with features(theta, X))")
     X = np.asarray(ds.X)
     build = guarded(last_layer, f"--features-from {spec}", str(Path.cwd()), "computing the features")
-    model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    if kw.get("head"):
+        common["head"] = kw["head"]
+    try:
+        model, data = build(net, X, np.asarray(ds.y), source=spec, **common)
+    except SgtuneError as exc:
+        if str(exc).startswith("`head="):  # a name the network lacks: a bad option value
+            raise click.UsageError(f"--head {kw['head']}: {str(exc).split(': ', 1)[1]}") from None
+        raise
     return data, model
 
 
@@ -502,11 +518,13 @@ def load_problem(kw: dict[str, Any]) -> LoadedProblem:
                                      f"at most {ds.n_data}, or leave --subsample out to fit on every row",
                                      param_hint="'--subsample'")
         fit_ds = ds.subsample(int(kw["subsample"]), np.random.default_rng(seed))
-        with announced(_fit_label(theta_hat, fit_ds.n_data), bool(kw.get("quiet"))):
+        label, long = _fit_label(theta_hat, fit_ds.n_data, d)
+        with announced(label, bool(kw.get("quiet")), at_once=long):
             e = expand(model, fit_ds, gam, population_size=ds.n_data, scheduler=kw.get("scheduler"),
                        theta_hat=theta_hat, seed=seed)
     else:
-        with announced(_fit_label(theta_hat, ds.n_data), bool(kw.get("quiet"))):
+        label, long = _fit_label(theta_hat, ds.n_data, d)
+        with announced(label, bool(kw.get("quiet")), at_once=long):
             e = expand(model, ds, gam, theta_hat=theta_hat, seed=seed, scheduler=kw.get("scheduler"))
     if at_weights:
         info(f"θ̂ = the network's current weights, not refitted (--fit fits the MAP from them); there ‖∇L(θ̂)‖ = "
@@ -532,8 +550,24 @@ def _requested_fit(model: Any, ds: Dataset, gam: np.ndarray, seed: int, quiet: b
         return fit_map(model, ds, gam, theta0=theta0, seed=seed).theta_hat
 
 
-def _fit_label(theta_hat: Any, n_rows: int) -> str:
-    return f"{'expanding at the given θ̂' if theta_hat is not None else 'fitting θ̂ and expanding'} ({n_rows} rows)"
+#: from this D on the fit's progress line says how long its dense D×D algebra takes, roughly
+LARGE_FIT_DIM = 1000
+
+
+def _fit_label(theta_hat: Any, n_rows: int, d: int = 0) -> tuple[str, bool]:
+    """The fit's progress label and whether to show it at once: from D = LARGE_FIT_DIM on with a rough time
+    (about 12·N·D² + 30·D³ multiply-adds — the identifiability check's and the start's decompositions of the
+    N×D design, Newton's curvature passes and factorisations, the expansion's moments and eigenvalues; matched to
+    a linear model at N = 2500, D = 2000 — at the speed :func:`multiply_add_rate` measures now), shown at once
+    when that is over half a minute."""
+    from ._io import multiply_add_rate, rough_seconds
+
+    what = "expanding at the given θ̂" if theta_hat is not None else "fitting θ̂ and expanding"
+    if d < LARGE_FIT_DIM:
+        return f"{what} ({n_rows} rows)", False
+    seconds = (12.0 * n_rows * d * d + 30.0 * float(d) ** 3) / multiply_add_rate()
+    return (f"{what} ({n_rows} rows, D = {d}: dense D×D algebra, {rough_seconds(seconds)} at this machine's "
+            "current speed)"), seconds > 30
 
 
 def load_theta(path: str, dim: int) -> np.ndarray:

@@ -89,7 +89,7 @@ def _tau(tau: float) -> str:
 _PROBLEM = ("data", "example", "response", "intercept", "model", "hidden_sizes", "activation", "likelihood", "hessian",
             "theta_hat", "noise_variance", "beta_power", "prior_precision", "prior_precision_matrix", "subsample",
             "seed", "scheduler", "batch_size", "without_replacement", "inverse_temperature", "momentum", "config_path",
-            "features", "features_from", "layout", "fit")
+            "features", "features_from", "head", "layout", "fit")
 
 
 def problem_arguments() -> list[str]:

@@ -77,7 +77,7 @@ from ..core.results import default_parameter_names
 from ..core.errors import MissingExtraError, NotPositiveDefiniteError, SgtuneError, ShapeError
 
 __all__ = ["StepMatrix", "step_matrix", "UpdateRule", "update_rule", "numpy_step", "optax_transform",
-           "torch_optimizer", "SGMCMCState", "pytree_parameter_names", "PRIOR_MODES"]
+           "torch_optimizer", "TorchOptions", "SGMCMCState", "pytree_parameter_names", "PRIOR_MODES"]
 
 KINDS = ("scalar", "diagonal", "block", "dense")
 #: where the prior term Γθ/N of G comes from (module docstring)
@@ -396,7 +396,13 @@ def _agree(arg: str, given: Any, recorded: Any, label: str) -> Any:
     """``given`` unless it contradicts ``recorded`` (then one line: omit it)."""
     if given is None:
         return recorded
-    if recorded is not None and not _same(float(given), float(recorded)):
+    try:
+        number = float(given) if not isinstance(given, (str, bytes, bool)) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if math.isnan(number):
+        raise SgtuneError(f"{arg} must be a number, got {given!r}")
+    if recorded is not None and not _same(number, float(recorded)):
         rec = f"{float(recorded):g}" if arg != "batch_size" else str(int(recorded))
         raise SgtuneError(f"{arg}={given!r} contradicts {label} {arg} {rec}: omit it")
     return given
@@ -437,6 +443,11 @@ def _prior_matrix(value: Any, d: int) -> np.ndarray:
     return g
 
 
+def _dense_prior(g: np.ndarray, d: int) -> np.ndarray:
+    """Γ of :func:`_prior_matrix` as a (D, D) matrix."""
+    return g if g.ndim == 2 else np.diag(np.broadcast_to(g, (d,)))
+
+
 def _resolve_prior(prior: str | None, gamma: Any, n_data: Any, s: dict[str, Any], d: int,
                    where: str) -> tuple[str, np.ndarray | None, int | None]:
     """(mode, Γ, N): ``prior`` checked against what is given and what the source records."""
@@ -444,8 +455,8 @@ def _resolve_prior(prior: str | None, gamma: Any, n_data: Any, s: dict[str, Any]
         raise SgtuneError(f"{where}: prior must be one of {', '.join(repr(m) for m in PRIOR_MODES)}, got {prior!r}")
     rec_g = None if s.get("prior_precision") is None else _prior_matrix(s["prior_precision"], d)
     given_g = None if gamma is None else _prior_matrix(gamma, d)
-    if rec_g is not None and given_g is not None and not (
-            np.shape(rec_g) == np.shape(given_g) and np.allclose(rec_g, given_g, rtol=1e-12, atol=0)):
+    if rec_g is not None and given_g is not None and not np.allclose(
+            _dense_prior(rec_g, d), _dense_prior(given_g, d), rtol=1e-12, atol=0):  # Γ = 1 is the identity
         raise SgtuneError(f"prior_precision contradicts {s['label']} prior precision: omit it")
     n = _agree("n_data", n_data, s.get("n_data"), s.get("label", "the source's"))
     gam = given_g if given_g is not None else rec_g
@@ -455,10 +466,13 @@ def _resolve_prior(prior: str | None, gamma: Any, n_data: Any, s: dict[str, Any]
         elif not s.get("is_result") or (rec_g is not None and not np.any(rec_g)):
             prior = "in-loss"  # a bare Λ (the old meaning), or a result recorded without prior
         else:
+            add = ("prior='add' (the update adds Γθ/N, Γ and N as the result records them)" if rec_g is not None
+                   and s.get("n_data") is not None else "prior='add' with prior_precision=Γ and n_data=N (the update "
+                   "adds Γθ/N)")
+            had = "the fit had a prior: " if rec_g is not None else ""
             raise SgtuneError(
-                f"{where}: say where the prior term Γθ/N of the gradient comes from: prior='in-loss' (the gradient "
-                "you pass is that of your mean loss including ½θᵀΓθ/N; also when the fit had no prior) or "
-                "prior='add' with prior_precision=Γ and n_data=N (the update adds Γθ/N)")
+                f"{where}: {had}say where the prior term Γθ/N of the gradient comes from: prior='in-loss' (the "
+                f"gradient you pass is that of your mean loss including ½θᵀΓθ/N) or {add}")
     if prior == "in-loss":
         if given_g is not None:
             raise SgtuneError(f"{where}: prior_precision is used only with prior='add' (with prior='in-loss' your "
@@ -660,6 +674,9 @@ def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: 
     seen = set()
     for label, prefix, shape in leaves:
         if prefix not in groups:
+            if any(p in groups for _, p, _ in leaves):  # some parameters are Λ's: a last layer, say
+                raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); pass subset=True "
+                                  "to update only the parameters Λ's rows name (the others stay frozen)")
             raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); rename it, or give "
                               "parameter_names= for these parameters")
         gshape, rows = groups[prefix]
@@ -943,21 +960,8 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     ----------
     source : TuningResult, Dynamics, StepMatrix or array_like
         What the update applies.
-    momentum, inv_temperature : float or None, optional
-        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
-        result, they must agree with its own.
-    batch_size : int or None, optional
-        B the rule is checked against (a result's own B by default).
-    parameter_names : sequence of str or None, optional
-        The name of each row of Λ (default: the result's ``parameter_names``).
-    blocks : list of list of int or None, optional
-        The blocks of a ``block`` Λ (:func:`step_matrix`).
-    prior : {"in-loss", "add"} or None, optional
-        Where the gradient's prior term Γθ/N comes from (module docstring).
-    prior_precision : float or array_like, optional
-        Γ, for ``prior="add"``.
-    n_data : int or None, optional
-        N, for ``prior="add"``.
+    momentum, inv_temperature, batch_size, parameter_names, blocks, prior, prior_precision, n_data : optional
+        The rule's settings, as for :func:`numpy_step` (a result's own by default; given, they must agree).
     seed : int, optional
         Seed of the noise's PRNG key.
     subset : bool, optional
@@ -994,7 +998,7 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
         import jax
         import jax.numpy as jnp
         import optax
-        from jax.flatten_util import ravel_pytree
+        import jax.flatten_util  # noqa: F401  (what _PytreeLayout uses: the extra is checked here, once)
     except ImportError:  # pragma: no cover - exercised only without the extra
         raise MissingExtraError("sgtune.io.export.optax_transform needs jax and optax: pip install 'sgtune[jax]'") \
             from None
@@ -1005,40 +1009,8 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
     noisy = scale > 0
     mat, fac, apply = _jax_operator(L, noisy)
     gam = None if rule.prior_precision is None else np.asarray(rule.prior_precision) / rule.n_data
-    layouts: dict[Any, tuple[Any, Any]] = {}
-
-    def layout(tree: Any) -> tuple[Any, Any]:
-        """(None, None) for θ's own order; else (the θ row of each ravel entry, or with ``subset`` the ravel
-        length, and the ravel entry of each θ row)."""
-        leaves = _pytree_leaves(tree)
-        key = (jax.tree_util.tree_structure(tree), tuple(s for _, _, s in leaves))
-        if key not in layouts:
-            if subset:
-                keep = _subset_leaves(leaves, L.names, "optax_transform")
-                rows = _match_layout([leaves[k] for k in keep], L.names, L.dim, "optax_transform")
-                offs = np.concatenate([[0], np.cumsum([int(np.prod(s, dtype=np.int64)) for _, _, s in leaves])])
-                pos = np.empty(L.dim, dtype=np.int64)  # ravel entry of each θ row
-                for k, r in zip(keep, rows):
-                    pos[r.ravel()] = offs[k] + np.arange(r.size)
-                layouts[key] = (int(offs[-1]), jnp.asarray(pos))
-            else:
-                rows = np.concatenate([r.ravel() for r in _match_layout(leaves, L.names, L.dim, "optax_transform")])
-                ident = np.array_equal(rows, np.arange(L.dim))
-                layouts[key] = (None, None) if ident else (jnp.asarray(rows), jnp.asarray(np.argsort(rows)))
-        return layouts[key]
-
-    def to_theta(tree: Any) -> tuple[Any, Any, Any]:
-        flat, unravel = ravel_pytree(tree)
-        rows, inv = layout(tree)
-        return (flat if inv is None else flat[inv]), unravel, (rows, inv)
-
-    def to_tree(step: Any, unravel: Any, where: tuple[Any, Any]) -> Any:
-        rows, inv = where
-        if rows is None:
-            return unravel(step)
-        if subset:  # frozen leaves: zero update
-            return unravel(jnp.zeros(rows, step.dtype).at[inv].set(step))
-        return unravel(step[rows])
+    pytree = _PytreeLayout(L, subset)
+    to_theta, to_tree = pytree.to_theta, pytree.to_tree
 
     def init_fn(params: Any) -> SGMCMCState:
         flat, _, _ = to_theta(params)
@@ -1063,6 +1035,55 @@ def optax_transform(source: Any, *, momentum: float | None = None, inv_temperatu
         return to_tree(step, unravel, rows), SGMCMCState(momentum=m, key=key)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+class _PytreeLayout:
+    """Between a pytree of parameters and θ in Λ's row order, for :func:`optax_transform` (one layout per tree
+    structure and shapes, computed once): ``to_theta(tree)`` → (θ-ordered flat vector, unravel, where);
+    ``to_tree(step, unravel, where)`` → the update as a tree (with ``subset``: zeros on the frozen leaves)."""
+
+    def __init__(self, L: StepMatrix, subset: bool) -> None:
+        self.L, self.subset, self.layouts = L, subset, {}
+
+    def layout(self, tree: Any) -> tuple[Any, Any]:
+        """(None, None) for θ's own order; else (the θ row of each ravel entry, or with ``subset`` the ravel
+        length, and the ravel entry of each θ row)."""
+        import jax
+        import jax.numpy as jnp
+
+        L, leaves = self.L, _pytree_leaves(tree)
+        key = (jax.tree_util.tree_structure(tree), tuple(s for _, _, s in leaves))
+        if key not in self.layouts:
+            if self.subset:
+                keep = _subset_leaves(leaves, L.names, "optax_transform")
+                rows = _match_layout([leaves[k] for k in keep], L.names, L.dim, "optax_transform")
+                offs = np.concatenate([[0], np.cumsum([int(np.prod(s, dtype=np.int64)) for _, _, s in leaves])])
+                pos = np.empty(L.dim, dtype=np.int64)  # ravel entry of each θ row
+                for k, r in zip(keep, rows):
+                    pos[r.ravel()] = offs[k] + np.arange(r.size)
+                self.layouts[key] = (int(offs[-1]), jnp.asarray(pos))
+            else:
+                rows = np.concatenate([r.ravel() for r in _match_layout(leaves, L.names, L.dim, "optax_transform")])
+                ident = np.array_equal(rows, np.arange(L.dim))
+                self.layouts[key] = (None, None) if ident else (jnp.asarray(rows), jnp.asarray(np.argsort(rows)))
+        return self.layouts[key]
+
+    def to_theta(self, tree: Any) -> tuple[Any, Any, Any]:
+        from jax.flatten_util import ravel_pytree
+
+        flat, unravel = ravel_pytree(tree)
+        rows, inv = self.layout(tree)
+        return (flat if inv is None else flat[inv]), unravel, (rows, inv)
+
+    def to_tree(self, step: Any, unravel: Any, where: tuple[Any, Any]) -> Any:
+        import jax.numpy as jnp
+
+        rows, inv = where
+        if rows is None:
+            return unravel(step)
+        if self.subset:  # frozen leaves: zero update
+            return unravel(jnp.zeros(rows, step.dtype).at[inv].set(step))
+        return unravel(step[rows])
 
 
 def _jax_operator(L: StepMatrix, noisy: bool) -> tuple[Any, Any, Callable[[Any, Any], Any]]:
@@ -1090,11 +1111,56 @@ _TORCH_CLASS: dict[str, Any] = {}
 
 
 @cites("wang2026", "§2.1 update θ ← θ − ΛG + sqrt(2Λ/β)ξ; momentum as in Prop. B.1")
+@dataclass(frozen=True)
+class TorchOptions:
+    """How :func:`torch_optimizer` runs (the rule itself — Λ, κ, β, B, the prior — is set by its other keywords).
+
+    Attributes
+    ----------
+    subset : bool
+        Λ covers some of the module's parameters only (e.g. its last layer,
+        :func:`sgtune.models.lastlayer.last_layer`: names ``output.weight[k,j]``, ``output.bias[k]``):
+        the optimizer holds and updates the parameters Λ's names name (checked by shape, and every
+        name must be a parameter of the module); the others are not touched (frozen). Needs a module.
+    seed : int
+        Seed of the default noise generator.
+    generator : torch.Generator or None
+        The noise stream (default ``torch.Generator().manual_seed(seed)`` on the parameters' device).
+    n_chains : int or None
+        Every parameter carries a leading axis of C independent chains (e.g. from
+        ``torch.func.stack_module_state``); the loss is then the sum over chains of each chain's
+        batch-mean loss, so each chain's slice of the gradient is its own G.
+    check_batch_size : bool
+        With a module (and no ``n_chains``), record the rows of every forward pass run with gradients
+        enabled since the last step and refuse a step after a batch of another size than B.
+
+    Examples
+    --------
+    >>> TorchOptions(subset=True).seed
+    0
+    """
+
+    subset: bool = False
+    seed: int = 0
+    generator: Any = None
+    n_chains: int | None = None
+    check_batch_size: bool = True
+
+
+def _torch_options(options: TorchOptions | None, legacy: dict[str, Any]) -> TorchOptions:
+    """``options`` with the keywords of the earlier form (``subset=True``, ``seed=``, …) applied."""
+    opts = TorchOptions() if options is None else options
+    unknown = sorted(set(legacy) - set(TorchOptions.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"torch_optimizer() got an unexpected keyword argument {unknown[0]!r}")
+    return replace(opts, **legacy) if legacy else opts
+
+
 def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                     inv_temperature: float | None = None, batch_size: int | None = None,
                     parameter_names: Sequence[str] | None = None, blocks: Any = None, prior: str | None = None,
-                    prior_precision: Any = None, n_data: int | None = None, generator: Any = None, seed: int = 0,
-                    n_chains: int | None = None, check_batch_size: bool = True, subset: bool = False) -> Any:
+                    prior_precision: Any = None, n_data: int | None = None, options: TorchOptions | None = None,
+                    **legacy: Any) -> Any:
     r"""A ``torch.optim.Optimizer`` whose ``step()`` is sgtune's update: m ← κm + G, θ ← θ − Λm + sqrt(2/β)Λ^{1/2}ξ.
 
     Parameters
@@ -1102,44 +1168,17 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
     source : TuningResult, Dynamics, Λ or KroneckerTuning
         Λ, κ, β and B as in :func:`numpy_step` (the other settings likewise, checked against it); a
         Kronecker-factored step (:func:`sgtune.theory.kronecker.tune_kronecker`) gives the per-layer,
-        matrix-free optimizer of :func:`sgtune.io.kronecker_torch.kronecker_torch_optimizer` (``params`` a
-        module; the other options then do not apply).
+        matrix-free optimizer of :func:`sgtune.io.kronecker_torch.kronecker_torch_optimizer`.
     params : torch.nn.Module or list of tensors
         A module: its ``named_parameters`` are matched by name to the rows of Λ (``fc1.weight[i,j]``:
         the layout of :func:`sgtune.models.pytorch.from_torch`), in any order; a list: the tensors in θ
         order (checked by shape against the names when Λ has them).
-    momentum, inv_temperature : float or None, optional
-        The momentum κ and the inverse temperature β for a bare Λ (default 0 and ``inf``); for a
-        result, they must agree with its own.
-    batch_size : int or None, optional
-        B the rule is checked against (a result's own B by default).
-    parameter_names : sequence of str or None, optional
-        The name of each row of Λ (default: the result's ``parameter_names``).
-    blocks : list of list of int or None, optional
-        The blocks of a ``block`` Λ (:func:`step_matrix`).
-    prior : {"in-loss", "add"} or None, optional
-        Where the gradient's prior term Γθ/N comes from (module docstring).
-    prior_precision : float or array_like, optional
-        Γ, for ``prior="add"``.
-    n_data : int or None, optional
-        N, for ``prior="add"``.
-    generator : torch.Generator, optional
-        The noise stream (default ``torch.Generator().manual_seed(seed)`` on the parameters' device).
-    seed : int, optional
-        Seed of the default generator.
-    n_chains : int, optional
-        Every parameter carries a leading axis of C independent chains (e.g. from
-        ``torch.func.stack_module_state``); the loss is then the sum over chains of each chain's
-        batch-mean loss, so each chain's slice of the gradient is its own G.
-    check_batch_size : bool, optional
-        With a module (and no ``n_chains``), record the rows of every forward pass run with gradients
-        enabled since the last step and refuse a step after a batch of another size than B.
-    subset : bool
-        Λ covers some of the module's parameters only (e.g. its last layer,
-        :func:`sgtune.models.lastlayer.last_layer`: names ``output.weight[k,j]``, ``output.bias[k]``):
-        the optimizer holds and updates the parameters Λ's names name (checked by shape, and every
-        name must be a parameter of the module); the others are not touched (frozen: set
-        ``requires_grad_(False)`` on them, or give them another optimizer). Needs a module.
+    momentum, inv_temperature, batch_size, parameter_names, blocks, prior, prior_precision, n_data : optional
+        The rule's settings, as for :func:`numpy_step` (a result's own by default; given, they must agree).
+    options : TorchOptions, optional
+        ``subset``, ``seed``, ``generator``, ``n_chains``, ``check_batch_size`` (:class:`TorchOptions`).
+    **legacy
+        The same five by name (``subset=True``, ``seed=3``), as before :class:`TorchOptions`.
 
     Returns
     -------
@@ -1162,25 +1201,25 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
     The gradients ``loss.backward()`` leaves in ``p.grad`` must be those of the batch-MEAN loss
     (``reduction="mean"``), plus the prior term unless ``prior="add"``. ``step(closure=None, *,
     batch_size=None)`` also checks an explicit ``batch_size``. The momentum buffer is kept per
-    parameter (``state_dict`` round-trips); the arithmetic is float64, the parameters keep their dtype.
-    Needs the ``torch`` extra (``pip install 'sgtune[torch]'``).
+    parameter; the arithmetic is float64, the parameters keep their dtype. Needs ``sgtune[torch]``.
 
     Examples
     --------
     >>> import torch
     >>> from sgtune.io.export import step_matrix, torch_optimizer
     >>> net = torch.nn.Linear(2, 1)  # θ = (weight[0,0], weight[0,1], bias[0])
-    >>> opt = torch_optimizer(step_matrix([0.1, 0.1, 0.1]), net)
+    >>> opt = torch_optimizer(step_matrix([0.1, 0.1, 0.1]), net, options=TorchOptions(seed=1))
     >>> net(torch.ones(4, 2)).pow(2).mean().backward()
     >>> before = net.bias.detach().clone()
     >>> opt.step()
     >>> bool(net.bias.detach() != before)
     True
     """
+    opts = _torch_options(options, legacy)
     if hasattr(source, "layers") and callable(getattr(source, "to_arrays", None)):  # a kronecker step (duck-typed)
         from .kronecker_torch import kronecker_torch_optimizer
 
-        return kronecker_torch_optimizer(source, params, generator=generator, seed=seed)
+        return kronecker_torch_optimizer(source, params, generator=opts.generator, seed=opts.seed)
     try:
         import torch
     except ImportError:
@@ -1189,8 +1228,19 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
     rule = update_rule(source, momentum=momentum, inv_temperature=inv_temperature, batch_size=batch_size,
                        parameter_names=parameter_names, blocks=blocks, prior=prior, prior_precision=prior_precision,
                        n_data=n_data, where="torch_optimizer")
-    lead = () if n_chains is None else (check_int(n_chains, "n_chains", low=1),)
+    lead = () if opts.n_chains is None else (check_int(opts.n_chains, "n_chains", low=1),)
     module = params if isinstance(params, torch.nn.Module) else None
+    named, leaves = _torch_leaves(torch, params, module, rule, lead, opts.subset)
+    rows = _match_layout(leaves, rule.names, rule.step.dim, "torch_optimizer")
+    cls = _torch_optimizer_class(torch)
+    return cls([p for _, p in named], [lab for lab, _, _ in leaves], rows, rule, lead, opts.generator, opts.seed,
+               module if opts.check_batch_size and not lead else None)
+
+
+def _torch_leaves(torch: Any, params: Any, module: Any, rule: UpdateRule, lead: tuple[int, ...],
+                  subset: bool) -> tuple[list[tuple[str | None, Any]], list[tuple[str, str | None, tuple[int, ...]]]]:
+    """The (name, tensor) pairs the optimizer holds (``subset``: those Λ's names name) and their leaves for
+    :func:`_match_layout`; a list of tensors, a missing chain axis or a subset without a module refused."""
     if module is not None:
         named = list(module.named_parameters())
     else:
@@ -1214,10 +1264,7 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                              f"{lead[0]}; {n or f'parameter {k}'} has shape {tuple(p.shape)}")
         # without names in Λ, a module's θ is its named_parameters order (the layout of from_torch)
         leaves.append((n or f"parameter {k}", n if rule.names is not None else None, tuple(p.shape[len(lead):])))
-    rows = _match_layout(leaves, rule.names, rule.step.dim, "torch_optimizer")
-    cls = _torch_optimizer_class(torch)
-    return cls([p for _, p in named], [lab for lab, _, _ in leaves], rows, rule, lead, generator, seed,
-               module if check_batch_size and not lead else None)
+    return named, leaves
 
 
 def _torch_optimizer_class(torch: Any) -> Any:

@@ -32,6 +32,17 @@ MODEL_NAMES = ("linear", "logistic", "poisson", "beta-linear")
 GLM_IDS = {"linear": 0, "logistic": 1, "poisson": 2, "beta-linear": 3}
 
 
+def _smallest_eigenvalue(a: np.ndarray) -> float:
+    """λ_min of a symmetric matrix: its smallest diagonal entry when it is diagonal (Γ = 0 or γI: no O(D³)
+    eigendecomposition, which takes minutes at D = 5000), else from the eigenvalues (interruptible)."""
+    diag = np.diag(a)
+    if not np.any(a - np.diag(diag)):
+        return float(diag.min()) if diag.size else 0.0
+    from .expansion import interruptible
+
+    return float(interruptible(4.0 * a.shape[0] ** 3 / 3, np.linalg.eigvalsh, a)[0])
+
+
 def _log1pexp(x: np.ndarray) -> np.ndarray:
     """log(1 + e^x) without overflow."""
     return np.logaddexp(0.0, x)
@@ -104,15 +115,17 @@ class GLM:
 
     def check_identifiable(self, X: np.ndarray, y: np.ndarray, prior_precision: np.ndarray, source: str) -> None:
         """Raise when θ̂ is not identified: rank-deficient X, or separable logistic data, without a prior."""
-        if np.linalg.eigvalsh(prior_precision)[0] > 0:
+        if _smallest_eigenvalue(prior_precision) > 0:
             return
+        from .expansion import interruptible
+
         d = X.shape[1]
-        rank = np.linalg.matrix_rank(X)
+        rank = interruptible(4.0 * X.shape[0] * d * d, np.linalg.matrix_rank, X)  # an SVD: Ctrl-C stays prompt
         if rank < d:
             raise DataFormatError(
                 f"{source or 'X'}: the design matrix has rank {rank} < D = {d} (collinear or constant "
                 "columns), so θ̂ is not identified; drop columns or pass a prior precision > 0")
-        if self.name == "logistic" and not np.any(np.linalg.eigvalsh(prior_precision) > 0) and separable(X, y):
+        if self.name == "logistic" and not np.any(prior_precision) and separable(X, y):
             raise DataFormatError(
                 f"{source or 'data'}: the logistic data are linearly separable, so the maximum-likelihood "
                 "estimate does not exist (θ̂ → ∞); pass a `prior_precision` > 0")
@@ -122,8 +135,11 @@ class GLM:
         d = X.shape[1]
         gam = prior_precision
         if self.name in ("linear", "beta-linear"):
-            return np.linalg.lstsq(np.vstack([X, np.sqrt(gam) if np.any(gam) else np.zeros((0, d))]),
-                                   np.concatenate([y, np.zeros(d if np.any(gam) else 0)]), rcond=None)[0]
+            from .expansion import interruptible
+
+            A = np.vstack([X, np.sqrt(gam) if np.any(gam) else np.zeros((0, d))])
+            b = np.concatenate([y, np.zeros(d if np.any(gam) else 0)])
+            return interruptible(4.0 * A.shape[0] * d * d, lambda: np.linalg.lstsq(A, b, rcond=None)[0])
         return np.zeros(d)
 
     def residual_variance(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:

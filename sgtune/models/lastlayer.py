@@ -300,13 +300,19 @@ def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
                 torch.nn.Dropout3d, torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
 
     mods = list(network.named_modules())
+    linears = [(n, m) for n, m in mods if isinstance(m, torch.nn.Linear)]
+    if isinstance(head, str):  # the output layer by its qualified name (--head NAME)
+        found = dict(linears).get(head)
+        if found is None:
+            raise SgtuneError(f"`head={head!r}`: the network {type(network).__name__} has no nn.Linear of that name; "
+                              f"its nn.Linear modules are {_listing(linears)}")
+        return head, found
     if head is not None:
         for n, m in mods:
             if m is head:
                 return n, m
         raise SgtuneError(f"head: the module {type(head).__name__} is not a submodule of the network; give the layer "
                           "of the network itself (e.g. head=net.output), or body= and head= without the network")
-    linears = [(n, m) for n, m in mods if isinstance(m, torch.nn.Linear)]
     if not linears:
         raise SgtuneError(f"the network {type(network).__name__} has no nn.Linear layer to take as its output layer; "
                           "give body= (the features) and head= (an nn.Linear, or (weight, bias) arrays)")
@@ -323,6 +329,34 @@ def split_torch_network(network: Any, head: Any = None) -> tuple[str, Any]:
                               "last_layer(body=..., head=...)")
         parent = parent.get_submodule(part)
     return name, layer
+
+
+def _listing(linears: list[tuple[str, Any]]) -> str:
+    """The names of a network's nn.Linear modules, for messages (``'0', '2'``)."""
+    return ", ".join(repr(n) for n, _ in linears) or "none"
+
+
+def _output_linear(network: Any, X: np.ndarray) -> str | None:
+    """The qualified name of the one ``nn.Linear`` of ``network`` whose output is the network's output on the
+    rows X (a forward hook on each), or None when no layer or more than one is (the output layer is then
+    the last registered one, or the one named by ``head``)."""
+    import torch
+
+    net = copy.deepcopy(network).double().eval()
+    outs: dict[str, Any] = {}
+    handles = [m.register_forward_hook(lambda _m, _a, r, n=n: outs.__setitem__(n, r))
+               for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        with torch.no_grad():
+            f = net(torch.from_numpy(X))
+    except Exception:  # the forward pass itself fails: the features pass says how
+        return None
+    finally:
+        for h in handles:
+            h.remove()
+    same = [n for n, r in outs.items() if isinstance(f, torch.Tensor) and isinstance(r, torch.Tensor)
+            and r.numel() == f.numel() and torch.equal(r.reshape(-1), f.reshape(-1))]
+    return same[0] if len(same) == 1 else None
 
 
 def torch_network_features(network: Any, X: Any, *,
@@ -395,12 +429,22 @@ def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: in
                 if "in" not in seen:
                     raise SgtuneError(f"the network never called its layer {name!r} (the output layer sgtune took); "
                                       "give head= (the output layer) or body= and head=")
+                bad = ~torch.isfinite(seen["in"].reshape(seen["in"].shape[0] if seen["in"].ndim else 1, -1)).all(1)
+                if bool(bad.any()):
+                    row = a + int(torch.nonzero(bad)[0, 0])
+                    raise SgtuneError(f"the network's features (the input of its output layer {name!r}) are not "
+                                      f"finite on row {row} of the data ({int(bad.sum())} of these {len(bad)} rows): "
+                                      "the body gives NaN or infinity there (a log or sqrt of a negative number, an "
+                                      "overflow); fix the network or the rows")
                 if not isinstance(f, torch.Tensor) or f.numel() != seen["out"].numel() or \
                         not torch.equal(f.reshape(-1), seen["out"].reshape(-1)):
                     raise SgtuneError(f"the network's output is not the output of its layer {name!r}: something "
                                       "follows it (an activation such as Softmax or Sigmoid, a scaling); the likelihood "
                                       "applies the link itself: end the network with that layer (its output the "
-                                      "logits or the mean) or, in Python, give last_layer(body=..., head=...)")
+                                      "logits or the mean), or name the output layer with head='NAME' (--head NAME; "
+                                      "the network's nn.Linear modules: "
+                                      f"{_listing([(n, m) for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)])})"
+                                      ", or in Python give last_layer(body=..., head=...)")
                 out.append(seen["in"].reshape(f.shape[0] if f.ndim else 1, -1).numpy())
         finally:
             handle.remove()
@@ -509,7 +553,7 @@ def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood:
     Parameters
     ----------
     network : torch.nn.Module or callable, optional
-        A trained PyTorch network (its output layer is its last ``nn.Linear``, or ``head``; the
+        A trained PyTorch network (its output layer is the ``nn.Linear`` that gives its output, or ``head``; the
         features are that layer's input, captured by a forward hook, and nothing may follow it), or
         a NumPy / JAX function ``features(X) -> (n, d)`` (the body; give ``head`` as arrays to start
         from trained weights). Omit it when ``body`` is given.
@@ -522,9 +566,11 @@ def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood:
         The noise variance σ² of the gaussian likelihood (laplace-torch's ``sigma_noise`` is σ).
     body : torch.nn.Module or callable, optional
         The features explicitly (everything before the head), with ``head``.
-    head : torch.nn.Linear or (weight, bias), optional
-        The output layer: a submodule of ``network`` (or any ``nn.Linear`` with ``body``), or arrays
-        weight (K, d) / (d,) and bias (K,) or None. Its weights start the Newton fit of θ̂.
+    head : torch.nn.Linear, str or (weight, bias), optional
+        The output layer: a submodule of ``network`` or its qualified name (``"out"``, ``"2"``; an
+        ``nn.Linear``), any ``nn.Linear`` with ``body``, or arrays weight (K, d) / (d,) and bias (K,)
+        or None. Its weights start the Newton fit of θ̂. Default for a torch network: the ``nn.Linear``
+        whose output is the network's output (on the first rows), else its last ``nn.Linear``.
     bias : bool
         Without a given head: whether the fitted head has a bias (a column of ones).
     n_classes : int, optional
@@ -572,8 +618,12 @@ def last_layer(network: Any = None, X: Any = None, y: Any = None, *, likelihood:
     if (network is None) == (body is None):
         raise SgtuneError("give the trained network, or body= (the features) and head=, not both")
     torch_head = head is not None and _is_torch_module(head)
+    if isinstance(head, str) and not _is_torch_module(network):
+        raise SgtuneError(f"head {head!r} names a module of a torch network; without one give head= as arrays")
     if _is_torch_module(network) or _is_torch_module(body):
         if network is not None:
+            if head is None and Xa.shape[0]:  # the layer whose output is the network's, wherever it is registered
+                head = _output_linear(network, Xa[:min(chunk_rows, Xa.shape[0])])
             name, head_mod = split_torch_network(network, head)
             phi = _torch_features(network, head_mod, None, Xa, chunk_rows)
         else:

@@ -198,6 +198,11 @@ class TuningResult(ResultMixin):
         θ̂ of the expansion tuned at (None when not known).
     parameter_names : tuple of str
         The name of each coordinate of θ (the expansion's; ``theta[i]`` when none).
+    prior_precision : ndarray or None
+        Γ of the expansion tuned at (zeros: the fit had no prior; None when not known), so an export
+        (:func:`sgtune.io.export.numpy_step`) knows the gradient's prior term Γθ/N without ``prior=``.
+    n_data : int or None
+        N of the expansion tuned at (None when not known).
 
     See Also
     --------
@@ -237,6 +242,8 @@ class TuningResult(ResultMixin):
     family_criterion: str = "discrepancy"
     theta_hat: np.ndarray | None = None
     parameter_names: tuple[str, ...] | None = None
+    prior_precision: np.ndarray | None = None
+    n_data: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parameter_names",
@@ -688,7 +695,8 @@ def tune(expansion: Expansion, dynamics: Dynamics, *, target: Any = "sandwich", 
                         method=method, family=family, criterion=criterion, stationary=st, batch_size=dyn.batch_size,
                         inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=part,
-                        family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names)
+                        family_criterion=crit, theta_hat=expansion.theta_hat, parameter_names=expansion.parameter_names,
+                        prior_precision=expansion.prior_precision, n_data=expansion.n_data)
 
 
 def _step_matrix_of_family(expansion: Expansion, dyn: Dynamics, S: np.ndarray, model: Any, family: str,
@@ -851,7 +859,7 @@ def _tune_whitened(e: Expansion, dyn: Dynamics, T: np.ndarray, target: Any, meth
                         covariance_error=err, method=method, family="dense", criterion=criterion, stationary=st,
                         batch_size=dyn.batch_size, inv_temperature=dyn.inv_temperature, momentum=dyn.momentum,
                         without_replacement=dyn.without_replacement, dynamics=tuned, target=target, blocks=None,
-                        family_criterion=inner.family_criterion)
+                        family_criterion=inner.family_criterion, prior_precision=e.prior_precision, n_data=e.n_data)
 
 
 @cites("wang2026", "Eq. (11) as Λ → 0: Σ → H⁻¹/β, the still chain a structured family's fit is compared with")
@@ -1037,7 +1045,7 @@ def _tuned_stationary(e: Expansion, dyn: Dynamics, S: np.ndarray, cbar: np.ndarr
             "whitened coordinates", residual=exc.residual, method=exc.method) from None
     except UnstableStepSizeError as exc:
         if method == "dq-exact":  # exact noise model: the target itself is beyond a stable chain
-            raise _out_of_reach(str(exc), exc.spectral_radius, exc.max_stable_step) from None
+            raise _out_of_reach(str(exc), exc.spectral_radius, exc.max_stable_step, e, dyn) from None
         raise UnstableStepSizeError(
             f"method {method!r} gives a step-size matrix whose chain diverges ({exc}); the target is out of "
             "reach of this method's noise model — use method 'dq-exact'",
@@ -1046,17 +1054,22 @@ def _tuned_stationary(e: Expansion, dyn: Dynamics, S: np.ndarray, cbar: np.ndarr
         # at the edge itself rounding decides whether ρ prints as 1 − 1e-13 or 1 + 1e-13: one answer for both
         raise _out_of_reach(f"spectral radius {st.spectral_radius:.15g} is within {EDGE_OF_STABILITY:g} of 1, "
                             f"a chain that needs more than {1 / EDGE_OF_STABILITY:.0e} steps to mix",
-                            st.spectral_radius, math.nan)
+                            st.spectral_radius, math.nan, e, dyn)
     return st
 
 
-def _out_of_reach(why: str, rho: float, max_stable: float) -> UnstableStepSizeError:
-    """The error of a dq-exact Λ that sits at (or beyond) the edge of stability."""
+def _out_of_reach(why: str, rho: float, max_stable: float, e: Expansion, dyn: Dynamics) -> UnstableStepSizeError:
+    """The error of a dq-exact Λ that sits at (or beyond) the edge of stability; for SGD, the remedy SGLD at
+    REACHABLE_MARGIN·N (its injected noise spreads the chain along directions the gradient noise misses)."""
+    beta = float(f"{REACHABLE_MARGIN * e.n_data:.6g}")
+    remedies = () if math.isfinite(dyn.inv_temperature) else (Remedy(
+        f"SGLD at inverse temperature {beta:.6g} ({REACHABLE_MARGIN:g}·N): its injected noise reaches the "
+        "directions SGD's gradient noise does not", {"inv_temperature": beta}, expect="runs"),)
     return UnstableStepSizeError(
         f"the target covariance is out of reach of a stable chain: the step-size matrix that would give "
         f"it sits at the edge of stability ({why}); SGD's own gradient noise is too small in some "
         "direction — use SGLD (a finite `inv_temperature`), a smaller batch, or a smaller target",
-        spectral_radius=rho, max_stable_step=max_stable)
+        spectral_radius=rho, max_stable_step=max_stable, remedies=remedies)
 
 
 def _scalar_line_optimum(fun: Any, t0: float) -> float:

@@ -153,3 +153,15 @@ def test_pyproject_tool_sgtune_table(project):
     assert r.exit_code == 0 and "config" not in json.loads(r.stdout)  # no table: not a configuration
     r = run(["lambda", "--config", "pyproject.toml", "-q"])
     assert r.exit_code == 2 and "has no [tool.sgtune] table" in r.stderr
+
+
+def test_a_refused_value_reads_as_one_sentence_per_clause(tmp_path, monkeypatch):
+    """click's "'32.7' is not a valid integer." is followed by our "; give a value …": no ".;" in between."""
+    from click.testing import CliRunner
+
+    from sgtune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sgtune.toml").write_text("batch-size = 32.7\n")
+    r = CliRunner().invoke(main, ["lambda", "--example", "logistic", "-q", "--no-applicability"])
+    assert r.exit_code == 2 and "'32.7' is not a valid integer; give a value --batch-size" in r.stderr, r.stderr

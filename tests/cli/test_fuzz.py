@@ -696,14 +696,15 @@ def _toml(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else json.dumps(value)
 
 
-def check_config_value(key: str, value: Any, folder: Path) -> None:
+def check_config_value(key: str, value: Any, folder: Path, pyproject: bool = False) -> None:
     """A value in sgtune.toml is refused exactly when the same text is refused by the option on the command line
     (exit 2 naming the key, the value and the file); accepted, the command sees the value the option would."""
     from sgtune.cli._config import read_config, shared_params
 
     param = shared_params()[key]
-    f = folder / "sgtune.toml"
-    f.write_text(f"{key} = {_toml(value)}\n")
+    f = folder / ("pyproject.toml" if pyproject else "sgtune.toml")
+    head = '[project]\nname = "mine"\nversion = "0.1"\n\n[tool.sgtune]\n' if pyproject else ""
+    f.write_text(f"{head}{key} = {_toml(value)}\n")
     ctx = click.Context(click.Command("probe"))
     flag = getattr(param, "is_flag", False)
     try:
@@ -776,3 +777,150 @@ def check_disk_full(command: str, k: int, folder: Path) -> None:
 def test_fuzz_disk_full_keeps_outputs_a_set(command, k):
     with tempfile.TemporaryDirectory() as d:
         check_disk_full(command, k, Path(d))
+
+
+# ------------------------------------------------------------------ [tool.sgtune], last-layer inputs, exports (issue 37)
+@settings(max_examples=2 * FAST_EXAMPLES, **SETTINGS)
+@given(key=st.sampled_from(["batch-size", "seed", "subsample", "momentum", "prior-precision", "intercept",
+                            "inverse-temperature", "model", "layout"]), value=CONFIG_VALUES)
+def test_fuzz_pyproject_tool_table(key, value):
+    """The same values in the ``[tool.sgtune]`` table of a pyproject.toml that also holds ``[project]``: refused
+    exactly when the option refuses them, naming the file and its table."""
+    with tempfile.TemporaryDirectory() as d:
+        check_config_value(key, value, Path(d), pyproject=True)
+
+
+#: features a user may hand ``--features``: good ones and every kind of bad one
+FEATURE_KINDS = ["good", "nan", "inf", "one-column", "no-columns", "extra-row", "complex", "1-d", "3-d", "empty"]
+
+
+def _features(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    phi = np.tanh(rng.normal(size=(n, 3)))
+    if kind == "nan":
+        phi[rng.integers(n), rng.integers(3)] = np.nan
+    elif kind == "inf":
+        phi[rng.integers(n), 0] = -np.inf
+    return {"one-column": phi[:, :1], "no-columns": phi[:, :0], "extra-row": np.vstack([phi, phi[:1]]),
+            "complex": phi + 1j, "1-d": phi[:, 0], "3-d": phi[:, :, None], "empty": phi[:0]}.get(kind, phi)
+
+
+def check_last_layer_inputs(kind: str, head: str | None, folder: Path) -> None:
+    """``--model last-layer`` on any features file, or a torch network file with any ``--head``: 0, or exit 1/2 with
+    one ``Error:`` line; never a traceback; features that are not finite real numbers never give an answer."""
+    rng = np.random.default_rng(FEATURE_KINDS.index(kind))
+    n = 40
+    X = rng.normal(size=(n, 2))
+    np.savez(folder / "d.npz", X=X, y=X[:, 0] + 0.3 * rng.normal(size=n))
+    np.save(folder / "phi.npy", _features(kind, n, rng))
+    (folder / "net.py").write_text("import torch\ntorch.manual_seed(0)\nNET = torch.nn.Sequential(torch.nn.Linear(2, 3), "
+                                   "torch.nn.Tanh(), torch.nn.Linear(3, 1))\n")
+    source = ["--features", str(folder / "phi.npy")] if head is None else \
+        ["--features-from", f"{folder / 'net.py'}:NET", *(["--head", head] if head else [])]
+    r = CliRunner().invoke(main, ["lambda", str(folder / "d.npz"), "--model", "last-layer", *source, "--batch-size",
+                                  "8", "--prior-precision", "1", "-q", "--no-applicability"])
+    where = f"features {kind}, head {head!r}\nexit {r.exit_code}\nstderr:\n{r.stderr}"
+    assert r.exception is None or isinstance(r.exception, SystemExit), where
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
+    assert r.exit_code in (0, 1, 2) and len(errors) == (r.exit_code != 0), where
+    if head is None and kind in ("nan", "inf", "complex", "no-columns", "extra-row", "3-d", "empty"):
+        assert r.exit_code != 0, where
+    if head is not None:
+        assert (r.exit_code == 0) == (head in ("", "2")), where  # the output layer is '2'; '0' feeds Tanh
+    if r.exit_code == 0:
+        assert np.all(np.isfinite(json.loads(r.stdout)["lambda"])), where
+
+
+@settings(max_examples=2 * FAST_EXAMPLES, **SETTINGS)
+@given(kind=st.sampled_from(FEATURE_KINDS), head=st.sampled_from([None, None, "", "2", "0", "1", "out", "2.weight"]))
+def test_fuzz_last_layer_inputs(kind, head):
+    pytest.importorskip("torch")
+    with tempfile.TemporaryDirectory() as d:
+        check_last_layer_inputs(kind, head, Path(d))
+
+
+#: arguments the exports receive from a user's training loop, good and bad
+EXPORT_VALUES = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 70),
+                          st.sampled_from(["in-loss", "add", "weight-decay", "N"]))
+
+
+def check_export(settings_: dict[str, Any], shape: tuple[int, ...], as_list: bool) -> None:
+    """numpy_step from a tuned result with any settings, stepped on θ of any shape: an SgtuneError (one line) or a
+    finite step of θ's shape; never a raw NumPy or Python error."""
+    from sgtune.core.errors import SgtuneError
+    from sgtune.io.export import numpy_step
+
+    res = _tuned_logistic()
+    kw = {k: v for k, v in settings_.items() if v is not None}
+    try:
+        step = numpy_step(res, **kw)
+        theta = np.zeros(shape)
+        out = step(theta.tolist() if as_list else theta, 0.0, np.ones(shape))
+    except SgtuneError as exc:
+        assert "\n" not in str(exc) and str(exc), repr(exc)
+        return
+    assert out[0].shape == shape and np.all(np.isfinite(out[0])), (kw, shape)
+
+
+_TUNED: list[Any] = []
+
+
+def _tuned_logistic() -> Any:
+    if not _TUNED:
+        from sgtune.core.config import Dynamics
+        from sgtune.io.data import example
+        from sgtune.models import expand, get_model
+        from sgtune.theory.tuning import tune
+
+        _TUNED.append(tune(expand(get_model("logistic"), example("logistic")), Dynamics(None, batch_size=32)))
+    return _TUNED[0]
+
+
+@settings(max_examples=6 * FAST_EXAMPLES, **SETTINGS)
+@given(settings_=st.fixed_dictionaries({k: EXPORT_VALUES for k in ("momentum", "inv_temperature", "batch_size",
+                                                                  "prior", "prior_precision", "n_data")}),
+       shape=st.sampled_from([(5,), (3, 5), (4,), (5, 1), (0,), ()]), as_list=st.booleans())
+def test_fuzz_exports(settings_, shape, as_list):
+    check_export(settings_, shape, as_list)
+
+
+#: the other commands with an output pair, interrupted like run and lambda above
+PAIR_COMMANDS = {"covariance": (MULTI_OUTPUT["covariance"][0] + ["-q"], "C.npy"),
+                 "plan": (MULTI_OUTPUT["plan"][0] + ["-q"], "plan.csv")}
+
+
+def check_signal_pair(signame: str, delay: float, command: str, outdir: Path) -> None:
+    """SIGINT/SIGTERM/SIGHUP at any time into a command writing -o and --json: either both complete (exit 0) or
+    one line, the signal's exit code and no file at all."""
+    import signal
+    import time
+
+    what, code = STOP_SIGNALS[signame]
+    args, out = PAIR_COMMANDS[command]
+    p = _popen([*args, "-o", str(outdir / out), "--json", str(outdir / "doc.json")])
+    try:
+        assert _handlers_installed(p.pid, signal.SIGTERM), "sgtune never started"
+        time.sleep(delay)
+        p.send_signal(getattr(signal, signame))
+        _, err = p.communicate(timeout=HANG_GUARD_S)
+    finally:
+        p.kill()
+    err_text = err.decode()
+    where = f"{signame} after {delay:.2f} s into sgtune {command}\nexit {p.returncode}\nstderr:\n{err_text}"
+    assert "Traceback" not in err_text and "Exception ignored" not in err_text, where
+    if p.returncode == 0:
+        assert _outputs_left(outdir) == sorted([out, "doc.json"]), where
+        json.loads((outdir / "doc.json").read_text())
+        return
+    lines = [ln for ln in err_text.splitlines() if ln.strip()]
+    assert p.returncode == code and lines[-1] == f"Error: {what}; outputs not yet renamed into place were removed", where
+    assert _outputs_left(outdir) == [], where
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/PID/status (Linux)")
+@settings(max_examples=FAST_PROC, **SETTINGS)
+@given(signame=st.sampled_from(sorted(STOP_SIGNALS)), delay=st.floats(0.0, 3.0),
+       command=st.sampled_from(sorted(PAIR_COMMANDS)))
+def test_fuzz_signals_on_every_output_pair(signame, delay, command):
+    with tempfile.TemporaryDirectory() as d:
+        check_signal_pair(signame, delay, command, Path(d))
