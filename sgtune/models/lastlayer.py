@@ -441,7 +441,7 @@ def _torch_features(network: Any, head: Any, body: Any, X: np.ndarray, chunk: in
                     raise SgtuneError(f"the network's output is not the output of its layer {name!r}: something "
                                       "follows it (an activation such as Softmax or Sigmoid, a scaling); the likelihood "
                                       "applies the link itself: end the network with that layer (its output the "
-                                      "logits or the mean), or name the output layer with head='NAME' (--head NAME; "
+                                      "logits or the mean), or name the output layer with `head='NAME'` ("
                                       "the network's nn.Linear modules: "
                                       f"{_listing([(n, m) for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)])})"
                                       ", or in Python give last_layer(body=..., head=...)")
