@@ -8,7 +8,7 @@ log p_β(θ|S_t) = −β (L_S(θ) + θᵀΓθ/(2N)) with L_S the batch-mean loss
 gradient of log p of the SMILE paper, anonymous, 2025, eq. 3). One step of the MCLMC samplers
 (the SMILE paper, eqs. 1–3, appendix F.2, as :func:`sgtune.sampler.smile.mn_step`; :func:`mclmc_rule`):
 
-    S_t ← batch_fn(…)                                            the step's minibatch
+    S_t ← batch(…)                                               the step's minibatch
     g, ℓ₀ ← ∇log p_β(θ|S_t), log p_β(θ|S_t)                       gradient evaluation 1 (with the loss)
     pSMILE: EMAs of g → preconditioner p (:func:`~sgtune.sampler.smile.precond_update`)
     P(b₁ε) Q(ε/2)  ·  g ← ∇log p_β(θ'|S_t)  ·  P(b₂ε) Q(ε/2)       gradient evaluation 2 (no loss)
@@ -40,7 +40,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._jit import component, component_inline, njit, njit_inline
+import numba
+
+from ._jit import call_value_grad, component, component_inline, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .engine import ChainPlan
 from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
@@ -129,49 +131,52 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
-def _eval(value_grad_fn, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
-    value = value_grad_fn(th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad, want)
+def _eval(value_grad, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
+    value = call_value_grad(value_grad, th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad, want)
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
 
 
 @njit_inline
-def _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-untyped-def]
+def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-untyped-def]
     beta = mc.inv_temp
-    lp = _eval(value_grad_fn, th, ora, st, nb, w, True, beta)
+    lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
     step_begin(c, th, u, w.grad, lp, mc)
-    _eval(value_grad_fn, th, ora, st, nb, w, False, beta)
+    _eval(value_grad, th, ora, st, nb, w, False, beta)
     step_mid(c, th, u, w.grad, mc)
-    lp = _eval(value_grad_fn, th, ora, st, nb, w, True, beta)
+    lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
     step_end(c, th, u, w.grad, lp, mc)
 
 
 # not inlined into the loop (unlike the SG(L)D rules): its body is large, and inlined it made every SMILE
 # specialisation of the loop compile ≈ 1.5× longer (cold) for ≤ 3 % of a step
 @component
-def mclmc_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
-    """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature; module docstring)."""
-    _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w)
+def mclmc_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature, ``value_grad`` the name of
+    a value-and-gradient oracle; module docstring)."""
+    numba.literally(value_grad)
+    _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w)
     return 0
 
 
 @component
-def mclmc_target_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def mclmc_target_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One MCLMC step on an analytic target: the step's noise drawn first, then the three gradients on it
     (:func:`sgtune.sampler.targets.target_value_grad`)."""
+    numba.literally(value_grad)
     draw_step_noise(st, ora.mat, w.wk, th.shape[0])
-    _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w)
+    _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w)
     return 0
 
 
 @component_inline
-def sgld_target_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def sgld_target_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """The SMILE paper's SGLD baseline on an analytic target, θ ← θ + h g + √(2h) η with g = ∇log p_ξ(θ)
     (:func:`sgtune.sampler.smile.sgld_step`, h = s · ``p.step``; the oracle draws the step's noise)."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     buf = w.buf
-    grad = w.grad
+    g = w.grad
     for j in range(th.shape[0]):
-        buf[j] = -grad[j]
+        buf[j] = -g[j]
     fill_normals(st, w.xi)
     sgld_step(th, buf, w.xi, s * p.step)
     return 0
