@@ -247,35 +247,36 @@ def _call_rule(name, grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[
     return impl
 
 
-def call_grad(name, th, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
-    """The gradient oracle ``name``: its data term into ``grad``."""
-    return COMPONENTS[name](th, X, y, idx, nb, ints, floats, mat, st, work, grad)
+def call_grad(name, th, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """The gradient oracle ``name`` reading the :class:`~sgtune.sampler.state.Oracle` ``ora``: its data term on
+    the batch ``idx[:nb]`` into ``grad``."""
+    return COMPONENTS[name](th, ora, idx, nb, st, work, grad)
 
 
 @overload(call_grad, inline="always")
-def _call_grad(name, th, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+def _call_grad(name, th, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
     fn = _chosen(name)
     if fn is None:
         return None
 
-    def impl(name, th, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
-        return fn(th, X, y, idx, nb, ints, floats, mat, st, work, grad)
+    def impl(name, th, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+        return fn(th, ora, idx, nb, st, work, grad)
     return impl
 
 
-def call_value_grad(name, th, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
+def call_value_grad(name, th, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
     """The value-and-gradient oracle ``name``: the data term into ``grad``, the batch-mean loss when ``want``."""
-    return COMPONENTS[name](th, X, y, idx, nb, ints, floats, mat, st, work, grad, want)
+    return COMPONENTS[name](th, ora, idx, nb, st, work, grad, want)
 
 
 @overload(call_value_grad, inline="always")
-def _call_value_grad(name, th, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
+def _call_value_grad(name, th, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
     fn = _chosen(name)
     if fn is None:
         return None
 
-    def impl(name, th, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
-        return fn(th, X, y, idx, nb, ints, floats, mat, st, work, grad, want)
+    def impl(name, th, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
+        return fn(th, ora, idx, nb, st, work, grad, want)
     return impl
 
 

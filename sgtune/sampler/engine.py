@@ -96,7 +96,7 @@ def _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, d
         ld[j] = p.lam[j, j]
         fd[j] = p.fac[j, j]
     # local scratch: LLVM knows it aliases none of the arguments
-    w = Work(idx, np.empty(max(ora.work_len, 1)), np.empty(d), np.empty(d), buf, ld, fd)
+    w = Work(idx=idx, wk=np.empty(max(ora.work_len, 1)), grad=np.empty(d), xi=np.empty(d), buf=buf, ld=ld, fd=fd)
     n_data = ora.X.shape[0]
     pos = state.epoch_pos[c]
     clips = 0

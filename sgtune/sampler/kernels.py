@@ -35,7 +35,7 @@ batch-means standard errors), accumulated in blocks: the states are collected in
 the segment changes, and at the end of a call with ``flush`` true (the driver's last call) — so the
 result does not depend on how the run is split into calls; thinned trace (every ``thin`` steps) and
 the step size of the MCLMC samplers (and their Σ ΔE so far, ``energy_trace``) at the same draws, sums
-of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
+of linear observables ℓ_kᵀθ, Σθ and Σθ² (``theta_sum``, ``theta_sq_sum``: the SMILE ensembles), and per-epoch-position Welford mean and variance (position = number
 of batches of the current epoch already used, 0..R−1, as the batch schedule counts it: ``reshuffle``,
 ``full`` and the ``*-positions`` schedules) — or, when the recorder has a ``pos_centre`` c, the sums of
 d = θ − c and of d² by position instead (Shaw & Whalley's model problem, :mod:`sgtune.sampler.reshuffle`).
@@ -348,7 +348,7 @@ def sghmc_data_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore
 def data_gradient(grad, th, ora, st, nb, w):  # type: ignore[no-untyped-def]
     """G_t(θ) into ``w.grad``: the data term of the oracle named ``grad`` on the batch ``w.idx[:nb]``, plus the
     prior Γθ/N."""
-    call_grad(grad, th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad)
+    call_grad(grad, th, ora, w.idx, nb, st, w.wk, w.grad)
     add_prior(ora.prior_kind, ora.prior, th, w.grad)
 
 
@@ -458,6 +458,12 @@ def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
                 delta = th[j] - pos_mean[c, pos, j]
                 pos_mean[c, pos, j] += delta * inv_p
                 rec.pos_m2[c, pos, j] += delta * (th[j] - pos_mean[c, pos, j])
+    ts = rec.theta_sum
+    if ts.shape[1] > 0:  # Σθ and Σθ² (the SMILE ensembles' moments)
+        t2 = rec.theta_sq_sum
+        for j in range(d):
+            ts[c, j] += th[j]
+            t2[c, j] += th[j] * th[j]
     if thin > 0 and u % thin == 0:  # the MCLMC samplers' step size (and Σ ΔE) at the same draws
         k = u // thin - 1
         if k < rec.step_trace.shape[1]:
