@@ -37,7 +37,7 @@ import numpy as np
 from ..core._validation import as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ._jit import component_inline
-from .engine import ChainPlan, NumbaBackend
+from .engine import ChainPlan, NumbaBackend, run_plan
 from .kernels import BATCH_FNS, sgld_diag_rule
 from .rng import chain_states
 from .state import LAM_DIAG, Schedule, chain_state, mclmc_state, oracle, recorder, step_params
@@ -195,7 +195,7 @@ def _validate(data: Any, batch_size: Any, step: Any, sigma2: Any, scheme: str, n
 
 def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
                          sigma2: Any | None = None, n_chains: int = 256, n_epochs: int = 1000,
-                         burn_in_epochs: int = 100, seed: int = 0) -> ReshuffleChains:
+                         burn_in_epochs: int = 100, seed: int = 0, backend: Any = "numba") -> ReshuffleChains:
     """Run independent model-problem chains θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N)ξ (Shaw & Whalley 2025, §4, eq. 8).
 
     Parameters
@@ -214,6 +214,9 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
         Chains (started at x̄), kept epochs, discarded epochs (R steps each).
     seed : int
         Root seed; chain c uses ``SeedSequence(seed).spawn(n_chains)[c]``.
+    backend : "numba" or object
+        The engine's backend (``sgtune.sampler.engine.run_plan``): ``"numba"``, or an object with
+        ``prepare(plan)`` and ``advance(plan, t0, n_steps, last)``.
 
     Returns
     -------
@@ -238,7 +241,9 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
     x, b, h, sig2, _, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
                                               n_epochs, burn_in_epochs)
     plan = reshuffle_plan(x, b, h, math.sqrt(2.0 * h * sig2 / x.shape[0]), scheme, c, e, bi, int(seed))
-    NumbaBackend().advance(plan, 0, plan.n_steps, True)  # one call: nothing to report between chunks
+    if isinstance(backend, str) and backend != "numba":
+        raise SgtuneError(f"backend must be 'numba' or a backend object for reshuffle chains, got {backend!r}")
+    run_plan(plan, NumbaBackend() if isinstance(backend, str) else backend, None)
     rec = plan.recorder(True)
     return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
                            first_moment=rec.pos_mean[:, :, 0] / e, second_moment=rec.pos_m2[:, :, 0] / e)
