@@ -69,9 +69,11 @@ class GeneralPath:
         diverged = self.state.diverged
         batch = component_name(plan.batch_fn)
         move = None if plan.move_fn is None else component_name(plan.move_fn)
+        # the compiled specialisations, looked up once per call (the arguments' types do not change between steps)
+        draw = specialisation(kernels.draw_batches, 1, batch, self.state, n_data, self.batch_size, self.idx)
+        step = None
         for t in range(t0 + 1, t0 + n_steps + 1):
-            nb = specialisation(kernels.draw_batches, 1, batch, self.state, n_data, self.batch_size, self.idx)(
-                batch, self.state, n_data, self.batch_size, self.idx)
+            nb = draw(batch, self.state, n_data, self.batch_size, self.idx)
             live = np.flatnonzero(diverged < 0)
             if live.size == 0:
                 return
@@ -88,7 +90,9 @@ class GeneralPath:
             self._gradients(live, nb)
             args = (move, self.state, t, plan.burn_in, self.grads, plan.oracle, plan.sched.decay, plan.params, rec,
                     plan.mclmc)
-            specialisation(kernels.advance, 1, *args)(*args)
+            if step is None:
+                step = specialisation(kernels.advance, 1, *args)
+            step(*args)
 
     def _losses(self, live: np.ndarray, nb: int) -> None:
         """Batch-mean loss of every live chain at its current θ into ``values``."""
