@@ -87,26 +87,20 @@ NJIT_FMA_OPTIONS: dict[str, object] = {**NJIT_OPTIONS, "fastmath": {"contract"}}
 _SAMPLER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _writable(folder: str) -> bool:
-    """Can this process create files in ``folder`` (created when missing)?"""
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            return True
-    except OSError:
-        return False
+def _probe() -> None:  # pragma: no cover - never called: the function numba is asked to cache
+    return None
 
 
 def cache_location_found() -> bool:
-    """Would numba find a writable cache folder for the sampler's kernels? The folders numba's documentation
-    lists, in its order: ``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the source, else the user's cache
-    folder (``$XDG_CACHE_HOME/numba`` or ``~/.cache/numba``)."""
-    if numba.config.CACHE_DIR:
-        return _writable(numba.config.CACHE_DIR)
-    if _writable(os.path.join(_SAMPLER_DIR, "__pycache__")):
-        return True
-    home_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return _writable(os.path.join(home_cache, "numba"))
+    """Would numba find a writable cache folder for the sampler's kernels? Asked of numba itself: declaring a
+    cached function in this folder (``numba.njit(cache=True)``) raises ``RuntimeError`` ("cannot cache function
+    …: no locator available") when none of its cache folders (``NUMBA_CACHE_DIR``, ``__pycache__`` beside the
+    source, the user's cache folder) can be written."""
+    try:
+        numba.njit(cache=True)(_probe)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _fallback_cache_dir() -> str | None:
@@ -137,9 +131,10 @@ def ensure_cache_location() -> bool:
     if cache_location_found():
         return True
     folder = _fallback_cache_dir()
-    if folder is not None and _writable(folder):
+    if folder is not None:
         numba.config.CACHE_DIR = folder
-        return True
+        if cache_location_found():
+            return True
     return False
 
 
