@@ -58,3 +58,12 @@ def machine_line(m: dict[str, Any]) -> str:
     """One line naming the machine of :func:`machine`."""
     return (f"{m['cpu']}, {m['cores']} logical cores; {m['os']}; Python {m['python']}, NumPy {m['numpy']}, "
             f"SciPy {m['scipy']}, numba {m['numba']}")
+
+
+def timing_spec_kw(n_steps: int, n_chains: int, burn_in: int) -> dict[str, int]:
+    """``burn_in`` and ``batches_per_chain`` of a timing run that ``RunSpec`` accepts: one batch mean per chain
+    (the moments are not what is timed), but 2 batch means and so at least 2 kept steps with one chain
+    (``RunSpec`` refuses a single batch mean in all: its standard errors would be NaN)."""
+    if n_chains >= 2:
+        return {"burn_in": burn_in, "batches_per_chain": 1}
+    return {"burn_in": max(0, min(burn_in, n_steps - 2)), "batches_per_chain": 2}

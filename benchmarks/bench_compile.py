@@ -1,19 +1,15 @@
-"""Cold compile of one engine combination: the serial chain loop against the two ``prange`` loops it replaced.
+"""Cold compile per engine combination, this checkout against a baseline checkout, in the same run.
 
-Each variant compiles the same combination (quadratic oracle, no batch, the diagonal SG(L)D rule) in a fresh
-process with an empty ``NUMBA_CACHE_DIR``, and the table gives the CPU seconds (``time.process_time``: the
-machine is shared, wall time is not comparable between rounds) of the first run, which is the compile, and
-the signatures ``_chain`` was compiled for. Variants, all in the same run (issue 38):
+Each (checkout, combination) compiles in a fresh process with an empty ``NUMBA_CACHE_DIR``; the table gives the
+CPU seconds (``time.process_time``: the machine is shared, wall time is not comparable between rounds) of the
+first run, which is the compile, then of a second process on the same cache (a load: no compile), and the
+number of signatures the engine's ``_chain`` holds in the first process (1: each specialisation compiles
+once). Combinations: the quadratic oracle with the diagonal SG(L)D rule, logistic regression with SGLD
+(replacement batches), logistic regression with SMILE. Every checkout gives the same covariance bits (checked).
+Usage::
 
-- ``serial``: :func:`sgtune.sampler.engine.chains` as it is (a serial loop over a range of chains; the
-  backend runs ranges on threads);
-- ``prange-int64``: a ``prange`` loop over the chains calling ``_chain`` with the index cast to int64;
-- ``prange``: the loop of before issue 38, the ``prange`` index passed as it is (numba types it int64 in
-  the function and uint64 in the parfor's gufunc: ``_chain`` compiles twice).
-
-Every variant gives the same covariance bits (printed as a check). Usage::
-
-    python benchmarks/bench_compile.py [--rounds 2]
+    git worktree add /tmp/sgtune_base main
+    python benchmarks/bench_compile.py --baseline /tmp/sgtune_base [--rounds 1]
 """
 from __future__ import annotations
 
@@ -30,60 +26,60 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r'''
 import json, sys, time
 import numpy as np
-import numba
 from sgtune.core.config import Dynamics, RunSpec
-from sgtune.sampler import engine, run_quadratic_chains
+from sgtune.sampler import engine, run_chains, run_quadratic_chains
+from sgtune.sampler.registry import options_for
 
-variant = sys.argv[1]
-_chain = engine._chain
-if variant != "serial":
-    cast = variant == "prange-int64"
-
-    @numba.njit(parallel=True, nogil=True, error_model="numpy")
-    def chains_prange(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):
-        batch_size = sched.batch_size
-        decay = sched.decay
-        for c in numba.prange(state.theta.shape[0]):
-            _chain(batch_fn, grad_fn, rule_fn, np.int64(c) if cast else c, state, t0, n_steps, burn_in, ora,
-                   batch_size, decay, p, mc, rec)
-
-    engine.chains = chains_prange
-    engine.get_num_threads = lambda: 1  # one call over all chains: the prange splits them
+combo = sys.argv[1]
+rng = np.random.default_rng(0)
+X = rng.standard_normal((500, 5))
+y = (rng.random(500) < 0.5).astype(float)
 t = time.process_time()
-res = run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=7.0), RunSpec(2000, n_chains=3, seed=3))
+if combo == "quadratic":
+    res = run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=7.0), RunSpec(2000, n_chains=3, seed=3))
+elif combo == "logistic-sgld":
+    res = run_chains("logistic", (X, y), Dynamics(0.1, 8, inv_temperature=500.0), RunSpec(2000, n_chains=3, seed=3))
+else:
+    res = run_chains("logistic", (X, y), Dynamics(0.05, 8, inv_temperature=500.0), RunSpec(2000, n_chains=3, seed=3),
+                     options_for("smile"))
 cpu = time.process_time() - t
-print(json.dumps({"cpu": cpu, "chain_signatures": [str(s[3]) for s in _chain.signatures],
+print(json.dumps({"cpu": cpu, "chain_signatures": len(engine._chain.signatures),
                   "cov": [float(x).hex() for x in res.cov.ravel()]}))
 '''
 
+COMBOS = ("quadratic", "logistic-sgld", "logistic-smile")
 
-def run(variant: str) -> dict:
-    with tempfile.TemporaryDirectory(prefix="sgtune-bench-compile-") as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache,
-               "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        out = subprocess.run([sys.executable, "-c", CHILD, variant], capture_output=True, text=True, env=env,
-                             check=True)
+
+def run(tree: Path, combo: str, cache: str) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", CHILD, combo], capture_output=True, text=True, env=env, check=True,
+                         cwd=str(tree))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--baseline", type=Path, required=True, help="the other checkout (its repository root)")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    variants = ("serial", "prange-int64", "prange")
-    rows: dict[str, list[float]] = {v: [] for v in variants}
-    sigs: dict[str, list[str]] = {}
-    covs = set()
-    for _ in range(args.rounds):  # interleaved: each round runs every variant once, at the same machine load
-        for v in variants:
-            r = run(v)
-            rows[v].append(r["cpu"])
-            sigs[v] = r["chain_signatures"]
-            covs.add(tuple(r["cov"]))
-    print(f"{'variant':14s} {'cold CPU s (each round)':>28s} {'_chain index types':>22s}")
-    for v in variants:
-        print(f"{v:14s} {' '.join(f'{c:6.1f}' for c in rows[v]):>28s} {','.join(sigs[v]):>22s}")
-    print(f"covariance bits identical across variants: {len(covs) == 1}")
+    trees = {"this": ROOT, "baseline": args.baseline.resolve()}
+    rows: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
+    covs: dict[str, set] = {c: set() for c in COMBOS}
+    for _ in range(args.rounds):  # interleaved: each round runs every checkout and combination at the same load
+        for combo in COMBOS:
+            for name, tree in trees.items():
+                with tempfile.TemporaryDirectory(prefix="sgtune-bench-compile-") as cache:
+                    cold = run(tree, combo, cache)
+                    warm = run(tree, combo, cache)
+                rows.setdefault((combo, name), []).append((cold["cpu"], warm["cpu"], cold["chain_signatures"]))
+                covs[combo].add(tuple(cold["cov"]))
+    print(f"| combination | checkout | cold CPU s | cached CPU s | _chain signatures |")
+    print("|---|---|---|---|---|")
+    for (combo, name), r in rows.items():
+        print(f"| {combo} | {name} | {' '.join(f'{x[0]:.1f}' for x in r)} | {' '.join(f'{x[1]:.1f}' for x in r)} | "
+              f"{' '.join(str(x[2]) for x in r)} |")
+    print("covariance bits identical across checkouts: "
+          + ", ".join(f"{c} {len(v) == 1}" for c, v in covs.items()))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from _timing import timing_spec_kw
+
 N, D, B = 10_000, 50, 32
 #: name -> (model, sampler, step, chains, steps, extra settings); "cov": streaming covariance on (burn-in 0)
 CONFIGS = {
@@ -116,7 +118,7 @@ def _runner():
 
         def run(model, X, y, step, sampler, chains, steps, burn_in, seed, momentum, batching, initial):
             dyn = Dynamics(step, B, inv_temperature=float(N), momentum=momentum, batching=batching)
-            spec = RunSpec(steps, n_chains=chains, burn_in=burn_in, batches_per_chain=1, seed=seed)
+            spec = RunSpec(steps, n_chains=chains, seed=seed, **timing_spec_kw(steps, chains, burn_in))
             return run_chains(model, (X, y), dyn, spec, options_for(sampler), initial=initial,
                               prior_precision=1.0)
         return run

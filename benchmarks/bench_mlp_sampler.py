@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from _timing import best_wall_cpu
+from _timing import best_wall_cpu, timing_spec_kw
 
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.models.mlp import MLP
@@ -47,13 +47,13 @@ def sgtune_us(model, X, y, steps: int, chains: int, backend: str, repeats: int) 
     theta0 = model.initial_params(P, np.random.default_rng(1))
     dyn = Dynamics(LAM, B, inv_temperature=BETA)
     kw = dict(initial=theta0, backend=backend)
-    run_chains(model, (X, y), dyn, RunSpec(5, n_chains=chains, burn_in=0, batches_per_chain=1), **kw)  # compile / load
+    run_chains(model, (X, y), dyn, RunSpec(5, n_chains=chains, **timing_spec_kw(5, chains, 0)), **kw)  # compile / load
     short = max(steps // 5, 1)
     walls, cpus = [], {steps: [], short: []}
     for s in range(repeats):
         for t in (steps, short):
             c = time.process_time()
-            r = run_chains(model, (X, y), dyn, RunSpec(t, n_chains=chains, burn_in=t - 1, batches_per_chain=1, seed=s),
+            r = run_chains(model, (X, y), dyn, RunSpec(t, n_chains=chains, seed=s, **timing_spec_kw(t, chains, t - 1)),
                            **kw)
             cpus[t].append(time.process_time() - c)
             if t == steps:

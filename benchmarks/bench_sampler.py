@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from _timing import best_wall_cpu
+from _timing import best_wall_cpu, timing_spec_kw
 
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.sampler import run_chains
@@ -52,8 +52,8 @@ def best_of(fn, repeats: int) -> float:
 
 def numba_us(X, y, chains: int, steps: int, lam: float, beta: float, moments: bool, repeats: int) -> float:
     dyn = Dynamics(lam, B, inv_temperature=beta)
-    run = RunSpec(steps, n_chains=chains, burn_in=0 if moments else steps - 1, batches_per_chain=1)
-    run_chains("logistic", (X, y), dyn, run.replace(n_steps=10, burn_in=0), initial=np.zeros(D))  # compile / load cache
+    run = RunSpec(steps, n_chains=chains, **timing_spec_kw(steps, chains, 0 if moments else steps - 1))
+    run_chains("logistic", (X, y), dyn, run.replace(n_steps=10, burn_in=0, batches_per_chain=2 if chains == 1 else 1), initial=np.zeros(D))  # compile / load cache
     walls, cpus = [], []
     for s in range(repeats):
         c = time.process_time()

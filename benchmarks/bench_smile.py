@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from _timing import timing_spec_kw
+
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.sampler.registry import options_for
 from sgtune.sampler import run_chains
@@ -38,13 +40,13 @@ def sgtune_us(X, y, sampler: str, chains: int, steps: int, repeats: int) -> tupl
     step = 0.5 if sampler == "sgld" else 0.05
     dyn = Dynamics(step, B, inv_temperature=float(N))
     opts = options_for(sampler)
-    run_chains("logistic", (X, y), dyn, RunSpec(10, n_chains=chains, burn_in=0, batches_per_chain=1), opts,
+    run_chains("logistic", (X, y), dyn, RunSpec(10, n_chains=chains, **timing_spec_kw(10, chains, 0)), opts,
                initial=np.zeros(D))  # compile / load the cache
     walls, cpus = [], []
     for s in range(repeats):
         c = time.process_time()
-        r = run_chains("logistic", (X, y), dyn, RunSpec(steps, n_chains=chains, burn_in=steps - 1, batches_per_chain=1,
-                                                        seed=s), opts, initial=np.zeros(D))
+        r = run_chains("logistic", (X, y), dyn, RunSpec(steps, n_chains=chains, seed=s,
+                                                        **timing_spec_kw(steps, chains, steps - 1)), opts, initial=np.zeros(D))
         cpus.append(time.process_time() - c)
         walls.append(r.seconds)
     return 1e6 * min(walls) / (chains * steps), 1e6 * min(cpus) / (chains * steps)

@@ -24,6 +24,7 @@ os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="sgtune-refcounts-")
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+from _timing import timing_spec_kw  # noqa: E402
 
 
 def _run() -> None:
@@ -38,7 +39,7 @@ def _run() -> None:
     if "dynamics" in inspect.signature(run_chains).parameters:
         from sgtune.core.config import Dynamics, RunSpec
         run_chains("logistic", (X, y), Dynamics(0.5, B, inv_temperature=float(N)),
-                   RunSpec(50, n_chains=1, burn_in=49, batches_per_chain=1), prior_precision=1.0,
+                   RunSpec(50, n_chains=1, **timing_spec_kw(50, 1, 49)), prior_precision=1.0,
                    initial=np.full(D, 0.01))
     else:  # the keyword form of 0.1
         import warnings

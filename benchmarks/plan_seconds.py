@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from _timing import timing_spec_kw
+
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.io.data import example, make_dataset
 from sgtune.models import expand, get_model
@@ -62,8 +64,8 @@ def old_predictor(model, ds, e, c, prior, per=0.05, seed=0):
     dyn = dynamics_of(c)
 
     def run(steps):
-        return float(run_chains(model, ds, dyn, RunSpec(steps, n_chains=c.chains, burn_in=0, batches_per_chain=1,
-                                                        seed=seed), prior_precision=prior,
+        return float(run_chains(model, ds, dyn, RunSpec(steps, n_chains=c.chains, seed=seed,
+                                                        **timing_spec_kw(steps, c.chains, 0)), prior_precision=prior,
                                 initial=e.theta_hat).seconds)
     k0 = 16
     base = run(k0)

@@ -270,7 +270,7 @@ SAMPLER = PKG / "sampler"
 #: (smile.run_smile_ensemble) are plans of the engine.
 STEP_LOOPS_NOT_ON_THE_ENGINE: set[str] = set()
 #: jitted loops over steps that run no chain (benchmark and test helpers)
-NOT_CHAINS = {"kernels.batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
+NOT_CHAINS = {"kernels._batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
 JIT_DECORATORS = {"njit", "njit_fma", "component", "component_fma", "jit"}
 
 

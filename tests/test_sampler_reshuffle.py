@@ -227,3 +227,27 @@ def test_notebook_smoke() -> None:
     path = Path(__file__).resolve().parents[1] / "notebooks" / "reshuffle_vs_robbins_monro.py"
     subprocess.run([sys.executable, str(path)], env={**os.environ, "SGTUNE_SMOKE": "1"}, check=True,
                    capture_output=True, timeout=HANG_GUARD_S)
+
+
+def test_reshuffle_chains_run_through_the_backend_seam():
+    # run_reshuffle_chains hands its plan to run_plan: a backend object sees every call, and the chunked run
+    # (run_plan's 50 calls) gives the bits of the default
+    from sgtune.core.errors import SgtuneError
+    from sgtune.sampler.engine import NumbaBackend
+    from sgtune.sampler.reshuffle import run_reshuffle_chains
+
+    class Counting(NumbaBackend):
+        calls = 0
+
+        def advance(self, plan, t0, n_steps, last):  # type: ignore[no-untyped-def]
+            Counting.calls += 1
+            super().advance(plan, t0, n_steps, last)
+
+    x = np.arange(8.0)
+    a = run_reshuffle_chains(x, 2, 0.5, n_chains=3, n_epochs=30, burn_in_epochs=2, seed=4)
+    b = run_reshuffle_chains(x, 2, 0.5, n_chains=3, n_epochs=30, burn_in_epochs=2, seed=4, backend=Counting())
+    assert Counting.calls > 1
+    np.testing.assert_array_equal(a.first_moment, b.first_moment)
+    np.testing.assert_array_equal(a.second_moment, b.second_moment)
+    with pytest.raises(SgtuneError, match="backend must be 'numba'"):
+        run_reshuffle_chains(x, 2, 0.5, n_chains=3, n_epochs=30, backend="numpy")

@@ -16,6 +16,7 @@ from sgtune.models import get_model
 from sgtune.models.mlp import MLP
 from sgtune.sampler import SAMPLERS, run_chains, run_quadratic_chains
 from sgtune.sampler import engine, grads, mlp as smlp, mlp_loss, smile_chain
+from sgtune.sampler.state import oracle
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 
 from tests._threads import many_threads
@@ -75,20 +76,19 @@ def test_glm_value_grad_matches_numpy_model():
         mpar = grads.model_params(0.7, 1.5)
         g = np.empty(5)
         work = np.empty(13)
-        val = grads.glm_value_grad(theta, X, yv, idx, 13, np.array([grads.MODEL_IDS[name]]), mpar, np.zeros((1, 1)),
-                                   np.zeros(4, dtype=np.uint64), work, g, True)
+        st = np.zeros(4, dtype=np.uint64)
+        ora = oracle(X=X, y=yv, ints=np.array([grads.MODEL_IDS[name]]), floats=mpar)
+        val = grads.glm_value_grad(theta, ora, idx, 13, st, work, g, True)
         ref_g = model.per_sample_grads(theta, X[idx], yv[idx]).mean(axis=0)
         ref_l = model.per_sample_losses(theta, X[idx], yv[idx]).mean()
         np.testing.assert_allclose(g, ref_g, rtol=1e-12, atol=1e-14)
         # ρ up to an additive constant: compare a difference between two points
         theta2 = theta + 0.1
         g2 = np.empty(5)
-        val2 = grads.glm_value_grad(theta2, X, yv, idx, 13, np.array([grads.MODEL_IDS[name]]), mpar,
-                                    np.zeros((1, 1)), np.zeros(4, dtype=np.uint64), work, g2, True)
+        val2 = grads.glm_value_grad(theta2, ora, idx, 13, st, work, g2, True)
         ref_l2 = model.per_sample_losses(theta2, X[idx], yv[idx]).mean()
         assert math.isclose(val2 - val, ref_l2 - ref_l, rel_tol=1e-10, abs_tol=1e-13), name
-        assert grads.glm_value_grad(theta, X, yv, idx, 13, np.array([grads.MODEL_IDS[name]]), mpar,
-                                    np.zeros((1, 1)), np.zeros(4, dtype=np.uint64), work, g, False) == 0.0
+        assert grads.glm_value_grad(theta, ora, idx, 13, st, work, g, False) == 0.0
 
 
 def test_mlp_loss_matches_numpy_model():

@@ -27,42 +27,38 @@ partial sums of :func:`~sgtune.sampler.grads.row_dot` buy instruction-level para
 but not SIMD. (Measured: a reassociating dot product would take the 32 row products of the
 benchmark step from ≈0.63 µs to ≈0.23 µs; not used, to keep IEEE order and twin agreement.)
 
-Cache invalidation: numba's on-disk cache is keyed by a hash of the source file of the
-compiled function only, so a kernel that inlines helpers from another module (``kernels``
-uses ``rng`` and ``grads``) would silently keep stale machine code when only the helper's
-file changes. The locators registered below give every function defined in
-``sgtune/sampler/`` a stamp that hashes its own file and the :data:`CORE_MODULES`
-(``_jit``, ``rng``, ``grads``, ``kernels``, ``targets``, ``smile``, ``state``) instead: editing a core module recompiles the
-package's kernels once; editing any other file only recompiles that file's functions, as
-before. A new module whose helpers are inlined elsewhere belongs in :data:`CORE_MODULES`.
-(If a future numba renames its locator classes, the registration is skipped and the
-per-file behaviour returns: then delete ``sgtune/sampler/__pycache__/*.nb[ic]`` or
-``$NUMBA_CACHE_DIR`` after editing a helper.)
-
 Inlined helpers (``njit_inline``, :func:`component_inline`): every call of a compiled function that is
 not inlined passes each array argument's reference count through an atomic increment and decrement
 (numba's NRT, about 36 atomic operations for the 18 arrays of an engine step rule), and LLVM does not
 inline a callee whose body holds many such calls. The engine's small helpers (the moves, the gradient
 with its prior, the recorder, the MCLMC integrator's phases) are therefore inlined into their caller in
 numba's IR (``inline="always"``), before LLVM sees them: the same arithmetic in the same order (no
-fastmath), so the same bits, without the calls. A component declared with :func:`component_inline` is
-inlined where it is called by name and still compiles as a function where it is passed as an argument.
-Measured in ``benchmarks/bench_engine_ab.py``.
+fastmath), so the same bits, without the calls. Measured in ``benchmarks/bench_engine_ab.py``.
 
-Composed kernels and the cache (:func:`component`): a kernel that takes jitted functions as
-arguments (numba first-class functions, one specialisation per combination) is keyed in the
-on-disk index by its argument *types*, and the type of a dispatcher argument pickles as the
-dispatcher's uuid — a random ``uuid4`` per process, so every process would miss the cache and
-append a new entry. :func:`component` gives a sampler component a stable uuid built from its
-qualified name and the :func:`package_stamp` of its file, so the index key is the same in every
-process (cache hits) and changes when the component's source or a core module changes (no stale
-machine code). A jitted function passed in that is not a component (e.g. a user's ``@njit``
-gradient) still works, but is compiled afresh in every process.
+Components chosen by name (:func:`component`, :data:`COMPONENTS`): a kernel composed of components
+(:func:`sgtune.sampler.engine.chains`) takes each component's *name* as a string argument and calls
+``numba.literally`` on it, so numba compiles one specialisation per combination of names, with the names in
+its signature as ``Literal[str]`` types. The callers :func:`call_batch`, :func:`call_rule`, :func:`call_grad`,
+:func:`call_value_grad` and :func:`call_move` are ``numba.extending.overload`` s (``inline="always"``) that
+pick the component registered under the literal name while typing: a component declared with
+:func:`component_inline` is inlined into the kernel's IR, any other is an ordinary call. All of this is
+public numba: the on-disk cache keys a specialisation by its signature (the names), the same in every
+process, so the second process loads it (``benchmarks/numba_literal_cache.py`` shows the mechanism on a toy
+kernel). In Python (the reference implementation) a caller is ``COMPONENTS[name](...)``.
+
+Cache invalidation (what a maintainer must know): numba's on-disk cache of a function is keyed on the
+modification time and size of the file that defines it, and only that file. The engine's kernels inline
+helpers from the other sampler modules (``rng``, ``grads``, ``kernels``, ``smile``, ``targets``, …), so after
+editing a helper in one file, the cached kernels of *another* file keep the old machine code. After editing
+anything under ``sgtune/sampler/``, delete the cache (``rm -r "$NUMBA_CACHE_DIR"``, or
+``sgtune/sampler/__pycache__/*.nb[ic]`` without ``NUMBA_CACHE_DIR``); CI starts from an empty cache.
+``tests/test_engine_cache.py`` fails (and says so) when the cached engine is older than a sampler source file.
 
 No writable cache (a read-only install, ``docker run --user``, an unwritable ``NUMBA_CACHE_DIR`` and
-home directory): numba would refuse to define the kernels ("cannot cache function …"). Then
-:func:`ensure_cache_location` points numba at a per-user folder in the system's temporary directory
-(``sgtune-numba-cache-<uid>``, mode 0700, used only when this user owns it; otherwise a fresh one
+home directory): numba would refuse to define the kernels ("cannot cache function …"). Then, once at import
+and before anything is compiled, :func:`ensure_cache_location` points numba's configuration
+(``numba.config.CACHE_DIR``; the environment is left alone) at a per-user folder in the system's temporary
+directory (``sgtune-numba-cache-<uid>``, mode 0700, used only when this user owns it; otherwise a fresh one
 removed at exit), and with no writable temporary directory either, compiles without a cache.
 
 Only ``sgtune/sampler/`` imports numba.
@@ -70,19 +66,19 @@ Only ``sgtune/sampler/`` imports numba.
 from __future__ import annotations
 
 import atexit
-import functools
-import hashlib
 import os
 import shutil
 import stat
 import tempfile
+from typing import Any
 
 import numba
+from numba import types
+from numba.extending import overload
 
-__all__ = ["njit", "njit_fma", "njit_inline", "component", "component_fma",
-           "component_inline", "inline_caller", "NJIT_OPTIONS",
-           "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads",
-           "package_stamp", "CORE_MODULES", "ensure_cache_location"]
+__all__ = ["njit", "njit_fma", "njit_inline", "component", "component_fma", "component_inline", "component_name",
+           "COMPONENTS", "specialisation", "call_batch", "call_rule", "call_grad", "call_value_grad", "call_move", "NJIT_OPTIONS",
+           "NJIT_FMA_OPTIONS", "get_num_threads", "set_num_threads", "ensure_cache_location"]
 
 NJIT_OPTIONS: dict[str, object] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
 #: NJIT_OPTIONS with FMA contraction only (module docstring)
@@ -91,94 +87,20 @@ NJIT_FMA_OPTIONS: dict[str, object] = {**NJIT_OPTIONS, "fastmath": {"contract"}}
 _SAMPLER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-#: modules whose numba helpers other sampler modules inline; a change in any of them must
-#: invalidate every cached function of the package
-CORE_MODULES = ("_jit.py", "rng.py", "grads.py", "kernels.py", "targets.py", "smile.py", "state.py")
-
-
-@functools.lru_cache(maxsize=64)
-def _hash_files(stats: tuple[tuple[str, int, int], ...]) -> bytes:
-    h = hashlib.sha256()
-    for path, _mtime, _size in stats:
-        with open(path, "rb") as fh:
-            h.update(os.path.basename(path).encode())
-            h.update(fh.read())
-    return h.digest()
-
-
-def package_stamp(py_file: str) -> bytes:
-    """SHA-256 over the source of ``py_file`` and of the :data:`CORE_MODULES` (names and contents).
-
-    Memoised on the files' modification times and sizes (like numba's own per-file hash).
-    """
-    paths = sorted({os.path.abspath(py_file), *(os.path.join(_SAMPLER_DIR, m) for m in CORE_MODULES)})
-    stats = []
-    for p in paths:
-        st = os.stat(p)
-        stats.append((p, st.st_mtime_ns, st.st_size))
-    return _hash_files(tuple(stats))
-
-
-def _in_package(py_file: str) -> bool:
-    return os.path.dirname(os.path.abspath(py_file)) == _SAMPLER_DIR
-
-
-try:
-    from numba.core import caching as _caching
-
-    class _PackageUserDirLocator(_caching.UserProvidedCacheLocator):  # type: ignore[misc,name-defined]
-        """``$NUMBA_CACHE_DIR`` locator with the package-wide stamp (sampler files only)."""
-
-        def get_source_stamp(self):  # type: ignore[no-untyped-def]
-            return package_stamp(self._py_file)
-
-        @classmethod
-        def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
-            return super().from_function(py_func, py_file) if _in_package(py_file) else None
-
-    class _PackageInTreeLocator(_caching.InTreeCacheLocator):  # type: ignore[misc,name-defined]
-        """``__pycache__`` locator with the package-wide stamp (sampler files only)."""
-
-        def get_source_stamp(self):  # type: ignore[no-untyped-def]
-            return package_stamp(self._py_file)
-
-        @classmethod
-        def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
-            return super().from_function(py_func, py_file) if _in_package(py_file) else None
-
-    class _PackageUserWideLocator(_caching.UserWideCacheLocator):  # type: ignore[misc,name-defined]
-        """Per-user cache directory (read-only installs) with the package-wide stamp."""
-
-        def get_source_stamp(self):  # type: ignore[no-untyped-def]
-            return package_stamp(self._py_file)
-
-        @classmethod
-        def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
-            return super().from_function(py_func, py_file) if _in_package(py_file) else None
-
-    _locators = _caching.CacheImpl._locator_classes
-    if _PackageInTreeLocator.__name__ not in {c.__name__ for c in _locators}:
-        _locators[:0] = [_PackageUserDirLocator, _PackageInTreeLocator, _PackageUserWideLocator]
-except (ImportError, AttributeError):  # pragma: no cover - numba internals changed
-    pass
-
-def _probe() -> None:  # pragma: no cover - never called: the function numba's locators are asked about
+def _probe() -> None:  # pragma: no cover - never called: the function numba is asked to cache
     return None
 
 
-def cache_location_found(py_file: str = __file__) -> bool:
-    """Would numba find a writable cache folder for a function defined in ``py_file``?"""
+def cache_location_found() -> bool:
+    """Would numba find a writable cache folder for the sampler's kernels? Asked of numba itself: declaring a
+    cached function in this folder (``numba.njit(cache=True)``) raises ``RuntimeError`` ("cannot cache function
+    …: no locator available") when none of its cache folders (``NUMBA_CACHE_DIR``, ``__pycache__`` beside the
+    source, the user's cache folder) can be written."""
     try:
-        classes = _caching.CacheImpl._locator_classes
-    except (NameError, AttributeError):  # pragma: no cover - numba internals changed: let numba decide
-        return True
-    for cls in classes:
-        try:
-            if cls.from_function(_probe, py_file) is not None:
-                return True
-        except OSError:
-            continue
-    return False
+        numba.njit(cache=True)(_probe)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _fallback_cache_dir() -> str | None:
@@ -204,12 +126,12 @@ def _fallback_cache_dir() -> str | None:
 
 def ensure_cache_location() -> bool:
     """Make sure numba can cache sgtune's kernels (module docstring); False when nothing is writable
-    (then the kernels are compiled without a cache)."""
+    (then the kernels are compiled without a cache). Sets ``numba.config.CACHE_DIR`` only, never the
+    environment."""
     if cache_location_found():
         return True
     folder = _fallback_cache_dir()
     if folder is not None:
-        os.environ["NUMBA_CACHE_DIR"] = folder  # numba re-reads its configuration from the environment
         numba.config.CACHE_DIR = folder
         if cache_location_found():
             return True
@@ -227,19 +149,33 @@ njit_inline = numba.njit(inline="always", **NJIT_OPTIONS)
 get_num_threads = numba.get_num_threads
 set_num_threads = numba.set_num_threads
 
+#: name -> compiled component (module docstring, "Components chosen by name"); the name is
+#: ``<module>.<function>``, e.g. ``sgtune.sampler.kernels.batch_reshuffle``
+COMPONENTS: dict[str, Any] = {}
+
+
+def component_name(fn: Any) -> str:
+    """The registered name of a component (a name is returned as it is).
+
+    Raises
+    ------
+    ValueError
+        ``fn`` is neither a registered component nor its name (e.g. a user's own ``@njit`` function).
+    """
+    if isinstance(fn, str):
+        name = fn
+    else:
+        py = getattr(fn, "py_func", fn)
+        name = f"{getattr(py, '__module__', '?')}.{getattr(py, '__qualname__', repr(py))}"
+    if COMPONENTS.get(name) is None or (not isinstance(fn, str) and COMPONENTS[name] is not fn):
+        raise ValueError(f"{name} is not a component of sgtune's engine (declare it with sgtune.sampler._jit.component)")
+    return name
+
 
 def component(fn, _jit=njit):  # type: ignore[no-untyped-def]
-    """``njit`` with a stable dispatcher uuid, for functions passed to composed kernels (module docstring).
-
-    Relies on numba's private ``Dispatcher._set_uuid`` (present since numba 0.4x); without it the
-    component still works and only the cross-process cache hits are lost.
-    """
+    """``njit`` and registered in :data:`COMPONENTS` under ``<module>.<function>`` (module docstring)."""
     disp = _jit(fn)
-    stamp = package_stamp(fn.__code__.co_filename).hex()[:16]
-    try:
-        disp._set_uuid(f"sgtune.sampler:{fn.__module__}.{fn.__qualname__}:{stamp}")
-    except (AttributeError, AssertionError):  # pragma: no cover - numba internals changed
-        pass
+    COMPONENTS[f"{fn.__module__}.{fn.__qualname__}"] = disp
     return disp
 
 
@@ -253,38 +189,103 @@ def component_inline(fn):  # type: ignore[no-untyped-def]
     return component(fn, njit_inline)
 
 
-def inline_caller(name: str, params: str):  # type: ignore[no-untyped-def]
-    """``name(fn, <params>)``: calls the component ``fn`` (passed as an argument) with ``<params>``, inlined.
+def specialisation(kernel: Any, n_names: int, *args: Any) -> Any:
+    """The compiled ``kernel`` for ``args`` whose first ``n_names`` are component names: compiled (or loaded from the
+    cache) on first use, then returned at the cost of typing the arguments.
 
-    A compiled function that calls a component it was given as an argument calls it as a function; one that
-    calls it through this caller gets the component's body inlined in numba's IR when the component is a
-    :func:`component_inline` (module docstring, "Inlined helpers"), and an ordinary call otherwise (e.g. the
-    FMA-compiled MLP gradient, whose flags differ from its caller's). numba cannot inline a call with
-    ``*args``, hence one caller per parameter list (the source of the caller and of its compiled twin is
-    generated from ``params``). In Python (the reference implementation) it is ``fn(<params>)``.
-
-    >>> call2 = inline_caller("call2", "a, b")
-    >>> call2(max, 3, 4)
-    4
+    A kernel that calls ``numba.literally`` on an argument is specialised on its value, but numba's dispatcher
+    matches a call from Python against the argument's ordinary type first (a str, not ``Literal[str]``) and
+    re-derives the literal specialisation on every call (≈ 20 ms); ``kernel.compile`` with the literal signature
+    returns the entry point directly (numba's public ``Dispatcher.compile``).
     """
-    from numba import types
-    from numba.extending import overload
+    sig = tuple(types.literal(a) if i < n_names else numba.typeof(a) for i, a in enumerate(args))
+    return kernel.compile(sig)
 
-    src = f"def {name}(fn, {params}):\n    return fn({params})\n"
-    scope: dict[str, object] = {}
-    exec(src, scope)  # noqa: S102 - fixed template, parameter names from the package's own call sites
-    stub = scope[name]
-    stub.__module__ = __name__
-    stub.__doc__ = f"``fn({params})``, with ``fn``'s body inlined when compiled (:func:`inline_caller`)."
 
-    def implementation(fn):  # type: ignore[no-untyped-def]
-        if not isinstance(fn, types.Dispatcher):  # e.g. a first-class function type: a plain call
-            return stub
-        impl: dict[str, object] = {"target": fn.dispatcher}
-        exec(f"def impl(fn, {params}):\n    return target({params})\n", impl)  # noqa: S102 - as above
-        return impl["impl"]
+def _chosen(name: Any) -> Any:
+    """The component a literal name selects while numba types a caller (None: not literal yet, numba retries)."""
+    if not isinstance(name, types.StringLiteral):
+        return None
+    return COMPONENTS[name.literal_value]
 
-    typer: dict[str, object] = {"implementation": implementation}
-    exec(f"def typer(fn, {params}):\n    return implementation(fn)\n", typer)  # noqa: S102 - as above
-    overload(stub, inline="always")(typer["typer"])
-    return stub
+
+# The callers: one per parameter list (numba inlines no call with *args). In Python, the plain call.
+def call_batch(name, st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """The batch schedule ``name``: ``(batch length, next epoch position)``, indices into ``idx``."""
+    return COMPONENTS[name](st, perm, n_data, batch_size, pos, idx)
+
+
+@overload(call_batch, inline="always")
+def _call_batch(name, st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    fn = _chosen(name)
+    if fn is None:
+        return None
+
+    def impl(name, st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+        return fn(st, perm, n_data, batch_size, pos, idx)
+    return impl
+
+
+def call_rule(name, grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """The step rule ``name`` with the gradient oracle ``grad`` (a name); returns the clipped coordinates."""
+    return COMPONENTS[name](grad, c, th, m, st, nb, s, ora, p, mc, w)
+
+
+@overload(call_rule, inline="always")
+def _call_rule(name, grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    fn = _chosen(name)
+    if fn is None:
+        return None
+
+    def impl(name, grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+        return fn(grad, c, th, m, st, nb, s, ora, p, mc, w)
+    return impl
+
+
+def call_grad(name, th, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """The gradient oracle ``name`` reading the :class:`~sgtune.sampler.state.Oracle` ``ora``: its data term on
+    the batch ``idx[:nb]`` into ``grad``."""
+    return COMPONENTS[name](th, ora, idx, nb, st, work, grad)
+
+
+@overload(call_grad, inline="always")
+def _call_grad(name, th, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    fn = _chosen(name)
+    if fn is None:
+        return None
+
+    def impl(name, th, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+        return fn(th, ora, idx, nb, st, work, grad)
+    return impl
+
+
+def call_value_grad(name, th, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
+    """The value-and-gradient oracle ``name``: the data term into ``grad``, the batch-mean loss when ``want``."""
+    return COMPONENTS[name](th, ora, idx, nb, st, work, grad, want)
+
+
+@overload(call_value_grad, inline="always")
+def _call_value_grad(name, th, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
+    fn = _chosen(name)
+    if fn is None:
+        return None
+
+    def impl(name, th, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
+        return fn(th, ora, idx, nb, st, work, grad, want)
+    return impl
+
+
+def call_move(name, th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
+    """The update move ``name`` (θ and m from a given gradient); returns the clipped coordinates."""
+    return COMPONENTS[name](th, m, grad, st, s, rs, p, ld, fd, xi, buf)
+
+
+@overload(call_move, inline="always")
+def _call_move(name, th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
+    fn = _chosen(name)
+    if fn is None:
+        return None
+
+    def impl(name, th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
+        return fn(th, m, grad, st, s, rs, p, ld, fd, xi, buf)
+    return impl

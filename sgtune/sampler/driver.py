@@ -38,8 +38,8 @@ from .registry import (POSTERIOR_SAMPLERS, SAMPLER_NAMES, SGLDOptions, SamplerSp
 from .rng import chain_states
 from .smile_chain import init_velocity
 from .specs import ORACLES, validated_spec
-from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams,
-                    mclmc_state)
+from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, Recorder, Schedule, chain_state, mclmc_state, oracle,
+                    recorder, step_params)
 
 __all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim",
            "chain_memory", "check_chain_memory", "step_factors"]
@@ -226,7 +226,7 @@ class _Problem:
     y: np.ndarray
     ints: np.ndarray
     floats: np.ndarray
-    mat: np.ndarray
+    quadratic: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # (A, μ, L) of the quadratic oracle
     prior_kind: int
     prior: np.ndarray
     dim: int
@@ -399,7 +399,7 @@ def _data_problem(model: Any, data: Any, dynamics: Dynamics, prior_precision: An
     # the model's own D is d when it has n_params (parameter_dim checked them), else p
     names = (named_parameters(rec.parameter_names, "parameter_names" in rec.methods, d, label, rec.feature_names)
              if rec.n_params is not None or p == d else None)  # else theta[i]
-    return _Problem(kind, ds.X, ds.y, ints, floats, prior, int(prior_kind), prior, d, initial, model,
+    return _Problem(kind, ds.X, ds.y, ints, floats, None, int(prior_kind), prior, d, initial, model,
                     {"model": label, "n_data": n, "batch_size": int(dynamics.batch_size), "oracle": kind,
                      "n_params": d}, names)
 
@@ -499,7 +499,7 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
 
 def _quadratic_problem(hessian: Any, mean: Any, noise_cov: Any, noise_alpha: float | None, noise_scale: float,
                        initial: Any) -> _Problem:
-    """The quadratic oracle's inputs: A in the oracle's matrix slot ``X``, μ in its vector slot ``y``."""
+    """The quadratic oracle's inputs: no data, A, μ and the noise factor L in the oracle's own fields."""
     A = as_square(hessian, "hessian")
     d = A.shape[0]
     mu = np.zeros(d) if mean is None else as_vector(mean, "mean", d)
@@ -514,8 +514,8 @@ def _quadratic_problem(hessian: Any, mean: Any, noise_cov: Any, noise_alpha: flo
         kind, mpar = "quadratic-gaussian", grads.model_params()
         if noise_cov is not None:
             chol = _psd_factor(as_square(noise_cov, "noise_cov", d))
-    return _Problem(kind, np.ascontiguousarray(A), mu, np.zeros(1, dtype=np.int64), mpar, np.ascontiguousarray(chol),
-                    grads.PRIOR_NONE, np.zeros((1, 1)), d, mu if initial is None else initial, None, {"model": kind})
+    return _Problem(kind, np.zeros((0, 0)), np.zeros(0), np.zeros(1, dtype=np.int64), mpar,
+                    (np.ascontiguousarray(A), mu, np.ascontiguousarray(chol)), grads.PRIOR_NONE, np.zeros((1, 1)), d, mu if initial is None else initial, None, {"model": kind})
 
 
 def _psd_factor(cov: np.ndarray) -> np.ndarray:
@@ -662,31 +662,28 @@ def _plan(prob: _Problem, dyn: Dynamics, run: RunSpec, options: Any, spec: Sampl
     elif init.shape != (C, d):
         raise ShapeError(f"initial must be (D,) = ({d},) or (C, D) = ({C}, {d}) but has shape {init.shape}")
     # per-chain permutations only where the batching uses them (C·N int64 would be 512 MB for N = 10⁶, C = 64)
-    state = ChainState(np.ascontiguousarray(init.copy()), np.zeros((C, d)), chain_states(run.seed, C),
-                       np.tile(np.arange(n_perm, dtype=np.int64), (C, 1)), np.zeros(C, dtype=np.int64),
-                       -np.ones(C, dtype=np.int64), np.zeros(C, dtype=np.int64))
+    state = chain_state(init, chain_states(run.seed, C), perm=np.tile(np.arange(n_perm, dtype=np.int64), (C, 1)))
     h = float(np.asarray(dyn.step, dtype=float).reshape(-1)[0])
-    params = StepParams(lam, fac, dyn.momentum, inject, float(beta), float(getattr(options, "friction", 1.0)), h)
+    params = step_params(lam=lam, fac=fac, momentum=dyn.momentum, inject=inject, inv_temp=float(beta),
+                         friction=float(getattr(options, "friction", 1.0)), step=h)
     mc = mclmc_state(C, d, h, options.tuner_params(float(beta))) if spec.mclmc else mclmc_state(C)
     if spec.mclmc:
         init_velocity(state)
-    arrays = (np.zeros((C, S), dtype=np.int64), np.zeros((C, S, d)), np.zeros((C, S, d, d)),
-              np.zeros((C, COV_BLOCK, d)), np.zeros((C, 2), dtype=np.int64))
-    more = (np.zeros((C, n_trace, d)), np.zeros((C, R), dtype=np.int64), np.zeros((C, R, d)), np.zeros((C, R, d)),
-            obs, np.zeros((C, obs.shape[0])), np.zeros((C, n_trace if spec.mclmc else 0)), np.zeros(0),
-            np.zeros((C, 0)))
-    seg_len = run.kept_steps // S
+    rec = recorder(C, d, segments=S, seg_len=run.kept_steps // S, thin=run.thin, n_trace=n_trace, positions=R,
+                   observables=obs, step_trace=spec.mclmc)
 
-    def recorder(last: bool) -> Recorder:
-        return Recorder(int(seg_len), *arrays, bool(last), int(run.thin), *more)
-
-    oracle = ORACLES.get(prob.kind)
-    work = int(oracle.work_size(prob.ints, d, int(dyn.batch_size))) if oracle is not None else 0
-    grad_fn = None if oracle is None else (oracle.value_grad_fn if spec.needs_loss else oracle.grad_fn)
-    ora = Oracle(prob.X, prob.y, prob.ints, prob.floats, prob.mat, int(prob.prior_kind), prob.prior, work)
-    return ChainPlan(spec.name, lam_kind, batching, prob.kind, BATCH_FNS[batching], grad_fn, spec.rules[lam_kind],
-                     spec.moves.get(lam_kind), state, ora, Schedule(int(dyn.batch_size), float(dyn.decay)), params, mc,
-                     recorder, T0, T, prob.py_model, spec.mclmc)
+    entry = ORACLES.get(prob.kind)
+    work = int(entry.work_size(prob.ints, d, int(dyn.batch_size))) if entry is not None else 0
+    grad_fn = None if entry is None else (entry.value_grad_fn if spec.needs_loss else entry.grad_fn)
+    A, mu, chol = prob.quadratic if prob.quadratic is not None else (None, None, None)
+    ora = oracle(X=prob.X, y=prob.y, ints=prob.ints, floats=prob.floats, hessian=A, mean=mu, noise_factor=chol,
+                 prior_kind=int(prob.prior_kind), prior=prob.prior, work_len=work)
+    return ChainPlan(sampler=spec.name, lam_kind=lam_kind, batching=batching, oracle_kind=prob.kind,
+                     batch_fn=BATCH_FNS[batching], grad_fn=grad_fn, rule_fn=spec.rules[lam_kind],
+                     move_fn=spec.moves.get(lam_kind), state=state, oracle=ora,
+                     sched=Schedule(batch_size=int(dyn.batch_size), decay=float(dyn.decay)), params=params, mclmc=mc,
+                     recorder=lambda last: rec._replace(flush=bool(last)), burn_in=T0, n_steps=T,
+                     py_model=prob.py_model, is_mclmc=spec.mclmc)
 
 
 def _result(plan: ChainPlan, run: RunSpec, spec: SamplerSpec, settings: dict[str, Any], seconds: float,

@@ -23,13 +23,14 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 - **recorder** (:func:`sgtune.sampler.kernels.record`): streaming moments by segment, trace,
   observables, epoch-position moments, the MCLMC step size.
 
-Every component is a numba first-class function argument: :func:`chains` is compiled once per
-combination actually used, and cached on disk because every component is declared with
-:func:`~sgtune.sampler._jit.component`. The step rule, the batch schedule and the small gradient oracles
-are inlined into the loop in numba's IR (through ``call_rule``, ``call_batch`` and ``call_grad`` of
-:mod:`sgtune.sampler.kernels`, made by :func:`~sgtune.sampler._jit.inline_caller`; these components are
-declared with :func:`~sgtune.sampler._jit.component_inline`; SMILE's large MCLMC rules and the MLP's and
-multinomial model's gradients stay calls, which keeps their compile time down): called as a function, a
+Every component reaches :func:`chains` by its name (a string, :func:`~sgtune.sampler._jit.component_name`),
+which the kernel makes a compile-time constant with ``numba.literally``: :func:`chains` is compiled once per
+combination of names actually used, and cached on disk under that signature (plain numba,
+:mod:`sgtune.sampler._jit`). The step rule, the batch schedule and the small gradient oracles are inlined
+into the loop in numba's IR (through the overloads ``call_rule``, ``call_batch`` and ``call_grad`` of
+:mod:`sgtune.sampler._jit`, for components declared with :func:`~sgtune.sampler._jit.component_inline`;
+SMILE's large MCLMC rules and the MLP's and multinomial model's gradients stay calls, which keeps their
+compile time down): called as a function, a
 component passes its arrays through numba's reference counting on every step (an atomic increment and
 decrement each, ≈ 350 per step for a rule: 2–15 % of a step of SG(L)D on logistic regression;
 ``benchmarks/engine_refcounts.py``, ``benchmarks/bench_engine_ab.py``). The step loop allocates nothing; all state lives
@@ -38,7 +39,8 @@ Ctrl-C) with results independent of the chunking.
 
 The step rule signature, for a new sampler (a :func:`~sgtune.sampler._jit.component_inline`; then one
 entry in the registry):
-``rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w) -> clipped coordinates``, with θ = ``th`` and its
+``rule(grad, c, th, m, st, nb, s, ora, p, mc, w) -> clipped coordinates``, with ``grad`` the gradient
+oracle's name (call it through ``call_grad(grad, …)``), θ = ``th`` and its
 auxiliary vector ``m`` (chain c's rows), the stream ``st``, the batch ``w.idx[:nb]``, the schedule factor
 ``s``, the :class:`~sgtune.sampler.state.Oracle` ``ora``, the :class:`~sgtune.sampler.state.StepParams`
 ``p``, the :class:`~sgtune.sampler.state.MclmcState` ``mc`` and the :class:`~sgtune.sampler.state.Work`
@@ -66,15 +68,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._jit import get_num_threads, njit
-from .kernels import call_batch, call_rule, diverges, finish, record, schedule
+import numba
+
+from ._jit import call_batch, call_rule, component_name, get_num_threads, njit, specialisation
+from .kernels import diverges, finish, record, schedule
 from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
 
 __all__ = ["ChainPlan", "chains", "chain_ranges", "NumbaBackend", "NumpyBackend", "run_plan"]
 
 
 @njit
-def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec):  # type: ignore[no-untyped-def]
+def _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec):  # type: ignore[no-untyped-def]
     """Chain c from step t0 + 1 to t0 + n_steps: the one step loop of sgtune (module docstring)."""
     diverged = state.diverged
     if diverged[c] >= 0:
@@ -92,13 +96,13 @@ def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batc
         ld[j] = p.lam[j, j]
         fd[j] = p.fac[j, j]
     # local scratch: LLVM knows it aliases none of the arguments
-    w = Work(idx, np.empty(max(ora.work_len, 1)), np.empty(d), np.empty(d), buf, ld, fd)
+    w = Work(idx=idx, wk=np.empty(max(ora.work_len, 1)), grad=np.empty(d), xi=np.empty(d), buf=buf, ld=ld, fd=fd)
     n_data = ora.X.shape[0]
     pos = state.epoch_pos[c]
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
-        nb, pos = call_batch(batch_fn, st, pm, n_data, batch_size, pos, idx)
-        clips += call_rule(rule_fn, grad_fn, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
+        nb, pos = call_batch(batch, st, pm, n_data, batch_size, pos, idx)
+        clips += call_rule(rule, grad, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         if diverges(th):
             diverged[c] = t
             break
@@ -110,8 +114,9 @@ def _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batc
 
 
 @njit
-def chains(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
-    """Advance chains c0, …, c1 − 1 by ``n_steps`` steps, composed from the components (module docstring).
+def chains(batch, grad, rule, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
+    """Advance chains c0, …, c1 − 1 by ``n_steps`` steps, composed from the components named ``batch``,
+    ``grad`` and ``rule`` (module docstring; one specialisation per combination of names).
 
     A serial loop: :class:`NumbaBackend` runs ranges of chains on threads (the kernels release the GIL).
     A ``prange`` over the chains compiled numba's parfor machinery into every combination: cold, on the
@@ -119,10 +124,13 @@ def chains(batch_fn, grad_fn, rule_fn, state, t0, n_steps, burn_in, ora, sched, 
     reached ``_chain`` as int64 and uint64: two compiles), ``benchmarks/bench_compile.py``; the same code per
     chain (every chain has its own stream and records, so the results are the same bits either way).
     """
+    numba.literally(batch)
+    numba.literally(grad)
+    numba.literally(rule)
     batch_size = sched.batch_size
     decay = sched.decay
     for c in range(c0, c1):
-        _chain(batch_fn, grad_fn, rule_fn, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+        _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
 
 
 def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:
@@ -172,15 +180,20 @@ class NumbaBackend:
     def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
         """Chain ranges on ``get_num_threads()`` threads (numba's setting: ``NUMBA_NUM_THREADS``,
         ``set_num_threads``); the first range runs in the calling thread."""
-        args = (plan.batch_fn, plan.grad_fn, plan.rule_fn, plan.state, int(t0), int(n_steps), int(plan.burn_in),
+        args = (component_name(plan.batch_fn), component_name(plan.grad_fn), component_name(plan.rule_fn), plan.state, int(t0), int(n_steps), int(plan.burn_in),
                 plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder(last))
         ranges = chain_ranges(plan.state.theta.shape[0], get_num_threads() if n_steps > 0 else 1)
+        # typing the records to find the specialisation costs ≈ 0.2 ms: once per plan (its types never change)
+        cached = getattr(self, "_kernel", None)
+        if cached is None or cached[0] is not plan:
+            cached = self._kernel = (plan, specialisation(chains, 3, *args, 0, 1))
+        kernel = cached[1]
         if len(ranges) == 1:
-            chains(*args, *ranges[0])
+            kernel(*args, *ranges[0])
             return
         with ThreadPoolExecutor(len(ranges) - 1) as pool:
-            rest = [pool.submit(chains, *args, c0, c1) for c0, c1 in ranges[1:]]
-            chains(*args, *ranges[0])
+            rest = [pool.submit(kernel, *args, c0, c1) for c0, c1 in ranges[1:]]
+            kernel(*args, *ranges[0])
             for f in rest:
                 f.result()
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..core.errors import SgtuneError, ShapeError
 from . import kernels, smile_chain
+from ._jit import component_name, specialisation
 from ..models.base import model_label
 
 __all__ = ["GeneralPath"]
@@ -66,8 +67,13 @@ class GeneralPath:
         mid, last = plan.recorder(False), plan.recorder(True)
         n_data = self.X.shape[0]
         diverged = self.state.diverged
+        batch = component_name(plan.batch_fn)
+        move = None if plan.move_fn is None else component_name(plan.move_fn)
+        # the compiled specialisations, looked up once per call (the arguments' types do not change between steps)
+        draw = specialisation(kernels.draw_batches, 1, batch, self.state, n_data, self.batch_size, self.idx)
+        step = None
         for t in range(t0 + 1, t0 + n_steps + 1):
-            nb = kernels.draw_batches(plan.batch_fn, self.state, n_data, self.batch_size, self.idx)
+            nb = draw(batch, self.state, n_data, self.batch_size, self.idx)
             live = np.flatnonzero(diverged < 0)
             if live.size == 0:
                 return
@@ -82,8 +88,11 @@ class GeneralPath:
                                               plan.oracle, plan.mclmc, rec)
                 continue
             self._gradients(live, nb)
-            kernels.advance(plan.move_fn, self.state, t, plan.burn_in, self.grads, plan.oracle, plan.sched.decay,
-                            plan.params, rec, plan.mclmc)
+            args = (move, self.state, t, plan.burn_in, self.grads, plan.oracle, plan.sched.decay, plan.params, rec,
+                    plan.mclmc)
+            if step is None:
+                step = specialisation(kernels.advance, 1, *args)
+            step(*args)
 
     def _losses(self, live: np.ndarray, nb: int) -> None:
         """Batch-mean loss of every live chain at its current θ into ``values``."""

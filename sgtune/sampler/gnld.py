@@ -30,11 +30,11 @@ import numpy as np
 from ..core._refs import cites
 from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, ShapeError
-from ._jit import component
+from ._jit import component_inline, njit
 from .engine import ChainPlan, NumbaBackend, run_plan
 from .kernels import BATCH_FNS, sgld_dense_rule
 from .rng import chain_states
-from .state import COV_BLOCK, LAM_DENSE, ChainState, Oracle, Recorder, Schedule, StepParams, mclmc_state
+from .state import LAM_DENSE, Schedule, chain_state, mclmc_state, oracle, recorder, step_params
 
 __all__ = ["GnldRun", "run_sg_gnld", "gnld_grad"]
 
@@ -78,8 +78,14 @@ class GnldRun:
         return asdict(self)
 
 
-@component
-def gnld_grad(z, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+@component_inline
+def gnld_grad(z, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """The engine's gradient oracle of GNLD: :func:`gnld_gradient` with M = ``ora.hessian``."""
+    gnld_gradient(z, ora.X, ora.y, idx, nb, ora.ints, ora.floats, ora.hessian, st, work, grad)
+
+
+@njit
+def gnld_gradient(z, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """ĝ = M z (``mat`` = M), with the first p = ``ints[0]`` coordinates replaced by the minibatch BLR gradient
     (N/nb) Σ_b x̃_b(x̃_bᵀθ − ỹ_b) + Γθ + M_xv z_v at θ = θ̄ + z_{:p} when the batch is not empty (``floats`` =
     [θ̄ (p), Γ row by row (p²)]); ``work`` holds θ."""
@@ -113,6 +119,47 @@ def gnld_grad(z, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ign
             grad[a] += scale * r * X[i, a]
 
 
+def _blr_oracle(design: Any, response: Any, bsz: int, noise_variance: float, prior_precision: Any, hessian: Any,
+                n: int) -> tuple[np.ndarray, ...]:
+    """The minibatch oracle of Bayesian linear regression (eq. (6.3)): M (its BLR block the posterior precision), the
+    scaled design and response, the prior precision and the posterior mean (the centre of the coordinates)."""
+    from ..theory.fluctuation import blr_gradient_noise_moments
+
+    if bsz < 1:
+        raise SgtuneError("batch_size must be >= 1 when design is given (0 = exact gradient "
+                          "only without data)")
+    mom = blr_gradient_noise_moments(design, response, bsz, noise_variance=noise_variance,
+                                     prior_precision=prior_precision)
+    a = mom["precision"]
+    p = a.shape[0]
+    if p > n:
+        raise ShapeError(f"state dimension n = {n} is smaller than the number of coefficients p = {p}")
+    if hessian is None:
+        m = np.eye(n)
+        m[:p, :p] = a
+    else:
+        m = as_spd(hessian, "hessian", n)
+        if not np.allclose(m[:p, :p], a, rtol=1e-10, atol=1e-12 * float(np.abs(a).max())):
+            raise ShapeError("hessian[:p, :p] must equal the BLR posterior precision "
+                             "X^T X / s2 + prior_precision; omit hessian to build it")
+    xs = np.ascontiguousarray(mom["scaled_design"])
+    ys = np.ascontiguousarray(as_vector(response, "response") / np.sqrt(noise_variance))
+    prior = np.zeros((p, p)) if prior_precision is None else as_square(prior_precision, "prior_precision", p)
+    return m, xs, ys, prior, mom["posterior_mean"]
+
+
+def _initial_states(init: Any, reps: int, n: int) -> np.ndarray:
+    """The replicas' initial states (R, n): 0, one vector for all, or one row each."""
+    if init is None:
+        return np.zeros((reps, n))
+    z0 = as_float_array(init, "init")
+    if z0.ndim == 1:
+        z0 = np.broadcast_to(as_vector(z0, "init", n), (reps, n))
+    if z0.shape != (reps, n):
+        raise ShapeError(f"init must be (n_replicas, n) = ({reps}, {n}) but has shape {z0.shape}")
+    return np.ascontiguousarray(z0, dtype=np.float64)
+
+
 def _antisymmetric(value: Any, name: str, size: int) -> np.ndarray:
     """Q as a (n, n) antisymmetric array (Qᵀ = −Q to rounding), else a NotAntisymmetricError naming ``name``."""
     from ..theory.fluctuation import NotAntisymmetricError
@@ -133,30 +180,18 @@ def gnld_plan(drift: np.ndarray, noise_factor: np.ndarray, hessian: np.ndarray, 
     """The engine's plan of R replicas (one per row of ``init``)."""
     reps, n = init.shape
     p = xs.shape[1]
-    state = ChainState(np.ascontiguousarray(init, dtype=np.float64).copy(), np.zeros((reps, n)),
-                       chain_states(seed, reps), np.zeros((reps, 1), dtype=np.int64), np.zeros(reps, dtype=np.int64),
-                       -np.ones(reps, dtype=np.int64), np.zeros(reps, dtype=np.int64))
-    lam = np.ascontiguousarray(step_size * drift)
-    fac = np.ascontiguousarray(np.sqrt(step_size) * noise_factor)
-    params = StepParams(lam, fac, 0.0, True, 1.0, 1.0, float(step_size))
+    state = chain_state(init, chain_states(seed, reps))
+    params = step_params(lam=step_size * drift, fac=np.sqrt(step_size) * noise_factor, step=float(step_size))
     floats = np.concatenate([center, prior.reshape(-1)]).astype(np.float64)
-    ora = Oracle(xs, ys, np.array([p if batch_size > 0 else 0], dtype=np.int64), floats, np.ascontiguousarray(hessian),
-                 0, np.zeros((1, 1)), max(p, 1))
-    arrays = (np.zeros((reps, 1), dtype=np.int64), np.zeros((reps, 1, n)), np.zeros((reps, 1, n, n)),
-              np.zeros((reps, COV_BLOCK, n)), np.zeros((reps, 2), dtype=np.int64), np.zeros((reps, 0, n)),
-              np.zeros((reps, 0), dtype=np.int64), np.zeros((reps, 0, n)), np.zeros((reps, 0, n)))
-    obs = np.ascontiguousarray(observable[None, :])
-    obs_sum = np.zeros((reps, 1))
-
-    def recorder(last: bool) -> Recorder:
-        a = arrays
-        return Recorder(int(n_steps), a[0], a[1], a[2], a[3], a[4], bool(last), 0, a[5], a[6], a[7], a[8], obs,
-                        obs_sum, np.zeros((reps, 0)), np.zeros(0), np.zeros((reps, 0)))
-
+    ora = oracle(X=xs, y=ys, ints=np.array([p if batch_size > 0 else 0], dtype=np.int64), floats=floats,
+                 hessian=hessian, work_len=max(p, 1))
+    rec = recorder(reps, n, segments=1, seg_len=int(n_steps), observables=observable[None, :])
     batching = "replacement" if batch_size > 0 else "none"
-    return ChainPlan("gnld", LAM_DENSE, batching, "gnld", BATCH_FNS[batching], gnld_grad, sgld_dense_rule, None,
-                     state, ora, Schedule(int(max(batch_size, 1)), 0.0), params, mclmc_state(reps), recorder, 0,
-                     int(n_steps))
+    return ChainPlan(sampler="gnld", lam_kind=LAM_DENSE, batching=batching, oracle_kind="gnld",
+                     batch_fn=BATCH_FNS[batching], grad_fn=gnld_grad, rule_fn=sgld_dense_rule, move_fn=None,
+                     state=state, oracle=ora, sched=Schedule(batch_size=int(max(batch_size, 1)), decay=0.0),
+                     params=params, mclmc=mclmc_state(reps), recorder=lambda last: rec._replace(flush=bool(last)),
+                     burn_in=0, n_steps=int(n_steps))
 
 
 @cites("gnld2025", "SG Euler-Maruyama scheme (2.8); minibatch oracle (6.3)")
@@ -221,8 +256,6 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     >>> run.time_averages.shape
     (4,)
     """
-    from ..theory.fluctuation import blr_gradient_noise_moments
-
     dmat = as_spd(diffusion, "diffusion")
     n = dmat.shape[0]
     qmat = _antisymmetric(antisymmetric, "antisymmetric", n)
@@ -235,42 +268,10 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
         if hessian is None:
             raise SgtuneError("hessian is required when no design (data) is given")
         m = as_spd(hessian, "hessian", n)
-        xs = np.zeros((1, 1))
-        ys = np.zeros(1)
-        prior = np.zeros((1, 1))
-        center = np.zeros(1)
-        bsz = 0
+        xs, ys, prior, center, bsz = np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros(1), 0
     else:
-        if bsz < 1:
-            raise SgtuneError("batch_size must be >= 1 when design is given (0 = exact gradient "
-                              "only without data)")
-        mom = blr_gradient_noise_moments(design, response, bsz, noise_variance=noise_variance,
-                                         prior_precision=prior_precision)
-        a = mom["precision"]
-        p = a.shape[0]
-        if p > n:
-            raise ShapeError(f"state dimension n = {n} is smaller than the number of coefficients p = {p}")
-        if hessian is None:
-            m = np.eye(n)
-            m[:p, :p] = a
-        else:
-            m = as_spd(hessian, "hessian", n)
-            if not np.allclose(m[:p, :p], a, rtol=1e-10, atol=1e-12 * float(np.abs(a).max())):
-                raise ShapeError("hessian[:p, :p] must equal the BLR posterior precision "
-                                 "X^T X / s2 + prior_precision; omit hessian to build it")
-        xs = np.ascontiguousarray(mom["scaled_design"])
-        ys = np.ascontiguousarray(as_vector(response, "response") / np.sqrt(noise_variance))
-        prior = np.zeros((p, p)) if prior_precision is None else as_square(prior_precision, "prior_precision", p)
-        center = mom["posterior_mean"]
-    if init is None:
-        z0 = np.zeros((reps, n))
-    else:
-        z0 = as_float_array(init, "init")
-        if z0.ndim == 1:
-            z0 = np.broadcast_to(as_vector(z0, "init", n), (reps, n))
-        if z0.shape != (reps, n):
-            raise ShapeError(f"init must be (n_replicas, n) = ({reps}, {n}) but has shape {z0.shape}")
-        z0 = np.ascontiguousarray(z0, dtype=np.float64)
+        m, xs, ys, prior, center = _blr_oracle(design, response, bsz, noise_variance, prior_precision, hessian, n)
+    z0 = _initial_states(init, reps, n)
     noise_factor = np.linalg.cholesky(2.0 * dmat)
     drift = np.ascontiguousarray(dmat + qmat)
     plan = gnld_plan(drift, noise_factor, np.ascontiguousarray(m), xs, ys, np.ascontiguousarray(prior),

@@ -12,11 +12,12 @@ G(θ) = A(θ − μ) + ε with ε = L z, z ~ N(0, I), LLᵀ = C (``quadratic-gau
 ε_i = scale · S_α i.i.d. symmetric α-stable (``quadratic-stable``).
 
 Gradient components (composed into a chain by :mod:`sgtune.sampler.kernels`) all have the
-signature ``grad_fn(theta, X, y, idx, nb, ints, floats, mat, st, work, grad)``: write the
-data term of G for the minibatch ``idx[:nb]`` into ``grad`` (the chain adds the prior Γθ/N
-with :func:`add_prior`), using the model's integer and float parameters, an optional matrix
-``mat``, the chain's random stream ``st`` and a per-chain work buffer ``work`` (its length is
-the model's ``work_size``, see :data:`sgtune.sampler.specs.ORACLES`). :data:`GRAD_FNS` maps a
+signature ``grad(theta, ora, idx, nb, st, work, grad)``: write the data term of G for the minibatch
+``idx[:nb]`` into ``grad`` (the chain adds the prior Γθ/N with :func:`add_prior`), reading the fields
+they need of the :class:`~sgtune.sampler.state.Oracle` record ``ora`` (data, the model's integer and
+float parameters, the quadratic's Hessian, mean and noise factor), the chain's random stream ``st`` and
+a per-chain work buffer ``work`` (its length is the model's ``work_size``, see
+:data:`sgtune.sampler.specs.ORACLES`). :data:`GRAD_FNS` maps a
 spec kind to its component.
 
 Model parameters are passed as a float64 vector ``mpar`` = [σ², p, c, α, scale] with
@@ -338,27 +339,28 @@ def add_prior(prior_kind, prior, theta, grad):  # type: ignore[no-untyped-def]
 
 
 @component_inline
-def glm_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+def glm_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
     """GLM data term (1/|S|) Σ ρ'(x_nᵀθ, y_n) x_n; ints = [model id], floats = ``mpar``, work ≥ B."""
-    minibatch_gradient(theta, X, y, idx, 0, nb, ints[0], floats, PRIOR_NONE, mat, work, grad)
+    minibatch_gradient(theta, ora.X, ora.y, idx, 0, nb, ora.ints[0], ora.floats, PRIOR_NONE, ora.prior, work, grad)
 
 
 @component_inline
-def quad_gauss_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
-    """A(θ − μ) + L z with X = A, y = μ, mat = L (Cholesky factor of C), work ≥ D."""
-    quadratic_gradient(theta, X, y, QUAD_GAUSS, mat, floats, st, work, grad)
+def quad_gauss_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """A(θ − μ) + L z with A = ``ora.hessian``, μ = ``ora.mean``, L = ``ora.noise_factor`` (LLᵀ = C), work ≥ D."""
+    quadratic_gradient(theta, ora.hessian, ora.mean, QUAD_GAUSS, ora.noise_factor, ora.floats, st, work, grad)
 
 
 @component_inline
-def quad_stable_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
-    """A(θ − μ) + scale·S_α i.i.d. with X = A, y = μ, floats = [σ², p, c, α, scale], work ≥ D."""
-    quadratic_gradient(theta, X, y, QUAD_STABLE, mat, floats, st, work, grad)
+def quad_stable_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """A(θ − μ) + scale·S_α i.i.d. with A = ``ora.hessian``, μ = ``ora.mean``, floats = [σ², p, c, α, scale],
+    work ≥ D."""
+    quadratic_gradient(theta, ora.hessian, ora.mean, QUAD_STABLE, ora.noise_factor, ora.floats, st, work, grad)
 
 
-@component
-def glm_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
+@component_inline
+def glm_value_grad(theta, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
     """:func:`glm_grad` that also returns the minibatch mean loss (1/|S|) Σ ρ(x_nᵀθ, y_n) when ``want``."""
-    return minibatch_value_gradient(theta, X, y, idx, nb, ints[0], floats, work, grad, want)
+    return minibatch_value_gradient(theta, ora.X, ora.y, idx, nb, ora.ints[0], ora.floats, work, grad, want)
 
 
 #: gradient component per oracle kind (the MLP's lives in :mod:`sgtune.sampler.mlp`)

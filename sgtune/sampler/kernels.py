@@ -35,7 +35,7 @@ batch-means standard errors), accumulated in blocks: the states are collected in
 the segment changes, and at the end of a call with ``flush`` true (the driver's last call) — so the
 result does not depend on how the run is split into calls; thinned trace (every ``thin`` steps) and
 the step size of the MCLMC samplers (and their Σ ΔE so far, ``energy_trace``) at the same draws, sums
-of linear observables ℓ_kᵀθ, and per-epoch-position Welford mean and variance (position = number
+of linear observables ℓ_kᵀθ, Σθ and Σθ² (``theta_sum``, ``theta_sq_sum``: the SMILE ensembles), and per-epoch-position Welford mean and variance (position = number
 of batches of the current epoch already used, 0..R−1, as the batch schedule counts it: ``reshuffle``,
 ``full`` and the ``*-positions`` schedules) — or, when the recorder has a ``pos_centre`` c, the sums of
 d = θ − c and of d² by position instead (Shaw & Whalley's model problem, :mod:`sgtune.sampler.reshuffle`).
@@ -52,7 +52,9 @@ import math
 
 import numpy as np
 
-from ._jit import component, component_inline, inline_caller, njit, njit_inline
+import numba
+
+from ._jit import call_batch, call_grad, call_move, component_inline, component_name, njit, njit_inline
 from .grads import add_prior, row_dot
 from .rng import fill_normals, fill_randbelow, fill_uniforms, randbelow
 from .smile import sghmc_step
@@ -62,17 +64,6 @@ __all__ = ["BATCH_FNS", "draw_batches", "advance", "batch_schedule", "sgld_diag_
            "sglrw_step", "clipped_sgld_step", "sghmc_data_step", "sgld_diag_rule", "sgld_dense_rule", "sglrw_rule",
            "clipped_sgld_rule", "sghmc_rule", "record", "finish", "flush_block", "diverges", "schedule",
            "data_gradient"]
-
-#: the engine's calls of its components, inlined into the step loop where the component is an inline one
-#: (:func:`~sgtune.sampler._jit.inline_caller`): the step rules of the SG(L)D family, the batch schedules, and
-#: the small gradient oracles (GLM, quadratic, the Gaussian mean of Shaw & Whalley's model problem, the
-#: analytic targets). The MLP's and the multinomial model's value-and-gradient stay calls (FMA-compiled, or
-#: large): inlined through the same mechanism, numba 0.68 failed its own IR scope check on a cold compile of the
-#: MLP's (NumbaIRAssumptionWarning).
-call_rule = inline_caller("call_rule", "grad_fn, c, th, m, st, nb, s, ora, p, mc, w")
-call_batch = inline_caller("call_batch", "st, perm, n_data, batch_size, pos, idx")
-call_grad = inline_caller("call_grad", "th, X, y, idx, nb, ints, floats, mat, st, work, grad")
-
 
 @component_inline
 def batch_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
@@ -161,14 +152,20 @@ BATCH_FNS = {"replacement": batch_replacement, "without-replacement": batch_with
              "without-replacement-positions": batch_without_replacement_positions}
 
 
-@njit
 def batch_schedule(batch_fn, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
-    """The first ``n_steps`` minibatches of a stream, (n_steps, B) with −1 padding (for tests)."""
+    """The first ``n_steps`` minibatches of a stream, (n_steps, B) with −1 padding (for tests); ``batch_fn`` a
+    batch-schedule component or its name."""
+    return _batch_schedule(component_name(batch_fn), st, perm, n_data, batch_size, n_steps)
+
+
+@njit
+def _batch_schedule(batch, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
+    numba.literally(batch)
     out = -np.ones((n_steps, batch_size), dtype=np.int64)
     idx = np.empty(batch_size, dtype=np.int64)
     pos = 0
     for t in range(n_steps):
-        nb, pos = batch_fn(st, perm, n_data, batch_size, pos, idx)
+        nb, pos = call_batch(batch, st, perm, n_data, batch_size, pos, idx)
         for k in range(nb):
             out[t, k] = idx[k]
     return out
@@ -348,44 +345,45 @@ def sghmc_data_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore
 
 # --------------------------------------------------------------------------- step rules of the engine
 @njit_inline
-def data_gradient(grad_fn, th, ora, st, nb, w):  # type: ignore[no-untyped-def]
-    """G_t(θ) into ``w.grad``: the oracle's data term on the batch ``w.idx[:nb]``, plus the prior Γθ/N."""
-    call_grad(grad_fn, th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad)
+def data_gradient(grad, th, ora, st, nb, w):  # type: ignore[no-untyped-def]
+    """G_t(θ) into ``w.grad``: the data term of the oracle named ``grad`` on the batch ``w.idx[:nb]``, plus the
+    prior Γθ/N."""
+    call_grad(grad, th, ora, w.idx, nb, st, w.wk, w.grad)
     add_prior(ora.prior_kind, ora.prior, th, w.grad)
 
 
 @component_inline
-def sgld_diag_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def sgld_diag_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SG(L)D step, diagonal Λ (the engine's rule signature; returns the clipped coordinates)."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     return sgld_diag_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
 @component_inline
-def sgld_dense_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def sgld_dense_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SG(L)D step, dense Λ."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     return sgld_dense_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
 @component_inline
-def sglrw_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def sglrw_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SGLRW step."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     return sglrw_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
 @component_inline
-def clipped_sgld_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def clipped_sgld_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One clipped-SGLD step."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     return clipped_sgld_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
 @component_inline
-def sghmc_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def sghmc_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One SGHMC step."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     return sghmc_data_step(th, m, w.grad, st, s, math.sqrt(s), p, w.ld, w.fd, w.xi, w.buf)
 
 
@@ -460,6 +458,12 @@ def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
                 delta = th[j] - pos_mean[c, pos, j]
                 pos_mean[c, pos, j] += delta * inv_p
                 rec.pos_m2[c, pos, j] += delta * (th[j] - pos_mean[c, pos, j])
+    ts = rec.theta_sum
+    if ts.shape[1] > 0:  # Σθ and Σθ² (the SMILE ensembles' moments)
+        t2 = rec.theta_sq_sum
+        for j in range(d):
+            ts[c, j] += th[j]
+            t2[c, j] += th[j] * th[j]
     if thin > 0 and u % thin == 0:  # the MCLMC samplers' step size (and Σ ΔE) at the same draws
         k = u // thin - 1
         if k < rec.step_trace.shape[1]:
@@ -485,25 +489,28 @@ def schedule(t, decay):  # type: ignore[no-untyped-def]
 
 # --------------------------------------------------------------------------- general (NumPy-gradient) path
 @njit
-def draw_batches(batch_fn, state, n_data, batch_size, idx):  # type: ignore[no-untyped-def]
-    """Next minibatch of every live chain into ``idx`` (C, B); returns the batch length.
+def draw_batches(batch, state, n_data, batch_size, idx):  # type: ignore[no-untyped-def]
+    """Next minibatch of every live chain into ``idx`` (C, B) from the batch schedule named ``batch``; returns
+    the batch length.
 
     All chains start at epoch position 0 and share N and B, so their batch lengths agree.
     """
+    numba.literally(batch)
     nb = 0
     for c in range(state.theta.shape[0]):
         if state.diverged[c] >= 0:
             continue
-        nb, state.epoch_pos[c] = batch_fn(state.rng[c], state.perm[c], n_data, batch_size, state.epoch_pos[c], idx[c])
+        nb, state.epoch_pos[c] = call_batch(batch, state.rng[c], state.perm[c], n_data, batch_size, state.epoch_pos[c], idx[c])
     return nb
 
 
 @njit
-def advance(move_fn, state, t, burn_in, grads, ora, decay, p, rec, mc):  # type: ignore[no-untyped-def]
-    """Step t of every live chain given its data gradient ``grads[c]`` (overwritten): prior, move,
-    divergence, outputs — the same code as the engine's loop after its gradient. ``rec.flush``
+def advance(move, state, t, burn_in, grads, ora, decay, p, rec, mc):  # type: ignore[no-untyped-def]
+    """Step t of every live chain given its data gradient ``grads[c]`` (overwritten): prior, the move named
+    ``move``, divergence, outputs — the same code as the engine's loop after its gradient. ``rec.flush``
     merges the pending covariance blocks (set it on the run's last step only).
     """
+    numba.literally(move)
     theta = state.theta
     diverged = state.diverged
     d = theta.shape[1]
@@ -521,7 +528,7 @@ def advance(move_fn, state, t, burn_in, grads, ora, decay, p, rec, mc):  # type:
         th = theta[c]
         g = grads[c]
         add_prior(ora.prior_kind, ora.prior, th, g)
-        state.clip_count[c] += move_fn(th, state.mom[c], g, state.rng[c], s, math.sqrt(s), p, ld, fd, xi, buf)
+        state.clip_count[c] += call_move(move, th, state.mom[c], g, state.rng[c], s, math.sqrt(s), p, ld, fd, xi, buf)
         if diverges(th):
             diverged[c] = t
             continue

@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from ..core.errors import SgtuneError
-from ._jit import component_fma, njit_fma as njit
+from ._jit import component_inline, njit_fma as njit
 from .grads import glm_d1
 
 __all__ = ["ACTIVATIONS", "LIKELIHOODS", "mlp_spec_ints", "n_params", "work_size", "check_spec", "mlp_grad",
@@ -457,7 +457,7 @@ def _delta_back(theta, w0, n_out, n_in, delta, dphi, out):  # type: ignore[no-un
                 out[i, b] *= dphi[i, b]
 
 
-@component_fma
+@njit
 def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
     """Data term of G for the minibatch ``idx[:nb]`` (module docstring); ``work`` ≥ :func:`work_size`.
 
@@ -538,3 +538,10 @@ def mlp_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: 
         _delta_back(theta, w0, n_out, n_in, delta, fm[dp:dp + n_in], fm[d_nxt:d_nxt + n_in])
         d_cur, d_nxt = d_nxt, d_cur
         w0 -= ints[l - 1] * (ints[l - 2] + 1)  # to layer l − 1
+
+
+@component_inline
+def mlp_oracle_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """The engine's gradient oracle of the ``"mlp"`` spec: :func:`mlp_grad` on the :class:`~sgtune.sampler.state.Oracle`
+    ``ora`` (inlined into the step rule; :func:`mlp_grad` itself, FMA-compiled, stays a call)."""
+    mlp_grad(theta, ora.X, ora.y, idx, nb, ora.ints, ora.floats, ora.noise_factor, st, work, grad)

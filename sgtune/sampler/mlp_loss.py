@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ._jit import component, njit
+from ._jit import component_inline, njit
 from .grads import glm_rho
 from .mlp import mlp_grad
 
@@ -72,7 +72,7 @@ def mlp_loss(theta, X, y, idx, nb, ints, floats, work):  # type: ignore[no-untyp
     return val / m
 
 
-@component
+@njit
 def mlp_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
     """:func:`~sgtune.sampler.mlp.mlp_grad`, plus the minibatch mean loss (:func:`mlp_loss`, a second
     forward pass) when ``want``."""
@@ -80,3 +80,9 @@ def mlp_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want
     if want:
         return mlp_loss(theta, X, y, idx, nb, ints, floats, work)
     return 0.0
+
+
+@component_inline
+def mlp_oracle_value_grad(theta, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
+    """The engine's value-and-gradient oracle of the ``"mlp"`` spec: :func:`mlp_value_grad` on the record ``ora``."""
+    return mlp_value_grad(theta, ora.X, ora.y, idx, nb, ora.ints, ora.floats, ora.noise_factor, st, work, grad, want)

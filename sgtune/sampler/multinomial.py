@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..core.errors import SgtuneError
-from ._jit import component, njit
+from ._jit import component_inline, njit
 
 __all__ = ["work_size", "n_params", "check_spec", "class_of", "softmax_value_gradient", "multinomial_grad",
            "multinomial_value_grad"]
@@ -104,13 +104,13 @@ def softmax_value_gradient(theta, X, y, idx, nb, ints, labels, f, grad, want):  
     return val * inv_nb
 
 
-@component
-def multinomial_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+@component_inline
+def multinomial_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
     """Softmax data term (module docstring); ints = [K, r, p], floats = the labels, work ≥ K."""
-    softmax_value_gradient(theta, X, y, idx, nb, ints, floats, work, grad, False)
+    softmax_value_gradient(theta, ora.X, ora.y, idx, nb, ora.ints, ora.floats, work, grad, False)
 
 
-@component
-def multinomial_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
+@component_inline
+def multinomial_value_grad(theta, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
     """:func:`multinomial_grad` that also returns the minibatch mean loss when ``want``."""
-    return softmax_value_gradient(theta, X, y, idx, nb, ints, floats, work, grad, want)
+    return softmax_value_gradient(theta, ora.X, ora.y, idx, nb, ora.ints, ora.floats, work, grad, want)

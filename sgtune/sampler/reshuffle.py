@@ -37,10 +37,10 @@ import numpy as np
 from ..core._validation import as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ._jit import component_inline
-from .engine import ChainPlan, NumbaBackend
+from .engine import ChainPlan, NumbaBackend, run_plan
 from .kernels import BATCH_FNS, sgld_diag_rule
 from .rng import chain_states
-from .state import LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams, mclmc_state
+from .state import LAM_DIAG, Schedule, chain_state, mclmc_state, oracle, recorder, step_params
 
 __all__ = ["SCHEME_CODES", "SCHEME_BATCHING", "ReshuffleChains", "run_reshuffle_chains"]
 
@@ -52,12 +52,14 @@ SCHEME_BATCHING: dict[str, str] = {"ula": "full", "rm": "without-replacement-pos
 
 # ----------------------------------------------------------------------------- the engine's components
 @component_inline
-def gaussian_mean_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
-    """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the rows ``idx[:nb]`` of X (N, D).
+def gaussian_mean_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
+    """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the rows ``idx[:nb]`` of X = ``ora.X`` (N, D).
 
     An empty batch (``nb`` = 0, the ``full`` schedule) is the full data: θ − x̄ with the stored mean
-    ``y`` = x̄ (D,) itself, as ULA uses it.
+    ``ora.mean`` = x̄ (D,) itself, as ULA uses it.
     """
+    X = ora.X
+    y = ora.mean
     d = theta.shape[0]
     if nb == 0:
         for j in range(d):
@@ -84,25 +86,17 @@ def reshuffle_plan(x: np.ndarray, batch_size: int, h: float, noise_sd: float, sc
     R = n // batch_size
     C = n_chains
     xbar = float(x.mean())
-    state = ChainState(np.full((C, 1), xbar), np.zeros((C, 1)), chain_states(int(seed), C),
-                       np.tile(np.arange(n, dtype=np.int64), (C, 1)), np.zeros(C, dtype=np.int64),
-                       -np.ones(C, dtype=np.int64), np.zeros(C, dtype=np.int64))
-    ora = Oracle(np.ascontiguousarray(x.reshape(n, 1)), np.array([xbar]), np.zeros(1, dtype=np.int64),
-                 np.zeros(1), np.zeros((1, 1)), 0, np.zeros((1, 1)), 1)
-    params = StepParams(np.array([[h]]), np.array([[noise_sd]]), 0.0, True, 1.0, 1.0, float(h))
-    sums = (np.zeros((C, R), dtype=np.int64), np.zeros((C, R, 1)), np.zeros((C, R, 1)))
-    none = (np.zeros((C, 0), dtype=np.int64), np.zeros((C, 0, 1)), np.zeros((C, 0, 1, 1)), np.zeros((C, 0, 1)),
-            np.zeros((C, 2), dtype=np.int64))
-    centre = np.array([xbar])
-
-    def recorder(last: bool) -> Recorder:
-        return Recorder(1, *none, bool(last), 0, np.zeros((C, 0, 1)), *sums, np.zeros((0, 1)), np.zeros((C, 0)),
-                        np.zeros((C, 0)), centre, np.zeros((C, 0)))
-
+    state = chain_state(np.full((C, 1), xbar), chain_states(int(seed), C),
+                        perm=np.tile(np.arange(n, dtype=np.int64), (C, 1)))
+    ora = oracle(X=x.reshape(n, 1), mean=np.array([xbar]))
+    params = step_params(lam=np.array([[h]]), fac=np.array([[noise_sd]]), step=float(h))
+    rec = recorder(C, 1, positions=R, pos_centre=np.array([xbar]))
     batching = SCHEME_BATCHING[scheme]
-    return ChainPlan("sgld", LAM_DIAG, batching, "gaussian-mean", BATCH_FNS[batching], gaussian_mean_grad,
-                     sgld_diag_rule, None, state, ora, Schedule(int(batch_size), 0.0), params, mclmc_state(C),
-                     recorder, max(burn_in_epochs * R - 1, 0), (burn_in_epochs + n_epochs) * R - 1)
+    return ChainPlan(sampler="sgld", lam_kind=LAM_DIAG, batching=batching, oracle_kind="gaussian-mean",
+                     batch_fn=BATCH_FNS[batching], grad_fn=gaussian_mean_grad, rule_fn=sgld_diag_rule, move_fn=None,
+                     state=state, oracle=ora, sched=Schedule(batch_size=int(batch_size), decay=0.0), params=params,
+                     mclmc=mclmc_state(C), recorder=lambda last: rec._replace(flush=bool(last)),
+                     burn_in=max(burn_in_epochs * R - 1, 0), n_steps=(burn_in_epochs + n_epochs) * R - 1)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -201,7 +195,7 @@ def _validate(data: Any, batch_size: Any, step: Any, sigma2: Any, scheme: str, n
 
 def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr",
                          sigma2: Any | None = None, n_chains: int = 256, n_epochs: int = 1000,
-                         burn_in_epochs: int = 100, seed: int = 0) -> ReshuffleChains:
+                         burn_in_epochs: int = 100, seed: int = 0, backend: Any = "numba") -> ReshuffleChains:
     """Run independent model-problem chains θ' = θ − h(θ − x̄_b) + sqrt(2hσ²/N)ξ (Shaw & Whalley 2025, §4, eq. 8).
 
     Parameters
@@ -220,6 +214,9 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
         Chains (started at x̄), kept epochs, discarded epochs (R steps each).
     seed : int
         Root seed; chain c uses ``SeedSequence(seed).spawn(n_chains)[c]``.
+    backend : "numba" or object
+        The engine's backend (``sgtune.sampler.engine.run_plan``): ``"numba"``, or an object with
+        ``prepare(plan)`` and ``advance(plan, t0, n_steps, last)``.
 
     Returns
     -------
@@ -244,7 +241,9 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
     x, b, h, sig2, _, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
                                               n_epochs, burn_in_epochs)
     plan = reshuffle_plan(x, b, h, math.sqrt(2.0 * h * sig2 / x.shape[0]), scheme, c, e, bi, int(seed))
-    NumbaBackend().advance(plan, 0, plan.n_steps, True)  # one call: nothing to report between chunks
+    if isinstance(backend, str) and backend != "numba":
+        raise SgtuneError(f"backend must be 'numba' or a backend object for reshuffle chains, got {backend!r}")
+    run_plan(plan, NumbaBackend() if isinstance(backend, str) else backend, None)
     rec = plan.recorder(True)
     return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
                            first_moment=rec.pos_mean[:, :, 0] / e, second_moment=rec.pos_m2[:, :, 0] / e)

@@ -569,7 +569,7 @@ def _on_engine(target: AnalyticTarget, sampler: str, params: Any, h: float, run:
     rec, mc, div = plan.recorder(True), plan.mclmc, plan.state.diverged
     # the engine counts steps from 1, the results of 0.1 from 0
     diverged = np.where(div >= 0, div - 1, -1)
-    return (plan.state.theta, mc.step, mc.ipre, rec.pos_mean[:, 0], rec.pos_m2[:, 0], mc.stats, rec.trace,
+    return (plan.state.theta, mc.step, mc.ipre, rec.theta_sum, rec.theta_sq_sum, mc.stats, rec.trace,
             rec.step_trace, rec.energy_trace, diverged)
 
 

@@ -8,7 +8,7 @@ log p_β(θ|S_t) = −β (L_S(θ) + θᵀΓθ/(2N)) with L_S the batch-mean loss
 gradient of log p of the SMILE paper, anonymous, 2025, eq. 3). One step of the MCLMC samplers
 (the SMILE paper, eqs. 1–3, appendix F.2, as :func:`sgtune.sampler.smile.mn_step`; :func:`mclmc_rule`):
 
-    S_t ← batch_fn(…)                                            the step's minibatch
+    S_t ← batch(…)                                               the step's minibatch
     g, ℓ₀ ← ∇log p_β(θ|S_t), log p_β(θ|S_t)                       gradient evaluation 1 (with the loss)
     pSMILE: EMAs of g → preconditioner p (:func:`~sgtune.sampler.smile.precond_update`)
     P(b₁ε) Q(ε/2)  ·  g ← ∇log p_β(θ'|S_t)  ·  P(b₂ε) Q(ε/2)       gradient evaluation 2 (no loss)
@@ -40,14 +40,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._jit import component, component_inline, njit, njit_inline
+import numba
+
+from ._jit import call_value_grad, component, component_inline, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .engine import ChainPlan
 from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
 from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, position_map, precond_update,
                     random_unit_vector, sgld_step, tuner_update)
-from .state import LAM_DIAG, ChainState, Oracle, Recorder, Schedule, StepParams, TunerParams, mclmc_state
+from .state import LAM_DIAG, Recorder, Schedule, TunerParams, chain_state, mclmc_state, oracle, recorder, step_params
 from .targets import draw_step_noise, target_grad, target_value_grad
 
 __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
@@ -129,49 +131,52 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
-def _eval(value_grad_fn, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
-    value = value_grad_fn(th, ora.X, ora.y, w.idx, nb, ora.ints, ora.floats, ora.mat, st, w.wk, w.grad, want)
+def _eval(value_grad, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
+    value = call_value_grad(value_grad, th, ora, w.idx, nb, st, w.wk, w.grad, want)
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
 
 
 @njit_inline
-def _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-untyped-def]
+def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-untyped-def]
     beta = mc.inv_temp
-    lp = _eval(value_grad_fn, th, ora, st, nb, w, True, beta)
+    lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
     step_begin(c, th, u, w.grad, lp, mc)
-    _eval(value_grad_fn, th, ora, st, nb, w, False, beta)
+    _eval(value_grad, th, ora, st, nb, w, False, beta)
     step_mid(c, th, u, w.grad, mc)
-    lp = _eval(value_grad_fn, th, ora, st, nb, w, True, beta)
+    lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
     step_end(c, th, u, w.grad, lp, mc)
 
 
 # not inlined into the loop (unlike the SG(L)D rules): its body is large, and inlined it made every SMILE
 # specialisation of the loop compile ≈ 1.5× longer (cold) for ≤ 3 % of a step
 @component
-def mclmc_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
-    """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature; module docstring)."""
-    _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w)
+def mclmc_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+    """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature, ``value_grad`` the name of
+    a value-and-gradient oracle; module docstring)."""
+    numba.literally(value_grad)
+    _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w)
     return 0
 
 
 @component
-def mclmc_target_rule(value_grad_fn, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def mclmc_target_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One MCLMC step on an analytic target: the step's noise drawn first, then the three gradients on it
     (:func:`sgtune.sampler.targets.target_value_grad`)."""
-    draw_step_noise(st, ora.mat, w.wk, th.shape[0])
-    _mclmc_step(value_grad_fn, c, th, u, st, nb, ora, mc, w)
+    numba.literally(value_grad)
+    draw_step_noise(st, ora.noise_factor, w.wk, th.shape[0])
+    _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w)
     return 0
 
 
 @component_inline
-def sgld_target_rule(grad_fn, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
+def sgld_target_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """The SMILE paper's SGLD baseline on an analytic target, θ ← θ + h g + √(2h) η with g = ∇log p_ξ(θ)
     (:func:`sgtune.sampler.smile.sgld_step`, h = s · ``p.step``; the oracle draws the step's noise)."""
-    data_gradient(grad_fn, th, ora, st, nb, w)
+    data_gradient(grad, th, ora, st, nb, w)
     buf = w.buf
-    grad = w.grad
+    g = w.grad
     for j in range(th.shape[0]):
-        buf[j] = -grad[j]
+        buf[j] = -g[j]
     fill_normals(st, w.xi)
     sgld_step(th, buf, w.xi, s * p.step)
     return 0
@@ -229,36 +234,31 @@ def target_plan(target: Any, sampler: str, tuner: TunerParams, step: float, n_ch
     step's noise, then three gradients on it) or :func:`~sgtune.sampler.targets.target_grad` (SGLD:
     :func:`sgld_target_rule`; SGHMC: :func:`~sgtune.sampler.kernels.sghmc_rule` with β = 1), with no data
     (batching ``none``). The MCLMC velocities are drawn here, before the first step. Returns the plan and its
-    ``recorder``: ``plan.recorder(kept)`` is, with ``kept``, the recorder of the steps after burn-in (the sums
-    of θ and θ² as the epoch-position sums of one position centred at 0), without it that of the burn-in
-    (no sums); both write the trace, the step-size trace and Σ ΔE every ``thin`` steps, counting steps from
+    ``recorder``: ``plan.recorder(kept)`` is, with ``kept``, the recorder of the steps after burn-in (Σθ and
+    Σθ² in its ``theta_sum`` and ``theta_sq_sum``), without it that of the burn-in (no sums); both write the trace, the step-size trace and Σ ΔE every ``thin`` steps, counting steps from
     the first (the engine's burn-in is 0). So the plan runs in two calls of the backend: the burn-in with
     ``last`` false, then the kept steps with ``last`` true.
     """
     C, d = n_chains, target.dim
     mclmc = sampler not in ("sgld", "sghmc")
-    state = ChainState(np.ascontiguousarray(np.tile(x0, (C, 1))), np.zeros((C, d)), chain_states(seed, C),
-                       np.zeros((C, 1), dtype=np.int64), np.zeros(C, dtype=np.int64), -np.ones(C, dtype=np.int64),
-                       np.zeros(C, dtype=np.int64))
+    state = chain_state(np.tile(x0, (C, 1)), chain_states(seed, C))
     if mclmc:
         init_velocity(state)
-    ora = Oracle(np.ascontiguousarray(target.precision, dtype=np.float64), np.zeros(1),
-                 np.array([target.target_id], dtype=np.int64), np.array([float(target.q), float(target.spatial_sd)]),
-                 np.ascontiguousarray(target.noise_chol, dtype=np.float64), 0, np.zeros((1, 1)), 2 * d)
-    params_ = StepParams(np.zeros((d, d)), np.zeros((d, d)), 0.0, True, 1.0, float(tuner.friction), float(step))
+    ora = oracle(hessian=target.precision, ints=np.array([target.target_id], dtype=np.int64),
+                 floats=np.array([float(target.q), float(target.spatial_sd)]), noise_factor=target.noise_chol,
+                 work_len=2 * d)
+    params_ = step_params(lam=np.zeros((d, d)), fac=np.zeros((d, d)), friction=float(tuner.friction), step=float(step))
     rule = {"sgld": sgld_target_rule, "sghmc": sghmc_rule}.get(sampler, mclmc_target_rule)
-    trace = (np.zeros((C, n_trace, d)), np.zeros((C, n_trace)), np.zeros((C, n_trace)))
-    sums = (np.zeros((C, 1), dtype=np.int64), np.zeros((C, 1, d)), np.zeros((C, 1, d)))
-    no_sums = (np.zeros((C, 0), dtype=np.int64), np.zeros((C, 0, d)), np.zeros((C, 0, d)))
-    none = (np.zeros((C, 0), dtype=np.int64), np.zeros((C, 0, d)), np.zeros((C, 0, d, d)), np.zeros((C, 0, d)),
-            np.zeros((C, 2), dtype=np.int64))
-    centre = np.zeros(d)
+    # the trace arrays are shared by both recorders; Σθ, Σθ² only after burn-in
+    burn = recorder(C, d, thin=int(thin), n_trace=n_trace, step_trace=True, energy_trace=True)._replace(flush=True)
+    kept_rec = burn._replace(theta_sum=np.zeros((C, d)), theta_sq_sum=np.zeros((C, d)))
 
-    def recorder(kept: bool) -> Recorder:
-        return Recorder(1, *none, True, int(thin), trace[0], *(sums if kept else no_sums), np.zeros((0, d)),
-                        np.zeros((C, 0)), trace[1], centre, trace[2])
+    def recorder_of(kept: bool) -> Recorder:
+        return kept_rec if kept else burn
 
-    plan = ChainPlan(sampler, LAM_DIAG, "none", "analytic-target", BATCH_FNS["none"],
-                     target_value_grad if mclmc else target_grad, rule, None, state, ora, Schedule(0, 0.0), params_,
-                     mclmc_state(C, d, step, tuner), recorder, 0, 0, None, mclmc)
-    return plan, recorder
+    plan = ChainPlan(sampler=sampler, lam_kind=LAM_DIAG, batching="none", oracle_kind="analytic-target",
+                     batch_fn=BATCH_FNS["none"], grad_fn=target_value_grad if mclmc else target_grad, rule_fn=rule,
+                     move_fn=None, state=state, oracle=ora, sched=Schedule(batch_size=0, decay=0.0), params=params_,
+                     mclmc=mclmc_state(C, d, step, tuner), recorder=recorder_of, burn_in=0, n_steps=0,
+                     is_mclmc=mclmc)
+    return plan, recorder_of

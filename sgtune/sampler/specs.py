@@ -69,8 +69,8 @@ def _check_none(ints: np.ndarray, floats: np.ndarray, label: str) -> None:
 
 ORACLES: dict[str, Oracle] = {
     "glm": Oracle(grads.glm_grad, lambda ints, d, b: max(b, 1), lambda ints, p: p, _check_glm, grads.glm_value_grad),
-    "mlp": Oracle(mlp.mlp_grad, lambda ints, d, b: max(mlp.work_size(ints, d, b), mlp_loss.work_size(ints, b)),
-                  lambda ints, p: mlp.n_params(ints), mlp.check_spec, mlp_loss.mlp_value_grad),
+    "mlp": Oracle(mlp.mlp_oracle_grad, lambda ints, d, b: max(mlp.work_size(ints, d, b), mlp_loss.work_size(ints, b)),
+                  lambda ints, p: mlp.n_params(ints), mlp.check_spec, mlp_loss.mlp_oracle_value_grad),
     "multinomial": Oracle(multinomial.multinomial_grad, multinomial.work_size, multinomial.n_params,
                           multinomial.check_spec, multinomial.multinomial_value_grad),
     "quadratic-gaussian": Oracle(grads.quad_gauss_grad, lambda ints, d, b: d, lambda ints, p: p, _check_none),

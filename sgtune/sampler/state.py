@@ -6,10 +6,12 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
 - :class:`ChainState` — θ, the auxiliary vector m (SG(L)D's momentum, SGHMC's velocity v, MCLMC's unit
   velocity u), the xoshiro256++ stream, the permutation and epoch position of the batch schedule, the
   divergence step and the clip count;
-- :class:`Oracle` — what the gradient component reads: for a data model the design ``X`` and response
-  ``y``; for an analytic oracle without data ``X`` is its matrix (the Hessian A of a quadratic) and ``y``
-  its vector (the mean μ); then the model's integer and float parameters, a matrix ``mat`` (the noise
-  factor of the quadratic oracle), the prior Γ/N and its kind, and the gradient's work-buffer length;
+- :class:`Oracle` — what the gradient component reads (the component gets the whole record and reads the
+  fields it needs): the data ``X`` (N, p) and ``y`` (N,) (empty for oracles without data), the model's
+  integer and float parameters ``ints`` and ``floats``, ``hessian`` (the Hessian A of a quadratic oracle,
+  the precision of an analytic target, GNLD's matrix M), ``mean`` (the quadratic's minimum μ, the data mean
+  x̄ of Shaw & Whalley's model problem), ``noise_factor`` (the lower-triangular factor of the synthetic
+  gradient noise), the prior Γ/N and its kind, and the gradient's work-buffer length;
 - :class:`Schedule` — the batch size B and the step-size decay γ;
 - :class:`StepParams` — the step of the SG(L)D family and SGHMC: Λ, the factor L of 2Λ/β, κ, whether
   noise is injected, β, SGHMC's friction γ and scalar step h;
@@ -17,11 +19,15 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
   pSMILE preconditioner and energy-error statistics, and the fixed settings of Algorithm 1;
 - :class:`Recorder` — the streaming outputs (moments by segment, covariance blocks, trace, observables,
   epoch-position moments, step-size trace), ``pos_centre`` (empty for Welford moments by epoch
-  position, or the centre c for sums of θ − c and (θ − c)² by position) and ``energy_trace`` (the SMILE
-  samplers' Σ ΔE so far, at the trace's draws; zero columns: not recorded).
+  position, or the centre c for sums of θ − c and (θ − c)² by position), ``energy_trace`` (the SMILE
+  samplers' Σ ΔE so far, at the trace's draws; zero columns: not recorded) and ``theta_sum`` /
+  ``theta_sq_sum`` (Σθ and Σθ² over the recorded draws, the SMILE ensembles' moments; zero columns: not
+  recorded).
 
-A sampler that does not use a group gets one with zero-length arrays (:func:`mclmc_state` with D = 0), so every
-sampler compiles against the same record types. The one-value constants of the engine live here too:
+Every record is built by keyword through its factory (:func:`chain_state`, :func:`oracle`,
+:func:`step_params`, :func:`recorder`, :func:`mclmc_state`), whose defaults are empty arrays: a sampler that
+does not use a field or a group gets zero-length arrays of the same dimension, so every sampler compiles
+against the same record types. The one-value constants of the engine live here too:
 :data:`DIVERGENCE_BOUND`, :data:`COV_BLOCK`, the prior kinds and the Λ kinds.
 """
 from __future__ import annotations
@@ -31,7 +37,7 @@ from collections import namedtuple
 import numpy as np
 
 __all__ = ["ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
-           "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state", "tuner_params"]
+           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state", "tuner_params"]
 
 #: a chain whose ‖θ‖₁ reaches this (or is not finite) has diverged and stops
 DIVERGENCE_BOUND = 1e150
@@ -41,7 +47,7 @@ COV_BLOCK = 32
 LAM_DIAG, LAM_DENSE = 1, 2
 
 ChainState = namedtuple("ChainState", "theta mom rng perm epoch_pos diverged clip_count")
-Oracle = namedtuple("Oracle", "X y ints floats mat prior_kind prior work_len")
+Oracle = namedtuple("Oracle", "X y ints floats hessian mean noise_factor prior_kind prior work_len")
 Schedule = namedtuple("Schedule", "batch_size decay")
 StepParams = namedtuple("StepParams", "lam fac momentum inject inv_temp friction step")
 TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
@@ -53,7 +59,7 @@ TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
 MclmcState = namedtuple("MclmcState", ("step", "tune", "ipre", "gbar", "gvar", "pcount", "stats", "prev", "scal")
                         + TunerParams._fields)
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "
-                                  "obs obs_sum step_trace pos_centre energy_trace")
+                                  "obs obs_sum step_trace pos_centre energy_trace theta_sum theta_sq_sum")
 #: per-chain scratch of one call of the engine (allocated once per call, never in the step loop)
 Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 
@@ -79,3 +85,65 @@ def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerPar
                       np.zeros((n_chains, dim)), np.zeros((n_chains, dim)), np.zeros(n_chains, dtype=np.int64),
                       np.zeros((n_chains, 4)), np.zeros((n_chains, dim)), np.zeros((n_chains, 2)),
                       *(tuner_params() if params is None else params))
+
+
+def _matrix(a: np.ndarray | None) -> np.ndarray:
+    return np.zeros((0, 0)) if a is None else np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _vector(a: np.ndarray | None) -> np.ndarray:
+    return np.zeros(0) if a is None else np.ascontiguousarray(a, dtype=np.float64)
+
+
+def chain_state(theta: np.ndarray, rng: np.ndarray, *, perm: np.ndarray | None = None) -> ChainState:
+    """A :class:`ChainState` of C chains at ``theta`` (C, D) (copied) with the xoshiro256++ streams ``rng`` (C, 4):
+    auxiliary vectors 0, epoch positions 0, no divergence, no clips; ``perm`` (C, n) the batch schedule's
+    permutations (default: one column, for the schedules that use none)."""
+    th = np.array(theta, dtype=np.float64, order="C", copy=True)
+    C = th.shape[0]
+    pm = np.zeros((C, 1), dtype=np.int64) if perm is None else np.ascontiguousarray(perm, dtype=np.int64)
+    return ChainState(theta=th, mom=np.zeros_like(th), rng=rng, perm=pm, epoch_pos=np.zeros(C, dtype=np.int64),
+                      diverged=-np.ones(C, dtype=np.int64), clip_count=np.zeros(C, dtype=np.int64))
+
+
+def oracle(*, X: np.ndarray | None = None, y: np.ndarray | None = None, ints: np.ndarray | None = None,
+           floats: np.ndarray | None = None, hessian: np.ndarray | None = None, mean: np.ndarray | None = None,
+           noise_factor: np.ndarray | None = None, prior_kind: int = 0, prior: np.ndarray | None = None,
+           work_len: int = 1) -> Oracle:
+    """An :class:`Oracle` record by field (module docstring); every array not given is empty (prior: none)."""
+    return Oracle(X=_matrix(X), y=_vector(y),
+                  ints=np.zeros(0, dtype=np.int64) if ints is None else np.ascontiguousarray(ints, dtype=np.int64),
+                  floats=_vector(floats), hessian=_matrix(hessian), mean=_vector(mean),
+                  noise_factor=_matrix(noise_factor), prior_kind=int(prior_kind),
+                  prior=np.zeros((1, 1)) if prior is None else _matrix(prior), work_len=int(work_len))
+
+
+def step_params(*, lam: np.ndarray, fac: np.ndarray, momentum: float = 0.0, inject: bool = True,
+                inv_temp: float = 1.0, friction: float = 1.0, step: float = 0.0) -> StepParams:
+    """A :class:`StepParams` record: Λ and the factor L of 2Λ/β (D, D), κ, whether noise is injected, β,
+    SGHMC's friction γ and the scalar step h."""
+    return StepParams(lam=_matrix(lam), fac=_matrix(fac), momentum=float(momentum), inject=bool(inject),
+                      inv_temp=float(inv_temp), friction=float(friction), step=float(step))
+
+
+def recorder(n_chains: int, dim: int, *, segments: int = 0, seg_len: int = 1, thin: int = 0, n_trace: int = 0,
+             positions: int = 0, pos_centre: np.ndarray | None = None, observables: np.ndarray | None = None,
+             step_trace: bool = False, energy_trace: bool = False, theta_sums: bool = False) -> Recorder:
+    """A :class:`Recorder` of C chains in D dimensions with zeroed outputs (``flush`` false: the run's last call
+    uses ``rec._replace(flush=True)``, sharing the arrays).
+
+    ``segments`` batch-means segments of ``seg_len`` draws (0: no moments), a trace of ``n_trace`` draws every
+    ``thin`` steps (with the step size and Σ ΔE at the same draws when ``step_trace`` / ``energy_trace``),
+    ``positions`` epoch positions (centred at ``pos_centre`` when given), the sums of the K linear
+    ``observables`` (K, D), and Σθ, Σθ² when ``theta_sums``.
+    """
+    C, d, S, R = int(n_chains), int(dim), int(segments), int(positions)
+    obs = np.zeros((0, d)) if observables is None else _matrix(observables)
+    return Recorder(seg_len=int(seg_len), acc_n=np.zeros((C, S), dtype=np.int64), acc_mean=np.zeros((C, S, d)),
+                    acc_m2=np.zeros((C, S, d, d)), blk=np.zeros((C, COV_BLOCK if S > 0 else 0, d)),
+                    blk_n=np.zeros((C, 2), dtype=np.int64), flush=False, thin=int(thin),
+                    trace=np.zeros((C, n_trace, d)), pos_n=np.zeros((C, R), dtype=np.int64),
+                    pos_mean=np.zeros((C, R, d)), pos_m2=np.zeros((C, R, d)), obs=obs,
+                    obs_sum=np.zeros((C, obs.shape[0])), step_trace=np.zeros((C, n_trace if step_trace else 0)),
+                    pos_centre=_vector(pos_centre), energy_trace=np.zeros((C, n_trace if energy_trace else 0)),
+                    theta_sum=np.zeros((C, d if theta_sums else 0)), theta_sq_sum=np.zeros((C, d if theta_sums else 0)))

@@ -115,8 +115,7 @@ def noisy_logp_grad(target_id, prec, q, spatial_sd, w, theta, grad):  # type: ig
 
 # --------------------------------------------------------------------------- the engine's gradient oracle
 # (sgtune.sampler.engine): an analytic target as a loss, −log p_ξ(θ), in the oracles' convention. Oracle fields:
-# X = Σ⁻¹ (D, D), ints = [target id], floats = [Q, σ₂ of the spatial noise (0: off)], mat = L (the noise
-# factor), work ≥ 2D: work[:D] = ξ, work[D:2D] = w = Lξ, the step's noise (its "minibatch").
+# hessian = Σ⁻¹ (D, D), ints = [target id], floats = [Q, σ₂ of the spatial noise (0: off)], noise_factor = L, work ≥ 2D: work[:D] = ξ, work[D:2D] = w = Lξ, the step's noise (its "minibatch").
 @njit_inline
 def draw_step_noise(st, noise_chol, work, d):  # type: ignore[no-untyped-def]
     """The step's noise: ξ (D normals from the chain's stream) into ``work[:D]``, w = Lξ into ``work[D:2D]``."""
@@ -134,18 +133,23 @@ def _target_loss_grad(theta, X, ints, floats, work, grad):  # type: ignore[no-un
     return -lp
 
 
-@component
-def target_value_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad, want):  # type: ignore[no-untyped-def]
-    """−log p_ξ(θ) and its gradient −∇log p_ξ(θ) (into ``grad``) with the step's noise already drawn
-    (:func:`draw_step_noise`): the MCLMC samplers evaluate three gradients on one noise."""
+@njit
+def _target_value_grad(theta, X, ints, floats, work, grad):  # type: ignore[no-untyped-def]
     return _target_loss_grad(theta, X, ints, floats, work, grad)
 
 
 @component_inline
-def target_grad(theta, X, y, idx, nb, ints, floats, mat, st, work, grad):  # type: ignore[no-untyped-def]
+def target_value_grad(theta, ora, idx, nb, st, work, grad, want):  # type: ignore[no-untyped-def]
+    """−log p_ξ(θ) and its gradient −∇log p_ξ(θ) (into ``grad``) with the step's noise already drawn
+    (:func:`draw_step_noise`): the MCLMC samplers evaluate three gradients on one noise."""
+    return _target_value_grad(theta, ora.hessian, ora.ints, ora.floats, work, grad)
+
+
+@component_inline
+def target_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
     """The step's noise drawn, then −∇log p_ξ(θ): the samplers with one gradient a step (SGLD, SGHMC)."""
-    draw_step_noise(st, mat, work, theta.shape[0])
-    _target_loss_grad(theta, X, ints, floats, work, grad)
+    draw_step_noise(st, ora.noise_factor, work, theta.shape[0])
+    _target_loss_grad(theta, ora.hessian, ora.ints, ora.floats, work, grad)
 
 
 def random_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:

@@ -18,7 +18,7 @@ __all__ = ["GnldReference"]
 
 def _gradient(z: list[float], plan: Any, idx: list[int]) -> list[float]:
     ora = plan.oracle
-    m, xs, ys, p = ora.mat, ora.X, ora.y, int(ora.ints[0])
+    m, xs, ys, p = ora.hessian, ora.X, ora.y, int(ora.ints[0])
     n = len(z)
     grad = [sum(float(m[a, b]) * z[b] for b in range(n)) for a in range(n)]
     if not idx:

@@ -56,7 +56,8 @@ def run_twin(plan: Any, t0: int, n_steps: int, out: Any) -> None:
     burn_in = plan.burn_in
     theta, mom, rng_state, perm, epoch_pos, diverged, clip_count = plan.state
     ora = plan.oracle
-    X, y, ints, mpar, noise_chol, prior_kind, prior = ora.X, ora.y, ora.ints, ora.floats, ora.mat, ora.prior_kind, ora.prior
+    X, y, ints, mpar, prior_kind, prior = ora.X, ora.y, ora.ints, ora.floats, ora.prior_kind, ora.prior
+    A, mu, noise_chol = ora.hessian, ora.mean, ora.noise_factor  # the quadratic oracle
     batch_size, decay = plan.sched.batch_size, plan.sched.decay
     lam, noise_fac = plan.params.lam, plan.params.fac
     kappa, inject = float(plan.params.momentum), bool(plan.params.inject)
@@ -77,7 +78,7 @@ def run_twin(plan: Any, t0: int, n_steps: int, out: Any) -> None:
         th, m, pos = theta[c].copy(), mom[c].copy(), int(epoch_pos[c])
         for t in range(t0 + 1, t0 + n_steps + 1):
             if model >= 4:
-                g = X @ (th - y)
+                g = A @ (th - mu)
                 if model == 4:
                     g = g + noise_chol @ gen.normals(th.size)
                 else:
