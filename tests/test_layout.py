@@ -402,7 +402,7 @@ KNOWN_OVERSIZE: dict[tuple[str, str], frozenset[str]] = {
     ("sampler/driver.py", "run_chains"): frozenset({"lines"}),
     ("sampler/engine.py", "chains"): frozenset({"parameters"}),
     ("sampler/gnld.py", "gnld_plan"): frozenset({"parameters"}),
-    ("sampler/gnld.py", "run_sg_gnld"): frozenset({"parameters", "lines"}),
+    ("sampler/gnld.py", "run_sg_gnld"): frozenset({"parameters"}),
     ("sampler/state.py", "tuner_params"): frozenset({"parameters"}),
 }
 
