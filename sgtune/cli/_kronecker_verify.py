@@ -10,8 +10,8 @@ direction) is compared with the factored prediction vᵀΣv (:func:`sgtune.workf
 No D×D object.
 
 verify's test per probe: z = (measured − predicted)/√(MCSE² + (r·predicted)²), r the allowed model error
-(``--relative-tolerance``, default 0.10: the family is not exact for the real network, and issue 35's bar for
-an applicable result is 10 % on the probes); rejected (exit 3) when max |z| exceeds the Bonferroni
+(``--relative-tolerance``, default 0.10: the family is not exact for the real network, and an applicable result
+is within 10 % on the probes); rejected (exit 3) when max |z| exceeds the Bonferroni
 t-quantile t_{K−1}(1 − α/(2k)) over the k probes, or when the chain diverges. The JSON carries the probes under
 ``probes`` and the matrix-free applicability checks (:mod:`sgtune.workflows.kronecker_applicability`) under
 ``applicability`` (skipped with ``--no-applicability``).
@@ -30,7 +30,7 @@ from ._options import temperature_json
 
 __all__ = ["verify_kronecker", "run_kronecker", "load_kronecker", "DEFAULT_RELATIVE_TOLERANCE"]
 
-#: the default allowed model error r of a probe (relative): issue 35's "within 10 % on the probes"
+#: the default allowed model error r of a probe (relative): an applicable result is "within 10 % on the probes"
 DEFAULT_RELATIVE_TOLERANCE = 0.10
 #: steps of the torch chain when --steps is not given: at least this many, and 100 τ_worst up to MAX_DEFAULT_STEPS
 DEFAULT_STEPS = 20000

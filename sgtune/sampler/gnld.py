@@ -80,7 +80,7 @@ class GnldRun:
 
 @component_inline
 def gnld_grad(z, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
-    """The engine's gradient oracle of GNLD: :func:`gnld_gradient` with M = ``ora.hessian``."""
+    """The engine's gradient oracle of GNLD: ``gnld_gradient`` with M = ``ora.hessian``."""
     gnld_gradient(z, ora.X, ora.y, idx, nb, ora.ints, ora.floats, ora.hessian, st, work, grad)
 
 

@@ -57,7 +57,7 @@ __all__ = ["KroneckerApplicability", "NetworkOperators", "kronecker_applicabilit
            "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM"]
 
 #: a probe whose linearised real-chain variance is further than this (relative) from the factored prediction
-#: makes the result not applicable (issue 35: applicable means within 10 % on the probes)
+#: makes the result not applicable (applicable means within 10 % on the probes)
 RATIO_TOLERANCE = 0.10
 #: a mean-square growth per step of the minibatch-linearised chain above this makes it diverge
 GROWTH_LIMIT = 1.0
