@@ -15,7 +15,7 @@ import pytest
 
 from sgtune.core.config import Dynamics
 from sgtune.core.errors import MissingExtraError, SgtuneError, ShapeError
-from sgtune.io.export import (StepMatrix, numpy_step, optax_transform, pytree_parameter_names, step_matrix,
+from sgtune.io.export import (StepMatrix, TorchOptions, numpy_step, optax_transform, pytree_parameter_names, step_matrix,
                               torch_optimizer, update_rule)
 from sgtune.models.mlp import MLP
 
@@ -161,7 +161,7 @@ def test_noise_reaches_the_named_entries_with_covariance_2_lambda_over_beta():
             self.hidden1.bias = torch.nn.Parameter(torch.zeros(chains, 2, dtype=torch.float64))
 
     net = Net()
-    opt = torch_optimizer(res, net, prior="in-loss", n_chains=chains, seed=3)
+    opt = torch_optimizer(res, net, prior="in-loss", options=TorchOptions(n_chains=chains, seed=3))
     for p in net.parameters():
         p.grad = torch.zeros_like(p)
     opt.step()
@@ -275,7 +275,7 @@ def test_the_batch_size_is_checked_where_the_update_sees_it():
         opt.step()
     with pytest.raises(SgtuneError, match="a batch of 3 rows"):
         opt.step(batch_size=3)
-    unchecked = torch_optimizer(res, lin, prior="in-loss", check_batch_size=False)
+    unchecked = torch_optimizer(res, lin, prior="in-loss", options=TorchOptions(check_batch_size=False))
     lin(X).mean().backward()
     unchecked.step()
 
@@ -345,7 +345,7 @@ def test_torch_layouts_that_differ_are_refused():
     with pytest.raises(SgtuneError, match=r"parameter 0 \(shape \(2,\)\) does not match the layout"):
         torch_optimizer(result(), tensors[1:] + tensors[:1], prior="in-loss")
     with pytest.raises(ShapeError, match="needs a leading axis of 7"):
-        torch_optimizer(result(), tensors, prior="in-loss", n_chains=7)
+        torch_optimizer(result(), tensors, prior="in-loss", options=TorchOptions(n_chains=7))
     with pytest.raises(SgtuneError, match="params must be a torch.nn.Module or a list of tensors"):
         torch_optimizer(result(), 3, prior="in-loss")
     opt = torch_optimizer(result(parameter_names=None), seq, prior="in-loss")  # no names: named_parameters order
@@ -429,38 +429,31 @@ def test_a_layout_with_more_parameters_than_lambda_suggests_subset():
     net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
     head = ("2.weight[0,0]", "2.weight[0,1]", "2.bias[0]")
     res = result(lam=np.diag(np.full(3, 0.1)), parameter_names=head, momentum=0.0)
-    with pytest.raises(SgtuneError, match=r"parameter 0\.weight has no rows in the layout .*pass subset=True"):
+    with pytest.raises(SgtuneError, match=r"parameter 0\.weight has no rows in the layout .*pass options=TorchOptions\(subset=True\)"):
         torch_optimizer(res, net, prior="in-loss")
-    assert len(torch_optimizer(res, net, prior="in-loss", subset=True).param_groups[0]["params"]) == 2
+    assert len(torch_optimizer(res, net, prior="in-loss", options=TorchOptions(subset=True)).param_groups[0]["params"]) == 2
 
 
-def test_torch_optimizer_takes_its_options_as_one_object_or_as_before():
-    """TorchOptions(subset=…, seed=…) and the keywords of the earlier form build the same optimizer; an unknown
-    keyword is a TypeError as for any function; torch_optimizer has at most 12 parameters."""
+def test_torch_optimizer_takes_its_options_as_one_object():
+    """TorchOptions(subset=…, seed=…) sets the optimizer's options; the keywords of the 0.1 form are a TypeError
+    that names TorchOptions, an unknown keyword one as for any function; torch_optimizer has at most 12
+    parameters."""
     import inspect
-
-    from sgtune.io.export import TorchOptions
 
     torch = pytest.importorskip("torch")
     assert len(inspect.signature(torch_optimizer).parameters) <= 12
     head = ("2.weight[0,0]", "2.weight[0,1]", "2.bias[0]")
     res = result(lam=np.diag(np.full(3, 0.1)), parameter_names=head, momentum=0.0, inv_temperature=50.0)
-    states = []
-    for kw in (dict(options=TorchOptions(subset=True, seed=7)), dict(subset=True, seed=7)):
-        torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
-        opt = torch_optimizer(res, net, prior="in-loss", check_batch_size=False, **kw) if "subset" in kw else \
-            torch_optimizer(res, net, prior="in-loss", options=replace_check(kw["options"]))
-        net(torch.ones(4, 3, dtype=torch.float64)).sum().backward()
-        opt.step()
-        states.append([p.detach().clone() for p in net.parameters()])
-    for a, b in zip(*states):
-        assert torch.equal(a, b)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
+    body = [p.detach().clone() for p in net[0].parameters()]
+    opt = torch_optimizer(res, net, prior="in-loss", options=TorchOptions(subset=True, seed=7, check_batch_size=False))
+    assert len(opt.param_groups[0]["params"]) == 2
+    net(torch.ones(4, 3, dtype=torch.float64)).sum().backward()
+    opt.step()
+    assert all(torch.equal(a, p) for a, p in zip(body, net[0].parameters()))  # the body is frozen
+    with pytest.raises(TypeError, match=r"torch_optimizer\(subset=…\) is the form of 0\.1: give "
+                                        r"options=TorchOptions\(subset=…\)"):
+        torch_optimizer(res, net, prior="in-loss", subset=True, seed=7)
     with pytest.raises(TypeError, match="unexpected keyword argument 'subsett'"):
         torch_optimizer(res, torch.nn.Linear(2, 1), prior="in-loss", subsett=True)
-
-
-def replace_check(options):
-    from dataclasses import replace
-
-    return replace(options, check_batch_size=False)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from sgtune.io.export import SGMCMCState, numpy_step, optax_transform, torch_optimizer
+from sgtune.io.export import SGMCMCState, TorchOptions, numpy_step, optax_transform, torch_optimizer
 from sgtune.theory.stationary import predict_stationary_cov
 from sgtune.theory.tuning import tune
 from sgtune.core.config import Dynamics
@@ -115,7 +115,7 @@ def run_torch(res, X, y, gam, theta, chains, steps, seed):
 
     model = Chains()
     opt = torch_optimizer(res, model, parameter_names=NAMES, prior="add", prior_precision=gam, n_data=N,
-                          n_chains=chains, seed=seed)
+                          options=TorchOptions(n_chains=chains, seed=seed))
     Xt, yt = torch.tensor(X, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed + 1)
     for _ in range(steps):

@@ -22,7 +22,7 @@ from click.testing import CliRunner  # noqa: E402
 from sgtune.cli import main  # noqa: E402
 from sgtune.core.config import Dynamics, RunSpec  # noqa: E402
 from sgtune.core.errors import DataFormatError, NotPositiveDefiniteError, SgtuneError, ShapeError  # noqa: E402
-from sgtune.io.export import numpy_step, optax_transform, torch_optimizer  # noqa: E402
+from sgtune.io.export import TorchOptions, numpy_step, optax_transform, torch_optimizer  # noqa: E402
 from sgtune.models import expand  # noqa: E402
 from sgtune.models.lastlayer import HeadLayout, last_layer  # noqa: E402
 from sgtune.workflows.verify import CheckOptions, verify_stationary_cov  # noqa: E402
@@ -240,7 +240,8 @@ def test_torch_optimizer_subset_updates_the_head_only():
     body = [p.detach().clone() for p in net[:-1].parameters()]
     theta0 = model.layout.theta_of(net[-1].weight.detach().numpy(), net[-1].bias.detach().numpy())
     names = e.parameter_names  # the head's names (a tuning result carries them too where it records names)
-    opt = torch_optimizer(res, net, subset=True, prior="in-loss", check_batch_size=False, parameter_names=names)
+    opt = torch_optimizer(res, net, prior="in-loss", parameter_names=names,
+                          options=TorchOptions(subset=True, check_batch_size=False))
     assert len(opt.param_groups[0]["params"]) == 2
     idx = np.arange(20)
     net.zero_grad()  # training left the last step's gradients

@@ -675,7 +675,8 @@ def _match_layout(leaves: list[tuple[str, str | None, tuple[int, ...]]], names: 
     for label, prefix, shape in leaves:
         if prefix not in groups:
             if any(p in groups for _, p, _ in leaves):  # some parameters are Λ's: a last layer, say
-                raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); pass subset=True "
+                subset = "options=TorchOptions(subset=True)" if where == "torch_optimizer" else "subset=True"
+                raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); pass {subset} "
                                   "to update only the parameters Λ's rows name (the others stay frozen)")
             raise SgtuneError(f"{where}: parameter {label} has no rows in the layout ({first}); rename it, or give "
                               "parameter_names= for these parameters")
@@ -1147,20 +1148,21 @@ class TorchOptions:
     check_batch_size: bool = True
 
 
-def _torch_options(options: TorchOptions | None, legacy: dict[str, Any]) -> TorchOptions:
-    """``options`` with the keywords of the earlier form (``subset=True``, ``seed=``, …) applied."""
-    opts = TorchOptions() if options is None else options
-    unknown = sorted(set(legacy) - set(TorchOptions.__dataclass_fields__))
-    if unknown:
-        raise TypeError(f"torch_optimizer() got an unexpected keyword argument {unknown[0]!r}")
-    return replace(opts, **legacy) if legacy else opts
+def _torch_options(options: TorchOptions | None, removed: dict[str, Any]) -> TorchOptions:
+    """``options``, or a one-line ``TypeError`` naming :class:`TorchOptions` for a keyword of the 0.1 form."""
+    if removed:
+        name = next(iter(removed))  # the first as typed
+        if name in TorchOptions.__dataclass_fields__:
+            raise TypeError(f"torch_optimizer({name}=…) is the form of 0.1: give options=TorchOptions({name}=…)")
+        raise TypeError(f"torch_optimizer() got an unexpected keyword argument {name!r}")
+    return TorchOptions() if options is None else options
 
 
 def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
                     inv_temperature: float | None = None, batch_size: int | None = None,
                     parameter_names: Sequence[str] | None = None, blocks: Any = None, prior: str | None = None,
                     prior_precision: Any = None, n_data: int | None = None, options: TorchOptions | None = None,
-                    **legacy: Any) -> Any:
+                    **removed: Any) -> Any:
     r"""A ``torch.optim.Optimizer`` whose ``step()`` is sgtune's update: m ← κm + G, θ ← θ − Λm + sqrt(2/β)Λ^{1/2}ξ.
 
     Parameters
@@ -1177,8 +1179,9 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
         The rule's settings, as for :func:`numpy_step` (a result's own by default; given, they must agree).
     options : TorchOptions, optional
         ``subset``, ``seed``, ``generator``, ``n_chains``, ``check_batch_size`` (:class:`TorchOptions`).
-    **legacy
-        The same five by name (``subset=True``, ``seed=3``), as before :class:`TorchOptions`.
+    **removed
+        Not accepted: the five options by name (``subset=True``, the form of 0.1) raise a ``TypeError`` that
+        names :class:`TorchOptions`.
 
     Returns
     -------
@@ -1215,7 +1218,7 @@ def torch_optimizer(source: Any, params: Any, *, momentum: float | None = None,
     >>> bool(net.bias.detach() != before)
     True
     """
-    opts = _torch_options(options, legacy)
+    opts = _torch_options(options, removed)
     if hasattr(source, "layers") and callable(getattr(source, "to_arrays", None)):  # a kronecker step (duck-typed)
         from .kronecker_torch import kronecker_torch_optimizer
 
@@ -1253,7 +1256,7 @@ def _torch_leaves(torch: Any, params: Any, module: Any, rule: UpdateRule, lead: 
             raise SgtuneError("torch_optimizer: params must be a torch.nn.Module or a non-empty list of tensors")
     if subset:
         if module is None:
-            raise SgtuneError("torch_optimizer: subset=True selects parameters by name: pass the module, not a list "
+            raise SgtuneError("torch_optimizer: TorchOptions(subset=True) selects parameters by name: pass the module, not a list "
                               "of tensors")
         keep = _subset_leaves([(n, n, tuple(p.shape[len(lead):])) for n, p in named], rule.names, "torch_optimizer")
         named = [named[k] for k in keep]
@@ -1341,7 +1344,7 @@ def _torch_optimizer_class(torch: Any) -> Any:
                 raise SgtuneError(
                     f"torch_optimizer: the module ran on a batch of {bad[0]} rows since the last step, but the result "
                     f"was tuned for B = {self.rule.batch_size} (evaluate under torch.no_grad(), or pass "
-                    "check_batch_size=False if these rows are not the minibatch)")
+                    "options=TorchOptions(check_batch_size=False) if these rows are not the minibatch)")
             params = self.param_groups[0]["params"]
             for p, lab in zip(params, self.labels):
                 if p.grad is None:
