@@ -128,11 +128,10 @@ def test_torch_optimizer_applies_the_kronecker_step(rng, momentum):
         assert np.allclose(_theta(net), before - res.apply(buf), rtol=1e-12, atol=1e-15)
 
 
-def test_torch_optimizer_noise_is_n_0_2lambda_over_beta(rng):
-    """Zero gradients: the increments are N(0, 2Λ/β); whitened by (2Λ/β)^{-1/2} their covariance is I within MC error."""
+def _whitened_noise_cov(net, res, beta):
+    """Zero gradients, 4000 steps: the covariance of the increments whitened by (2Λ/β)^{-1/2}, and the steps."""
     from sgtune.io.kronecker_torch import kronecker_torch_optimizer
 
-    net, res, _, _ = _small_tuned(rng, beta=500.0)
     opt = kronecker_torch_optimizer(res, net, seed=7)
     n = 4000
     inc = np.empty((n, res.dim))
@@ -142,10 +141,15 @@ def test_torch_optimizer_noise_is_n_0_2lambda_over_beta(rng):
         before = _theta(net)
         opt.step()
         inc[t] = _theta(net) - before
-    lam = res.dense_step_matrix() * 2.0 / 500.0
-    w, V = np.linalg.eigh(lam)
+    w, V = np.linalg.eigh(res.dense_step_matrix() * 2.0 / beta)
     white = inc @ V / np.sqrt(w)
-    cov = white.T @ white / n
+    return white.T @ white / n, n
+
+
+def test_torch_optimizer_noise_is_n_0_2lambda_over_beta(rng):
+    """Zero gradients: the increments are N(0, 2Λ/β); whitened by (2Λ/β)^{-1/2} their covariance is I within MC error."""
+    net, res, _, _ = _small_tuned(rng, beta=500.0)
+    cov, n = _whitened_noise_cov(net, res, 500.0)
     assert np.max(np.abs(cov - np.eye(res.dim))) < 5 * np.sqrt(2.0 / n)
 
 
@@ -207,18 +211,6 @@ def test_torch_optimizer_applies_the_eigenbasis_step(rng, momentum):
 
 
 def test_torch_optimizer_eigenbasis_noise_is_n_0_2lambda_over_beta(rng):
-    from sgtune.io.kronecker_torch import kronecker_torch_optimizer
-
     net, res, _, _ = _small_tuned_eig(rng, beta=500.0)
-    opt = kronecker_torch_optimizer(res, net, seed=7)
-    n = 4000
-    inc = np.empty((n, res.dim))
-    for t in range(n):
-        for p in net.parameters():
-            p.grad = torch.zeros_like(p)
-        before = _theta(net)
-        opt.step()
-        inc[t] = _theta(net) - before
-    w, V = np.linalg.eigh(res.dense_step_matrix() * 2.0 / 500.0)
-    white = inc @ V / np.sqrt(w)
-    assert np.max(np.abs(white.T @ white / n - np.eye(res.dim))) < 5 * np.sqrt(2.0 / n)
+    cov, n = _whitened_noise_cov(net, res, 500.0)
+    assert np.max(np.abs(cov - np.eye(res.dim))) < 5 * np.sqrt(2.0 / n)

@@ -151,16 +151,7 @@ class NetworkOperators:
         torch = self._torch
         Vt = torch.as_tensor(np.atleast_2d(np.asarray(V, dtype=np.float64)))
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64))
-        Xb, Yb = self.X[idx], self.Y[idx]
-
-        def loss(th: Any) -> Any:
-            return self.per_row_losses(th, Xb, Yb).mean()
-
-        def one(v: Any) -> Any:
-            return torch.func.jvp(torch.func.grad(loss), (self.theta,), (v,))[1]
-
-        with _quiet_jit():
-            out = torch.vmap(one)(Vt)
+        out = self._data_hvp(Vt, self.X[idx], self.Y[idx], len(idx))
         return (out + self.delta / self.n * Vt).detach().numpy()
 
     def hvp(self, V: Any) -> np.ndarray:
@@ -180,15 +171,21 @@ class NetworkOperators:
         Vt = torch.as_tensor(np.atleast_2d(np.asarray(V, dtype=np.float64)))
         out = self.delta / self.n * Vt.clone()
         for Xb, Yb in self.chunks:
-            def loss(th: Any, Xb: Any = Xb, Yb: Any = Yb) -> Any:
-                return self.per_row_losses(th, Xb, Yb).sum() / self.n
-
-            def one(v: Any, loss: Any = loss) -> Any:
-                return torch.func.jvp(torch.func.grad(loss), (self.theta,), (v,))[1]
-
-            with _quiet_jit():
-                out += torch.vmap(one)(Vt)
+            out += self._data_hvp(Vt, Xb, Yb, self.n)
         return out.detach().numpy()
+
+    def _data_hvp(self, Vt: Any, Xb: Any, Yb: Any, divisor: int) -> Any:
+        """∇²(Σ_{rows} ρ_n / divisor) V at θ̂ for the rows (Xb, Yb), forward-over-reverse (a torch tensor)."""
+        torch = self._torch
+
+        def loss(th: Any) -> Any:
+            return self.per_row_losses(th, Xb, Yb).sum() / divisor
+
+        def one(v: Any) -> Any:
+            return torch.func.jvp(torch.func.grad(loss), (self.theta,), (v,))[1]
+
+        with _quiet_jit():
+            return torch.vmap(one)(Vt)
 
     def directional(self, U: Any) -> np.ndarray:
         """∇ρ_nᵀ u for every row n and direction u of U (k, D): an (N, k) array (forward mode).
