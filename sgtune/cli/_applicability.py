@@ -7,6 +7,7 @@ import numpy as np
 
 from ..theory.applicability import applicability
 from ._io import announced, untrusted, warn
+from ._kronecker_remedy import kronecker_remedy
 from ._remedies import as_text, render
 
 #: above this D the statistical linearisation takes fewer draws (each is a pass over the data)
@@ -25,7 +26,8 @@ def applicability_report(prob: Any, stationary: Any, *, target_cov: Any = None, 
     try:
         with announced(label, _quiet(), at_once=long):
             a = applicability(prob.model, data, prob.expansion, stationary, target_cov=target_cov,
-                              backward_error=backward_error, n_pairs=16 if small else 6, seed=seed)
+                              backward_error=backward_error, n_pairs=16 if small else 6, seed=seed,
+                              network_remedies=(kronecker_remedy,))
     except np.linalg.LinAlgError:
         if prob.expansion.whitening() is None:
             raise

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -973,11 +973,13 @@ def _is_prior(r: Remedy) -> bool:
 
 @cites("sgtune", "remedies checked by the applicability report before they are offered")
 def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, target_cov: Any,
-                     reasons: list[Reason], *, seed: int = 0) -> list[Reason]:
+                     reasons: list[Reason], *, seed: int = 0,
+                     network_remedies: tuple[Callable[..., Remedy | None], ...] = ()) -> list[Reason]:
     """The reasons with remedies that were checked where sgtune can check them cheaply.
 
     Order and rules: (1) for a network, the models the theory is exact for come first — its last layer
-    (:func:`last_layer_remedy`, checked by its own report) — and when one of them is applicable the ladder
+    (:func:`last_layer_remedy`, checked by its own report), then each of ``network_remedies`` (the command line
+    passes the Kronecker family there, checked by its matrix-free report) — and when one of them is applicable the ladder
     remedies (inverse temperature, prior) are not offered: they would lead to remedies of the same kind;
     (2) otherwise the inverse temperature is searched, not guessed: Λ tuned at the inverse temperatures that
     make it about each of :data:`BETA_SEARCH_SCALES` times as large, largest first, each probe this report
@@ -1005,6 +1007,10 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
         The report's reasons with their computed remedies.
     seed : int, optional
         Seed of the probes' reports.
+    network_remedies : tuple of callable, optional
+        Further remedies for a network, each called as ``f(model, data, expansion, stationary, target_cov)`` and
+        returning a checked :class:`~sgtune.core.reasons.Remedy` (``expect`` ``"applicable"`` only when its own
+        check passed) or None; offered after the last layer.
 
     Returns
     -------
@@ -1029,7 +1035,10 @@ def checked_remedies(model: Any, data: Dataset, expansion: Expansion, stationary
     head = last_layer_remedy(model, data, expansion, stationary, target_cov)
     if head is not None:
         network.append(head)
-    # (a whole-network family goes here once its applicability report exists, checked the same way)
+    for offer in network_remedies:
+        extra = offer(model, data, expansion, stationary, target_cov)
+        if extra is not None:
+            network.append(extra)
     if any(r.expect == "applicable" for r in network):
         return [Reason(r.code, r.message, (*network, *(m for m in r.remedies if not (_is_temperature(m)
                                                                                       or _is_prior(m)))))
@@ -1156,7 +1165,8 @@ def _reasons(sl: dict[str, Any], dev: float, eq: float, ratio: float, risk: dict
                  "(module docstring)")
 def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: StationaryCov, *,
                   target_cov: Any = None, backward_error: float | None = None, n_pairs: int = 16,
-                  seed: int = 0, divergence: bool = True, check_remedies: bool = True) -> Applicability:
+                  seed: int = 0, divergence: bool = True, check_remedies: bool = True,
+                  network_remedies: tuple[Callable[..., Any], ...] = ()) -> Applicability:
     """The applicability report of a prediction (``stationary``) for ``model`` on ``data``.
 
     Parameters
@@ -1183,6 +1193,8 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         Run the check on the remedies before they are offered (:func:`checked_remedies`: the network's last
         layer first; otherwise the inverse temperature searched on a log grid, each probe this report without
         its own remedies). False: the remedies are computed but not checked (``expect`` ``"runs"``).
+    network_remedies : tuple of callable, optional
+        Further checked remedies for a network (:func:`checked_remedies`).
 
     Returns
     -------
@@ -1242,7 +1254,8 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         risk = divergence_risk(model, data, expansion, stationary, seed=seed)
     reasons = _reasons(sl, dev, eq, ratio, risk, expansion, stationary, target_cov)
     if reasons and check_remedies:
-        reasons = checked_remedies(model, data, expansion, stationary, target_cov, reasons, seed=seed)
+        reasons = checked_remedies(model, data, expansion, stationary, target_cov, reasons, seed=seed,
+                                   network_remedies=network_remedies)
     csr = cond["column_scale_ratio"]
     notes = (Reason("scale", f"the covariates' column scales (RMS) differ by a factor {csr:.3g} (> "
                     f"{COLUMN_SCALE_RATIO:.0e}): standardise them (subtract the mean, divide by the standard "
