@@ -47,15 +47,20 @@ def _network(model: Any, theta: np.ndarray, n_features: int) -> tuple[Any, str, 
             net = None
         return net, model.likelihood, float(model.noise_variance), True
     spec = getattr(model, "source", None)
-    module = getattr(model, "module", None)
-    if module is None or not (isinstance(spec, str) and is_model_file_spec(spec)):
+    if not (isinstance(spec, str) and is_model_file_spec(spec)):
+        return None
+    inner = model.__dict__.get("model", model)  # a UserModel wraps the file's object (and guards its callables)
+    module = getattr(inner, "module", None)
+    if module is None or not hasattr(inner, "likelihood"):
         return None
     import torch
 
+    if not isinstance(module, torch.nn.Module):
+        return None
     current = torch.nn.utils.parameters_to_vector(module.parameters()).detach().double().numpy()
     if current.shape != theta.shape or not np.allclose(current, theta, rtol=0, atol=1e-12):
         return None  # the command line takes the module's own weights: θ̂ must be them
-    return module, str(model.likelihood), float(getattr(model, "noise_variance", 1.0)), False
+    return module, str(inner.likelihood), float(getattr(inner, "noise_variance", 1.0)), False
 
 
 def _remedy(why_tail: str, dim: int, target: str, expect: str) -> Remedy:
@@ -87,7 +92,7 @@ def kronecker_remedy(model: Any, data: Any, expansion: Any, stationary: Any, tar
         report passes, ``"runs"`` when it was not checked; None when it does not apply or its check fails.
     """
     from ..models.kfac import mlp_factors, torch_factors
-    from ..theory.applicability import _target_name
+    from ..theory.applicability import target_name
     from ..theory.kronecker import tune_factors
     from ..workflows.kronecker_applicability import CHECK_MAX_DIM, kronecker_applicability
 
@@ -97,7 +102,7 @@ def kronecker_remedy(model: Any, data: Any, expansion: Any, stationary: Any, tar
     g = float(gam[0, 0])
     if not np.array_equal(gam, g * np.eye(gam.shape[0])):
         return None
-    name = _target_name(expansion, np.asarray(target_cov, dtype=float))
+    name = target_name(expansion, np.asarray(target_cov, dtype=float))
     theta = np.asarray(expansion.theta_hat, dtype=float)
     found = None if name is None else _network(model, theta, int(np.asarray(data.X).shape[1]))
     if found is None:

@@ -9,10 +9,14 @@ settings, and its variance along probe directions (random, and per layer its lea
 direction) is compared with the factored prediction vᵀΣv (:func:`sgtune.workflows.kronecker_probes.probe_check`).
 No D×D object.
 
+``--chains C`` (default 1 here) runs C independent chains one after another, chain c with seed s + 2c for its
+minibatches and s + 2c + 1 for its noise (s = ``--seed``; chain 0 is the single chain), all on the same probes;
+the measured variance is the chains' mean and its MCSE √(Σ_c MCSE_c²)/C (batch means within each chain).
+
 verify's test per probe: z = (measured − predicted)/√(MCSE² + (r·predicted)²), r the allowed model error
 (``--relative-tolerance``, default 0.10: the family is not exact for the real network, and an applicable result
 is within 10 % on the probes); rejected (exit 3) when max |z| exceeds the Bonferroni
-t-quantile t_{K−1}(1 − α/(2k)) over the k probes, or when the chain diverges. The JSON carries the probes under
+t-quantile t_{C(K−1)}(1 − α/(2k)) over the k probes (K batches per chain), or when a chain diverges. The JSON carries the probes under
 ``probes`` and the matrix-free applicability checks (:mod:`sgtune.workflows.kronecker_applicability`) under
 ``applicability`` (skipped with ``--no-applicability``).
 """
@@ -28,7 +32,8 @@ from ..core.errors import SgtuneError
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, info, untrusted
 from ._options import temperature_json
 
-__all__ = ["verify_kronecker", "run_kronecker", "load_kronecker", "DEFAULT_RELATIVE_TOLERANCE"]
+__all__ = ["verify_kronecker", "run_kronecker", "load_kronecker", "DEFAULT_RELATIVE_TOLERANCE", "n_chains",
+           "pool_chains"]
 
 #: the default allowed model error r of a probe (relative): an applicable result is "within 10 % on the probes"
 DEFAULT_RELATIVE_TOLERANCE = 0.10
@@ -90,21 +95,54 @@ def _steps(kw: dict[str, Any], res: Any) -> tuple[int, int | None]:
     return steps, (None if kw.get("burn_in") is None else int(kw["burn_in"]))
 
 
+def n_chains(kw: dict[str, Any]) -> int:
+    """C: ``--chains`` when given on the command line, else 1 (each chain is a full-length PyTorch run; the shared
+    default of ``run``/``verify``, 16, is for the compiled sampler)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    source = None if ctx is None else ctx.get_parameter_source("chains")
+    if source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP) or kw.get("chains") is None:
+        return 1
+    c = int(kw["chains"])
+    if c < 1:
+        raise click.BadParameter(f"must be >= 1, got {c}", param_hint="'--chains'")
+    return c
+
+
+def pool_chains(checks: list[Any]) -> Any:
+    """One ProbeCheck from C independent chains' (same probes): the mean of their variances, MCSE √(Σ MCSE_c²)/C
+    (independent chains: the variance of a mean of C independent estimates), ``n_batches`` per chain."""
+    from ..workflows.kronecker_probes import ProbeCheck
+
+    c = len(checks)
+    first = checks[0]
+    measured = np.mean([pc.measured for pc in checks], axis=0)
+    mcse = np.sqrt(np.sum([pc.mcse ** 2 for pc in checks], axis=0)) / c
+    return ProbeCheck(first.labels, first.predicted, measured, mcse, (measured - first.predicted) / mcse,
+                      measured / first.predicted - 1.0, first.steps, first.burn_in, first.n_batches)
+
+
 def _chain(res: Any, net: Any, ds: Any, likelihood: str, sigma2: float, kw: dict[str, Any]) -> tuple[Any, str | None]:
-    """(ProbeCheck or None, why the chain failed)."""
+    """(ProbeCheck pooled over the chains, or None, why a chain failed). Chain c runs with seed s + 2c (minibatches;
+    its noise s + 2c + 1), s = ``--seed``, all on the probes of seed s: chain 0 is the single chain of seed s."""
     from ..workflows.kronecker_probes import probe_check
 
     steps, burn = _steps(kw, res)
-    info(f"kronecker: running the network's chain in PyTorch ({steps} steps, D = {res.dim})", bool(kw.get("quiet")))
-    try:
-        pc = probe_check(res, net, np.asarray(ds.X), np.asarray(ds.y), likelihood, noise_variance=sigma2,
-                         steps=steps, burn_in=burn, n_random=N_RANDOM, n_batches=kw.get("batches_per_chain"),
-                         seed=int(kw.get("seed") or 0))
-    except SgtuneError as exc:
-        if "diverged" not in str(exc):
-            raise
-        return None, str(exc)
-    return pc, None
+    c, seed = n_chains(kw), int(kw.get("seed") or 0)
+    info(f"kronecker: running the network's chain in PyTorch ({steps} steps, D = {res.dim}"
+         + (f", {c} independent chains one after another)" if c > 1 else ")"), bool(kw.get("quiet")))
+    checks = []
+    for i in range(c):
+        try:
+            checks.append(probe_check(res, net, np.asarray(ds.X), np.asarray(ds.y), likelihood, noise_variance=sigma2,
+                                      steps=steps, burn_in=burn, n_random=N_RANDOM,
+                                      n_batches=kw.get("batches_per_chain"), seed=seed + 2 * i, probe_seed=seed))
+        except SgtuneError as exc:
+            if "diverged" not in str(exc):
+                raise
+            return None, (f"chain {i + 1} of {c}: {exc}" if c > 1 else str(exc))
+    return pool_chains(checks), None
 
 
 def _applicability(res: Any, net: Any, ds: Any, likelihood: str, sigma2: float, kw: dict[str, Any]) -> Any:
@@ -130,6 +168,7 @@ def verify_kronecker(kw: dict[str, Any]) -> None:
     if kw.get("output"):
         raise click.UsageError("-o/--output is not written by verify --lambda FILE.npz (the probes are in the JSON); "
                                "drop it")
+    n_chains(kw)  # a bad --chains is refused before anything runs
     res, net, ds, likelihood, sigma2, label = _load(kw)
     quiet = bool(kw.get("quiet"))
     app = _applicability(res, net, ds, likelihood, sigma2, kw)
@@ -146,15 +185,15 @@ def verify_kronecker(kw: dict[str, Any]) -> None:
         doc.update(passed=False, diverged=True, reason=failure, probes=[])
         untrusted(f"kronecker verify: {failure}")
     else:
-        k, K = len(pc.labels), int(pc.n_batches)
+        k, K, c = len(pc.labels), int(pc.n_batches), n_chains(kw)
         z = (pc.measured - pc.predicted) / np.sqrt(pc.mcse ** 2 + (r * pc.predicted) ** 2)
-        threshold = float(student_t.ppf(1.0 - alpha / (2 * k), K - 1))
+        threshold = float(student_t.ppf(1.0 - alpha / (2 * k), c * (K - 1)))
         passed = bool(np.all(np.abs(z) <= threshold))
         probes = pc.to_dict()
         for p, zz in zip(probes["probes"], z):
             p["z_with_tolerance"] = float(zz)
         doc.update(passed=passed, diverged=False, z_max=float(np.max(np.abs(z))), threshold=threshold, n_batches=K,
-                   **probes)
+                   n_chains=c, **probes)
         for p in probes["probes"]:
             info(f"  {p['label']:>14}: predicted {p['predicted']:.4g}  measured {p['measured']:.4g} ± {p['mcse']:.2g}"
                  f"  ({p['relative_error']:+.1%})", quiet)
@@ -176,6 +215,7 @@ def run_kronecker(kw: dict[str, Any]) -> None:
     if kw.get("output"):
         raise click.UsageError("-o/--output is not written by run --lambda FILE.npz (the probes are in the JSON); "
                                "drop it")
+    n_chains(kw)
     res, net, ds, likelihood, sigma2, label = _load(kw)
     pc, failure = _chain(res, net, ds, likelihood, sigma2, kw)
     doc: dict[str, Any] = {"family": "kronecker", "lambda_file": str(kw["lambda_path"]), "model": label,
@@ -185,5 +225,5 @@ def run_kronecker(kw: dict[str, Any]) -> None:
         doc.update(diverged=True, reason=failure, probes=[])
         untrusted(f"kronecker run: {failure}")
     else:
-        doc.update(diverged=False, **pc.to_dict())
+        doc.update(diverged=False, n_chains=n_chains(kw), **pc.to_dict())
     emit(doc, kw.get("json_path"))

@@ -83,7 +83,7 @@ from .tuning import reachable_inv_temperature
 __all__ = ["Applicability", "applicability", "statistically_linearised_cov", "MAX_DEVIATION",
            "MAX_EQUILIBRATION_RATIO", "COLUMN_SCALE_RATIO", "MAX_CURVATURE_CHANGE", "subsample_rows",
            "REASON_CODES", "divergence_risk", "MAX_DIVERGENCE_RISK", "last_layer_remedy", "checked_remedies",
-           "BETA_SEARCH_SCALES"]
+           "target_name", "BETA_SEARCH_SCALES"]
 
 #: largest predicted deviation (max_ij |Σ_SL − Σ|/√(Σ_ii Σ_jj)) of an applicable answer
 MAX_DEVIATION = 0.05
@@ -822,8 +822,32 @@ def _smaller_step_remedies(expansion: Expansion, stationary: StationaryCov, targ
                    {"inv_temperature": beta_new}, expect="runs")]
 
 
-def _target_name(expansion: Expansion, target: np.ndarray) -> str | None:
-    """"posterior" or "sandwich" when ``target`` is that target of ``expansion``, else None (a given matrix)."""
+def target_name(expansion: Expansion, target: np.ndarray) -> str | None:
+    """The name of a tuning target: ``"posterior"``, ``"sandwich"`` or None (a matrix given by the user).
+
+    ``target`` is named when it equals that target of ``expansion`` to 1e-8 (relative).
+
+    Parameters
+    ----------
+    expansion : Expansion
+        The expansion at θ̂.
+    target : (D, D) ndarray
+        The target covariance Λ was tuned to.
+
+    Returns
+    -------
+    str or None
+        The name a remedy's command passes as ``--target``.
+
+    Examples
+    --------
+    >>> from sgtune.io.data import example
+    >>> from sgtune.models import expand, get_model
+    >>> from sgtune.theory.applicability import target_name
+    >>> e = expand(get_model("logistic"), example("logistic"))
+    >>> target_name(e, e.posterior_cov()), target_name(e, 2 * e.posterior_cov())
+    ('posterior', None)
+    """
     if np.allclose(target, expansion.posterior_cov(), rtol=1e-8, atol=0):
         return "posterior"
     try:
@@ -911,7 +935,7 @@ def last_layer_remedy(model: Any, data: Dataset, expansion: Expansion, stationar
     g = float(gam[0, 0])
     if not np.array_equal(gam, g * np.eye(gam.shape[0])):
         return None
-    name = _target_name(expansion, np.asarray(target_cov, dtype=float))
+    name = target_name(expansion, np.asarray(target_cov, dtype=float))
     if name is None:
         return None
     try:
@@ -1191,8 +1215,8 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         Estimate the divergence risk (:func:`divergence_risk`; in memory only).
     check_remedies : bool, optional
         Run the check on the remedies before they are offered (:func:`checked_remedies`: the network's last
-        layer first; otherwise the inverse temperature searched on a log grid, each probe this report without
-        its own remedies). False: the remedies are computed but not checked (``expect`` ``"runs"``).
+        layer and ``network_remedies`` first; otherwise the inverse temperature searched on a log grid, each probe
+        this report without its own remedies). False: computed but not checked (``expect`` ``"runs"``).
     network_remedies : tuple of callable, optional
         Further checked remedies for a network (:func:`checked_remedies`).
 
@@ -1243,12 +1267,8 @@ def applicability(model: Any, data: Dataset, expansion: Expansion, stationary: S
         cond["target"] = _cond(np.asarray(target_cov, dtype=float))
     cond = {k: (_num(v) if isinstance(v, float) else v) for k, v in cond.items()}
     ms = _column_mean_squares(data, expansion)
-    if ms is not None:
-        rms = np.sqrt(ms)
-        rms = rms[rms > 0]
-        cond["column_scale_ratio"] = float(rms.max() / rms.min()) if rms.size else 1.0
-    else:
-        cond["column_scale_ratio"] = None
+    rms = None if ms is None else np.sqrt(ms)[ms > 0]
+    cond["column_scale_ratio"] = None if rms is None else (float(rms.max() / rms.min()) if rms.size else 1.0)
     risk = None
     if divergence and data.rows is None and sl["reason"] is None:
         risk = divergence_risk(model, data, expansion, stationary, seed=seed)

@@ -131,7 +131,7 @@ def _loss_fn(likelihood: str, noise_variance: float, torch: Any) -> Any:
 
 def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood: str = "gaussian", *,
                 noise_variance: float = 1.0, steps: int = 20000, burn_in: int | None = None, n_random: int = 4,
-                n_batches: int | None = None, seed: int = 0) -> ProbeCheck:
+                n_batches: int | None = None, seed: int = 0, probe_seed: int | None = None) -> ProbeCheck:
     """Run the real network's chain with the Kronecker step and compare its variance along probes with vᵀΣv.
 
     Parameters
@@ -156,7 +156,9 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
         Batches of the batch-means standard error (default: batches of at least 10 predicted autocorrelation
         times τ_worst, between 5 and 40).
     seed : int, optional
-        Seed of the minibatches, the noise and the random probes.
+        Seed of the minibatches (``seed``), the noise (``seed + 1``) and the random probes.
+    probe_seed : int or None, optional
+        Seed of the random probes instead (independent chains with seeds ``seed + 2c`` share their probes).
 
     Returns
     -------
@@ -187,7 +189,7 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     import torch
 
     net = copy.deepcopy(module).double()
-    labels, V = probe_directions(result, n_random, seed)
+    labels, V = probe_directions(result, n_random, seed if probe_seed is None else probe_seed)
     burn = steps // 5 if burn_in is None else int(burn_in)
     if n_batches is None:
         tau = max(lay.tau_worst for lay in result.layers)

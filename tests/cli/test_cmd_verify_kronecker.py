@@ -75,3 +75,70 @@ def test_lambda_kronecker_prior_eigenbasis(tuned):
     doc = json.loads(r.stdout)
     assert doc["layers"][0]["prior"] == "eigenbasis" and doc["applicability"]["checked"] is False
     assert KroneckerTuning.load(tuned / "eig.npz").layers[0].form == "eigenbasis"
+
+
+def test_verify_honours_chains_independent_and_pooled(tuned):
+    """--chains C: C independent torch chains (seeds s + 2c, the probes of seed s), the probes' variance their mean
+    and its MCSE √(Σ MCSE_c²)/C; recomputed here chain by chain with probe_check."""
+    import torch
+
+    from sgtune.theory.kronecker import KroneckerTuning
+    from sgtune.workflows.kronecker_probes import probe_check
+
+    r = CliRunner().invoke(main, ["verify", str(tuned / "d.npz"), "--model", f"{tuned / 'net.py'}:NET",
+                                  "--lambda", str(tuned / "lam.npz"), "--batch-size", "20", "--steps", "1500",
+                                  "--chains", "3", "--seed", "7", "-q",
+                                  "--json", str(tuned / "v.json")])
+    assert r.exit_code in (0, 3), r.stderr
+    doc = json.loads((tuned / "v.json").read_text())
+    assert doc["n_chains"] == 3 and doc["seed"] == 7
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 2))
+    y = X @ np.array([1.0, -0.5]) + rng.normal(size=400)
+    ns: dict = {}
+    exec((tuned / "net.py").read_text(), ns)
+    res = KroneckerTuning.load(tuned / "lam.npz")
+    runs = [probe_check(res, ns["NET"], X, y, steps=1500, n_random=4, seed=7 + 2 * c, probe_seed=7) for c in range(3)]
+    assert all(pc.labels == runs[0].labels for pc in runs)
+    assert not np.allclose(runs[0].measured, runs[1].measured, rtol=1e-6)  # independent, not one chain thrice
+    measured = np.array([p["measured"] for p in doc["probes"]])
+    mcse = np.array([p["mcse"] for p in doc["probes"]])
+    np.testing.assert_allclose(measured, np.mean([pc.measured for pc in runs], axis=0), rtol=1e-10)
+    np.testing.assert_allclose(mcse, np.sqrt(np.sum([pc.mcse ** 2 for pc in runs], axis=0)) / 3, rtol=1e-10)
+    from scipy.stats import t as student_t
+
+    k, K = len(doc["probes"]), doc["n_batches"]
+    assert doc["threshold"] == pytest.approx(student_t.ppf(1 - doc["alpha"] / (2 * k), 3 * (K - 1)), rel=1e-12)
+    assert torch.get_num_threads() == 1
+    r = CliRunner().invoke(main, ["verify", str(tuned / "d.npz"), "--model", f"{tuned / 'net.py'}:NET",
+                                  "--lambda", str(tuned / "lam.npz"), "--batch-size", "20", "--steps", "1500",
+                                  "--chains", "0", "-q"])
+    assert r.exit_code == 2 and "--chains" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verify_without_chains_runs_one_chain(tuned):
+    """The shared default of --chains (16, for the compiled sampler) is not 16 PyTorch runs: one chain, seed s."""
+    r = CliRunner().invoke(main, ["run", str(tuned / "d.npz"), "--model", f"{tuned / 'net.py'}:NET",
+                                  "--lambda", str(tuned / "lam.npz"), "--batch-size", "20", "--steps", "1000", "-q"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["n_chains"] == 1
+
+
+def test_verify_applicability_above_the_size_cap_is_skipped_with_a_warning(tuned, monkeypatch):
+    """Over CHECK_MAX_DIM verify skips the matrix-free checks (minutes of full-data products), never silently: the
+    probes are still measured."""
+    import sgtune.workflows.kronecker_applicability as ka
+
+    def boom(*a, **k):
+        raise AssertionError("the checks must not run above the cap")
+
+    monkeypatch.setattr(ka, "CHECK_MAX_DIM", 2)
+    monkeypatch.setattr(ka, "kronecker_applicability", boom)
+    r = CliRunner().invoke(main, ["verify", str(tuned / "d.npz"), "--model", f"{tuned / 'net.py'}:NET",
+                                  "--lambda", str(tuned / "lam.npz"), "--batch-size", "20", "--steps", "1500", "-q",
+                                  "--json", str(tuned / "v.json")])
+    assert r.exit_code in (0, 3), r.stderr
+    doc = json.loads((tuned / "v.json").read_text())
+    assert "applicability" not in doc and len(doc["probes"]) == 6
+    assert any("D = 3 > 2" in w and "skipped" in w for w in doc["warnings"])
+    assert "D = 3 > 2" in r.stderr
