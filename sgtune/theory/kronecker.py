@@ -314,7 +314,7 @@ def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, 
     W_aa = inv[:, 0, 0][:, None] * P[..., 0, 0] + inv[:, 0, 1][:, None] * P[..., 1, 0]
     import scipy.linalg as sla
 
-    top = sla.eigh(_sym(W_aa), _sym(P[..., 0, 0]), eigvals_only=True)[-1]
+    top = sla.eigh(_sym(W_aa), _sym(P[..., 0, 0]), eigvals_only=True, subset_by_index=[d - 1, d - 1])[-1]
     return S, rho, float(2.0 * top - 1.0)
 
 
@@ -374,7 +374,9 @@ def _prior_error(layer: LayerFactors, A_d: np.ndarray, G_d: np.ndarray, prior_pr
     if prior_precision == 0.0:
         return 0.0
     la, lg = np.linalg.eigvalsh(layer.input_factor), np.linalg.eigvalsh(layer.curvature_factor)
-    lad, lgd = np.linalg.eigvalsh(A_d), np.linalg.eigvalsh(G_d)  # same eigenvectors, shifted eigenvalues
+    # Ã = A + aI and G̃ = G + gI (damped_factors): the same eigenvectors, eigenvalues shifted by a and g
+    lad = la + float(np.mean(np.diag(A_d) - np.diag(layer.input_factor)))
+    lgd = lg + float(np.mean(np.diag(G_d) - np.diag(layer.curvature_factor)))
     eig = 1.0 / (n_data * np.outer(np.clip(lg, 0, None), np.clip(la, 0, None)) + prior_precision)
     damp = 1.0 / (n_data * np.outer(lgd, lad))
     return float(np.linalg.norm(damp - eig) / np.linalg.norm(eig))

@@ -1453,7 +1453,7 @@ def _reduced_momentum_newton(Y: np.ndarray, a0: np.ndarray, kk: np.ndarray, R: n
             cand = Y + t * step
             try:
                 np.linalg.cholesky(cand)
-                _, Zc = lyap_factory(cand)
+                Zc = np.linalg.inv(cand)  # lyap_factory's Z, without its eigendecomposition (not needed here)
                 if np.linalg.norm(phi(cand, Zc)) < np.linalg.norm(F):
                     break
             except np.linalg.LinAlgError:
