@@ -128,7 +128,7 @@ class NetworkOperators:
         torch = self._torch
         f = torch.func.functional_call(self.net, self._params(theta), (Xb,))
         if self.likelihood == "gaussian":
-            return (f.reshape(-1) - Yb).pow(2) * (0.5 / self.sigma2)
+            return (f - Yb.reshape(f.shape)).pow(2).reshape(f.shape[0], -1).sum(dim=1) * (0.5 / self.sigma2)
         if self.likelihood == "bernoulli":
             return torch.nn.functional.binary_cross_entropy_with_logits(f.reshape(-1), Yb, reduction="none")
         return torch.nn.functional.cross_entropy(f, Yb, reduction="none")
