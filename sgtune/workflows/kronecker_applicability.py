@@ -351,7 +351,9 @@ class KroneckerApplicability:
     predicted : (k,) ndarray
         The factored prediction vᵀΣv.
     linearised : (k,) ndarray
-        vᵀΣ_lin v of the real linearised chain (NaN when it diverges).
+        vᵀΣ_lin v of the real linearised chain with constant noise (NaN when check (a) finds it divergent; also
+        computed when check (c) fails; a lower bound — a partial sum of nonnegative terms — when ``converged``
+        is False).
     ratio : (k,) ndarray
         linearised / predicted.
     terms : int
@@ -501,10 +503,12 @@ def kronecker_applicability(result: KroneckerTuning, module: Any, X: Any, y: Any
         reasons.append(f"the real network's chain diverges from θ̂: with minibatch curvature its second moments grow "
                        f"×{growth:.3g} per step (the minibatch Hessians' fluctuation, which the factored theory "
                        "leaves out)")
-    if reasons:
+    if rho2 >= 1.0:  # the constant-noise linearised chain diverges: no variance to sum
         nan = np.full(len(labels), np.nan)
         return KroneckerApplicability(lo, hi, rho2, labels, predicted, nan, nan, 0, False, False, tolerance,
                                       tuple(reasons), growth)
+    # stable with constant noise: its variances are reported even when check (c) says the minibatch chain diverges
+    # (they separate the factorisation error from the minibatch-curvature one); a partial sum is a lower bound
     lin, terms, converged = _series(result, ops, V, rho2, tol, max_terms)
     ratio = lin / predicted
     if not converged:
