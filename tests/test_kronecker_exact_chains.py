@@ -70,7 +70,7 @@ def dense_reference(res, Fa, resid, sigma2=1.0):
     """(Σ exact with the Σ-dependent minibatch noise, Σ with constant noise) in θ order, densely (D ≤ ~20).
 
     The chain m' = κm + H d + η, d' = d − Λm' + √(2Λ/β) ξ, cov η = s(C + mean_n J_nΣJ_n − JΣJ), with
-    J_n = I/σ² ⊗ ã_n ã_nᵀ (row-major [W | b]), C = cov_n(e_n ⊗ ã_n): its stationary second moment solves
+    J_n = I/σ² ⊗ ã_n ã_nᵀ (row-major [W | b]), H = J + (δ/N)I, C = cov_n(e_n ⊗ ã_n): its stationary second moment solves
     the linear system S = F S Fᵀ + E s(C + 𝒩(S_dd)) Eᵀ + blockdiag(2Λ/β, 0).
     """
     n = len(Fa)
@@ -82,7 +82,7 @@ def dense_reference(res, Fa, resid, sigma2=1.0):
     g = np.einsum("ni,nj->nij", resid / sigma2, Fa).reshape(n, D)
     C = np.cov(g.T, bias=True)
     Jn = np.einsum("ab,nij->naibj", np.eye(k) / sigma2, np.einsum("ni,nj->nij", Fa, Fa)).reshape(n, D, D)
-    H = Jn.mean(axis=0)
+    H = Jn.mean(axis=0) + (res.prior_precision / n) * np.eye(D)  # the prior δ‖θ‖²/(2N): constant curvature
     P = np.zeros((D, D))
     P[np.arange(D), lay.theta_indices()] = 1.0  # θ order → row-major [W | b]
     Lam = P @ res.dense_step_matrix() @ P.T
@@ -92,7 +92,8 @@ def dense_reference(res, Fa, resid, sigma2=1.0):
     Q0 = s * E @ C @ E.T
     Q0[:D, :D] += 2.0 * Lam / beta
     # vec(E 𝒩(S_dd) Eᵀ) = (E ⊗ E)(mean J_n ⊗ J_n − J ⊗ J) vec(S_dd); S_dd = the top-left block of S
-    K = np.einsum("nab,ncd->acbd", Jn, Jn).reshape(D * D, D * D) / n - np.kron(H, H)
+    J = Jn.mean(axis=0)
+    K = np.einsum("nab,ncd->acbd", Jn, Jn).reshape(D * D, D * D) / n - np.kron(J, J)
     pick = np.zeros((D * D, 4 * D * D))
     rows = np.arange(D * D)
     pick[rows, (rows // D) * 2 * D + rows % D] = 1.0
@@ -182,3 +183,43 @@ def test_exact_case_is_called_applicable(rng):
     assert a.applicable, a.reasons
     # the linearised constant-noise chain is the factored one here: equal up to the series' truncation (tol 1e-3)
     assert np.all(np.abs(a.ratio - 1.0) <= 5e-3), a.ratio
+
+
+def test_softmax_head_flag_is_honest(rng):
+    """(c) A softmax head on fixed inputs (H not Kronecker): called applicable only if the chain is within 10 %."""
+    n, p, K = 400, 3, 3
+    X = rng.normal(size=(n, p))
+    y = np.argmax(X + 0.7 * rng.normal(size=(n, K)), axis=1).astype(float)
+    torch.manual_seed(2)
+    net = torch.nn.Linear(p, K).double()
+    Xt, Yt = torch.as_tensor(X), torch.as_tensor(y).long()
+    opt = torch.optim.LBFGS(net.parameters(), max_iter=300, tolerance_grad=1e-12, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(Xt), Yt) + sum(q.pow(2).sum() for q in net.parameters()) / (2 * n)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    res = tune_kronecker(net, (X, y), Dynamics(None, batch_size=20, inv_temperature=2.0 * n), likelihood="categorical",
+                         prior_precision=1.0, target="posterior")
+    a = kronecker_applicability(res, net, X, y, "categorical")
+    pc = probe_check(res, net, X, y, "categorical", steps=6000)
+    assert np.all(np.isfinite(a.ratio)) and np.all(np.isfinite(pc.measured))
+    near = np.abs(pc.relative_error) <= a.tolerance + Z_MAX * pc.mcse / pc.predicted
+    assert near.all() or not a.applicable, (a.reasons, pc.relative_error)
+    # the linearised chain (true H and C) is the real one near θ̂ up to the nonlinearity: the two agree too
+    assert np.all(np.abs(pc.measured / (a.ratio * pc.predicted) - 1.0) <= 0.10 + Z_MAX * pc.mcse / pc.predicted)
+
+
+def test_failed_minibatch_check_still_reports_the_linearised_series(rng, monkeypatch):
+    """Check (c) failing no longer hides the constant-noise series (it was NaN for every classification network)."""
+    import sgtune.workflows.kronecker_applicability as ka
+
+    net, X, y, res, _, _ = _linear_case(rng, 0.0)
+    plain = kronecker_applicability(res, net, X, y, minibatch=False)
+    monkeypatch.setattr(ka, "minibatch_growth", lambda *args, **kw: 5.0)
+    a = ka.kronecker_applicability(res, net, X, y)
+    assert not a.applicable and not a.stable and "minibatch" in a.reasons[0]
+    assert np.allclose(a.linearised, plain.linearised, rtol=1e-12) and a.terms == plain.terms > 0
