@@ -41,10 +41,12 @@ from sgtune.core.errors import SgtuneError  # noqa: E402
 from sgtune.models.kfac import torch_factors  # noqa: E402
 from sgtune.theory.kronecker import (KroneckerTuning, damped_factors, layer_stationary,  # noqa: E402
                                      noise_factor_for, tune_kronecker)
+import sgtune.workflows.kronecker_applicability as _ka  # noqa: E402
 from sgtune.workflows.kronecker_applicability import kronecker_applicability  # noqa: E402
 from sgtune.workflows.kronecker_probes import probe_check  # noqa: E402
 
 torch.set_num_threads(1)
+_ka.DIAGNOSTIC_TERMS = 1000  # the results file's linearised lower bounds after a failed check (c) used 1000 terms
 
 
 class RandomFeatures(torch.nn.Module):

@@ -54,15 +54,19 @@ from ..theory.kronecker import KroneckerTuning
 from ..theory.linear_chain import finite_population_factor
 
 __all__ = ["KroneckerApplicability", "NetworkOperators", "kronecker_applicability", "minibatch_growth",
-           "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM"]
+           "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM", "DIAGNOSTIC_TERMS"]
 
 #: a probe whose linearised real-chain variance is further than this (relative) from the factored prediction
 #: makes the result not applicable (applicable means within 10 % on the probes)
 RATIO_TOLERANCE = 0.10
 #: a mean-square growth per step of the minibatch-linearised chain above this makes it diverge
 GROWTH_LIMIT = 1.0
+#: series terms summed for the diagnostic linearised variances of a result check (c) already failed (a partial
+#: sum is a lower bound; each term is one full-data Hessian-vector product)
+DIAGNOSTIC_TERMS = 200
 #: above this many parameters the command line skips the checks (with a warning): they cost hundreds of
-#: full-data Hessian-vector products, measured at 570 s for D = 9 473 and N = 2 000 on a loaded 2-core VM
+#: full-data Hessian-vector products, measured at 570 s for D = 9 473 and N = 2 000 on a loaded 2-core VM (1425 s
+#: with a 1000-term diagnostic series after a failed check (c), now capped at DIAGNOSTIC_TERMS)
 #: (``benchmarks/results/kronecker_applicability.txt``), and grow with D·N; call
 #: :func:`kronecker_applicability` directly to run them at any size
 CHECK_MAX_DIM = 20_000
@@ -508,8 +512,10 @@ def kronecker_applicability(result: KroneckerTuning, module: Any, X: Any, y: Any
         return KroneckerApplicability(lo, hi, rho2, labels, predicted, nan, nan, 0, False, False, tolerance,
                                       tuple(reasons), growth)
     # stable with constant noise: its variances are reported even when check (c) says the minibatch chain diverges
-    # (they separate the factorisation error from the minibatch-curvature one); a partial sum is a lower bound
-    lin, terms, converged = _series(result, ops, V, rho2, tol, max_terms)
+    # (they separate the factorisation error from the minibatch-curvature one), then with at most DIAGNOSTIC_TERMS
+    # terms (the verdict is already "not applicable"); a partial sum is a lower bound
+    budget = min(max_terms, DIAGNOSTIC_TERMS) if reasons else max_terms
+    lin, terms, converged = _series(result, ops, V, rho2, tol, budget)
     ratio = lin / predicted
     if not converged:
         reasons.append(f"the real linearised chain mixes too slowly to check (spectral radius {rho2:.6g}; "
