@@ -177,8 +177,9 @@ def test_frozen_first_layer_head_chain_matches_long(rng):
     _check_exact(*_frozen_case(rng), steps=60000)
 
 
-def test_exact_case_is_called_applicable(rng):
-    net, X, y, res, _, _ = _linear_case(rng, 0.0)
+@pytest.mark.parametrize("case", ["linear", "frozen"])
+def test_exact_case_is_called_applicable(rng, case):
+    net, X, y, res, _, _ = _linear_case(rng, 0.0) if case == "linear" else _frozen_case(rng)
     a = kronecker_applicability(res, net, X, y)
     assert a.applicable, a.reasons
     # the linearised constant-noise chain is the factored one here: equal up to the series' truncation (tol 1e-3)
