@@ -80,7 +80,7 @@ class NetworkOperators:
     module : torch.nn.Module
         The network (copied in float64; never changed).
     X, y : array_like
-        The data.
+        The data. y is (N,), or (N, k) for a Gaussian network with k outputs.
     likelihood : {"gaussian", "bernoulli", "categorical"}
         The per-row loss ρ (sgtune's per-observation scaling: (f − y)²/(2σ²) for gaussian).
     noise_variance : float, optional
@@ -451,7 +451,7 @@ def kronecker_applicability(result: KroneckerTuning, module: Any, X: Any, y: Any
     module : torch.nn.Module
         The network at θ̂.
     X, y : array_like
-        The data the step was tuned on.
+        The data the step was tuned on. y is (N,), or (N, k) for a Gaussian network with k outputs.
     likelihood : {"gaussian", "bernoulli", "categorical"}, optional
         The loss.
     noise_variance : float, optional

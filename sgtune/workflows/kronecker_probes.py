@@ -141,7 +141,7 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     module : torch.nn.Module
         The network at θ̂ (copied in float64; never changed).
     X, y : array_like
-        The data the step was tuned on.
+        The data the step was tuned on. y is (N,), or (N, k) for a Gaussian network with k outputs.
     likelihood : {"gaussian", "bernoulli", "categorical"}, optional
         The loss, as in :func:`sgtune.models.kfac.torch_factors`.
     noise_variance : float, optional
