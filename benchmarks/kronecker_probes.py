@@ -32,7 +32,7 @@ def _fit(net: torch.nn.Module, X: np.ndarray, y: np.ndarray, likelihood: str, de
         opt.zero_grad()
         f = net(Xt)
         if likelihood == "gaussian":
-            loss = 0.5 * (f[:, 0] - Yt).pow(2).mean()
+            loss = 0.5 * (f - Yt.reshape(f.shape)).pow(2).sum(dim=1).mean()
         elif likelihood == "bernoulli":
             loss = torch.nn.functional.binary_cross_entropy_with_logits(f[:, 0], Yt)
         else:

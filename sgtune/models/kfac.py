@@ -298,7 +298,7 @@ def _loss(likelihood: str, torch: Any) -> tuple[Any, float, float]:
 def _targets(y: np.ndarray, likelihood: str, torch: Any) -> Any:
     if likelihood == "categorical":
         return torch.as_tensor(y, dtype=torch.long)
-    return torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
+    return torch.as_tensor(y, dtype=torch.float64).reshape(len(y), -1)  # (N,) → (N, 1); (N, k) kept
 
 
 @cites("martens2015", "§3: KFAC factors, computed by curvlinops-for-pytorch's KFACLinearOperator")

@@ -54,15 +54,19 @@ from ..theory.kronecker import KroneckerTuning
 from ..theory.linear_chain import finite_population_factor
 
 __all__ = ["KroneckerApplicability", "NetworkOperators", "kronecker_applicability", "minibatch_growth",
-           "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM"]
+           "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM", "DIAGNOSTIC_TERMS"]
 
 #: a probe whose linearised real-chain variance is further than this (relative) from the factored prediction
 #: makes the result not applicable (applicable means within 10 % on the probes)
 RATIO_TOLERANCE = 0.10
 #: a mean-square growth per step of the minibatch-linearised chain above this makes it diverge
 GROWTH_LIMIT = 1.0
+#: series terms summed for the diagnostic linearised variances of a result check (c) already failed (a partial
+#: sum is a lower bound; each term is one full-data Hessian-vector product)
+DIAGNOSTIC_TERMS = 200
 #: above this many parameters the command line skips the checks (with a warning): they cost hundreds of
-#: full-data Hessian-vector products, measured at 570 s for D = 9 473 and N = 2 000 on a loaded 2-core VM
+#: full-data Hessian-vector products, measured at 570 s for D = 9 473 and N = 2 000 on a loaded 2-core VM (1425 s
+#: with a 1000-term diagnostic series after a failed check (c), now capped at DIAGNOSTIC_TERMS)
 #: (``benchmarks/results/kronecker_applicability.txt``), and grow with D·N; call
 #: :func:`kronecker_applicability` directly to run them at any size
 CHECK_MAX_DIM = 20_000
@@ -76,7 +80,7 @@ class NetworkOperators:
     module : torch.nn.Module
         The network (copied in float64; never changed).
     X, y : array_like
-        The data.
+        The data. y is (N,), or (N, k) for a Gaussian network with k outputs.
     likelihood : {"gaussian", "bernoulli", "categorical"}
         The per-row loss ρ (sgtune's per-observation scaling: (f − y)²/(2σ²) for gaussian).
     noise_variance : float, optional
@@ -128,7 +132,7 @@ class NetworkOperators:
         torch = self._torch
         f = torch.func.functional_call(self.net, self._params(theta), (Xb,))
         if self.likelihood == "gaussian":
-            return (f.reshape(-1) - Yb).pow(2) * (0.5 / self.sigma2)
+            return (f - Yb.reshape(f.shape)).pow(2).reshape(f.shape[0], -1).sum(dim=1) * (0.5 / self.sigma2)
         if self.likelihood == "bernoulli":
             return torch.nn.functional.binary_cross_entropy_with_logits(f.reshape(-1), Yb, reduction="none")
         return torch.nn.functional.cross_entropy(f, Yb, reduction="none")
@@ -351,7 +355,9 @@ class KroneckerApplicability:
     predicted : (k,) ndarray
         The factored prediction vᵀΣv.
     linearised : (k,) ndarray
-        vᵀΣ_lin v of the real linearised chain (NaN when it diverges).
+        vᵀΣ_lin v of the real linearised chain with constant noise (NaN when check (a) finds it divergent; also
+        computed when check (c) fails; a lower bound — a partial sum of nonnegative terms — when ``converged``
+        is False).
     ratio : (k,) ndarray
         linearised / predicted.
     terms : int
@@ -445,7 +451,7 @@ def kronecker_applicability(result: KroneckerTuning, module: Any, X: Any, y: Any
     module : torch.nn.Module
         The network at θ̂.
     X, y : array_like
-        The data the step was tuned on.
+        The data the step was tuned on. y is (N,), or (N, k) for a Gaussian network with k outputs.
     likelihood : {"gaussian", "bernoulli", "categorical"}, optional
         The loss.
     noise_variance : float, optional
@@ -501,11 +507,15 @@ def kronecker_applicability(result: KroneckerTuning, module: Any, X: Any, y: Any
         reasons.append(f"the real network's chain diverges from θ̂: with minibatch curvature its second moments grow "
                        f"×{growth:.3g} per step (the minibatch Hessians' fluctuation, which the factored theory "
                        "leaves out)")
-    if reasons:
+    if rho2 >= 1.0:  # the constant-noise linearised chain diverges: no variance to sum
         nan = np.full(len(labels), np.nan)
         return KroneckerApplicability(lo, hi, rho2, labels, predicted, nan, nan, 0, False, False, tolerance,
                                       tuple(reasons), growth)
-    lin, terms, converged = _series(result, ops, V, rho2, tol, max_terms)
+    # stable with constant noise: its variances are reported even when check (c) says the minibatch chain diverges
+    # (they separate the factorisation error from the minibatch-curvature one), then with at most DIAGNOSTIC_TERMS
+    # terms (the verdict is already "not applicable"); a partial sum is a lower bound
+    budget = min(max_terms, DIAGNOSTIC_TERMS) if reasons else max_terms
+    lin, terms, converged = _series(result, ops, V, rho2, tol, budget)
     ratio = lin / predicted
     if not converged:
         reasons.append(f"the real linearised chain mixes too slowly to check (spectral radius {rho2:.6g}; "

@@ -121,7 +121,7 @@ def probe_directions(result: KroneckerTuning, n_random: int = 4,
 
 def _loss_fn(likelihood: str, noise_variance: float, torch: Any) -> Any:
     if likelihood == "gaussian":
-        return lambda f, y: (0.5 / noise_variance) * (f.reshape(-1) - y).pow(2).mean()
+        return lambda f, y: (0.5 / noise_variance) * (f - y.reshape(f.shape)).pow(2).sum(dim=-1).mean()
     if likelihood == "bernoulli":
         return lambda f, y: torch.nn.functional.binary_cross_entropy_with_logits(f.reshape(-1), y)
     if likelihood == "categorical":
@@ -141,7 +141,7 @@ def probe_check(result: KroneckerTuning, module: Any, X: Any, y: Any, likelihood
     module : torch.nn.Module
         The network at θ̂ (copied in float64; never changed).
     X, y : array_like
-        The data the step was tuned on.
+        The data the step was tuned on. y is (N,), or (N, k) for a Gaussian network with k outputs.
     likelihood : {"gaussian", "bernoulli", "categorical"}, optional
         The loss, as in :func:`sgtune.models.kfac.torch_factors`.
     noise_variance : float, optional
