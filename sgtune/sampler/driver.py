@@ -4,7 +4,7 @@
 :func:`run_quadratic_chains` chains on a quadratic potential with synthetic gradient noise (for
 theory checks). Both take the chain's :class:`~sgtune.core.config.Dynamics`, the run's
 :class:`~sgtune.core.config.RunSpec` and the sampler's options (:mod:`sgtune.sampler.registry`), build a
-:class:`~sgtune.sampler.engine.ChainPlan`, run it on a backend (:mod:`sgtune.sampler.engine`) and return
+:class:`~sgtune.sampler.state.ChainPlan`, run it on a backend (:mod:`sgtune.sampler.engine`) and return
 a frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
 
 The keyword forms of 0.1 (``run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)`` and

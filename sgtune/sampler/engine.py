@@ -78,7 +78,7 @@ from ._jit import call_batch, call_rule, component_name, get_num_threads, njit, 
 from .kernels import diverges, finish, record, schedule
 from .state import ChainPlan, Work
 
-__all__ = ["ChainPlan", "chains", "chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
+__all__ = ["chains", "chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
 
 @njit

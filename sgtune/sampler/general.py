@@ -41,7 +41,7 @@ __all__ = ["GeneralPath", "NumpyBackend"]
 
 
 class GeneralPath:
-    """Runs the steps of a :class:`~sgtune.sampler.engine.ChainPlan` for a NumPy-gradient model."""
+    """Runs the steps of a :class:`~sgtune.sampler.state.ChainPlan` for a NumPy-gradient model."""
 
     def __init__(self, plan: Any) -> None:
         model = plan.py_model

@@ -1,7 +1,7 @@
 """The reference backend of the chain engine: every step in plain NumPy (slow; the template for a new backend).
 
 :class:`ReferenceBackend` implements the engine's seam (:mod:`sgtune.sampler.engine`: ``prepare(plan)``,
-``advance(plan, t0, n_steps, last)``) over the same :class:`~sgtune.sampler.engine.ChainPlan` and records as
+``advance(plan, t0, n_steps, last)``) over the same :class:`~sgtune.sampler.state.ChainPlan` and records as
 the compiled :class:`~sgtune.sampler.engine.NumbaBackend`, but is written independently of it: NumPy vector
 operations per step, the GLM derivatives of :mod:`sgtune.models`, and the random stream of
 :class:`~sgtune.sampler.rng.Xoshiro256PP` (Python integers). On the same seed the two agree to rounding

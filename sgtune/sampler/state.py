@@ -163,7 +163,7 @@ class ChainPlan:
     call, which merges the pending covariance blocks); a backend asks for it through
     :meth:`recorder_at`, which gives ``burn_recorder`` to the calls before step ``split`` (a plan whose
     recorder changes at a step, e.g. the SMILE ensembles' end of burn-in: traced, not summed;
-    :func:`run_plan` never lets a call cross ``split``). ``init_fn``, when given, is the compiled draw of the
+    :func:`~sgtune.sampler.engine.run_plan` never lets a call cross ``split``). ``init_fn``, when given, is the compiled draw of the
     chains' random initial state that the backend's ``prepare`` runs before the first step (the MCLMC
     velocities ``mom``, uniform on the sphere from each chain's stream:
     :func:`sgtune.sampler.smile_chain.init_velocity`); a backend with its own streams draws the same.
