@@ -24,7 +24,7 @@ from sgtune.theory.fluctuation import (
     solve_fluctuation_general,
 )
 from tests._tolerances import bonferroni_z
-from tests.reference.gnld_twin import GnldReference
+from sgtune.sampler.reference import ReferenceBackend
 
 pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
 
@@ -69,7 +69,7 @@ def test_twin_agreement() -> None:
         kw = dict(design=x, response=y, batch_size=3, prior_precision=gam, seed=11)
         init = np.linspace(-0.3, 0.4, 3 * len(ell)).reshape(3, len(ell))
         a = _gnld(d, q, ell, 0.03, 60, 3, init=init, **kw)
-        b = _gnld(d, q, ell, 0.03, 60, 3, init=init, backend=GnldReference(), **kw)
+        b = _gnld(d, q, ell, 0.03, 60, 3, init=init, backend=ReferenceBackend(), **kw)
         # same draws, arithmetic in another order: agreement to rounding (1e-12 absolute on O(1) values)
         np.testing.assert_allclose(a.time_averages, b.time_averages, rtol=0, atol=1e-12, err_msg=name)
 

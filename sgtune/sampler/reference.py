@@ -19,7 +19,8 @@ It is written the way blackjax writes a sampler, one chain at a time:
   blocked merge is a different route to the same numbers, so ``blk``, ``blk_n`` and ``flush`` are unused).
 
 It runs the SG(L)D family (``sgld``, ``sglrw``, ``clipped-sgld``, with momentum and a diagonal or dense Λ)
-on the GLM oracles and the quadratic oracles (Gaussian or α-stable noise). A GPU backend is a new module of
+on the GLM oracles and the quadratic oracles (Gaussian or α-stable noise), and the GNLD replicas of
+:func:`sgtune.sampler.gnld.run_sg_gnld` (:func:`gnld_gradient`, in Python floats). A GPU backend is a new module of
 the same shape: read the components' names from ``plan.sampler``, ``plan.lam_kind``, ``plan.batching`` and
 ``plan.oracle_kind``, move the records to the device in ``prepare``, run the steps of all chains at once
 in ``advance``, and write the records back; the theory, the registry and the driver do not change.
@@ -36,7 +37,7 @@ from ..core.errors import SgtuneError
 from .rng import Xoshiro256PP
 
 __all__ = ["ReferenceBackend", "ReferenceChain", "init_chain", "store_chain", "step", "batch_indices", "gradient",
-           "sgld_step", "sglrw_step", "clipped_sgld_step", "record", "STEP_RULES"]
+           "sgld_step", "sglrw_step", "clipped_sgld_step", "record", "STEP_RULES", "gnld_gradient"]
 
 _GLM_NAMES = {0: "linear", 1: "logistic", 2: "poisson", 3: "beta-linear"}
 _BATCH_CODES = {"replacement": 0, "without-replacement": 1, "reshuffle": 2}
@@ -194,14 +195,64 @@ def record(rec: Any, c: int, u: int, th: np.ndarray, pos: int) -> None:
         rec.pos_m2[c, pos] += dp * (th - rec.pos_mean[c, pos])
 
 
+# --------------------------------------------------------------------------- GNLD (sgtune.sampler.gnld)
+def gnld_gradient(z: list[float], plan: Any, idx: list[int]) -> list[float]:
+    """GNLD's ĝ (the GNLD paper, eq. (6.3)) in Python floats: M z, with the first p coordinates replaced by
+    the BLR minibatch gradient at θ = θ̄ + x when ``idx`` (the minibatch) is not empty."""
+    ora = plan.oracle
+    m, xs, ys, p = ora.hessian, ora.X, ora.y, int(ora.ints[0])
+    n = len(z)
+    grad = [sum(float(m[a, b]) * z[b] for b in range(n)) for a in range(n)]
+    if not idx:
+        return grad
+    center = ora.floats[:p]
+    prior = ora.floats[p:].reshape(p, p)
+    theta = [float(center[a]) + z[a] for a in range(p)]
+    for a in range(p):
+        grad[a] -= sum(float(m[a, b]) * z[b] for b in range(p))
+        grad[a] += sum(float(prior[a, b]) * theta[b] for b in range(p))
+    scale = xs.shape[0] / len(idx)
+    for i in idx:
+        r = -float(ys[i]) + sum(float(xs[i, a]) * theta[a] for a in range(p))
+        for a in range(p):
+            grad[a] += scale * r * float(xs[i, a])
+    return grad
+
+
+def _advance_gnld(plan: Any, rec: Any, n_steps: int) -> None:
+    """GNLD replicas by ``n_steps`` steps in Python floats: per step B indices, n normals, z ← z − Λĝ + Lξ
+    (Λ = η(D + Q), L = sqrt(η) chol(2D) lower-triangular), then ℓᵀz into the observable's sum."""
+    st = plan.state
+    lam, fac = plan.params.lam, plan.params.fac
+    ell, obs_sum = rec.obs[0], rec.obs_sum
+    n_data = plan.oracle.X.shape[0]
+    batch = plan.batching == "replacement"
+    for c in range(st.theta.shape[0]):
+        gen = Xoshiro256PP(st.rng[c])
+        z = [float(v) for v in st.theta[c]]
+        n = len(z)
+        for _ in range(n_steps):
+            idx = [gen.randbelow(n_data) for _ in range(plan.sched.batch_size)] if batch else []
+            g = gnld_gradient(z, plan, idx)
+            xi = gen.normals(n)
+            z = [z[a] - sum(float(lam[a, b]) * g[b] for b in range(n))
+                 + sum(float(fac[a, b]) * float(xi[b]) for b in range(a + 1)) for a in range(n)]
+            obs_sum[c, 0] += sum(float(ell[a]) * z[a] for a in range(n))
+        st.theta[c] = np.array(z)
+        st.rng[c] = gen.state()
+
+
 class ReferenceBackend:
     """The reference implementation as a backend of the engine's seam (:func:`sgtune.sampler.run_chains`,
-    :func:`sgtune.sampler.run_quadratic_chains`: ``backend=ReferenceBackend()``)."""
+    :func:`sgtune.sampler.run_quadratic_chains`, :func:`sgtune.sampler.gnld.run_sg_gnld`:
+    ``backend=ReferenceBackend()``)."""
 
     name = "python"
 
     def prepare(self, plan: Any) -> None:
         """Check that the plan's oracle and sampler are ones this backend runs."""
+        if plan.oracle_kind == "gnld":
+            return
         if plan.oracle_kind not in ("glm", "quadratic-gaussian", "quadratic-stable"):
             raise SgtuneError(f"the pure-Python reference supports GLMs and quadratic oracles, not {plan.oracle_kind!r} "
                               "models; use backend='numba'")
@@ -213,6 +264,9 @@ class ReferenceBackend:
         """Every live chain from step t0 + 1 to t0 + n_steps; a chain whose ‖θ‖₁ reaches 1e150 (or is not
         finite) stops and keeps its divergence step."""
         rec = plan.recorder_at(t0, last)
+        if plan.oracle_kind == "gnld":
+            _advance_gnld(plan, rec, n_steps)
+            return
         glm = _glm(plan)
         diverged = plan.state.diverged
         for c in range(plan.state.theta.shape[0]):
