@@ -84,12 +84,12 @@ from sgtune.models import Expansion, expand, fit_map, get_model, make_mlp  # noq
 from sgtune.models.user import load_model_file  # noqa: E402
 from sgtune.core.config import BATCHINGS  # noqa: E402
 from sgtune.sampler.driver import run_chains, run_quadratic_chains  # noqa: E402
-from sgtune.sampler.gnld import run_sg_gnld  # noqa: E402
+from sgtune.sampler.gnld import GnldProblem, run_sg_gnld  # noqa: E402
 from sgtune.sampler.registry import SAMPLER_NAMES as SAMPLERS  # noqa: E402
 from sgtune.sampler.reshuffle import run_reshuffle_chains  # noqa: E402
 from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble  # noqa: E402
 from tests.reference import chain_kw, ensemble_kw  # noqa: E402  (the old keywords → Dynamics, RunSpec, options)
-from tests.reference.gnld_twin import GnldReference  # noqa: E402
+from sgtune.sampler.reference import ReferenceBackend  # noqa: E402
 from tests.reference.reshuffle_twin import run_reshuffle_chains_python  # noqa: E402
 from sgtune.sampler.targets import NOISE_KINDS, TARGET_IDS, make_target  # noqa: E402
 from sgtune.theory.adjoint import affine_discrepancy, criterion_gradient  # noqa: E402
@@ -290,14 +290,15 @@ def gnld(with_data: bool, python: bool = False, **opts: Any) -> Any:
         rng = np.random.default_rng(5)
         X = rng.standard_normal((64, 2))
         y = X @ np.array([1.0, -1.0]) + rng.standard_normal(64)
-        r = run_sg_gnld(np.eye(2), np.array([[0.0, 0.8], [-0.8, 0.0]]), [1.0, 0.5], 0.01, opts.pop("n_steps"),
-                        opts.pop("n_replicas"), design=X, response=y, batch_size=8, prior_precision=np.eye(2),
-                        backend=GnldReference() if python else "numba", **opts)
+        problem = GnldProblem(np.eye(2), np.array([[0.0, 0.8], [-0.8, 0.0]]), [1.0, 0.5], design=X, response=y,
+                              prior_precision=np.eye(2))
+        r = run_sg_gnld(problem, 0.01, opts.pop("n_steps"), opts.pop("n_replicas"), batch_size=8,
+                        backend=ReferenceBackend() if python else "numba", **opts)
     else:
         H = np.array([[2.0, 0.5], [0.5, 1.0]])
-        r = run_sg_gnld(np.diag([1.0, 0.5]), np.array([[0.0, 1.0], [-1.0, 0.0]]), [1.0, 0.0], 0.05,
-                        opts.pop("n_steps"), opts.pop("n_replicas"), hessian=H,
-                        backend=GnldReference() if python else "numba", **opts)
+        problem = GnldProblem(np.diag([1.0, 0.5]), np.array([[0.0, 1.0], [-1.0, 0.0]]), [1.0, 0.0], hessian=H)
+        r = run_sg_gnld(problem, 0.05, opts.pop("n_steps"), opts.pop("n_replicas"),
+                        backend=ReferenceBackend() if python else "numba", **opts)
     return {"time_averages": r.time_averages, "step_size": r.step_size, "n_steps": r.n_steps, "seed": r.seed,
             "hessian": r.hessian}
 

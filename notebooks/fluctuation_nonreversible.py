@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from sgtune.sampler.gnld import run_sg_gnld
+from sgtune.sampler.gnld import GnldProblem, run_sg_gnld
 from sgtune.theory.fluctuation import (
     blr_gradient_noise_moments,
     estimate_fluctuation_from_chains,
@@ -95,8 +95,8 @@ for name, (d, q, l_) in SCHEMES.items():
     for label, qq in ((name, q), (name + " baseline", np.zeros_like(q))):
         for i, eta in enumerate(ETAS):
             k = int(C_ITER / eta ** 2)
-            run = run_sg_gnld(d, qq, l_, eta, k, R, design=X, response=y, batch_size=B,
-                              prior_precision=GAMMA, seed=1000 * len(rows) + i)
+            problem = GnldProblem(d, qq, l_, design=X, response=y, prior_precision=GAMMA)
+            run = run_sg_gnld(problem, eta, k, R, batch_size=B, seed=1000 * len(rows) + i)
             pred = predict_time_average_variance(full_hessian(len(l_)), d, qq, l_, eta, k, design=X,
                                                  response=y, batch_size=B, prior_precision=GAMMA)
             err = run.time_averages  # target 0 after the shift

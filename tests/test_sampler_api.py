@@ -1,5 +1,5 @@
-"""The sampler's public forms: run_chains(model, data, Dynamics, RunSpec, options), the keyword form of 0.1
-behind one DeprecationWarning with the same chains, and the sampler registry."""
+"""The sampler's public forms: run_chains(model, data, Dynamics, RunSpec, options), the keyword forms of 0.1
+as one-line TypeErrors naming the new form (removed in 0.2.0), and the sampler registry."""
 from __future__ import annotations
 
 import math
@@ -32,47 +32,49 @@ def _same(a, b):
             np.testing.assert_array_equal(x, y, err_msg=f)
 
 
-def _one_deprecation(fn):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = fn()
-    dep = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert len(dep) == 1, [str(w.message) for w in caught]
-    assert "is deprecated; use" in str(dep[0].message)
-    assert dep[0].filename == __file__  # points at the caller
-    return out, str(dep[0].message)
+def _gone(fn):
+    """A form of 0.1: a one-line TypeError that names the new form (no DeprecationWarning, no result)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError) as info:
+            fn()
+    msg = str(info.value)
+    assert "\n" not in msg
+    return msg
 
 
 @pytest.mark.parametrize("sampler, extra", [("sgld", dict(momentum=0.5, batching="reshuffle", thin=3)),
-                                            ("sghmc", dict(friction=2.0)),
-                                            ("psmile", dict(precond_start=20, thin=4))])
-def test_old_keyword_form_warns_once_and_gives_the_same_chains(sampler, extra):
+                                            ("sghmc", dict(friction=2.0))])
+def test_old_keyword_form_is_a_type_error_naming_the_new_form(sampler, extra):
     X, y = _data()
     kw = dict(batch_size=8, n_steps=80, n_chains=2, seed=3, sampler=sampler, **extra)
-    old, msg = _one_deprecation(lambda: run_chains("logistic", (X, y), 0.05, initial=np.zeros(3), **kw))
-    assert "run_chains(model, data, Dynamics(" in msg
-    dyn = Dynamics(0.05, 8, momentum=extra.get("momentum", 0.0), batching=extra.get("batching", "replacement"))
-    run = RunSpec(80, n_chains=2, seed=3, thin=extra.get("thin", 0))
-    opts = options_for(sampler, **{k: v for k, v in extra.items() if k in ("friction", "precond_start")})
-    new = run_chains("logistic", (X, y), dyn, run, opts, initial=np.zeros(3))
-    _same(old, new)
-    assert old.settings == new.settings
+    msg = _gone(lambda: run_chains("logistic", (X, y), 0.05, initial=np.zeros(3), **kw))
+    assert "removed in 0.2.0" in msg and "run_chains(model, data, Dynamics(" in msg and "RunSpec(n_steps" in msg
+    msg = _gone(lambda: run_chains("logistic", (X, y), Dynamics(0.05, 8), RunSpec(80), n_chains=2))
+    assert "'n_chains'" in msg and "RunSpec(n_steps" in msg
 
 
-def test_old_quadratic_and_ensemble_forms_warn_once_and_agree():
+def test_old_quadratic_and_ensemble_forms_are_type_errors_naming_the_new_form():
     A = np.array([[2.0, 0.3], [0.3, 1.0]])
-    old, msg = _one_deprecation(lambda: run_quadratic_chains(A, 0.1, n_steps=60, n_chains=2, inv_temperature=5.0,
-                                                             noise_cov=np.eye(2), seed=1))
-    assert "Dynamics(step_matrix" in msg
-    new = run_quadratic_chains(A, Dynamics(0.1, 1, inv_temperature=5.0), RunSpec(60, n_chains=2, seed=1),
-                               noise_cov=np.eye(2))
-    _same(old, new)
+    msg = _gone(lambda: run_quadratic_chains(A, 0.1, n_steps=60, n_chains=2, inv_temperature=5.0,
+                                             noise_cov=np.eye(2), seed=1))
+    assert "removed in 0.2.0" in msg and "Dynamics(step_matrix" in msg
     t = make_target("gaussian", "isotropic", dim=4)
-    old, msg = _one_deprecation(lambda: run_smile_ensemble(t, "smile", 0.2, n_steps=50, n_chains=2, kappa=0.99))
-    assert "RunSpec(n_steps" in msg
-    new = run_smile_ensemble(t, 0.2, RunSpec(50, n_chains=2), SmileOptions(guardrail=0.99))
-    np.testing.assert_array_equal(old.final_state, new.final_state)
-    np.testing.assert_array_equal(old.final_step_size, new.final_step_size)
+    msg = _gone(lambda: run_smile_ensemble(t, "smile", 0.2, n_steps=50, n_chains=2, kappa=0.99))
+    assert "removed in 0.2.0" in msg and "RunSpec(n_steps" in msg
+    msg = _gone(lambda: run_smile_ensemble(t, 0.2, RunSpec(50), SmileOptions(), n_chains=2))
+    assert "'n_chains'" in msg
+
+
+def test_old_names_and_backends_are_gone():
+    import sgtune.sampler.reshuffle as smp
+
+    assert not hasattr(smp, "run_reshuffle_chains_python")
+    t = make_target("gaussian", "isotropic", dim=4)
+    with pytest.raises(SgtuneError, match="backend must be 'numba' or an object with prepare"):
+        run_smile_ensemble(t, 0.2, RunSpec(50, n_chains=2), SmileOptions(), backend=lambda *a: None)
+    with pytest.raises(SgtuneError, match="backend must be 'numba' or a backend object for SMILE ensembles"):
+        run_smile_ensemble(t, 0.2, RunSpec(50, n_chains=2), SmileOptions(), backend="python")
 
 
 def test_registry_is_complete_and_options_name_their_sampler():

@@ -15,7 +15,7 @@ import pytest
 
 from sgtune.core.errors import SgtuneError, ShapeError
 from sgtune.sampler import engine
-from sgtune.sampler.gnld import run_sg_gnld
+from sgtune.sampler.gnld import GnldProblem, run_sg_gnld
 from sgtune.theory.fluctuation import (
     blr_gradient_noise_moments,
     gaul_matrices,
@@ -24,9 +24,18 @@ from sgtune.theory.fluctuation import (
     solve_fluctuation_general,
 )
 from tests._tolerances import bonferroni_z
-from tests.reference.gnld_twin import GnldReference
+from sgtune.sampler.reference import ReferenceBackend
 
 pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py
+
+
+_PROBLEM_KEYS = ("hessian", "design", "response", "noise_variance", "prior_precision")
+
+
+def _gnld(d, q, ell, eta, k, r, **kw):  # type: ignore[no-untyped-def]
+    """run_sg_gnld on GnldProblem(d, q, ℓ, <the problem's keywords>) with the run's keywords."""
+    problem = GnldProblem(d, q, ell, **{key: kw.pop(key) for key in _PROBLEM_KEYS if key in kw})
+    return run_sg_gnld(problem, eta, k, r, **kw)
 
 
 def _problem(seed: int = 3):  # type: ignore[no-untyped-def]
@@ -59,8 +68,8 @@ def test_twin_agreement() -> None:
     for name, d, q, ell in _schemes():
         kw = dict(design=x, response=y, batch_size=3, prior_precision=gam, seed=11)
         init = np.linspace(-0.3, 0.4, 3 * len(ell)).reshape(3, len(ell))
-        a = run_sg_gnld(d, q, ell, 0.03, 60, 3, init=init, **kw)
-        b = run_sg_gnld(d, q, ell, 0.03, 60, 3, init=init, backend=GnldReference(), **kw)
+        a = _gnld(d, q, ell, 0.03, 60, 3, init=init, **kw)
+        b = _gnld(d, q, ell, 0.03, 60, 3, init=init, backend=ReferenceBackend(), **kw)
         # same draws, arithmetic in another order: agreement to rounding (1e-12 absolute on O(1) values)
         np.testing.assert_allclose(a.time_averages, b.time_averages, rtol=0, atol=1e-12, err_msg=name)
 
@@ -69,15 +78,15 @@ def test_reproducible_and_one_signature() -> None:
     x, y, gam = _problem()
     name, d, q, ell = _schemes()[0]
     kw = dict(design=x, response=y, batch_size=3, prior_precision=gam)
-    a = run_sg_gnld(d, q, ell, 0.03, 200, 16, seed=5, **kw)
-    b = run_sg_gnld(d, q, ell, 0.03, 200, 16, seed=5, **kw)
-    c = run_sg_gnld(d, q, ell, 0.03, 200, 16, seed=6, **kw)
+    a = _gnld(d, q, ell, 0.03, 200, 16, seed=5, **kw)
+    b = _gnld(d, q, ell, 0.03, 200, 16, seed=5, **kw)
+    c = _gnld(d, q, ell, 0.03, 200, 16, seed=6, **kw)
     np.testing.assert_array_equal(a.time_averages, b.time_averages)
     assert not np.array_equal(a.time_averages, c.time_averages)
     # one stream per replica (SeedSequence child i): the first 8 replicas do not depend on R
-    e = run_sg_gnld(d, q, ell, 0.03, 200, 8, seed=5, **kw)
+    e = _gnld(d, q, ell, 0.03, 200, 8, seed=5, **kw)
     np.testing.assert_array_equal(e.time_averages, a.time_averages[:8])
-    run_sg_gnld(*_schemes()[1][1:], 0.03, 10, 2, seed=1, **kw)  # another state dimension, same types
+    _gnld(*_schemes()[1][1:], 0.03, 10, 2, seed=1, **kw)  # another state dimension, same types
     gnld = [sig for sig in engine.chains.signatures if "gnld_grad" in str(sig[1]) and "batch_replacement" in str(sig[0])]
     assert len(gnld) == 1, gnld
 
@@ -90,7 +99,7 @@ def test_exact_gradient_without_data() -> None:
     eta, k, r = 0.05, 400, 2000
     pred = predict_time_average_variance(m, np.eye(2), q, ell, eta, k)
     init = np.random.default_rng(0).multivariate_normal(np.zeros(2), pred["stationary_cov"], size=r)
-    run = run_sg_gnld(np.eye(2), q, ell, eta, k, r, hessian=m, init=init, seed=2)
+    run = _gnld(np.eye(2), q, ell, eta, k, r, hessian=m, init=init, seed=2)
     sq = run.time_averages ** 2
     z = (sq.mean() - pred["variance"]) / (sq.std(ddof=1) / np.sqrt(r))
     assert abs(z) < bonferroni_z(1)
@@ -107,7 +116,7 @@ def _mc_against_exact(eta: float, k: int, r: int, seed: int) -> list[tuple[str, 
         pred = predict_time_average_variance(m, d, q, ell, eta, k, design=x, response=y, batch_size=3,
                                              prior_precision=gam)
         init = rng.multivariate_normal(np.zeros(n), pred["stationary_cov"], size=r)
-        run = run_sg_gnld(d, q, ell, eta, k, r, design=x, response=y, batch_size=3, prior_precision=gam,
+        run = _gnld(d, q, ell, eta, k, r, design=x, response=y, batch_size=3, prior_precision=gam,
                           init=init, seed=seed + i)
         sq = run.time_averages ** 2
         se = sq.std(ddof=1) / np.sqrt(r)
@@ -163,21 +172,29 @@ def test_rmse_approaches_sqrt_sigma2_slow() -> None:
 def test_error_hessian_mismatch() -> None:
     x, y, gam = _problem()
     with pytest.raises(ShapeError, match=r"hessian\[:p, :p\] must equal the BLR posterior precision"):
-        run_sg_gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, hessian=np.eye(2), design=x,
+        _gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, hessian=np.eye(2), design=x,
                     response=y, batch_size=2, prior_precision=gam)
 
 
 def test_error_missing_hessian() -> None:
     with pytest.raises(SgtuneError, match="hessian is required when no design"):
-        run_sg_gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2)
+        _gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2)
 
 
 def test_error_batch_size_with_data() -> None:
     x, y, gam = _problem()
     with pytest.raises(SgtuneError, match="batch_size must be >= 1 when design is given"):
-        run_sg_gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, design=x, response=y)
+        _gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, design=x, response=y)
 
 
 def test_error_init_shape() -> None:
     with pytest.raises(ShapeError, match=r"init must be \(n_replicas, n\) = \(2, 2\)"):
-        run_sg_gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, hessian=np.eye(2), init=np.zeros((3, 2)))
+        _gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, hessian=np.eye(2), init=np.zeros((3, 2)))
+
+
+def test_the_form_of_0_1_is_a_type_error_naming_gnld_problem() -> None:
+    with pytest.raises(TypeError, match=r"removed in 0.2.0: use run_sg_gnld\(GnldProblem\(") as info:
+        run_sg_gnld(np.eye(2), np.zeros((2, 2)), [1.0, 0.0], 0.01, 10, 2, hessian=np.eye(2))
+    assert "\n" not in str(info.value)
+    with pytest.raises(TypeError, match="GnldProblem"):
+        run_sg_gnld(np.eye(2), 0.01, 10, 2)

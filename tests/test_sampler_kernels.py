@@ -15,7 +15,7 @@ from sgtune.core.errors import NotPositiveDefiniteError, SgtuneError, UnstableSt
 from sgtune.sampler import engine, kernels, run_chains, run_quadratic_chains
 from sgtune.sampler._jit import get_num_threads, set_num_threads
 from sgtune.sampler.rng import chain_states
-from tests.reference.twins import PythonBackend, batch_twin
+from sgtune.sampler.reference import ReferenceBackend, batch_indices
 from sgtune.sampler.rng import Xoshiro256PP
 from tests._threads import many_threads
 
@@ -76,7 +76,7 @@ def test_glm_kernel_matches_twin(case):
     kw = dict(prior_precision=prior, initial=np.zeros(d), observables=np.array([[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]),
               epoch_moments=batching == "reshuffle")
     a = run_chains(model, (X, y), dyn, run, options_for(sampler), backend="numba", **kw)
-    b = run_chains(model, (X, y), dyn, run, options_for(sampler), backend=PythonBackend(), **kw)
+    b = run_chains(model, (X, y), dyn, run, options_for(sampler), backend=ReferenceBackend(), **kw)
     _assert_same(a, b)
 
 
@@ -90,7 +90,7 @@ def test_quadratic_kernel_matches_twin(noise):
     else:
         kw.update(noise_alpha=1.5, noise_scale=0.3)
     a = run_quadratic_chains(A, dyn, run, backend="numba", **kw)
-    b = run_quadratic_chains(A, dyn, run, backend=PythonBackend(), **kw)
+    b = run_quadratic_chains(A, dyn, run, backend=ReferenceBackend(), **kw)
     _assert_same(a, b)
 
 
@@ -107,7 +107,7 @@ def test_blocked_covariance_matches_per_step_welford_twin():
     kw = dict(noise_cov=np.eye(d) * 0.5, mean=r.standard_normal(d))
     a = run_quadratic_chains(A, dyn, run, backend="numba", **kw)
     chunked = run_quadratic_chains(A, dyn, run, backend="numba", progress=lambda done, total: None, **kw)
-    b = run_quadratic_chains(A, dyn, run, backend=PythonBackend(), **kw)
+    b = run_quadratic_chains(A, dyn, run, backend=ReferenceBackend(), **kw)
     _assert_same(a, b)
     np.testing.assert_array_equal(a.batch_covs, chunked.batch_covs)
     np.testing.assert_array_equal(a.chain_means, chunked.chain_means)
@@ -183,7 +183,7 @@ def _epoch_batches(batching, n=12, b=4, steps=30, seed=9):
     # the twin's schedule from the same stream must be identical
     gen, p2, pos = Xoshiro256PP(st), perm.copy(), 0
     for t in range(steps):
-        idx, pos = batch_twin(gen, p2, n, b, batching, pos)
+        idx, pos = batch_indices(gen, p2, n, b, batching, pos)
         np.testing.assert_array_equal(out[t, : len(idx)], idx)
     return out
 

@@ -50,21 +50,6 @@ def test_numba_matches_python_twin_without_burn_in(scheme: str) -> None:
     assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
 
 
-def test_old_python_twin_name_warns_and_runs_the_same_chains() -> None:
-    import warnings
-
-    mod = smp
-    vars(mod).pop("run_reshuffle_chains_python", None)  # as in a fresh process: looked up (and warns) on first use
-    with pytest.warns(DeprecationWarning, match="run_reshuffle_chains_python is deprecated"):
-        twin = mod.run_reshuffle_chains_python
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert mod.run_reshuffle_chains_python is twin  # once
-    a = twin(X12, 3, 0.4, scheme="rm", seed=2)
-    b = smp.run_reshuffle_chains(X12, 3, 0.4, scheme="rm", n_chains=4, n_epochs=10, burn_in_epochs=2, seed=2)
-    assert np.array_equal(a.second_moment, b.second_moment)
-
-
 def test_streams_are_per_chain_and_reproducible() -> None:
     from sgtune.sampler import engine
 

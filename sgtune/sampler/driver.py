@@ -4,17 +4,16 @@
 :func:`run_quadratic_chains` chains on a quadratic potential with synthetic gradient noise (for
 theory checks). Both take the chain's :class:`~sgtune.core.config.Dynamics`, the run's
 :class:`~sgtune.core.config.RunSpec` and the sampler's options (:mod:`sgtune.sampler.registry`), build a
-:class:`~sgtune.sampler.engine.ChainPlan`, run it on a backend (:mod:`sgtune.sampler.engine`) and return
+:class:`~sgtune.sampler.state.ChainPlan`, run it on a backend (:mod:`sgtune.sampler.engine`) and return
 a frozen :class:`ChainResult` with pooled moments, batch-means standard errors and ESS.
 
 The keyword forms of 0.1 (``run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)`` and
-``run_quadratic_chains(hessian, step_matrix, n_steps=…, …)``) still work, with one
-``DeprecationWarning`` naming the new form, and give the same chains.
+``run_quadratic_chains(hessian, step_matrix, n_steps=…, …)``) were removed in 0.2.0: they raise a one-line
+``TypeError`` naming the new form.
 """
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
@@ -31,10 +30,10 @@ from ..io.data import Dataset, make_dataset
 from ..models import fit_map, get_model, prior_matrix
 from ..models.base import ModelRecord, model_record, named_parameters
 from . import grads
-from .engine import ChainPlan, NumbaBackend, NumpyBackend, run_plan
+from .engine import ChainPlan, NumbaBackend, run_plan
+from .general import NumpyBackend
 from .kernels import BATCH_FNS
-from .registry import (POSTERIOR_SAMPLERS, SAMPLER_NAMES, SGLDOptions, SamplerSpec, default_inv_temperature,
-                       options_for, sampler_spec)
+from .registry import SAMPLER_NAMES, SGLDOptions, SamplerSpec, default_inv_temperature, sampler_spec
 from .rng import chain_states
 from .smile_chain import init_velocity
 from .specs import ORACLES, validated_spec
@@ -241,7 +240,7 @@ class _Problem:
 def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, run: RunSpec | None = None,
                options: Any = None, *, initial: Any = None, prior_precision: Any = 0.0, observables: Any = None,
                epoch_moments: bool = False, progress: ProgressCallback | None = None, backend: Any = "numba",
-               **legacy: Any) -> ChainResult:
+               **removed: Any) -> ChainResult:
     r"""Run C chains of a sampler on a model: SG(L)D θ ← θ − Λ G_t(θ) + sqrt(2Λ/β) ξ by default.
 
     Parameters
@@ -279,9 +278,9 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
         ``prepare``/``advance`` runs the plan itself (:mod:`sgtune.sampler.engine`; the tests' pure-Python
         reference implementation is one).
 
-    **legacy
-        The keyword form of 0.1 (``step_matrix`` as the third argument, ``batch_size=…``,
-        ``n_steps=…``, …): same chains, with a ``DeprecationWarning`` naming the new form.
+    **removed
+        Not accepted: the keyword form of 0.1 (``step_matrix`` as the third argument, ``batch_size=…``,
+        ``n_steps=…``, …) raises a ``TypeError`` naming the new form.
 
     Returns
     -------
@@ -309,24 +308,8 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
     -----
     G_t(θ) = (1/B) Σ_{n∈S_t} ∇l_n(θ) + Γθ/N is the minibatch gradient of the mean loss;
     with momentum κ: m ← κm + G_t, θ ← θ − Λm + sqrt(2Λ/β) ξ (Wang, Ding & Huggins 2026, §2.1
-    and Eq. (B.1)). The other samplers (``options``, :mod:`sgtune.sampler.registry`):
-
-    - :class:`~sgtune.sampler.registry.SGLRWOptions` / :class:`~sgtune.sampler.registry.ClippedSGLDOptions`:
-      Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
-    - :class:`~sgtune.sampler.registry.SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
-      estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
-      ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
-      stationarity, so h ≲ 1/sqrt(β λ_max(H)).
-    - :class:`~sgtune.sampler.registry.SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
-      Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
-      (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
-      ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
-      coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
-      the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
-
-    SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
-    minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
-    and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
+    and Eq. (B.1)). The other samplers' update rules (SGLRW, clipped SGLD, SGHMC, the SMILE family) are
+    described with their options in :mod:`sgtune.sampler.registry`.
 
     Examples
     --------
@@ -341,12 +324,8 @@ def run_chains(model: Any, data: Dataset | tuple[Any, Any], dynamics: Dynamics, 
     >>> bool(np.all(res.cov_standard_error > 0))
     True
     """
-    if not isinstance(dynamics, Dynamics):
-        return _legacy_run_chains(model, data, dynamics, initial=initial, prior_precision=prior_precision,
-                                  observables=observables, epoch_moments=epoch_moments, progress=progress,
-                                  backend=backend, legacy=legacy)
-    if legacy:
-        raise TypeError(f"run_chains() got unexpected keyword arguments: {', '.join(sorted(legacy))}")
+    _removed_form("run_chains", dynamics, removed, "run_chains(model, data, Dynamics(step_matrix, batch_size, …), "
+                  "RunSpec(n_steps, …), options)")
     if not isinstance(run, RunSpec):
         raise TypeError(f"run_chains(model, data, dynamics, run, options): run must be a RunSpec, got {run!r}")
     options = SGLDOptions() if options is None else options
@@ -409,7 +388,7 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
                          mean: Any = None, noise_cov: Any = None, noise_alpha: float | None = None,
                          noise_scale: float = 1.0, initial: Any = None, observables: Any = None,
                          progress: ProgressCallback | None = None, backend: Any = "numba",
-                         **legacy: Any) -> ChainResult:
+                         **removed: Any) -> ChainResult:
     r"""Run chains with the synthetic gradient G(θ) = A(θ − μ) + ε on the potential ½(θ−μ)ᵀA(θ−μ).
 
     ε ~ N(0, C) with ``noise_cov`` C (default: no noise), or ε_i = ``noise_scale``·S_α i.i.d.
@@ -446,8 +425,8 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
         Called after each chunk of steps.
     backend : "numba" or a backend object, optional
         The engine (as in :func:`run_chains`; the NumPy path does not run quadratic chains).
-    **legacy
-        The keyword form of 0.1, with a ``DeprecationWarning``.
+    **removed
+        Not accepted: the keyword form of 0.1 raises a ``TypeError`` naming the new form.
 
     Returns
     -------
@@ -477,12 +456,8 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
     >>> bool(abs(res.cov[0, 0] - 1 / 3) < 5 * res.cov_standard_error[0, 0])
     True
     """
-    if not isinstance(dynamics, Dynamics):
-        return _legacy_quadratic(hessian, dynamics, mean=mean, noise_cov=noise_cov, noise_alpha=noise_alpha,
-                                 noise_scale=noise_scale, initial=initial, observables=observables,
-                                 progress=progress, backend=backend, legacy=legacy)
-    if legacy:
-        raise TypeError(f"run_quadratic_chains() got unexpected keyword arguments: {', '.join(sorted(legacy))}")
+    _removed_form("run_quadratic_chains", dynamics, removed, "run_quadratic_chains(hessian, Dynamics(step_matrix, "
+                  "batch_size=1, …), RunSpec(n_steps, …), options)")
     if not isinstance(run, RunSpec):
         raise TypeError(f"run_quadratic_chains(hessian, dynamics, run, options): run must be a RunSpec, got {run!r}")
     options = SGLDOptions() if options is None else options
@@ -532,54 +507,14 @@ def _psd_factor(cov: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- the keyword forms of 0.1
-_LEGACY_RUN = ("n_steps", "n_chains", "burn_in", "thin", "batches_per_chain", "seed")
-_LEGACY_SAMPLER = ("friction", "ema_rate", "precond_rate", "guardrail", "adapt_a", "adapt_delta", "tune_start",
-                   "precond_start")
-
-
-def _legacy_parts(legacy: dict[str, Any]) -> tuple[Any, RunSpec, Any, dict[str, Any]]:
-    """(options, RunSpec, β, the Dynamics keywords) from the old keyword arguments; rejects unknown ones."""
-    kw = dict(legacy)
-    if "n_steps" not in kw:
-        raise TypeError("run_chains() missing required keyword argument: 'n_steps'")
-    run = RunSpec(**{k: kw.pop(k) for k in _LEGACY_RUN if k in kw})
-    sampler = kw.pop("sampler", "sgld")
-    options = options_for(sampler, **{k: kw.pop(k) for k in _LEGACY_SAMPLER if k in kw})
-    beta = kw.pop("inv_temperature", None)
-    if beta is not None and sampler in POSTERIOR_SAMPLERS and math.isinf(float(beta)):
-        raise SgtuneError(f"sampler {sampler!r} samples exp(−β(L + θᵀΓθ/(2N))) and needs a finite inverse "
-                          "temperature, got `inv_temperature` = inf; pass inv_temperature=N (the posterior, the "
-                          "default) or a number")
-    dyn_kw = {k: kw.pop(k) for k in ("batch_size", "momentum", "batching", "decay") if k in kw}
-    kw.pop("noise_variance", None), kw.pop("beta_power", None)
-    if kw:
-        raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(kw))}")
-    return options, run, math.inf if beta is None else beta, dyn_kw
-
-
-def _warn_legacy(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated; use {new} (Dynamics and RunSpec from sgtune.core.config, the sampler's "
-                  "options from sgtune.sampler.registry); the chains are the same", DeprecationWarning, stacklevel=4)
-
-
-def _legacy_run_chains(model: Any, data: Any, step_matrix: Any, *, legacy: dict[str, Any], **kw: Any) -> ChainResult:
-    _warn_legacy("run_chains(model, data, step_matrix, batch_size=…, n_steps=…, …)",
-                 "run_chains(model, data, Dynamics(step_matrix, batch_size, …), RunSpec(n_steps, …), options)")
-    if isinstance(model, str):
-        model = get_model(model, noise_variance=legacy.get("noise_variance", 1.0), beta_power=legacy.get("beta_power"))
-    if "batch_size" not in legacy:
-        raise TypeError("run_chains() missing required keyword argument: 'batch_size'")
-    options, run, beta, dyn_kw = _legacy_parts(legacy)
-    dynamics = Dynamics(step_matrix, inv_temperature=beta, **dyn_kw)
-    return run_chains(model, data, dynamics, run, options, **kw)
-
-
-def _legacy_quadratic(hessian: Any, step_matrix: Any, *, legacy: dict[str, Any], **kw: Any) -> ChainResult:
-    _warn_legacy("run_quadratic_chains(hessian, step_matrix, n_steps=…, …)",
-                 "run_quadratic_chains(hessian, Dynamics(step_matrix, batch_size=1, …), RunSpec(n_steps, …), options)")
-    options, run, beta, dyn_kw = _legacy_parts(legacy)
-    dynamics = Dynamics(step_matrix, 1, inv_temperature=beta, **dyn_kw)
-    return run_quadratic_chains(hessian, dynamics, run, options, **kw)
+def _removed_form(name: str, dynamics: Any, removed: dict[str, Any], new: str) -> None:
+    """A one-line ``TypeError`` naming the new form for a call in the keyword form of 0.1 (removed in 0.2.0)."""
+    if not isinstance(dynamics, Dynamics):
+        raise TypeError(f"{name}(…, step_matrix, n_steps=…, …) is the form of 0.1, removed in 0.2.0: use {new} "
+                        "(Dynamics and RunSpec from sgtune.core.config, the options from sgtune.sampler.registry)")
+    if removed:
+        raise TypeError(f"{name}() got an unexpected keyword argument {next(iter(removed))!r}; its settings are "
+                        f"fields of Dynamics, RunSpec or the sampler's options: {new}")
 
 
 # --------------------------------------------------------------------------- plan, run, summary
@@ -620,8 +555,9 @@ def _check_dynamics(spec: SamplerSpec, dyn: Dynamics, backend: Any) -> None:
         raise SgtuneError(f"`decay` = {dyn.decay} schedules SG(L)D's Λ; sampler {spec.name!r} has no schedule "
                           "(smile/psmile tune ε themselves) — drop it")
     if backend == "python":
-        raise SgtuneError("backend 'python' is the tests' pure-Python reference implementation now "
-                          "(tests/reference); pass backend='numba' or 'numpy', or a backend object")
+        raise SgtuneError("backend 'python' is the pure-Python reference backend object "
+                          "sgtune.sampler.reference.ReferenceBackend() now; "
+                          "pass backend='numba' or 'numpy', or a backend object")
     if not isinstance(backend, str) and not callable(getattr(backend, "advance", None)):
         raise SgtuneError(f"backend must be 'numba', 'numpy' or an object with prepare() and advance(), got {backend!r}")
     if isinstance(backend, str) and backend not in ("numba", "numpy"):
@@ -667,8 +603,6 @@ def _plan(prob: _Problem, dyn: Dynamics, run: RunSpec, options: Any, spec: Sampl
     params = step_params(lam=lam, fac=fac, momentum=dyn.momentum, inject=inject, inv_temp=float(beta),
                          friction=float(getattr(options, "friction", 1.0)), step=h)
     mc = mclmc_state(C, d, h, options.tuner_params(float(beta))) if spec.mclmc else mclmc_state(C)
-    if spec.mclmc:
-        init_velocity(state)
     rec = recorder(C, d, segments=S, seg_len=run.kept_steps // S, thin=run.thin, n_trace=n_trace, positions=R,
                    observables=obs, step_trace=spec.mclmc)
 
@@ -683,7 +617,8 @@ def _plan(prob: _Problem, dyn: Dynamics, run: RunSpec, options: Any, spec: Sampl
                      move_fn=spec.moves.get(lam_kind), state=state, oracle=ora,
                      sched=Schedule(batch_size=int(dyn.batch_size), decay=float(dyn.decay)), params=params, mclmc=mc,
                      recorder=lambda last: rec._replace(flush=bool(last)), burn_in=T0, n_steps=T,
-                     py_model=prob.py_model, is_mclmc=spec.mclmc)
+                     py_model=prob.py_model, is_mclmc=spec.mclmc,
+                     init_fn=init_velocity if spec.mclmc else None)
 
 
 def _result(plan: ChainPlan, run: RunSpec, spec: SamplerSpec, settings: dict[str, Any], seconds: float,

@@ -53,8 +53,12 @@ The driver (:func:`sgtune.sampler.run_chains`) validates, allocates the records 
 ``prepare(plan)`` (compile; its time is reported as ``compile_seconds``) and
 ``advance(plan, t0, n_steps, last)`` (advance every chain by ``n_steps`` steps from step ``t0``,
 merging the pending blocks when ``last``). :class:`NumbaBackend` runs :func:`chains`;
-:class:`NumpyBackend` the general path for models with NumPy gradients only
-(:mod:`sgtune.sampler.general`); the pure-Python reference implementation of the tests is a third. A
+:class:`~sgtune.sampler.general.NumpyBackend` the general path for models with NumPy gradients
+only; :class:`~sgtune.sampler.reference.ReferenceBackend` the reference implementation in plain NumPy (the
+oracle of the tests and the template for a new backend). Every entry point (``run_chains``,
+``run_quadratic_chains``, ``run_reshuffle_chains``, ``run_sg_gnld``, ``run_smile_ensemble``) builds its plan and
+runs it through :func:`run_plan`, with ``backend="numba"``
+(:func:`backend_of`) or a backend object. A
 GPU backend would implement the same two methods over the same records (reading the components'
 names from ``plan.sampler``, ``plan.lam_kind``, ``plan.batching`` and ``plan.oracle_kind``) without
 touching the theory, the registry or the driver.
@@ -63,18 +67,18 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 import numba
 
+from ..core.errors import SgtuneError
 from ._jit import call_batch, call_rule, component_name, get_num_threads, njit, specialisation
 from .kernels import diverges, finish, record, schedule
-from .state import ChainState, MclmcState, Oracle, Recorder, Schedule, StepParams, Work
+from .state import ChainPlan, Work
 
-__all__ = ["ChainPlan", "chains", "chain_ranges", "NumbaBackend", "NumpyBackend", "run_plan"]
+__all__ = ["chains", "chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
 
 @njit
@@ -143,45 +147,21 @@ def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-@dataclass
-class ChainPlan:
-    """One run of the engine: the components (and their names, for backends that bring their own) and the
-    named records they update. ``recorder(last)`` is the :class:`~sgtune.sampler.state.Recorder` of a call
-    (``last``: the run's last call, which merges the pending covariance blocks)."""
-
-    sampler: str
-    lam_kind: int
-    batching: str
-    oracle_kind: str
-    batch_fn: Any
-    grad_fn: Any
-    rule_fn: Any
-    move_fn: Any
-    state: ChainState
-    oracle: Oracle
-    sched: Schedule
-    params: StepParams
-    mclmc: MclmcState
-    recorder: Callable[[bool], Recorder]
-    burn_in: int
-    n_steps: int
-    py_model: Any = None
-    is_mclmc: bool = False
-
-
 class NumbaBackend:
     """The compiled engine (:func:`chains`)."""
 
     name = "numba"
 
     def prepare(self, plan: ChainPlan) -> None:
+        if plan.init_fn is not None:
+            plan.init_fn(plan.state)
         self.advance(plan, 0, 0, False)  # compiles (or loads the cache) without doing any work
 
     def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
         """Chain ranges on ``get_num_threads()`` threads (numba's setting: ``NUMBA_NUM_THREADS``,
         ``set_num_threads``); the first range runs in the calling thread."""
         args = (component_name(plan.batch_fn), component_name(plan.grad_fn), component_name(plan.rule_fn), plan.state, int(t0), int(n_steps), int(plan.burn_in),
-                plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder(last))
+                plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder_at(t0, last))
         ranges = chain_ranges(plan.state.theta.shape[0], get_num_threads() if n_steps > 0 else 1)
         # typing the records to find the specialisation costs ≈ 0.2 ms: once per plan (its types never change)
         cached = getattr(self, "_kernel", None)
@@ -198,22 +178,23 @@ class NumbaBackend:
                 f.result()
 
 
-class NumpyBackend:
-    """The general path: NumPy gradients from the model, the compiled batch schedules, moves and recorder."""
-
-    name = "numpy"
-
-    def prepare(self, plan: ChainPlan) -> None:
-        from .general import GeneralPath
-
-        self.path = GeneralPath(plan)
-
-    def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
-        self.path.run(t0, n_steps)
+def backend_of(backend: Any, where: str) -> Any:
+    """The backend object of an entry point's ``backend`` argument: ``"numba"`` (:class:`NumbaBackend`) or an
+    object with ``prepare(plan)`` and ``advance(plan, t0, n_steps, last)``; ``where`` names the entry point in
+    the error."""
+    if isinstance(backend, str):
+        if backend == "numba":
+            return NumbaBackend()
+        raise SgtuneError(f"backend must be 'numba' or a backend object for {where}, got {backend!r}")
+    if not (callable(getattr(backend, "prepare", None)) and callable(getattr(backend, "advance", None))):
+        raise SgtuneError(f"backend must be 'numba' or an object with prepare(plan) and "
+                          f"advance(plan, t0, n_steps, last) for {where}, got {backend!r}")
+    return backend
 
 
 def run_plan(plan: ChainPlan, backend: Any, progress: Callable[[int, int], None] | None) -> tuple[float, float]:
-    """Run ``plan`` on ``backend`` in 50 chunks (progress and Ctrl-C between them); (seconds, compile seconds)."""
+    """Run ``plan`` on ``backend`` in 50 chunks (progress and Ctrl-C between them; one more boundary at
+    ``plan.split``); (seconds, compile seconds)."""
     tic = time.perf_counter()
     backend.prepare(plan)
     compile_seconds = time.perf_counter() - tic
@@ -226,9 +207,11 @@ def run_plan(plan: ChainPlan, backend: Any, progress: Callable[[int, int], None]
     tic = time.perf_counter()
     done = 0
     while done < T:
-        steps = min(chunk, T - done)
-        backend.advance(plan, done, steps, done + steps == T)
-        done += steps
+        end = min(done + chunk, T)
+        if done < plan.split < end:
+            end = plan.split
+        backend.advance(plan, done, end - done, end == T)
+        done = end
         if progress is not None:
             progress(done, T)
     return time.perf_counter() - tic, compile_seconds

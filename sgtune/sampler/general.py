@@ -8,7 +8,7 @@ A model without a numba spec (:mod:`sgtune.sampler.specs`) provides
   chain's minibatch, vectorised over chains (used instead of C calls of ``per_sample_grads``;
   :meth:`sgtune.models.MLP.batched_grads` is one).
 
-Every step of all C chains (:class:`~sgtune.sampler.engine.NumpyBackend`) is: the chains' next
+Every step of all C chains (:class:`NumpyBackend`) is: the chains' next
 minibatches (:func:`~sgtune.sampler.kernels.draw_batches`,
 the same jitted batch components and xoshiro256++ streams as the compiled chains), the data term
 G_n = mean of the model's gradients over the batch (NumPy, the model's code), then
@@ -37,11 +37,11 @@ from . import kernels, smile_chain
 from ._jit import component_name, specialisation
 from ..models.base import model_label
 
-__all__ = ["GeneralPath"]
+__all__ = ["GeneralPath", "NumpyBackend"]
 
 
 class GeneralPath:
-    """Runs the steps of a :class:`~sgtune.sampler.engine.ChainPlan` for a NumPy-gradient model."""
+    """Runs the steps of a :class:`~sgtune.sampler.state.ChainPlan` for a NumPy-gradient model."""
 
     def __init__(self, plan: Any) -> None:
         model = plan.py_model
@@ -135,3 +135,17 @@ class GeneralPath:
         if not np.all(np.isfinite(g)):
             raise SgtuneError(f"model {self.label}.{fn} returned non-finite values at the start; "
                               "check the model's gradient at the initial θ")
+
+
+class NumpyBackend:
+    """The general path: NumPy gradients from the model, the compiled batch schedules, moves and recorder."""
+
+    name = "numpy"
+
+    def prepare(self, plan: Any) -> None:
+        if plan.init_fn is not None:
+            plan.init_fn(plan.state)
+        self.path = GeneralPath(plan)
+
+    def advance(self, plan: Any, t0: int, n_steps: int, last: bool) -> None:
+        self.path.run(t0, n_steps)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,12 +31,12 @@ from ..core._refs import cites
 from ..core._validation import as_float_array, as_spd, as_square, as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, ShapeError
 from ._jit import component_inline, njit
-from .engine import ChainPlan, NumbaBackend, run_plan
+from .engine import ChainPlan, backend_of, run_plan
 from .kernels import BATCH_FNS, sgld_dense_rule
 from .rng import chain_states
 from .state import LAM_DENSE, Schedule, chain_state, mclmc_state, oracle, recorder, step_params
 
-__all__ = ["GnldRun", "run_sg_gnld", "gnld_grad"]
+__all__ = ["GnldRun", "GnldProblem", "run_sg_gnld", "gnld_grad"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,8 @@ class GnldRun:
     Examples
     --------
     >>> import numpy as np
-    >>> run = run_sg_gnld(np.eye(1), np.zeros((1, 1)), [1.0], 0.1, 100, 4, hessian=np.eye(1), seed=1)
+    >>> problem = GnldProblem(np.eye(1), np.zeros((1, 1)), [1.0], hessian=np.eye(1))
+    >>> run = run_sg_gnld(problem, 0.1, 100, 4, seed=1)
     >>> run.time_averages.shape, run.step_size, run.n_steps
     ((4,), 0.1, 100)
     """
@@ -174,36 +175,9 @@ def _antisymmetric(value: Any, name: str, size: int) -> np.ndarray:
     return 0.5 * (q - q.T)
 
 
-def gnld_plan(drift: np.ndarray, noise_factor: np.ndarray, hessian: np.ndarray, xs: np.ndarray, ys: np.ndarray,
-              prior: np.ndarray, center: np.ndarray, observable: np.ndarray, step_size: float, n_steps: int,
-              batch_size: int, init: np.ndarray, seed: int) -> ChainPlan:
-    """The engine's plan of R replicas (one per row of ``init``)."""
-    reps, n = init.shape
-    p = xs.shape[1]
-    state = chain_state(init, chain_states(seed, reps))
-    params = step_params(lam=step_size * drift, fac=np.sqrt(step_size) * noise_factor, step=float(step_size))
-    floats = np.concatenate([center, prior.reshape(-1)]).astype(np.float64)
-    ora = oracle(X=xs, y=ys, ints=np.array([p if batch_size > 0 else 0], dtype=np.int64), floats=floats,
-                 hessian=hessian, work_len=max(p, 1))
-    rec = recorder(reps, n, segments=1, seg_len=int(n_steps), observables=observable[None, :])
-    batching = "replacement" if batch_size > 0 else "none"
-    return ChainPlan(sampler="gnld", lam_kind=LAM_DENSE, batching=batching, oracle_kind="gnld",
-                     batch_fn=BATCH_FNS[batching], grad_fn=gnld_grad, rule_fn=sgld_dense_rule, move_fn=None,
-                     state=state, oracle=ora, sched=Schedule(batch_size=int(max(batch_size, 1)), decay=0.0),
-                     params=params, mclmc=mclmc_state(reps), recorder=lambda last: rec._replace(flush=bool(last)),
-                     burn_in=0, n_steps=int(n_steps))
-
-
-@cites("gnld2025", "SG Euler-Maruyama scheme (2.8); minibatch oracle (6.3)")
-def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: float,
-                n_steps: int, n_replicas: int, *, hessian: Any | None = None,
-                design: Any | None = None, response: Any | None = None,
-                batch_size: int = 0, noise_variance: float = 1.0,
-                prior_precision: Any | None = None, init: Any | None = None,
-                seed: int = 0, backend: Any = "numba") -> GnldRun:
-    r"""R replicas of z_{k+1} = z_k − η(D+Q)ĝ_k + sqrt(η)Lξ_k (LLᵀ = 2D) and their (1/K)Σ_{k=1}^{K} ℓᵀz_k.
-
-    The GNLD paper (anonymous, 2025), Eq. (2.8).
+@dataclass(frozen=True)
+class GnldProblem:
+    """The GNLD problem of :func:`run_sg_gnld`: the dynamics' D and Q, the observable ℓ and the potential.
 
     Parameters
     ----------
@@ -213,24 +187,112 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
         Q, antisymmetric.
     observable : array_like, (n,)
         The observable ℓ.
-    step_size : float
-        The step η > 0.
-    n_steps : int
-        The steps K ≥ 1.
-    n_replicas : int
-        The replicas R ≥ 1.
     hessian : array_like, (n, n), optional
         M. Required without ``design``; with ``design`` it defaults to blockdiag(A, I) where
         A = X̃ᵀX̃ + Γ is the BLR posterior precision (n = p gives M = A), and if given its
         (p, p) block must equal A.
     design, response : array_like, optional
         BLR data X (N×p), y (N).
-    batch_size : int, optional
-        B (≥ 1 with ``design``); 0 means the exact gradient Mz.
     noise_variance : float, optional
         The noise variance s² of the regression model.
     prior_precision : array_like, (p, p), optional
         Γ (default 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> GnldProblem(np.eye(1), np.zeros((1, 1)), [1.0], hessian=np.eye(1)).noise_variance
+    1.0
+    """
+
+    diffusion: Any
+    antisymmetric: Any
+    observable: Any
+    hessian: Any = None
+    design: Any = None
+    response: Any = None
+    noise_variance: float = 1.0
+    prior_precision: Any = None
+
+
+class GnldSystem(NamedTuple):
+    """The validated arrays of a :class:`GnldProblem`: the drift D + Q, the noise factor L (LLᵀ = 2D), M, the
+    scaled design and response (one-row placeholders without data), the prior Γ, the centre θ̄ and ℓ."""
+
+    drift: np.ndarray
+    noise_factor: np.ndarray
+    hessian: np.ndarray
+    xs: np.ndarray
+    ys: np.ndarray
+    prior: np.ndarray
+    center: np.ndarray
+    observable: np.ndarray
+
+
+def gnld_system(problem: GnldProblem, batch_size: int) -> tuple[GnldSystem, int]:
+    """Validate ``problem`` into its :class:`GnldSystem` and the batch size used (0: the exact gradient)."""
+    dmat = as_spd(problem.diffusion, "diffusion")
+    n = dmat.shape[0]
+    qmat = _antisymmetric(problem.antisymmetric, "antisymmetric", n)
+    ell = as_vector(problem.observable, "observable", n)
+    bsz = check_int(batch_size, "batch_size", low=0)
+    if problem.design is None:
+        if problem.hessian is None:
+            raise SgtuneError("hessian is required when no design (data) is given")
+        m = as_spd(problem.hessian, "hessian", n)
+        xs, ys, prior, center, bsz = np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros(1), 0
+    else:
+        m, xs, ys, prior, center = _blr_oracle(problem.design, problem.response, bsz, problem.noise_variance,
+                                               problem.prior_precision, problem.hessian, n)
+    system = GnldSystem(drift=np.ascontiguousarray(dmat + qmat), noise_factor=np.linalg.cholesky(2.0 * dmat),
+                        hessian=np.ascontiguousarray(m), xs=xs, ys=ys, prior=np.ascontiguousarray(prior),
+                        center=np.ascontiguousarray(center), observable=ell)
+    return system, bsz
+
+
+def gnld_plan(system: GnldSystem, step_size: float, n_steps: int, batch_size: int, init: np.ndarray,
+              seed: int) -> ChainPlan:
+    """The engine's plan of R replicas (one per row of ``init``)."""
+    reps, n = init.shape
+    p = system.xs.shape[1]
+    state = chain_state(init, chain_states(seed, reps))
+    params = step_params(lam=step_size * system.drift, fac=np.sqrt(step_size) * system.noise_factor,
+                         step=float(step_size))
+    floats = np.concatenate([system.center, system.prior.reshape(-1)]).astype(np.float64)
+    ora = oracle(X=system.xs, y=system.ys, ints=np.array([p if batch_size > 0 else 0], dtype=np.int64),
+                 floats=floats, hessian=system.hessian, work_len=max(p, 1))
+    rec = recorder(reps, n, segments=1, seg_len=int(n_steps), observables=system.observable[None, :])
+    batching = "replacement" if batch_size > 0 else "none"
+    return ChainPlan(sampler="gnld", lam_kind=LAM_DENSE, batching=batching, oracle_kind="gnld",
+                     batch_fn=BATCH_FNS[batching], grad_fn=gnld_grad, rule_fn=sgld_dense_rule, move_fn=None,
+                     state=state, oracle=ora, sched=Schedule(batch_size=int(max(batch_size, 1)), decay=0.0),
+                     params=params, mclmc=mclmc_state(reps), recorder=lambda last: rec._replace(flush=bool(last)),
+                     burn_in=0, n_steps=int(n_steps))
+
+
+@cites("gnld2025", "SG Euler-Maruyama scheme (2.8); minibatch oracle (6.3)")
+def run_sg_gnld(problem: GnldProblem, step_size: float, n_steps: int, n_replicas: int, *removed: Any,
+                batch_size: int = 0, init: Any | None = None, seed: int = 0, backend: Any = "numba",
+                **removed_keywords: Any) -> GnldRun:
+    r"""R replicas of z_{k+1} = z_k − η(D+Q)ĝ_k + sqrt(η)Lξ_k (LLᵀ = 2D) and their (1/K)Σ_{k=1}^{K} ℓᵀz_k.
+
+    The GNLD paper (anonymous, 2025), Eq. (2.8).
+
+    Parameters
+    ----------
+    problem : GnldProblem
+        D, Q, the observable ℓ and the potential (a quadratic M, or BLR data).
+    step_size : float
+        The step η > 0.
+    n_steps : int
+        The steps K ≥ 1.
+    n_replicas : int
+        The replicas R ≥ 1.
+    *removed
+        Not accepted: the form of 0.1, ``run_sg_gnld(diffusion, antisymmetric, observable, step_size,
+        n_steps, n_replicas, hessian=…, …)``, raises a ``TypeError`` naming :class:`GnldProblem`.
+    batch_size : int, optional
+        B (≥ 1 with ``design``); 0 means the exact gradient Mz.
     init : array_like, (R, n) or (n,), optional
         Initial shifted states (default 0, i.e. the posterior mean and v = 0).
     seed : int, optional
@@ -238,6 +300,9 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     backend : "numba" or a backend object, optional
         A backend of the engine's seam (:mod:`sgtune.sampler.engine`); the tests pass their pure-Python
         reference implementation.
+    **removed_keywords
+        Not accepted: the keywords of the form of 0.1 that are now fields of :class:`GnldProblem`
+        (``hessian=…``, ``design=…``, …) raise the same ``TypeError``.
 
     Returns
     -------
@@ -252,32 +317,23 @@ def run_sg_gnld(diffusion: Any, antisymmetric: Any, observable: Any, step_size: 
     Examples
     --------
     >>> import numpy as np
-    >>> run = run_sg_gnld(np.eye(1), np.zeros((1, 1)), [1.0], 0.1, 100, 4, hessian=np.eye(1), seed=1)
+    >>> problem = GnldProblem(np.eye(1), np.zeros((1, 1)), [1.0], hessian=np.eye(1))
+    >>> run = run_sg_gnld(problem, 0.1, 100, 4, seed=1)
     >>> run.time_averages.shape
     (4,)
     """
-    dmat = as_spd(diffusion, "diffusion")
-    n = dmat.shape[0]
-    qmat = _antisymmetric(antisymmetric, "antisymmetric", n)
-    ell = as_vector(observable, "observable", n)
+    if removed or removed_keywords or not isinstance(problem, GnldProblem):
+        raise TypeError("run_sg_gnld(diffusion, antisymmetric, observable, step_size, n_steps, n_replicas, hessian=…, "
+                        "…) is the form of 0.1, removed in 0.2.0: use run_sg_gnld(GnldProblem(diffusion, antisymmetric, "
+                        "observable, hessian=…, design=…, …), step_size, n_steps, n_replicas, batch_size=…, seed=…)")
+    system, bsz = gnld_system(problem, batch_size)
     eta = check_positive(step_size, "step_size")
     kk = check_int(n_steps, "n_steps", low=1)
     reps = check_int(n_replicas, "n_replicas", low=1)
-    bsz = check_int(batch_size, "batch_size", low=0)
-    if design is None:
-        if hessian is None:
-            raise SgtuneError("hessian is required when no design (data) is given")
-        m = as_spd(hessian, "hessian", n)
-        xs, ys, prior, center, bsz = np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros(1), 0
-    else:
-        m, xs, ys, prior, center = _blr_oracle(design, response, bsz, noise_variance, prior_precision, hessian, n)
-    z0 = _initial_states(init, reps, n)
-    noise_factor = np.linalg.cholesky(2.0 * dmat)
-    drift = np.ascontiguousarray(dmat + qmat)
-    plan = gnld_plan(drift, noise_factor, np.ascontiguousarray(m), xs, ys, np.ascontiguousarray(prior),
-                     np.ascontiguousarray(center), ell, eta, kk, bsz, z0, int(seed))
+    z0 = _initial_states(init, reps, system.drift.shape[0])
+    plan = gnld_plan(system, eta, kk, bsz, z0, int(seed))
     t0 = time.perf_counter()
-    run_plan(plan, NumbaBackend() if backend == "numba" else backend, None)
+    run_plan(plan, backend_of(backend, "GNLD"), None)
     out = plan.recorder(True).obs_sum[:, 0] / kk
     return GnldRun(time_averages=out, step_size=eta, n_steps=kk, seed=int(seed),
-                   seconds=time.perf_counter() - t0, hessian=m)
+                   seconds=time.perf_counter() - t0, hessian=system.hessian)

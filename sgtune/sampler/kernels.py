@@ -57,11 +57,10 @@ import numba
 from ._jit import call_batch, call_grad, call_move, component_inline, component_name, njit, njit_inline
 from .grads import add_prior, row_dot
 from .rng import fill_normals, fill_randbelow, fill_uniforms, randbelow
-from .smile import sghmc_step
 from .state import DIVERGENCE_BOUND
 
 __all__ = ["BATCH_FNS", "draw_batches", "advance", "batch_schedule", "sgld_diag_step", "sgld_dense_step",
-           "sglrw_step", "clipped_sgld_step", "sghmc_data_step", "sgld_diag_rule", "sgld_dense_rule", "sglrw_rule",
+           "sglrw_step", "clipped_sgld_step", "sghmc_step", "sghmc_data_step", "sgld_diag_rule", "sgld_dense_rule", "sglrw_rule",
            "clipped_sgld_rule", "sghmc_rule", "record", "finish", "flush_block", "diverges", "schedule",
            "data_gradient"]
 
@@ -329,11 +328,21 @@ def clipped_sgld_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: igno
     return clips
 
 
+@njit
+def sghmc_step(theta, v, grad, eta, h, friction):  # type: ignore[no-untyped-def]
+    """Vanilla SGHMC: v ← v + h(g − γv) + √(2γh) η, θ ← θ + h v (the SMILE paper's baseline; the
+    data chains' and the analytic targets' SGHMC rules)."""
+    s = math.sqrt(2.0 * friction * h)
+    for i in range(theta.shape[0]):
+        v[i] += h * (grad[i] - friction * v[i]) + s * eta[i]
+        theta[i] += h * v[i]
+
+
 @component_inline
 def sghmc_data_step(th, m, grad, st, s, rs, p, ld, fd, xi, buf):  # type: ignore[no-untyped-def]
     """Vanilla SGHMC (Chen et al. 2014, no noise estimate) on log p_β = −β(L + θᵀΓθ/(2N)):
     with g = −β G_t = ∇log p_β, h = s · ``p.step``, γ = ``p.friction`` and m the velocity v,
-    v ← v + h(g − γv) + sqrt(2γh) ξ,  θ ← θ + h v (:func:`sgtune.sampler.smile.sghmc_step`).
+    v ← v + h(g − γv) + sqrt(2γh) ξ,  θ ← θ + h v (:func:`sghmc_step`).
     """
     beta = p.inv_temp
     for j in range(th.shape[0]):

@@ -22,6 +22,26 @@ Everything that used to branch on a sampler's name reads these fields (the drive
 default β and choices, the prediction of ``sgtune run``'s health check and of ``verify``, the gradient
 budget of the BNN study).
 
+The samplers besides SG(L)D (G_t the minibatch gradient of the mean loss with the prior Γθ/N, as in
+:func:`sgtune.sampler.run_chains`):
+
+- :class:`SGLRWOptions` / :class:`ClippedSGLDOptions`:
+  Mensch et al. (2025), eqs. (12) / (18) (diagonal Λ, β < ∞); see :mod:`sgtune.sampler.kernels`.
+- :class:`SGHMCOptions` (vanilla SGHMC, Chen et al. 2014, no noise
+  estimate): velocity v, v ← v + h(−β G_t − γ v) + sqrt(2γh) ξ, θ ← θ + h v, with h = the scalar
+  ``dynamics.step`` (× the decay schedule) and γ = ``friction``. Unit mass: v ~ N(0, I) at
+  stationarity, so h ≲ 1/sqrt(β λ_max(H)).
+- :class:`SmileOptions` (the SMILE paper, anonymous, 2025, eqs. 1–3,
+  Algorithm 1, section 3.2): MCLMC with the minimal-norm integrator on one minibatch per step
+  (three gradient evaluations) and no injected noise (:mod:`sgtune.sampler.smile_chain`).
+  ``dynamics.step`` = ε, the distance θ moves per step (|u| = 1; in pSMILE's preconditioned
+  coordinates); with ``tuned`` the initial ε, adapted by the energy-variance tuner. β enters only
+  the target. The result adds ``step_size_final``, ``rejection_fraction``, ``energy_error_mean``, ….
+
+SGHMC and the SMILE samplers sample the tempered posterior log p_β(θ) = −β (L(θ) + θᵀΓθ/(2N)) with
+minibatch gradients ∇log p_β ≈ −β G_t; they take a scalar step, no momentum (and SMILE no decay),
+and ``dynamics.inv_temperature = inf`` (the default) means β = N, the posterior.
+
 Adding a sampler: write its step rule (a ``@component_inline`` with the engine's rule signature, documented in
 :mod:`sgtune.sampler.engine`), a frozen options dataclass with a ``sampler`` name (and a
 ``tuner_params`` method if it needs fixed settings in the compiled loop), and one :class:`SamplerSpec`

@@ -37,7 +37,7 @@ import numpy as np
 from ..core._validation import as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, UnstableStepSizeError
 from ._jit import component_inline
-from .engine import ChainPlan, NumbaBackend, run_plan
+from .engine import ChainPlan, backend_of, run_plan
 from .kernels import BATCH_FNS, sgld_diag_rule
 from .rng import chain_states
 from .state import LAM_DIAG, Schedule, chain_state, mclmc_state, oracle, recorder, step_params
@@ -241,29 +241,7 @@ def run_reshuffle_chains(data: Any, batch_size: Any, step: Any, *, scheme: str =
     x, b, h, sig2, _, c, e, bi = _validate(data, batch_size, step, sigma2, scheme, n_chains,
                                               n_epochs, burn_in_epochs)
     plan = reshuffle_plan(x, b, h, math.sqrt(2.0 * h * sig2 / x.shape[0]), scheme, c, e, bi, int(seed))
-    if isinstance(backend, str) and backend != "numba":
-        raise SgtuneError(f"backend must be 'numba' or a backend object for reshuffle chains, got {backend!r}")
-    run_plan(plan, NumbaBackend() if isinstance(backend, str) else backend, None)
+    run_plan(plan, backend_of(backend, "reshuffle chains"), None)
     rec = plan.recorder(True)
     return ReshuffleChains(scheme=scheme, seed=int(seed), n_epochs=e, burn_in_epochs=bi,
                            first_moment=rec.pos_mean[:, :, 0] / e, second_moment=rec.pos_m2[:, :, 0] / e)
-
-
-def __getattr__(name: str) -> Any:
-    """``run_reshuffle_chains_python``: the deprecated name of the pure-Python twin, now in the tests."""
-    if name == "run_reshuffle_chains_python":
-        import warnings
-
-        warnings.warn("sgtune.sampler.reshuffle.run_reshuffle_chains_python is deprecated: the pure-Python reference "
-                      "moved to the tests (tests/reference/reshuffle_twin.py); this name now runs "
-                      "run_reshuffle_chains (the same streams)", DeprecationWarning, stacklevel=2)
-        globals()[name] = _compiled_twin  # warn once
-        return _compiled_twin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _compiled_twin(data: Any, batch_size: Any, step: Any, *, scheme: str = "rr", sigma2: Any | None = None,
-                   n_chains: int = 4, n_epochs: int = 10, burn_in_epochs: int = 2, seed: int = 0) -> ReshuffleChains:
-    """:func:`run_reshuffle_chains` with the defaults of the old ``run_reshuffle_chains_python``."""
-    return run_reshuffle_chains(data, batch_size, step, scheme=scheme, sigma2=sigma2, n_chains=n_chains,
-                                n_epochs=n_epochs, burn_in_epochs=burn_in_epochs, seed=seed)

@@ -56,7 +56,8 @@ from ..core._validation import check_int, check_positive
 from ..core.errors import SgtuneError
 from ..theory.smile import B2Estimate, b2_chains, bootstrap_b2
 from ._jit import njit
-from .rng import chain_states, fill_normals
+from .kernels import sghmc_step  # noqa: F401  (one of this module's names: the SGHMC baseline)
+from .rng import fill_normals
 from .state import tuner_params
 from .targets import AnalyticTarget, noisy_logp_grad
 
@@ -343,15 +344,6 @@ def sgld_step(theta, grad, eta, h):  # type: ignore[no-untyped-def]
         theta[i] += h * grad[i] + s * eta[i]
 
 
-@njit
-def sghmc_step(theta, v, grad, eta, h, friction):  # type: ignore[no-untyped-def]
-    """Vanilla SGHMC: v ← v + h(g − γv) + √(2γh) η, θ ← θ + h v."""
-    s = math.sqrt(2.0 * friction * h)
-    for i in range(theta.shape[0]):
-        v[i] += h * (grad[i] - friction * v[i]) + s * eta[i]
-        theta[i] += h * v[i]
-
-
 @dataclass(frozen=True, slots=True)
 class SmileEnsembleResult:
     """Outcome of :func:`run_smile_ensemble` (per-chain arrays have C rows).
@@ -465,7 +457,7 @@ def check_tuner_settings(ema_rate: float, precond_rate: float, guardrail: float,
 
 @cites("smile2025", "eqs. (1)–(3), (6), (7), Algorithm 1, section 3.2 (pSMILE), appendix F.2 (integrator)")
 def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, options: Any = None, *,
-                       start: Any = None, backend: Any = "numba", **legacy: Any) -> SmileEnsembleResult:
+                       start: Any = None, backend: Any = "numba", **removed: Any) -> SmileEnsembleResult:
     """Run an ensemble of C chains of a sampler on an analytic target with injected noise.
 
     Parameters
@@ -483,15 +475,14 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
         guardrail quantile κ is ``SmileOptions.guardrail``.
     start : (D,) array, optional
         Initial position of every chain (default: the posterior mean).
-    backend : "numba" or a function
-        ``"numba"``: the chain engine. A function with the argument list of the compiled kernel of 0.1
-        (``method, target_id, precision, q, noise_chol, spatial_sd, θ, u, streams, ε, tune, ipre, gbar, gvar,
-        params, n_steps, burn_in, thin, Σθ, Σθ², stats, trace, ε trace, ΔE trace, diverged``, arrays filled in
-        place) runs instead: the tests' pure-Python reference.
+    backend : "numba" or a backend object
+        The engine's backend (:func:`sgtune.sampler.engine.run_plan`): ``"numba"``, or an object with
+        ``prepare(plan)`` and ``advance(plan, t0, n_steps, last)`` (the pure-NumPy reference,
+        the tests' twin).
 
-    **legacy
-        The keyword form of 0.1, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``, with
-        one ``DeprecationWarning``.
+    **removed
+        Not accepted: the keyword form of 0.1, ``run_smile_ensemble(target, sampler, step_size, n_steps=…, …)``,
+        raises a ``TypeError`` naming the new form.
 
     Returns
     -------
@@ -516,12 +507,16 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     >>> res.sampler, res.final_state.shape
     ('sgld', (2, 4))
     """
+    from .engine import backend_of, run_plan
     from .registry import SmileOptions, sampler_spec
+    from .smile_chain import target_plan
 
+    new = "run_smile_ensemble(target, step_size, RunSpec(n_steps, …), options) (RunSpec from sgtune.core.config)"
     if isinstance(step_size, str):
-        return _legacy_ensemble(target, step_size, run, start=start, backend=backend, legacy=legacy)
-    if legacy:
-        raise TypeError(f"run_smile_ensemble() got unexpected keyword arguments: {', '.join(sorted(legacy))}")
+        raise TypeError(f"run_smile_ensemble(target, sampler, step_size, n_steps=…, …) is the form of 0.1, removed "
+                        f"in 0.2.0: use {new} with the sampler's options from sgtune.sampler.registry")
+    if removed:
+        raise TypeError(f"run_smile_ensemble() got an unexpected keyword argument {next(iter(removed))!r}; use {new}")
     options = SmileOptions() if options is None else options
     sampler = sampler_spec(options).name
     if sampler not in METHOD_IDS:
@@ -535,14 +530,12 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     params = options.tuner_params(1.0) if hasattr(options, "ema_rate") else SmileOptions().tuner_params(1.0)
     params = params._replace(friction=float(getattr(options, "friction", 1.0)))
     n_rec = ns // th_ if th_ > 0 else 0
-    if backend == "numba":
-        theta, step, ipre, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = _on_engine(
-            target, sampler, params, h, run, n_rec, x0)
-    else:  # a function with the argument list of the kernel of 0.1 (the tests' reference, tests/reference)
-        out = _ensemble_arrays(nc, d, n_rec, x0, h, run.seed)
-        backend(METHOD_IDS[sampler], target.target_id, target.precision, target.q, target.noise_chol,
-                target.spatial_sd, *out[:8], params, ns, bi, th_, *out[8:])
-        theta, _, _, step, _, ipre, _, _, sum1, sum2, stats, trace, step_trace, energy_trace, diverged = out
+    plan = target_plan(target, sampler, params, h, run, n_rec, x0)
+    run_plan(plan, backend_of(backend, "SMILE ensembles"), None)
+    rec, mc, div = plan.recorder(True), plan.mclmc, plan.state.diverged
+    theta, step, ipre, sum1, sum2, stats = plan.state.theta, mc.step, mc.ipre, rec.theta_sum, rec.theta_sq_sum, mc.stats
+    trace, step_trace, energy_trace = rec.trace, rec.step_trace, rec.energy_trace
+    diverged = np.where(div >= 0, div - 1, -1)  # the engine counts steps from 1, the results of 0.1 from 0
     kept = float(ns - bi)
     smile = options if hasattr(options, "ema_rate") else SmileOptions()
     settings = {"friction": params.friction, "ema_rate": smile.ema_rate, "precond_rate": smile.precond_rate,
@@ -555,32 +548,6 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
         trace if th_ else None, step_trace if th_ else None, energy_trace if th_ else None, th_, settings)
 
 
-def _on_engine(target: AnalyticTarget, sampler: str, params: Any, h: float, run: Any, n_rec: int,
-               x0: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The ensemble on the engine: the burn-in in one call (trace only), the kept steps in another (the sums)."""
-    from .engine import NumbaBackend
-    from .smile_chain import target_plan
-
-    plan, _ = target_plan(target, sampler, params, h, run.n_chains, run.thin, n_rec, x0, int(run.seed))
-    backend = NumbaBackend()
-    bi = run.burn_in_steps
-    backend.advance(plan, 0, bi, False)
-    backend.advance(plan, bi, run.n_steps - bi, True)
-    rec, mc, div = plan.recorder(True), plan.mclmc, plan.state.diverged
-    # the engine counts steps from 1, the results of 0.1 from 0
-    diverged = np.where(div >= 0, div - 1, -1)
-    return (plan.state.theta, mc.step, mc.ipre, rec.theta_sum, rec.theta_sq_sum, mc.stats, rec.trace,
-            rec.step_trace, rec.energy_trace, diverged)
-
-
-def _ensemble_arrays(nc: int, d: int, n_rec: int, x0: np.ndarray, h: float, seed: int) -> tuple[np.ndarray, ...]:
-    """(θ, u, streams, ε, tune, ipre, gbar, gvar, Σθ, Σθ², stats, trace, ε trace, ΔE trace, diverged) of C chains."""
-    return (np.ascontiguousarray(np.tile(x0, (nc, 1))), np.zeros((nc, d)), chain_states(seed, nc), np.full(nc, h),
-            np.zeros((nc, 4)), np.ones((nc, d)), np.zeros((nc, d)), np.zeros((nc, d)), np.zeros((nc, d)),
-            np.zeros((nc, d)), np.zeros((nc, 4)), np.zeros((nc, n_rec, d)), np.zeros((nc, n_rec)),
-            np.zeros((nc, n_rec)), -np.ones(nc, dtype=np.int64))
-
-
 def ensemble_options(sampler: str, settings: dict[str, Any]) -> Any:
     """The options of ``sampler`` from the keyword settings of 0.1 (``kappa`` is the guardrail quantile)."""
     from .registry import options_for
@@ -589,29 +556,6 @@ def ensemble_options(sampler: str, settings: dict[str, Any]) -> Any:
     if "kappa" in kw:
         kw["guardrail"] = kw.pop("kappa")
     return options_for(sampler, **kw)
-
-
-def _legacy_ensemble(target: AnalyticTarget, sampler: str, step_size: Any, *, start: Any, backend: Any,
-                     legacy: dict[str, Any]) -> SmileEnsembleResult:
-    import warnings
-
-    from ..core.config import RunSpec
-
-    warnings.warn("run_smile_ensemble(target, sampler, step_size, n_steps=…, …) is deprecated; use "
-                  "run_smile_ensemble(target, step_size, RunSpec(n_steps, …), options) (RunSpec from "
-                  "sgtune.core.config, the sampler's options from sgtune.sampler.registry); the chains are the same",
-                  DeprecationWarning, stacklevel=3)
-    kw = dict(legacy)
-    if sampler not in METHOD_IDS:
-        raise SgtuneError(f"sampler must be one of {list(METHOD_IDS)}, got {sampler!r}")
-    if "n_steps" not in kw:
-        raise TypeError("run_smile_ensemble() missing required keyword argument: 'n_steps'")
-    run = RunSpec(kw.pop("n_steps"), n_chains=kw.pop("n_chains", 10), burn_in=kw.pop("burn_in", None),
-                  thin=kw.pop("thin", 0), seed=kw.pop("seed", 0))
-    if backend == "python":
-        raise SgtuneError("backend 'python' is the tests' pure-Python reference now (tests/reference/smile_twin.py): "
-                          "pass its ensemble_twin as backend")
-    return run_smile_ensemble(target, step_size, run, ensemble_options(sampler, kw), start=start, backend=backend)
 
 
 @dataclass(frozen=True, slots=True)

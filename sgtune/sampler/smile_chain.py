@@ -36,7 +36,7 @@ stream before the first step. :func:`mclmc_rule` is the engine's step rule
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -44,12 +44,11 @@ import numba
 
 from ._jit import call_value_grad, component, component_inline, njit, njit_inline
 from .grads import add_prior, minibatch_value_gradient, prior_value
-from .engine import ChainPlan
 from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
 from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, position_map, precond_update,
                     random_unit_vector, sgld_step, tuner_update)
-from .state import LAM_DIAG, Recorder, Schedule, TunerParams, chain_state, mclmc_state, oracle, recorder, step_params
+from .state import LAM_DIAG, ChainPlan, Schedule, TunerParams, chain_state, mclmc_state, oracle, recorder, step_params
 from .targets import draw_step_noise, target_grad, target_value_grad
 
 __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
@@ -226,24 +225,24 @@ def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[
 
 
 # --------------------------------------------------------------------------- the SMILE paper's analytic targets
-def target_plan(target: Any, sampler: str, tuner: TunerParams, step: float, n_chains: int, thin: int, n_trace: int,
-                x0: np.ndarray, seed: int) -> tuple[ChainPlan, Callable[[bool], Recorder]]:
+def target_plan(target: Any, sampler: str, tuner: TunerParams, step: float, run: Any, n_trace: int,
+                x0: np.ndarray) -> ChainPlan:
     """The engine's plan of an ensemble on an analytic target (:func:`sgtune.sampler.smile.run_smile_ensemble`).
 
     The oracle is :func:`~sgtune.sampler.targets.target_value_grad` (MCLMC: :func:`mclmc_target_rule` draws the
     step's noise, then three gradients on it) or :func:`~sgtune.sampler.targets.target_grad` (SGLD:
     :func:`sgld_target_rule`; SGHMC: :func:`~sgtune.sampler.kernels.sghmc_rule` with β = 1), with no data
-    (batching ``none``). The MCLMC velocities are drawn here, before the first step. Returns the plan and its
-    ``recorder``: ``plan.recorder(kept)`` is, with ``kept``, the recorder of the steps after burn-in (Σθ and
-    Σθ² in its ``theta_sum`` and ``theta_sq_sum``), without it that of the burn-in (no sums); both write the trace, the step-size trace and Σ ΔE every ``thin`` steps, counting steps from
-    the first (the engine's burn-in is 0). So the plan runs in two calls of the backend: the burn-in with
-    ``last`` false, then the kept steps with ``last`` true.
+    (batching ``none``); ``run`` (a :class:`~sgtune.core.config.RunSpec`) gives the steps, chains, burn-in,
+    ``thin`` and seed. The MCLMC velocities are drawn by the backend's ``prepare`` (``init_fn`` =
+    :func:`init_velocity`), before the first step. Every step is recorded (the engine's burn-in is 0): the
+    trace, the step-size trace and Σ ΔE every ``thin`` steps, counting steps from the first; Σθ and Σθ²
+    (the recorder's ``theta_sum``, ``theta_sq_sum``) only after the run's burn-in, which is the plan's
+    ``split``: its ``burn_recorder`` shares the trace arrays and has no sums.
     """
+    n_chains, thin, seed = run.n_chains, run.thin, int(run.seed)
     C, d = n_chains, target.dim
     mclmc = sampler not in ("sgld", "sghmc")
     state = chain_state(np.tile(x0, (C, 1)), chain_states(seed, C))
-    if mclmc:
-        init_velocity(state)
     ora = oracle(hessian=target.precision, ints=np.array([target.target_id], dtype=np.int64),
                  floats=np.array([float(target.q), float(target.spatial_sd)]), noise_factor=target.noise_chol,
                  work_len=2 * d)
@@ -252,13 +251,9 @@ def target_plan(target: Any, sampler: str, tuner: TunerParams, step: float, n_ch
     # the trace arrays are shared by both recorders; Σθ, Σθ² only after burn-in
     burn = recorder(C, d, thin=int(thin), n_trace=n_trace, step_trace=True, energy_trace=True)._replace(flush=True)
     kept_rec = burn._replace(theta_sum=np.zeros((C, d)), theta_sq_sum=np.zeros((C, d)))
-
-    def recorder_of(kept: bool) -> Recorder:
-        return kept_rec if kept else burn
-
-    plan = ChainPlan(sampler=sampler, lam_kind=LAM_DIAG, batching="none", oracle_kind="analytic-target",
+    return ChainPlan(sampler=sampler, lam_kind=LAM_DIAG, batching="none", oracle_kind="analytic-target",
                      batch_fn=BATCH_FNS["none"], grad_fn=target_value_grad if mclmc else target_grad, rule_fn=rule,
                      move_fn=None, state=state, oracle=ora, sched=Schedule(batch_size=0, decay=0.0), params=params_,
-                     mclmc=mclmc_state(C, d, step, tuner), recorder=recorder_of, burn_in=0, n_steps=0,
-                     is_mclmc=mclmc)
-    return plan, recorder_of
+                     mclmc=mclmc_state(C, d, step, tuner), recorder=lambda last: kept_rec, burn_in=0,
+                     n_steps=int(run.n_steps), is_mclmc=mclmc, split=int(run.burn_in_steps), burn_recorder=burn,
+                     init_fn=init_velocity if mclmc else None)

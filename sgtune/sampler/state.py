@@ -24,6 +24,9 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
   ``theta_sq_sum`` (Σθ and Σθ² over the recorded draws, the SMILE ensembles' moments; zero columns: not
   recorded).
 
+A run of the engine is a :class:`ChainPlan`: the components' names and functions and these records (the
+backends of :mod:`sgtune.sampler.engine` advance it; the plan builders of the entry points build it).
+
 Every record is built by keyword through its factory (:func:`chain_state`, :func:`oracle`,
 :func:`step_params`, :func:`recorder`, :func:`mclmc_state`), whose defaults are empty arrays: a sampler that
 does not use a field or a group gets zero-length arrays of the same dimension, so every sampler compiles
@@ -33,10 +36,12 @@ against the same record types. The one-value constants of the engine live here t
 from __future__ import annotations
 
 from collections import namedtuple
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
+__all__ = ["ChainPlan", "ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
            "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state", "tuner_params"]
 
 #: a chain whose ‖θ‖₁ reaches this (or is not finite) has diverged and stops
@@ -147,3 +152,47 @@ def recorder(n_chains: int, dim: int, *, segments: int = 0, seg_len: int = 1, th
                     obs_sum=np.zeros((C, obs.shape[0])), step_trace=np.zeros((C, n_trace if step_trace else 0)),
                     pos_centre=_vector(pos_centre), energy_trace=np.zeros((C, n_trace if energy_trace else 0)),
                     theta_sum=np.zeros((C, d if theta_sums else 0)), theta_sq_sum=np.zeros((C, d if theta_sums else 0)))
+
+
+@dataclass
+class ChainPlan:
+    """One run of the engine: the components (and their names, for backends that bring their own) and the
+    named records they update.
+
+    ``recorder(last)`` is the :class:`~sgtune.sampler.state.Recorder` of a call (``last``: the run's last
+    call, which merges the pending covariance blocks); a backend asks for it through
+    :meth:`recorder_at`, which gives ``burn_recorder`` to the calls before step ``split`` (a plan whose
+    recorder changes at a step, e.g. the SMILE ensembles' end of burn-in: traced, not summed;
+    :func:`~sgtune.sampler.engine.run_plan` never lets a call cross ``split``). ``init_fn``, when given, is the compiled draw of the
+    chains' random initial state that the backend's ``prepare`` runs before the first step (the MCLMC
+    velocities ``mom``, uniform on the sphere from each chain's stream:
+    :func:`sgtune.sampler.smile_chain.init_velocity`); a backend with its own streams draws the same.
+    """
+
+    sampler: str
+    lam_kind: int
+    batching: str
+    oracle_kind: str
+    batch_fn: Any
+    grad_fn: Any
+    rule_fn: Any
+    move_fn: Any
+    state: ChainState
+    oracle: Oracle
+    sched: Schedule
+    params: StepParams
+    mclmc: MclmcState
+    recorder: Callable[[bool], Recorder]
+    burn_in: int
+    n_steps: int
+    py_model: Any = None
+    is_mclmc: bool = False
+    split: int = 0
+    burn_recorder: Recorder | None = None
+    init_fn: Any = None
+
+    def recorder_at(self, t0: int, last: bool) -> Recorder:
+        """The recorder of the call that advances the chains from step ``t0`` (``last``: the run's last call)."""
+        if self.burn_recorder is not None and t0 < self.split:
+            return self.burn_recorder
+        return self.recorder(last)

@@ -2,11 +2,12 @@
 
 Written independently of the numba code (NumPy per step, the GLM derivatives of :mod:`sgtune.models`, the
 random streams of :class:`sgtune.sampler.rng.Xoshiro256PP`); kernel and reference agree to rounding on
-the same seed.
+the same seed. The data and quadratic chains' reference is the public :mod:`sgtune.sampler.reference`
+(``ReferenceBackend``, GNLD's replicas too); the SMILE ensembles' and the reshuffle chains' twins are here.
 """
-from tests.reference.twins import PythonBackend, batch_twin, run_twin
+from sgtune.sampler.reference import ReferenceBackend
 
-__all__ = ["PythonBackend", "run_twin", "batch_twin", "chain_kw", "ensemble_kw"]
+__all__ = ["chain_kw", "ensemble_kw"]
 
 
 def chain_kw(step, *, batch_size=1, inv_temperature=None, momentum=0.0, batching="replacement", decay=0.0,
@@ -22,7 +23,7 @@ def chain_kw(step, *, batch_size=1, inv_temperature=None, momentum=0.0, batching
     tuner = {k: rest.pop(k) for k in ("friction", "ema_rate", "precond_rate", "guardrail", "adapt_a", "adapt_delta",
                                       "tune_start", "precond_start", "tuner") if k in rest}
     if rest.get("backend") == "python":
-        rest["backend"] = PythonBackend()
+        rest["backend"] = ReferenceBackend()
     beta = math.inf if inv_temperature is None else inv_temperature
     return {"dynamics": Dynamics(step, batch_size, inv_temperature=beta, momentum=momentum, batching=batching,
                                  decay=decay),
@@ -36,11 +37,11 @@ def ensemble_kw(sampler, step_size, *, n_steps, n_chains=10, burn_in=None, thin=
     from sgtune.core.config import RunSpec
     from sgtune.sampler.smile import ensemble_options
 
-    from tests.reference.smile_twin import ensemble_twin
+    from tests.reference.smile_twin import SmileReference
 
     tuner = {k: rest.pop(k) for k in ("friction", "ema_rate", "precond_rate", "kappa", "adapt_a", "adapt_delta",
                                       "tune_start", "precond_start", "tuner") if k in rest}
     if rest.get("backend") == "python":
-        rest["backend"] = ensemble_twin
+        rest["backend"] = SmileReference()
     return {"step_size": step_size, "run": RunSpec(n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, seed=seed),
             "options": ensemble_options(sampler, tuner), **rest}

@@ -1,13 +1,14 @@
-"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile.run_smile_ensemble`; slow; its
-``backend`` argument, ``backend="python"`` of the tests' keywords).
+"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile.run_smile_ensemble`; slow): a
+backend of the engine's seam, :class:`SmileReference` (``backend="python"`` of the tests' keywords).
 
 Written independently of the kernel from the paper's formulas, with NumPy vector operations:
 the momentum map in the cosh/sinh form of appendix F.2 (the kernel uses the e^{−δ} form),
 the kinetic change (d − 1) log(cosh δ + uₑ sinh δ), the target gradients as vector
 expressions, the tuner through :mod:`sgtune.theory.smile` (moment matching, Wilson–Hilferty
 with scipy's Φ⁻¹, bias-corrected EMAs), and the random stream of
-:class:`~sgtune.sampler.rng.Xoshiro256PP`. Same arguments as the kernel, same arrays mutated;
-the two agree to rounding (≈1e-12) on the same seed.
+:class:`~sgtune.sampler.rng.Xoshiro256PP`. It advances the records of the plan of
+:func:`sgtune.sampler.smile_chain.target_plan` like the engine; the two agree to rounding (≈1e-12) on the
+same seed.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import numpy as np
 
 from sgtune.theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
 from sgtune.sampler.rng import Xoshiro256PP
+from sgtune.sampler.smile import METHOD_IDS
 
-__all__ = ["ensemble_twin", "logp_grad_twin", "momentum_map_twin"]
+__all__ = ["SmileReference", "logp_grad_twin", "momentum_map_twin"]
 
 _B1 = 0.1931833275037836
 _A1 = 0.5
@@ -70,122 +72,141 @@ def momentum_map_twin(u: np.ndarray, g: np.ndarray, eps: float) -> tuple[np.ndar
     return new, (d - 1) * math.log(den)
 
 
-def ensemble_twin(method, target_id, prec, q, noise_chol, spatial_sd, theta, mom, rng, step, tune, ipre,  # type: ignore[no-untyped-def]
-                  gbar, gvar, params, n_steps, burn_in, thin, sum1, sum2, stats, trace, step_trace,
-                  energy_trace, diverged) -> None:
-    """The argument list of the compiled ensemble kernel of 0.1 (``run_smile_ensemble``'s ``backend``)."""
+class SmileReference:
+    """``prepare``/``advance`` over the plan of an ensemble on an analytic target (the engine's seam).
+
+    The per-chain quantities the engine keeps in its records in its own layout (the tuner's and the
+    preconditioner's EMAs, Σ ΔE so far) are kept here between calls; θ, u, the streams, the step sizes, the
+    preconditioner, the statistics, the divergence steps and the recorder's arrays are the plan's.
+    """
+
+    name = "python"
+
+    def prepare(self, plan) -> None:  # type: ignore[no-untyped-def]
+        st = plan.state
+        n_chains, d = st.theta.shape
+        self.method = METHOD_IDS[plan.sampler]
+        self.carry = [dict(gm=np.zeros(d), gv=np.zeros(d), pn=0, em=0.0, ev=0.0, en=0, cum=0.0)
+                      for _ in range(n_chains)]
+        if self.method <= 3:  # the velocity: D normals of the chain's stream, normalised
+            for c in range(n_chains):
+                gen = Xoshiro256PP(st.rng[c])
+                u = gen.normals(d)
+                st.mom[c] = u / np.linalg.norm(u)
+                st.rng[c] = gen.state()
+
+    def advance(self, plan, t0: int, n_steps: int, last: bool) -> None:  # type: ignore[no-untyped-def]
+        st, mc, ora = plan.state, plan.mclmc, plan.oracle
+        rec = plan.recorder_at(t0, last)
+        for c in range(st.theta.shape[0]):
+            if st.diverged[c] < 0:
+                _advance_chain(self.method, c, st, mc, ora, rec, self.carry[c], t0, n_steps)
+
+
+def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ignore[no-untyped-def]
+    """Chain c from step t0 (counted from 0) by ``n_steps`` steps."""
     from scipy.special import ndtr
 
+    params = mc
+    target_id, prec, q, spatial_sd = int(ora.ints[0]), ora.hessian, float(ora.floats[0]), float(ora.floats[1])
+    noise_chol, step, stats = ora.noise_factor, mc.step, mc.stats
     alpha, beta, zk, zlo, zhi, delta, friction, tune_start, pre_start = (
         float(params.alpha), float(params.beta), float(params.zk), float(params.zlo), float(params.zhi),
         float(params.delta), float(params.friction), float(params.tune_start), float(params.pre_start))
     pk, plo, phi = (float(ndtr(z)) for z in (zk, zlo, zhi))
     anchored = float(params.mode) != 0.0
     v_star, gain, clip = float(params.anchor), float(params.gain), float(params.clip)
-    n_chains, d = theta.shape
+    d = st.theta.shape[1]
     mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)
-    for c in range(n_chains):
-        gen = Xoshiro256PP(rng[c])
-        th = theta[c].copy()
+    thin, sums = rec.thin, rec.theta_sum.shape[1] > 0
+    gen = Xoshiro256PP(st.rng[c])
+    th, u, ip = st.theta[c].copy(), st.mom[c].copy(), mc.ipre[c].copy()
+    gm, gv, pn, em, ev, en, cum = (carry[k] for k in ("gm", "gv", "pn", "em", "ev", "en", "cum"))
+    for t in range(t0, t0 + n_steps):
+        w = noise_chol @ gen.normals(d)
+        h = float(step[c])
         if mclmc:
-            u = gen.normals(d)
-            u = u / np.linalg.norm(u)
-        else:
-            u = np.zeros(d)
-        ip = ipre[c].copy()
-        gm, gv, pn = np.zeros(d), np.zeros(d), 0
-        em, ev, en = 0.0, 0.0, 0
-        cum = 0.0
-        for t in range(n_steps):
-            w = noise_chol @ gen.normals(d)
-            h = float(step[c])
-            if mclmc:
-                lp0, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
-                if precond:
-                    gm, gv, pn = ema_update(gm, gv, pn, g, alpha)
-                    if pn >= pre_start:
-                        _, var = ema_corrected(gm, gv, pn, alpha)
-                        if np.all(var > 0):
-                            sig = np.sqrt(var)
-                            ip = 1.0 / (math.sqrt(d) * sig / np.linalg.norm(sig))
-                prev = th.copy()
-                dk = 0.0
-                for kind, coef in (("P", _B1), ("Q", _A1), ("P", _B2), ("Q", _A1), ("P", _B1)):
-                    if kind == "P":
-                        u, k = momentum_map_twin(u, g * ip, coef * h)
-                        dk += k
-                    else:
-                        th = th + coef * h * u * ip
-                        lp1, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
-                de = dk - (lp1 - lp0)
-                if tuned and anchored:  # ξ = min(ΔE²/(d v*), ξ_max); ε ← ε exp(γ(1 − ξ)/6); the guardrail as below
-                    a = abs(de)
-                    reject, xi = True, clip
-                    if math.isfinite(a):
-                        reject = False
-                        if en >= tune_start:
-                            mu, var = ema_corrected(em, ev, en, beta)
-                            if mu > 0 and var > 0:
-                                fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
-                                reject = a > wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0]
-                        xi = min(a * a / (d * v_star), clip)
-                    act = not math.isfinite(a) or en >= tune_start
-                    if math.isfinite(a):
-                        em, ev, en = ema_update(em, ev, en, a, beta)
-                    factor = math.exp(gain / math.sqrt(1.0 + max(en - tune_start, 0) / 1000.0) * (1.0 - xi) / 6.0) if act else 1.0
-                    if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
-                        stats[c, 0] += 1.0
-                        th = prev
-                        u = np.zeros(d)
-                    step[c] = h * factor
-                elif tuned:
-                    reject = False
-                    factor = 1.0
-                    a = abs(de)
-                    if not math.isfinite(a):
-                        reject, factor = True, 1.0 - delta
-                    else:
-                        if en >= tune_start:
-                            mu, var = ema_corrected(em, ev, en, beta)
-                            if mu > 0 and var > 0:
-                                fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
-                                qk, qlo, qhi = wilson_hilferty_quantile(np.array([pk, plo, phi]), fit.shape, fit.scale)
-                                reject = a > qk
-                                factor = 1.0 + delta if a < qlo else (1.0 - delta if a > qhi else 1.0)
-                        em, ev, en = ema_update(em, ev, en, a, beta)
-                    if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
-                        stats[c, 0] += 1.0
-                        th = prev
-                        u = np.zeros(d)
-                    step[c] = h * factor
-                if math.isfinite(de):
-                    cum += de
-                    stats[c, 1] += de
-                    stats[c, 2] += abs(de)
-                    stats[c, 3] += de * de
-            else:
-                _, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
-                eta = gen.normals(d)
-                if method == 4:
-                    th = th + h * g + math.sqrt(2.0 * h) * eta
+            lp0, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
+            if precond:
+                gm, gv, pn = ema_update(gm, gv, pn, g, alpha)
+                if pn >= pre_start:
+                    _, var = ema_corrected(gm, gv, pn, alpha)
+                    if np.all(var > 0):
+                        sig = np.sqrt(var)
+                        ip = 1.0 / (math.sqrt(d) * sig / np.linalg.norm(sig))
+            prev = th.copy()
+            dk = 0.0
+            for kind, coef in (("P", _B1), ("Q", _A1), ("P", _B2), ("Q", _A1), ("P", _B1)):
+                if kind == "P":
+                    u, k = momentum_map_twin(u, g * ip, coef * h)
+                    dk += k
                 else:
-                    u = u + h * (g - friction * u) + math.sqrt(2.0 * friction * h) * eta
-                    th = th + h * u
-            if not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
-                diverged[c] = t
-                break
-            if t >= burn_in:
-                sum1[c] += th
-                sum2[c] += th * th
-            if thin > 0 and (t + 1) % thin == 0:
-                k = (t + 1) // thin - 1
-                trace[c, k] = th
-                step_trace[c, k] = step[c]
-                energy_trace[c, k] = cum
-        theta[c] = th
-        mom[c] = u
-        ipre[c] = ip
-        rng[c] = gen.state()
-        if tuned:
-            tune[c, :3] = (em, ev, en)
-            tune[c, 3] = step[c]
+                    th = th + coef * h * u * ip
+                    lp1, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
+            de = dk - (lp1 - lp0)
+            if tuned and anchored:  # ξ = min(ΔE²/(d v*), ξ_max); ε ← ε exp(γ(1 − ξ)/6); the guardrail as below
+                a = abs(de)
+                reject, xi = True, clip
+                if math.isfinite(a):
+                    reject = False
+                    if en >= tune_start:
+                        mu, var = ema_corrected(em, ev, en, beta)
+                        if mu > 0 and var > 0:
+                            fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
+                            reject = a > wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0]
+                    xi = min(a * a / (d * v_star), clip)
+                act = not math.isfinite(a) or en >= tune_start
+                if math.isfinite(a):
+                    em, ev, en = ema_update(em, ev, en, a, beta)
+                factor = math.exp(gain / math.sqrt(1.0 + max(en - tune_start, 0) / 1000.0) * (1.0 - xi) / 6.0) if act else 1.0
+                if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
+                    stats[c, 0] += 1.0
+                    th = prev
+                    u = np.zeros(d)
+                step[c] = h * factor
+            elif tuned:
+                reject = False
+                factor = 1.0
+                a = abs(de)
+                if not math.isfinite(a):
+                    reject, factor = True, 1.0 - delta
+                else:
+                    if en >= tune_start:
+                        mu, var = ema_corrected(em, ev, en, beta)
+                        if mu > 0 and var > 0:
+                            fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
+                            qk, qlo, qhi = wilson_hilferty_quantile(np.array([pk, plo, phi]), fit.shape, fit.scale)
+                            reject = a > qk
+                            factor = 1.0 + delta if a < qlo else (1.0 - delta if a > qhi else 1.0)
+                    em, ev, en = ema_update(em, ev, en, a, beta)
+                if reject or not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
+                    stats[c, 0] += 1.0
+                    th = prev
+                    u = np.zeros(d)
+                step[c] = h * factor
+            if math.isfinite(de):
+                cum += de
+                stats[c, 1] += de
+                stats[c, 2] += abs(de)
+                stats[c, 3] += de * de
+        else:
+            _, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
+            eta = gen.normals(d)
+            if method == 4:
+                th = th + h * g + math.sqrt(2.0 * h) * eta
+            else:
+                u = u + h * (g - friction * u) + math.sqrt(2.0 * friction * h) * eta
+                th = th + h * u
+        if not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
+            st.diverged[c] = t + 1  # the engine counts steps from 1
+            break
+        if sums:
+            rec.theta_sum[c] += th
+            rec.theta_sq_sum[c] += th * th
+        if thin > 0 and (t + 1) % thin == 0:
+            k = (t + 1) // thin - 1
+            rec.trace[c, k] = th
+            rec.step_trace[c, k] = step[c]
+            rec.energy_trace[c, k] = cum
+    st.theta[c], st.mom[c], mc.ipre[c], st.rng[c] = th, u, ip, gen.state()
+    carry.update(gm=gm, gv=gv, pn=pn, em=em, ev=ev, en=en, cum=cum)
