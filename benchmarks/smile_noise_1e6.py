@@ -28,11 +28,34 @@ CELLS = (("gaussian", "diagonal", "smile"), ("funnel", "diagonal", "smile"), ("r
          ("gaussian", "correlated", "psmile"))
 
 
+def _b2(c: dict) -> str:
+    return f"{c['b2']:.3f} ± {c['sd']:.3f}"
+
+
+def tables(out: dict) -> dict:
+    cols = ["target", "noise", "sampler", "best step", "fixed best step", "anchored (ε final)",
+            "anchored + noise term (ε final)"]
+    rows = [[r["target"], r["noise"], r["sampler"], f"{r['best_step']:.3g}", _b2(r["fixed"]),
+             f"{_b2(r['w0'])} ({r['w0']['eps_final']:.2g})", f"{_b2(r['w1'])} ({r['w1']['eps_final']:.2g})"]
+            for r in out["rows"]]
+    return {"cells": {"command": f"python benchmarks/smile_noise_1e6.py --steps {out['steps']}",
+                      "measured": f"10 chains × {out['steps']:g} steps, seed 1; v* = 5e-05, ε₀ = best step / 10; "
+                                  "2-core VM shared with other jobs",
+                      "columns": cols, "align": ["---"] * 3 + ["--:"] * 4, "rows": rows}}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--from-json", default=None, help="re-render the tables of a file written by --out")
     args = ap.parse_args(argv)
+    if args.from_json:
+        out = json.loads(Path(args.from_json).read_text())
+        out["tables"] = tables(out)
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=1))
+        return out
     best = {(c["target"], c["noise"], c["sampler"]): c["best_step"]
             for c in json.loads((RESULTS / "table1_smile_1e6.json").read_text())["cells"] if "best_step" in c}
     rows = []
@@ -52,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(tg, nz, name, label, row[label], flush=True)
         rows.append(row)
     out = {"steps": args.steps, "rows": rows}
+    out["tables"] = tables(out)
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))
     return out
