@@ -33,6 +33,10 @@ later use them as "update step" functions):
   log ε ← log ε + (γ_n/6)(1 − min(ΔE²/(d v*), ξ_max)) toward the energy-error variance per dimension
   v* = 5·10⁻⁵ (a tenth of MCLMC's target), a stable fixed point, with a gain γ_n = γ/√(1 + n/1000) that diminishes
   over the n tuned steps (derivation and measurements in its docstring).
+- :func:`noise_update`, :func:`noise_keep`, :func:`noise_work_var` — the anchored rule's optional noise term
+  (``SmileOptions(noise_weight=…)``, off by default): the gradient noise from successive gradients at one point
+  (two batches at the same θ), and the work per step and dimension of its anisotropic part, which the rule then
+  also holds at v*.
 - :func:`sgld_step`, :func:`sghmc_step` — the baselines: SGLD θ ← θ + h g + √(2h) η;
   vanilla SGHMC (Chen et al. 2014, no noise estimate B̂) v ← v + h(g − γv) + √(2γh) η,
   θ ← θ + h v (unit mass, friction γ = 1 by default).
@@ -286,7 +290,7 @@ def noise_update(tune, hist, g, ipre):  # type: ignore[no-untyped-def]
       covariance in the sampler's metric, at θ_t: E|a_t|² = tr V';
     - a_t and a_{t−2} are independent (disjoint batches) with that covariance: E[(a_t·a_{t−2})²] = tr V'².
 
-    Running means (weight 1/n, then :data:`NOISE_RATE`) of |a_t|², (a_t·a_{t−2})² and (a_t·a_{t−2})⁴ go to
+    Running means (weight 1/n, then ``NOISE_RATE``) of |a_t|², (a_t·a_{t−2})² and (a_t·a_{t−2})⁴ go to
     ``tune`` (columns ``NZ_*``); the history restarts (``tune[NZ_LVL]`` = 0) after a rejected step, whose last gradient is not at
     the restored θ. Exact gradients give a = 0: no noise.
     """
@@ -342,7 +346,7 @@ def noise_work_var(tune, eps, ndim):  # type: ignore[no-untyped-def]
     Per dimension (/d), as MCLMC's Var[ΔE]/d: w. It grows as ε².
 
     Only the anisotropy the means resolve counts: tr V'² is estimated by the mean of (a·b)² less two of its
-    standard errors (from the mean of (a·b)⁴ and the effective sample size, n or 2/:data:`NOISE_RATE` − 1), so
+    standard errors (from the mean of (a·b)⁴ and the effective sample size, n or 2/``NOISE_RATE`` − 1), so
     that isotropic noise, where d tr V'² − (tr V')² = 0, gives w = 0 but in ≈ 2 % of the chains' time, instead of
     a floor set by the estimates' noise.
     """
@@ -429,7 +433,9 @@ def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip
     ε_c = 3.8·10⁻⁴ at v* = 5·10⁻⁵) ε settles at 1.07–1.10 ε_c from starts 10× below and above (the
     estimate's two-standard-error shrink lowers w a little). Across Table 1 (``benchmarks/smile_anchor.py
     --noise-weights 0,1``, 10⁵ steps) ω = 1 brings every anisotropic Rosenbrock cell to or below the best fixed
-    step's b² (Rosenbrock/diagonal smile 9.3 → 0.040, fixed 0.080) but holds the Gaussian cells' ε at ≈ 10⁻³,
+    step's b² (Rosenbrock/diagonal smile 9.3 → 0.040, fixed 0.080; partly because the guardrail, a relative
+    quantile that rejects 2 % of the steps at any ε and restarts the velocity toward the mode, pins the chains
+    near their start at so small a step) but holds the Gaussian cells' ε at ≈ 10⁻³,
     where 10⁵ steps do not move the chains (b² ≈ 0.5), and traps the funnel's pSMILE chains (b² 16–206):
     hence off by default.
 
