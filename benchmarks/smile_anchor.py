@@ -1,7 +1,9 @@
 """The anchored SMILE tuner's target v* = ``energy_var_target`` across problems: what a lower anchor buys and costs.
 
-Run: ``python benchmarks/smile_anchor.py [--steps N] [--targets 5e-4,5e-5,5e-6] [--out FILE.json]``
-(``--from-json FILE`` re-renders the tables of a saved run).
+Run: ``python benchmarks/smile_anchor.py [--steps N] [--targets 5e-4,5e-5,5e-6] [--noise-weights 0,1]
+[--out FILE.json]`` (``--from-json FILE`` re-renders the tables of a saved run). ``--noise-weights`` runs every
+target with each ``SmileOptions.noise_weight`` (the anchored rule's noise term; 0: off, the default);
+``benchmarks/results/smile_noise.json`` is ``--targets 5e-4,5e-5 --noise-weights 0,1``.
 
 The anchor fixes E[ΔE²]/d, and E[ΔE²] ∝ ε⁶ (the minimal-norm integrator's error on the step's own potential,
 also under minibatch noise), so ε* ∝ v*^{1/6}: 10× lower v* is a 1.47× smaller step. What the energy error does
