@@ -1,7 +1,9 @@
 """The anchored SMILE tuner's target v* = ``energy_var_target`` across problems: what a lower anchor buys and costs.
 
-Run: ``python benchmarks/smile_anchor.py [--steps N] [--targets 5e-4,5e-5,5e-6] [--out FILE.json]``
-(``--from-json FILE`` re-renders the tables of a saved run).
+Run: ``python benchmarks/smile_anchor.py [--steps N] [--targets 5e-4,5e-5,5e-6] [--noise-weights 0,1]
+[--out FILE.json]`` (``--from-json FILE`` re-renders the tables of a saved run). ``--noise-weights`` runs every
+target with each ``SmileOptions.noise_weight`` (the anchored rule's noise term; 0: off, the default);
+``benchmarks/results/smile_noise.json`` is ``--targets 5e-4,5e-5 --noise-weights 0,1``.
 
 The anchor fixes E[ΔE²]/d, and E[ΔE²] ∝ ε⁶ (the minimal-norm integrator's error on the step's own potential,
 also under minibatch noise), so ε* ∝ v*^{1/6}: 10× lower v* is a 1.47× smaller step. What the energy error does
@@ -37,8 +39,16 @@ RESULTS = Path(__file__).parent / "results"
 GLMS = ("logistic", "poisson", "hetero-linear")
 
 
-def _label(v: float) -> str:
+def _label(v: float | tuple[float, float]) -> str:
+    """The column label of a configuration: v*, or (v*, the noise weight w of ``SmileOptions.noise_weight``)."""
+    if isinstance(v, (tuple, list)):
+        return f"{v[0]:.0e}" if v[1] == 0 else f"{v[0]:.0e}, w = {v[1]:g}"
     return f"{v:.0e}"
+
+
+def _options(pre: bool, v: float | tuple[float, float]) -> SmileOptions:
+    vs, w = (v[0], v[1]) if isinstance(v, (tuple, list)) else (v, 0.0)
+    return SmileOptions(preconditioned=pre, energy_var_target=vs, noise_weight=w)
 
 
 def table_part(steps: int, chains: int, targets: list[float]) -> list[dict]:
@@ -56,7 +66,7 @@ def table_part(steps: int, chains: int, targets: list[float]) -> list[dict]:
                 run = RunSpec(steps, n_chains=chains, seed=1)
                 row = {"target": tg, "noise": nz, "sampler": name, "best_step": h}
                 runs = [("fixed", h, SmileOptions(preconditioned=pre, tuned=False))]
-                runs += [(_label(v), h / 10, SmileOptions(preconditioned=pre, energy_var_target=v)) for v in targets]
+                runs += [(_label(v), h / 10, _options(pre, v)) for v in targets]
                 for label, eps0, opts in runs:
                     res = run_smile_ensemble(t, eps0, run, opts)
                     cell = {"eps_final": float(np.median(res.final_step_size)),
@@ -85,11 +95,11 @@ def glm_part(steps: int, targets: list[float]) -> list[dict]:
         posterior = np.linalg.inv(ds.n_data * e.hessian)
         for v in targets:
             r = run_chains(model, ds, Dynamics(0.05, 32, inv_temperature=float(ds.n_data)),
-                           RunSpec(steps, n_chains=4, burn_in=steps // 10, seed=3), SmileOptions(energy_var_target=v),
+                           RunSpec(steps, n_chains=4, burn_in=steps // 10, seed=3), _options(False, v),
                            initial=e.theta_hat)
             check = prediction_check(r, posterior, mode="posterior") or {}
             draws = 4 * (steps - steps // 10)
-            rows.append({"problem": name, "target": v, "eps_final": float(np.median(r.step_size_final)),
+            rows.append({"problem": name, "target": v, "label": _label(v), "eps_final": float(np.median(r.step_size_final)),
                          "energy_var_per_dim": float(np.mean(r.energy_error_var_per_dim)),
                          "ess_fraction": float(np.min(r.ess)) / draws,
                          "rejection_max": float(np.max(r.rejection_fraction)),
@@ -119,15 +129,17 @@ def b2_summary(rows: list[dict], targets: list[float]) -> str:
         z = np.array([(r[x]["b2"] - r["fixed"]["b2"]) / math.hypot(r[x]["sd"], r["fixed"]["sd"])
                       if math.isfinite(r[x]["b2"]) else math.inf for r in rows])
         stuck = sum(not r[x]["b2"] < 100 for r in rows)
+        meets = sum(bool(zz <= 2 and r[x]["b2"] <= 2 * r["fixed"]["b2"]) for zz, r in zip(z, rows))
         parts.append(f"v* = {x}: {int(np.sum(z > 2))} of {z.size} worse than the fixed best step (z > 2), "
-                     f"{int(np.sum(z < -2))} better, {stuck} with b² > 100 (chains stuck far out)")
+                     f"{int(np.sum(z < -2))} better, {stuck} with b² > 100 (chains stuck far out), "
+                     f"{meets} no worse (z ≤ 2 and b² ≤ 2× the fixed step's)")
     return "; ".join(parts)
 
 
 def glm_table(rows: list[dict]) -> dict:
     cols = ["problem", "v*", "ε (final)", "E[ΔE²]/d", "ESS / draws", "max rejection", "rel. error to (NH)⁻¹",
             "prediction check"]
-    out = [[r["problem"], _label(r["target"]), f"{r['eps_final']:.3g}", f"{r['energy_var_per_dim']:.2g}",
+    out = [[r["problem"], r.get("label", _label(r["target"])), f"{r['eps_final']:.3g}", f"{r['energy_var_per_dim']:.2g}",
             f"{r['ess_fraction']:.2%}", f"{r['rejection_max']:.1%}",
             "n/a" if r["rel_error"] is None else f"{r['rel_error']:.3f}",
             "n/a" if r["passed"] is None else ("pass" if r["passed"] else "fail")] for r in rows]
@@ -135,8 +147,11 @@ def glm_table(rows: list[dict]) -> dict:
 
 
 def tables(out: dict) -> dict:
-    tg = ",".join(_label(v) for v in out["targets"])
-    cmd = f"python benchmarks/smile_anchor.py --steps {out['steps']} --targets {tg}"
+    vs = sorted({v[0] if isinstance(v, (tuple, list)) else v for v in out["targets"]}, reverse=True)
+    ws = sorted({v[1] if isinstance(v, (tuple, list)) else 0.0 for v in out["targets"]})
+    cmd = f"python benchmarks/smile_anchor.py --steps {out['steps']} --targets {','.join(_label(v) for v in vs)}"
+    if ws != [0.0]:
+        cmd += f" --noise-weights {','.join(f'{w:g}' for w in ws)}"
     t = {}
     if out["table"]:
         t["table1"] = {"command": cmd, "measured": f"10 chains × {out['steps']:g} steps from ε₀ = best step / 10; "
@@ -157,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100_000, help="steps per chain")
     ap.add_argument("--targets", default="5e-4,5e-5,5e-6", help="comma-separated energy_var_target values")
+    ap.add_argument("--noise-weights", default="0", help="comma-separated noise_weight values (0: the noise cap off)")
     ap.add_argument("--skip-table", action="store_true")
     ap.add_argument("--skip-glm", action="store_true")
     ap.add_argument("--out", default=None, help="write the rows and the docs tables as JSON")
@@ -165,7 +181,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.from_json:
         out = json.loads(Path(args.from_json).read_text())
     else:
-        targets = [float(x) for x in args.targets.split(",")]
+        weights = [float(x) for x in args.noise_weights.split(",")]
+        targets = [(float(x), w) for x in args.targets.split(",") for w in weights]
         t0 = time.perf_counter()
         glm = [] if args.skip_glm else glm_part(args.steps, targets)
         t1 = time.perf_counter()

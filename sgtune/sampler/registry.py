@@ -210,6 +210,11 @@ class SmileOptions:
     anchor_rate : float, optional
         The anchored rule's rate γ in (0, 1): log ε moves by (γₙ/6)(1 − ξ) per step, γₙ = γ/√(1 + n/1000)
         after n tuned steps.
+    noise_weight : float, optional
+        The weight of the anisotropic gradient noise's work in the anchored rule (0: off; 1 counts it at the same
+        target v* as the integrator's energy error): ε is also held where that work per step and dimension,
+        estimated online from successive gradients at one point, reaches v*/``noise_weight``
+        (:func:`sgtune.sampler.smile.noise_work_var`, :func:`sgtune.sampler.smile.anchored_update`).
 
     Raises
     ------
@@ -237,6 +242,7 @@ class SmileOptions:
     tuner: str = "anchored"
     energy_var_target: float = 5e-5
     anchor_rate: float = 0.02
+    noise_weight: float = 0.0
 
     def __post_init__(self) -> None:
         ts, ps = check_tuner_settings(self.ema_rate, self.precond_rate, self.guardrail, self.adapt_a,
@@ -252,6 +258,11 @@ class SmileOptions:
             raise SgtuneError(f"anchor_rate must lie in (0, 1), got {r}; the default is 0.02")
         object.__setattr__(self, "energy_var_target", v)
         object.__setattr__(self, "anchor_rate", r)
+        nr = float(self.noise_weight)
+        if not (math.isfinite(nr) and nr >= 0.0):
+            raise SgtuneError(f"noise_weight must be a finite number >= 0, got {self.noise_weight!r}; 0 switches the "
+                              "anchored rule's noise cap off")
+        object.__setattr__(self, "noise_weight", nr)
 
     @property
     def sampler(self) -> str:  # type: ignore[override]
@@ -269,7 +280,8 @@ class SmileOptions:
                             zhi=ndtri(1.0 - 2.0 * a / 3.0), delta=self.adapt_delta, tune_start=self.tune_start,
                             pre_start=self.precond_start, inv_temp=inv_temperature, precond=self.preconditioned,
                             tuned=self.tuned, mode=TUNER_PAPER if self.tuner == "paper" else TUNER_ANCHORED,
-                            anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP)
+                            anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP,
+                            noise_weight=self.noise_weight)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ later use them as "update step" functions):
   log ε ← log ε + (γ_n/6)(1 − min(ΔE²/(d v*), ξ_max)) toward the energy-error variance per dimension
   v* = 5·10⁻⁵ (a tenth of MCLMC's target), a stable fixed point, with a gain γ_n = γ/√(1 + n/1000) that diminishes
   over the n tuned steps (derivation and measurements in its docstring).
+- :func:`noise_update`, :func:`noise_keep`, :func:`noise_work_var` — the anchored rule's optional noise term
+  (``SmileOptions(noise_weight=…)``, off by default): the gradient noise from successive gradients at one point
+  (two batches at the same θ), and the work per step and dimension of its anisotropic part, which the rule then
+  also holds at v*.
 - :func:`sgld_step`, :func:`sghmc_step` — the baselines: SGLD θ ← θ + h g + √(2h) η;
   vanilla SGHMC (Chen et al. 2014, no noise estimate B̂) v ← v + h(g − γv) + √(2γh) η,
   θ ← θ + h v (unit mass, friction γ = 1 by default).
@@ -63,7 +67,8 @@ from .targets import AnalyticTarget, noisy_logp_grad
 
 __all__ = ["METHOD_IDS", "MN_B1", "MN_A1", "MN_B2", "SmileEnsembleResult", "run_smile_ensemble", "grid_search_b2",
            "GridSearchResult", "momentum_map", "position_map", "mn_step", "precond_update", "tuner_update",
-           "sgld_step", "sghmc_step", "random_unit_vector", "anchored_update"]
+           "sgld_step", "sghmc_step", "random_unit_vector", "anchored_update", "noise_update",
+           "noise_keep", "noise_work_var"]
 
 SMILE_NAIVE, PSMILE_NAIVE, SMILE, PSMILE, SGLD, SGHMC = 0, 1, 2, 3, 4, 5
 METHOD_IDS: dict[str, int] = {"smile-naive": SMILE_NAIVE, "psmile-naive": PSMILE_NAIVE, "smile": SMILE,
@@ -257,8 +262,110 @@ def anchor_gain(gain, n_tuned):  # type: ignore[no-untyped-def]
     return gain / math.sqrt(1.0 + n_tuned / ANCHOR_DECAY_STEPS)
 
 
+#: ``tune`` columns of the noise estimates (:func:`noise_update`): running means of tr V' and (a·b)², their
+#: counts, how much of the history in ``hist`` is valid, and the running mean of (a·b)⁴
+NZ_TR, NZ_N1, NZ_SQ, NZ_N2, NZ_LVL, NZ_SQ2 = 4, 5, 6, 7, 8, 9
+#: the noise estimates are running means (weight 1/n) until n = 1/NOISE_RATE, then EMAs of that rate
+NOISE_RATE = 1e-3
+
+
 @njit
-def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip):  # type: ignore[no-untyped-def]
+def _mean_push(tune, col, ncol, x):  # type: ignore[no-untyped-def]
+    n1 = tune[ncol] + 1.0
+    w = 1.0 / n1
+    if w < NOISE_RATE:
+        w = NOISE_RATE
+    tune[col] += w * (x - tune[col])
+    tune[ncol] = n1
+
+
+@njit
+def noise_update(tune, hist, g, ipre):  # type: ignore[no-untyped-def]
+    """The gradient noise seen by the sampler, from successive gradients at one point; call at the step's start.
+
+    ``g`` is the step's first gradient, at θ_t on the step's batch (noise ζ_t); ``hist`` (4D) holds θ's save in
+    [0, D), the previous step's last gradient in [D, 2D) (at the same θ_t, on the previous batch: noise ζ_{t−1})
+    and the last two noise draws in [2D, 3D), [3D, 4D). With p the preconditioner (g' = g/p):
+
+    - a_t = (g − g_prev)/(p√2) = (ζ_t − ζ_{t−1})/(p√2) has mean 0 and covariance V' = V/(ppᵀ), the noise
+      covariance in the sampler's metric, at θ_t: E|a_t|² = tr V';
+    - a_t and a_{t−2} are independent (disjoint batches) with that covariance: E[(a_t·a_{t−2})²] = tr V'².
+
+    Running means (weight 1/n, then ``NOISE_RATE``) of |a_t|², (a_t·a_{t−2})² and (a_t·a_{t−2})⁴ go to
+    ``tune`` (columns ``NZ_*``); the history restarts (``tune[NZ_LVL]`` = 0) after a rejected step, whose last gradient is not at
+    the restored θ. Exact gradients give a = 0: no noise.
+    """
+    d = g.shape[0]
+    lvl = tune[NZ_LVL]
+    if lvl < 1.0:
+        return
+    tv = 0.0
+    cross = 0.0
+    for i in range(d):
+        a = (g[i] - hist[d + i]) * ipre[i] * 0.7071067811865476
+        tv += a * a
+        cross += a * hist[3 * d + i]
+        hist[3 * d + i] = hist[2 * d + i]
+        hist[2 * d + i] = a
+    if not (math.isfinite(tv) and math.isfinite(cross)):
+        tune[NZ_LVL] = 0.0
+        return
+    _mean_push(tune, NZ_TR, NZ_N1, tv)
+    if lvl >= 3.0:
+        c2 = cross * cross
+        _mean_push(tune, NZ_SQ2, NZ_N2, c2 * c2)
+        tune[NZ_N2] -= 1.0
+        _mean_push(tune, NZ_SQ, NZ_N2, c2)
+    tune[NZ_LVL] = min(lvl + 1.0, 3.0)
+
+
+@njit
+def noise_keep(tune, hist, g, rejected):  # type: ignore[no-untyped-def]
+    """At the step's end: keep its last gradient ``g`` for :func:`noise_update`, or restart the history."""
+    if rejected:
+        tune[NZ_LVL] = 0.0
+        return
+    d = g.shape[0]
+    for i in range(d):
+        hist[d + i] = g[i]
+    if tune[NZ_LVL] < 1.0:
+        tune[NZ_LVL] = 1.0
+
+
+@njit
+def noise_work_var(tune, eps, ndim):  # type: ignore[no-untyped-def]
+    """w = ε² √(2 (d tr V'² − (tr V')²)/d) / d²: the anisotropic gradient noise's work per step, per dimension.
+
+    From :func:`noise_update`'s means (0 until there are some). Between steps the sampler's true
+    Hamiltonian H = K + U changes by the step's energy error ΔE_t (the integrator's error on the batch's own
+    potential U_t, which :func:`anchored_update` anchors) plus the work of the noise: U − U_t changes over the
+    step by ≈ −ε u·ζ_t, so E[(ε u·ζ')² | u] = ε² uᵀV'u. Its isotropic part ε² tr V'/d acts on u as MCLMC's
+    partial refresh does and leaves the stationary law unchanged (the SMILE paper, appendix A.2): it is not
+    counted, as MCLMC does not count its refresh. The anisotropic part ε² uᵀAu, A = V' − (tr V'/d) I, changes
+    the law (appendix A.3); over directions u uniform on the sphere its standard deviation is
+    ε² √(2/(d(d + 2))) ‖A‖_F ≈ ε² √2 ‖A‖_F/d, with d‖A‖_F² = d tr V'² − (tr V')².
+    Per dimension (/d), as MCLMC's Var[ΔE]/d: w. It grows as ε².
+
+    Only the anisotropy the means resolve counts: tr V'² is estimated by the mean of (a·b)² less two of its
+    standard errors (from the mean of (a·b)⁴ and the effective sample size, n or 2/``NOISE_RATE`` − 1), so
+    that isotropic noise, where d tr V'² − (tr V')² = 0, gives w = 0 but in ≈ 2 % of the chains' time, instead of
+    a floor set by the estimates' noise.
+    """
+    n2 = tune[NZ_N2]
+    if n2 < 2.0 or ndim < 2:
+        return 0.0
+    tr = tune[NZ_TR]
+    sq = tune[NZ_SQ]
+    n_eff = min(n2, 2.0 / NOISE_RATE - 1.0)
+    se = math.sqrt(max(tune[NZ_SQ2] - sq * sq, 0.0) / n_eff)
+    an2 = ndim * (sq - 2.0 * se) - tr * tr
+    if not an2 > 0.0:
+        return 0.0
+    return eps * eps * math.sqrt(2.0 * an2 / ndim) / (ndim * ndim)
+
+
+@njit
+def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip, rho=0.0):  # type: ignore[no-untyped-def]
     """The anchored tuner after one integrator step; ``tune`` = [μ_raw, s²_raw, n, step]. Returns True to reject.
 
     Algorithm 1 with eq. (7) replaced: the guardrail (eq. 6, :func:`tuner_update`'s Gamma fit and
@@ -270,7 +377,8 @@ def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip
         ξ_t = min(ΔE_t² / (d v*), ξ_max),    log ε ← log ε + (γ_n/6) (1 − ξ_t),    γ_n = γ/√(1 + n/n₀)
 
     (γ = ``gain``, ξ_max = ``clip``, n the tuned steps so far, n₀ = 1000; from step ``tune_start`` on). A
-    non-finite ΔE counts as ξ = ξ_max and is rejected.
+    non-finite ΔE counts as ξ = ξ_max and is rejected. With the noise term, ΔE²/(d v*) is replaced by
+    max(ΔE²/(d v*), ``rho``) (below; ``rho`` = 0 without it).
 
     **Fixed point.** The mean change of x = log ε is (γ_n/6)(1 − m(x)) with m(x) = E[min(ΔE²/(d v*), ξ_max)]
     at step size eˣ, so the only fixed point is m(x*) = 1: E[ΔE²]/d = v* up to the clip (for a Gaussian
@@ -311,6 +419,27 @@ def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip
     at ε*). The anchor therefore bounds the integrator's bias, as in MCLMC, not the noise's; a lower v*
     reduces the latter only through ε* ∝ v*^(1/6) (``benchmarks/smile_anchor.py`` measures both sides).
 
+    **The noise term** (``rho``; ``SmileOptions.noise_weight`` = ω > 0, off by default). ρ_t = ω w_t/v* with
+    w_t = :func:`noise_work_var` at the step's ε, the anisotropic gradient noise's work per step and dimension
+    (estimated online from successive gradients at one point, :func:`noise_update`), and ξ_t = min(max(ΔE_t²/(d v*),
+    ρ_t), ξ_max): the rule then holds the true Hamiltonian's energy error per dimension — the integrator's and
+    the part of the noise's that changes the stationary law — at v*. Fixed point: m(x) = E[max(ΔE²/(d v*), ρ)]
+    = 1. With the noise's estimates fixed (they do not depend on ε) ρ = (ε/ε_c)², ε_c = √(v*/(ω c)), c = w/ε²;
+    m is increasing in ε (each argument is), so the fixed point is unique, at ε* ≤ min(ε_E, ε_c) (ε_E the
+    energy-only fixed point), and ε* = ε_c when ε_c ≪ ε_E (ΔE²/(d v*) ≈ (ε_c/ε_E)⁶ ≈ 0 there). Its local
+    exponent p = d log m/d log ε lies between 2 (ρ dominates) and 6, so the linearised factor 1 − γ_n p/6 lies in
+    [1 − γ_n, 1 − γ_n/3]: stable for every n as above. The estimates are running means (weight 1/n, then 10⁻³),
+    so ρ changes more slowly than ε's own relaxation after the first thousand steps. Measured
+    (``tests/test_smile_noise.py``): on the 10-d Gaussian with the appendix-C diagonal noise (ε_E ≈ 0.035,
+    ε_c = 3.8·10⁻⁴ at v* = 5·10⁻⁵) ε settles at 1.07–1.10 ε_c from starts 10× below and above (the
+    estimate's two-standard-error shrink lowers w a little). Across Table 1 (``benchmarks/smile_anchor.py
+    --noise-weights 0,1``, 10⁵ steps) ω = 1 brings every anisotropic Rosenbrock cell to or below the best fixed
+    step's b² (Rosenbrock/diagonal smile 9.3 → 0.040, fixed 0.080; partly because the guardrail, a relative
+    quantile that rejects 2 % of the steps at any ε and restarts the velocity toward the mode, pins the chains
+    near their start at so small a step) but holds the Gaussian cells' ε at ≈ 10⁻³,
+    where 10⁵ steps do not move the chains (b² ≈ 0.5), and traps the funnel's pSMILE chains (b² 16–206):
+    hence off by default.
+
     **Choice of v*.** MCLMC's 5·10⁻⁴ bounds the only bias there is with exact gradients; with minibatch
     noise the bias has the O(ε) part above besides, so the anchor belongs lower, at a cost in mixing per step
     where the flow moves the chain. Measured across all 24 cells of the SMILE paper's Table 1 and the bundled
@@ -327,6 +456,8 @@ def anchored_update(tune, abs_de, ndim, zk, beta, tune_start, target, gain, clip
     if math.isfinite(abs_de):
         reject = _gamma_guardrail(tune, abs_de, zk, beta, tune_start)
         xi = abs_de * abs_de / (ndim * target)
+        if rho > xi:
+            xi = rho
         if xi > clip:
             xi = clip
         _ema_push(tune, abs_de, beta)
@@ -541,7 +672,8 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
     settings = {"friction": params.friction, "ema_rate": smile.ema_rate, "precond_rate": smile.precond_rate,
                 "kappa": smile.guardrail, "adapt_a": smile.adapt_a, "adapt_delta": smile.adapt_delta,
                 "tune_start": smile.tune_start, "precond_start": smile.precond_start, "n_chains": nc,
-                "tuner": smile.tuner, "energy_var_target": smile.energy_var_target, "anchor_rate": smile.anchor_rate}
+                "tuner": smile.tuner, "energy_var_target": smile.energy_var_target, "anchor_rate": smile.anchor_rate,
+                **({"noise_weight": smile.noise_weight} if getattr(smile, "noise_weight", 0.0) else {})}
     return SmileEnsembleResult(
         sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
         stats[:, 0] / ns, step.copy(), stats[:, 1] / ns, stats[:, 2] / ns, stats[:, 3] / ns / d, diverged, 1.0 / ipre,

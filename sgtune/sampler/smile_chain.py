@@ -46,8 +46,8 @@ from ._jit import call_value_grad, component, component_inline, njit, njit_inlin
 from .grads import add_prior, minibatch_value_gradient, prior_value
 from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
-from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, position_map, precond_update,
-                    random_unit_vector, sgld_step, tuner_update)
+from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_update, noise_work_var,
+                    position_map, precond_update, random_unit_vector, sgld_step, tuner_update)
 from .state import LAM_DIAG, ChainPlan, Schedule, TunerParams, chain_state, mclmc_state, oracle, recorder, step_params
 from .targets import draw_step_noise, target_grad, target_value_grad
 
@@ -81,6 +81,8 @@ def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
         mc.pcount[c] = precond_update(mc.gbar[c], mc.gvar[c], mc.pcount[c], g, params.alpha, mc.ipre[c],
                                       params.pre_start)
     p = mc.ipre[c]
+    if params.noise_weight > 0.0:
+        noise_update(mc.tune[c], mc.prev[c], g, p)
     for i in range(d):
         mc.prev[c, i] = th[i]
     h = mc.step[c]
@@ -114,14 +116,22 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
             rej = tuner_update(tune[c], abs(de), params.zk, params.zlo, params.zhi, params.beta, params.delta,
                                params.tune_start)
         else:
+            rho = 0.0
+            if params.noise_weight > 0.0:
+                rho = params.noise_weight * noise_work_var(tune[c], h, d) / params.anchor
             rej = anchored_update(tune[c], abs(de), d, params.zk, params.beta, params.tune_start, params.anchor,
-                                  params.gain, params.clip)
+                                  params.gain, params.clip, rho)
         if rej or diverges(th):
             stats[c, 0] += 1.0
             for i in range(d):
                 th[i] = mc.prev[c, i]
                 u[i] = 0.0
+            rej = True
         mc.step[c] = tune[c, 3]
+        if params.noise_weight > 0.0:
+            noise_keep(tune[c], mc.prev[c], g, rej)
+    elif params.noise_weight > 0.0:
+        noise_keep(tune[c], mc.prev[c], g, False)
     if math.isfinite(de):
         stats[c, 1] += de
         stats[c, 2] += abs(de)

@@ -56,7 +56,7 @@ Oracle = namedtuple("Oracle", "X y ints floats hessian mean noise_factor prior_k
 Schedule = namedtuple("Schedule", "batch_size decay")
 StepParams = namedtuple("StepParams", "lam fac momentum inject inv_temp friction step")
 TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
-                                        "friction mode anchor gain clip")
+                                        "friction mode anchor gain clip noise_weight")
 #: the step-size rules of the tuned SMILE samplers (``TunerParams.mode``): Algorithm 1 as printed, or anchored
 TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
 #: the per-chain arrays of the SMILE samplers followed by the fields of :class:`TunerParams` (flat: numba's
@@ -72,24 +72,28 @@ Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 def tuner_params(*, alpha: float = 0.01, beta: float = 0.01, zk: float = 0.0, zlo: float = 0.0, zhi: float = 0.0,
                  delta: float = 0.02, tune_start: float = 10.0, pre_start: float = 100.0, inv_temp: float = 1.0,
                  precond: bool = False, tuned: bool = False, friction: float = 1.0, mode: float = TUNER_PAPER,
-                 anchor: float = 5e-5, gain: float = 0.02, clip: float = 10.0) -> TunerParams:
+                 anchor: float = 5e-5, gain: float = 0.02, clip: float = 10.0, noise_weight: float = 0.0) -> TunerParams:
     """A :class:`TunerParams` record with every field a float (one numba type for every sampler).
 
     ``mode`` is the step-size rule (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`); ``anchor``, ``gain`` and
-    ``clip`` are the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max
-    (:func:`sgtune.sampler.smile.anchored_update`)."""
+    ``clip`` are the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max, ``noise_weight`` the weight of
+    the anisotropic noise's work (0: off) (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`)."""
     return TunerParams(float(alpha), float(beta), float(zk), float(zlo), float(zhi), float(delta), float(tune_start),
                        float(pre_start), float(inv_temp), float(bool(precond)), float(bool(tuned)), float(friction),
-                       float(mode), float(anchor), float(gain), float(clip))
+                       float(mode), float(anchor), float(gain), float(clip),
+                       float(noise_weight))
 
 
 def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerParams | None = None) -> MclmcState:
     """An :class:`MclmcState` of C chains starting at step size ``step`` (D = 0: the placeholder of the
     samplers without one)."""
-    return MclmcState(np.full(n_chains, float(step)), np.zeros((n_chains, 4)), np.ones((n_chains, dim)),
+    params = tuner_params() if params is None else params
+    # tune: Algorithm 1's [μ, s², n, ε] + the noise estimates (sgtune.sampler.smile.noise_update); prev: θ saved at
+    # the step's start, and with the noise cap the last end gradient and the last two noise draws
+    hist = 4 * dim if params.noise_weight > 0.0 else dim
+    return MclmcState(np.full(n_chains, float(step)), np.zeros((n_chains, 10)), np.ones((n_chains, dim)),
                       np.zeros((n_chains, dim)), np.zeros((n_chains, dim)), np.zeros(n_chains, dtype=np.int64),
-                      np.zeros((n_chains, 4)), np.zeros((n_chains, dim)), np.zeros((n_chains, 2)),
-                      *(tuner_params() if params is None else params))
+                      np.zeros((n_chains, 4)), np.zeros((n_chains, hist)), np.zeros((n_chains, 2)), *params)
 
 
 def _matrix(a: np.ndarray | None) -> np.ndarray:

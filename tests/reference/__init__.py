@@ -21,7 +21,7 @@ def chain_kw(step, *, batch_size=1, inv_temperature=None, momentum=0.0, batching
     from sgtune.sampler.registry import options_for
 
     tuner = {k: rest.pop(k) for k in ("friction", "ema_rate", "precond_rate", "guardrail", "adapt_a", "adapt_delta",
-                                      "tune_start", "precond_start", "tuner") if k in rest}
+                                      "tune_start", "precond_start", "tuner", "noise_weight") if k in rest}
     if rest.get("backend") == "python":
         rest["backend"] = ReferenceBackend()
     beta = math.inf if inv_temperature is None else inv_temperature
@@ -40,7 +40,7 @@ def ensemble_kw(sampler, step_size, *, n_steps, n_chains=10, burn_in=None, thin=
     from tests.reference.smile_twin import SmileReference
 
     tuner = {k: rest.pop(k) for k in ("friction", "ema_rate", "precond_rate", "kappa", "adapt_a", "adapt_delta",
-                                      "tune_start", "precond_start", "tuner") if k in rest}
+                                      "tune_start", "precond_start", "tuner", "noise_weight") if k in rest}
     if rest.get("backend") == "python":
         rest["backend"] = SmileReference()
     return {"step_size": step_size, "run": RunSpec(n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, seed=seed),

@@ -72,6 +72,60 @@ def momentum_map_twin(u: np.ndarray, g: np.ndarray, eps: float) -> tuple[np.ndar
     return new, (d - 1) * math.log(den)
 
 
+class _NoiseTwin:
+    """The anchored rule's noise estimates (``sgtune.sampler.smile.noise_update``, ``noise_keep``,
+    ``noise_work_var``) in plain Python, summing in the kernel's order."""
+
+    RATE = 1e-3
+
+    def __init__(self, d: int) -> None:
+        self.d, self.lvl, self.gend = d, 0, np.zeros(d)
+        self.a1, self.a2 = np.zeros(d), np.zeros(d)
+        self.tr = self.sq = self.sq2 = 0.0
+        self.n1 = self.n2 = 0
+
+    @classmethod
+    def _w(cls, n: int) -> float:
+        return max(1.0 / n, cls.RATE)
+
+    def update(self, g: np.ndarray, ip: np.ndarray) -> None:
+        if self.lvl < 1:
+            return
+        tv = cross = 0.0
+        a = np.empty(self.d)
+        for i in range(self.d):
+            a[i] = (g[i] - self.gend[i]) * ip[i] * 0.7071067811865476
+            tv += a[i] * a[i]
+            cross += a[i] * self.a2[i]
+        self.a2, self.a1 = self.a1, a
+        if not (math.isfinite(tv) and math.isfinite(cross)):
+            self.lvl = 0
+            return
+        self.n1 += 1
+        self.tr += self._w(self.n1) * (tv - self.tr)
+        if self.lvl >= 3:
+            self.n2 += 1
+            w, c2 = self._w(self.n2), cross * cross
+            self.sq2 += w * (c2 * c2 - self.sq2)
+            self.sq += w * (c2 - self.sq)
+        self.lvl = min(self.lvl + 1, 3)
+
+    def keep(self, g: np.ndarray, rejected: bool) -> None:
+        if rejected:
+            self.lvl = 0
+            return
+        self.gend = g.copy()
+        self.lvl = max(self.lvl, 1)
+
+    def work(self, h: float) -> float:
+        d = self.d
+        if self.n2 < 2:
+            return 0.0
+        se = math.sqrt(max(self.sq2 - self.sq * self.sq, 0.0) / min(self.n2, 2.0 / self.RATE - 1.0))
+        an2 = d * (self.sq - 2.0 * se) - self.tr * self.tr
+        return h * h * math.sqrt(2.0 * an2 / d) / (d * d) if an2 > 0.0 else 0.0
+
+
 class SmileReference:
     """``prepare``/``advance`` over the plan of an ensemble on an analytic target (the engine's seam).
 
@@ -86,7 +140,7 @@ class SmileReference:
         st = plan.state
         n_chains, d = st.theta.shape
         self.method = METHOD_IDS[plan.sampler]
-        self.carry = [dict(gm=np.zeros(d), gv=np.zeros(d), pn=0, em=0.0, ev=0.0, en=0, cum=0.0)
+        self.carry = [dict(gm=np.zeros(d), gv=np.zeros(d), pn=0, em=0.0, ev=0.0, en=0, cum=0.0, nz=_NoiseTwin(d))
                       for _ in range(n_chains)]
         if self.method <= 3:  # the velocity: D normals of the chain's stream, normalised
             for c in range(n_chains):
@@ -116,6 +170,8 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
     pk, plo, phi = (float(ndtr(z)) for z in (zk, zlo, zhi))
     anchored = float(params.mode) != 0.0
     v_star, gain, clip = float(params.anchor), float(params.gain), float(params.clip)
+    weight = float(getattr(params, "noise_weight", 0.0))
+    nz = carry["nz"]
     d = st.theta.shape[1]
     mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)
     thin, sums = rec.thin, rec.theta_sum.shape[1] > 0
@@ -134,6 +190,8 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                     if np.all(var > 0):
                         sig = np.sqrt(var)
                         ip = 1.0 / (math.sqrt(d) * sig / np.linalg.norm(sig))
+            if weight > 0.0:
+                nz.update(g, ip)
             prev = th.copy()
             dk = 0.0
             for kind, coef in (("P", _B1), ("Q", _A1), ("P", _B2), ("Q", _A1), ("P", _B1)):
@@ -154,7 +212,10 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                         if mu > 0 and var > 0:
                             fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
                             reject = a > wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0]
-                    xi = min(a * a / (d * v_star), clip)
+                    xi = a * a / (d * v_star)
+                    if weight > 0.0:
+                        xi = max(xi, weight * nz.work(h) / v_star)
+                    xi = min(xi, clip)
                 act = not math.isfinite(a) or en >= tune_start
                 if math.isfinite(a):
                     em, ev, en = ema_update(em, ev, en, a, beta)
@@ -163,7 +224,10 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                     stats[c, 0] += 1.0
                     th = prev
                     u = np.zeros(d)
+                    reject = True
                 step[c] = h * factor
+                if weight > 0.0:
+                    nz.keep(g, reject)
             elif tuned:
                 reject = False
                 factor = 1.0
