@@ -34,7 +34,8 @@ from ..core._refs import cites
 from ..core.errors import MissingExtraError, SgtuneError, ShapeError
 from .mlp import MLP
 
-__all__ = ["LayerFactors", "KroneckerFactors", "mlp_factors", "torch_factors", "theta_indices", "KFAC_LIKELIHOODS"]
+__all__ = ["LayerFactors", "KroneckerFactors", "mlp_factors", "torch_factors", "theta_indices", "KFAC_LIKELIHOODS",
+           "damp_factors"]
 
 
 def _sym(a: np.ndarray) -> np.ndarray:
@@ -94,6 +95,14 @@ class LayerFactors:
         Ḡ = mean_n e_n ã_nᵀ, the layer's mean gradient as a matrix (None: zero, e.g. at an exact MAP
         without prior); ḡḡᵀ is removed from 𝓘 in factored form
         (:func:`sgtune.theory.kronecker.noise_factor_for`).
+    curvature_roots : (N, K, d_out) ndarray or None
+        Per sample n the K vectors v_nk with G_n = Σ_k v_nk v_nkᵀ, the sample's Gauss–Newton output factor
+        (its per-sample curvature block is G_n ⊗ ã_nã_nᵀ, so G = mean_n G_n). None: not collected; the
+        Σ-dependent minibatch noise (``method="dq-exact"`` of :func:`sgtune.theory.kronecker.tune_layer`)
+        needs it.
+    input_moment : float or None
+        m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)², Ã the input factor damped for the factors' prior
+        (:func:`damp_factors`); with ``curvature_roots``.
 
     Examples
     --------
@@ -110,6 +119,8 @@ class LayerFactors:
     weight_index: tuple[int, int]
     bias_index: tuple[int, int] | None = None
     mean_gradient: np.ndarray | None = None
+    curvature_roots: np.ndarray | None = None
+    input_moment: float | None = None
 
     def __post_init__(self) -> None:
         A, G, E = (np.asarray(x, dtype=np.float64) for x in (self.input_factor, self.curvature_factor,
@@ -122,6 +133,10 @@ class LayerFactors:
         if nw != G.shape[0] * d_w:
             raise ShapeError(f"layer {self.name!r}: weight_index covers {nw} entries, expected d_out·d_in = "
                              f"{G.shape[0]}·{d_w}")
+        R = self.curvature_roots
+        if R is not None and (np.ndim(R) != 3 or np.shape(R)[2] != G.shape[0] or self.input_moment is None):
+            raise ShapeError(f"layer {self.name!r}: curvature_roots must be (N, K, d_out) with d_out = {G.shape[0]} "
+                             f"and come with input_moment; got shape {np.shape(R)}")
         object.__setattr__(self, "input_factor", _sym(A))
         object.__setattr__(self, "curvature_factor", _sym(G))
         object.__setattr__(self, "noise_factor", _sym(E))
@@ -188,13 +203,50 @@ class KroneckerFactors:
 
 
 
+@cites("martens2015", "§6.3: factored Tikhonov damping (A + π√γ I) ⊗ (G + √γ/π I), π² = (tr A/d_in)/(tr G/d_out)")
+def damp_factors(A: np.ndarray, G: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Ã, G̃) = (A + π√γ I, G + (√γ/π) I), π = √((tr A/d_in)/(tr G/d_out)) (Martens & Grosse 2015, §6.3).
+
+    Parameters
+    ----------
+    A, G : ndarray
+        The input and output factors.
+    gamma : float
+        γ = δ/N (0: the factors unchanged).
+
+    Returns
+    -------
+    A_damped, G_damped : ndarray
+        Ã and G̃.
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import damp_factors
+    >>> A, G = damp_factors(np.eye(2), 4 * np.eye(1), 4.0)   # π = √(1/4) = 1/2
+    >>> float(A[0, 0]), float(G[0, 0])
+    (2.0, 8.0)
+    """
+    if gamma == 0.0:
+        return A, G
+    ta, tg = np.trace(A) / A.shape[0], np.trace(G) / G.shape[0]
+    pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 else 1.0
+    return A + pi * math.sqrt(gamma) * np.eye(A.shape[0]), G + math.sqrt(gamma) / pi * np.eye(G.shape[0])
+
+
+def _leverage_moment(inputs: np.ndarray, A_damped: np.ndarray) -> float:
+    """Σ_n (ã_nᵀÃ⁻¹ã_n)² over the rows ã_n of ``inputs`` (the bias column included)."""
+    L = np.linalg.cholesky(A_damped)
+    Z = np.linalg.solve(L, inputs.T)
+    return float(np.sum(np.einsum("in,in->n", Z, Z) ** 2))
+
+
 #: likelihoods the torch route supports (curvlinops' losses)
 KFAC_LIKELIHOODS = ("gaussian", "bernoulli", "categorical")
 
 
 @cites("martens2015", "§3: A = E[ããᵀ], G = E[J_fᵀ∇²ρ J_f] per layer; E from per-sample gradients (empirical Fisher)")
 def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: float = 0.0,
-                chunk_rows: int = 4096) -> KroneckerFactors:
+                chunk_rows: int = 4096, samples: bool = True) -> KroneckerFactors:
     """The KFAC factors of every layer of an :class:`~sgtune.models.mlp.MLP` at θ (module docstring).
 
     Parameters
@@ -211,6 +263,9 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
         The precision δ of the prior N(0, δ⁻¹I) (recorded; absorbed when tuning).
     chunk_rows : int, optional
         Rows per pass (bounds the memory to O(chunk · width)).
+    samples : bool, optional
+        Also keep the per-sample curvature roots (N × d_out per layer) and m₂ (a second forward pass) for the
+        Σ-dependent minibatch noise (``LayerFactors.curvature_roots``).
 
     Returns
     -------
@@ -237,6 +292,7 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
     sums: list[list[np.ndarray]] = [[np.zeros((widths[i] + 1, widths[i] + 1)), np.zeros((widths[i + 1],) * 2),
                                      np.zeros((widths[i + 1],) * 2), np.zeros((widths[i + 1], widths[i] + 1))]
                                     for i in range(nl)]
+    roots: list[list[np.ndarray]] = [[] for _ in range(nl)]
     for start in range(0, n, chunk_rows):
         Xc, yc = X[start:start + chunk_rows], y[start:start + chunk_rows]
         layers, acts, d1s, _, f = model._forward(theta, Xc)
@@ -249,11 +305,22 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
             sums[i][1] += (r2[:, None] * u).T @ u
             sums[i][2] += e.T @ e
             sums[i][3] += e.T @ at
+            if samples:
+                roots[i].append((np.sqrt(np.clip(r2, 0.0, None))[:, None] * u)[:, None, :])
+    moments = np.zeros(nl)
+    if samples:  # a second forward pass: m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)² needs the damped Ã of the whole data
+        damped = [damp_factors(sm[0] / n, sm[1] / n, prior_precision / n)[0] for sm in sums]
+        for start in range(0, n, chunk_rows):
+            _, acts, _, _, _ = model._forward(theta, X[start:start + chunk_rows])
+            for i, a in enumerate(acts):
+                moments[i] += _leverage_moment(np.hstack([a, np.ones((a.shape[0], 1))]), damped[i])
     out = []
     for i, ((a0, a1), (A, G, E, Gbar)) in enumerate(zip(model.layer_slices(p), sums)):
         name = "output" if i == nl - 1 else f"hidden{i + 1}"
         nw = widths[i + 1] * widths[i]
-        out.append(LayerFactors(name, A / n, G / n, E / n, (a0, a0 + nw), (a0 + nw, a1), mean_gradient=Gbar / n))
+        extra = dict(curvature_roots=np.concatenate(roots[i]), input_moment=moments[i] / n) if samples else {}
+        out.append(LayerFactors(name, A / n, G / n, E / n, (a0, a0 + nw), (a0 + nw, a1), mean_gradient=Gbar / n,
+                                **extra))
     return KroneckerFactors(tuple(out), n_data=n, dim=model.n_params(p), prior_precision=float(prior_precision),
                             source="mlp")
 

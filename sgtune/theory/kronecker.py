@@ -82,7 +82,7 @@ import numpy as np
 from ..core._refs import cites
 from ..core.config import Dynamics
 from ..core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
-from ..models.kfac import KroneckerFactors, LayerFactors, mlp_factors, theta_indices, torch_factors
+from ..models.kfac import KroneckerFactors, LayerFactors, damp_factors, mlp_factors, theta_indices, torch_factors
 from ..models.mlp import MLP
 from .linear_chain import LinearChain, SteinSolver, finite_population_factor
 from .tuning import solve_momentum_step_matrix, solve_step_matrix
@@ -90,10 +90,13 @@ from .tuning import solve_momentum_step_matrix, solve_step_matrix
 __all__ = ["tune_kronecker", "KroneckerLayer", "KroneckerTuning", "damped_factors", "tune_layer",
            "noise_factor_for",
            "layer_target", "layer_stationary", "tune_factors", "eigenbasis_posterior_variance",
-           "KRONECKER_TARGETS", "KRONECKER_PRIORS", "tune_layer_eigenbasis"]
+           "KRONECKER_TARGETS", "KRONECKER_PRIORS", "tune_layer_eigenbasis", "KRONECKER_METHODS",
+           "curvature_noise_factor", "layer_exact_stationary"]
 
 #: the targets of the Kronecker family
 KRONECKER_TARGETS = ("posterior", "sandwich")
+#: the noise models of the Kronecker family (the dense tuner's names, :func:`sgtune.theory.tuning.tune`)
+KRONECKER_METHODS = ("dq-exact", "dq-const")
 #: how the prior enters the factors (:func:`tune_factors`)
 KRONECKER_PRIORS = ("damped", "eigenbasis")
 
@@ -131,13 +134,7 @@ def damped_factors(layer: LayerFactors, prior_precision: float, n_data: int) -> 
     >>> float(A[0, 0]), float(G[0, 0])
     (2.0, 8.0)
     """
-    A, G = layer.input_factor, layer.curvature_factor
-    gamma = prior_precision / n_data
-    if gamma == 0.0:
-        return A, G
-    ta, tg = np.trace(A) / A.shape[0], np.trace(G) / G.shape[0]
-    pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 else 1.0
-    return A + pi * math.sqrt(gamma) * np.eye(A.shape[0]), G + math.sqrt(gamma) / pi * np.eye(G.shape[0])
+    return damp_factors(layer.input_factor, layer.curvature_factor, prior_precision / n_data)
 
 
 @cites("sgtune", "C = 𝓘 − ḡḡᵀ ≈ E_eff ⊗ Ã: nearest Kronecker product with input factor Ã in whitened coordinates")
@@ -275,7 +272,7 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
 
 @cites("wang2026", "Prop. B.1: the heavy-ball chain's stationary second moment, decoupled into 2×2 modes")
 def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, kappa: float,
-                         beta: float) -> tuple[np.ndarray, float, float]:
+                         beta: float, with_tau: bool = True) -> tuple[np.ndarray, float, float]:
     """(S, ρ², τ_worst) of the small heavy-ball chain m' = κm + Gd + η, d' = d − Mm' + √(2M/β)ξ, exactly.
 
     With K = M^{1/2} G M^{1/2} = U diag(μ) Uᵀ, the coordinates d = M^{1/2}U a, m = M^{−1/2}U b decouple the
@@ -310,6 +307,8 @@ def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, 
     S[:d, d:] = Td @ P[..., 0, 1] @ Tm.T
     S[d:, :d] = S[:d, d:].T
     S[d:, d:] = _sym(Tm @ P[..., 1, 1] @ Tm.T)
+    if not with_tau:  # S linear in E (the Σ-dependent noise's response, E need not be PSD)
+        return S, rho, math.nan
     inv = np.linalg.inv(np.eye(2) - Fi)  # (I − F_i)⁻¹, per mode (the row index of W)
     W_aa = inv[:, 0, 0][:, None] * P[..., 0, 0] + inv[:, 0, 1][:, None] * P[..., 1, 0]
     import scipy.linalg as sla
@@ -325,6 +324,196 @@ def _layer_step(G: np.ndarray, E: np.ndarray, S: np.ndarray, dynamics: Dynamics,
     if kappa == 0.0:
         return solve_step_matrix(G, S, s * E + G @ S @ G, inv_temperature=beta)
     return solve_momentum_step_matrix(G, S, s * E, momentum=kappa, inv_temperature=beta)
+
+
+@cites("wang2026", "Eq. (12): the Σ-dependent part (f/B)(mean_n J_nΣJ_n − JΣJ) of C̄(Σ), in Kronecker-factored form")
+def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndarray) -> np.ndarray:
+    r"""c(S) with mean_n J_nΣJ_n − JΣJ ≈ c(S) ⊗ Ã on the layer, for Σ_l = S ⊗ Ã⁻¹ (the Σ-dependent noise).
+
+    The exact minibatch noise of the proxy chain is C̄(Σ) = (f/B)[𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ]
+    (Wang, Ding & Huggins 2026, Eq. (12)); the constant part is :func:`noise_factor_for`. Per sample the
+    layer's Gauss–Newton block is exactly J_n = G_n ⊗ ã_nã_nᵀ (row-major; G_n = Σ_k v_nk v_nkᵀ,
+    ``layer.curvature_roots``), so with Σ_l = S ⊗ Ã⁻¹
+
+        J_nΣJ_n = G_nSG_n ⊗ q_n ã_nã_nᵀ,  q_n = ã_nᵀÃ⁻¹ã_n,      JΣJ ≈ GSG ⊗ AÃ⁻¹A  (KFAC J ≈ G ⊗ A).
+
+    Each is replaced, as in :func:`noise_factor_for`, by its whitened partial trace over the input divided
+    by d_in (the Frobenius-nearest X ⊗ I in the coordinates where the factored chain decouples):
+    ptr(G_nSG_n ⊗ q_n Ã^{−½}ããᵀÃ^{−½}) = q_n² G_nSG_n and ptr(GSG ⊗ Ã^{−½}AÃ⁻¹AÃ^{−½}) = t₂ GSG with
+    t₂ = tr((Ã⁻¹A)²). KFAC's independence assumption between the input and the output side,
+    mean_n q_n² G_nSG_n ≈ m₂ mean_n G_nSG_n with m₂ = mean_n q_n² (``layer.input_moment``), gives
+
+        c(S) = (m₂/d_in) mean_n G_nSG_n − (t₂/d_in) GSG
+             = (t₂/d_in)[mean_n G_nSG_n − GSG] + ((m₂ − t₂)/d_in) mean_n G_nSG_n,
+
+    and m₂ ≥ (mean_n q_n)² = (tr Ã⁻¹A)² ≥ t₂, so S ↦ c(S) is completely positive: the factored noise is
+    positive semi-definite for every S ⪰ 0, as the exact C̄(Σ) is, and the stability test of
+    :func:`layer_exact_stationary` (a positive linear map) is exact. One pass over the N per-sample
+    roots, O(N·K·d_out²); linear in S.
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer, with ``curvature_roots`` and ``input_moment``.
+    A_damped : (d_in, d_in) ndarray
+        Ã (the damping the factors' m₂ was computed with).
+    S : (d_out, d_out) ndarray
+        The output factor of Σ_l (symmetric; need not be definite).
+
+    Returns
+    -------
+    (d_out, d_out) ndarray
+        c(S), symmetric.
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import curvature_noise_factor
+    >>> V = np.array([[[1.0]], [[3.0]]])            # G_n = 1, 9; G = 5; ã_n = 1, A = Ã = 1: q_n = 1, m₂ = t₂ = 1
+    >>> lf = LayerFactors("fc", np.eye(1), 5 * np.eye(1), np.eye(1), (0, 1), curvature_roots=V, input_moment=1.0)
+    >>> curvature_noise_factor(lf, np.eye(1), np.eye(1))   # mean(1, 81) − 25
+    array([[16.]])
+    """
+    V = layer.curvature_roots
+    if V is None or layer.input_moment is None:
+        raise SgtuneError(f"layer {layer.name!r}: the Σ-dependent noise (method 'dq-exact') needs the per-sample "
+                          "curvature roots; compute the factors with samples=True or use method 'dq-const'")
+    S = _sym(np.asarray(S, dtype=np.float64))
+    out = np.zeros_like(S)
+    for i in range(0, V.shape[0], 4096):
+        Vc = V[i:i + 4096]
+        W = np.einsum("nkd,de,nle->nkl", Vc, S, Vc, optimize=True)
+        out += np.einsum("nkd,nkl,nle->de", Vc, W, Vc, optimize=True)
+    G = layer.curvature_factor
+    AiA = np.linalg.solve(A_damped, layer.input_factor)
+    t2 = float(np.sum(AiA * AiA.T))
+    return _sym((layer.input_moment * out / V.shape[0] - t2 * G @ S @ G) / layer.d_in)
+
+
+def _noise_response(G: np.ndarray, M: np.ndarray, dynamics: Dynamics, n_data: int) -> Callable[[np.ndarray], np.ndarray]:
+    """X ↦ the dd block of the small chain's stationary second moment driven by the noise s·X alone (linear).
+
+    Without momentum S = FSFᵀ + M(sX)M, F = I − MG, solved in the modes of K = M^{½}GM^{½} = U diag(μ)Uᵀ:
+    with T = M^{½}U, S = T P Tᵀ and P_ij = s(UᵀM^{½}XM^{½}U)_ij / (1 − (1 − μ_i)(1 − μ_j)); with momentum the
+    same 2×2-mode solve as :func:`layer_stationary` (Wang, Ding & Huggins 2026, Prop. B.1).
+    """
+    s = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement) / dynamics.batch_size
+    d, kappa = G.shape[0], float(dynamics.momentum)
+    if kappa > 0.0:
+        return lambda X: _momentum_stationary(G, X, M, s, kappa, math.inf, with_tau=False)[0][:d, :d]
+    wm, Vm = np.linalg.eigh(_sym(M))
+    Mh = (Vm * np.sqrt(wm)) @ Vm.T
+    mu, U = np.linalg.eigh(_sym(Mh @ G @ Mh))
+    f = 1.0 - mu
+    T = Mh @ U
+    den = 1.0 - np.outer(f, f)
+    return lambda X: _sym(T @ ((s * T.T @ X @ T) / den) @ T.T)
+
+
+def _cw_upper(X: np.ndarray, base: np.ndarray) -> float:
+    """1 − λ_min(X^{−½} base X^{−½}): ρ(P) ≤ this for a positive map P with X = base + P(X), X ≻ 0 (Collatz–Wielandt)."""
+    import scipy.linalg as sla
+
+    return float(1.0 - sla.eigh(_sym(base), _sym(X), eigvals_only=True)[0])
+
+
+def _fixed_point(P: Callable[[np.ndarray], np.ndarray], base: np.ndarray) -> np.ndarray:
+    """X solving X = base + P(X), P linear on symmetric d×d (dense solve for d ≤ 16, else GMRES in vec form)."""
+    d = base.shape[0]
+    iu = np.triu_indices(d)
+    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))  # an orthonormal basis of the symmetric matrices
+
+    def unvec(x: np.ndarray) -> np.ndarray:
+        X = np.zeros((d, d))
+        X[iu] = x / w
+        return X + np.triu(X, 1).T
+
+    def op(x: np.ndarray) -> np.ndarray:
+        return x - P(unvec(x))[iu] * w
+
+    b = base[iu] * w
+    if d <= 16:
+        K = np.column_stack([op(e) for e in np.eye(len(b))])
+        return unvec(np.linalg.solve(K, b))
+    from scipy.sparse.linalg import LinearOperator, gmres
+
+    x, _ = gmres(LinearOperator((len(b), len(b)), matvec=op), b, x0=b, rtol=1e-13, atol=0.0, restart=60,
+                 maxiter=20)
+    return unvec(x)
+
+
+@cites("wang2026", "Eqs. (11)–(12) with the Σ-dependent noise C̄(Σ), per layer in Kronecker-factored form")
+def layer_exact_stationary(layer: LayerFactors, A_damped: np.ndarray, curvature: np.ndarray, noise: np.ndarray,
+                           step: np.ndarray, dynamics: Dynamics, n_data: int) -> tuple[np.ndarray, float, float, float]:
+    r"""The small chain of one layer with the Σ-dependent minibatch noise: S = L(S) + Q₀ + s·M c(S) M.
+
+    The factored chain of the module docstring, its noise now s(E + c(S_dd)) ⊗ Ã with c of
+    :func:`curvature_noise_factor` (Wang, Ding & Huggins 2026, Eq. (12) in factored form): the layer is
+    still d_in copies of the d_out-dimensional chain (Σ_l = S_dd ⊗ Ã⁻¹), whose second moment solves the
+    linear fixed point S_dd = S₀ + P(S_dd) — S₀ the constant-noise answer (:func:`layer_stationary`),
+    P(X) the chain's response to the noise s·c(X) alone. P is a positive map (c is completely positive,
+    the Lyapunov inverse of a stable chain is positive), so a stationary second moment exists iff ρ(P) < 1,
+    iff the solution is positive definite (Collatz–Wielandt); then ρ(P) ≤ 1 − λ_min(S_dd^{−½}S₀S_dd^{−½}) < 1.
+    ρ(P) ≥ 1 is the second-moment instability: the mean dynamics are stable but the minibatch Hessian's
+    fluctuation makes the chain's second moments grow without bound.
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer, with its per-sample curvature roots.
+    A_damped, curvature, noise, step : ndarray
+        Ã, G̃, E (the constant part, :func:`noise_factor_for`) and M.
+    dynamics : Dynamics
+        B, β, κ and the batching.
+    n_data : int
+        N.
+
+    Returns
+    -------
+    S : ndarray
+        The stationary second moment of the small chain (augmented (d, ν) with momentum).
+    spectral_radius : float
+        ρ(F)² of the mean dynamics' second-moment map.
+    tau_worst : float
+        The largest integrated autocorrelation time over linear functionals.
+    noise_gain : float
+        The certified upper bound on ρ(P) above (< 1).
+
+    Raises
+    ------
+    UnstableStepSizeError
+        The mean dynamics are unstable, or ρ(P) ≥ 1 (no stationary second moment; the message says so).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import layer_exact_stationary
+    >>> lf = LayerFactors("fc", np.eye(1), np.eye(1), np.eye(1), (0, 1), curvature_roots=np.ones((2, 1, 1)),
+    ...                   input_moment=1.0)      # G_n = 1 for all n: no Hessian fluctuation, c = 0
+    >>> S, rho, tau, gain = layer_exact_stationary(lf, np.eye(1), np.eye(1), np.eye(1), 0.5 * np.eye(1),
+    ...                                            Dynamics(None, batch_size=1), 10)
+    >>> round(float(S[0, 0]), 12), gain
+    (0.333333333333, 0.0)
+    """
+    d = layer.d_out
+    S0 = layer_stationary(curvature, noise, step, dynamics, n_data)[0][:d, :d]
+    resp = _noise_response(curvature, step, dynamics, n_data)
+    X = _sym(_fixed_point(lambda Y: resp(curvature_noise_factor(layer, A_damped, Y)), _sym(S0)))
+    w = np.linalg.eigvalsh(X)
+    if not w[0] > 1e-12 * max(abs(w[-1]), 1e-300):
+        Y, lo = _sym(S0) / np.linalg.norm(S0), 0.0
+        for _ in range(200):  # power iteration of the positive map: ‖P^k S₀‖ ratios tend to ρ(P) from below
+            Z = resp(curvature_noise_factor(layer, A_damped, Y))
+            lo, Y = float(np.linalg.norm(Z)), Z / max(np.linalg.norm(Z), 1e-300)
+        raise UnstableStepSizeError(
+            f"layer {layer.name!r}: the minibatch-Hessian noise makes the chain's second moments grow (the mean "
+            f"dynamics are stable, but the noise gain ρ(P) ≈ {lo:.4g} ≥ 1): no stationary covariance; use a "
+            "smaller step or a larger batch", spectral_radius=max(lo, 1.0))
+    gain = max(_cw_upper(X, S0), 0.0)
+    S, rho, tau = layer_stationary(curvature, noise + curvature_noise_factor(layer, A_damped, X), step, dynamics,
+                                   n_data)
+    return S, rho, tau, gain
 
 
 @cites("ritter2018", "§3: the Kronecker-factored Laplace posterior with the prior added in the eigenbasis")
@@ -410,6 +599,13 @@ class KroneckerLayer:
         None for the damped form; for ``prior="eigenbasis"`` (:func:`tune_layer_eigenbasis`) the arrays
         (Q_G, Q_A, λ, σ, σ*): Λ_l = (Q_G ⊗ Q_A) diag(λ)(Q_G ⊗ Q_A)ᵀ, the predicted and target Σ_l likewise
         with σ and σ* (each (d_out, d_in)); the four matrix fields are then zeros.
+    method : str
+        The noise model the step was tuned with: ``"dq-const"`` (the constant noise at θ̂) or ``"dq-exact"``
+        (with the Σ-dependent part, :func:`curvature_noise_factor`).
+    noise_gain : float
+        For a layer with per-sample curvature roots: the certified upper bound on the gain ρ(P) of the
+        Σ-dependent noise (:func:`layer_exact_stationary`; < 1: the chain has a stationary covariance); ``inf``
+        when the step has none (ρ(P) ≥ 1, the chain's second moments grow); NaN when not computed.
 
     Examples
     --------
@@ -434,6 +630,8 @@ class KroneckerLayer:
     covariance_error: float
     prior_error: float
     eigenbasis: tuple[np.ndarray, ...] | None = None
+    method: str = "dq-const"
+    noise_gain: float = math.nan
 
     @property
     def form(self) -> str:
@@ -503,7 +701,7 @@ class KroneckerLayer:
                 "n_params": self.d_out * self.d_in, "bias": self.bias_index is not None,
                 "spectral_radius": float(self.spectral_radius), "tau_worst": float(self.tau_worst),
                 "covariance_error": float(self.covariance_error), "prior_error": float(self.prior_error),
-                "prior": self.form,
+                "prior": self.form, "method": self.method, "noise_gain": float(self.noise_gain),
                 "sd_min": float(sd.min()), "sd_median": float(np.median(sd)), "sd_max": float(sd.max())}
 
 
@@ -771,8 +969,15 @@ def _check_factor(name: str, what: str, X: np.ndarray, fix: str) -> None:
 
 @cites("wang2026", "Eq. (11) / Prop. B.1 per layer in Kronecker-factored form (module docstring)")
 def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: int,
-               prior_precision: float = 0.0) -> KroneckerLayer:
+               prior_precision: float = 0.0, method: str = "dq-const") -> KroneckerLayer:
     """Tune one layer: M with Λ_l = M ⊗ Ã⁻¹ so that the factored chain's Σ_l equals the factored target.
+
+    ``method="dq-exact"`` tunes with the Σ-dependent noise as the dense :func:`sgtune.theory.tuning.tune` does
+    (Algorithm 1 with C̄(Σ*), Wang, Ding & Huggins 2026, Eq. (12)): the noise factor is E + c(S*)
+    (:func:`curvature_noise_factor` at the target), so S* is the fixed point of the layer's exact-noise
+    second-moment map, which is then stable (a positive map with a positive definite fixed point). With
+    ``"dq-const"`` and per-sample roots, that Λ's noise gain under the Σ-dependent noise is computed
+    (:func:`layer_exact_stationary`; ``inf``: no stationary covariance).
 
     Parameters
     ----------
@@ -786,6 +991,8 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
         N.
     prior_precision : float, optional
         The prior precision δ (absorbed by :func:`damped_factors`).
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model (above; the names of :func:`sgtune.theory.tuning.tune`).
 
     Returns
     -------
@@ -811,7 +1018,12 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     if not w[0] > 1e-12 * w[-1]:
         raise NotPositiveDefiniteError(f"layer {layer.name!r}: the {target} target is singular (no gradient noise "
                                        "along some output direction of the layer); use target posterior")
-    E = noise_factor_for(layer, A_d)
+    if method not in KRONECKER_METHODS:
+        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
+                          f"got {method!r}")
+    E = E0 = noise_factor_for(layer, A_d)
+    if method == "dq-exact":
+        E = E0 + curvature_noise_factor(layer, A_d, S_star)
     M = _layer_step(G_d, E, S_star, dynamics, n_data)
     try:
         S, rho, tau = layer_stationary(G_d, E, M, dynamics, n_data)
@@ -826,7 +1038,22 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     err = float(np.linalg.norm(S_dd - S_star) / np.linalg.norm(S_star))
     Ainv = _sym(np.linalg.inv(A_d))
     return KroneckerLayer(layer.name, M, Ainv, S_dd, S_star, layer.weight_index, layer.bias_index, rho, tau, err,
-                          _prior_error(layer, A_d, G_d, prior_precision, n_data))
+                          _prior_error(layer, A_d, G_d, prior_precision, n_data), None, method,
+                          _noise_gain(layer, A_d, G_d, E0, M, S_dd, dynamics, n_data, method))
+
+
+def _noise_gain(layer: LayerFactors, A_d: np.ndarray, G_d: np.ndarray, E0: np.ndarray, M: np.ndarray,
+                S_dd: np.ndarray, dynamics: Dynamics, n_data: int, method: str) -> float:
+    """The certified bound on ρ(P) of :func:`layer_exact_stationary` for the tuned M (inf: none; NaN: no roots)."""
+    if layer.curvature_roots is None:
+        return math.nan
+    if method == "dq-exact":  # S_dd is the exact-noise fixed point: one constant-noise solve gives the bound
+        S0 = layer_stationary(G_d, E0, M, dynamics, n_data)[0][:layer.d_out, :layer.d_out]
+        return max(_cw_upper(S_dd, S0), 0.0)
+    try:
+        return layer_exact_stationary(layer, A_d, G_d, E0, M, dynamics, n_data)[3]
+    except UnstableStepSizeError:
+        return math.inf
 
 
 def _scalar_stationary(lam: np.ndarray, h: np.ndarray, c: np.ndarray, kappa: float, beta: float) -> np.ndarray:
