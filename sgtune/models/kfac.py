@@ -100,9 +100,10 @@ class LayerFactors:
         (its per-sample curvature block is G_n ⊗ ã_nã_nᵀ, so G = mean_n G_n). None: not collected; the
         Σ-dependent minibatch noise (``method="dq-exact"`` of :func:`sgtune.theory.kronecker.tune_layer`)
         needs it.
-    input_moment : float or None
-        m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)², Ã the input factor damped for the factors' prior
-        (:func:`damp_factors`); with ``curvature_roots``.
+    input_fourth : (d_in, d_in) ndarray or None
+        R = mean_n (â_n ∘ â_n)(â_n ∘ â_n)ᵀ with â_n = Q_Aᵀã_n, Q_A the eigenvectors of ``input_factor`` as
+        ``np.linalg.eigh`` returns them: the inputs' fourth moments in A's eigenbasis (with
+        ``curvature_roots``). m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)² = wᵀRw, w_j = 1/(α_j + c), for any damping Ã = A + cI.
 
     Examples
     --------
@@ -120,7 +121,7 @@ class LayerFactors:
     bias_index: tuple[int, int] | None = None
     mean_gradient: np.ndarray | None = None
     curvature_roots: np.ndarray | None = None
-    input_moment: float | None = None
+    input_fourth: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         A, G, E = (np.asarray(x, dtype=np.float64) for x in (self.input_factor, self.curvature_factor,
@@ -134,9 +135,11 @@ class LayerFactors:
             raise ShapeError(f"layer {self.name!r}: weight_index covers {nw} entries, expected d_out·d_in = "
                              f"{G.shape[0]}·{d_w}")
         R = self.curvature_roots
-        if R is not None and (np.ndim(R) != 3 or np.shape(R)[2] != G.shape[0] or self.input_moment is None):
+        if R is not None and (np.ndim(R) != 3 or np.shape(R)[2] != G.shape[0]
+                              or np.shape(self.input_fourth) != A.shape):
             raise ShapeError(f"layer {self.name!r}: curvature_roots must be (N, K, d_out) with d_out = {G.shape[0]} "
-                             f"and come with input_moment; got shape {np.shape(R)}")
+                             f"and come with input_fourth (d_in, d_in); got shapes {np.shape(R)}, "
+                             f"{np.shape(self.input_fourth)}")
         object.__setattr__(self, "input_factor", _sym(A))
         object.__setattr__(self, "curvature_factor", _sym(G))
         object.__setattr__(self, "noise_factor", _sym(E))
@@ -233,11 +236,11 @@ def damp_factors(A: np.ndarray, G: np.ndarray, gamma: float) -> tuple[np.ndarray
     return A + pi * math.sqrt(gamma) * np.eye(A.shape[0]), G + math.sqrt(gamma) / pi * np.eye(G.shape[0])
 
 
-def _leverage_moment(inputs: np.ndarray, A_damped: np.ndarray) -> float:
-    """Σ_n (ã_nᵀÃ⁻¹ã_n)² over the rows ã_n of ``inputs`` (the bias column included)."""
-    L = np.linalg.cholesky(A_damped)
-    Z = np.linalg.solve(L, inputs.T)
-    return float(np.sum(np.einsum("in,in->n", Z, Z) ** 2))
+def _fourth_moment(inputs: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """Σ_n (â_n∘â_n)(â_n∘â_n)ᵀ, â_n = basisᵀã_n, over the rows ã_n of ``inputs`` (the bias column included)."""
+    Z = inputs @ basis
+    Z *= Z
+    return Z.T @ Z
 
 
 #: likelihoods the torch route supports (curvlinops' losses)
@@ -265,7 +268,7 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
         Rows per pass (bounds the memory to O(chunk · width)).
     samples : bool, optional
         Also keep the per-sample curvature roots (N × d_out per layer) and m₂ (a second forward pass) for the
-        Σ-dependent minibatch noise (``LayerFactors.curvature_roots``).
+        Σ-dependent minibatch noise (``LayerFactors.curvature_roots``, ``input_fourth``).
 
     Returns
     -------
@@ -307,18 +310,18 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
             sums[i][3] += e.T @ at
             if samples:
                 roots[i].append((np.sqrt(np.clip(r2, 0.0, None))[:, None] * u)[:, None, :])
-    moments = np.zeros(nl)
-    if samples:  # a second forward pass: m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)² needs the damped Ã of the whole data
-        damped = [damp_factors(sm[0] / n, sm[1] / n, prior_precision / n)[0] for sm in sums]
+    fourth = [np.zeros_like(sm[0]) for sm in sums]
+    if samples:  # a second forward pass: the fourth moments need A's eigenbasis over the whole data
+        bases = [np.linalg.eigh(_sym(sm[0] / n))[1] for sm in sums]
         for start in range(0, n, chunk_rows):
             _, acts, _, _, _ = model._forward(theta, X[start:start + chunk_rows])
             for i, a in enumerate(acts):
-                moments[i] += _leverage_moment(np.hstack([a, np.ones((a.shape[0], 1))]), damped[i])
+                fourth[i] += _fourth_moment(np.hstack([a, np.ones((a.shape[0], 1))]), bases[i])
     out = []
     for i, ((a0, a1), (A, G, E, Gbar)) in enumerate(zip(model.layer_slices(p), sums)):
         name = "output" if i == nl - 1 else f"hidden{i + 1}"
         nw = widths[i + 1] * widths[i]
-        extra = dict(curvature_roots=np.concatenate(roots[i]), input_moment=moments[i] / n) if samples else {}
+        extra = dict(curvature_roots=np.concatenate(roots[i]), input_fourth=fourth[i] / n) if samples else {}
         out.append(LayerFactors(name, A / n, G / n, E / n, (a0, a0 + nw), (a0 + nw, a1), mean_gradient=Gbar / n,
                                 **extra))
     return KroneckerFactors(tuple(out), n_data=n, dim=model.n_params(p), prior_precision=float(prior_precision),

@@ -74,6 +74,7 @@ factored chain's stationary covariance equals the factored target exactly.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,7 +82,7 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.config import Dynamics
-from ..core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..core.errors import AccuracyWarning, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
 from ..models.kfac import KroneckerFactors, LayerFactors, damp_factors, mlp_factors, theta_indices, torch_factors
 from ..models.mlp import MLP
 from .linear_chain import LinearChain, SteinSolver, finite_population_factor
@@ -91,7 +92,8 @@ __all__ = ["tune_kronecker", "KroneckerLayer", "KroneckerTuning", "damped_factor
            "noise_factor_for",
            "layer_target", "layer_stationary", "tune_factors", "eigenbasis_posterior_variance",
            "KRONECKER_TARGETS", "KRONECKER_PRIORS", "tune_layer_eigenbasis", "KRONECKER_METHODS",
-           "curvature_noise_factor", "layer_exact_stationary"]
+           "curvature_noise_factor", "layer_exact_stationary", "eigenbasis_curvature_noise",
+           "exact_noise_prediction"]
 
 #: the targets of the Kronecker family
 KRONECKER_TARGETS = ("posterior", "sandwich")
@@ -341,7 +343,8 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
     by d_in (the Frobenius-nearest X ⊗ I in the coordinates where the factored chain decouples):
     ptr(G_nSG_n ⊗ q_n Ã^{−½}ããᵀÃ^{−½}) = q_n² G_nSG_n and ptr(GSG ⊗ Ã^{−½}AÃ⁻¹AÃ^{−½}) = t₂ GSG with
     t₂ = tr((Ã⁻¹A)²). KFAC's independence assumption between the input and the output side,
-    mean_n q_n² G_nSG_n ≈ m₂ mean_n G_nSG_n with m₂ = mean_n q_n² (``layer.input_moment``), gives
+    mean_n q_n² G_nSG_n ≈ m₂ mean_n G_nSG_n with m₂ = mean_n q_n² (= wᵀRw from ``layer.input_fourth``,
+    w_j = 1/(α_j + c) for Ã = A + cI in A's eigenbasis), gives
 
         c(S) = (m₂/d_in) mean_n G_nSG_n − (t₂/d_in) GSG
              = (t₂/d_in)[mean_n G_nSG_n − GSG] + ((m₂ − t₂)/d_in) mean_n G_nSG_n,
@@ -354,9 +357,9 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
     Parameters
     ----------
     layer : LayerFactors
-        The layer, with ``curvature_roots`` and ``input_moment``.
+        The layer, with ``curvature_roots`` and ``input_fourth``.
     A_damped : (d_in, d_in) ndarray
-        Ã (the damping the factors' m₂ was computed with).
+        Ã = A + cI (:func:`damped_factors`).
     S : (d_out, d_out) ndarray
         The output factor of Σ_l (symmetric; need not be definite).
 
@@ -370,12 +373,12 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
     >>> from sgtune.models.kfac import LayerFactors
     >>> from sgtune.theory.kronecker import curvature_noise_factor
     >>> V = np.array([[[1.0]], [[3.0]]])            # G_n = 1, 9; G = 5; ã_n = 1, A = Ã = 1: q_n = 1, m₂ = t₂ = 1
-    >>> lf = LayerFactors("fc", np.eye(1), 5 * np.eye(1), np.eye(1), (0, 1), curvature_roots=V, input_moment=1.0)
+    >>> lf = LayerFactors("fc", np.eye(1), 5 * np.eye(1), np.eye(1), (0, 1), curvature_roots=V, input_fourth=np.eye(1))
     >>> curvature_noise_factor(lf, np.eye(1), np.eye(1))   # mean(1, 81) − 25
     array([[16.]])
     """
     V = layer.curvature_roots
-    if V is None or layer.input_moment is None:
+    if V is None or layer.input_fourth is None:
         raise SgtuneError(f"layer {layer.name!r}: the Σ-dependent noise (method 'dq-exact') needs the per-sample "
                           "curvature roots; compute the factors with samples=True or use method 'dq-const'")
     S = _sym(np.asarray(S, dtype=np.float64))
@@ -387,7 +390,14 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
     G = layer.curvature_factor
     AiA = np.linalg.solve(A_damped, layer.input_factor)
     t2 = float(np.sum(AiA * AiA.T))
-    return _sym((layer.input_moment * out / V.shape[0] - t2 * G @ S @ G) / layer.d_in)
+    return _sym((_input_moment(layer, A_damped) * out / V.shape[0] - t2 * G @ S @ G) / layer.d_in)
+
+
+def _input_moment(layer: LayerFactors, A_damped: np.ndarray) -> float:
+    """m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)² = wᵀRw, w = diag(Q_AᵀÃ⁻¹Q_A) (Ã = A + cI shares A's eigenbasis Q_A)."""
+    Qa = np.linalg.eigh(layer.input_factor)[1]
+    w = np.einsum("ji,ji->i", Qa, np.linalg.solve(A_damped, Qa))
+    return float(w @ layer.input_fourth @ w)
 
 
 def _noise_response(G: np.ndarray, M: np.ndarray, dynamics: Dynamics, n_data: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -490,10 +500,10 @@ def layer_exact_stationary(layer: LayerFactors, A_damped: np.ndarray, curvature:
     >>> from sgtune.models.kfac import LayerFactors
     >>> from sgtune.theory.kronecker import layer_exact_stationary
     >>> lf = LayerFactors("fc", np.eye(1), np.eye(1), np.eye(1), (0, 1), curvature_roots=np.ones((2, 1, 1)),
-    ...                   input_moment=1.0)      # G_n = 1 for all n: no Hessian fluctuation, c = 0
+    ...                   input_fourth=np.eye(1))      # G_n = 1 for all n: no Hessian fluctuation, c = 0
     >>> S, rho, tau, gain = layer_exact_stationary(lf, np.eye(1), np.eye(1), np.eye(1), 0.5 * np.eye(1),
     ...                                            Dynamics(None, batch_size=1), 10)
-    >>> round(float(S[0, 0]), 12), gain
+    >>> round(float(S[0, 0]), 12), round(gain, 12)
     (0.333333333333, 0.0)
     """
     d = layer.d_out
@@ -731,6 +741,8 @@ class KroneckerTuning:
         ``"posterior"`` or ``"sandwich"``.
     prior_precision : float
         δ.
+    method : str
+        The noise model it was tuned with (``"dq-exact"`` or ``"dq-const"``, :func:`tune_layer`).
 
     Examples
     --------
@@ -749,6 +761,7 @@ class KroneckerTuning:
     dynamics: Dynamics
     target: str
     prior_precision: float = 0.0
+    method: str = "dq-const"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -764,6 +777,22 @@ class KroneckerTuning:
     def spectral_radius(self) -> float:
         """The largest per-layer spectral radius (the chain's, since layers are independent)."""
         return max(lay.spectral_radius for lay in self.layers)
+
+    @property
+    def noise_gain(self) -> float:
+        """The largest per-layer noise gain (:attr:`KroneckerLayer.noise_gain`; NaN when none was computed)."""
+        gains = [lay.noise_gain for lay in self.layers if not math.isnan(lay.noise_gain)]
+        return max(gains) if gains else math.nan
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What sgtune cannot vouch for in this result (one line each): layers without a stationary covariance."""
+        bad = [lay.name for lay in self.layers if math.isinf(lay.noise_gain)]
+        if not bad:
+            return ()
+        return (f"with this step the minibatch-Hessian noise makes the chain's second moments grow in layer(s) "
+                f"{', '.join(bad)} (noise gain ≥ 1): the real chain has no stationary covariance and the prediction "
+                "does not hold; tune with method 'dq-exact'",)
 
     def _map(self, vectors: Any, fn: Callable[[KroneckerLayer, np.ndarray], np.ndarray]) -> np.ndarray:
         """fn(layer, [W | b] matrices) for every layer, on vectors (..., D) in θ order."""
@@ -885,6 +914,7 @@ class KroneckerTuning:
                 "batch_size": dyn.batch_size, "inverse_temperature": dyn.inv_temperature,
                 "momentum": dyn.momentum, "batching": dyn.batching, "prior_precision": self.prior_precision,
                 "covariance_error": self.covariance_error, "spectral_radius": self.spectral_radius,
+                "method": self.method, "noise_gain": self.noise_gain, "warnings": list(self.warnings),
                 "layers": [lay.summary_dict() for lay in self.layers]}
 
     def __repr__(self) -> str:
@@ -902,14 +932,14 @@ class KroneckerTuning:
             arrays[f"S_{i}"] = lay.output_cov
             arrays[f"S_target_{i}"] = lay.target_output_cov
             arrays[f"stats_{i}"] = np.array([lay.spectral_radius, lay.tau_worst, lay.covariance_error,
-                                             lay.prior_error])
+                                             lay.prior_error, lay.noise_gain])
             if lay.eigenbasis is not None:
                 for tag, arr in zip(("Qg", "Qa", "lam", "sig", "sig_target"), lay.eigenbasis):
                     arrays[f"{tag}_{i}"] = arr
         dyn = self.dynamics
         arrays["settings"] = np.array([self.dim, self.n_data, dyn.batch_size, dyn.inv_temperature, dyn.momentum,
                                        self.prior_precision])
-        arrays["text"] = np.array(["kronecker", self.target, dyn.batching], dtype=str)
+        arrays["text"] = np.array(["kronecker", self.target, dyn.batching, self.method], dtype=str)
         return arrays
 
     def save(self, path: Any) -> None:
@@ -946,6 +976,7 @@ class KroneckerTuning:
                 raise SgtuneError(f"{path}: not a kronecker step-size file written by sgtune (save)")
             dim, n, B, beta, kappa, prior = (float(v) for v in z["settings"])
             target, batching = str(z["text"][1]), str(z["text"][2])
+            method = str(z["text"][3]) if len(z["text"]) > 3 else "dq-const"
             layers = []
             for i, name in enumerate(z["names"]):
                 ix = [int(v) for v in z[f"index_{i}"]]
@@ -954,9 +985,10 @@ class KroneckerTuning:
                        if f"Qg_{i}" in z else None)
                 layers.append(KroneckerLayer(str(name), z[f"M_{i}"], z[f"Ainv_{i}"], z[f"S_{i}"], z[f"S_target_{i}"],
                                              (ix[0], ix[1]), None if ix[2] < 0 else (ix[2], ix[3]),
-                                             float(st[0]), float(st[1]), float(st[2]), float(st[3]), eig))
+                                             float(st[0]), float(st[1]), float(st[2]), float(st[3]), eig, method,
+                                             float(st[4]) if len(st) > 4 else math.nan))
         dyn = Dynamics(None, int(B), inv_temperature=beta, momentum=kappa, batching=batching)
-        return cls(tuple(layers), int(dim), int(n), dyn, target, prior)
+        return cls(tuple(layers), int(dim), int(n), dyn, target, prior, method)
 
 
 def _check_factor(name: str, what: str, X: np.ndarray, fix: str) -> None:
@@ -1096,7 +1128,7 @@ def _eigen_steps(h: np.ndarray, c: np.ndarray, target: np.ndarray, kappa: float,
 
 @cites("ritter2018", "§3: the prior added in the joint eigenbasis of the Kronecker factors (laplace-torch KronLaplace)")
 def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: int,
-                          prior_precision: float = 0.0) -> KroneckerLayer:
+                          prior_precision: float = 0.0, method: str = "dq-const") -> KroneckerLayer:
     r"""Tune one layer with the prior in the eigenbasis: Λ_l diagonal in Q_G ⊗ Q_A (module docstring).
 
     With G = Q_G diag(g) Q_Gᵀ and A = Q_A diag(a) Q_Aᵀ the prior is exact in the Kronecker eigenbasis:
@@ -1110,7 +1142,8 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
     H_l = G ⊗ A + γI (the KFAC curvature with the exact prior) and C_l = (Q_G ⊗ Q_A) diag(c)(Q_G ⊗ Q_A)ᵀ.
     Without momentum λ_ij = 2(σ*_ij h_ij − 1/β)/(s c_ij + σ*_ij h_ij²) in closed form; with momentum
     the scalar equation is solved by bisection. Targets: σ* = 1/(N h) (posterior = laplace-torch's
-    KronLaplace) or c/(N h²) (sandwich).
+    KronLaplace) or c/(N h²) (sandwich). ``method="dq-exact"`` adds the Σ-dependent noise (Eq. (12)) diagonal in
+    the same basis (:func:`eigenbasis_curvature_noise`) at the target, as :func:`tune_layer` does.
 
     Parameters
     ----------
@@ -1124,6 +1157,8 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
         N.
     prior_precision : float, optional
         The prior precision δ.
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model (:func:`tune_layer`).
 
     Returns
     -------
@@ -1173,6 +1208,12 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
         raise NotPositiveDefiniteError(f"layer {layer.name!r}: the gradient noise is zero along some eigen-direction "
                                        "of the layer, so SGD cannot hold the target's variance there; use SGLD "
                                        "(a finite inverse temperature, e.g. 2N)")
+    if method not in KRONECKER_METHODS:
+        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
+                          f"got {method!r}")
+    c0 = c
+    if method == "dq-exact":
+        c = c0 + scale * eigenbasis_curvature_noise(layer, sig_t)
     floor = float(np.max(h * sig_t))
     lam = _eigen_steps(h, c, sig_t, kappa, beta)
     rho = _root_modulus(lam, h, kappa)
@@ -1186,13 +1227,165 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
     tau = float(np.max((1 + f) / (1 - f))) if kappa == 0.0 else float(np.max((1 + rho) / (1 - rho)))
     d_out, d_in = layer.d_out, layer.d_in
     empty_o, empty_i = np.zeros((d_out, d_out)), np.zeros((d_in, d_in))
+    gain = math.nan
+    if layer.curvature_roots is not None:
+        gain = _eigen_noise_gain(layer, lam, h, c0, sig if method == "dq-exact" else None, dynamics, n_data)[0]
     return KroneckerLayer(layer.name, empty_o, empty_i, empty_o, empty_o, layer.weight_index, layer.bias_index,
-                          float(np.max(rho)) ** 2, tau, err, 0.0, (Qg, Qa, lam, sig, sig_t))
+                          float(np.max(rho)) ** 2, tau, err, 0.0, (Qg, Qa, lam, sig, sig_t), method, gain)
+
+
+@cites("wang2026", "Eq. (12): the Σ-dependent part of C̄(Σ), diagonal in the Kronecker eigenbasis")
+def eigenbasis_curvature_noise(layer: LayerFactors, sigma: np.ndarray) -> np.ndarray:
+    r"""c(σ): the diagonal in Q_G ⊗ Q_A of mean_n J_nΣJ_n − JΣJ for Σ_l = (Q_G ⊗ Q_A) diag(σ)(Q_G ⊗ Q_A)ᵀ.
+
+    In the eigenbasis the per-sample block is J_n = Ĝ_n ⊗ â_nâ_nᵀ (Ĝ_n = Q_GᵀG_nQ_G, â_n = Q_Aᵀã_n), so
+    (J_n diag(σ) J_n)_{(ij),(ij)} = Σ_kl Ĝ_n[i,k]² â_j² â_l² σ_kl. KFAC's independence of the input and output
+    sides gives mean_n ≈ Σ_kl P_ik R_jl σ_kl with P = mean_n Ĝ_n∘Ĝ_n and R = mean_n (â∘â)(â∘â)ᵀ
+    (``layer.input_fourth``); the mean term is (g_i a_j)² σ_ij (J = G ⊗ A). So c(σ) = PσR − (g⊗a)²∘σ, with
+    P_ii ≥ g_i², R_jj ≥ a_j² (Jensen) and every other entry ≥ 0: a nonnegative linear map of σ (Wang, Ding &
+    Huggins 2026, Eq. (12), noise taken diagonal in the basis as the layer's constant noise is).
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer, with ``curvature_roots`` and ``input_fourth``.
+    sigma : (d_out, d_in) ndarray
+        The variances σ_ij in the eigenbasis.
+
+    Returns
+    -------
+    (d_out, d_in) ndarray
+        c(σ) (without the factor f/B).
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import eigenbasis_curvature_noise
+    >>> V = np.array([[[1.0]], [[3.0]]])      # G_n = 1, 9: P = 41, G = 5; ã = 1: R = 1, A = 1
+    >>> lf = LayerFactors("fc", np.eye(1), 5 * np.eye(1), np.eye(1), (0, 1), curvature_roots=V, input_fourth=np.eye(1))
+    >>> eigenbasis_curvature_noise(lf, np.ones((1, 1)))
+    array([[16.]])
+    """
+    V = layer.curvature_roots
+    if V is None or layer.input_fourth is None:
+        raise SgtuneError(f"layer {layer.name!r}: the Σ-dependent noise (method 'dq-exact') needs the per-sample "
+                          "curvature roots; compute the factors with samples=True or use method 'dq-const'")
+    la, _ = np.linalg.eigh(layer.input_factor)
+    lg, Qg = np.linalg.eigh(layer.curvature_factor)
+    K, d = V.shape[1], V.shape[2]
+    P = np.zeros((d, d))
+    step = max(1, 2 ** 22 // max(K * K * d, 1))
+    for i in range(0, V.shape[0], step):
+        Vh = V[i:i + step] @ Qg
+        W = (Vh[:, :, None, :] * Vh[:, None, :, :]).reshape(-1, d)
+        P += W.T @ W
+    hh = np.outer(np.clip(lg, 0, None), np.clip(la, 0, None)) ** 2
+    return P / V.shape[0] @ sigma @ layer.input_fourth - hh * sigma
+
+
+def _eigen_noise_gain(layer: LayerFactors, lam: np.ndarray, h: np.ndarray, c0: np.ndarray, sig: np.ndarray | None,
+                      dynamics: Dynamics, n_data: int) -> tuple[float, np.ndarray]:
+    """(bound on the noise gain, the exact-noise variances σ) of the scalar chains (entrywise Collatz–Wielandt).
+
+    x = base + P(x), base the constant-noise variances, P(x) = r∘c(x) with r the scalar chains' response to
+    unit noise: ρ(P) ≤ max(1 − base/x) when x > 0 solves it; no positive solution ⇔ ρ(P) ≥ 1.
+    """
+    kappa, beta = float(dynamics.momentum), float(dynamics.inv_temperature)
+    scale = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement) / dynamics.batch_size
+    base = _scalar_stationary(lam, h, c0, kappa, beta)
+    r = _scalar_stationary(lam, h, np.full_like(h, scale), kappa, math.inf)
+    if sig is None:
+        from scipy.sparse.linalg import LinearOperator, gmres
+
+        shp = h.shape
+        op = LinearOperator((h.size, h.size), matvec=lambda x: x - (r * eigenbasis_curvature_noise(
+            layer, x.reshape(shp))).ravel())
+        x, _ = gmres(op, base.ravel(), x0=base.ravel(), rtol=1e-13, atol=0.0, restart=60, maxiter=20)
+        sig = x.reshape(shp)
+    if not np.all(sig > 0):
+        return math.inf, np.full_like(sig, math.inf)
+    return float(max(np.max(1.0 - base / sig), 0.0)), sig
+
+
+@cites("wang2026", "Eqs. (11)–(12): the stationary covariance with the Σ-dependent noise, per layer in factored form")
+def exact_noise_prediction(result: KroneckerTuning, factors: KroneckerFactors) -> KroneckerTuning:
+    """The prediction of a tuned Kronecker step Λ under the Σ-dependent minibatch noise (C̄(Σ) in factored form).
+
+    For every layer the factored chain with the same Λ_l and the noise s(E + c(S)) ⊗ Ã
+    (:func:`layer_exact_stationary`, or diagonal in the eigenbasis, :func:`eigenbasis_curvature_noise`); a
+    layer without a stationary covariance (noise gain ≥ 1) gets infinite variances, ``noise_gain = inf`` and is
+    listed in :attr:`KroneckerTuning.warnings`. For a step tuned with ``method="dq-exact"`` this returns its own
+    prediction (up to rounding); for ``"dq-const"`` it is that step's better prediction.
+
+    Parameters
+    ----------
+    result : KroneckerTuning
+        The tuned step.
+    factors : KroneckerFactors
+        The factors it was tuned from, with per-sample curvature roots.
+
+    Returns
+    -------
+    KroneckerTuning
+        The same Λ with the exact-noise predicted covariance, its error against the target and noise gains.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models import MLP
+    >>> from sgtune.models.kfac import mlp_factors
+    >>> from sgtune.theory.kronecker import exact_noise_prediction, tune_factors
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(200, 2)), rng.normal(size=200)
+    >>> net = MLP((3,))
+    >>> fac = mlp_factors(net, net.initial_params(2, rng), X, y, prior_precision=1.0)
+    >>> res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=400.0))
+    >>> pred = exact_noise_prediction(res, fac)
+    >>> bool(pred.noise_gain < 1), bool(pred.covariance_error > res.covariance_error)
+    (True, True)
+    """
+    dyn, n, out = result.dynamics, result.n_data, []
+    for lay, lf in zip(result.layers, factors.layers):
+        if lay.eigenbasis is not None:
+            la, lg = np.linalg.eigvalsh(lf.input_factor), np.linalg.eigvalsh(lf.curvature_factor)
+            h = np.outer(np.clip(lg, 0, None), np.clip(la, 0, None)) + result.prior_precision / n
+            E = noise_factor_for(lf, lf.input_factor)
+            Qg = lay.eigenbasis[0]
+            scale = finite_population_factor(n, dyn.batch_size, dyn.without_replacement) / dyn.batch_size
+            c0 = scale * np.outer(np.clip(np.einsum("ji,jk,ki->i", Qg, E, Qg), 0, None), np.clip(la, 0, None))
+            gain, sig = _eigen_noise_gain(lf, lay.eigenbasis[2], h, c0, None, dyn, n)
+            sig_t = lay.eigenbasis[4]
+            err = float(np.linalg.norm(sig - sig_t) / np.linalg.norm(sig_t)) if math.isfinite(gain) else math.inf
+            out.append(_replace_layer(lay, eigenbasis=(*lay.eigenbasis[:3], sig, sig_t), covariance_error=err,
+                                      noise_gain=gain))
+            continue
+        A_d, G_d = damped_factors(lf, result.prior_precision, n)
+        try:
+            S, rho, tau, gain = layer_exact_stationary(lf, A_d, G_d, noise_factor_for(lf, A_d), lay.step_factor, dyn, n)
+        except UnstableStepSizeError:
+            inf = np.full_like(lay.output_cov, math.inf)
+            out.append(_replace_layer(lay, output_cov=inf, covariance_error=math.inf, noise_gain=math.inf))
+            continue
+        S_dd = _sym(S[:lf.d_out, :lf.d_out])
+        err = float(np.linalg.norm(S_dd - lay.target_output_cov) / np.linalg.norm(lay.target_output_cov))
+        out.append(_replace_layer(lay, output_cov=S_dd, spectral_radius=rho, tau_worst=tau, covariance_error=err,
+                                  noise_gain=gain))
+    res = KroneckerTuning(tuple(out), result.dim, n, dyn, result.target, result.prior_precision, result.method)
+    for msg in res.warnings:
+        warnings.warn(msg, AccuracyWarning, stacklevel=2)
+    return res
+
+
+def _replace_layer(lay: KroneckerLayer, **changes: Any) -> KroneckerLayer:
+    import dataclasses
+
+    return dataclasses.replace(lay, **changes)
 
 
 @cites("wang2026", "Eq. (11) / Prop. B.1, per layer in Kronecker-factored form (module docstring)")
 def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str = "posterior",
-                 progress: Callable[[str], None] | None = None, prior: str = "damped") -> KroneckerTuning:
+                 progress: Callable[[str], None] | None = None, prior: str = "damped",
+                 method: str = "dq-const") -> KroneckerTuning:
     """Tune every layer of a network (:func:`tune_layer`): Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹).
 
     Parameters
@@ -1208,6 +1401,11 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
     prior : {"damped", "eigenbasis"}, optional
         How the prior enters: factored Tikhonov damping (:func:`tune_layer`, Λ_l = M ⊗ Ã⁻¹) or exactly in
         the Kronecker eigenbasis (:func:`tune_layer_eigenbasis`, Λ_l diagonal in Q_G ⊗ Q_A).
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model: constant at θ̂, or with the Σ-dependent minibatch noise (:func:`tune_layer`; needs
+        the per-sample curvature roots of the factors). A step without a stationary covariance under the
+        Σ-dependent noise is returned with an :class:`~sgtune.core.errors.AccuracyWarning` and listed in
+        :attr:`KroneckerTuning.warnings`.
 
     Returns
     -------
@@ -1235,17 +1433,25 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
                           f"got {target!r}")
     if prior not in KRONECKER_PRIORS:
         raise SgtuneError(f"prior must be one of {', '.join(KRONECKER_PRIORS)} for the kronecker family, got {prior!r}")
+    if method not in KRONECKER_METHODS:
+        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
+                          f"got {method!r}")
     tuner = tune_layer if prior == "damped" else tune_layer_eigenbasis
     dynamics.check_data(factors.n_data)
     out = []
     for i, layer in enumerate(factors.layers):
-        lay = tuner(layer, dynamics, target=target, n_data=factors.n_data, prior_precision=factors.prior_precision)
+        lay = tuner(layer, dynamics, target=target, n_data=factors.n_data, prior_precision=factors.prior_precision,
+                    method=method)
         out.append(lay)
         if progress is not None:
+            gain = "" if math.isnan(lay.noise_gain) else f", noise gain {lay.noise_gain:.3g}"
             progress(f"kronecker: layer {i + 1}/{len(factors.layers)} {layer.name} ({layer.d_out}×{layer.d_in}): "
-                     f"spectral radius {lay.spectral_radius:.4g}, tau {lay.tau_worst:.3g}")
-    return KroneckerTuning(tuple(out), factors.dim, factors.n_data, dynamics.replace(step=None), target,
-                           factors.prior_precision)
+                     f"spectral radius {lay.spectral_radius:.4g}, tau {lay.tau_worst:.3g}{gain}")
+    res = KroneckerTuning(tuple(out), factors.dim, factors.n_data, dynamics.replace(step=None), target,
+                          factors.prior_precision, method)
+    for msg in res.warnings:
+        warnings.warn(msg, AccuracyWarning, stacklevel=2)
+    return res
 
 
 def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -1262,7 +1468,7 @@ def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
 def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: str = "posterior",
                    prior_precision: float = 0.0, theta: Any = None, likelihood: str = "gaussian",
                    noise_variance: float = 1.0, progress: Callable[[str], None] | None = None,
-                   prior: str = "damped") -> KroneckerTuning:
+                   prior: str = "damped", method: str = "dq-const") -> KroneckerTuning:
     """Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹) for a whole network: KFAC factors, then one d_out-sized solve per layer.
 
     Parameters
@@ -1287,6 +1493,8 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         Called with one line per layer.
     prior : {"damped", "eigenbasis"}, optional
         How the prior enters (:func:`tune_factors`).
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model (:func:`tune_factors`).
 
     Returns
     -------
@@ -1317,4 +1525,4 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         X, y = _xy(data)
         factors = torch_factors(model_or_net, X, y, likelihood, noise_variance=noise_variance,
                                 prior_precision=prior_precision)
-    return tune_factors(factors, dynamics, target=target, progress=progress, prior=prior)
+    return tune_factors(factors, dynamics, target=target, progress=progress, prior=prior, method=method)
