@@ -215,12 +215,14 @@ def damp_factors(A: np.ndarray, G: np.ndarray, gamma: float) -> tuple[np.ndarray
     A, G : ndarray
         The input and output factors.
     gamma : float
-        γ = δ/N (0: the factors unchanged).
+        The damping γ = δ/N (0: the factors unchanged).
 
     Returns
     -------
-    A_damped, G_damped : ndarray
-        Ã and G̃.
+    A_damped : ndarray
+        Ã.
+    G_damped : ndarray
+        G̃.
 
     Examples
     --------

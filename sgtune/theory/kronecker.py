@@ -330,7 +330,7 @@ def _layer_step(G: np.ndarray, E: np.ndarray, S: np.ndarray, dynamics: Dynamics,
 
 @cites("wang2026", "Eq. (12): the Σ-dependent part (f/B)(mean_n J_nΣJ_n − JΣJ) of C̄(Σ), in Kronecker-factored form")
 def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndarray) -> np.ndarray:
-    r"""c(S) with mean_n J_nΣJ_n − JΣJ ≈ c(S) ⊗ Ã on the layer, for Σ_l = S ⊗ Ã⁻¹ (the Σ-dependent noise).
+    r"""The output factor c(S) of the Σ-dependent noise: mean_n J_nΣJ_n − JΣJ ≈ c(S) ⊗ Ã for Σ_l = S ⊗ Ã⁻¹.
 
     The exact minibatch noise of the proxy chain is C̄(Σ) = (f/B)[𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ]
     (Wang, Ding & Huggins 2026, Eq. (12)); the constant part is :func:`noise_factor_for`. Per sample the
@@ -366,7 +366,7 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
     Returns
     -------
     (d_out, d_out) ndarray
-        c(S), symmetric.
+        The symmetric c(S).
 
     Examples
     --------
@@ -483,7 +483,7 @@ def layer_exact_stationary(layer: LayerFactors, A_damped: np.ndarray, curvature:
     S : ndarray
         The stationary second moment of the small chain (augmented (d, ν) with momentum).
     spectral_radius : float
-        ρ(F)² of the mean dynamics' second-moment map.
+        The spectral radius ρ(F)² of the mean dynamics' second-moment map.
     tau_worst : float
         The largest integrated autocorrelation time over linear functionals.
     noise_gain : float
@@ -991,6 +991,12 @@ class KroneckerTuning:
         return cls(tuple(layers), int(dim), int(n), dyn, target, prior, method)
 
 
+def _check_method(method: str) -> None:
+    if method not in KRONECKER_METHODS:
+        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
+                          f"got {method!r}")
+
+
 def _check_factor(name: str, what: str, X: np.ndarray, fix: str) -> None:
     try:
         np.linalg.cholesky(X)
@@ -1050,9 +1056,7 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     if not w[0] > 1e-12 * w[-1]:
         raise NotPositiveDefiniteError(f"layer {layer.name!r}: the {target} target is singular (no gradient noise "
                                        "along some output direction of the layer); use target posterior")
-    if method not in KRONECKER_METHODS:
-        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
-                          f"got {method!r}")
+    _check_method(method)
     E = E0 = noise_factor_for(layer, A_d)
     if method == "dq-exact":
         E = E0 + curvature_noise_factor(layer, A_d, S_star)
@@ -1208,12 +1212,9 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
         raise NotPositiveDefiniteError(f"layer {layer.name!r}: the gradient noise is zero along some eigen-direction "
                                        "of the layer, so SGD cannot hold the target's variance there; use SGLD "
                                        "(a finite inverse temperature, e.g. 2N)")
-    if method not in KRONECKER_METHODS:
-        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
-                          f"got {method!r}")
+    _check_method(method)
     c0 = c
-    if method == "dq-exact":
-        c = c0 + scale * eigenbasis_curvature_noise(layer, sig_t)
+    c = c0 + scale * eigenbasis_curvature_noise(layer, sig_t) if method == "dq-exact" else c0
     floor = float(np.max(h * sig_t))
     lam = _eigen_steps(h, c, sig_t, kappa, beta)
     rho = _root_modulus(lam, h, kappa)
@@ -1225,18 +1226,16 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
     err = float(np.linalg.norm(sig - sig_t) / np.linalg.norm(sig_t))
     f = 1.0 - lam * h
     tau = float(np.max((1 + f) / (1 - f))) if kappa == 0.0 else float(np.max((1 + rho) / (1 - rho)))
-    d_out, d_in = layer.d_out, layer.d_in
-    empty_o, empty_i = np.zeros((d_out, d_out)), np.zeros((d_in, d_in))
-    gain = math.nan
-    if layer.curvature_roots is not None:
-        gain = _eigen_noise_gain(layer, lam, h, c0, sig if method == "dq-exact" else None, dynamics, n_data)[0]
+    empty_o, empty_i = np.zeros((layer.d_out, layer.d_out)), np.zeros((layer.d_in, layer.d_in))
+    gain = (math.nan if layer.curvature_roots is None else
+            _eigen_noise_gain(layer, lam, h, c0, sig if method == "dq-exact" else None, dynamics, n_data)[0])
     return KroneckerLayer(layer.name, empty_o, empty_i, empty_o, empty_o, layer.weight_index, layer.bias_index,
                           float(np.max(rho)) ** 2, tau, err, 0.0, (Qg, Qa, lam, sig, sig_t), method, gain)
 
 
 @cites("wang2026", "Eq. (12): the Σ-dependent part of C̄(Σ), diagonal in the Kronecker eigenbasis")
 def eigenbasis_curvature_noise(layer: LayerFactors, sigma: np.ndarray) -> np.ndarray:
-    r"""c(σ): the diagonal in Q_G ⊗ Q_A of mean_n J_nΣJ_n − JΣJ for Σ_l = (Q_G ⊗ Q_A) diag(σ)(Q_G ⊗ Q_A)ᵀ.
+    r"""The Σ-dependent noise c(σ), diagonal in Q_G ⊗ Q_A, for Σ_l = (Q_G ⊗ Q_A) diag(σ)(Q_G ⊗ Q_A)ᵀ.
 
     In the eigenbasis the per-sample block is J_n = Ĝ_n ⊗ â_nâ_nᵀ (Ĝ_n = Q_GᵀG_nQ_G, â_n = Q_Aᵀã_n), so
     (J_n diag(σ) J_n)_{(ij),(ij)} = Σ_kl Ĝ_n[i,k]² â_j² â_l² σ_kl. KFAC's independence of the input and output
@@ -1255,7 +1254,7 @@ def eigenbasis_curvature_noise(layer: LayerFactors, sigma: np.ndarray) -> np.nda
     Returns
     -------
     (d_out, d_in) ndarray
-        c(σ) (without the factor f/B).
+        The diagonal of mean_n J_nΣJ_n − JΣJ in the basis (without the factor f/B).
 
     Examples
     --------
@@ -1433,9 +1432,7 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
                           f"got {target!r}")
     if prior not in KRONECKER_PRIORS:
         raise SgtuneError(f"prior must be one of {', '.join(KRONECKER_PRIORS)} for the kronecker family, got {prior!r}")
-    if method not in KRONECKER_METHODS:
-        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
-                          f"got {method!r}")
+    _check_method(method)
     tuner = tune_layer if prior == "damped" else tune_layer_eigenbasis
     dynamics.check_data(factors.n_data)
     out = []
