@@ -121,3 +121,30 @@ def test_method_save_load_and_refusals(rng, tmp_path):
     with pytest.raises(SgtuneError, match="samples=True"):
         tune_factors(bare, Dynamics(None, batch_size=10), method="dq-exact")
     assert math.isnan(tune_factors(bare, Dynamics(None, batch_size=10)).noise_gain)
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "categorical"])
+def test_torch_roots_rebuild_the_curvlinops_factor_and_match_the_mlp(rng, likelihood):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("curvlinops")
+    from sgtune.models.kfac import torch_factors
+
+    n, p, k = 120, 3, 3 if likelihood == "categorical" else 1
+    X = rng.normal(size=(n, p))
+    y = rng.integers(0, k, size=n) if likelihood == "categorical" else (rng.normal(size=n) > 0).astype(float)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(p, 4), torch.nn.Tanh(), torch.nn.Linear(4, k)).double()
+    fac = torch_factors(net, X, y, likelihood, noise_variance=0.5, prior_precision=1.0)
+    for lf in fac.layers:  # mean_n Σ_k v_nk v_nkᵀ is curvlinops' type-2 factor G (an independent computation)
+        V = lf.curvature_roots
+        assert _rel(np.einsum("nkd,nke->de", V, V) / n, lf.curvature_factor) < 1e-10
+    first = np.sum(np.hstack([X, np.ones((n, 1))]) ** 2, axis=1)  # ΣR = mean_n ‖ã_n‖⁴ in any orthonormal basis
+    assert fac.layers[0].input_fourth.sum() == pytest.approx(np.mean(first ** 2), rel=1e-12)
+    if likelihood == "gaussian":  # the NumPy MLP's own route gives the same roots and fourth moments
+        W1, b1, W2, b2 = (t.detach().numpy() for t in net.parameters())
+        theta = np.concatenate([W1.ravel(), b1, W2.ravel(), b2])
+        mfac = mlp_factors(MLP((4,), activation="tanh", likelihood="gaussian", noise_variance=0.5), theta, X, y,
+                           prior_precision=1.0)
+        for lt, lm in zip(fac.layers, mfac.layers):
+            assert _rel(np.abs(lt.curvature_roots), np.abs(lm.curvature_roots)) < 1e-10
+            assert _rel(lt.input_fourth, lm.input_fourth) < 1e-8

@@ -375,7 +375,7 @@ def _targets(y: np.ndarray, likelihood: str, torch: Any) -> Any:
 
 @cites("martens2015", "§3: KFAC factors, computed by curvlinops-for-pytorch's KFACLinearOperator")
 def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, noise_variance: float = 1.0,
-                  prior_precision: float = 0.0, chunk_rows: int = 2048) -> KroneckerFactors:
+                  prior_precision: float = 0.0, chunk_rows: int = 2048, samples: bool = True) -> KroneckerFactors:
     """The KFAC factors of every ``nn.Linear`` layer of a PyTorch network at its current weights (curvlinops).
 
     Parameters
@@ -395,6 +395,10 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         The precision δ of the prior N(0, δ⁻¹I).
     chunk_rows : int, optional
         Rows per batch fed to curvlinops.
+    samples : bool, optional
+        Also collect the per-sample curvature roots and the inputs' fourth moments (one more pass with forward
+        hooks and K backward passes per batch, K the number of outputs) for the Σ-dependent minibatch noise
+        (curvlinops has no per-sample factors).
 
     Returns
     -------
@@ -449,6 +453,10 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
     for pname, prm in net.named_parameters():
         offsets[pname] = (start, start + prm.numel())
         start += prm.numel()
+    roots = {}
+    if samples:
+        bases = {name: np.linalg.eigh(_sym(factors["type-2"][0][name].numpy()))[1] for name, _ in linears}
+        roots = _torch_samples(net, linears, batches, likelihood, noise_variance, bases, torch)
     out = []
     for name, m in linears:
         A = factors["type-2"][0][name].numpy() if name in factors["type-2"][0] else None
@@ -458,7 +466,53 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         gbar = gw if m.bias is None else np.hstack([gw, m.bias.grad.numpy()[:, None]])
         prefix = f"{name}." if name else ""  # the module itself may be the nn.Linear (name "")
         bias_index = None if m.bias is None else offsets[f"{prefix}bias"]
+        extra = {}
+        if samples:
+            extra = dict(curvature_roots=roots[name][0], input_fourth=roots[name][1])
         out.append(LayerFactors(name or "linear", A, G, E, offsets[f"{prefix}weight"], bias_index,
-                                mean_gradient=gbar))
+                                mean_gradient=gbar, **extra))
     return KroneckerFactors(tuple(out), n_data=n, dim=start, prior_precision=float(prior_precision),
                             source="curvlinops")
+
+
+def _loss_roots(f: Any, likelihood: str, noise_variance: float, torch: Any) -> Any:
+    """r (n, K, K): rows r_k with ∇²_fρ = Σ_k r_k r_kᵀ per row (Gaussian I/σ², Bernoulli p(1−p), softmax diag p − ppᵀ)."""
+    n, k = f.shape
+    if likelihood == "gaussian":
+        return torch.eye(k, dtype=f.dtype).expand(n, k, k) / math.sqrt(noise_variance)
+    if likelihood == "bernoulli":
+        p = torch.sigmoid(f)
+        return torch.sqrt(p * (1 - p))[:, :, None]
+    p = torch.softmax(f, dim=1)  # diag p − ppᵀ = Σ_k p_k (e_k − p)(e_k − p)ᵀ
+    return torch.sqrt(p)[:, :, None] * (torch.eye(k, dtype=f.dtype)[None] - p[:, None, :])
+
+
+def _torch_samples(net: Any, linears: list, batches: list, likelihood: str, noise_variance: float,
+                   bases: dict[str, np.ndarray], torch: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per layer: the roots v_nk = J_{z_n}ᵀ r_nk (N, K, d_out) of G_n and R = mean_n (â∘â)(â∘â)ᵀ, â = Q_Aᵀã_n.
+
+    Forward hooks record each ``nn.Linear``'s input a and output z; ∂f_k/∂z by one backward pass per output k
+    (rows are independent, so the gradient of Σ_n f_nk is per row).
+    """
+    store: dict[str, tuple[Any, Any]] = {}
+    hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: store.__setitem__(name, (inp[0], out)))
+             for name, m in linears]
+    acc: dict[str, list] = {name: [[], np.zeros((bases[name].shape[0],) * 2)] for name, _ in linears}
+    n = sum(len(Xb) for Xb, _ in batches)
+    try:
+        for Xb, _ in batches:
+            f = net(Xb)
+            f = f.reshape(len(Xb), -1)
+            zs = [store[name][1] for name, _ in linears]
+            jac = [torch.autograd.grad(f[:, k].sum(), zs, retain_graph=True) for k in range(f.shape[1])]
+            r = _loss_roots(f.detach(), likelihood, noise_variance, torch)  # (n, K, K): rows r_k over outputs j
+            for li, (name, m) in enumerate(linears):
+                u = torch.stack([jac[j][li] for j in range(f.shape[1])], dim=1)  # (n, K_out j, d_out)
+                acc[name][0].append(torch.einsum("nkj,njd->nkd", r, u).detach().numpy())
+                a = store[name][0].detach().numpy()
+                at = a if m.bias is None else np.hstack([a, np.ones((a.shape[0], 1))])
+                acc[name][1] += _fourth_moment(at, bases[name])
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: (np.concatenate(v[0]), v[1] / n) for name, v in acc.items()}
