@@ -37,7 +37,7 @@ def run(name: str, X: np.ndarray, y: np.ndarray, net: MLP, delta: float, B: int,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         e = expand(net, make_dataset(X, y), delta)
-    fac = mlp_factors(net, e.theta_hat, X, y, prior_precision=delta)
+    fac = mlp_factors(net, e.theta_hat, X, y, prior_precision=delta, sample_hessian=net.hessian)
     head = f"{name}: D={e.dim} N={n} δ={delta:g} B={B} β={'inf' if math.isinf(beta) else f'{beta:g}'} κ={kappa} " \
            f"{target}, dense J_n {net.hessian}"
     print(head)

@@ -159,3 +159,26 @@ def test_torch_roots_rebuild_the_curvlinops_factor_and_match_the_mlp(rng, likeli
         for lt, lm in zip(fac.layers, mfac.layers):
             assert _rel(np.abs(lt.curvature_roots), np.abs(lm.curvature_roots)) < 1e-10
             assert _rel(lt.input_fourth, lm.input_fourth) < 1e-8
+
+
+def test_exact_sample_hessian_roots_rebuild_the_mlp_per_sample_hessians(rng):
+    net, theta, X, y = _net(rng, n=40, hidden=(3, 2))
+    net = MLP((3, 2), activation="tanh", likelihood="gaussian", hessian="exact")
+    fac = mlp_factors(net, theta, X, y, sample_hessian="exact")
+    Hn = net.per_sample_hessians(theta, X, y)  # the model's own dense per-sample Hessians (N, D, D)
+    for lf, (inputs, _) in zip(fac.layers, layer_samples(net, theta, X)):
+        idx = lf.theta_indices()
+        V, sg = lf.curvature_roots, lf.curvature_signs
+        Gn = np.einsum("nk,nkd,nke->nde", sg, V, V)
+        blocks = np.einsum("nde,ni,nj->ndiej", Gn, inputs, inputs).reshape(len(X), len(idx), len(idx))
+        assert _rel(blocks, Hn[:, idx][:, :, idx]) < 1e-10
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_dq_exact_with_exact_sample_hessians_matches_dense(rng, momentum):
+    net, theta, X, y = _net(rng, n=200)
+    net = MLP((4,), activation="tanh", likelihood="gaussian", hessian="exact")
+    fac = mlp_factors(net, theta, X, y, prior_precision=2.0, sample_hessian="exact")
+    res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=400.0, momentum=momentum), method="dq-exact")
+    dense = dense_factored_exact_cov(res, fac, layer_samples(net, theta, X, y))
+    assert _rel(res.dense_cov(), dense) < 1e-10 and res.noise_gain < 1

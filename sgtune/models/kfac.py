@@ -96,10 +96,13 @@ class LayerFactors:
         without prior); ḡḡᵀ is removed from 𝓘 in factored form
         (:func:`sgtune.theory.kronecker.noise_factor_for`).
     curvature_roots : (N, K, d_out) ndarray or None
-        Per sample n the K vectors v_nk with G_n = Σ_k v_nk v_nkᵀ, the sample's Gauss–Newton output factor
-        (its per-sample curvature block is G_n ⊗ ã_nã_nᵀ, so G = mean_n G_n). None: not collected; the
-        Σ-dependent minibatch noise (``method="dq-exact"`` of :func:`sgtune.theory.kronecker.tune_layer`)
+        Per sample n the K vectors v_nk with G_n = Σ_k s_nk v_nk v_nkᵀ, the sample's output factor (its
+        per-sample curvature block is G_n ⊗ ã_nã_nᵀ): the Gauss–Newton one (all s = 1, G = mean_n G_n), or
+        the exact per-sample Hessian's (``sample_hessian="exact"`` of :func:`mlp_factors`). None: not collected;
+        the Σ-dependent minibatch noise (``method="dq-exact"`` of :func:`sgtune.theory.kronecker.tune_layer`)
         needs it.
+    curvature_signs : (N, K) ndarray or None
+        The signs s_nk (None: all +1).
     input_fourth : (d_in, d_in) ndarray or None
         R = mean_n (â_n ∘ â_n)(â_n ∘ â_n)ᵀ with â_n = Q_Aᵀã_n, Q_A the eigenvectors of ``input_factor`` as
         ``np.linalg.eigh`` returns them: the inputs' fourth moments in A's eigenbasis (with
@@ -121,6 +124,7 @@ class LayerFactors:
     bias_index: tuple[int, int] | None = None
     mean_gradient: np.ndarray | None = None
     curvature_roots: np.ndarray | None = None
+    curvature_signs: np.ndarray | None = None
     input_fourth: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -251,7 +255,7 @@ KFAC_LIKELIHOODS = ("gaussian", "bernoulli", "categorical")
 
 @cites("martens2015", "§3: A = E[ããᵀ], G = E[J_fᵀ∇²ρ J_f] per layer; E from per-sample gradients (empirical Fisher)")
 def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: float = 0.0,
-                chunk_rows: int = 4096, samples: bool = True) -> KroneckerFactors:
+                chunk_rows: int = 4096, samples: bool = True, sample_hessian: str = "gauss-newton") -> KroneckerFactors:
     """The KFAC factors of every layer of an :class:`~sgtune.models.mlp.MLP` at θ (module docstring).
 
     Parameters
@@ -271,6 +275,11 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
     samples : bool, optional
         Also keep the per-sample curvature roots (N × d_out per layer) and m₂ (a second forward pass) for the
         Σ-dependent minibatch noise (``LayerFactors.curvature_roots``, ``input_fourth``).
+    sample_hessian : {"gauss-newton", "exact"}, optional
+        The per-sample curvature in the Σ-dependent noise: the Gauss–Newton blocks ρ''δδᵀ ⊗ ããᵀ, or the exact
+        per-sample Hessian blocks (ρ''δδᵀ + ρ'T_n) ⊗ ããᵀ, T_n = ∂²f/∂z_l² by second-order back-propagation
+        (1 + d_out signed roots per sample: O(N·d_out²) memory, for small layers). The curvature factor G
+        stays Gauss–Newton either way.
 
     Returns
     -------
@@ -298,9 +307,12 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
                                      np.zeros((widths[i + 1],) * 2), np.zeros((widths[i + 1], widths[i] + 1))]
                                     for i in range(nl)]
     roots: list[list[np.ndarray]] = [[] for _ in range(nl)]
+    signs: list[list[np.ndarray]] = [[] for _ in range(nl)]
+    if sample_hessian not in ("gauss-newton", "exact"):
+        raise SgtuneError(f"sample_hessian must be gauss-newton or exact, got {sample_hessian!r}")
     for start in range(0, n, chunk_rows):
         Xc, yc = X[start:start + chunk_rows], y[start:start + chunk_rows]
-        layers, acts, d1s, _, f = model._forward(theta, Xc)
+        layers, acts, d1s, d2s, f = model._forward(theta, Xc)
         _, r1, r2 = model.glm.derivatives(f, yc)
         us = model._deltas(layers, d1s, np.ones(Xc.shape[0]))
         for i, (a, u) in enumerate(zip(acts, us)):
@@ -312,6 +324,10 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
             sums[i][3] += e.T @ at
             if samples:
                 roots[i].append((np.sqrt(np.clip(r2, 0.0, None))[:, None] * u)[:, None, :])
+        if samples and sample_hessian == "exact":
+            for i, (v, sg) in enumerate(_residual_roots(model, layers, d1s, d2s, us, r1)):
+                roots[i][-1] = np.concatenate([roots[i][-1], v], axis=1)
+                signs[i].append(np.hstack([np.ones((len(sg), 1)), sg]))
     fourth = [np.zeros_like(sm[0]) for sm in sums]
     if samples:  # a second forward pass: the fourth moments need A's eigenbasis over the whole data
         bases = [np.linalg.eigh(_sym(sm[0] / n))[1] for sm in sums]
@@ -324,6 +340,8 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
         name = "output" if i == nl - 1 else f"hidden{i + 1}"
         nw = widths[i + 1] * widths[i]
         extra = dict(curvature_roots=np.concatenate(roots[i]), input_fourth=fourth[i] / n) if samples else {}
+        if signs[i]:
+            extra["curvature_signs"] = np.concatenate(signs[i])
         out.append(LayerFactors(name, A / n, G / n, E / n, (a0, a0 + nw), (a0 + nw, a1), mean_gradient=Gbar / n,
                                 **extra))
     return KroneckerFactors(tuple(out), n_data=n, dim=model.n_params(p), prior_precision=float(prior_precision),
@@ -516,3 +534,27 @@ def _torch_samples(net: Any, linears: list, batches: list, likelihood: str, nois
         for h in hooks:
             h.remove()
     return {name: (np.concatenate(v[0]), v[1] / n) for name, v in acc.items()}
+
+
+def _residual_roots(model: MLP, layers: list, d1s: list, d2s: list, us: list,
+                    r1: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer the signed roots of ρ'(f_n)T_n, T_n = ∂²f_n/∂z_l² (the residual part of the exact per-sample Hessian).
+
+    T for the output layer is 0 (f = z); below, z_{l+1} = W_{l+1}φ(z_l) + b gives
+    T_l = diag(φ'_l) W_{l+1}ᵀ T_{l+1} W_{l+1} diag(φ'_l) + diag((W_{l+1}ᵀδ_{l+1}) ∘ φ''_l), δ = ∂f/∂z.
+    Returns (v (n, d_out, d_out), s (n, d_out)) with ρ'T_n = Σ_k s_k v_k v_kᵀ (eigen-decomposition per row).
+    """
+    nl = len(us)
+    n = us[-1].shape[0]
+    T = np.zeros((n, 1, 1))
+    out: list[tuple[np.ndarray, np.ndarray]] = [None] * nl  # type: ignore[list-item]
+    for l in range(nl - 1, -1, -1):
+        if l < nl - 1:
+            W = layers[l + 1][0]
+            back = us[l + 1] @ W  # W_{l+1}ᵀδ_{l+1}
+            inner = np.einsum("ai,nab,bj->nij", W, T, W)
+            T = d1s[l][:, :, None] * inner * d1s[l][:, None, :] + np.einsum("ni,ij->nij", back * d2s[l],
+                                                                             np.eye(W.shape[1]))
+        w, Q = np.linalg.eigh(r1[:, None, None] * T)
+        out[l] = (np.sqrt(np.abs(w))[:, None, :] * Q).transpose(0, 2, 1), np.sign(w)
+    return out

@@ -41,8 +41,16 @@ What the factored chain leaves out of the real proxy chain (measured, not hidden
   factor Ã in whitened coordinates, Ḡ Ã⁻¹ Ḡᵀ / d_in ⊗ Ã (Ḡ the layer's mean gradient as a matrix):
   the partial trace over the input of (I ⊗ Ã^{−1/2}) ḡḡᵀ (I ⊗ Ã^{−1/2}), divided by d_in. E is clipped
   at 0 (eigenvalues) should the difference of the two approximations be indefinite.
-- The Σ-dependent part of the exact noise C̄(Σ) (Eq. (12): (f/B)(mean_n J_nΣJ_n − JΣJ)) is **not**
-  included: the factored noise is the constant C at θ̂ (DQ+const of Algorithm 1 in factored form).
+- The Σ-dependent part of the exact noise C̄(Σ) (Eq. (12): (f/B)(mean_n J_nΣJ_n − JΣJ)): with
+  ``method="dq-const"`` (the default) the factored noise is the constant C at θ̂ (DQ+const of Algorithm 1 in
+  factored form); with ``method="dq-exact"`` it is added in factored form, c(S) ⊗ Ã
+  (:func:`curvature_noise_factor`: the per-sample Gauss–Newton blocks G_n ⊗ ã_nã_nᵀ, KFAC's independence of
+  the input and output sides, the whitened partial trace), so the layer's second moment solves the linear fixed
+  point S = L(S) + Q₀ + s·M c(S) M of size d_out² (:func:`layer_exact_stationary`), which has no solution when
+  the noise gain ρ ≥ 1 (the mean dynamics stable, the second moments growing). The tuner then evaluates c at
+  the target as the dense ``tune(method="dq-exact")`` does. Only the Gauss–Newton part of the per-sample
+  Hessians enters: the residual term ρ'(f_n)∂²f_n of the exact per-sample Hessian is left out (measured:
+  benchmarks/results/kronecker_vs_dense.txt).
 - The prior (weight decay δ, H = J + (δ/N) I) is not Kronecker-separable. It is absorbed by factored
   Tikhonov damping (Martens & Grosse 2015, §6.3): with γ = δ/N and
   π = √((tr A/d_in)/(tr G/d_out)), Ã = A + π√γ I and G̃ = G + (√γ/π) I, so G̃ ⊗ Ã = G ⊗ A + γI +
@@ -334,10 +342,10 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
 
     The exact minibatch noise of the proxy chain is C̄(Σ) = (f/B)[𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ]
     (Wang, Ding & Huggins 2026, Eq. (12)); the constant part is :func:`noise_factor_for`. Per sample the
-    layer's Gauss–Newton block is exactly J_n = G_n ⊗ ã_nã_nᵀ (row-major; G_n = Σ_k v_nk v_nkᵀ,
-    ``layer.curvature_roots``), so with Σ_l = S ⊗ Ã⁻¹
+    layer's Gauss–Newton block is exactly J_n = G_n ⊗ ã_nã_nᵀ (row-major; G_n = Σ_k s_nk v_nk v_nkᵀ,
+    ``layer.curvature_roots``; so is the exact per-sample Hessian's, with signed roots), so with Σ_l = S ⊗ Ã⁻¹
 
-        J_nΣJ_n = G_nSG_n ⊗ q_n ã_nã_nᵀ,  q_n = ã_nᵀÃ⁻¹ã_n,      JΣJ ≈ GSG ⊗ AÃ⁻¹A  (KFAC J ≈ G ⊗ A).
+        J_nΣJ_n = G_nSG_n ⊗ q_n ã_nã_nᵀ,  q_n = ã_nᵀÃ⁻¹ã_n,      JΣJ ≈ GSG ⊗ AÃ⁻¹A  (KFAC J ≈ G ⊗ A, G = mean_n G_n).
 
     Each is replaced, as in :func:`noise_factor_for`, by its whitened partial trace over the input divided
     by d_in (the Frobenius-nearest X ⊗ I in the coordinates where the factored chain decouples):
@@ -382,12 +390,14 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
         raise SgtuneError(f"layer {layer.name!r}: the Σ-dependent noise (method 'dq-exact') needs the per-sample "
                           "curvature roots; compute the factors with samples=True or use method 'dq-const'")
     S = _sym(np.asarray(S, dtype=np.float64))
-    out = np.zeros_like(S)
+    out, G = np.zeros_like(S), np.zeros_like(S)
+    sg = layer.curvature_signs if layer.curvature_signs is not None else np.ones(V.shape[:2])
     for i in range(0, V.shape[0], 4096):
-        Vc = V[i:i + 4096]
-        W = np.einsum("nkd,de,nle->nkl", Vc, S, Vc, optimize=True)
+        Vc, sc = V[i:i + 4096], sg[i:i + 4096]
+        W = np.einsum("nkd,de,nle->nkl", Vc, S, Vc, optimize=True) * sc[:, :, None] * sc[:, None, :]
         out += np.einsum("nkd,nkl,nle->de", Vc, W, Vc, optimize=True)
-    G = layer.curvature_factor
+        G += np.einsum("nk,nkd,nke->de", sc, Vc, Vc, optimize=True)
+    G /= V.shape[0]  # mean_n G_n: the Gauss–Newton G itself, or the exact mean of the per-sample blocks
     AiA = np.linalg.solve(A_damped, layer.input_factor)
     t2 = float(np.sum(AiA * AiA.T))
     return _sym((_input_moment(layer, A_damped) * out / V.shape[0] - t2 * G @ S @ G) / layer.d_in)
@@ -1261,7 +1271,8 @@ def eigenbasis_curvature_noise(layer: LayerFactors, sigma: np.ndarray) -> np.nda
     In the eigenbasis the per-sample block is J_n = Ĝ_n ⊗ â_nâ_nᵀ (Ĝ_n = Q_GᵀG_nQ_G, â_n = Q_Aᵀã_n), so
     (J_n diag(σ) J_n)_{(ij),(ij)} = Σ_kl Ĝ_n[i,k]² â_j² â_l² σ_kl. KFAC's independence of the input and output
     sides gives mean_n ≈ Σ_kl P_ik R_jl σ_kl with P = mean_n Ĝ_n∘Ĝ_n and R = mean_n (â∘â)(â∘â)ᵀ
-    (``layer.input_fourth``); the mean term is (g_i a_j)² σ_ij (J = G ⊗ A). So c(σ) = PσR − (g⊗a)²∘σ, with
+    (``layer.input_fourth``); the mean term is (g_i a_j)² σ_ij (J = G ⊗ A; with signed roots of exact
+    per-sample Hessians, Ḡ = mean_n Ĝ_n: ((Ḡ∘Ḡ)σ)_ij a_j²). So c(σ) = PσR − (g⊗a)²∘σ, with
     P_ii ≥ g_i², R_jj ≥ a_j² (Jensen) and every other entry ≥ 0: a nonnegative linear map of σ (Wang, Ding &
     Huggins 2026, Eq. (12), noise taken diagonal in the basis as the layer's constant noise is).
 
@@ -1293,14 +1304,16 @@ def eigenbasis_curvature_noise(layer: LayerFactors, sigma: np.ndarray) -> np.nda
     la, _ = np.linalg.eigh(layer.input_factor)
     lg, Qg = np.linalg.eigh(layer.curvature_factor)
     K, d = V.shape[1], V.shape[2]
-    P = np.zeros((d, d))
+    P, Gb = np.zeros((d, d)), np.zeros((d, d))
+    sg = layer.curvature_signs if layer.curvature_signs is not None else np.ones(V.shape[:2])
     step = max(1, 2 ** 22 // max(K * K * d, 1))
     for i in range(0, V.shape[0], step):
-        Vh = V[i:i + step] @ Qg
+        Vh, sc = V[i:i + step] @ Qg, sg[i:i + step]
         W = (Vh[:, :, None, :] * Vh[:, None, :, :]).reshape(-1, d)
-        P += W.T @ W
-    hh = np.outer(np.clip(lg, 0, None), np.clip(la, 0, None)) ** 2
-    return P / V.shape[0] @ sigma @ layer.input_fourth - hh * sigma
+        P += W.T @ (W * (sc[:, :, None] * sc[:, None, :]).reshape(-1, 1))
+        Gb += np.einsum("nk,nki,nkj->ij", sc, Vh, Vh)
+    Gb /= V.shape[0]  # mean_n Ĝ_n: diag(g) for Gauss–Newton roots
+    return P / V.shape[0] @ sigma @ layer.input_fourth - (Gb * Gb) @ sigma * np.clip(la, 0, None) ** 2
 
 
 def _eigen_noise_gain(layer: LayerFactors, lam: np.ndarray, h: np.ndarray, c0: np.ndarray, sig: np.ndarray | None,

@@ -162,7 +162,7 @@ def _factored_target(result: KroneckerTuning) -> np.ndarray:
     return out
 
 
-def layer_samples(model: MLP, theta: Any, X: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+def layer_samples(model: MLP, theta: Any, X: Any, y: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per layer of an MLP: the inputs ã_n (N, d_in) and the per-sample Gauss–Newton output blocks G_n (N, d_out, d_out).
 
     The layer's per-sample Gauss–Newton block is J_n = G_n ⊗ ã_nã_nᵀ with G_n = ρ''(f_n) u_nu_nᵀ, u_n = ∂f/∂z
@@ -178,6 +178,9 @@ def layer_samples(model: MLP, theta: Any, X: Any) -> list[tuple[np.ndarray, np.n
         The parameters θ̂.
     X : (N, p) array_like
         Covariates.
+    y : (N,) array_like, optional
+        Responses: given, G_n is the output factor of the exact per-sample Hessian instead, read off the layer
+        block of the model's own dense per-sample Hessian H_n = G_n ⊗ ããᵀ as G_n[i,k] = Σ_jl H_n[ij,kl]ã_jã_l/‖ã‖⁴.
 
     Returns
     -------
@@ -197,8 +200,20 @@ def layer_samples(model: MLP, theta: Any, X: Any) -> list[tuple[np.ndarray, np.n
     layers, acts, d1s, _, f = model._forward(np.asarray(theta, dtype=np.float64), X)
     r2 = model.glm.derivatives(f, np.zeros_like(f))[2]
     us = model._deltas(layers, d1s, np.ones(X.shape[0]))
-    return [(np.hstack([a, np.ones((a.shape[0], 1))]), r2[:, None, None] * u[:, :, None] * u[:, None, :])
-            for a, u in zip(acts, us)]
+    out = [(np.hstack([a, np.ones((a.shape[0], 1))]), r2[:, None, None] * u[:, :, None] * u[:, None, :])
+           for a, u in zip(acts, us)]
+    if y is None:
+        return out
+    Hn = model.per_sample_hessians(np.asarray(theta, dtype=np.float64), X, np.asarray(y, dtype=np.float64))
+    exact, start = [], 0
+    for (a, u), (W, b) in zip(out, layers):
+        d_out, d_in = u.shape[1], a.shape[1]
+        w = np.arange(start, start + W.size).reshape(d_out, d_in - 1)
+        idx = np.hstack([w, np.arange(start + W.size, start + W.size + b.size)[:, None]]).ravel()
+        start += W.size + b.size
+        B = Hn[:, idx][:, :, idx].reshape(len(X), d_out, d_in, d_out, d_in)
+        exact.append((a, np.einsum("nijkl,nj,nl->nik", B, a, a) / np.sum(a * a, axis=1)[:, None, None] ** 2))
+    return exact
 
 
 def _dense_layer_noise(lay: Any, lf: Any, samples: tuple[np.ndarray, np.ndarray], prior: float,
@@ -206,7 +221,7 @@ def _dense_layer_noise(lay: Any, lf: Any, samples: tuple[np.ndarray, np.ndarray]
     """(H_l, Σ_l ↦ C_l(Σ_l)) of the factored chain with the Σ-dependent noise, built densely with np.kron.
 
     C_l(Σ) = C_const + Π(Y(Σ) − JΣJ): Y(Σ) = mean_{n,m}(G_n ⊗ P_m)Σ(G_n ⊗ P_m) (P_m = ã_mã_mᵀ: KFAC's independence
-    of the two sides, as a 4-index contraction on the dense Σ), J = G ⊗ A, and Π the projection the factored
+    of the two sides, as a 4-index contraction on the dense Σ), J = mean_n G_n ⊗ A, and Π the projection the factored
     chain uses: the whitened partial trace over the input / d_in, ⊗ Ã (damped), or the diagonal in Q_G ⊗ Q_A
     (eigenbasis).
     """
@@ -214,7 +229,7 @@ def _dense_layer_noise(lay: Any, lf: Any, samples: tuple[np.ndarray, np.ndarray]
     do, di = lf.d_out, lf.d_in
     TG = np.einsum("nab,ncd->abcd", Gn, Gn) / len(Gn)
     TP = np.einsum("na,nb,nc,nd->abcd", inputs, inputs, inputs, inputs, optimize=True) / len(inputs)
-    J = np.kron(lf.curvature_factor, lf.input_factor)
+    J = np.kron(Gn.mean(axis=0), lf.input_factor)  # KFAC of J = mean_n J_n (the Gauss–Newton G for GGN samples)
 
     def fluct(Sig: np.ndarray) -> np.ndarray:
         Y = np.einsum("abcd,efgh,bfcg->aedh", TG, TP, Sig.reshape(do, di, do, di), optimize=True)
