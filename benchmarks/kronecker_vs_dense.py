@@ -14,6 +14,7 @@ prediction against the dense exact answer (DQ+exact with the network's non-facto
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -59,6 +60,48 @@ def run(name: str, X: np.ndarray, y: np.ndarray, net: MLP, delta: float, B: int,
               f"the step's own factored prediction vs dense exact {_fmt(lad['prediction_to_exact'])}")
 
 
+def noise_sources(name: str, X: np.ndarray, y: np.ndarray, net: MLP, delta: float, B: int, beta: float) -> None:
+    """Where the exact noise's second-moment instability comes from (D ≤ 50: the D²×D² second-moment map, eig).
+
+    With the ``dq-exact`` Kronecker Λ fixed, ρ of S ↦ FSFᵀ + s·Λ(mean_n J_nSJ_n − JSJ)Λ (Eq. (12), with
+    replacement) for the mean dynamics F = I − ΛH with the factored or the exact H, and per-sample J_n: none,
+    Gauss–Newton or exact, restricted to the layers' own blocks or full (cross-layer blocks included).
+    """
+    from sgtune.theory.kronecker import damped_factors
+
+    n = len(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        e = expand(net, make_dataset(X, y), delta)
+    th = e.theta_hat
+    fac = mlp_factors(net, th, X, y, prior_precision=delta, sample_hessian="exact")
+    res = tune_factors(fac, Dynamics(None, batch_size=B, inv_temperature=beta), method="dq-exact")
+    lam, D = res.dense_step_matrix(), res.dim
+    ex = net.per_sample_hessians(th, X, y)
+    gn = dataclasses.replace(net, hessian="gauss-newton").per_sample_hessians(th, X, y)
+    mask, Hf = np.zeros((D, D)), np.zeros((D, D))
+    for lf in fac.layers:
+        i = lf.theta_indices()
+        mask[np.ix_(i, i)] = 1.0
+        A_d, G_d = damped_factors(lf, delta, n)
+        Hf[np.ix_(i, i)] = np.kron(G_d, A_d)
+    He = ex.mean(axis=0) + delta / n * np.eye(D)
+
+    def rho(H: np.ndarray, Js: np.ndarray) -> float:
+        F = np.eye(D) - lam @ H
+        LJ = lam @ Js
+        K = np.kron(F, F) + (np.einsum("nab,ncd->acbd", LJ, LJ).reshape(D * D, D * D) / len(Js)
+                             - np.kron(LJ.mean(0), LJ.mean(0))) / B
+        return float(np.max(np.abs(np.linalg.eigvals(K))))
+
+    none = np.zeros((1, D, D))
+    print(f"{name}: D={D}, where the noise gain comes from (ρ of the dense second-moment map, dq-exact Λ)")
+    for hn, H in (("factored H", Hf), ("exact H", He)):
+        cells = [("no C̄", none), ("GGN J_n, layer blocks", gn * mask), ("exact J_n, layer blocks", ex * mask),
+                 ("GGN J_n, full", gn), ("exact J_n, full", ex)]
+        print(f"   {hn}: " + ", ".join(f"{k} {rho(H, J):.4g}" for k, J in cells), flush=True)
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     n = 1000
@@ -81,6 +124,10 @@ def main() -> None:
         target="sandwich")
     run("classification softplus(16)", X, yb, MLP((16,), activation="softplus", likelihood="bernoulli", **gn), 10.0, 50,
         2 * n)
+    noise_sources("regression tanh(4)", X, y, MLP((4,), likelihood="gaussian", noise_variance=0.09), 10.0, 100, 2 * n)
+    noise_sources("regression relu(4)", X, y, MLP((4,), activation="relu", likelihood="gaussian", noise_variance=0.09),
+                  1.0, 100, 2 * n)
+    noise_sources("classification tanh(5,3)", X, yb, MLP((5, 3), likelihood="bernoulli"), 10.0, 100, 2 * n)
 
 
 if __name__ == "__main__":
