@@ -68,7 +68,7 @@ def run(name: str, net: torch.nn.Module, X: np.ndarray, y: np.ndarray, likelihoo
     _fit(net, X, y, likelihood, delta)
     n = len(X)
     t = time.perf_counter()
-    fac = torch_factors(net, X, y, likelihood, prior_precision=delta)
+    fac = torch_factors(net, X, y, likelihood, prior_precision=delta, samples=True)
     print(f"{name}: D = {fac.dim}, N = {n}, δ = {delta:g}, {likelihood}, B = 50, β = 2N; factors "
           f"{time.perf_counter() - t:.1f} s", flush=True)
     dyn = Dynamics(None, batch_size=50, inv_temperature=2.0 * n)

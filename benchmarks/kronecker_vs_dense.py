@@ -38,7 +38,7 @@ def run(name: str, X: np.ndarray, y: np.ndarray, net: MLP, delta: float, B: int,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         e = expand(net, make_dataset(X, y), delta)
-    fac = mlp_factors(net, e.theta_hat, X, y, prior_precision=delta, sample_hessian=net.hessian)
+    fac = mlp_factors(net, e.theta_hat, X, y, prior_precision=delta, sample_hessian=net.hessian, samples=True)
     head = f"{name}: D={e.dim} N={n} δ={delta:g} B={B} β={'inf' if math.isinf(beta) else f'{beta:g}'} κ={kappa} " \
            f"{target}, dense J_n {net.hessian}"
     print(head)
@@ -74,7 +74,7 @@ def noise_sources(name: str, X: np.ndarray, y: np.ndarray, net: MLP, delta: floa
         warnings.simplefilter("ignore")
         e = expand(net, make_dataset(X, y), delta)
     th = e.theta_hat
-    fac = mlp_factors(net, th, X, y, prior_precision=delta, sample_hessian="exact")
+    fac = mlp_factors(net, th, X, y, prior_precision=delta, sample_hessian="exact", samples=True)
     res = tune_factors(fac, Dynamics(None, batch_size=B, inv_temperature=beta), method="dq-exact")
     lam, D = res.dense_step_matrix(), res.dim
     ex = net.per_sample_hessians(th, X, y)

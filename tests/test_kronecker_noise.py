@@ -43,7 +43,7 @@ def _rel(a, b):
 def test_dq_exact_prediction_matches_the_dense_factored_chain(rng, prior, momentum, batching, beta_factor):
     net, theta, X, y = _net(rng, likelihood="bernoulli" if momentum else "gaussian")
     n = X.shape[0]
-    fac = mlp_factors(net, theta, X, y, prior_precision=2.0)
+    fac = mlp_factors(net, theta, X, y, prior_precision=2.0, samples=True)
     dyn = Dynamics(None, batch_size=20, inv_temperature=beta_factor * n, momentum=momentum, batching=batching)
     res = tune_factors(fac, dyn, prior=prior, method="dq-exact")
     dense = dense_factored_exact_cov(res, fac, layer_samples(net, theta, X))
@@ -58,7 +58,7 @@ def test_dq_exact_prediction_matches_the_dense_factored_chain(rng, prior, moment
 def test_the_exact_noise_prediction_of_a_dq_const_step_matches_dense(rng, prior, momentum):
     net, theta, X, y = _net(rng, hidden=(3, 2))
     n = X.shape[0]
-    fac = mlp_factors(net, theta, X, y, prior_precision=1.0)
+    fac = mlp_factors(net, theta, X, y, prior_precision=1.0, samples=True)
     res = tune_factors(fac, Dynamics(None, batch_size=10, inv_temperature=2.0 * n, momentum=momentum), prior=prior)
     pred = exact_noise_prediction(res, fac)
     dense = dense_factored_exact_cov(res, fac, layer_samples(net, theta, X))
@@ -80,7 +80,7 @@ def test_the_exact_noise_prediction_of_a_dq_const_step_matches_dense(rng, prior,
 
 def test_input_moment_and_positivity(rng):
     net, theta, X, y = _net(rng, n=200)
-    fac = mlp_factors(net, theta, X, y, prior_precision=3.0)
+    fac = mlp_factors(net, theta, X, y, prior_precision=3.0, samples=True)
     for lf, (inputs, Gn) in zip(fac.layers, layer_samples(net, theta, X)):
         A_d, _ = damped_factors(lf, 3.0, 200)
         q = np.einsum("ni,ij,nj->n", inputs, np.linalg.inv(A_d), inputs)
@@ -121,7 +121,7 @@ def test_a_step_without_stationary_covariance_is_flagged():
 
 def test_method_save_load_and_refusals(rng, tmp_path):
     net, theta, X, y = _net(rng, n=100)
-    fac = mlp_factors(net, theta, X, y, prior_precision=1.0)
+    fac = mlp_factors(net, theta, X, y, prior_precision=1.0, samples=True)
     res = tune_factors(fac, Dynamics(None, batch_size=10, inv_temperature=200.0), method="dq-exact")
     res.save(tmp_path / "k.npz")
     back = KroneckerTuning.load(tmp_path / "k.npz")
@@ -145,7 +145,7 @@ def test_torch_roots_rebuild_the_curvlinops_factor_and_match_the_mlp(rng, likeli
     y = rng.integers(0, k, size=n) if likelihood == "categorical" else (rng.normal(size=n) > 0).astype(float)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(p, 4), torch.nn.Tanh(), torch.nn.Linear(4, k)).double()
-    fac = torch_factors(net, X, y, likelihood, noise_variance=0.5, prior_precision=1.0)
+    fac = torch_factors(net, X, y, likelihood, noise_variance=0.5, prior_precision=1.0, samples=True)
     for lf in fac.layers:  # mean_n Σ_k v_nk v_nkᵀ is curvlinops' type-2 factor G (an independent computation)
         V = lf.curvature_roots
         assert _rel(np.einsum("nkd,nke->de", V, V) / n, lf.curvature_factor) < 1e-10
@@ -155,7 +155,7 @@ def test_torch_roots_rebuild_the_curvlinops_factor_and_match_the_mlp(rng, likeli
         W1, b1, W2, b2 = (t.detach().numpy() for t in net.parameters())
         theta = np.concatenate([W1.ravel(), b1, W2.ravel(), b2])
         mfac = mlp_factors(MLP((4,), activation="tanh", likelihood="gaussian", noise_variance=0.5), theta, X, y,
-                           prior_precision=1.0)
+                           prior_precision=1.0, samples=True)
         for lt, lm in zip(fac.layers, mfac.layers):
             assert _rel(np.abs(lt.curvature_roots), np.abs(lm.curvature_roots)) < 1e-10
             assert _rel(lt.input_fourth, lm.input_fourth) < 1e-8
@@ -164,7 +164,7 @@ def test_torch_roots_rebuild_the_curvlinops_factor_and_match_the_mlp(rng, likeli
 def test_exact_sample_hessian_roots_rebuild_the_mlp_per_sample_hessians(rng):
     net, theta, X, y = _net(rng, n=40, hidden=(3, 2))
     net = MLP((3, 2), activation="tanh", likelihood="gaussian", hessian="exact")
-    fac = mlp_factors(net, theta, X, y, sample_hessian="exact")
+    fac = mlp_factors(net, theta, X, y, sample_hessian="exact", samples=True)
     Hn = net.per_sample_hessians(theta, X, y)  # the model's own dense per-sample Hessians (N, D, D)
     for lf, (inputs, _) in zip(fac.layers, layer_samples(net, theta, X)):
         idx = lf.theta_indices()
@@ -178,7 +178,7 @@ def test_exact_sample_hessian_roots_rebuild_the_mlp_per_sample_hessians(rng):
 def test_dq_exact_with_exact_sample_hessians_matches_dense(rng, momentum):
     net, theta, X, y = _net(rng, n=200)
     net = MLP((4,), activation="tanh", likelihood="gaussian", hessian="exact")
-    fac = mlp_factors(net, theta, X, y, prior_precision=2.0, sample_hessian="exact")
+    fac = mlp_factors(net, theta, X, y, prior_precision=2.0, sample_hessian="exact", samples=True)
     res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=400.0, momentum=momentum), method="dq-exact")
     dense = dense_factored_exact_cov(res, fac, layer_samples(net, theta, X, y))
     assert _rel(res.dense_cov(), dense) < 1e-10 and res.noise_gain < 1

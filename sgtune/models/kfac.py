@@ -255,7 +255,7 @@ KFAC_LIKELIHOODS = ("gaussian", "bernoulli", "categorical")
 
 @cites("martens2015", "§3: A = E[ããᵀ], G = E[J_fᵀ∇²ρ J_f] per layer; E from per-sample gradients (empirical Fisher)")
 def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: float = 0.0,
-                chunk_rows: int = 4096, samples: bool = True, sample_hessian: str = "gauss-newton") -> KroneckerFactors:
+                chunk_rows: int = 4096, samples: bool = False, sample_hessian: str = "gauss-newton") -> KroneckerFactors:
     """The KFAC factors of every layer of an :class:`~sgtune.models.mlp.MLP` at θ (module docstring).
 
     Parameters
@@ -273,8 +273,9 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
     chunk_rows : int, optional
         Rows per pass (bounds the memory to O(chunk · width)).
     samples : bool, optional
-        Also keep the per-sample curvature roots (N × d_out per layer) and m₂ (a second forward pass) for the
-        Σ-dependent minibatch noise (``LayerFactors.curvature_roots``, ``input_fourth``).
+        Also keep the per-sample curvature roots (N × d_out per layer) and the inputs' fourth moments (a second
+        forward pass) for the Σ-dependent minibatch noise (``LayerFactors.curvature_roots``, ``input_fourth``;
+        ``method="dq-exact"``).
     sample_hessian : {"gauss-newton", "exact"}, optional
         The per-sample curvature in the Σ-dependent noise: the Gauss–Newton blocks ρ''δδᵀ ⊗ ããᵀ, or the exact
         per-sample Hessian blocks (ρ''δδᵀ + ρ'T_n) ⊗ ããᵀ, T_n = ∂²f/∂z_l² by second-order back-propagation
@@ -393,7 +394,7 @@ def _targets(y: np.ndarray, likelihood: str, torch: Any) -> Any:
 
 @cites("martens2015", "§3: KFAC factors, computed by curvlinops-for-pytorch's KFACLinearOperator")
 def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, noise_variance: float = 1.0,
-                  prior_precision: float = 0.0, chunk_rows: int = 2048, samples: bool = True) -> KroneckerFactors:
+                  prior_precision: float = 0.0, chunk_rows: int = 2048, samples: bool = False) -> KroneckerFactors:
     """The KFAC factors of every ``nn.Linear`` layer of a PyTorch network at its current weights (curvlinops).
 
     Parameters

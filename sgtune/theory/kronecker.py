@@ -392,11 +392,12 @@ def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndar
     S = _sym(np.asarray(S, dtype=np.float64))
     out, G = np.zeros_like(S), np.zeros_like(S)
     sg = layer.curvature_signs if layer.curvature_signs is not None else np.ones(V.shape[:2])
-    for i in range(0, V.shape[0], 4096):
+    d = S.shape[0]
+    for i in range(0, V.shape[0], 4096):  # G_nSG_n = V_nᵀ(s s ∘ V_nSV_nᵀ)V_n, as two (n·K, d) × (d, d) products
         Vc, sc = V[i:i + 4096], sg[i:i + 4096]
-        W = np.einsum("nkd,de,nle->nkl", Vc, S, Vc, optimize=True) * sc[:, :, None] * sc[:, None, :]
-        out += np.einsum("nkd,nkl,nle->de", Vc, W, Vc, optimize=True)
-        G += np.einsum("nk,nkd,nke->de", sc, Vc, Vc, optimize=True)
+        W = np.matmul(Vc @ S, Vc.transpose(0, 2, 1)) * sc[:, :, None] * sc[:, None, :]
+        out += Vc.reshape(-1, d).T @ np.matmul(W, Vc).reshape(-1, d)
+        G += Vc.reshape(-1, d).T @ (sc[:, :, None] * Vc).reshape(-1, d)
     G /= V.shape[0]  # mean_n G_n: the Gauss–Newton G itself, or the exact mean of the per-sample blocks
     AiA = np.linalg.solve(A_damped, layer.input_factor)
     t2 = float(np.sum(AiA * AiA.T))
@@ -1371,7 +1372,7 @@ def exact_noise_prediction(result: KroneckerTuning, factors: KroneckerFactors) -
     >>> rng = np.random.default_rng(0)
     >>> X, y = rng.normal(size=(200, 2)), rng.normal(size=200)
     >>> net = MLP((3,))
-    >>> fac = mlp_factors(net, net.initial_params(2, rng), X, y, prior_precision=1.0)
+    >>> fac = mlp_factors(net, net.initial_params(2, rng), X, y, prior_precision=1.0, samples=True)
     >>> res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=400.0))
     >>> pred = exact_noise_prediction(res, fac)
     >>> bool(pred.noise_gain < 1), bool(pred.covariance_error > res.covariance_error)
@@ -1551,9 +1552,10 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         if theta is None:
             raise SgtuneError("tune_kronecker: an MLP needs theta (its fitted parameters θ̂)")
         X, y = _xy(data)
-        factors = mlp_factors(model_or_net, theta, X, y, prior_precision=prior_precision)
+        factors = mlp_factors(model_or_net, theta, X, y, prior_precision=prior_precision,
+                              samples=method == "dq-exact")
     else:
         X, y = _xy(data)
         factors = torch_factors(model_or_net, X, y, likelihood, noise_variance=noise_variance,
-                                prior_precision=prior_precision)
+                                prior_precision=prior_precision, samples=method == "dq-exact")
     return tune_factors(factors, dynamics, target=target, progress=progress, prior=prior, method=method)

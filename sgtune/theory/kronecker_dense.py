@@ -300,7 +300,7 @@ def dense_factored_exact_cov(result: KroneckerTuning, factors: KroneckerFactors,
     >>> X, y = rng.normal(size=(100, 2)), rng.normal(size=100)
     >>> net = MLP((2,))
     >>> theta = net.initial_params(2, rng)
-    >>> fac = mlp_factors(net, theta, X, y, prior_precision=1.0)
+    >>> fac = mlp_factors(net, theta, X, y, prior_precision=1.0, samples=True)
     >>> res = tune_factors(fac, Dynamics(None, batch_size=10, inv_temperature=200.0), method="dq-exact")
     >>> Sig = dense_factored_exact_cov(res, fac, layer_samples(net, theta, X))
     >>> bool(np.linalg.norm(Sig - res.dense_cov()) < 1e-10 * np.linalg.norm(Sig))
