@@ -724,7 +724,8 @@ class KroneckerLayer:
                 "n_params": self.d_out * self.d_in, "bias": self.bias_index is not None,
                 "spectral_radius": float(self.spectral_radius), "tau_worst": float(self.tau_worst),
                 "covariance_error": float(self.covariance_error), "prior_error": float(self.prior_error),
-                "prior": self.form, "method": self.method, "noise_gain": float(self.noise_gain),
+                "prior": self.form, "method": self.method,
+                "noise_gain": None if math.isnan(self.noise_gain) else float(self.noise_gain),
                 "sd_min": float(sd.min()), "sd_median": float(np.median(sd)), "sd_max": float(sd.max())}
 
 
@@ -927,7 +928,8 @@ class KroneckerTuning:
                 "batch_size": dyn.batch_size, "inverse_temperature": dyn.inv_temperature,
                 "momentum": dyn.momentum, "batching": dyn.batching, "prior_precision": self.prior_precision,
                 "covariance_error": self.covariance_error, "spectral_radius": self.spectral_radius,
-                "method": self.method, "noise_gain": self.noise_gain, "warnings": list(self.warnings),
+                "method": self.method, "noise_gain": None if math.isnan(self.noise_gain) else self.noise_gain,
+                "warnings": list(self.warnings),
                 "layers": [lay.summary_dict() for lay in self.layers]}
 
     def __repr__(self) -> str:
