@@ -10,12 +10,14 @@ radius, the factored target against the dense target, and the dense exact chain 
 (how far the real proxy chain with the Kronecker Λ lands from what was asked). "unstable": that chain has
 no stationary law with this Λ. Each network is tuned twice: with the constant noise at θ̂ (``dq-const``)
 and with the factored Σ-dependent noise C̄(Σ) (``dq-exact``); the last number is that step's own factored
-prediction against the dense exact answer (DQ+exact with the network's non-factored per-sample Hessians). Run: ``python benchmarks/kronecker_vs_dense.py`` (about a minute).
+prediction against the dense exact answer (DQ+exact with the network's non-factored per-sample Hessians). Run: ``python benchmarks/kronecker_vs_dense.py`` (10–15 minutes on a busy 2-core machine; ``--sources``: only
+the noise_sources section).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -108,6 +110,9 @@ def main() -> None:
     X = rng.normal(size=(n, 3))
     y = np.tanh(X @ [1.0, -1.0, 0.5]) + 0.3 * rng.normal(size=n)
     yb = (X @ [1.0, -1.0, 0.5] + 0.5 * rng.normal(size=n) > 0).astype(float)
+    if "--sources" in sys.argv:  # only the noise_sources section
+        sources(X, y, yb)
+        return
     for hess in ("gauss-newton", "exact"):
         run("regression tanh(4)", X, y, MLP((4,), likelihood="gaussian", noise_variance=0.09, hessian=hess),
             10.0, 100, 2 * n)
@@ -124,9 +129,14 @@ def main() -> None:
         target="sandwich")
     run("classification softplus(16)", X, yb, MLP((16,), activation="softplus", likelihood="bernoulli", **gn), 10.0, 50,
         2 * n)
+    sources(X, y, yb)
+
+
+def sources(X: np.ndarray, y: np.ndarray, yb: np.ndarray) -> None:
+    n = len(X)
     noise_sources("regression tanh(4)", X, y, MLP((4,), likelihood="gaussian", noise_variance=0.09), 10.0, 100, 2 * n)
-    noise_sources("regression relu(4)", X, y, MLP((4,), activation="relu", likelihood="gaussian", noise_variance=0.09),
-                  1.0, 100, 2 * n)
+    noise_sources("regression softplus(4)", X, y, MLP((4,), activation="softplus", likelihood="gaussian",
+                                                      noise_variance=0.09), 10.0, 100, 2 * n)
     noise_sources("classification tanh(5,3)", X, yb, MLP((5, 3), likelihood="bernoulli"), 10.0, 100, 2 * n)
 
 
