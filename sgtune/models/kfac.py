@@ -34,7 +34,8 @@ from ..core._refs import cites
 from ..core.errors import MissingExtraError, SgtuneError, ShapeError
 from .mlp import MLP
 
-__all__ = ["LayerFactors", "KroneckerFactors", "mlp_factors", "torch_factors", "theta_indices", "KFAC_LIKELIHOODS"]
+__all__ = ["LayerFactors", "KroneckerFactors", "mlp_factors", "torch_factors", "theta_indices", "KFAC_LIKELIHOODS",
+           "damp_factors"]
 
 
 def _sym(a: np.ndarray) -> np.ndarray:
@@ -94,6 +95,18 @@ class LayerFactors:
         Ḡ = mean_n e_n ã_nᵀ, the layer's mean gradient as a matrix (None: zero, e.g. at an exact MAP
         without prior); ḡḡᵀ is removed from 𝓘 in factored form
         (:func:`sgtune.theory.kronecker.noise_factor_for`).
+    curvature_roots : (N, K, d_out) ndarray or None
+        Per sample n the K vectors v_nk with G_n = Σ_k s_nk v_nk v_nkᵀ, the sample's output factor (its
+        per-sample curvature block is G_n ⊗ ã_nã_nᵀ): the Gauss–Newton one (all s = 1, G = mean_n G_n), or
+        the exact per-sample Hessian's (``sample_hessian="exact"`` of :func:`mlp_factors`). None: not collected;
+        the Σ-dependent minibatch noise (``method="dq-exact"`` of :func:`sgtune.theory.kronecker.tune_layer`)
+        needs it.
+    curvature_signs : (N, K) ndarray or None
+        The signs s_nk (None: all +1).
+    input_fourth : (d_in, d_in) ndarray or None
+        R = mean_n (â_n ∘ â_n)(â_n ∘ â_n)ᵀ with â_n = Q_Aᵀã_n, Q_A the eigenvectors of ``input_factor`` as
+        ``np.linalg.eigh`` returns them: the inputs' fourth moments in A's eigenbasis (with
+        ``curvature_roots``). m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)² = wᵀRw, w_j = 1/(α_j + c), for any damping Ã = A + cI.
 
     Examples
     --------
@@ -110,6 +123,9 @@ class LayerFactors:
     weight_index: tuple[int, int]
     bias_index: tuple[int, int] | None = None
     mean_gradient: np.ndarray | None = None
+    curvature_roots: np.ndarray | None = None
+    curvature_signs: np.ndarray | None = None
+    input_fourth: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         A, G, E = (np.asarray(x, dtype=np.float64) for x in (self.input_factor, self.curvature_factor,
@@ -122,6 +138,12 @@ class LayerFactors:
         if nw != G.shape[0] * d_w:
             raise ShapeError(f"layer {self.name!r}: weight_index covers {nw} entries, expected d_out·d_in = "
                              f"{G.shape[0]}·{d_w}")
+        R = self.curvature_roots
+        if R is not None and (np.ndim(R) != 3 or np.shape(R)[2] != G.shape[0]
+                              or np.shape(self.input_fourth) != A.shape):
+            raise ShapeError(f"layer {self.name!r}: curvature_roots must be (N, K, d_out) with d_out = {G.shape[0]} "
+                             f"and come with input_fourth (d_in, d_in); got shapes {np.shape(R)}, "
+                             f"{np.shape(self.input_fourth)}")
         object.__setattr__(self, "input_factor", _sym(A))
         object.__setattr__(self, "curvature_factor", _sym(G))
         object.__setattr__(self, "noise_factor", _sym(E))
@@ -188,13 +210,52 @@ class KroneckerFactors:
 
 
 
+@cites("martens2015", "§6.3: factored Tikhonov damping (A + π√γ I) ⊗ (G + √γ/π I), π² = (tr A/d_in)/(tr G/d_out)")
+def damp_factors(A: np.ndarray, G: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Ã, G̃) = (A + π√γ I, G + (√γ/π) I), π = √((tr A/d_in)/(tr G/d_out)) (Martens & Grosse 2015, §6.3).
+
+    Parameters
+    ----------
+    A, G : ndarray
+        The input and output factors.
+    gamma : float
+        The damping γ = δ/N (0: the factors unchanged).
+
+    Returns
+    -------
+    A_damped : ndarray
+        Ã.
+    G_damped : ndarray
+        G̃.
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import damp_factors
+    >>> A, G = damp_factors(np.eye(2), 4 * np.eye(1), 4.0)   # π = √(1/4) = 1/2
+    >>> float(A[0, 0]), float(G[0, 0])
+    (2.0, 8.0)
+    """
+    if gamma == 0.0:
+        return A, G
+    ta, tg = np.trace(A) / A.shape[0], np.trace(G) / G.shape[0]
+    pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 else 1.0
+    return A + pi * math.sqrt(gamma) * np.eye(A.shape[0]), G + math.sqrt(gamma) / pi * np.eye(G.shape[0])
+
+
+def _fourth_moment(inputs: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """Σ_n (â_n∘â_n)(â_n∘â_n)ᵀ, â_n = basisᵀã_n, over the rows ã_n of ``inputs`` (the bias column included)."""
+    Z = inputs @ basis
+    Z *= Z
+    return Z.T @ Z
+
+
 #: likelihoods the torch route supports (curvlinops' losses)
 KFAC_LIKELIHOODS = ("gaussian", "bernoulli", "categorical")
 
 
 @cites("martens2015", "§3: A = E[ããᵀ], G = E[J_fᵀ∇²ρ J_f] per layer; E from per-sample gradients (empirical Fisher)")
 def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: float = 0.0,
-                chunk_rows: int = 4096) -> KroneckerFactors:
+                chunk_rows: int = 4096, samples: bool = False, sample_hessian: str = "gauss-newton") -> KroneckerFactors:
     """The KFAC factors of every layer of an :class:`~sgtune.models.mlp.MLP` at θ (module docstring).
 
     Parameters
@@ -211,6 +272,15 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
         The precision δ of the prior N(0, δ⁻¹I) (recorded; absorbed when tuning).
     chunk_rows : int, optional
         Rows per pass (bounds the memory to O(chunk · width)).
+    samples : bool, optional
+        Also keep the per-sample curvature roots (N × d_out per layer) and the inputs' fourth moments (a second
+        forward pass) for the Σ-dependent minibatch noise (``LayerFactors.curvature_roots``, ``input_fourth``;
+        ``method="dq-exact"``).
+    sample_hessian : {"gauss-newton", "exact"}, optional
+        The per-sample curvature in the Σ-dependent noise: the Gauss–Newton blocks ρ''δδᵀ ⊗ ããᵀ, or the exact
+        per-sample Hessian blocks (ρ''δδᵀ + ρ'T_n) ⊗ ããᵀ, T_n = ∂²f/∂z_l² by second-order back-propagation
+        (1 + d_out signed roots per sample: O(N·d_out²) memory, for small layers). The curvature factor G
+        stays Gauss–Newton either way.
 
     Returns
     -------
@@ -237,9 +307,13 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
     sums: list[list[np.ndarray]] = [[np.zeros((widths[i] + 1, widths[i] + 1)), np.zeros((widths[i + 1],) * 2),
                                      np.zeros((widths[i + 1],) * 2), np.zeros((widths[i + 1], widths[i] + 1))]
                                     for i in range(nl)]
+    roots: list[list[np.ndarray]] = [[] for _ in range(nl)]
+    signs: list[list[np.ndarray]] = [[] for _ in range(nl)]
+    if sample_hessian not in ("gauss-newton", "exact"):
+        raise SgtuneError(f"sample_hessian must be gauss-newton or exact, got {sample_hessian!r}")
     for start in range(0, n, chunk_rows):
         Xc, yc = X[start:start + chunk_rows], y[start:start + chunk_rows]
-        layers, acts, d1s, _, f = model._forward(theta, Xc)
+        layers, acts, d1s, d2s, f = model._forward(theta, Xc)
         _, r1, r2 = model.glm.derivatives(f, yc)
         us = model._deltas(layers, d1s, np.ones(Xc.shape[0]))
         for i, (a, u) in enumerate(zip(acts, us)):
@@ -249,11 +323,28 @@ def mlp_factors(model: MLP, theta: Any, X: Any, y: Any, *, prior_precision: floa
             sums[i][1] += (r2[:, None] * u).T @ u
             sums[i][2] += e.T @ e
             sums[i][3] += e.T @ at
+            if samples:
+                roots[i].append((np.sqrt(np.clip(r2, 0.0, None))[:, None] * u)[:, None, :])
+        if samples and sample_hessian == "exact":
+            for i, (v, sg) in enumerate(_residual_roots(model, layers, d1s, d2s, us, r1)):
+                roots[i][-1] = np.concatenate([roots[i][-1], v], axis=1)
+                signs[i].append(np.hstack([np.ones((len(sg), 1)), sg]))
+    fourth = [np.zeros_like(sm[0]) for sm in sums]
+    if samples:  # a second forward pass: the fourth moments need A's eigenbasis over the whole data
+        bases = [np.linalg.eigh(_sym(sm[0] / n))[1] for sm in sums]
+        for start in range(0, n, chunk_rows):
+            _, acts, _, _, _ = model._forward(theta, X[start:start + chunk_rows])
+            for i, a in enumerate(acts):
+                fourth[i] += _fourth_moment(np.hstack([a, np.ones((a.shape[0], 1))]), bases[i])
     out = []
     for i, ((a0, a1), (A, G, E, Gbar)) in enumerate(zip(model.layer_slices(p), sums)):
         name = "output" if i == nl - 1 else f"hidden{i + 1}"
         nw = widths[i + 1] * widths[i]
-        out.append(LayerFactors(name, A / n, G / n, E / n, (a0, a0 + nw), (a0 + nw, a1), mean_gradient=Gbar / n))
+        extra = dict(curvature_roots=np.concatenate(roots[i]), input_fourth=fourth[i] / n) if samples else {}
+        if signs[i]:
+            extra["curvature_signs"] = np.concatenate(signs[i])
+        out.append(LayerFactors(name, A / n, G / n, E / n, (a0, a0 + nw), (a0 + nw, a1), mean_gradient=Gbar / n,
+                                **extra))
     return KroneckerFactors(tuple(out), n_data=n, dim=model.n_params(p), prior_precision=float(prior_precision),
                             source="mlp")
 
@@ -303,7 +394,7 @@ def _targets(y: np.ndarray, likelihood: str, torch: Any) -> Any:
 
 @cites("martens2015", "§3: KFAC factors, computed by curvlinops-for-pytorch's KFACLinearOperator")
 def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, noise_variance: float = 1.0,
-                  prior_precision: float = 0.0, chunk_rows: int = 2048) -> KroneckerFactors:
+                  prior_precision: float = 0.0, chunk_rows: int = 2048, samples: bool = False) -> KroneckerFactors:
     """The KFAC factors of every ``nn.Linear`` layer of a PyTorch network at its current weights (curvlinops).
 
     Parameters
@@ -323,6 +414,10 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         The precision δ of the prior N(0, δ⁻¹I).
     chunk_rows : int, optional
         Rows per batch fed to curvlinops.
+    samples : bool, optional
+        Also collect the per-sample curvature roots and the inputs' fourth moments (one more pass with forward
+        hooks and K backward passes per batch, K the number of outputs) for the Σ-dependent minibatch noise
+        (curvlinops has no per-sample factors).
 
     Returns
     -------
@@ -377,6 +472,10 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
     for pname, prm in net.named_parameters():
         offsets[pname] = (start, start + prm.numel())
         start += prm.numel()
+    roots = {}
+    if samples:
+        bases = {name: np.linalg.eigh(_sym(factors["type-2"][0][name].numpy()))[1] for name, _ in linears}
+        roots = _torch_samples(net, linears, batches, likelihood, noise_variance, bases, torch)
     out = []
     for name, m in linears:
         A = factors["type-2"][0][name].numpy() if name in factors["type-2"][0] else None
@@ -386,7 +485,77 @@ def torch_factors(module: Any, X: Any, y: Any, likelihood: str = "gaussian", *, 
         gbar = gw if m.bias is None else np.hstack([gw, m.bias.grad.numpy()[:, None]])
         prefix = f"{name}." if name else ""  # the module itself may be the nn.Linear (name "")
         bias_index = None if m.bias is None else offsets[f"{prefix}bias"]
+        extra = {}
+        if samples:
+            extra = dict(curvature_roots=roots[name][0], input_fourth=roots[name][1])
         out.append(LayerFactors(name or "linear", A, G, E, offsets[f"{prefix}weight"], bias_index,
-                                mean_gradient=gbar))
+                                mean_gradient=gbar, **extra))
     return KroneckerFactors(tuple(out), n_data=n, dim=start, prior_precision=float(prior_precision),
                             source="curvlinops")
+
+
+def _loss_roots(f: Any, likelihood: str, noise_variance: float, torch: Any) -> Any:
+    """r (n, K, K): rows r_k with ∇²_fρ = Σ_k r_k r_kᵀ per row (Gaussian I/σ², Bernoulli p(1−p), softmax diag p − ppᵀ)."""
+    n, k = f.shape
+    if likelihood == "gaussian":
+        return torch.eye(k, dtype=f.dtype).expand(n, k, k) / math.sqrt(noise_variance)
+    if likelihood == "bernoulli":
+        p = torch.sigmoid(f)
+        return torch.sqrt(p * (1 - p))[:, :, None]
+    p = torch.softmax(f, dim=1)  # diag p − ppᵀ = Σ_k p_k (e_k − p)(e_k − p)ᵀ
+    return torch.sqrt(p)[:, :, None] * (torch.eye(k, dtype=f.dtype)[None] - p[:, None, :])
+
+
+def _torch_samples(net: Any, linears: list, batches: list, likelihood: str, noise_variance: float,
+                   bases: dict[str, np.ndarray], torch: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per layer: the roots v_nk = J_{z_n}ᵀ r_nk (N, K, d_out) of G_n and R = mean_n (â∘â)(â∘â)ᵀ, â = Q_Aᵀã_n.
+
+    Forward hooks record each ``nn.Linear``'s input a and output z; ∂f_k/∂z by one backward pass per output k
+    (rows are independent, so the gradient of Σ_n f_nk is per row).
+    """
+    store: dict[str, tuple[Any, Any]] = {}
+    hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: store.__setitem__(name, (inp[0], out)))
+             for name, m in linears]
+    acc: dict[str, list] = {name: [[], np.zeros((bases[name].shape[0],) * 2)] for name, _ in linears}
+    n = sum(len(Xb) for Xb, _ in batches)
+    try:
+        for Xb, _ in batches:
+            f = net(Xb)
+            f = f.reshape(len(Xb), -1)
+            zs = [store[name][1] for name, _ in linears]
+            jac = [torch.autograd.grad(f[:, k].sum(), zs, retain_graph=True) for k in range(f.shape[1])]
+            r = _loss_roots(f.detach(), likelihood, noise_variance, torch)  # (n, K, K): rows r_k over outputs j
+            for li, (name, m) in enumerate(linears):
+                u = torch.stack([jac[j][li] for j in range(f.shape[1])], dim=1)  # (n, K_out j, d_out)
+                acc[name][0].append(torch.einsum("nkj,njd->nkd", r, u).detach().numpy())
+                a = store[name][0].detach().numpy()
+                at = a if m.bias is None else np.hstack([a, np.ones((a.shape[0], 1))])
+                acc[name][1] += _fourth_moment(at, bases[name])
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: (np.concatenate(v[0]), v[1] / n) for name, v in acc.items()}
+
+
+def _residual_roots(model: MLP, layers: list, d1s: list, d2s: list, us: list,
+                    r1: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer the signed roots of ρ'(f_n)T_n, T_n = ∂²f_n/∂z_l² (the residual part of the exact per-sample Hessian).
+
+    T for the output layer is 0 (f = z); below, z_{l+1} = W_{l+1}φ(z_l) + b gives
+    T_l = diag(φ'_l) W_{l+1}ᵀ T_{l+1} W_{l+1} diag(φ'_l) + diag((W_{l+1}ᵀδ_{l+1}) ∘ φ''_l), δ = ∂f/∂z.
+    Returns (v (n, d_out, d_out), s (n, d_out)) with ρ'T_n = Σ_k s_k v_k v_kᵀ (eigen-decomposition per row).
+    """
+    nl = len(us)
+    n = us[-1].shape[0]
+    T = np.zeros((n, 1, 1))
+    out: list[tuple[np.ndarray, np.ndarray]] = [None] * nl  # type: ignore[list-item]
+    for l in range(nl - 1, -1, -1):
+        if l < nl - 1:
+            W = layers[l + 1][0]
+            back = us[l + 1] @ W  # W_{l+1}ᵀδ_{l+1}
+            inner = np.einsum("ai,nab,bj->nij", W, T, W)
+            T = d1s[l][:, :, None] * inner * d1s[l][:, None, :] + np.einsum("ni,ij->nij", back * d2s[l],
+                                                                             np.eye(W.shape[1]))
+        w, Q = np.linalg.eigh(r1[:, None, None] * T)
+        out[l] = (np.sqrt(np.abs(w))[:, None, :] * Q).transpose(0, 2, 1), np.sign(w)
+    return out

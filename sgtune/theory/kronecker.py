@@ -41,8 +41,16 @@ What the factored chain leaves out of the real proxy chain (measured, not hidden
   factor Ã in whitened coordinates, Ḡ Ã⁻¹ Ḡᵀ / d_in ⊗ Ã (Ḡ the layer's mean gradient as a matrix):
   the partial trace over the input of (I ⊗ Ã^{−1/2}) ḡḡᵀ (I ⊗ Ã^{−1/2}), divided by d_in. E is clipped
   at 0 (eigenvalues) should the difference of the two approximations be indefinite.
-- The Σ-dependent part of the exact noise C̄(Σ) (Eq. (12): (f/B)(mean_n J_nΣJ_n − JΣJ)) is **not**
-  included: the factored noise is the constant C at θ̂ (DQ+const of Algorithm 1 in factored form).
+- The Σ-dependent part of the exact noise C̄(Σ) (Eq. (12): (f/B)(mean_n J_nΣJ_n − JΣJ)): with
+  ``method="dq-const"`` (the default) the factored noise is the constant C at θ̂ (DQ+const of Algorithm 1 in
+  factored form); with ``method="dq-exact"`` it is added in factored form, c(S) ⊗ Ã
+  (:func:`curvature_noise_factor`: the per-sample Gauss–Newton blocks G_n ⊗ ã_nã_nᵀ, KFAC's independence of
+  the input and output sides, the whitened partial trace), so the layer's second moment solves the linear fixed
+  point S = L(S) + Q₀ + s·M c(S) M of size d_out² (:func:`layer_exact_stationary`), which has no solution when
+  the noise gain ρ ≥ 1 (the mean dynamics stable, the second moments growing). The tuner then evaluates c at
+  the target as the dense ``tune(method="dq-exact")`` does. Only the Gauss–Newton part of the per-sample
+  Hessians enters: the residual term ρ'(f_n)∂²f_n of the exact per-sample Hessian is left out (measured:
+  benchmarks/results/kronecker_vs_dense.txt).
 - The prior (weight decay δ, H = J + (δ/N) I) is not Kronecker-separable. It is absorbed by factored
   Tikhonov damping (Martens & Grosse 2015, §6.3): with γ = δ/N and
   π = √((tr A/d_in)/(tr G/d_out)), Ã = A + π√γ I and G̃ = G + (√γ/π) I, so G̃ ⊗ Ã = G ⊗ A + γI +
@@ -74,6 +82,7 @@ factored chain's stationary covariance equals the factored target exactly.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,8 +90,8 @@ import numpy as np
 
 from ..core._refs import cites
 from ..core.config import Dynamics
-from ..core.errors import NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
-from ..models.kfac import KroneckerFactors, LayerFactors, mlp_factors, theta_indices, torch_factors
+from ..core.errors import AccuracyWarning, NotPositiveDefiniteError, SgtuneError, ShapeError, UnstableStepSizeError
+from ..models.kfac import KroneckerFactors, LayerFactors, damp_factors, mlp_factors, theta_indices, torch_factors
 from ..models.mlp import MLP
 from .linear_chain import LinearChain, SteinSolver, finite_population_factor
 from .tuning import solve_momentum_step_matrix, solve_step_matrix
@@ -90,10 +99,14 @@ from .tuning import solve_momentum_step_matrix, solve_step_matrix
 __all__ = ["tune_kronecker", "KroneckerLayer", "KroneckerTuning", "damped_factors", "tune_layer",
            "noise_factor_for",
            "layer_target", "layer_stationary", "tune_factors", "eigenbasis_posterior_variance",
-           "KRONECKER_TARGETS", "KRONECKER_PRIORS", "tune_layer_eigenbasis"]
+           "KRONECKER_TARGETS", "KRONECKER_PRIORS", "tune_layer_eigenbasis", "KRONECKER_METHODS",
+           "curvature_noise_factor", "layer_exact_stationary", "eigenbasis_curvature_noise",
+           "exact_noise_prediction"]
 
 #: the targets of the Kronecker family
 KRONECKER_TARGETS = ("posterior", "sandwich")
+#: the noise models of the Kronecker family (the dense tuner's names, :func:`sgtune.theory.tuning.tune`)
+KRONECKER_METHODS = ("dq-exact", "dq-const")
 #: how the prior enters the factors (:func:`tune_factors`)
 KRONECKER_PRIORS = ("damped", "eigenbasis")
 
@@ -131,13 +144,7 @@ def damped_factors(layer: LayerFactors, prior_precision: float, n_data: int) -> 
     >>> float(A[0, 0]), float(G[0, 0])
     (2.0, 8.0)
     """
-    A, G = layer.input_factor, layer.curvature_factor
-    gamma = prior_precision / n_data
-    if gamma == 0.0:
-        return A, G
-    ta, tg = np.trace(A) / A.shape[0], np.trace(G) / G.shape[0]
-    pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 else 1.0
-    return A + pi * math.sqrt(gamma) * np.eye(A.shape[0]), G + math.sqrt(gamma) / pi * np.eye(G.shape[0])
+    return damp_factors(layer.input_factor, layer.curvature_factor, prior_precision / n_data)
 
 
 @cites("sgtune", "C = 𝓘 − ḡḡᵀ ≈ E_eff ⊗ Ã: nearest Kronecker product with input factor Ã in whitened coordinates")
@@ -275,7 +282,7 @@ def layer_stationary(curvature: np.ndarray, noise: np.ndarray, step: np.ndarray,
 
 @cites("wang2026", "Prop. B.1: the heavy-ball chain's stationary second moment, decoupled into 2×2 modes")
 def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, kappa: float,
-                         beta: float) -> tuple[np.ndarray, float, float]:
+                         beta: float, with_tau: bool = True) -> tuple[np.ndarray, float, float]:
     """(S, ρ², τ_worst) of the small heavy-ball chain m' = κm + Gd + η, d' = d − Mm' + √(2M/β)ξ, exactly.
 
     With K = M^{1/2} G M^{1/2} = U diag(μ) Uᵀ, the coordinates d = M^{1/2}U a, m = M^{−1/2}U b decouple the
@@ -310,6 +317,8 @@ def _momentum_stationary(G: np.ndarray, E: np.ndarray, M: np.ndarray, s: float, 
     S[:d, d:] = Td @ P[..., 0, 1] @ Tm.T
     S[d:, :d] = S[:d, d:].T
     S[d:, d:] = _sym(Tm @ P[..., 1, 1] @ Tm.T)
+    if not with_tau:  # S linear in E (the Σ-dependent noise's response, E need not be PSD)
+        return S, rho, math.nan
     inv = np.linalg.inv(np.eye(2) - Fi)  # (I − F_i)⁻¹, per mode (the row index of W)
     W_aa = inv[:, 0, 0][:, None] * P[..., 0, 0] + inv[:, 0, 1][:, None] * P[..., 1, 0]
     import scipy.linalg as sla
@@ -325,6 +334,207 @@ def _layer_step(G: np.ndarray, E: np.ndarray, S: np.ndarray, dynamics: Dynamics,
     if kappa == 0.0:
         return solve_step_matrix(G, S, s * E + G @ S @ G, inv_temperature=beta)
     return solve_momentum_step_matrix(G, S, s * E, momentum=kappa, inv_temperature=beta)
+
+
+@cites("wang2026", "Eq. (12): the Σ-dependent part (f/B)(mean_n J_nΣJ_n − JΣJ) of C̄(Σ), in Kronecker-factored form")
+def curvature_noise_factor(layer: LayerFactors, A_damped: np.ndarray, S: np.ndarray) -> np.ndarray:
+    r"""The output factor c(S) of the Σ-dependent noise: mean_n J_nΣJ_n − JΣJ ≈ c(S) ⊗ Ã for Σ_l = S ⊗ Ã⁻¹.
+
+    The exact minibatch noise of the proxy chain is C̄(Σ) = (f/B)[𝓘 − ḡḡᵀ + mean_n J_nΣJ_n − JΣJ]
+    (Wang, Ding & Huggins 2026, Eq. (12)); the constant part is :func:`noise_factor_for`. Per sample the
+    layer's Gauss–Newton block is exactly J_n = G_n ⊗ ã_nã_nᵀ (row-major; G_n = Σ_k s_nk v_nk v_nkᵀ,
+    ``layer.curvature_roots``; so is the exact per-sample Hessian's, with signed roots), so with Σ_l = S ⊗ Ã⁻¹
+
+        J_nΣJ_n = G_nSG_n ⊗ q_n ã_nã_nᵀ,  q_n = ã_nᵀÃ⁻¹ã_n,      JΣJ ≈ GSG ⊗ AÃ⁻¹A  (KFAC J ≈ G ⊗ A, G = mean_n G_n).
+
+    Each is replaced, as in :func:`noise_factor_for`, by its whitened partial trace over the input divided
+    by d_in (the Frobenius-nearest X ⊗ I in the coordinates where the factored chain decouples):
+    ptr(G_nSG_n ⊗ q_n Ã^{−½}ããᵀÃ^{−½}) = q_n² G_nSG_n and ptr(GSG ⊗ Ã^{−½}AÃ⁻¹AÃ^{−½}) = t₂ GSG with
+    t₂ = tr((Ã⁻¹A)²). KFAC's independence assumption between the input and the output side,
+    mean_n q_n² G_nSG_n ≈ m₂ mean_n G_nSG_n with m₂ = mean_n q_n² (= wᵀRw from ``layer.input_fourth``,
+    w_j = 1/(α_j + c) for Ã = A + cI in A's eigenbasis), gives
+
+        c(S) = (m₂/d_in) mean_n G_nSG_n − (t₂/d_in) GSG
+             = (t₂/d_in)[mean_n G_nSG_n − GSG] + ((m₂ − t₂)/d_in) mean_n G_nSG_n,
+
+    and m₂ ≥ (mean_n q_n)² = (tr Ã⁻¹A)² ≥ t₂, so S ↦ c(S) is completely positive: the factored noise is
+    positive semi-definite for every S ⪰ 0, as the exact C̄(Σ) is, and the stability test of
+    :func:`layer_exact_stationary` (a positive linear map) is exact. One pass over the N per-sample
+    roots, O(N·K·d_out²); linear in S.
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer, with ``curvature_roots`` and ``input_fourth``.
+    A_damped : (d_in, d_in) ndarray
+        Ã = A + cI (:func:`damped_factors`).
+    S : (d_out, d_out) ndarray
+        The output factor of Σ_l (symmetric; need not be definite).
+
+    Returns
+    -------
+    (d_out, d_out) ndarray
+        The symmetric c(S).
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import curvature_noise_factor
+    >>> V = np.array([[[1.0]], [[3.0]]])            # G_n = 1, 9; G = 5; ã_n = 1, A = Ã = 1: q_n = 1, m₂ = t₂ = 1
+    >>> lf = LayerFactors("fc", np.eye(1), 5 * np.eye(1), np.eye(1), (0, 1), curvature_roots=V, input_fourth=np.eye(1))
+    >>> curvature_noise_factor(lf, np.eye(1), np.eye(1))   # mean(1, 81) − 25
+    array([[16.]])
+    """
+    V = layer.curvature_roots
+    if V is None or layer.input_fourth is None:
+        raise SgtuneError(f"layer {layer.name!r}: the Σ-dependent noise (method 'dq-exact') needs the per-sample "
+                          "curvature roots; compute the factors with samples=True or use method 'dq-const'")
+    S = _sym(np.asarray(S, dtype=np.float64))
+    out, G = np.zeros_like(S), np.zeros_like(S)
+    sg = layer.curvature_signs if layer.curvature_signs is not None else np.ones(V.shape[:2])
+    d = S.shape[0]
+    for i in range(0, V.shape[0], 4096):  # G_nSG_n = V_nᵀ(s s ∘ V_nSV_nᵀ)V_n, as two (n·K, d) × (d, d) products
+        Vc, sc = V[i:i + 4096], sg[i:i + 4096]
+        W = np.matmul(Vc @ S, Vc.transpose(0, 2, 1)) * sc[:, :, None] * sc[:, None, :]
+        out += Vc.reshape(-1, d).T @ np.matmul(W, Vc).reshape(-1, d)
+        G += Vc.reshape(-1, d).T @ (sc[:, :, None] * Vc).reshape(-1, d)
+    G /= V.shape[0]  # mean_n G_n: the Gauss–Newton G itself, or the exact mean of the per-sample blocks
+    AiA = np.linalg.solve(A_damped, layer.input_factor)
+    t2 = float(np.sum(AiA * AiA.T))
+    return _sym((_input_moment(layer, A_damped) * out / V.shape[0] - t2 * G @ S @ G) / layer.d_in)
+
+
+def _input_moment(layer: LayerFactors, A_damped: np.ndarray) -> float:
+    """m₂ = mean_n (ã_nᵀÃ⁻¹ã_n)² = wᵀRw, w = diag(Q_AᵀÃ⁻¹Q_A) (Ã = A + cI shares A's eigenbasis Q_A)."""
+    Qa = np.linalg.eigh(layer.input_factor)[1]
+    w = np.einsum("ji,ji->i", Qa, np.linalg.solve(A_damped, Qa))
+    return float(w @ layer.input_fourth @ w)
+
+
+def _noise_response(G: np.ndarray, M: np.ndarray, dynamics: Dynamics, n_data: int) -> Callable[[np.ndarray], np.ndarray]:
+    """X ↦ the dd block of the small chain's stationary second moment driven by the noise s·X alone (linear).
+
+    Without momentum S = FSFᵀ + M(sX)M, F = I − MG, solved in the modes of K = M^{½}GM^{½} = U diag(μ)Uᵀ:
+    with T = M^{½}U, S = T P Tᵀ and P_ij = s(UᵀM^{½}XM^{½}U)_ij / (1 − (1 − μ_i)(1 − μ_j)); with momentum the
+    same 2×2-mode solve as :func:`layer_stationary` (Wang, Ding & Huggins 2026, Prop. B.1).
+    """
+    s = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement) / dynamics.batch_size
+    d, kappa = G.shape[0], float(dynamics.momentum)
+    if kappa > 0.0:
+        return lambda X: _momentum_stationary(G, X, M, s, kappa, math.inf, with_tau=False)[0][:d, :d]
+    wm, Vm = np.linalg.eigh(_sym(M))
+    Mh = (Vm * np.sqrt(wm)) @ Vm.T
+    mu, U = np.linalg.eigh(_sym(Mh @ G @ Mh))
+    f = 1.0 - mu
+    T = Mh @ U
+    den = 1.0 - np.outer(f, f)
+    return lambda X: _sym(T @ ((s * T.T @ X @ T) / den) @ T.T)
+
+
+def _cw_upper(X: np.ndarray, base: np.ndarray) -> float:
+    """1 − λ_min(X^{−½} base X^{−½}): ρ(P) ≤ this for a positive map P with X = base + P(X), X ≻ 0 (Collatz–Wielandt)."""
+    import scipy.linalg as sla
+
+    return float(1.0 - sla.eigh(_sym(base), _sym(X), eigvals_only=True)[0])
+
+
+def _fixed_point(P: Callable[[np.ndarray], np.ndarray], base: np.ndarray) -> np.ndarray:
+    """X solving X = base + P(X), P linear on symmetric d×d (dense solve for d ≤ 16, else GMRES in vec form)."""
+    d = base.shape[0]
+    iu = np.triu_indices(d)
+    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))  # an orthonormal basis of the symmetric matrices
+
+    def unvec(x: np.ndarray) -> np.ndarray:
+        X = np.zeros((d, d))
+        X[iu] = x / w
+        return X + np.triu(X, 1).T
+
+    def op(x: np.ndarray) -> np.ndarray:
+        return x - P(unvec(x))[iu] * w
+
+    b = base[iu] * w
+    if d <= 16:
+        K = np.column_stack([op(e) for e in np.eye(len(b))])
+        return unvec(np.linalg.solve(K, b))
+    from scipy.sparse.linalg import LinearOperator, gmres
+
+    x, _ = gmres(LinearOperator((len(b), len(b)), matvec=op), b, x0=b, rtol=1e-13, atol=0.0, restart=60,
+                 maxiter=20)
+    return unvec(x)
+
+
+@cites("wang2026", "Eqs. (11)–(12) with the Σ-dependent noise C̄(Σ), per layer in Kronecker-factored form")
+def layer_exact_stationary(layer: LayerFactors, A_damped: np.ndarray, curvature: np.ndarray, noise: np.ndarray,
+                           step: np.ndarray, dynamics: Dynamics, n_data: int) -> tuple[np.ndarray, float, float, float]:
+    r"""The small chain of one layer with the Σ-dependent minibatch noise: S = L(S) + Q₀ + s·M c(S) M.
+
+    The factored chain of the module docstring, its noise now s(E + c(S_dd)) ⊗ Ã with c of
+    :func:`curvature_noise_factor` (Wang, Ding & Huggins 2026, Eq. (12) in factored form): the layer is
+    still d_in copies of the d_out-dimensional chain (Σ_l = S_dd ⊗ Ã⁻¹), whose second moment solves the
+    linear fixed point S_dd = S₀ + P(S_dd) — S₀ the constant-noise answer (:func:`layer_stationary`),
+    P(X) the chain's response to the noise s·c(X) alone. P is a positive map (c is completely positive,
+    the Lyapunov inverse of a stable chain is positive), so a stationary second moment exists iff ρ(P) < 1,
+    iff the solution is positive definite (Collatz–Wielandt); then ρ(P) ≤ 1 − λ_min(S_dd^{−½}S₀S_dd^{−½}) < 1.
+    ρ(P) ≥ 1 is the second-moment instability: the mean dynamics are stable but the minibatch Hessian's
+    fluctuation makes the chain's second moments grow without bound.
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer, with its per-sample curvature roots.
+    A_damped, curvature, noise, step : ndarray
+        Ã, G̃, E (the constant part, :func:`noise_factor_for`) and M.
+    dynamics : Dynamics
+        B, β, κ and the batching.
+    n_data : int
+        N.
+
+    Returns
+    -------
+    S : ndarray
+        The stationary second moment of the small chain (augmented (d, ν) with momentum).
+    spectral_radius : float
+        The spectral radius ρ(F)² of the mean dynamics' second-moment map.
+    tau_worst : float
+        The largest integrated autocorrelation time over linear functionals.
+    noise_gain : float
+        The certified upper bound on ρ(P) above (< 1).
+
+    Raises
+    ------
+    UnstableStepSizeError
+        The mean dynamics are unstable, or ρ(P) ≥ 1 (no stationary second moment; the message says so).
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import layer_exact_stationary
+    >>> lf = LayerFactors("fc", np.eye(1), np.eye(1), np.eye(1), (0, 1), curvature_roots=np.ones((2, 1, 1)),
+    ...                   input_fourth=np.eye(1))      # G_n = 1 for all n: no Hessian fluctuation, c = 0
+    >>> S, rho, tau, gain = layer_exact_stationary(lf, np.eye(1), np.eye(1), np.eye(1), 0.5 * np.eye(1),
+    ...                                            Dynamics(None, batch_size=1), 10)
+    >>> round(float(S[0, 0]), 12), round(gain, 12)
+    (0.333333333333, 0.0)
+    """
+    d = layer.d_out
+    S0 = layer_stationary(curvature, noise, step, dynamics, n_data)[0][:d, :d]
+    resp = _noise_response(curvature, step, dynamics, n_data)
+    X = _sym(_fixed_point(lambda Y: resp(curvature_noise_factor(layer, A_damped, Y)), _sym(S0)))
+    w = np.linalg.eigvalsh(X)
+    if not w[0] > 1e-12 * max(abs(w[-1]), 1e-300):
+        Y, lo = _sym(S0) / np.linalg.norm(S0), 0.0
+        for _ in range(200):  # power iteration of the positive map: ‖P^k S₀‖ ratios tend to ρ(P) from below
+            Z = resp(curvature_noise_factor(layer, A_damped, Y))
+            lo, Y = float(np.linalg.norm(Z)), Z / max(np.linalg.norm(Z), 1e-300)
+        raise UnstableStepSizeError(
+            f"layer {layer.name!r}: the minibatch-Hessian noise makes the chain's second moments grow (the mean "
+            f"dynamics are stable, but the noise gain ρ(P) ≈ {lo:.4g} ≥ 1): no stationary covariance; use a "
+            "smaller step or a larger batch", spectral_radius=max(lo, 1.0))
+    gain = max(_cw_upper(X, S0), 0.0)
+    S, rho, tau = layer_stationary(curvature, noise + curvature_noise_factor(layer, A_damped, X), step, dynamics,
+                                   n_data)
+    return S, rho, tau, gain
 
 
 @cites("ritter2018", "§3: the Kronecker-factored Laplace posterior with the prior added in the eigenbasis")
@@ -412,6 +622,15 @@ class KroneckerLayer:
         None for the damped form; for ``prior="eigenbasis"`` (:func:`tune_layer_eigenbasis`) the arrays
         (Q_G, Q_A, λ, σ, σ*): Λ_l = (Q_G ⊗ Q_A) diag(λ)(Q_G ⊗ Q_A)ᵀ, the predicted and target Σ_l likewise
         with σ and σ* (each (d_out, d_in)); the four matrix fields are then zeros.
+    method : str
+        The noise model the step was tuned with: ``"dq-const"`` (the constant noise at θ̂) or ``"dq-exact"``
+        (with the Σ-dependent part, :func:`curvature_noise_factor`).
+    noise_gain : float
+        For a layer with per-sample curvature roots: the certified upper bound on the gain ρ(P) of the
+        Σ-dependent noise (:func:`layer_exact_stationary`; < 1: the chain has a stationary covariance); ``inf``
+        when the step has none (ρ(P) ≥ 1, the chain's second moments grow); NaN when not computed. For a
+        ``dq-const`` step it comes from at most 30 power iterations (Collatz–Wielandt); a value ≥ 1 that is
+        not ``inf`` means the bound could not show ρ(P) < 1.
 
     Examples
     --------
@@ -436,6 +655,8 @@ class KroneckerLayer:
     covariance_error: float
     prior_error: float
     eigenbasis: tuple[np.ndarray, ...] | None = None
+    method: str = "dq-const"
+    noise_gain: float = math.nan
 
     @property
     def form(self) -> str:
@@ -505,7 +726,8 @@ class KroneckerLayer:
                 "n_params": self.d_out * self.d_in, "bias": self.bias_index is not None,
                 "spectral_radius": float(self.spectral_radius), "tau_worst": float(self.tau_worst),
                 "covariance_error": float(self.covariance_error), "prior_error": float(self.prior_error),
-                "prior": self.form,
+                "prior": self.form, "method": self.method,
+                "noise_gain": None if math.isnan(self.noise_gain) else float(self.noise_gain),
                 "sd_min": float(sd.min()), "sd_median": float(np.median(sd)), "sd_max": float(sd.max())}
 
 
@@ -535,6 +757,8 @@ class KroneckerTuning:
         ``"posterior"`` or ``"sandwich"``.
     prior_precision : float
         δ.
+    method : str
+        The noise model it was tuned with (``"dq-exact"`` or ``"dq-const"``, :func:`tune_layer`).
 
     Examples
     --------
@@ -553,6 +777,7 @@ class KroneckerTuning:
     dynamics: Dynamics
     target: str
     prior_precision: float = 0.0
+    method: str = "dq-const"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -568,6 +793,22 @@ class KroneckerTuning:
     def spectral_radius(self) -> float:
         """The largest per-layer spectral radius (the chain's, since layers are independent)."""
         return max(lay.spectral_radius for lay in self.layers)
+
+    @property
+    def noise_gain(self) -> float:
+        """The largest per-layer noise gain (:attr:`KroneckerLayer.noise_gain`; NaN when none was computed)."""
+        gains = [lay.noise_gain for lay in self.layers if not math.isnan(lay.noise_gain)]
+        return max(gains) if gains else math.nan
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What sgtune cannot vouch for in this result (one line each): layers without a stationary covariance."""
+        bad = [lay.name for lay in self.layers if lay.noise_gain >= 1.0]
+        if not bad:
+            return ()
+        return (f"with this step the minibatch-Hessian noise makes the chain's second moments grow in layer(s) "
+                f"{', '.join(bad)} (noise gain ≥ 1, or not shown below 1): the real chain may have no stationary "
+                "covariance and the prediction does not hold; tune with method 'dq-exact'",)
 
     def _map(self, vectors: Any, fn: Callable[[KroneckerLayer, np.ndarray], np.ndarray]) -> np.ndarray:
         """fn(layer, [W | b] matrices) for every layer, on vectors (..., D) in θ order."""
@@ -689,6 +930,8 @@ class KroneckerTuning:
                 "batch_size": dyn.batch_size, "inverse_temperature": dyn.inv_temperature,
                 "momentum": dyn.momentum, "batching": dyn.batching, "prior_precision": self.prior_precision,
                 "covariance_error": self.covariance_error, "spectral_radius": self.spectral_radius,
+                "method": self.method, "noise_gain": None if math.isnan(self.noise_gain) else self.noise_gain,
+                "warnings": list(self.warnings),
                 "layers": [lay.summary_dict() for lay in self.layers]}
 
     def __repr__(self) -> str:
@@ -706,14 +949,14 @@ class KroneckerTuning:
             arrays[f"S_{i}"] = lay.output_cov
             arrays[f"S_target_{i}"] = lay.target_output_cov
             arrays[f"stats_{i}"] = np.array([lay.spectral_radius, lay.tau_worst, lay.covariance_error,
-                                             lay.prior_error])
+                                             lay.prior_error, lay.noise_gain])
             if lay.eigenbasis is not None:
                 for tag, arr in zip(("Qg", "Qa", "lam", "sig", "sig_target"), lay.eigenbasis):
                     arrays[f"{tag}_{i}"] = arr
         dyn = self.dynamics
         arrays["settings"] = np.array([self.dim, self.n_data, dyn.batch_size, dyn.inv_temperature, dyn.momentum,
                                        self.prior_precision])
-        arrays["text"] = np.array(["kronecker", self.target, dyn.batching], dtype=str)
+        arrays["text"] = np.array(["kronecker", self.target, dyn.batching, self.method], dtype=str)
         return arrays
 
     def save(self, path: Any) -> None:
@@ -750,6 +993,7 @@ class KroneckerTuning:
                 raise SgtuneError(f"{path}: not a kronecker step-size file written by sgtune (save)")
             dim, n, B, beta, kappa, prior = (float(v) for v in z["settings"])
             target, batching = str(z["text"][1]), str(z["text"][2])
+            method = str(z["text"][3]) if len(z["text"]) > 3 else "dq-const"
             layers = []
             for i, name in enumerate(z["names"]):
                 ix = [int(v) for v in z[f"index_{i}"]]
@@ -758,9 +1002,16 @@ class KroneckerTuning:
                        if f"Qg_{i}" in z else None)
                 layers.append(KroneckerLayer(str(name), z[f"M_{i}"], z[f"Ainv_{i}"], z[f"S_{i}"], z[f"S_target_{i}"],
                                              (ix[0], ix[1]), None if ix[2] < 0 else (ix[2], ix[3]),
-                                             float(st[0]), float(st[1]), float(st[2]), float(st[3]), eig))
+                                             float(st[0]), float(st[1]), float(st[2]), float(st[3]), eig, method,
+                                             float(st[4]) if len(st) > 4 else math.nan))
         dyn = Dynamics(None, int(B), inv_temperature=beta, momentum=kappa, batching=batching)
-        return cls(tuple(layers), int(dim), int(n), dyn, target, prior)
+        return cls(tuple(layers), int(dim), int(n), dyn, target, prior, method)
+
+
+def _check_method(method: str) -> None:
+    if method not in KRONECKER_METHODS:
+        raise SgtuneError(f"method must be one of {', '.join(KRONECKER_METHODS)} for the kronecker family, "
+                          f"got {method!r}")
 
 
 def _check_factor(name: str, what: str, X: np.ndarray, fix: str) -> None:
@@ -773,8 +1024,15 @@ def _check_factor(name: str, what: str, X: np.ndarray, fix: str) -> None:
 
 @cites("wang2026", "Eq. (11) / Prop. B.1 per layer in Kronecker-factored form (module docstring)")
 def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: int,
-               prior_precision: float = 0.0) -> KroneckerLayer:
+               prior_precision: float = 0.0, method: str = "dq-const") -> KroneckerLayer:
     """Tune one layer: M with Λ_l = M ⊗ Ã⁻¹ so that the factored chain's Σ_l equals the factored target.
+
+    ``method="dq-exact"`` tunes with the Σ-dependent noise as the dense :func:`sgtune.theory.tuning.tune` does
+    (Algorithm 1 with C̄(Σ*), Wang, Ding & Huggins 2026, Eq. (12)): the noise factor is E + c(S*)
+    (:func:`curvature_noise_factor` at the target), so S* is the fixed point of the layer's exact-noise
+    second-moment map, which is then stable (a positive map with a positive definite fixed point). With
+    ``"dq-const"`` and per-sample roots, that Λ's noise gain under the Σ-dependent noise is computed
+    (:func:`layer_exact_stationary`; ``inf``: no stationary covariance).
 
     Parameters
     ----------
@@ -788,6 +1046,8 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
         N.
     prior_precision : float, optional
         The prior precision δ (absorbed by :func:`damped_factors`).
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model (above; the names of :func:`sgtune.theory.tuning.tune`).
 
     Returns
     -------
@@ -813,7 +1073,10 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     if not w[0] > 1e-12 * w[-1]:
         raise NotPositiveDefiniteError(f"layer {layer.name!r}: the {target} target is singular (no gradient noise "
                                        "along some output direction of the layer); use target posterior")
-    E = noise_factor_for(layer, A_d)
+    _check_method(method)
+    E = E0 = noise_factor_for(layer, A_d)
+    if method == "dq-exact":
+        E = E0 + curvature_noise_factor(layer, A_d, S_star)
     M = _layer_step(G_d, E, S_star, dynamics, n_data)
     try:
         S, rho, tau = layer_stationary(G_d, E, M, dynamics, n_data)
@@ -828,7 +1091,41 @@ def tune_layer(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: 
     err = float(np.linalg.norm(S_dd - S_star) / np.linalg.norm(S_star))
     Ainv = _sym(np.linalg.inv(A_d))
     return KroneckerLayer(layer.name, M, Ainv, S_dd, S_star, layer.weight_index, layer.bias_index, rho, tau, err,
-                          _prior_error(layer, A_d, G_d, prior_precision, n_data))
+                          _prior_error(layer, A_d, G_d, prior_precision, n_data), None, method,
+                          _noise_gain(layer, A_d, G_d, E0, M, S_dd, dynamics, n_data, method))
+
+
+def _noise_gain(layer: LayerFactors, A_d: np.ndarray, G_d: np.ndarray, E0: np.ndarray, M: np.ndarray,
+                S_dd: np.ndarray, dynamics: Dynamics, n_data: int, method: str) -> float:
+    """The certified bound on ρ(P) of :func:`layer_exact_stationary` for the tuned M (inf: none; NaN: no roots)."""
+    if layer.curvature_roots is None:
+        return math.nan
+    if method == "dq-exact":  # S_dd is the exact-noise fixed point: one constant-noise solve gives the bound
+        S0 = layer_stationary(G_d, E0, M, dynamics, n_data)[0][:layer.d_out, :layer.d_out]
+        return max(_cw_upper(S_dd, S0), 0.0)
+    resp = _noise_response(G_d, M, dynamics, n_data)
+    lo, hi = _gain_bracket(lambda X: resp(curvature_noise_factor(layer, A_d, X)), S_dd)
+    return math.inf if lo >= 1.0 else max(hi, 0.0)
+
+
+def _gain_bracket(P: Callable[[np.ndarray], np.ndarray], X0: np.ndarray, iters: int = 30) -> tuple[float, float]:
+    """Collatz–Wielandt bounds lo ≤ ρ(P) ≤ hi of a positive map P on symmetric matrices, by power iteration.
+
+    For X ≻ 0 the generalised eigenvalues of (P(X), X) bracket ρ(P); the power iterates (kept definite by a
+    small share of X₀) tighten it. Stops once the bracket decides ρ(P) < 1 or ≥ 1 (one data pass per step).
+    """
+    import scipy.linalg as sla
+
+    base = _sym(X0) / np.linalg.norm(X0)
+    X, lo, hi = base, 0.0, math.inf
+    for _ in range(iters):
+        Y = _sym(P(X))
+        w = sla.eigh(Y, X, eigvals_only=True)
+        lo, hi = max(lo, float(w[0])), min(hi, float(w[-1]))
+        if hi < 1.0 or lo >= 1.0:
+            break
+        X = Y / np.linalg.norm(Y) + 1e-6 * base
+    return lo, hi
 
 
 def _scalar_stationary(lam: np.ndarray, h: np.ndarray, c: np.ndarray, kappa: float, beta: float) -> np.ndarray:
@@ -871,7 +1168,7 @@ def _eigen_steps(h: np.ndarray, c: np.ndarray, target: np.ndarray, kappa: float,
 
 @cites("ritter2018", "§3: the prior added in the joint eigenbasis of the Kronecker factors (laplace-torch KronLaplace)")
 def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: str, n_data: int,
-                          prior_precision: float = 0.0) -> KroneckerLayer:
+                          prior_precision: float = 0.0, method: str = "dq-const") -> KroneckerLayer:
     r"""Tune one layer with the prior in the eigenbasis: Λ_l diagonal in Q_G ⊗ Q_A (module docstring).
 
     With G = Q_G diag(g) Q_Gᵀ and A = Q_A diag(a) Q_Aᵀ the prior is exact in the Kronecker eigenbasis:
@@ -885,7 +1182,8 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
     H_l = G ⊗ A + γI (the KFAC curvature with the exact prior) and C_l = (Q_G ⊗ Q_A) diag(c)(Q_G ⊗ Q_A)ᵀ.
     Without momentum λ_ij = 2(σ*_ij h_ij − 1/β)/(s c_ij + σ*_ij h_ij²) in closed form; with momentum
     the scalar equation is solved by bisection. Targets: σ* = 1/(N h) (posterior = laplace-torch's
-    KronLaplace) or c/(N h²) (sandwich).
+    KronLaplace) or c/(N h²) (sandwich). ``method="dq-exact"`` adds the Σ-dependent noise (Eq. (12)) diagonal in
+    the same basis (:func:`eigenbasis_curvature_noise`) at the target, as :func:`tune_layer` does.
 
     Parameters
     ----------
@@ -899,6 +1197,8 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
         N.
     prior_precision : float, optional
         The prior precision δ.
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model (:func:`tune_layer`).
 
     Returns
     -------
@@ -948,6 +1248,9 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
         raise NotPositiveDefiniteError(f"layer {layer.name!r}: the gradient noise is zero along some eigen-direction "
                                        "of the layer, so SGD cannot hold the target's variance there; use SGLD "
                                        "(a finite inverse temperature, e.g. 2N)")
+    _check_method(method)
+    c0 = c
+    c = c0 + scale * eigenbasis_curvature_noise(layer, sig_t) if method == "dq-exact" else c0
     floor = float(np.max(h * sig_t))
     lam = _eigen_steps(h, c, sig_t, kappa, beta)
     rho = _root_modulus(lam, h, kappa)
@@ -959,15 +1262,168 @@ def tune_layer_eigenbasis(layer: LayerFactors, dynamics: Dynamics, *, target: st
     err = float(np.linalg.norm(sig - sig_t) / np.linalg.norm(sig_t))
     f = 1.0 - lam * h
     tau = float(np.max((1 + f) / (1 - f))) if kappa == 0.0 else float(np.max((1 + rho) / (1 - rho)))
-    d_out, d_in = layer.d_out, layer.d_in
-    empty_o, empty_i = np.zeros((d_out, d_out)), np.zeros((d_in, d_in))
+    empty_o, empty_i = np.zeros((layer.d_out, layer.d_out)), np.zeros((layer.d_in, layer.d_in))
+    gain = (math.nan if layer.curvature_roots is None else
+            _eigen_noise_gain(layer, lam, h, c0, sig if method == "dq-exact" else None, dynamics, n_data)[0])
     return KroneckerLayer(layer.name, empty_o, empty_i, empty_o, empty_o, layer.weight_index, layer.bias_index,
-                          float(np.max(rho)) ** 2, tau, err, 0.0, (Qg, Qa, lam, sig, sig_t))
+                          float(np.max(rho)) ** 2, tau, err, 0.0, (Qg, Qa, lam, sig, sig_t), method, gain)
+
+
+@cites("wang2026", "Eq. (12): the Σ-dependent part of C̄(Σ), diagonal in the Kronecker eigenbasis")
+def eigenbasis_curvature_noise(layer: LayerFactors, sigma: np.ndarray) -> np.ndarray:
+    r"""The Σ-dependent noise c(σ), diagonal in Q_G ⊗ Q_A, for Σ_l = (Q_G ⊗ Q_A) diag(σ)(Q_G ⊗ Q_A)ᵀ.
+
+    In the eigenbasis the per-sample block is J_n = Ĝ_n ⊗ â_nâ_nᵀ (Ĝ_n = Q_GᵀG_nQ_G, â_n = Q_Aᵀã_n), so
+    (J_n diag(σ) J_n)_{(ij),(ij)} = Σ_kl Ĝ_n[i,k]² â_j² â_l² σ_kl. KFAC's independence of the input and output
+    sides gives mean_n ≈ Σ_kl P_ik R_jl σ_kl with P = mean_n Ĝ_n∘Ĝ_n and R = mean_n (â∘â)(â∘â)ᵀ
+    (``layer.input_fourth``); the mean term is (g_i a_j)² σ_ij (J = G ⊗ A; with signed roots of exact
+    per-sample Hessians, Ḡ = mean_n Ĝ_n: ((Ḡ∘Ḡ)σ)_ij a_j²). So c(σ) = PσR − (g⊗a)²∘σ, with
+    P_ii ≥ g_i², R_jj ≥ a_j² (Jensen) and every other entry ≥ 0: a nonnegative linear map of σ (Wang, Ding &
+    Huggins 2026, Eq. (12), noise taken diagonal in the basis as the layer's constant noise is).
+
+    Parameters
+    ----------
+    layer : LayerFactors
+        The layer, with ``curvature_roots`` and ``input_fourth``.
+    sigma : (d_out, d_in) ndarray
+        The variances σ_ij in the eigenbasis.
+
+    Returns
+    -------
+    (d_out, d_in) ndarray
+        The diagonal of mean_n J_nΣJ_n − JΣJ in the basis (without the factor f/B).
+
+    Examples
+    --------
+    >>> from sgtune.models.kfac import LayerFactors
+    >>> from sgtune.theory.kronecker import eigenbasis_curvature_noise
+    >>> V = np.array([[[1.0]], [[3.0]]])      # G_n = 1, 9: P = 41, G = 5; ã = 1: R = 1, A = 1
+    >>> lf = LayerFactors("fc", np.eye(1), 5 * np.eye(1), np.eye(1), (0, 1), curvature_roots=V, input_fourth=np.eye(1))
+    >>> eigenbasis_curvature_noise(lf, np.ones((1, 1)))
+    array([[16.]])
+    """
+    V = layer.curvature_roots
+    if V is None or layer.input_fourth is None:
+        raise SgtuneError(f"layer {layer.name!r}: the Σ-dependent noise (method 'dq-exact') needs the per-sample "
+                          "curvature roots; compute the factors with samples=True or use method 'dq-const'")
+    la, _ = np.linalg.eigh(layer.input_factor)
+    lg, Qg = np.linalg.eigh(layer.curvature_factor)
+    K, d = V.shape[1], V.shape[2]
+    P, Gb = np.zeros((d, d)), np.zeros((d, d))
+    sg = layer.curvature_signs if layer.curvature_signs is not None else np.ones(V.shape[:2])
+    step = max(1, 2 ** 22 // max(K * K * d, 1))
+    for i in range(0, V.shape[0], step):
+        Vh, sc = V[i:i + step] @ Qg, sg[i:i + step]
+        W = (Vh[:, :, None, :] * Vh[:, None, :, :]).reshape(-1, d)
+        P += W.T @ (W * (sc[:, :, None] * sc[:, None, :]).reshape(-1, 1))
+        Gb += np.einsum("nk,nki,nkj->ij", sc, Vh, Vh)
+    Gb /= V.shape[0]  # mean_n Ĝ_n: diag(g) for Gauss–Newton roots
+    return P / V.shape[0] @ sigma @ layer.input_fourth - (Gb * Gb) @ sigma * np.clip(la, 0, None) ** 2
+
+
+def _eigen_noise_gain(layer: LayerFactors, lam: np.ndarray, h: np.ndarray, c0: np.ndarray, sig: np.ndarray | None,
+                      dynamics: Dynamics, n_data: int) -> tuple[float, np.ndarray]:
+    """(bound on the noise gain, the exact-noise variances σ) of the scalar chains (entrywise Collatz–Wielandt).
+
+    x = base + P(x), base the constant-noise variances, P(x) = r∘c(x) with r the scalar chains' response to
+    unit noise: ρ(P) ≤ max(1 − base/x) when x > 0 solves it; no positive solution ⇔ ρ(P) ≥ 1.
+    """
+    kappa, beta = float(dynamics.momentum), float(dynamics.inv_temperature)
+    scale = finite_population_factor(n_data, dynamics.batch_size, dynamics.without_replacement) / dynamics.batch_size
+    base = _scalar_stationary(lam, h, c0, kappa, beta)
+    r = _scalar_stationary(lam, h, np.full_like(h, scale), kappa, math.inf)
+    if sig is None:
+        from scipy.sparse.linalg import LinearOperator, gmres
+
+        shp = h.shape
+        op = LinearOperator((h.size, h.size), matvec=lambda x: x - (r * eigenbasis_curvature_noise(
+            layer, x.reshape(shp))).ravel())
+        x, _ = gmres(op, base.ravel(), x0=base.ravel(), rtol=1e-13, atol=0.0, restart=60, maxiter=20)
+        sig = x.reshape(shp)
+    if not np.all(sig > 0):
+        return math.inf, np.full_like(sig, math.inf)
+    return float(max(np.max(1.0 - base / sig), 0.0)), sig
+
+
+@cites("wang2026", "Eqs. (11)–(12): the stationary covariance with the Σ-dependent noise, per layer in factored form")
+def exact_noise_prediction(result: KroneckerTuning, factors: KroneckerFactors) -> KroneckerTuning:
+    """The prediction of a tuned Kronecker step Λ under the Σ-dependent minibatch noise (C̄(Σ) in factored form).
+
+    For every layer the factored chain with the same Λ_l and the noise s(E + c(S)) ⊗ Ã
+    (:func:`layer_exact_stationary`, or diagonal in the eigenbasis, :func:`eigenbasis_curvature_noise`); a
+    layer without a stationary covariance (noise gain ≥ 1) gets infinite variances, ``noise_gain = inf`` and is
+    listed in :attr:`KroneckerTuning.warnings`. For a step tuned with ``method="dq-exact"`` this returns its own
+    prediction (up to rounding); for ``"dq-const"`` it is that step's better prediction.
+
+    Parameters
+    ----------
+    result : KroneckerTuning
+        The tuned step.
+    factors : KroneckerFactors
+        The factors it was tuned from, with per-sample curvature roots.
+
+    Returns
+    -------
+    KroneckerTuning
+        The same Λ with the exact-noise predicted covariance, its error against the target and noise gains.
+
+    Examples
+    --------
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models import MLP
+    >>> from sgtune.models.kfac import mlp_factors
+    >>> from sgtune.theory.kronecker import exact_noise_prediction, tune_factors
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(200, 2)), rng.normal(size=200)
+    >>> net = MLP((3,))
+    >>> fac = mlp_factors(net, net.initial_params(2, rng), X, y, prior_precision=1.0, samples=True)
+    >>> res = tune_factors(fac, Dynamics(None, batch_size=20, inv_temperature=400.0))
+    >>> pred = exact_noise_prediction(res, fac)
+    >>> bool(pred.noise_gain < 1), bool(pred.covariance_error > res.covariance_error)
+    (True, True)
+    """
+    dyn, n, out = result.dynamics, result.n_data, []
+    for lay, lf in zip(result.layers, factors.layers):
+        if lay.eigenbasis is not None:
+            la, lg = np.linalg.eigvalsh(lf.input_factor), np.linalg.eigvalsh(lf.curvature_factor)
+            h = np.outer(np.clip(lg, 0, None), np.clip(la, 0, None)) + result.prior_precision / n
+            E = noise_factor_for(lf, lf.input_factor)
+            Qg = lay.eigenbasis[0]
+            scale = finite_population_factor(n, dyn.batch_size, dyn.without_replacement) / dyn.batch_size
+            c0 = scale * np.outer(np.clip(np.einsum("ji,jk,ki->i", Qg, E, Qg), 0, None), np.clip(la, 0, None))
+            gain, sig = _eigen_noise_gain(lf, lay.eigenbasis[2], h, c0, None, dyn, n)
+            sig_t = lay.eigenbasis[4]
+            err = float(np.linalg.norm(sig - sig_t) / np.linalg.norm(sig_t)) if math.isfinite(gain) else math.inf
+            out.append(_replace_layer(lay, eigenbasis=(*lay.eigenbasis[:3], sig, sig_t), covariance_error=err,
+                                      noise_gain=gain))
+            continue
+        A_d, G_d = damped_factors(lf, result.prior_precision, n)
+        try:
+            S, rho, tau, gain = layer_exact_stationary(lf, A_d, G_d, noise_factor_for(lf, A_d), lay.step_factor, dyn, n)
+        except UnstableStepSizeError:
+            inf = np.full_like(lay.output_cov, math.inf)
+            out.append(_replace_layer(lay, output_cov=inf, covariance_error=math.inf, noise_gain=math.inf))
+            continue
+        S_dd = _sym(S[:lf.d_out, :lf.d_out])
+        err = float(np.linalg.norm(S_dd - lay.target_output_cov) / np.linalg.norm(lay.target_output_cov))
+        out.append(_replace_layer(lay, output_cov=S_dd, spectral_radius=rho, tau_worst=tau, covariance_error=err,
+                                  noise_gain=gain))
+    res = KroneckerTuning(tuple(out), result.dim, n, dyn, result.target, result.prior_precision, result.method)
+    for msg in res.warnings:
+        warnings.warn(msg, AccuracyWarning, stacklevel=2)
+    return res
+
+
+def _replace_layer(lay: KroneckerLayer, **changes: Any) -> KroneckerLayer:
+    import dataclasses
+
+    return dataclasses.replace(lay, **changes)
 
 
 @cites("wang2026", "Eq. (11) / Prop. B.1, per layer in Kronecker-factored form (module docstring)")
 def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str = "posterior",
-                 progress: Callable[[str], None] | None = None, prior: str = "damped") -> KroneckerTuning:
+                 progress: Callable[[str], None] | None = None, prior: str = "damped",
+                 method: str = "dq-const") -> KroneckerTuning:
     """Tune every layer of a network (:func:`tune_layer`): Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹).
 
     Parameters
@@ -983,6 +1439,11 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
     prior : {"damped", "eigenbasis"}, optional
         How the prior enters: factored Tikhonov damping (:func:`tune_layer`, Λ_l = M ⊗ Ã⁻¹) or exactly in
         the Kronecker eigenbasis (:func:`tune_layer_eigenbasis`, Λ_l diagonal in Q_G ⊗ Q_A).
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model: constant at θ̂, or with the Σ-dependent minibatch noise (:func:`tune_layer`; needs
+        the per-sample curvature roots of the factors). A step without a stationary covariance under the
+        Σ-dependent noise is returned with an :class:`~sgtune.core.errors.AccuracyWarning` and listed in
+        :attr:`KroneckerTuning.warnings`.
 
     Returns
     -------
@@ -1010,17 +1471,23 @@ def tune_factors(factors: KroneckerFactors, dynamics: Dynamics, *, target: str =
                           f"got {target!r}")
     if prior not in KRONECKER_PRIORS:
         raise SgtuneError(f"prior must be one of {', '.join(KRONECKER_PRIORS)} for the kronecker family, got {prior!r}")
+    _check_method(method)
     tuner = tune_layer if prior == "damped" else tune_layer_eigenbasis
     dynamics.check_data(factors.n_data)
     out = []
     for i, layer in enumerate(factors.layers):
-        lay = tuner(layer, dynamics, target=target, n_data=factors.n_data, prior_precision=factors.prior_precision)
+        lay = tuner(layer, dynamics, target=target, n_data=factors.n_data, prior_precision=factors.prior_precision,
+                    method=method)
         out.append(lay)
         if progress is not None:
+            gain = "" if math.isnan(lay.noise_gain) else f", noise gain {lay.noise_gain:.3g}"
             progress(f"kronecker: layer {i + 1}/{len(factors.layers)} {layer.name} ({layer.d_out}×{layer.d_in}): "
-                     f"spectral radius {lay.spectral_radius:.4g}, tau {lay.tau_worst:.3g}")
-    return KroneckerTuning(tuple(out), factors.dim, factors.n_data, dynamics.replace(step=None), target,
-                           factors.prior_precision)
+                     f"spectral radius {lay.spectral_radius:.4g}, tau {lay.tau_worst:.3g}{gain}")
+    res = KroneckerTuning(tuple(out), factors.dim, factors.n_data, dynamics.replace(step=None), target,
+                          factors.prior_precision, method)
+    for msg in res.warnings:
+        warnings.warn(msg, AccuracyWarning, stacklevel=2)
+    return res
 
 
 def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -1037,7 +1504,7 @@ def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
 def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: str = "posterior",
                    prior_precision: float = 0.0, theta: Any = None, likelihood: str = "gaussian",
                    noise_variance: float = 1.0, progress: Callable[[str], None] | None = None,
-                   prior: str = "damped") -> KroneckerTuning:
+                   prior: str = "damped", method: str = "dq-const") -> KroneckerTuning:
     """Λ = blockdiag_l(M_l ⊗ Ã_l⁻¹) for a whole network: KFAC factors, then one d_out-sized solve per layer.
 
     Parameters
@@ -1062,6 +1529,8 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         Called with one line per layer.
     prior : {"damped", "eigenbasis"}, optional
         How the prior enters (:func:`tune_factors`).
+    method : {"dq-const", "dq-exact"}, optional
+        The noise model (:func:`tune_factors`).
 
     Returns
     -------
@@ -1087,9 +1556,10 @@ def tune_kronecker(model_or_net: Any, data: Any, dynamics: Dynamics, *, target: 
         if theta is None:
             raise SgtuneError("tune_kronecker: an MLP needs theta (its fitted parameters θ̂)")
         X, y = _xy(data)
-        factors = mlp_factors(model_or_net, theta, X, y, prior_precision=prior_precision)
+        factors = mlp_factors(model_or_net, theta, X, y, prior_precision=prior_precision,
+                              samples=method == "dq-exact")
     else:
         X, y = _xy(data)
         factors = torch_factors(model_or_net, X, y, likelihood, noise_variance=noise_variance,
-                                prior_precision=prior_precision)
-    return tune_factors(factors, dynamics, target=target, progress=progress, prior=prior)
+                                prior_precision=prior_precision, samples=method == "dq-exact")
+    return tune_factors(factors, dynamics, target=target, progress=progress, prior=prior, method=method)
