@@ -308,3 +308,20 @@ def test_composed_kernel_is_loaded_from_the_disk_cache_in_a_new_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     hits, misses = map(int, out.stdout.split())
     assert (hits, misses) == (1, 0), out.stdout + out.stderr
+
+
+def test_every_batch_number_draws_its_schedule():
+    # the engine draws batches through kernels.batch_by_kind (a number per schedule, not a specialisation each):
+    # every number must give its schedule's draws — the twin's for the three drawing schedules, the same draws
+    # for their *-positions variants (which only count epoch positions as well), no batch for none and full
+    base = {name: _epoch_batches(name) for name in ("replacement", "without-replacement", "reshuffle")}
+    st = chain_states(9, 1)[0]
+    perm = np.arange(12, dtype=np.int64)
+    for name in kernels.BATCH_FNS:
+        out = kernels.batch_schedule(kernels.BATCH_FNS[name], st.copy(), perm.copy(), 12, 4, 30)
+        expected = base.get(name.removesuffix("-positions"))
+        if expected is None:
+            assert name in ("none", "full") and np.all(out == -1), name
+        else:
+            np.testing.assert_array_equal(out, expected, err_msg=name)
+    assert sorted(kernels.BATCH_KINDS.values()) == list(range(len(kernels.BATCH_FNS)))

@@ -160,25 +160,26 @@ BATCH_KIND_OF = {component_name(fn): k for k, fn in enumerate(BATCH_FNS.values()
 
 @njit_inline
 def batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
-    """The batch schedule number ``kind`` (:data:`BATCH_KINDS`): the same draws as the component itself.
+    """The batch schedule number ``kind`` (:data:`BATCH_KINDS`): the same draws as its component in
+    :data:`BATCH_FNS`, each drawing helper inlined once (the ``*-positions`` schedules and ``full`` are
+    ``replacement``, ``without-replacement`` and ``none`` with the epoch position counted).
 
     The engine's step loop calls this instead of a schedule chosen at compile time: one branch per step on a
     loop-invariant integer (nothing next to a gradient), and one compiled chain serves every schedule of a
     (gradient oracle, step rule) pair — each schedule as a literal was a compile of its own, 11–14 s of CPU.
     """
-    if kind == 0:
-        return batch_replacement(st, perm, n_data, batch_size, pos, idx)
-    if kind == 1:
-        return batch_without_replacement(st, perm, n_data, batch_size, pos, idx)
     if kind == 2:
         return batch_reshuffle(st, perm, n_data, batch_size, pos, idx)
-    if kind == 3:
-        return batch_none(st, perm, n_data, batch_size, pos, idx)
-    if kind == 4:
-        return batch_full(st, perm, n_data, batch_size, pos, idx)
-    if kind == 5:
-        return batch_replacement_positions(st, perm, n_data, batch_size, pos, idx)
-    return batch_without_replacement_positions(st, perm, n_data, batch_size, pos, idx)
+    nb = 0
+    if kind == 0 or kind == 5:
+        fill_randbelow(st, n_data, idx, batch_size)
+        nb = batch_size
+    elif kind == 1 or kind == 6:
+        _partial_shuffle(st, perm, n_data, batch_size, idx)
+        nb = batch_size
+    if kind >= 4:
+        return nb, _next_position(pos, n_data, batch_size)
+    return nb, pos
 
 
 def batch_schedule(batch_fn, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
