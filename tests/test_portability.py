@@ -22,7 +22,10 @@ two cores: measured 79 tests, ~380 s of CPU in one process with a cold cache on 
 (mostly numba compiling the kernels for the generic target, the compiled MLP chain the largest part), ~25 s when
 ``$NUMBA_CACHE_DIR/portability-generic`` is kept from an earlier run; after issue 38 (the chain loop without
 ``prange``, one signature per combination, BLAS on one thread) 268 s of CPU cold for 20 engine specialisations
-(8–36 s each; 19 since the SGHMC cases share one), 934 s wall on a machine loaded ≈ 12 (2026-11-28). Kernel-vs-twin tests of contracting SGLD chains (rounding does not grow
+(8–36 s each; 19 since the SGHMC cases share one), 934 s wall on a machine loaded ≈ 12 (2026-11-28); with the batch
+schedule a run-time number instead of a compile-time name (:func:`sgtune.sampler.kernels.batch_by_kind`: the four
+reshuffling schedules, and GNLD with and without data, share one specialisation each) 14 specialisations, 207 s of CPU
+cold (189 user + 18 sys, this test alone, 302 s wall at load 2–4, 2026-11-29). Kernel-vs-twin tests of contracting SGLD chains (rounding does not grow
 there), the CLI tests and the MLP SGLD paths are left out: they would double the compile time and add
 no trajectory the marked tests do not already exercise.
 """

@@ -6,14 +6,15 @@ A run of C chains is a :class:`ChainPlan`: four components and the named records
 (:mod:`sgtune.sampler.state`). One step t of chain c in :func:`chains` (ranges of chains on threads, each
 with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
-    nb, pos ← batch_fn(stream, perm, N, B, pos, idx)                   batch schedule
+    nb, pos ← batch_by_kind(k, stream, perm, N, B, pos, idx)           batch schedule number k
     clips  += rule_fn(grad_fn, c, θ, m, stream, nb, s_t, oracle, p, mc, work)   step rule (calls the
                                                                          gradient oracle as often as it needs)
     diverged? (‖θ‖₁ ≥ DIVERGENCE_BOUND or non-finite: the chain stops)
     t > burn-in: record(c, t − burn-in, θ, pos, recorder, mc, buf)     recorder
 
 - **batch schedule** (:data:`sgtune.sampler.kernels.BATCH_FNS`): with or without replacement,
-  reshuffling, or none (analytic oracles);
+  reshuffling, or none (analytic oracles), chosen at run time by its number
+  (:func:`sgtune.sampler.kernels.batch_by_kind`);
 - **gradient oracle** (:data:`sgtune.sampler.specs.ORACLES`): a model's minibatch gradient (GLM, MLP),
   with the batch-mean loss for the samplers that need it, or an analytic oracle (a quadratic with
   Gaussian or α-stable noise);
@@ -23,11 +24,14 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 - **recorder** (:func:`sgtune.sampler.kernels.record`): streaming moments by segment, trace,
   observables, epoch-position moments, the MCLMC step size.
 
-Every component reaches :func:`chains` by its name (a string, :func:`~sgtune.sampler._jit.component_name`),
-which the kernel makes a compile-time constant with ``numba.literally``: :func:`chains` is compiled once per
-combination of names actually used, and cached on disk under that signature (plain numba,
-:mod:`sgtune.sampler._jit`). The step rule, the batch schedule and the small gradient oracles are inlined
-into the loop in numba's IR (through the overloads ``call_rule``, ``call_batch`` and ``call_grad`` of
+The gradient oracle and the step rule reach :func:`chains` by their names (strings,
+:func:`~sgtune.sampler._jit.component_name`), which the kernel makes compile-time constants with
+``numba.literally``: :func:`chains` is compiled once per (oracle, rule) pair actually used, and cached on disk
+under that signature (plain numba, :mod:`sgtune.sampler._jit`). The batch schedule is an integer instead
+(:data:`sgtune.sampler.kernels.BATCH_KIND_OF`): one branch per step on a loop-invariant number costs nothing
+next to a gradient, while each schedule as a name was a compile of its own (11–14 s of CPU cold; the default
+test run compiled 31 specialisations for 20 pairs). The step rule, the batch schedules and the small gradient
+oracles are inlined into the loop in numba's IR (through the overloads ``call_rule`` and ``call_grad`` of
 :mod:`sgtune.sampler._jit`, for components declared with :func:`~sgtune.sampler._jit.component_inline`;
 SMILE's large MCLMC rules and the MLP's and multinomial model's gradients stay calls, which keeps their
 compile time down): called as a function, a
@@ -74,15 +78,15 @@ import numpy as np
 import numba
 
 from ..core.errors import SgtuneError
-from ._jit import call_batch, call_rule, component_name, get_num_threads, njit, specialisation
-from .kernels import diverges, finish, record, schedule
+from ._jit import call_rule, component_name, get_num_threads, njit, specialisation
+from .kernels import BATCH_KIND_OF, batch_by_kind, diverges, finish, record, schedule
 from .state import ChainPlan, Work
 
 __all__ = ["chains", "chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
 
 @njit
-def _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec):  # type: ignore[no-untyped-def]
+def _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec):  # type: ignore[no-untyped-def]
     """Chain c from step t0 + 1 to t0 + n_steps: the one step loop of sgtune (module docstring)."""
     diverged = state.diverged
     if diverged[c] >= 0:
@@ -105,7 +109,7 @@ def _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, d
     pos = state.epoch_pos[c]
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
-        nb, pos = call_batch(batch, st, pm, n_data, batch_size, pos, idx)
+        nb, pos = batch_by_kind(batch, st, pm, n_data, batch_size, pos, idx)
         clips += call_rule(rule, grad, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         if diverges(th):
             diverged[c] = t
@@ -118,9 +122,9 @@ def _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, d
 
 
 @njit
-def chains(batch, grad, rule, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
-    """Advance chains c0, …, c1 − 1 by ``n_steps`` steps, composed from the components named ``batch``,
-    ``grad`` and ``rule`` (module docstring; one specialisation per combination of names).
+def chains(grad, rule, batch, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
+    """Advance chains c0, …, c1 − 1 by ``n_steps`` steps, composed from the components named ``grad`` and
+    ``rule`` and the batch schedule number ``batch`` (module docstring; one specialisation per pair of names).
 
     A serial loop: :class:`NumbaBackend` runs ranges of chains on threads (the kernels release the GIL).
     A ``prange`` over the chains compiled numba's parfor machinery into every combination: cold, on the
@@ -128,13 +132,12 @@ def chains(batch, grad, rule, state, t0, n_steps, burn_in, ora, sched, p, mc, re
     reached ``_chain`` as int64 and uint64: two compiles), ``benchmarks/bench_compile.py``; the same code per
     chain (every chain has its own stream and records, so the results are the same bits either way).
     """
-    numba.literally(batch)
     numba.literally(grad)
     numba.literally(rule)
     batch_size = sched.batch_size
     decay = sched.decay
     for c in range(c0, c1):
-        _chain(batch, grad, rule, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+        _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
 
 
 def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:
@@ -160,13 +163,14 @@ class NumbaBackend:
     def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
         """Chain ranges on ``get_num_threads()`` threads (numba's setting: ``NUMBA_NUM_THREADS``,
         ``set_num_threads``); the first range runs in the calling thread."""
-        args = (component_name(plan.batch_fn), component_name(plan.grad_fn), component_name(plan.rule_fn), plan.state, int(t0), int(n_steps), int(plan.burn_in),
-                plan.oracle, plan.sched, plan.params, plan.mclmc, plan.recorder_at(t0, last))
+        args = (component_name(plan.grad_fn), component_name(plan.rule_fn), BATCH_KIND_OF[component_name(plan.batch_fn)],
+                plan.state, int(t0), int(n_steps), int(plan.burn_in), plan.oracle, plan.sched, plan.params, plan.mclmc,
+                plan.recorder_at(t0, last))
         ranges = chain_ranges(plan.state.theta.shape[0], get_num_threads() if n_steps > 0 else 1)
         # typing the records to find the specialisation costs ≈ 0.2 ms: once per plan (its types never change)
         cached = getattr(self, "_kernel", None)
         if cached is None or cached[0] is not plan:
-            cached = self._kernel = (plan, specialisation(chains, 3, *args, 0, 1))
+            cached = self._kernel = (plan, specialisation(chains, 2, *args, 0, 1))
         kernel = cached[1]
         if len(ranges) == 1:
             kernel(*args, *ranges[0])

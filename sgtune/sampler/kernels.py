@@ -59,10 +59,10 @@ from .grads import add_prior, row_dot
 from .rng import fill_normals, fill_randbelow, fill_uniforms, randbelow
 from .state import DIVERGENCE_BOUND
 
-__all__ = ["BATCH_FNS", "draw_batches", "advance", "batch_schedule", "sgld_diag_step", "sgld_dense_step",
-           "sglrw_step", "clipped_sgld_step", "sghmc_step", "sghmc_data_step", "sgld_diag_rule", "sgld_dense_rule", "sglrw_rule",
-           "clipped_sgld_rule", "sghmc_rule", "record", "finish", "flush_block", "diverges", "schedule",
-           "data_gradient"]
+__all__ = ["BATCH_FNS", "BATCH_KINDS", "BATCH_KIND_OF", "batch_by_kind", "draw_batches", "advance", "batch_schedule",
+           "sgld_diag_step", "sgld_dense_step", "sglrw_step", "clipped_sgld_step", "sghmc_step", "sghmc_data_step",
+           "sgld_diag_rule", "sgld_dense_rule", "sglrw_rule", "clipped_sgld_rule", "sghmc_rule", "record", "finish",
+           "flush_block", "diverges", "schedule", "data_gradient"]
 
 @component_inline
 def batch_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
@@ -151,20 +151,49 @@ BATCH_FNS = {"replacement": batch_replacement, "without-replacement": batch_with
              "without-replacement-positions": batch_without_replacement_positions}
 
 
+#: batching name -> its number in :func:`batch_by_kind` (the engine's one batch schedule, switching at run time)
+BATCH_KINDS = {name: k for k, name in enumerate(BATCH_FNS)}
+#: batch-schedule component name (``<module>.<function>``) -> its number in :func:`batch_by_kind`
+BATCH_KIND_OF = {component_name(fn): k for k, fn in enumerate(BATCH_FNS.values())}
+
+
+@njit_inline
+def batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """The batch schedule number ``kind`` (:data:`BATCH_KINDS`): the same draws as its component in
+    :data:`BATCH_FNS`, each drawing helper inlined once (the ``*-positions`` schedules and ``full`` are
+    ``replacement``, ``without-replacement`` and ``none`` with the epoch position counted).
+
+    The engine's step loop calls this instead of a schedule chosen at compile time: one branch per step on a
+    loop-invariant integer (nothing next to a gradient), and one compiled chain serves every schedule of a
+    (gradient oracle, step rule) pair — each schedule as a literal was a compile of its own, 11–14 s of CPU.
+    """
+    if kind == 2:
+        return batch_reshuffle(st, perm, n_data, batch_size, pos, idx)
+    nb = 0
+    if kind == 0 or kind == 5:
+        fill_randbelow(st, n_data, idx, batch_size)
+        nb = batch_size
+    elif kind == 1 or kind == 6:
+        _partial_shuffle(st, perm, n_data, batch_size, idx)
+        nb = batch_size
+    if kind >= 4:
+        return nb, _next_position(pos, n_data, batch_size)
+    return nb, pos
+
+
 def batch_schedule(batch_fn, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
     """The first ``n_steps`` minibatches of a stream, (n_steps, B) with −1 padding (for tests); ``batch_fn`` a
-    batch-schedule component or its name."""
-    return _batch_schedule(component_name(batch_fn), st, perm, n_data, batch_size, n_steps)
+    batch-schedule component or its name. Drawn through :func:`batch_by_kind`, as the engine's loop draws them."""
+    return _batch_schedule(BATCH_KIND_OF[component_name(batch_fn)], st, perm, n_data, batch_size, n_steps)
 
 
 @njit
-def _batch_schedule(batch, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
-    numba.literally(batch)
+def _batch_schedule(kind, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
     out = -np.ones((n_steps, batch_size), dtype=np.int64)
     idx = np.empty(batch_size, dtype=np.int64)
     pos = 0
     for t in range(n_steps):
-        nb, pos = call_batch(batch, st, perm, n_data, batch_size, pos, idx)
+        nb, pos = batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx)
         for k in range(nb):
             out[t, k] = idx[k]
     return out
