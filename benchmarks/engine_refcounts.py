@@ -63,7 +63,7 @@ def main() -> None:
     import sgtune.sampler.kernels as kernels
     try:
         from sgtune.sampler import engine
-        chains = engine.chains
+        chains = engine._chains
     except ImportError:
         chains = kernels.chains
     print(f"checkout: {os.path.dirname(os.path.dirname(sgtune.__file__))}")

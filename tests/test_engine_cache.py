@@ -16,7 +16,7 @@ from sgtune.sampler import engine, run_quadratic_chains
 
 def test_cached_engine_is_newer_than_every_sampler_source():
     run_quadratic_chains(np.eye(2), Dynamics(0.1, 1), RunSpec(5, n_chains=1))  # compiled, or loaded from the cache
-    cache = engine.chains._cache
+    cache = engine._chains._cache
     index = Path(cache._cache_path) / cache._cache_file._index_name
     assert index.exists(), "the engine's kernel is cached on disk (sgtune.sampler._jit)"
     sources = sorted(Path(engine.__file__).parent.glob("*.py"), key=lambda p: p.stat().st_mtime_ns)

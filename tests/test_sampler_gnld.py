@@ -87,7 +87,7 @@ def test_reproducible_and_one_signature() -> None:
     e = _gnld(d, q, ell, 0.03, 200, 8, seed=5, **kw)
     np.testing.assert_array_equal(e.time_averages, a.time_averages[:8])
     _gnld(*_schemes()[1][1:], 0.03, 10, 2, seed=1, **kw)  # another state dimension, same types
-    gnld = [sig for sig in engine.chains.signatures if "gnld_grad" in str(sig[0])]
+    gnld = [sig for sig in engine._chains.signatures if "gnld_grad" in str(sig[0])]
     assert len(gnld) == 1, gnld
 
 

@@ -130,7 +130,7 @@ def test_one_specialisation_per_combination_used():
     run_quadratic_chains(np.eye(2), Dynamics(np.eye(2) * 0.1, 1), RunSpec(20, n_chains=2))
     run_quadratic_chains(np.eye(2), Dynamics(np.eye(2) * 0.1, 1, inv_temperature=5.0), RunSpec(20, n_chains=3))
     combos: dict[tuple, list] = {}
-    for sig in engine.chains.signatures:
+    for sig in engine._chains.signatures:
         assert str(sig[2]) == "int64", sig  # the batch schedule: a number, not a specialisation
         combos.setdefault(tuple(sig[:2]), []).append(sig)
     assert len(combos) >= 3  # GLM × (sgld, sglrw), each for all 3 batchings; the quadratic oracle
@@ -302,7 +302,7 @@ def test_composed_kernel_is_loaded_from_the_disk_cache_in_a_new_process():
             "from sgtune.core.config import Dynamics, RunSpec\n"
             "from sgtune.sampler import engine, run_quadratic_chains\n"
             "run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=7.0), RunSpec(5, n_chains=1))\n"
-            "s = engine.chains.stats\n"
+            "s = engine._chains.stats\n"
             "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

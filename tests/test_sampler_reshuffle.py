@@ -53,14 +53,14 @@ def test_numba_matches_python_twin_without_burn_in(scheme: str) -> None:
 def test_streams_are_per_chain_and_reproducible() -> None:
     from sgtune.sampler import engine
 
-    before = len(engine.chains.signatures)
+    before = len(engine._chains.signatures)
     a = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=4, n_epochs=20, seed=5)
     b = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=7, n_epochs=20, seed=5)
     assert np.array_equal(a.second_moment, b.second_moment[:4])  # chain c independent of n_chains
     c = smp.run_reshuffle_chains(X12, 3, 0.4, n_chains=4, n_epochs=20, seed=6)
     assert not np.array_equal(a.second_moment, c.second_moment)
     smp.run_reshuffle_chains(X12[:6], 2, 0.4, n_chains=3, n_epochs=5, seed=5)
-    assert len(engine.chains.signatures) - before <= 1  # one compilation of the engine per scheme, none per size
+    assert len(engine._chains.signatures) - before <= 1  # one compilation of the engine per scheme, none per size
 
 
 def _zscores(x: np.ndarray, b: int, hv: float, n_chains: int, n_epochs: int, seed: int) -> dict[str, np.ndarray]:

@@ -173,7 +173,7 @@ def test_deterministic_regardless_of_threads_and_chunks_and_one_signature():
     # every (batch, oracle) combination compiles once, whatever the sampler, C, B, N or chunking
     run_chains("logistic", (X[:50], y[:50]), Dynamics(0.1, 5), RunSpec(20, n_chains=3), SmileOptions(tuned=False))
     combos: dict[tuple, list] = {}
-    for sig in engine.chains.signatures:
+    for sig in engine._chains.signatures:
         if "mclmc_rule" in str(sig[1]):
             combos.setdefault(tuple(sig[:2]), []).append(sig)
     assert combos

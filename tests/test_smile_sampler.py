@@ -59,7 +59,7 @@ def test_kernel_matches_twin(sampler, name, noise, tuner):
 def test_one_signature_and_thread_determinism():
     from sgtune.sampler import engine
 
-    before_sigs = len(engine.chains.signatures)
+    before_sigs = len(engine._chains.signatures)
     t = make_target("funnel", "correlated", dim=10)
     kw = dict(n_steps=400, n_chains=5, seed=9, thin=13)
     before = get_num_threads()
@@ -74,10 +74,10 @@ def test_one_signature_and_thread_determinism():
         np.testing.assert_array_equal(x.final_state, y.final_state)
         np.testing.assert_array_equal(x.trace, y.trace)
         np.testing.assert_array_equal(x.step_size_trace, y.step_size_trace)
-    after = len(engine.chains.signatures)
-    assert after - before_sigs <= 3, engine.chains.signatures  # MCLMC (the four SMILE samplers), SGLD, SGHMC
+    after = len(engine._chains.signatures)
+    assert after - before_sigs <= 3, engine._chains.signatures  # MCLMC (the four SMILE samplers), SGLD, SGHMC
     run_smile_ensemble(make_target("gaussian", "none", dim=3), 0.1, RunSpec(10, n_chains=1), SmileOptions())
-    assert len(engine.chains.signatures) == after  # none per target, noise or dimension
+    assert len(engine._chains.signatures) == after  # none per target, noise or dimension
 
 
 def test_chain_streams_do_not_depend_on_the_number_of_chains():

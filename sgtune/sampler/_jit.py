@@ -36,7 +36,7 @@ numba's IR (``inline="always"``), before LLVM sees them: the same arithmetic in 
 fastmath), so the same bits, without the calls. Measured in ``benchmarks/bench_engine_ab.py``.
 
 Components chosen by name (:func:`component`, :data:`COMPONENTS`): a kernel composed of components
-(:func:`sgtune.sampler.engine.chains`) takes each component's *name* as a string argument and calls
+(``sgtune.sampler.engine._chains``) takes each component's *name* as a string argument and calls
 ``numba.literally`` on it, so numba compiles one specialisation per combination of names, with the names in
 its signature as ``Literal[str]`` types. The callers :func:`call_batch`, :func:`call_rule`, :func:`call_grad`,
 :func:`call_value_grad` and :func:`call_move` are ``numba.extending.overload`` s (``inline="always"``) that

@@ -3,7 +3,7 @@
 Design
 ------
 A run of C chains is a :class:`ChainPlan`: four components and the named records they share
-(:mod:`sgtune.sampler.state`). One step t of chain c in :func:`chains` (ranges of chains on threads, each
+(:mod:`sgtune.sampler.state`). One step t of chain c in ``_chains`` (ranges of chains on threads, each
 with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
     nb, pos ← batch_by_kind(k, stream, perm, N, B, pos, idx)           batch schedule number k
@@ -24,9 +24,9 @@ with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 - **recorder** (:func:`sgtune.sampler.kernels.record`): streaming moments by segment, trace,
   observables, epoch-position moments, the MCLMC step size.
 
-The gradient oracle and the step rule reach :func:`chains` by their names (strings,
+The gradient oracle and the step rule reach ``_chains`` by their names (strings,
 :func:`~sgtune.sampler._jit.component_name`), which the kernel makes compile-time constants with
-``numba.literally``: :func:`chains` is compiled once per (oracle, rule) pair actually used, and cached on disk
+``numba.literally``: ``_chains`` is compiled once per (oracle, rule) pair actually used, and cached on disk
 under that signature (plain numba, :mod:`sgtune.sampler._jit`). The batch schedule is an integer instead
 (:data:`sgtune.sampler.kernels.BATCH_KIND_OF`): one branch per step on a loop-invariant number costs nothing
 next to a gradient, while each schedule as a name was a compile of its own (11–14 s of CPU cold; the default
@@ -56,7 +56,7 @@ The driver (:func:`sgtune.sampler.run_chains`) validates, allocates the records 
 :class:`ChainPlan`, hands it to a backend, and summarises the records. A backend is any object with
 ``prepare(plan)`` (compile; its time is reported as ``compile_seconds``) and
 ``advance(plan, t0, n_steps, last)`` (advance every chain by ``n_steps`` steps from step ``t0``,
-merging the pending blocks when ``last``). :class:`NumbaBackend` runs :func:`chains`;
+merging the pending blocks when ``last``). :class:`NumbaBackend` runs ``_chains``;
 :class:`~sgtune.sampler.general.NumpyBackend` the general path for models with NumPy gradients
 only; :class:`~sgtune.sampler.reference.ReferenceBackend` the reference implementation in plain NumPy (the
 oracle of the tests and the template for a new backend). Every entry point (``run_chains``,
@@ -82,7 +82,7 @@ from ._jit import call_rule, component_name, get_num_threads, njit, specialisati
 from .kernels import BATCH_KIND_OF, batch_by_kind, diverges, finish, record, schedule
 from .state import ChainPlan, Work
 
-__all__ = ["chains", "chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
+__all__ = ["chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
 
 @njit
@@ -122,7 +122,7 @@ def _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, d
 
 
 @njit
-def chains(grad, rule, batch, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
+def _chains(grad, rule, batch, state, t0, n_steps, burn_in, ora, sched, p, mc, rec, c0, c1):  # type: ignore[no-untyped-def]
     """Advance chains c0, …, c1 − 1 by ``n_steps`` steps, composed from the components named ``grad`` and
     ``rule`` and the batch schedule number ``batch`` (module docstring; one specialisation per pair of names).
 
@@ -151,7 +151,7 @@ def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:
 
 
 class NumbaBackend:
-    """The compiled engine (:func:`chains`)."""
+    """The compiled engine (``_chains``)."""
 
     name = "numba"
 
@@ -170,7 +170,7 @@ class NumbaBackend:
         # typing the records to find the specialisation costs ≈ 0.2 ms: once per plan (its types never change)
         cached = getattr(self, "_kernel", None)
         if cached is None or cached[0] is not plan:
-            cached = self._kernel = (plan, specialisation(chains, 2, *args, 0, 1))
+            cached = self._kernel = (plan, specialisation(_chains, 2, *args, 0, 1))
         kernel = cached[1]
         if len(ranges) == 1:
             kernel(*args, *ranges[0])

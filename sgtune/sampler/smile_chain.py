@@ -21,7 +21,7 @@ gradient of log p of the SMILE paper, anonymous, 2025, eq. 3). One step of the M
 ε (the scalar ``Dynamics.step`` of :func:`~sgtune.sampler.driver.run_chains`) is the distance θ moves per
 step in the preconditioned coordinates (|u| = 1); it does not depend on β. The phases of a step
 are the jitted functions :func:`step_begin`, :func:`step_mid`, :func:`step_end`, so the compiled
-engine (:func:`mclmc_rule` in :func:`sgtune.sampler.engine.chains`) and the general NumPy path
+engine (:func:`mclmc_rule` in ``sgtune.sampler.engine._chains``) and the general NumPy path
 (:func:`general_phase`, gradients from the model's NumPy code) run the same arithmetic after the
 gradient and agree to the rounding of the gradients.
 
