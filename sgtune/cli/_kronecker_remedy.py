@@ -78,13 +78,15 @@ def _searched(fac: Any, dynamics: Any, net: Any, X: Any, y: Any, likelihood: str
     added, every other option kept); none (SGD, or no β of the ladder passes): one line on stderr, no remedy."""
     import math
 
+    import click
+
     from ..workflows.kronecker_beta import search_inverse_temperature
-    from ._applicability import _quiet
     from ._io import info
 
     if not math.isfinite(float(dynamics.inv_temperature)):
         return None
-    quiet = _quiet()
+    ctx = click.get_current_context(silent=True)
+    quiet = bool(ctx is not None and ctx.params.get("quiet"))  # -q of the running command
     found = search_inverse_temperature(fac, dynamics, net, X, y, likelihood, target=name, noise_variance=sigma2,
                                        progress=lambda line: info(line + " …", quiet))
     info(found.message(), quiet)

@@ -6,7 +6,8 @@ The analogue, for ``--family kronecker``, of the dense route's inverse-temperatu
 re-tuned (:func:`sgtune.theory.kronecker.tune_factors`, same factors, B, κ, batching and target) at each β of a
 short geometric ladder above it, :data:`BETA_LADDER` times the requested one, and checked with a capped series
 (:data:`SEARCH_MAX_TERMS` terms); the smallest β that passes is the answer. The search stops early when its
-time budget (:data:`SEARCH_MAX_SECONDS`) is spent, so that a remedy costs seconds, not minutes.
+time budget (:data:`SEARCH_MAX_SECONDS`) would be
+overrun by the next β, so that a remedy costs seconds, not minutes.
 
 Measured (``benchmarks/kronecker_beta.py``, docs/guide/kronecker.md "β search"): for the posterior target a
 larger β makes Λ larger (less injected noise, a larger gradient-noise share), so on tanh/relu networks whose
@@ -32,7 +33,9 @@ __all__ = ["KroneckerBetaSearch", "search_inverse_temperature", "BETA_LADDER", "
 BETA_LADDER = (2.0, 4.0, 8.0)
 #: series budget of each check (the report's default is 1000 terms, one full-data Hessian-vector product each)
 SEARCH_MAX_TERMS = 200
-#: no new β is tried once the search has run this many seconds (measured per β: 2–6 s at D ≤ 321, N ≤ 2000)
+#: no new β is tried when, at the mean cost of those tried, it would end past this many seconds (the first is always
+#: tried). Measured per β (tune + capped check, ``benchmarks/kronecker_beta.py``): 1.3 s at D = 9, 5.5 s at D = 81
+#: (N = 500), 14.5 s at D = 321 (N = 2000) on the loaded 2-core VM: all three βs up to D ≈ 100, two at D = 321
 SEARCH_MAX_SECONDS = 30.0
 
 
@@ -111,14 +114,15 @@ def _check(fac: Any, dynamics: Any, target: str, beta: float, net: Any, X: Any, 
 def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any, y: Any,
                                likelihood: str = "gaussian", *, target: str = "posterior", noise_variance: float = 1.0,
                                ladder: tuple[float, ...] = BETA_LADDER, max_seconds: float = SEARCH_MAX_SECONDS,
-                               max_terms: int = SEARCH_MAX_TERMS, seed: int = 0,
+                               seed: int = 0,
                                progress: Callable[[str], None] | None = None) -> KroneckerBetaSearch:
     """Search the smallest β of a geometric ladder at which the Kronecker family passes its check.
 
     Each β = ``c`` × (the requested β) for ``c`` in ``ladder``, smallest first: the per-layer Λ is re-tuned from the
     same factors (:func:`sgtune.theory.kronecker.tune_factors`) and checked matrix-free
-    (:func:`sgtune.workflows.kronecker_applicability.kronecker_applicability`, capped at ``max_terms`` series
-    terms); the first that passes ends the search. No β is started after ``max_seconds``.
+    (:func:`sgtune.workflows.kronecker_applicability.kronecker_applicability`, capped at
+    :data:`SEARCH_MAX_TERMS` series terms); the first that passes ends the search. No β is started that would end
+    past ``max_seconds``.
 
     Parameters
     ----------
@@ -135,13 +139,12 @@ def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any,
     target : {"posterior", "sandwich"}, optional
         The tuning target.
     noise_variance : float, optional
-        σ² of the Gaussian likelihood.
+        The variance σ² of the Gaussian likelihood.
     ladder : tuple of float, optional
         Multiples (> 1) of the requested β to try, smallest first.
     max_seconds : float, optional
-        Time budget: no new β is tried after it.
-    max_terms : int, optional
-        Series budget of each check.
+        Time budget: no β is started that would, at the mean cost of those tried, end after it (the first always
+        runs).
     seed : int, optional
         Seed of the checks' probes.
     progress : callable, optional
@@ -185,9 +188,11 @@ def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any,
     passed: list[bool] = []
     reasons: list[str] = []
     for beta in betas:
-        if tried and time.perf_counter() - tic > max_seconds:
+        spent = time.perf_counter() - tic
+        if tried and spent + spent / len(tried) > max_seconds:  # the next β would end past the budget
             break
-        ok, why = _check(factors, dynamics, target, beta, module, X, y, likelihood, noise_variance, max_terms, seed)
+        ok, why = _check(factors, dynamics, target, beta, module, X, y, likelihood, noise_variance, SEARCH_MAX_TERMS,
+                          seed)
         tried.append(beta)
         passed.append(ok)
         reasons.append(why)
