@@ -34,8 +34,8 @@ BETA_LADDER = (2.0, 4.0, 8.0)
 #: series budget of each check (the report's default is 1000 terms, one full-data Hessian-vector product each)
 SEARCH_MAX_TERMS = 200
 #: no new β is tried when, at the mean cost of those tried, it would end past this many seconds (the first is always
-#: tried). Measured per β (tune + capped check, ``benchmarks/kronecker_beta.py``): 1.3 s at D = 9, 5.5 s at D = 81
-#: (N = 500), 14.5 s at D = 321 (N = 2000) on the loaded 2-core VM: all three βs up to D ≈ 100, two at D = 321
+#: tried). Measured per β (tune + capped check, ``benchmarks/kronecker_beta.py``): 0.9–1.3 s at D = 9, 2.2–5.5 s at D = 81
+#: (N = 500), 7.5–14.5 s at D = 321 (N = 2000) on the shared 2-core VM (load varies): all three βs up to D ≈ 100
 SEARCH_MAX_SECONDS = 30.0
 
 
