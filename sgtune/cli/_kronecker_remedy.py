@@ -6,7 +6,9 @@ a torch network from ``--model net.py:NET`` at its current weights, with a tuned
 target), an isotropic prior and all rows in memory, it tunes the Kronecker family with the same B, β, momentum,
 batching and target exactly as ``sgtune lambda --family kronecker`` would, and runs its matrix-free applicability
 report (:func:`sgtune.workflows.kronecker_applicability.kronecker_applicability`). It is offered as what works
-(``expect`` ``"applicable"``) when that report passes; not offered when the report fails (a remedy that fails its
+(``expect`` ``"applicable"``) when that report passes; when the report fails at the requested β, the smallest β of a
+short ladder above it whose report passes (:func:`sgtune.workflows.kronecker_beta.search_inverse_temperature`,
+``--inverse-temperature`` added) and not offered when none does (one line on stderr says so: a remedy that fails its
 own check is no way out); offered as a suggestion (``expect`` ``"runs"``, "not checked") when the check is not
 run: D above :data:`~sgtune.workflows.kronecker_applicability.CHECK_MAX_DIM` (minutes of Hessian-vector
 products) or PyTorch absent. The series of the check is capped at :data:`REMEDY_MAX_TERMS` terms (a chain that
@@ -69,6 +71,35 @@ def _remedy(why_tail: str, dim: int, target: str, expect: str) -> Remedy:
                   {"family": "kronecker", "target": target, **DROPS}, command="lambda", expect=expect)
 
 
+def _searched(fac: Any, dynamics: Any, net: Any, X: Any, y: Any, likelihood: str, sigma2: float, dim: int,
+              name: str) -> Remedy | None:
+    """The family's check failed at the requested β: the smallest β of
+    :data:`~sgtune.workflows.kronecker_beta.BETA_LADDER` whose check passes, as what works (``--inverse-temperature``
+    added, every other option kept); none (SGD, or no β of the ladder passes): one line on stderr, no remedy."""
+    import math
+
+    import click
+
+    from ..workflows.kronecker_beta import search_inverse_temperature
+    from ._io import info
+
+    if not math.isfinite(float(dynamics.inv_temperature)):
+        return None
+    ctx = click.get_current_context(silent=True)
+    quiet = bool(ctx is not None and ctx.params.get("quiet"))  # -q of the running command
+    found = search_inverse_temperature(fac, dynamics, net, X, y, likelihood, target=name, noise_variance=sigma2,
+                                       progress=lambda line: info(line + " …", quiet))
+    info(found.message(), quiet)
+    if found.beta is None:
+        return None
+    return Remedy(f"the Kronecker family at inverse temperature {found.beta:.6g}: a per-layer Λ_l = M_l ⊗ Ã_l⁻¹ from "
+                  f"the network's KFAC factors for all {dim} weights (no D×D matrix), same target and batch — found "
+                  f"by running its matrix-free applicability report at {len(found.tried)} inverse temperature(s) "
+                  "above the requested one: applicable",
+                  {"family": "kronecker", "target": name, "inv_temperature": found.beta, **DROPS}, command="lambda",
+                  expect="applicable")
+
+
 def kronecker_remedy(model: Any, data: Any, expansion: Any, stationary: Any, target_cov: Any) -> Remedy | None:
     """The Kronecker family for a network, checked by its own applicability report (module docstring).
 
@@ -128,6 +159,6 @@ def kronecker_remedy(model: Any, data: Any, expansion: Any, stationary: Any, tar
     except (SgtuneError, np.linalg.LinAlgError):
         return None
     if not app.applicable:
-        return None
+        return _searched(fac, stationary.dynamics, net, X, y, likelihood, sigma2, dim, name)
     return _remedy("its own matrix-free applicability report (stability with full and minibatch curvature, the "
                    "real linearised chain along probes within 10 %) is applicable", dim, name, "applicable")
