@@ -81,9 +81,6 @@ def test_the_checker_sees_climbing_and_sideways_imports(tmp_path):
 #: only shrink: a new circle fails the test below, and so does a listed one that no longer exists.
 KNOWN_CIRCLES = {
     ("sgtune.cli._config", "sgtune.cli._io", "sgtune.cli._options", "sgtune.cli._remedies"),
-    # smile.py holds both the SMILE integrator/tuner primitives (below smile_chain) and the ensemble entry point
-    # run_smile_ensemble (above it: it builds smile_chain's plan and reads registry's options)
-    ("sgtune.sampler.registry", "sgtune.sampler.smile", "sgtune.sampler.smile_chain"),
 }
 
 
@@ -268,7 +265,7 @@ SAMPLER = PKG / "sampler"
 #: the compiled step loops of sgtune/sampler that are not the engine's (each entry is a debt: moving an engine onto
 #: sgtune.sampler.engine deletes its line here, keeping its golden outputs, benchmarks/golden.py, bit for bit).
 #: None left: Shaw & Whalley's model problem (reshuffle.py) and the SMILE paper's analytic-target ensembles
-#: (smile.run_smile_ensemble) are plans of the engine.
+#: (smile_ensemble.run_smile_ensemble) are plans of the engine.
 STEP_LOOPS_NOT_ON_THE_ENGINE: set[str] = set()
 #: jitted loops over steps that run no chain (benchmark and test helpers)
 NOT_CHAINS = {"kernels._batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}

@@ -1,4 +1,4 @@
-"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile.run_smile_ensemble`; slow): a
+"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile_ensemble.run_smile_ensemble`; slow): a
 backend of the engine's seam, :class:`SmileReference` (``backend="python"`` of the tests' keywords).
 
 Written independently of the kernel from the paper's formulas, with NumPy vector operations:
