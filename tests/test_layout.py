@@ -457,3 +457,21 @@ def test_the_size_checker_counts_parameters_and_lines():
            f"def short():\n{body}\n")
     assert _oversize(ast.parse(src)) == {"public": frozenset({"parameters"}), "C.wide": frozenset({"parameters"}),
                                          "long": frozenset({"lines"})}
+
+
+# --------------------------------------------------------------------------- the SMILE records
+def test_the_smile_settings_are_one_nested_record_of_floats():
+    """Every sampler's settings compile as one numba type (all fields float, booleans 0/1) and ride in
+    ``MclmcState.params``, not flattened into the state's per-chain arrays (issue 38)."""
+    from sgtune.sampler.registry import SGHMCOptions, SGLDOptions, SmileOptions
+    from sgtune.sampler.state import MclmcState, TunerParams, mclmc_state
+
+    for p in (TunerParams(), SGLDOptions().tuner_params(2.0), SGHMCOptions(friction=2).tuner_params(1.0),
+              SmileOptions(preconditioned=True, noise_weight=1).tuner_params(3.0)):
+        assert [type(v) for v in p] == [float] * len(TunerParams._fields)
+    p = SmileOptions(preconditioned=True, tuned=False).tuner_params(3.0)
+    assert (p.precond, p.tuned, p.inv_temp) == (1.0, 0.0, 3.0)
+    mc = mclmc_state(3, 4, 0.1, p)
+    assert mc.params is p and not set(TunerParams._fields) & set(MclmcState._fields)
+    assert [getattr(mc, f).shape for f in ("step", "step_dk", "step_logp", "ipre", "stats")] == \
+        [(3,), (3,), (3,), (3, 4), (3, 4)]
