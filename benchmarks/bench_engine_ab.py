@@ -62,7 +62,10 @@ def _model_problem_runner():
     import numpy as np
 
     from sgtune.sampler.reshuffle import run_reshuffle_chains
-    from sgtune.sampler.smile import run_smile_ensemble
+    try:  # the ensembles' own module since engine4; sgtune.sampler.smile before (the A/B runs older checkouts)
+        from sgtune.sampler.smile_ensemble import run_smile_ensemble
+    except ImportError:
+        from sgtune.sampler.smile import run_smile_ensemble
     from sgtune.sampler.targets import make_target
 
     x = np.random.default_rng(3).standard_normal(1200)

@@ -87,7 +87,8 @@ from sgtune.sampler.driver import run_chains, run_quadratic_chains  # noqa: E402
 from sgtune.sampler.gnld import GnldProblem, run_sg_gnld  # noqa: E402
 from sgtune.sampler.registry import SAMPLER_NAMES as SAMPLERS  # noqa: E402
 from sgtune.sampler.reshuffle import run_reshuffle_chains  # noqa: E402
-from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble  # noqa: E402
+from sgtune.sampler.smile import METHOD_IDS  # noqa: E402
+from sgtune.sampler.smile_ensemble import grid_search_b2, run_smile_ensemble  # noqa: E402
 from tests.reference import chain_kw, ensemble_kw  # noqa: E402  (the old keywords → Dynamics, RunSpec, options)
 from sgtune.sampler.reference import ReferenceBackend  # noqa: E402
 from tests.reference.reshuffle_twin import run_reshuffle_chains_python  # noqa: E402

@@ -32,7 +32,7 @@ import numpy as np
 
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.sampler.registry import SmileOptions
-from sgtune.sampler.smile import run_smile_ensemble
+from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
 RESULTS = Path(__file__).parent / "results"

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from sgtune.cli import main as cli_main
 from sgtune.core.config import RunSpec
 from sgtune.sampler.registry import SmileOptions
-from sgtune.sampler.smile import run_smile_ensemble
+from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
 RESULTS = Path(__file__).parent / "results"

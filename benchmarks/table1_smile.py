@@ -9,7 +9,7 @@ For each target (ill-conditioned Gaussian, Rosenbrock product, Neal's funnel; D 
 injected noise (isotropic 256I, diagonal 256Λ, correlated, spatially varying) and sampler,
 the appendix-C step-size search: b² at Δt = 10^i, i = −6..0, then 15 log-spaced values over
 10^{i_opt ± 1}; the best step is then rerun with fresh seeds and its b² reported with the
-bootstrap standard deviation over chains (see :func:`sgtune.sampler.smile.grid_search_b2`).
+bootstrap standard deviation over chains (see :func:`sgtune.sampler.smile_ensemble.grid_search_b2`).
 b² is averaged over coordinates (maximum for the funnel) and over chains.
 
 Printed: the table next to the paper's numbers, the paper's qualitative findings with
@@ -31,7 +31,7 @@ import numpy as np
 from sgtune.core.config import RunSpec
 from sgtune.sampler.registry import options_for
 from tests.reference.smile_twin import SmileReference
-from sgtune.sampler.smile import grid_search_b2, run_smile_ensemble
+from sgtune.sampler.smile_ensemble import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
 from sgtune.theory.smile import b2_chains
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from sgtune.core.config import RunSpec
 from sgtune.sampler.registry import SmileOptions, options_for
-from sgtune.sampler.smile import grid_search_b2, run_smile_ensemble
+from sgtune.sampler.smile_ensemble import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
 SMOKE = os.environ.get("SGTUNE_SMOKE") == "1"

@@ -81,9 +81,6 @@ def test_the_checker_sees_climbing_and_sideways_imports(tmp_path):
 #: only shrink: a new circle fails the test below, and so does a listed one that no longer exists.
 KNOWN_CIRCLES = {
     ("sgtune.cli._config", "sgtune.cli._io", "sgtune.cli._options", "sgtune.cli._remedies"),
-    # smile.py holds both the SMILE integrator/tuner primitives (below smile_chain) and the ensemble entry point
-    # run_smile_ensemble (above it: it builds smile_chain's plan and reads registry's options)
-    ("sgtune.sampler.registry", "sgtune.sampler.smile", "sgtune.sampler.smile_chain"),
 }
 
 
@@ -268,7 +265,7 @@ SAMPLER = PKG / "sampler"
 #: the compiled step loops of sgtune/sampler that are not the engine's (each entry is a debt: moving an engine onto
 #: sgtune.sampler.engine deletes its line here, keeping its golden outputs, benchmarks/golden.py, bit for bit).
 #: None left: Shaw & Whalley's model problem (reshuffle.py) and the SMILE paper's analytic-target ensembles
-#: (smile.run_smile_ensemble) are plans of the engine.
+#: (smile_ensemble.run_smile_ensemble) are plans of the engine.
 STEP_LOOPS_NOT_ON_THE_ENGINE: set[str] = set()
 #: jitted loops over steps that run no chain (benchmark and test helpers)
 NOT_CHAINS = {"kernels._batch_schedule", "rng.stream_cost", "grads.gradient_cost", "smile_chain.value_gradient_cost"}
@@ -400,7 +397,6 @@ MAX_LINES = 100  # of any function: from its ``def`` line to its last line
 #: what is still over on this branch, (module path, qualified name) -> the limits it exceeds. The list may only
 #: shrink: a function brought under a limit must leave it (the test fails while it is listed).
 KNOWN_OVERSIZE: dict[tuple[str, str], frozenset[str]] = {
-    ("sampler/state.py", "tuner_params"): frozenset({"parameters"}),
 }
 
 
@@ -460,3 +456,21 @@ def test_the_size_checker_counts_parameters_and_lines():
            f"def short():\n{body}\n")
     assert _oversize(ast.parse(src)) == {"public": frozenset({"parameters"}), "C.wide": frozenset({"parameters"}),
                                          "long": frozenset({"lines"})}
+
+
+# --------------------------------------------------------------------------- the SMILE records
+def test_the_smile_settings_are_one_nested_record_of_floats():
+    """Every sampler's settings compile as one numba type (all fields float, booleans 0/1) and ride in
+    ``MclmcState.params``, not flattened into the state's per-chain arrays (issue 38)."""
+    from sgtune.sampler.registry import SGHMCOptions, SGLDOptions, SmileOptions
+    from sgtune.sampler.state import MclmcState, TunerParams, mclmc_state
+
+    for p in (TunerParams(), SGLDOptions().tuner_params(2.0), SGHMCOptions(friction=2).tuner_params(1.0),
+              SmileOptions(preconditioned=True, noise_weight=1).tuner_params(3.0)):
+        assert [type(v) for v in p] == [float] * len(TunerParams._fields)
+    p = SmileOptions(preconditioned=True, tuned=False).tuner_params(3.0)
+    assert (p.precond, p.tuned, p.inv_temp) == (1.0, 0.0, 3.0)
+    mc = mclmc_state(3, 4, 0.1, p)
+    assert mc.params is p and not set(TunerParams._fields) & set(MclmcState._fields)
+    assert [getattr(mc, f).shape for f in ("step", "step_dk", "step_logp", "ipre", "stats")] == \
+        [(3,), (3,), (3,), (3, 4), (3, 4)]

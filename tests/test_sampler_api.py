@@ -12,7 +12,7 @@ from sgtune.core.config import Dynamics, RunSpec
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler import SGHMCOptions, SmileOptions, run_chains, run_quadratic_chains
 from sgtune.sampler.registry import SAMPLERS, default_inv_temperature, options_for, sampler_spec
-from sgtune.sampler.smile import run_smile_ensemble
+from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
 

@@ -11,8 +11,8 @@ import pytest
 from sgtune.core.config import RunSpec
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler import SmileOptions
-from sgtune.sampler.smile import (NOISE_RATE, NZ_LVL, NZ_N1, NZ_N2, NZ_SQ, NZ_TR, noise_keep, noise_update,
-                                  noise_work_var, run_smile_ensemble)
+from sgtune.sampler.smile import NOISE_RATE, NZ_LVL, NZ_N1, NZ_N2, NZ_SQ, NZ_TR, noise_keep, noise_update, noise_work_var
+from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
 

@@ -10,7 +10,8 @@ from sgtune.core.config import RunSpec
 from sgtune.sampler.registry import SGLDOptions, SGHMCOptions, SGLRWOptions, SmileOptions, options_for
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler._jit import get_num_threads, set_num_threads
-from sgtune.sampler.smile import METHOD_IDS, grid_search_b2, run_smile_ensemble, tuner_update
+from sgtune.sampler.smile import METHOD_IDS, tuner_update
+from sgtune.sampler.smile_ensemble import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
 from sgtune.theory.smile import b2_chains, gamma_moment_match, wilson_hilferty_quantile
 from tests._threads import many_threads

@@ -16,7 +16,8 @@ from scipy.special import ndtri
 from sgtune.core.config import RunSpec
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler.registry import ANCHOR_CLIP, SmileOptions
-from sgtune.sampler.smile import anchor_gain, anchored_update, run_smile_ensemble, tuner_update
+from sgtune.sampler.smile import anchor_gain, anchored_update, tuner_update
+from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 from tests._tolerances import MC_ALPHA, bonferroni_z
 

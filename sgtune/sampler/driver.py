@@ -466,7 +466,7 @@ def run_quadratic_chains(hessian: Any, dynamics: Dynamics, run: RunSpec | None =
         raise SgtuneError("backend must be 'numba' or a backend object for quadratic chains, got 'numpy'")
     if spec.target != "linearised":
         raise SgtuneError(f"quadratic chains run sgld, sglrw or clipped-sgld, got sampler {spec.name!r}; SMILE and "
-                          "SGHMC on analytic targets run in sgtune.sampler.smile.run_smile_ensemble")
+                          "SGHMC on analytic targets run in sgtune.sampler.smile_ensemble.run_smile_ensemble")
     prob = _quadratic_problem(hessian, mean, noise_cov, noise_alpha, noise_scale, initial)
     return _execute(prob, dynamics.replace(batching="replacement"), run, options, spec, observables=observables,
                     epoch_moments=False, progress=progress, backend=backend, batching="none")
@@ -675,8 +675,8 @@ def _mclmc_extras(plan: ChainPlan, rec: Recorder, T: int, d: int, thin: int) -> 
              "energy_error_mean": stats[:, 1] / n_done, "energy_error_abs_mean": stats[:, 2] / n_done,
              "energy_error_var_per_dim": stats[:, 3] / n_done / d,
              "step_size_trace": rec.step_trace if thin > 0 else None}
-    if mc.precond:
-        corr = 1.0 - (1.0 - float(mc.alpha)) ** np.maximum(mc.pcount, 1)
+    if mc.params.precond:
+        corr = 1.0 - (1.0 - float(mc.params.alpha)) ** np.maximum(mc.pcount, 1)
         extra["preconditioner"] = 1.0 / mc.ipre
         extra["gradient_sd"] = np.sqrt(mc.gvar / corr[:, None])
     return extra

@@ -60,7 +60,7 @@ from ..core._validation import check_positive
 from ..core.errors import SgtuneError
 from . import kernels, smile_chain
 from .smile import check_tuner_settings
-from .state import LAM_DENSE, LAM_DIAG, TUNER_ANCHORED, TUNER_PAPER, TunerParams, tuner_params
+from .state import LAM_DENSE, LAM_DIAG, TUNER_ANCHORED, TUNER_PAPER, TunerParams
 
 #: the step-size rules of the tuned SMILE samplers (``SmileOptions.tuner``, ``--tuner``); the first is the default
 TUNERS: tuple[str, ...] = ("anchored", "paper")
@@ -70,6 +70,13 @@ ANCHOR_CLIP = 10.0
 __all__ = ["SamplerSpec", "SAMPLERS", "SAMPLER_NAMES", "SGLDOptions", "SGLRWOptions", "ClippedSGLDOptions",
            "SGHMCOptions", "SmileOptions", "sampler_spec", "options_for", "default_inv_temperature",
            "POSTERIOR_SAMPLERS", "TUNERS"]
+
+
+def _tuner_params(**settings: Any) -> TunerParams:
+    """The compiled loop's :class:`~sgtune.sampler.state.TunerParams` from the options' settings by field name,
+    every value a float (booleans 0/1: one numba type for every sampler); the fields not given keep their
+    defaults."""
+    return TunerParams(**{k: float(v) for k, v in settings.items()})
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ class SGLDOptions:
         return {}
 
     def tuner_params(self, inv_temperature: float) -> TunerParams:
-        return tuner_params(inv_temp=inv_temperature)
+        return _tuner_params(inv_temp=inv_temperature)
 
 
 @dataclass(frozen=True)
@@ -162,7 +169,7 @@ class SGHMCOptions:
         return {"friction": self.friction}
 
     def tuner_params(self, inv_temperature: float) -> TunerParams:
-        return tuner_params(inv_temp=inv_temperature, friction=self.friction)
+        return _tuner_params(inv_temp=inv_temperature, friction=self.friction)
 
 
 @dataclass(frozen=True)
@@ -276,12 +283,12 @@ class SmileOptions:
     def tuner_params(self, inv_temperature: float) -> TunerParams:
         """The compiled loop's fixed settings: the Wilson–Hilferty z-values of Algorithm 1's quantiles."""
         a = self.adapt_a
-        return tuner_params(alpha=self.precond_rate, beta=self.ema_rate, zk=ndtri(self.guardrail), zlo=ndtri(a / 3.0),
-                            zhi=ndtri(1.0 - 2.0 * a / 3.0), delta=self.adapt_delta, tune_start=self.tune_start,
-                            pre_start=self.precond_start, inv_temp=inv_temperature, precond=self.preconditioned,
-                            tuned=self.tuned, mode=TUNER_PAPER if self.tuner == "paper" else TUNER_ANCHORED,
-                            anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP,
-                            noise_weight=self.noise_weight)
+        return _tuner_params(alpha=self.precond_rate, beta=self.ema_rate, zk=ndtri(self.guardrail), zlo=ndtri(a / 3.0),
+                             zhi=ndtri(1.0 - 2.0 * a / 3.0), delta=self.adapt_delta, tune_start=self.tune_start,
+                             pre_start=self.precond_start, inv_temp=inv_temperature, precond=self.preconditioned,
+                             tuned=self.tuned, mode=TUNER_PAPER if self.tuner == "paper" else TUNER_ANCHORED,
+                             anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP,
+                             noise_weight=self.noise_weight)
 
 
 @dataclass(frozen=True)

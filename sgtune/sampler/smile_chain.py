@@ -25,10 +25,10 @@ engine (:func:`mclmc_rule` in ``sgtune.sampler.engine._chains``) and the general
 (:func:`general_phase`, gradients from the model's NumPy code) run the same arithmetic after the
 gradient and agree to the rounding of the gradients.
 
-SMILE state: an :class:`~sgtune.sampler.state.MclmcState` record ``mc`` (ε (C,), tune (C, 4)
-[μ_raw, s²_raw, n, ε], ipre (C, D) = 1/p, gbar (C, D), gvar (C, D), pcount (C,) int, stats (C, 4)
-[rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²], prev (C, D), scal (C, 2) [ΣΔK of the step, ℓ₀]) followed by the
-fields of a :class:`~sgtune.sampler.state.TunerParams` record (the fixed settings). The velocity u is the
+SMILE state: an :class:`~sgtune.sampler.state.MclmcState` record ``mc`` (ε ``step`` (C,), ``tune`` (C, 10)
+[μ_raw, s²_raw, n, ε, the noise estimates], ``ipre`` (C, D) = 1/p, ``gbar``, ``gvar`` (C, D), ``pcount`` (C,) int,
+``stats`` (C, 4) [rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²], ``prev`` (C, D or 4D), the step's ΣΔK ``step_dk`` and ℓ₀
+``step_logp`` (C,)) with the fixed settings ``mc.params``, a :class:`~sgtune.sampler.state.TunerParams` record. The velocity u is the
 state's ``mom`` (C, D), drawn uniformly on the sphere by :func:`init_velocity` from each chain's
 stream before the first step. :func:`mclmc_rule` is the engine's step rule
 (:mod:`sgtune.sampler.engine`); :func:`general_phase` the general path's.
@@ -75,7 +75,7 @@ def init_velocity(state):  # type: ignore[no-untyped-def]
 def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 1 (g = ∇log p_β(θ|S), lp0 its log density): preconditioner EMAs,
     save θ, P(b₁ε), Q(ε/2)."""
-    params = mc
+    params = mc.params
     d = th.shape[0]
     if params.precond != 0.0:
         mc.pcount[c] = precond_update(mc.gbar[c], mc.gvar[c], mc.pcount[c], g, params.alpha, mc.ipre[c],
@@ -86,8 +86,8 @@ def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
     for i in range(d):
         mc.prev[c, i] = th[i]
     h = mc.step[c]
-    mc.scal[c, 0] = momentum_map(u, g, p, MN_B1 * h, d)
-    mc.scal[c, 1] = lp0
+    mc.step_dk[c] = momentum_map(u, g, p, MN_B1 * h, d)
+    mc.step_logp[c] = lp0
     position_map(th, u, p, MN_A1 * h)
 
 
@@ -95,7 +95,7 @@ def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
 def step_mid(c, th, u, g, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 2 (at the half step): P(b₂ε), Q(ε/2)."""
     h = mc.step[c]
-    mc.scal[c, 0] += momentum_map(u, g, mc.ipre[c], MN_B2 * h, th.shape[0])
+    mc.step_dk[c] += momentum_map(u, g, mc.ipre[c], MN_B2 * h, th.shape[0])
     position_map(th, u, mc.ipre[c], MN_A1 * h)
 
 
@@ -103,13 +103,13 @@ def step_mid(c, th, u, g, mc):  # type: ignore[no-untyped-def]
 def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 3: P(b₁ε), ΔE, the tuner (reject: θ restored, u zeroed) and the
     statistics. Returns ΔE."""
-    params = mc
+    params = mc.params
     tune = mc.tune
     stats = mc.stats
     d = th.shape[0]
     h = mc.step[c]
-    dk = mc.scal[c, 0] + momentum_map(u, g, mc.ipre[c], MN_B1 * h, d)
-    de = dk - (lp1 - mc.scal[c, 1])
+    dk = mc.step_dk[c] + momentum_map(u, g, mc.ipre[c], MN_B1 * h, d)
+    de = dk - (lp1 - mc.step_logp[c])
     if params.tuned != 0.0:
         tune[c, 3] = h
         if params.mode == 0.0:
@@ -147,7 +147,7 @@ def _eval(value_grad, th, ora, st, nb, w, want, beta):  # type: ignore[no-untype
 
 @njit_inline
 def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-untyped-def]
-    beta = mc.inv_temp
+    beta = mc.params.inv_temp
     lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
     step_begin(c, th, u, w.grad, lp, mc)
     _eval(value_grad, th, ora, st, nb, w, False, beta)
@@ -198,7 +198,7 @@ def general_phase(phase, state, t, burn_in, grads, values, ora, mc, rec):  # typ
     also checks divergence and records the outputs (the same code as the engine's loop)."""
     theta = state.theta
     diverged = state.diverged
-    beta = mc.inv_temp
+    beta = mc.params.inv_temp
     buf = np.empty(theta.shape[1])
     for c in range(theta.shape[0]):
         if diverged[c] >= 0:
@@ -237,7 +237,7 @@ def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[
 # --------------------------------------------------------------------------- the SMILE paper's analytic targets
 def target_plan(target: Any, sampler: str, tuner: TunerParams, step: float, run: Any, n_trace: int,
                 x0: np.ndarray) -> ChainPlan:
-    """The engine's plan of an ensemble on an analytic target (:func:`sgtune.sampler.smile.run_smile_ensemble`).
+    """The engine's plan of an ensemble on an analytic target (:func:`sgtune.sampler.smile_ensemble.run_smile_ensemble`).
 
     The oracle is :func:`~sgtune.sampler.targets.target_value_grad` (MCLMC: :func:`mclmc_target_rule` draws the
     step's noise, then three gradients on it) or :func:`~sgtune.sampler.targets.target_grad` (SGLD:

@@ -15,8 +15,13 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
 - :class:`Schedule` — the batch size B and the step-size decay γ;
 - :class:`StepParams` — the step of the SG(L)D family and SGHMC: Λ, the factor L of 2Λ/β, κ, whether
   noise is injected, β, SGHMC's friction γ and scalar step h;
-- :class:`MclmcState` and :class:`TunerParams` — the SMILE samplers' per-chain step size, tuner EMAs,
-  pSMILE preconditioner and energy-error statistics, and the fixed settings of Algorithm 1;
+- :class:`MclmcState` — the SMILE samplers' per-chain arrays: the step size ``step`` (C,), the tuner's state
+  ``tune`` (C, 10) (Algorithm 1's [μ, s², n, ε] and the noise estimates), the pSMILE preconditioner ``ipre``
+  = 1/p and its EMAs ``gbar``, ``gvar`` (C, D) and update count ``pcount``, the energy-error statistics
+  ``stats`` (C, 4) [rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²], θ at the step's start ``prev`` (with the noise term also
+  the last gradient and noise draws), the current step's kinetic-energy change ``step_dk`` and log density at
+  its start ``step_logp`` (C,), and the fixed settings ``params``, a :class:`TunerParams` record (built by
+  keyword; every field has a default);
 - :class:`Recorder` — the streaming outputs (moments by segment, covariance blocks, trace, observables,
   epoch-position moments, step-size trace), ``pos_centre`` (empty for Welford moments by epoch
   position, or the centre c for sums of θ − c and (θ − c)² by position), ``energy_trace`` (the SMILE
@@ -42,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["ChainPlan", "ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
-           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state", "tuner_params"]
+           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state"]
 
 #: a chain whose ‖θ‖₁ reaches this (or is not finite) has diverged and stops
 DIVERGENCE_BOUND = 1e150
@@ -55,45 +60,39 @@ ChainState = namedtuple("ChainState", "theta mom rng perm epoch_pos diverged cli
 Oracle = namedtuple("Oracle", "X y ints floats hessian mean noise_factor prior_kind prior work_len")
 Schedule = namedtuple("Schedule", "batch_size decay")
 StepParams = namedtuple("StepParams", "lam fac momentum inject inv_temp friction step")
-TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
-                                        "friction mode anchor gain clip noise_weight")
 #: the step-size rules of the tuned SMILE samplers (``TunerParams.mode``): Algorithm 1 as printed, or anchored
 TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
-#: the per-chain arrays of the SMILE samplers followed by the fields of :class:`TunerParams` (flat: numba's
-#: parallel loop cannot pass a record nested in a record)
-MclmcState = namedtuple("MclmcState", ("step", "tune", "ipre", "gbar", "gvar", "pcount", "stats", "prev", "scal")
-                        + TunerParams._fields)
+#: the fixed settings of the SMILE samplers (every field a float: one numba type for every sampler), built by
+#: keyword with these defaults: the EMA rates α (preconditioner) and β (|ΔE|), the guardrail's and the adaptation's
+#: normal quantiles zk, zlo, zhi and step change δ, the first tuned and preconditioned steps, β of the target,
+#: whether the preconditioner and the tuner run (0/1), SGHMC's friction, the step-size rule ``mode``
+#: (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`), the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max,
+#: and the weight of the anisotropic noise's work (0: off) (:func:`sgtune.sampler.smile.anchored_update`,
+#: :func:`sgtune.sampler.smile.noise_update`)
+TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
+                                        "friction mode anchor gain clip noise_weight",
+                         defaults=(0.01, 0.01, 0.0, 0.0, 0.0, 0.02, 10.0, 100.0, 1.0, 0.0, 0.0, 1.0, TUNER_PAPER,
+                                   5e-5, 0.02, 10.0, 0.0))
+#: the SMILE samplers' per-chain state (module docstring) and their settings ``params`` (a :class:`TunerParams`)
+MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev step_dk step_logp params")
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "
                                   "obs obs_sum step_trace pos_centre energy_trace theta_sum theta_sq_sum")
 #: per-chain scratch of one call of the engine (allocated once per call, never in the step loop)
 Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 
 
-def tuner_params(*, alpha: float = 0.01, beta: float = 0.01, zk: float = 0.0, zlo: float = 0.0, zhi: float = 0.0,
-                 delta: float = 0.02, tune_start: float = 10.0, pre_start: float = 100.0, inv_temp: float = 1.0,
-                 precond: bool = False, tuned: bool = False, friction: float = 1.0, mode: float = TUNER_PAPER,
-                 anchor: float = 5e-5, gain: float = 0.02, clip: float = 10.0, noise_weight: float = 0.0) -> TunerParams:
-    """A :class:`TunerParams` record with every field a float (one numba type for every sampler).
-
-    ``mode`` is the step-size rule (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`); ``anchor``, ``gain`` and
-    ``clip`` are the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max, ``noise_weight`` the weight of
-    the anisotropic noise's work (0: off) (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`)."""
-    return TunerParams(float(alpha), float(beta), float(zk), float(zlo), float(zhi), float(delta), float(tune_start),
-                       float(pre_start), float(inv_temp), float(bool(precond)), float(bool(tuned)), float(friction),
-                       float(mode), float(anchor), float(gain), float(clip),
-                       float(noise_weight))
-
-
 def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerParams | None = None) -> MclmcState:
-    """An :class:`MclmcState` of C chains starting at step size ``step`` (D = 0: the placeholder of the
-    samplers without one)."""
-    params = tuner_params() if params is None else params
+    """An :class:`MclmcState` of C chains starting at step size ``step`` with the settings ``params`` (default
+    ``TunerParams()``; D = 0: the placeholder of the samplers without one)."""
+    params = TunerParams() if params is None else params
     # tune: Algorithm 1's [μ, s², n, ε] + the noise estimates (sgtune.sampler.smile.noise_update); prev: θ saved at
     # the step's start, and with the noise cap the last end gradient and the last two noise draws
     hist = 4 * dim if params.noise_weight > 0.0 else dim
-    return MclmcState(np.full(n_chains, float(step)), np.zeros((n_chains, 10)), np.ones((n_chains, dim)),
-                      np.zeros((n_chains, dim)), np.zeros((n_chains, dim)), np.zeros(n_chains, dtype=np.int64),
-                      np.zeros((n_chains, 4)), np.zeros((n_chains, hist)), np.zeros((n_chains, 2)), *params)
+    C = int(n_chains)
+    return MclmcState(step=np.full(C, float(step)), tune=np.zeros((C, 10)), ipre=np.ones((C, dim)),
+                      gbar=np.zeros((C, dim)), gvar=np.zeros((C, dim)), pcount=np.zeros(C, dtype=np.int64),
+                      stats=np.zeros((C, 4)), prev=np.zeros((C, hist)), step_dk=np.zeros(C), step_logp=np.zeros(C),
+                      params=params)
 
 
 def _matrix(a: np.ndarray | None) -> np.ndarray:

@@ -35,7 +35,7 @@ def chain_kw(step, *, batch_size=1, inv_temperature=None, momentum=0.0, batching
 def ensemble_kw(sampler, step_size, *, n_steps, n_chains=10, burn_in=None, thin=0, seed=0, **rest):
     """The same for ``run_smile_ensemble(target, step_size=…, run=…, options=…)`` (``kappa`` is the guardrail)."""
     from sgtune.core.config import RunSpec
-    from sgtune.sampler.smile import ensemble_options
+    from sgtune.sampler.smile_ensemble import ensemble_options
 
     from tests.reference.smile_twin import SmileReference
 

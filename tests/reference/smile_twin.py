@@ -1,4 +1,4 @@
-"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile.run_smile_ensemble`; slow): a
+"""Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile_ensemble.run_smile_ensemble`; slow): a
 backend of the engine's seam, :class:`SmileReference` (``backend="python"`` of the tests' keywords).
 
 Written independently of the kernel from the paper's formulas, with NumPy vector operations:
@@ -161,7 +161,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
     """Chain c from step t0 (counted from 0) by ``n_steps`` steps."""
     from scipy.special import ndtr
 
-    params = mc
+    params = mc.params
     target_id, prec, q, spatial_sd = int(ora.ints[0]), ora.hessian, float(ora.floats[0]), float(ora.floats[1])
     noise_chol, step, stats = ora.noise_factor, mc.step, mc.stats
     alpha, beta, zk, zlo, zhi, delta, friction, tune_start, pre_start = (
