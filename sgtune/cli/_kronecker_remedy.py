@@ -6,10 +6,12 @@ a torch network from ``--model net.py:NET`` at its current weights, with a tuned
 target), an isotropic prior and all rows in memory, it tunes the Kronecker family with the same B, β, momentum,
 batching and target exactly as ``sgtune lambda --family kronecker`` would, and runs its matrix-free applicability
 report (:func:`sgtune.workflows.kronecker_applicability.kronecker_applicability`). It is offered as what works
-(``expect`` ``"applicable"``) when that report passes; when the report fails at the requested β, the smallest β of a
-short ladder above it whose report passes (:func:`sgtune.workflows.kronecker_beta.search_inverse_temperature`,
-``--inverse-temperature`` added) and not offered when none does (one line on stderr says so: a remedy that fails its
-own check is no way out); offered as a suggestion (``expect`` ``"runs"``, "not checked") when the check is not
+(``expect`` ``"applicable"``) when that report passes; when the report fails with the requested prior δ, the
+smallest δ of a short ladder above it whose report passes
+(:func:`sgtune.workflows.kronecker_beta.search_prior_precision`, ``--prior-precision`` set, at the same θ̂) and not
+offered when none does (one line on stderr says so: a remedy that fails its own check is no way out). The β search
+(:func:`sgtune.workflows.kronecker_beta.search_inverse_temperature`) is not run here: measured, a larger β only
+makes the check fail worse (docs/guide/kronecker.md "β and prior search"); offered as a suggestion (``expect`` ``"runs"``, "not checked") when the check is not
 run: D above :data:`~sgtune.workflows.kronecker_applicability.CHECK_MAX_DIM` (minutes of Hessian-vector
 products) or PyTorch absent. The series of the check is capped at :data:`REMEDY_MAX_TERMS` terms (a chain that
 needs more is too slow to offer).
@@ -72,32 +74,30 @@ def _remedy(why_tail: str, dim: int, target: str, expect: str) -> Remedy:
 
 
 def _searched(fac: Any, dynamics: Any, net: Any, X: Any, y: Any, likelihood: str, sigma2: float, dim: int,
-              name: str) -> Remedy | None:
-    """The family's check failed at the requested β: the smallest β of
-    :data:`~sgtune.workflows.kronecker_beta.BETA_LADDER` whose check passes, as what works (``--inverse-temperature``
-    added, every other option kept); none (SGD, or no β of the ladder passes): one line on stderr, no remedy."""
-    import math
-
+              name: str, is_mlp: bool) -> Remedy | None:
+    """The family's check failed with the requested prior: the smallest δ of
+    :data:`~sgtune.workflows.kronecker_beta.PRIOR_LADDER` whose check passes at the current θ̂, as what works
+    (``--prior-precision`` set, every other option kept); none passes: one line on stderr, no remedy."""
     import click
 
-    from ..workflows.kronecker_beta import search_inverse_temperature
+    from ..workflows.kronecker_beta import search_prior_precision
     from ._io import info
 
-    if not math.isfinite(float(dynamics.inv_temperature)):
-        return None
     ctx = click.get_current_context(silent=True)
     quiet = bool(ctx is not None and ctx.params.get("quiet"))  # -q of the running command
-    found = search_inverse_temperature(fac, dynamics, net, X, y, likelihood, target=name, noise_variance=sigma2,
-                                       progress=lambda line: info(line + " …", quiet))
+    found = search_prior_precision(fac, dynamics, net, X, y, likelihood, target=name, noise_variance=sigma2,
+                                   progress=lambda line: info(line + " …", quiet))
     info(found.message(), quiet)
-    if found.beta is None:
+    if found.prior_precision is None:
         return None
-    return Remedy(f"the Kronecker family at inverse temperature {found.beta:.6g}: a per-layer Λ_l = M_l ⊗ Ã_l⁻¹ from "
-                  f"the network's KFAC factors for all {dim} weights (no D×D matrix), same target and batch — found "
-                  f"by running its matrix-free applicability report at {len(found.tried)} inverse temperature(s) "
-                  "above the requested one: applicable",
-                  {"family": "kronecker", "target": name, "inv_temperature": found.beta, **DROPS}, command="lambda",
-                  expect="applicable")
+    where = ("checked at the current θ̂; the command refits the MLP with the new prior, which moves θ̂ a little"
+             if is_mlp else "checked at the module's current weights, which the command keeps")
+    return Remedy(f"the Kronecker family with prior precision {found.prior_precision:.6g}: a per-layer "
+                  f"Λ_l = M_l ⊗ Ã_l⁻¹ from the network's KFAC factors for all {dim} weights (no D×D matrix), same "
+                  f"target, batch and β — found by running its matrix-free applicability report at "
+                  f"{len(found.tried)} prior precision(s) above the requested one ({where}): applicable",
+                  {"family": "kronecker", "target": name, "prior_precision": found.prior_precision, **DROPS},
+                  command="lambda", expect="applicable")
 
 
 def kronecker_remedy(model: Any, data: Any, expansion: Any, stationary: Any, target_cov: Any) -> Remedy | None:
@@ -159,6 +159,8 @@ def kronecker_remedy(model: Any, data: Any, expansion: Any, stationary: Any, tar
     except (SgtuneError, np.linalg.LinAlgError):
         return None
     if not app.applicable:
-        return _searched(fac, stationary.dynamics, net, X, y, likelihood, sigma2, dim, name)
+        if g <= 0:
+            return None  # no prior to strengthen
+        return _searched(fac, stationary.dynamics, net, X, y, likelihood, sigma2, dim, name, is_mlp)
     return _remedy("its own matrix-free applicability report (stability with full and minibatch curvature, the "
                    "real linearised chain along probes within 10 %) is applicable", dim, name, "applicable")

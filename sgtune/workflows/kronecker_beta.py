@@ -13,6 +13,13 @@ Measured (``benchmarks/kronecker_beta.py``, docs/guide/kronecker.md "β search")
 larger β makes Λ larger (less injected noise, a larger gradient-noise share), so on tanh/relu networks whose
 check fails at β = 2N through the minibatch-curvature growth, larger β fails the same way, more so; on those
 networks no β of the ladder passes and the search says so in one line (:meth:`KroneckerBetaSearch.message`).
+
+The prior search (:func:`search_prior_precision`, :data:`PRIOR_LADDER`) runs the same ladder, budget and capped
+check over the prior precision δ instead: the KFAC factors A, G do not depend on δ, only the damping
+(:func:`sgtune.theory.kronecker.damped_factors`, γ = δ/N) does, so each δ is a re-tune from the same factors. A
+larger δ shrinks the posterior's variance along the prior-held flat directions (steps ~ 1/γ), the directions the
+network's nonlinearity and minibatch curvature do not tolerate. The command line's remedy runs this search, not
+the β search (docs/guide/kronecker.md "β and prior search").
 """
 from __future__ import annotations
 
@@ -25,12 +32,14 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 
-__all__ = ["KroneckerBetaSearch", "search_inverse_temperature", "BETA_LADDER", "SEARCH_MAX_TERMS",
-           "SEARCH_MAX_SECONDS"]
+__all__ = ["KroneckerBetaSearch", "KroneckerPriorSearch", "search_inverse_temperature", "search_prior_precision",
+           "BETA_LADDER", "PRIOR_LADDER", "SEARCH_MAX_TERMS", "SEARCH_MAX_SECONDS"]
 
 #: the search's inverse temperatures, as multiples of the requested one (smallest first; the first that passes is
 #: the answer): at most len(...) checks
 BETA_LADDER = (2.0, 4.0, 8.0)
+#: the prior search's precisions, as multiples of the requested δ (smallest first)
+PRIOR_LADDER = (4.0, 16.0, 64.0)
 #: series budget of each check (the report's default is 1000 terms, one full-data Hessian-vector product each)
 SEARCH_MAX_TERMS = 200
 #: no new β is tried when, at the mean cost of those tried, it would end past this many seconds (the first is always
@@ -86,14 +95,94 @@ class KroneckerBetaSearch:
 
     def message(self) -> str:
         """One line: the β found, or that none up to the range's end passes."""
-        if self.beta is not None:
-            return (f"the Kronecker family passes its applicability check at inverse temperature {self.beta:.6g} "
-                    f"({len(self.tried)} checked from {self.tried[0]:.6g}, {self.seconds:.0f} s)")
-        upto = max(self.tried) if self.tried else self.requested
-        why = (f" (the {self.seconds:.0f} s budget stopped it before {self.ladder_end:.6g})"
-               if self.stopped_early else "")
-        return (f"no inverse temperature from {self.requested:.6g} to {upto:.6g} makes the Kronecker family's "
-                f"applicability check pass ({len(self.tried)} checked{why})")
+        return _message("inverse temperature", self.beta, self.requested, self.tried, self.seconds, self.ladder_end,
+                        self.stopped_early)
+
+
+@dataclass(frozen=True)
+class KroneckerPriorSearch:
+    """Result of :func:`search_prior_precision`.
+
+    Attributes
+    ----------
+    requested : float
+        The prior precision δ the factors carry (the family's check failed with it).
+    tried : tuple of float
+        The precisions checked, in order.
+    passed : tuple of bool
+        Whether each one's applicability report passed.
+    reasons : tuple of str
+        The first reason each failed check gave ("" for a pass).
+    prior_precision : float or None
+        The smallest δ tried whose report passed (None: none did).
+    seconds : float
+        Wall time of the search.
+    ladder_end : float
+        The largest δ of the ladder (the range's end, tried or not).
+    stopped_early : bool
+        Whether the time budget ended the search before the ladder's end.
+
+    Examples
+    --------
+    >>> from sgtune.workflows.kronecker_beta import KroneckerPriorSearch
+    >>> s = KroneckerPriorSearch(10.0, (40.0,), (True,), ("",), 40.0, 1.0, 640.0, False)
+    >>> s.found
+    True
+    """
+
+    requested: float
+    tried: tuple[float, ...]
+    passed: tuple[bool, ...]
+    reasons: tuple[str, ...]
+    prior_precision: float | None
+    seconds: float
+    ladder_end: float
+    stopped_early: bool
+
+    @property
+    def found(self) -> bool:
+        """Whether some δ of the ladder passed."""
+        return self.prior_precision is not None
+
+    def message(self) -> str:
+        """One line: the δ found, or that none up to the range's end passes."""
+        return _message("prior precision", self.prior_precision, self.requested, self.tried, self.seconds,
+                        self.ladder_end, self.stopped_early)
+
+
+def _message(what: str, found: float | None, requested: float, tried: tuple[float, ...], seconds: float,
+             ladder_end: float, early: bool) -> str:
+    """The one line of a search's result (``what``: "inverse temperature" or "prior precision")."""
+    if found is not None:
+        return (f"the Kronecker family passes its applicability check at {what} {found:.6g} "
+                f"({len(tried)} checked from {tried[0]:.6g}, {seconds:.0f} s)")
+    upto = max(tried) if tried else requested
+    why = f"; the time budget stopped it before {ladder_end:.6g}" if early else ""
+    return (f"no {what} from {requested:.6g} to {upto:.6g} makes the Kronecker family's applicability check pass "
+            f"({len(tried)} checked in {seconds:.0f} s{why})")
+
+
+def _ladder(values: list[float], check: Callable[[float], tuple[bool, str]],
+            max_seconds: float) -> tuple[list[float], list[bool], list[str], float | None, bool, float]:
+    """Check ``values`` in order until one passes or the budget would be overrun: (tried, passed, reasons, the
+    first that passed or None, stopped early, seconds)."""
+    tic = time.perf_counter()
+    tried: list[float] = []
+    passed: list[bool] = []
+    reasons: list[str] = []
+    for value in values:
+        spent = time.perf_counter() - tic
+        if tried and spent + spent / len(tried) > max_seconds:  # the next value would end past the budget
+            break
+        ok, why = check(value)
+        tried.append(value)
+        passed.append(ok)
+        reasons.append(why)
+        if ok:
+            break
+    found = next((v for v, ok in zip(tried, passed) if ok), None)
+    early = found is None and len(tried) < len(values)
+    return tried, passed, reasons, found, early, time.perf_counter() - tic
 
 
 def _check(fac: Any, dynamics: Any, target: str, beta: float, net: Any, X: Any, y: Any, likelihood: str,
@@ -183,22 +272,99 @@ def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any,
     if progress is not None:
         progress(f"searching the Kronecker family's inverse temperature: {len(betas)} checks from {betas[0]:.6g} to "
                  f"{betas[-1]:.6g} (at most {max_seconds:.0f} s)")
-    tic = time.perf_counter()
-    tried: list[float] = []
-    passed: list[bool] = []
-    reasons: list[str] = []
-    for beta in betas:
-        spent = time.perf_counter() - tic
-        if tried and spent + spent / len(tried) > max_seconds:  # the next β would end past the budget
-            break
-        ok, why = _check(factors, dynamics, target, beta, module, X, y, likelihood, noise_variance, SEARCH_MAX_TERMS,
-                          seed)
-        tried.append(beta)
-        passed.append(ok)
-        reasons.append(why)
-        if ok:
-            break
-    found = next((b for b, ok in zip(tried, passed) if ok), None)
-    early = found is None and len(tried) < len(betas)
-    return KroneckerBetaSearch(beta0, tuple(tried), tuple(passed), tuple(reasons), found,
-                               time.perf_counter() - tic, betas[-1], early)
+    tried, passed, reasons, found, early, seconds = _ladder(
+        betas, lambda beta: _check(factors, dynamics, target, beta, module, X, y, likelihood, noise_variance,
+                                   SEARCH_MAX_TERMS, seed), max_seconds)
+    return KroneckerBetaSearch(beta0, tuple(tried), tuple(passed), tuple(reasons), found, seconds, betas[-1], early)
+
+
+def search_prior_precision(factors: Any, dynamics: Any, module: Any, X: Any, y: Any,
+                           likelihood: str = "gaussian", *, target: str = "posterior", noise_variance: float = 1.0,
+                           ladder: tuple[float, ...] = PRIOR_LADDER, max_seconds: float = SEARCH_MAX_SECONDS,
+                           seed: int = 0,
+                           progress: Callable[[str], None] | None = None) -> KroneckerPriorSearch:
+    """Search the smallest prior precision δ of a geometric ladder at which the Kronecker family passes its check.
+
+    Each δ = ``c`` × ``factors.prior_precision`` for ``c`` in ``ladder``, smallest first: the KFAC factors A, G do
+    not depend on δ (only the damping γ = δ/N of :func:`sgtune.theory.kronecker.damped_factors` and the prior's
+    eigenbasis do), so the per-layer Λ is re-tuned from the same factors with the new δ
+    (:func:`sgtune.theory.kronecker.tune_factors`, same B, β, κ, batching and target) and checked matrix-free
+    (:func:`sgtune.workflows.kronecker_applicability.kronecker_applicability`, capped at :data:`SEARCH_MAX_TERMS`
+    series terms, its Hessian carrying the new δ) at the same θ̂; the first that passes ends the search. No δ is
+    started that would end past ``max_seconds``.
+
+    θ̂ is the point fitted with the original prior: the search refits nothing, so a δ it finds is checked at that
+    θ̂, where the new prior's gradient (δ − δ₀)θ̂/N is not zero. A user who refits with the new δ (``--model mlp``
+    does, from its initial weights) checks a slightly different point; a torch module's current weights are
+    kept as they are.
+
+    Parameters
+    ----------
+    factors : KroneckerFactors
+        The network's factors at θ̂ (:mod:`sgtune.models.kfac`), with the requested prior δ₀ > 0.
+    dynamics : Dynamics
+        The requested B, β, κ and batching.
+    module : torch.nn.Module
+        The network at θ̂.
+    X, y : array_like
+        The data the factors were computed on.
+    likelihood : {"gaussian", "bernoulli", "categorical"}, optional
+        The loss.
+    target : {"posterior", "sandwich"}, optional
+        The tuning target.
+    noise_variance : float, optional
+        The variance σ² of the Gaussian likelihood.
+    ladder : tuple of float, optional
+        Multiples (> 1) of δ₀ to try, smallest first.
+    max_seconds : float, optional
+        Time budget: no δ is started that would, at the mean cost of those tried, end after it (the first always
+        runs).
+    seed : int, optional
+        Seed of the checks' probes.
+    progress : callable, optional
+        Called once with a one-line description of the search before it starts.
+
+    Returns
+    -------
+    KroneckerPriorSearch
+        The δs tried, their verdicts and the smallest that passed (or None).
+
+    Raises
+    ------
+    SgtuneError
+        No prior in the factors (δ₀ = 0: no multiple to take), or a ladder multiple not above 1.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sgtune.core.config import Dynamics
+    >>> from sgtune.models.kfac import torch_factors
+    >>> from sgtune.workflows.kronecker_beta import search_prior_precision
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 2)); y = X @ [1.0, -1.0] + rng.normal(size=200)
+    >>> net = torch.nn.Linear(2, 1).double()
+    >>> fac = torch_factors(net, X, y, "gaussian", prior_precision=1.0)
+    >>> s = search_prior_precision(fac, Dynamics(None, 20, inv_temperature=400.0), net, X, y, ladder=(4.0,))
+    >>> s.tried
+    (4.0,)
+    """
+    import dataclasses
+
+    delta0 = float(factors.prior_precision)
+    if not delta0 > 0:
+        raise SgtuneError("the prior-precision search needs a prior (prior_precision > 0) to scale; the factors "
+                          "carry none")
+    if not ladder or min(ladder) <= 1.0:
+        raise SgtuneError(f"ladder must hold multiples above 1 of the requested prior precision, got {ladder}")
+    deltas = [float(f"{c * delta0:.6g}") for c in sorted(ladder)]
+    if progress is not None:
+        progress(f"searching the Kronecker family's prior precision: {len(deltas)} checks from {deltas[0]:.6g} to "
+                 f"{deltas[-1]:.6g} at the current θ̂ (at most {max_seconds:.0f} s)")
+    beta = float(dynamics.inv_temperature)
+
+    def check(delta: float) -> tuple[bool, str]:
+        fac = dataclasses.replace(factors, prior_precision=delta)
+        return _check(fac, dynamics, target, beta, module, X, y, likelihood, noise_variance, SEARCH_MAX_TERMS, seed)
+
+    tried, passed, reasons, found, early, seconds = _ladder(deltas, check, max_seconds)
+    return KroneckerPriorSearch(delta0, tuple(tried), tuple(passed), tuple(reasons), found, seconds, deltas[-1], early)
