@@ -796,7 +796,7 @@ class KroneckerTuning:
 
     @property
     def noise_gain(self) -> float:
-        """The largest per-layer noise gain (:attr:`KroneckerLayer.noise_gain`; NaN when none was computed)."""
+        """The largest per-layer noise gain (``KroneckerLayer.noise_gain``; NaN when none was computed)."""
         gains = [lay.noise_gain for lay in self.layers if not math.isnan(lay.noise_gain)]
         return max(gains) if gains else math.nan
 
