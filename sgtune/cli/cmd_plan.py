@@ -156,7 +156,8 @@ def cli(**kw: Any) -> None:
         app: dict[str, Any] = applicability_report(prob, st, target_cov=p.target_cov, seed=int(kw["seed"]))
     else:
         why = ("--no-applicability" if kw["applicability"] is False
-               else f"D = {prob.dim} > {APPLICABILITY_MAX_DIM}; about 20 s at D = 1000")
+               else f"D = {prob.dim} > {APPLICABILITY_MAX_DIM}: the report evaluates the model dozens of times over all "
+                    "rows; with --applicability it times one evaluation first and says how long it will take")
         app = skipped_report(why, "pass --applicability, or run sgtune covariance with the recommended Λ")
     if rows[p.recommended]["approximate"]:
         untrusted("the recommended candidate's bias and Monte Carlo constant are approximations "
