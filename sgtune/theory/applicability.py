@@ -822,6 +822,7 @@ def _smaller_step_remedies(expansion: Expansion, stationary: StationaryCov, targ
                    {"inv_temperature": beta_new}, expect="runs")]
 
 
+@cites("sgtune", "which named target (posterior, sandwich; Wang, Ding & Huggins 2026) a tuning target is")
 def target_name(expansion: Expansion, target: np.ndarray) -> str | None:
     """The name of a tuning target: ``"posterior"``, ``"sandwich"`` or None (a matrix given by the user).
 

@@ -162,6 +162,7 @@ def _factored_target(result: KroneckerTuning) -> np.ndarray:
     return out
 
 
+@cites("sgtune", "per-sample curvature roots and input vectors of each layer, the data of the factored C̄(Σ) built densely")
 def layer_samples(model: MLP, theta: Any, X: Any, y: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per layer of an MLP: the inputs ã_n (N, d_in) and the per-sample Gauss–Newton output blocks G_n (N, d_out, d_out).
 
