@@ -1,4 +1,5 @@
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -7,6 +8,16 @@ import pytest
 # lines would depend on the machine's speed: the suite turns them off (sgtune.cli._io.progress_after), in this
 # process and in the commands it starts. Tests of the progress lines set the variable themselves.
 os.environ["SGTUNE_PROGRESS_AFTER"] = "never"
+
+
+# The signal tests (Ctrl-C, SIGTERM, SIGHUP reaching sgtune in this process or in the commands it starts) need the
+# dispositions of an interactive run. A test run started in the background (`pytest &`, `nohup`, a CI runner's
+# non-interactive shell) inherits SIGINT and/or SIGHUP ignored, and an ignored signal stays ignored across exec:
+# sgtune then (rightly, as for any program under nohup) never sees it, and those tests would fail or wait forever.
+# Python's own Ctrl-C handler and the default SIGHUP, in every test process and so in the processes they start.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+if hasattr(signal, "SIGHUP"):
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 # BLAS on one thread in every test process (and in the processes the tests start): xdist already runs one worker

@@ -74,7 +74,7 @@ class LazyGroup(click.Group):
         token = ARGV.set(tuple(sys.argv[1:] if args is None else args))
         received: list[int] = []
         try:
-            with signals_as_exceptions(received):
+            with signals_as_exceptions(received, then_ignore=args is None):
                 rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except Signalled as exc:
             _fail_signalled(exc.signum)
@@ -130,12 +130,18 @@ class Signalled(BaseException):
 
 
 @contextlib.contextmanager
-def signals_as_exceptions(received: list[int]) -> Iterator[None]:
+def signals_as_exceptions(received: list[int], *, then_ignore: bool = False) -> Iterator[None]:
     """While the command runs (main thread only): SIGINT raises KeyboardInterrupt, SIGTERM and SIGHUP raise
     :class:`Signalled`, each appending its number to ``received``. Signals the parent set to be ignored
     (``nohup``, a background job) and handlers someone else installed are left alone. An interruption
     raised inside a callback that cannot propagate it (Python then calls ``sys.unraisablehook``) is
-    raised again in the main thread, without the "Exception ignored" report."""
+    raised again in the main thread, without the "Exception ignored" report.
+
+    ``then_ignore`` (the ``sgtune`` program itself, not an in-process caller): when the command has ended, the
+    signals it handled are ignored instead of restored. The process is about to exit with the command's status
+    and its outputs are in place (or removed); restored to their default, a signal arriving in the last
+    milliseconds would kill it, and a finished command would report "killed by SIGHUP" with its outputs
+    written."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -172,7 +178,7 @@ def signals_as_exceptions(received: list[int]) -> Iterator[None]:
             timer.cancel()
         sys.unraisablehook = previous_hook
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            signal.signal(signum, signal.SIG_IGN if then_ignore else old)
 
 
 def _fail_signalled(signum: int) -> NoReturn:
