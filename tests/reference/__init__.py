@@ -2,8 +2,8 @@
 
 Written independently of the numba code (NumPy per step, the GLM derivatives of :mod:`sgtune.models`, the
 random streams of :class:`sgtune.sampler.rng.Xoshiro256PP`); kernel and reference agree to rounding on
-the same seed. The data and quadratic chains' reference is the public :mod:`sgtune.sampler.reference`
-(``ReferenceBackend``, GNLD's replicas too); the SMILE ensembles' and the reshuffle chains' twins are here.
+the same seed. The data, quadratic and reshuffle chains' reference is the public
+:mod:`sgtune.sampler.reference` (``ReferenceBackend``, GNLD's replicas too); the SMILE ensembles' twin is here.
 """
 from sgtune.sampler.reference import ReferenceBackend
 
