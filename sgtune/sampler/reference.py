@@ -22,10 +22,11 @@ It runs the SG(L)D family (``sgld``, ``sglrw``, ``clipped-sgld``, with momentum 
 on the GLM oracles and the quadratic oracles (Gaussian or α-stable noise), Shaw & Whalley's reshuffling
 model problem of :func:`sgtune.sampler.reshuffle.run_reshuffle_chains` (the Gaussian-mean oracle θ − x̄_b, every
 batch schedule of :data:`sgtune.sampler.kernels.BATCH_FNS`, the recorder's sums of θ − x̄ by epoch position),
-and the GNLD replicas of :func:`sgtune.sampler.gnld.run_sg_gnld` (:func:`gnld_gradient`, in Python floats):
-four of the engine's five entry points (``ReferenceBackend`` below lists them). The SMILE ensembles of
-:func:`sgtune.sampler.smile_ensemble.run_smile_ensemble` are not here yet: their twin is the tests'
-(``tests/reference/smile_twin.py``). A GPU backend is a new module of
+the GNLD replicas of :func:`sgtune.sampler.gnld.run_sg_gnld` (:func:`gnld_gradient`, in Python floats), and
+the SMILE ensembles of :func:`sgtune.sampler.smile_ensemble.run_smile_ensemble` (the MCLMC integrator in the
+cosh/sinh form of the SMILE paper's appendix F.2, the tuners through :mod:`sgtune.theory.smile`; in
+``sgtune/sampler/_smile_reference.py``, the tests' twin until 0.2.0): all five of the engine's entry points
+(``ReferenceBackend`` below lists them). A GPU backend is a new module of
 the same shape: read the components' names from ``plan.sampler``, ``plan.lam_kind``, ``plan.batching`` and
 ``plan.oracle_kind``, move the records to the device in ``prepare``, run the steps of all chains at once
 in ``advance``, and write the records back; the theory, the registry and the driver do not change.
@@ -39,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.errors import SgtuneError
+from ._smile_reference import SmileReference
 from .rng import Xoshiro256PP
 
 __all__ = ["ReferenceBackend", "ReferenceChain", "init_chain", "store_chain", "step", "batch_indices", "next_position",
@@ -289,10 +291,11 @@ class ReferenceBackend:
     - :func:`sgtune.sampler.run_chains`: GLMs, samplers ``sgld``, ``sglrw``, ``clipped-sgld``;
     - :func:`sgtune.sampler.run_quadratic_chains`: the same samplers, Gaussian or α-stable noise;
     - :func:`sgtune.sampler.reshuffle.run_reshuffle_chains`: every scheme;
-    - :func:`sgtune.sampler.gnld.run_sg_gnld`: with or without minibatches.
+    - :func:`sgtune.sampler.gnld.run_sg_gnld`: with or without minibatches;
+    - :func:`sgtune.sampler.smile_ensemble.run_smile_ensemble`: every sampler on the analytic targets.
 
-    Not :func:`sgtune.sampler.smile_ensemble.run_smile_ensemble` (its twin is still the tests'), nor models
-    without a GLM oracle (MLPs, multinomial, user models: ``backend="numba"`` or ``"numpy"``).
+    Not models without a GLM oracle in :func:`sgtune.sampler.run_chains` (MLPs, multinomial, user models:
+    ``backend="numba"`` or ``"numpy"``), nor SGHMC or SMILE on data there.
 
     Examples
     --------
@@ -309,12 +312,17 @@ class ReferenceBackend:
     name = "python"
 
     def prepare(self, plan: Any) -> None:
-        """Check that the plan's oracle and sampler are ones this backend runs."""
+        """Check that the plan's oracle and sampler are ones this backend runs (a SMILE ensemble's plan: draw
+        the MCLMC velocities, as the engine's ``prepare`` does)."""
         if plan.oracle_kind == "gnld":
             return
+        if plan.oracle_kind == "analytic-target":
+            self._smile = SmileReference()
+            self._smile.prepare(plan)
+            return
         if plan.oracle_kind not in ("glm", "quadratic-gaussian", "quadratic-stable", "gaussian-mean"):
-            raise SgtuneError(f"the pure-Python reference supports GLMs, quadratic oracles and the reshuffle model "
-                              f"problem, not {plan.oracle_kind!r} models; use backend='numba'")
+            raise SgtuneError(f"the pure-Python reference supports GLMs, quadratic oracles, the reshuffle model "
+                              f"problem and the SMILE targets, not {plan.oracle_kind!r} models; use backend='numba'")
         if plan.sampler not in STEP_RULES:
             raise SgtuneError(f"the pure-Python reference runs sgld, sglrw and clipped-sgld, not {plan.sampler!r}; "
                               "use backend='numba' or 'numpy'")
@@ -322,6 +330,9 @@ class ReferenceBackend:
     def advance(self, plan: Any, t0: int, n_steps: int, last: bool) -> None:
         """Every live chain from step t0 + 1 to t0 + n_steps; a chain whose ‖θ‖₁ reaches 1e150 (or is not
         finite) stops and keeps its divergence step."""
+        if plan.oracle_kind == "analytic-target":
+            self._smile.advance(plan, t0, n_steps, last)
+            return
         rec = plan.recorder_at(t0, last)
         if plan.oracle_kind == "gnld":
             _advance_gnld(plan, rec, n_steps)
