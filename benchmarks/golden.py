@@ -91,7 +91,6 @@ from sgtune.sampler.smile import METHOD_IDS  # noqa: E402
 from sgtune.sampler.smile_ensemble import grid_search_b2, run_smile_ensemble  # noqa: E402
 from tests.reference import chain_kw, ensemble_kw  # noqa: E402  (the old keywords → Dynamics, RunSpec, options)
 from sgtune.sampler.reference import ReferenceBackend  # noqa: E402
-from tests.reference.reshuffle_twin import run_reshuffle_chains_python  # noqa: E402
 from sgtune.sampler.targets import NOISE_KINDS, TARGET_IDS, make_target  # noqa: E402
 from sgtune.theory.adjoint import affine_discrepancy, criterion_gradient  # noqa: E402
 from sgtune.theory.applicability import applicability  # noqa: E402
@@ -278,8 +277,7 @@ def grid_search(target: str, noise: str, sampler: str, **opts: Any) -> Any:
 
 def reshuffle_chains(scheme: str, h: float, python: bool = False, **opts: Any) -> Any:
     x = np.load(TMP / "x12.npy")
-    run = run_reshuffle_chains_python if python else run_reshuffle_chains
-    r = run(x, 3, h, scheme=scheme, **opts)
+    r = run_reshuffle_chains(x, 3, h, scheme=scheme, backend=ReferenceBackend() if python else "numba", **opts)
     return {"first_moment": r.first_moment, "second_moment": r.second_moment, "mean": r.mean, "mean_se": r.mean_se,
             "var": r.var, "var_se": r.var_se, "average_var": r.average_var, "average_var_se": r.average_var_se,
             "n_epochs": r.n_epochs, "burn_in_epochs": r.burn_in_epochs, "seed": r.seed, "scheme": r.scheme}

@@ -30,7 +30,7 @@ import numpy as np
 
 from sgtune.core.config import RunSpec
 from sgtune.sampler.registry import options_for
-from tests.reference.smile_twin import SmileReference
+from sgtune.sampler.reference import ReferenceBackend
 from sgtune.sampler.smile_ensemble import grid_search_b2, run_smile_ensemble
 from sgtune.sampler.targets import make_target
 from sgtune.theory.smile import b2_chains
@@ -74,7 +74,7 @@ def per_step_cost(n_steps: int = 2000) -> list[tuple[str, float, float]]:
         run_smile_ensemble(t, h, RunSpec(big, n_chains=1), options_for(s))
         fast = (time.perf_counter() - t0) / big
         t0 = time.perf_counter()
-        run_smile_ensemble(t, h, RunSpec(n_steps, n_chains=1), options_for(s), backend=SmileReference())
+        run_smile_ensemble(t, h, RunSpec(n_steps, n_chains=1), options_for(s), backend=ReferenceBackend())
         slow = (time.perf_counter() - t0) / n_steps
         out.append((s, fast * 1e9, slow * 1e9))
     return out

@@ -222,7 +222,8 @@ def test_user_model_errors():
 
     with pytest.raises(SgtuneError, match=r"n_in = 4 inputs but the data have p = 3"):
         run_chains(FixedInputs((16,)), (X, y), **chain_kw(0.1, initial=np.zeros(MLP((16,)).n_params(3)), **kw))
-    with pytest.raises(SgtuneError, match="pure-Python reference supports GLMs and quadratic oracles, not 'mlp'"):
+    with pytest.raises(SgtuneError, match="pure-Python reference supports GLMs, quadratic oracles, the reshuffle "
+                                          "model problem and the SMILE targets, not 'mlp'"):
         run_chains(MLP((16,)), (X, y), **chain_kw(0.1, initial=np.zeros(MLP((16,)).n_params(3)), backend="python", **kw))
 
 

@@ -325,3 +325,10 @@ def test_every_batch_number_draws_its_schedule():
         else:
             np.testing.assert_array_equal(out, expected, err_msg=name)
     assert sorted(kernels.BATCH_KINDS.values()) == list(range(len(kernels.BATCH_FNS)))
+
+
+def test_the_reference_draws_every_batch_schedule_of_the_engine():
+    # the reference backend's batch_indices takes every schedule by its name (the reshuffle model problem's
+    # full and *-positions schedules included) and draws the engine's batches from the same stream
+    for name in kernels.BATCH_FNS:
+        _epoch_batches(name)

@@ -1,4 +1,4 @@
-"""Raw model-problem chains (numba) vs their Python twin and vs every closed form, per epoch position.
+"""Raw model-problem chains (numba) vs the reference backend and vs every closed form, per epoch position.
 
 Monte Carlo tolerance: each compared quantity q has a standard error from the
 across-chain spread of per-chain time averages (chains are independent, so
@@ -18,7 +18,8 @@ from sgtune.models import get_model
 from sgtune.core.errors import SgtuneError, UnstableStepSizeError
 from sgtune.sampler import reshuffle as smp
 from sgtune.theory.reshuffle import reshuffle_bias
-from tests.reference.reshuffle_twin import run_reshuffle_chains_python
+from sgtune.sampler.reference import ReferenceBackend
+from sgtune.sampler.rng import Xoshiro256PP
 
 ALPHA = 1e-3
 X12 = np.random.default_rng(11).normal(size=12) * 1.7 + 0.4
@@ -30,10 +31,10 @@ def _zcrit(m: int) -> float:
 
 @pytest.mark.portability
 @pytest.mark.parametrize("scheme", ["ula", "rm", "rm_with_replacement", "rr"])
-def test_numba_matches_python_twin(scheme: str) -> None:
+def test_numba_matches_the_reference_backend(scheme: str) -> None:
     kw = dict(scheme=scheme, n_chains=3, n_epochs=6, burn_in_epochs=2, seed=17)
     a = smp.run_reshuffle_chains(X12, 3, 0.4, **kw)
-    b = run_reshuffle_chains_python(X12, 3, 0.4, **kw)
+    b = smp.run_reshuffle_chains(X12, 3, 0.4, backend=ReferenceBackend(), **kw)
     # identical integer streams; libm vs math.log/cos may differ by an ulp → 1e-12
     assert np.allclose(a.first_moment, b.first_moment, rtol=1e-12, atol=1e-14)
     assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
@@ -41,11 +42,11 @@ def test_numba_matches_python_twin(scheme: str) -> None:
 
 @pytest.mark.portability
 @pytest.mark.parametrize("scheme", ["ula", "rm", "rr"])
-def test_numba_matches_python_twin_without_burn_in(scheme: str) -> None:
+def test_numba_matches_the_reference_backend_without_burn_in(scheme: str) -> None:
     # no burn-in: the engine does not record the starting state θ = x̄ (its d is exactly 0)
     kw = dict(scheme=scheme, n_chains=2, n_epochs=4, burn_in_epochs=0, seed=3, sigma2=2.0)
     a = smp.run_reshuffle_chains(X12, 4, 0.7, **kw)
-    b = run_reshuffle_chains_python(X12, 4, 0.7, **kw)
+    b = smp.run_reshuffle_chains(X12, 4, 0.7, backend=ReferenceBackend(), **kw)
     assert np.allclose(a.first_moment, b.first_moment, rtol=1e-12, atol=1e-14)
     assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
 
@@ -236,3 +237,36 @@ def test_reshuffle_chains_run_through_the_backend_seam():
     np.testing.assert_array_equal(a.second_moment, b.second_moment)
     with pytest.raises(SgtuneError, match="backend must be 'numba'"):
         run_reshuffle_chains(x, 2, 0.5, n_chains=3, n_epochs=30, backend="numpy")
+
+
+def _shaw_whalley_rr(x: np.ndarray, b: int, h: float, n_epochs: int, burn_in_epochs: int, seed: int,
+                     n_chains: int) -> np.ndarray:
+    """Random reshuffling as Shaw & Whalley (2025, §4) define the recorded quantity, in Python floats: per chain,
+    a Fisher–Yates permutation at each epoch's start, then for k = 0..R−1 the state *before* step k is added to
+    position k's sums of d² (kept epochs only), then θ ← θ − h(θ − x̄_k) + sqrt(2hσ²/N) ξ. (C, R) time averages."""
+    n, r = len(x), len(x) // b
+    xbar, noise_sd = float(np.mean(x)), float(np.sqrt(2.0 * h * np.var(x, ddof=1) / n))
+    out = np.zeros((n_chains, r))
+    for c, state in enumerate(smp.seed_states(seed, n_chains)):
+        s, perm, theta = Xoshiro256PP(state), list(range(n)), xbar
+        for epoch in range(burn_in_epochs + n_epochs):
+            for i in range(n - 1, 0, -1):
+                j = s.randbelow(i + 1)
+                perm[i], perm[j] = perm[j], perm[i]
+            for k in range(r):
+                if epoch >= burn_in_epochs:
+                    out[c, k] += (theta - xbar) ** 2
+                xb = sum(float(x[perm[i]]) for i in range(k * b, (k + 1) * b)) / b
+                theta = theta - h * (theta - xb) + noise_sd * s.normal()
+    return out / n_epochs
+
+
+@pytest.mark.parametrize("burn_in_epochs", [0, 2])
+def test_the_plan_records_the_states_shaw_and_whalley_average(burn_in_epochs: int) -> None:
+    # the engine records after step t at the next step's position, with burn-in R·burn_in − 1 steps: the same
+    # states as the paper's "before step k of each kept epoch" (checked on the reference backend, which the
+    # compiled chains match to rounding above)
+    kw = dict(n_chains=2, n_epochs=5, burn_in_epochs=burn_in_epochs, seed=9)
+    got = smp.run_reshuffle_chains(X12, 3, 0.6, scheme="rr", backend=ReferenceBackend(), **kw)
+    want = _shaw_whalley_rr(X12, 3, 0.6, **kw)
+    np.testing.assert_allclose(got.second_moment, want, rtol=1e-12, atol=1e-14)

@@ -8,7 +8,7 @@ from sgtune.core.config import RunSpec
 from sgtune.sampler.registry import SmileOptions
 from sgtune.sampler.smile import MN_A1, MN_B1, MN_B2, momentum_map, position_map
 from sgtune.sampler.smile_ensemble import run_smile_ensemble
-from tests.reference.smile_twin import logp_grad_twin, momentum_map_twin
+from sgtune.sampler._smile_reference import logp_grad_twin, momentum_map_twin
 from sgtune.sampler.targets import make_target
 
 pytestmark = pytest.mark.portability  # re-run under a generic CPU by test_portability.py

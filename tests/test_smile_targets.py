@@ -6,7 +6,7 @@ import pytest
 
 from sgtune.core.errors import SgtuneError
 from sgtune.sampler.targets import NOISE_KINDS, make_target, noise_vector, noisy_logp_grad, target_logp_grad
-from tests.reference.smile_twin import logp_grad_twin
+from sgtune.sampler._smile_reference import logp_grad_twin
 from tests._tolerances import bonferroni_z
 
 #: central differences with step 1e-6 on O(1)–O(100) log densities: truncation ~h²·f''' and

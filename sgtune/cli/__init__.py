@@ -69,7 +69,7 @@ class LazyGroup(click.Group):
         every failure (module docstring). ``standalone_mode=False`` keeps click's behaviour."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        from ._io import ARGV
+        from ._names import ARGV
 
         token = ARGV.set(tuple(sys.argv[1:] if args is None else args))
         received: list[int] = []

@@ -23,6 +23,8 @@ from typing import Any
 
 import click
 
+from ._shared_options import batch_options, data_options
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover (Python 3.10: the same parser, a dependency there)
@@ -42,10 +44,8 @@ PATH_KEYS = ("data", "theta-hat", "prior-precision-matrix")
 
 def shared_params() -> dict[str, click.Parameter]:
     """option name as in the file (``batch-size``) -> the click parameter of the shared data and batch options
-    (:mod:`sgtune.cli._options`): the one table both the command line and the file are checked against, so the
-    two cannot drift apart."""
-    from ._options import batch_options, data_options
-
+    (:mod:`sgtune.cli._shared_options`): the one table both the command line and the file are checked against, so
+    the two cannot drift apart."""
     probe = batch_options(data_options(click.Command("probe")))
     out = {}
     for p in probe.params:
@@ -58,7 +58,7 @@ def shared_params() -> dict[str, click.Parameter]:
 
 def shared_keys() -> dict[str, str]:
     """option name as in the file (``batch-size``) -> click parameter name (``batch_size``): the
-    parameters of the shared data and batch options (:mod:`sgtune.cli._options`)."""
+    parameters of the shared data and batch options (:mod:`sgtune.cli._shared_options`)."""
     return {key: str(p.name) for key, p in shared_params().items()}
 
 

@@ -22,6 +22,9 @@ from ..io._files import (OutputAppearedError, atomic_path, check_claims, expect_
                          output_set, pending_set, remove_temporary, temporary_file)
 from ..io._json import dumps
 from ..core.errors import AccuracyWarning, SgtuneError
+from ._config import config_json
+from ._names import ARGV, FILE_ONLY, PARAM_OPTIONS
+from ._remedies import as_text, render
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,8 +46,6 @@ class _Report:
 
 
 _REPORT: contextvars.ContextVar[_Report | None] = contextvars.ContextVar("sgtune_report", default=None)
-#: the command line as typed (set by the group's ``main``), so messages can name ``-o`` when the user typed ``-o``
-ARGV: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("sgtune_argv", default=())
 
 
 def _typed_aliases() -> dict[str, str]:
@@ -117,70 +118,6 @@ def untrusted(reason: str) -> None:
         report.untrusted.append(reason)
 
 
-#: The library's messages name Python parameters (``step_matrix must be …``); on the command line they
-#: should name the option the user typed. Library name -> the command parameters (click ``name``) that
-#: set it, by preference: the first the command has and the user gave, else the first it has.
-PARAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "step_matrix": ("lambda_file", "lambda_path", "step_size"),
-    "step_size": ("step_size",),
-    "inv_temperature": ("inverse_temperature", "inverse_temperatures"),
-    "inverse_temperature": ("inverse_temperature", "inverse_temperatures"),
-    "batch_size": ("batch_size",),
-    "n_steps": ("steps",),
-    "n_chains": ("chains",),
-    "burn_in": ("burn_in",),
-    "batches_per_chain": ("batches_per_chain",),
-    "thin": ("thin",),
-    "momentum": ("momentum",),
-    "family": ("family", "families"),
-    "decay": ("decay",),
-    "friction": ("friction",),
-    "noise_variance": ("noise_variance",),
-    "beta_power": ("beta_power",),
-    "prior_precision": ("prior_precision_matrix", "prior_precision"),
-    "theta_hat": ("theta_hat",),
-    "theta": ("theta_path",),
-    "true_theta": ("true_theta",),
-    "theta_star": ("true_theta",),
-    "subsample": ("subsample",),
-    "seed": ("seed",),
-    "samples": ("samples_path",),
-    "target": ("target",),
-    "target_cov": ("target",),
-    "relative_tolerance": ("relative_tolerance",),
-    "inflate_prediction": ("inflate_prediction",),
-    "average_window": ("average_window",),
-    "observable": ("observable",),
-    "antisymmetric": ("antisymmetric",),
-    "diffusion": ("diffusion",),
-    "preconditioner": ("preconditioner",),
-    "alpha": ("alpha",),
-    "gamma": ("gamma",),
-    "budget": ("budget",),
-    "sigma2": ("sigma2",),
-    "step": ("step",),
-    "block": ("block",),
-    "blocks": ("blocks",),
-    "hessian": ("hessian",),  # only where --hessian takes a file (fluctuation's A), see _FILE_ONLY
-    "hidden_sizes": ("hidden_sizes",),
-    "model": ("model",),
-    "features_from": ("features_from",),
-    "head": ("head",),
-    "repeat": ("repeat",),
-    "refine_rounds": ("refine_rounds",),
-    "rounds": ("refine_rounds",),
-    "activation": ("activation",),
-    "likelihood": ("likelihood",),
-    "layout": ("layout",),
-    "scheduler": ("scheduler",),
-    "plot": ("plot_path",),
-    "response": ("response",),
-    "against": ("against",),
-}
-
-#: names of matrices that map only to an option taking a file: lambda's --hessian {exact,gauss-newton}
-#: is not the Hessian its messages talk about
-_FILE_ONLY = {"hessian"}
 _REPEATED = re.compile(r"(--[\w-]+) \(\1((?: [^()]*)?)\)")
 _QUOTED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 #: `name=value` / `name='value'` in backticks: the option followed by its value ("--hessian gauss-newton")
@@ -204,11 +141,11 @@ def _command_options(kwargs: dict[str, Any]) -> dict[str, str]:
                                                       else param.human_readable_name.upper())
     out: dict[str, str] = {}
     for name, candidates in PARAM_OPTIONS.items():
-        present = [c for c in candidates if c in spelled and (name not in _FILE_ONLY or c in files)]
+        present = [c for c in candidates if c in spelled and (name not in FILE_ONLY or c in files)]
         given = [c for c in present if kwargs.get(c) is not None]
         if present:
             out[name] = spelled[(given or present)[0]]
-        if name in _FILE_ONLY:  # `hessian='gauss-newton'` names a value: the option that takes a word
+        if name in FILE_ONLY:  # `hessian='gauss-newton'` names a value: the option that takes a word
             words = [c for c in candidates if c in spelled and c not in files]
             if words:
                 out[name + "="] = spelled[words[0]]
@@ -225,7 +162,7 @@ def in_option_names(message: str, options: dict[str, str]) -> str:
     # `name='value'` in backticks: the option and its value as typed ("`hessian='gauss-newton'`")
     def with_value(m: re.Match[str]) -> str:
         name, value = m.group(1), m.group(3)
-        option = options.get(name + "=") or (None if name in _FILE_ONLY else options.get(name))
+        option = options.get(name + "=") or (None if name in FILE_ONLY else options.get(name))
         return f"{option} {value}" if option else m.group(0)
 
     message = _QUOTED_VALUE.sub(with_value, message)
@@ -287,8 +224,6 @@ def handle_errors(fn: F) -> F:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             text = as_typed(in_option_names(text, report.options), report.aliases)
             if getattr(exc, "remedies", ()):  # computed ways out, as the commands that apply them
-                from ._remedies import as_text, render
-
                 text += as_text(render(exc.remedies))
             if bad_option_value(text, kwargs):  # "--momentum must lie in [0, 1)": a usage error, exit 2
                 raise click.UsageError(text, ctx=click.get_current_context(silent=True)) from None
@@ -475,8 +410,6 @@ def emit(doc: dict[str, Any], json_path: str | os.PathLike[str] | None = None, *
     been serialised, so a document that cannot be written leaves no array file behind.
     The warnings issued so far (:func:`warn`) are added as the document's ``warnings`` list.
     """
-    from ._config import config_json
-
     config = config_json(click.get_current_context(silent=True))
     if config is not None:
         doc = {**doc, "config": config}

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..theory.applicability import MAX_DEVIATION, MAX_EQUILIBRATION_RATIO
-from ._io import ARGV
+from ._names import ARGV
 
 #: independent posterior draws score up to this multiple of ``ksd_iid_reference`` (measured: Laplace draws on
 #: the bundled logistic and Poisson examples, n = 300 and 1000 draws, 20 seeds each: 0.82–1.72×)

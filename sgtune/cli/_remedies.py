@@ -3,7 +3,7 @@
 The library says what would help in its own vocabulary (``{"inv_temperature": 42.5}``); this module
 renders it as ``{"why": …, "argv": ["sgtune", "lambda", …, "--inverse-temperature", "42.5"]}``: the
 command line the user typed, with the changed options replaced, through the one table from Python
-parameter names to options (:data:`sgtune.cli._io.PARAM_OPTIONS`). The argv never repeats output
+parameter names to options (:data:`sgtune.cli._names.PARAM_OPTIONS`). The argv never repeats output
 options (re-running would refuse to overwrite their files) nor ``--strict``, so it runs as printed.
 A remedy whose parameter the command has no option for is not shown (nothing sgtune prints can fail
 for want of an option), unless the remedy only drops it (value None). The library may list a remedy and, after it, the same remedy with fewer changes
@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from ..core.reasons import Remedy
-from ._io import ARGV, PARAM_OPTIONS
+from ._names import ARGV, PARAM_OPTIONS
 
 #: click parameters a remedy's argv never repeats: outputs (their files exist after the first run), --strict
 DROPPED = ("output", "json_path", "plot_path", "overwrite", "strict")

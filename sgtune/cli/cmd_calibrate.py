@@ -18,8 +18,9 @@ from ..workflows.verify import TuneOptions, prediction_check
 from ._applicability import applicability_report, skipped_report
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage, untrusted
-from ._options import (applicability_option, batch_options, check_batch_size, data_options, expansion_keys,
-                       load_data_model, load_npy, load_prior, output_options, parse_inv_temperature, temperature_json)
+from ._options import (applicability_option, check_batch_size, expansion_keys, load_data_model, load_npy, load_prior,
+                       output_options, parse_inv_temperature, temperature_json)
+from ._shared_options import batch_options, data_options
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._readable import applicability_rows, health_row, ks_row, ksd_row, next_line
 from ._render import coordinate_table, key_values

@@ -16,8 +16,9 @@ from ._applicability import applicability_report, skipped_report
 from ._readable import applicability_rows, next_line
 from ._remedies import first_checked
 from ._io import command_line, emit, handle_errors, info
-from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
-                       output_options, temperature_json)
+from ._options import (applicability_option, expansion_keys, load_batch_problem, load_npy, output_options,
+                       temperature_json)
+from ._shared_options import batch_options, data_options
 from ._render import coordinate_table, key_values, matrix_summary
 
 

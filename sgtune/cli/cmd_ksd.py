@@ -11,7 +11,8 @@ from ..core.errors import ShapeError
 from ..diagnostics.ksd import DEFAULT_BLOCK, posterior_ksd
 from ..models.base import model_dim
 from ._io import check_writable, command_line, emit, handle_errors, info
-from ._options import data_options, json_output_options, load_data_model, load_float_npy, load_prior
+from ._options import json_output_options, load_data_model, load_float_npy, load_prior
+from ._shared_options import data_options
 from ._render import key_values
 from .cmd_run import progress_bar
 

@@ -16,8 +16,9 @@ from ..theory.tuning import FAMILIES, MAX_FAMILY_ERROR, METHODS, family_error_wa
 from ._applicability import applicability_report, skipped_report
 from ._io import command_line, emit, handle_errors, info, untrusted
 from ._remedies import as_text, first_checked, render
-from ._options import (applicability_option, expansion_keys, batch_options, data_options, load_batch_problem, load_npy,
-                       output_options, temperature_json)
+from ._options import (applicability_option, expansion_keys, load_batch_problem, load_npy, output_options,
+                       temperature_json)
+from ._shared_options import batch_options, data_options
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._readable import applicability_rows, next_line
 from ._render import coordinate_table, key_values, matrix_summary

@@ -11,7 +11,8 @@ from ..models import fit_map, model_dim
 from ..models.base import parameter_names
 from ..theory.minibatch import minibatch_error
 from ._io import check_writable, emit, handle_errors, info
-from ._options import check_batch_size, data_options, load_data_model, load_prior, load_theta, output_options
+from ._options import check_batch_size, load_data_model, load_prior, load_theta, output_options
+from ._shared_options import data_options
 
 
 @click.command("minibatch-error")

@@ -19,8 +19,9 @@ from ..workflows.plan import (BATCHINGS, DEFAULT_BATCH_SIZES, OBJECTIVES, SECOND
                               plan_run)
 from ._applicability import applicability_report, skipped_report
 from ._io import atomic_write, check_writable, command_line, emit, handle_errors, info, untrusted
-from ._options import data_argv, data_options, expansion_keys, json_output_options, load_float_npy, load_problem, \
+from ._options import data_argv, expansion_keys, json_output_options, load_float_npy, load_problem, \
     parse_inv_temperature, temperature_json
+from ._shared_options import data_options
 from ._plot import check_plot, render_plot, write_plot
 
 #: above this D the applicability report is skipped unless --applicability asks for it

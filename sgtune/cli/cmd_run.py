@@ -21,8 +21,9 @@ from ._against import against_option, resolve_against
 from ._health import health_report
 from ._io import check_writable, command_line, emit, handle_errors, info, slow_stage
 from ._timings import compile_estimate, record_compile
-from ._options import (expansion_keys, LoadedProblem, compose, batch_options, check_batch_size, data_options, load_npy,
-                       load_problem, output_options, parse_inv_temperature, temperature_json)
+from ._options import (expansion_keys, LoadedProblem, check_batch_size, load_npy, load_problem, output_options,
+                       parse_inv_temperature, temperature_json)
+from ._shared_options import batch_options, compose, data_options
 from ._readable import health_row, next_line
 from ._render import coordinate_table, key_values, matrix_summary
 

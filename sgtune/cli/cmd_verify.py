@@ -18,8 +18,8 @@ from ..theory.tuning import FAMILIES, METHODS
 from ._against import Against, against_option, resolve_against
 from ._health import health_report
 from ._io import EXIT_VERIFY_FAILED, check_writable, command_line, emit, handle_errors, info, slow_stage
-from ._options import (expansion_keys, batch_options, check_batch_size, data_options, load_npy, load_problem, output_options,
-                       temperature_json)
+from ._options import expansion_keys, check_batch_size, load_npy, load_problem, output_options, temperature_json
+from ._shared_options import batch_options, data_options
 from ._plot import check_plot, plot_option, render_plot, write_plot
 from ._readable import health_row, ksd_row, next_line
 from ._render import coordinate_table, key_values

@@ -19,8 +19,14 @@ It is written the way blackjax writes a sampler, one chain at a time:
   blocked merge is a different route to the same numbers, so ``blk``, ``blk_n`` and ``flush`` are unused).
 
 It runs the SG(L)D family (``sgld``, ``sglrw``, ``clipped-sgld``, with momentum and a diagonal or dense Λ)
-on the GLM oracles and the quadratic oracles (Gaussian or α-stable noise), and the GNLD replicas of
-:func:`sgtune.sampler.gnld.run_sg_gnld` (:func:`gnld_gradient`, in Python floats). A GPU backend is a new module of
+on the GLM oracles and the quadratic oracles (Gaussian or α-stable noise), Shaw & Whalley's reshuffling
+model problem of :func:`sgtune.sampler.reshuffle.run_reshuffle_chains` (the Gaussian-mean oracle θ − x̄_b, every
+batch schedule of :data:`sgtune.sampler.kernels.BATCH_FNS`, the recorder's sums of θ − x̄ by epoch position),
+the GNLD replicas of :func:`sgtune.sampler.gnld.run_sg_gnld` (:func:`gnld_gradient`, in Python floats), and
+the SMILE ensembles of :func:`sgtune.sampler.smile_ensemble.run_smile_ensemble` (the MCLMC integrator in the
+cosh/sinh form of the SMILE paper's appendix F.2, the tuners through :mod:`sgtune.theory.smile`; in
+``sgtune/sampler/_smile_reference.py``, the tests' twin until 0.2.0): all five of the engine's entry points
+(``ReferenceBackend`` below lists them). A GPU backend is a new module of
 the same shape: read the components' names from ``plan.sampler``, ``plan.lam_kind``, ``plan.batching`` and
 ``plan.oracle_kind``, move the records to the device in ``prepare``, run the steps of all chains at once
 in ``advance``, and write the records back; the theory, the registry and the driver do not change.
@@ -34,10 +40,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.errors import SgtuneError
+from ._smile_reference import SmileReference
 from .rng import Xoshiro256PP
 
-__all__ = ["ReferenceBackend", "ReferenceChain", "init_chain", "store_chain", "step", "batch_indices", "gradient",
-           "sgld_step", "sglrw_step", "clipped_sgld_step", "record", "STEP_RULES", "gnld_gradient"]
+__all__ = ["ReferenceBackend", "ReferenceChain", "init_chain", "store_chain", "step", "batch_indices", "next_position",
+           "gradient", "sgld_step", "sglrw_step", "clipped_sgld_step", "record", "STEP_RULES", "gnld_gradient"]
 
 _GLM_NAMES = {0: "linear", 1: "logistic", 2: "poisson", 3: "beta-linear"}
 _BATCH_CODES = {"replacement": 0, "without-replacement": 1, "reshuffle": 2}
@@ -57,27 +64,48 @@ class ReferenceChain:
     clips: int = 0
 
 
+#: the batch schedules by their old codes (0, 1, 2) in :func:`batch_indices`
+_BATCH_NAMES = {code: name for name, code in _BATCH_CODES.items()}
+
+
+def next_position(pos: int, n_data: int, batch_size: int) -> int:
+    """The epoch position after ``pos``: (pos + 1) mod R, R = ceil(N/B) steps an epoch."""
+    return 0 if (pos + 1) * batch_size >= n_data else pos + 1
+
+
 def batch_indices(gen: Xoshiro256PP, perm: np.ndarray, n_data: int, batch_size: int, batching: int | str,
                   epoch_pos: int) -> tuple[np.ndarray, int]:
-    """The next minibatch (indices) and the new epoch position: with replacement (0), without replacement
-    (1: a partial Fisher–Yates shuffle of ``perm``) or by reshuffling (2: a full shuffle at each epoch's
-    start); ``batching`` as a code or the schedule's name."""
-    if isinstance(batching, str):
-        batching = _BATCH_CODES[batching]
-    if batching == 0:
-        return np.array([gen.randbelow(n_data) for _ in range(batch_size)], dtype=np.int64), epoch_pos
-    if batching == 1:
+    """The next minibatch (indices) and the new epoch position, for the batch schedule ``batching`` (a name of
+    :data:`sgtune.sampler.kernels.BATCH_FNS`, or the code 0, 1, 2 of the first three).
+
+    ``replacement``: B uniform indices; ``without-replacement``: a uniform B-subset (a partial Fisher–Yates
+    shuffle of ``perm``); ``reshuffle``: a full shuffle of ``perm`` at each epoch's start, then its
+    consecutive blocks; ``none`` and ``full``: an empty batch and no draw (no data, or the oracle uses all of
+    it). ``reshuffle``, ``full`` and the ``*-positions`` schedules (the same draws as the schedule without the
+    suffix) count epoch positions (:func:`next_position`); the others leave ``epoch_pos`` as it is.
+    """
+    name = _BATCH_NAMES[batching] if isinstance(batching, int) else batching
+    draw = name.removesuffix("-positions")
+    counts = name != draw or name in ("reshuffle", "full")
+    if draw == "replacement":
+        idx = np.array([gen.randbelow(n_data) for _ in range(batch_size)], dtype=np.int64)
+    elif draw == "without-replacement":
         for k in range(batch_size):
             j = k + gen.randbelow(n_data - k)
             perm[k], perm[j] = perm[j], perm[k]
-        return perm[:batch_size].copy(), epoch_pos
-    n_batches = -(-n_data // batch_size)
-    if epoch_pos == 0:
-        for i in range(n_data - 1, 0, -1):
-            j = gen.randbelow(i + 1)
-            perm[i], perm[j] = perm[j], perm[i]
-    start = epoch_pos * batch_size
-    return perm[start:min(start + batch_size, n_data)].copy(), (epoch_pos + 1) % n_batches
+        idx = perm[:batch_size].copy()
+    elif draw == "reshuffle":
+        if epoch_pos == 0:
+            for i in range(n_data - 1, 0, -1):
+                j = gen.randbelow(i + 1)
+                perm[i], perm[j] = perm[j], perm[i]
+        start = epoch_pos * batch_size
+        idx = perm[start:min(start + batch_size, n_data)].copy()
+    elif draw in ("none", "full"):
+        idx = np.empty(0, dtype=np.int64)
+    else:
+        raise SgtuneError(f"the reference backend has no batch schedule {name!r}")
+    return idx, (next_position(epoch_pos, n_data, batch_size) if counts else epoch_pos)
 
 
 def _glm(plan: Any) -> Any:
@@ -93,8 +121,10 @@ def _glm(plan: Any) -> Any:
 
 
 def gradient(plan: Any, chain: ReferenceChain, glm: Any) -> np.ndarray:
-    """The gradient oracle at ``chain.theta``: a quadratic's A(θ − μ) plus Gaussian (L ξ) or α-stable noise,
-    or a GLM's minibatch-mean gradient plus the prior Γ/N θ (updates ``chain.epoch_pos``)."""
+    """The gradient oracle at ``chain.theta``: a quadratic's A(θ − μ) plus Gaussian (L ξ) or α-stable noise;
+    a GLM's minibatch-mean gradient plus the prior Γ/N θ; or the model problem's θ − x̄_b, the mean of the
+    batch's rows subtracted (the full mean x̄ on an empty batch: Shaw & Whalley 2025, §4). The data oracles draw
+    their batch first (:func:`batch_indices`, updating ``chain.epoch_pos``)."""
     ora, th, gen = plan.oracle, chain.theta, chain.stream
     if plan.oracle_kind == "quadratic-gaussian":
         return ora.hessian @ (th - ora.mean) + ora.noise_factor @ gen.normals(th.size)
@@ -104,6 +134,8 @@ def gradient(plan: Any, chain: ReferenceChain, glm: Any) -> np.ndarray:
     X = ora.X
     idx, chain.epoch_pos = batch_indices(gen, chain.perm, X.shape[0], plan.sched.batch_size, plan.batching,
                                          chain.epoch_pos)
+    if plan.oracle_kind == "gaussian-mean":
+        return th - (X[idx].mean(axis=0) if idx.size else ora.mean)
     d1 = glm.derivatives(X[idx] @ th, ora.y[idx])[1]
     g = X[idx].T @ d1 / len(idx)
     if ora.prior_kind == 1:
@@ -177,18 +209,25 @@ def step(plan: Any, chain: ReferenceChain, t: int, glm: Any) -> ReferenceChain:
 
 def record(rec: Any, c: int, u: int, th: np.ndarray, pos: int) -> None:
     """Kept draw u (counted from 1) of chain c into the recorder: Welford moments of its segment, the trace
-    every ``thin`` draws, the observables' sums and the moments by epoch position."""
+    every ``thin`` draws, the observables' sums and the moments by epoch position (or, when the recorder has a
+    ``pos_centre``, the sums of d = θ − centre and d² by epoch position)."""
     n_seg, n_trace, n_pos = rec.acc_n.shape[1], rec.trace.shape[1], rec.pos_n.shape[1]
-    seg = min((u - 1) // rec.seg_len, n_seg - 1)
-    rec.acc_n[c, seg] += 1
-    delta = th - rec.acc_mean[c, seg]
-    rec.acc_mean[c, seg] += delta / rec.acc_n[c, seg]
-    rec.acc_m2[c, seg] += np.triu(np.outer(delta, th - rec.acc_mean[c, seg]))
+    if n_seg > 0:
+        seg = min((u - 1) // rec.seg_len, n_seg - 1)
+        rec.acc_n[c, seg] += 1
+        delta = th - rec.acc_mean[c, seg]
+        rec.acc_mean[c, seg] += delta / rec.acc_n[c, seg]
+        rec.acc_m2[c, seg] += np.triu(np.outer(delta, th - rec.acc_mean[c, seg]))
     thin = rec.thin
     if thin > 0 and u % thin == 0 and u // thin - 1 < n_trace:
         rec.trace[c, u // thin - 1] = th
     rec.obs_sum[c] += rec.obs @ th
-    if n_pos > 0:
+    if n_pos > 0 and rec.pos_centre.shape[0] > 0:  # sums of d = θ − centre and d² (the model problem's)
+        rec.pos_n[c, pos] += 1
+        d = th - rec.pos_centre
+        rec.pos_mean[c, pos] += d
+        rec.pos_m2[c, pos] += d * d
+    elif n_pos > 0:
         rec.pos_n[c, pos] += 1
         dp = th - rec.pos_mean[c, pos]
         rec.pos_mean[c, pos] += dp / rec.pos_n[c, pos]
@@ -243,19 +282,47 @@ def _advance_gnld(plan: Any, rec: Any, n_steps: int) -> None:
 
 
 class ReferenceBackend:
-    """The reference implementation as a backend of the engine's seam (:func:`sgtune.sampler.run_chains`,
-    :func:`sgtune.sampler.run_quadratic_chains`, :func:`sgtune.sampler.gnld.run_sg_gnld`:
-    ``backend=ReferenceBackend()``)."""
+    """The reference implementation as a backend of the engine's seam: ``backend=ReferenceBackend()``.
+
+    The protocol is the engine's one (:func:`sgtune.sampler.engine.run_plan`): ``prepare(plan)`` once, then
+    ``advance(plan, t0, n_steps, last)`` over the plan's records, chunk by chunk. The entry points it reaches,
+    each agreeing with the compiled engine to rounding on the same seed:
+
+    - :func:`sgtune.sampler.run_chains`: GLMs, samplers ``sgld``, ``sglrw``, ``clipped-sgld``;
+    - :func:`sgtune.sampler.run_quadratic_chains`: the same samplers, Gaussian or α-stable noise;
+    - :func:`sgtune.sampler.reshuffle.run_reshuffle_chains`: every scheme;
+    - :func:`sgtune.sampler.gnld.run_sg_gnld`: with or without minibatches;
+    - :func:`sgtune.sampler.smile_ensemble.run_smile_ensemble`: every sampler on the analytic targets.
+
+    Not models without a GLM oracle in :func:`sgtune.sampler.run_chains` (MLPs, multinomial, user models:
+    ``backend="numba"`` or ``"numpy"``), nor SGHMC or SMILE on data there.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sgtune.sampler.reshuffle import run_reshuffle_chains
+    >>> x = np.arange(6.0)
+    >>> a = run_reshuffle_chains(x, 2, 0.5, n_chains=2, n_epochs=3, burn_in_epochs=1, seed=2)
+    >>> b = run_reshuffle_chains(x, 2, 0.5, n_chains=2, n_epochs=3, burn_in_epochs=1, seed=2,
+    ...                          backend=ReferenceBackend())
+    >>> bool(np.allclose(a.second_moment, b.second_moment, rtol=1e-12))
+    True
+    """
 
     name = "python"
 
     def prepare(self, plan: Any) -> None:
-        """Check that the plan's oracle and sampler are ones this backend runs."""
+        """Check that the plan's oracle and sampler are ones this backend runs (a SMILE ensemble's plan: draw
+        the MCLMC velocities, as the engine's ``prepare`` does)."""
         if plan.oracle_kind == "gnld":
             return
-        if plan.oracle_kind not in ("glm", "quadratic-gaussian", "quadratic-stable"):
-            raise SgtuneError(f"the pure-Python reference supports GLMs and quadratic oracles, not {plan.oracle_kind!r} "
-                              "models; use backend='numba'")
+        if plan.oracle_kind == "analytic-target":
+            self._smile = SmileReference()
+            self._smile.prepare(plan)
+            return
+        if plan.oracle_kind not in ("glm", "quadratic-gaussian", "quadratic-stable", "gaussian-mean"):
+            raise SgtuneError(f"the pure-Python reference supports GLMs, quadratic oracles, the reshuffle model "
+                              f"problem and the SMILE targets, not {plan.oracle_kind!r} models; use backend='numba'")
         if plan.sampler not in STEP_RULES:
             raise SgtuneError(f"the pure-Python reference runs sgld, sglrw and clipped-sgld, not {plan.sampler!r}; "
                               "use backend='numba' or 'numpy'")
@@ -263,6 +330,9 @@ class ReferenceBackend:
     def advance(self, plan: Any, t0: int, n_steps: int, last: bool) -> None:
         """Every live chain from step t0 + 1 to t0 + n_steps; a chain whose ‖θ‖₁ reaches 1e150 (or is not
         finite) stops and keeps its divergence step."""
+        if plan.oracle_kind == "analytic-target":
+            self._smile.advance(plan, t0, n_steps, last)
+            return
         rec = plan.recorder_at(t0, last)
         if plan.oracle_kind == "gnld":
             _advance_gnld(plan, rec, n_steps)

@@ -17,9 +17,9 @@ The step is the engine's SG(L)D rule with Λ = h and noise factor sqrt(2hσ²/N)
 ``gaussian_mean_grad`` (θ − x̄_b); ``reshuffle_plan`` composes the run. Every chain owns an
 independent stream of the package's one generator, :mod:`sgtune.sampler.rng` (xoshiro256++ seeded from
 ``numpy.random.SeedSequence(seed).spawn(n_chains)``; 53-bit uniforms, ziggurat normals, exactly uniform
-indices by Lemire's method), so results do not depend on the number of threads. The tests' pure-Python
-reference (``tests/reference/reshuffle_twin.py``) replays the same streams with
-:class:`~sgtune.sampler.rng.Xoshiro256PP`.
+indices by Lemire's method), so results do not depend on the number of threads. The reference backend
+(``backend=ReferenceBackend()``, :mod:`sgtune.sampler.reference`) runs the same plan in NumPy and replays the
+same streams with :class:`~sgtune.sampler.rng.Xoshiro256PP`.
 
 The chains store no traces: after ``burn_in_epochs`` the recorder accumulates, per chain and per epoch
 position k = 0..R−1 (k steps of the epoch already taken), the sums of d = θ − x̄ and d², divided by the

@@ -2,8 +2,9 @@
 
 Written independently of the numba code (NumPy per step, the GLM derivatives of :mod:`sgtune.models`, the
 random streams of :class:`sgtune.sampler.rng.Xoshiro256PP`); kernel and reference agree to rounding on
-the same seed. The data and quadratic chains' reference is the public :mod:`sgtune.sampler.reference`
-(``ReferenceBackend``, GNLD's replicas too); the SMILE ensembles' and the reshuffle chains' twins are here.
+the same seed. Every entry point's reference is the public :mod:`sgtune.sampler.reference` (``ReferenceBackend``:
+the data, quadratic and reshuffle chains, GNLD's replicas and the SMILE ensembles); here are the keywords the
+parametrised tests share.
 """
 from sgtune.sampler.reference import ReferenceBackend
 
@@ -37,11 +38,9 @@ def ensemble_kw(sampler, step_size, *, n_steps, n_chains=10, burn_in=None, thin=
     from sgtune.core.config import RunSpec
     from sgtune.sampler.smile_ensemble import ensemble_options
 
-    from tests.reference.smile_twin import SmileReference
-
     tuner = {k: rest.pop(k) for k in ("friction", "ema_rate", "precond_rate", "kappa", "adapt_a", "adapt_delta",
                                       "tune_start", "precond_start", "tuner", "noise_weight") if k in rest}
     if rest.get("backend") == "python":
-        rest["backend"] = SmileReference()
+        rest["backend"] = ReferenceBackend()
     return {"step_size": step_size, "run": RunSpec(n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, seed=seed),
             "options": ensemble_options(sampler, tuner), **rest}

@@ -1,5 +1,7 @@
 """Pure-Python reference of the SMILE ensembles (:func:`sgtune.sampler.smile_ensemble.run_smile_ensemble`; slow): a
-backend of the engine's seam, :class:`SmileReference` (``backend="python"`` of the tests' keywords).
+backend of the engine's seam, :class:`SmileReference`, which the public
+:class:`sgtune.sampler.reference.ReferenceBackend` runs for a SMILE ensemble's plan (the tests' twin until 0.2.0,
+``tests/reference/smile_twin.py``).
 
 Written independently of the kernel from the paper's formulas, with NumPy vector operations:
 the momentum map in the cosh/sinh form of appendix F.2 (the kernel uses the e^{−δ} form),
@@ -16,9 +18,9 @@ import math
 
 import numpy as np
 
-from sgtune.theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
-from sgtune.sampler.rng import Xoshiro256PP
-from sgtune.sampler.smile import METHOD_IDS
+from ..theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
+from .rng import Xoshiro256PP
+from .smile import METHOD_IDS
 
 __all__ = ["SmileReference", "logp_grad_twin", "momentum_map_twin"]
 
@@ -174,7 +176,6 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
     nz = carry["nz"]
     d = st.theta.shape[1]
     mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)
-    thin, sums = rec.thin, rec.theta_sum.shape[1] > 0
     gen = Xoshiro256PP(st.rng[c])
     th, u, ip = st.theta[c].copy(), st.mom[c].copy(), mc.ipre[c].copy()
     gm, gv, pn, em, ev, en, cum = (carry[k] for k in ("gm", "gv", "pn", "em", "ev", "en", "cum"))
@@ -248,29 +249,46 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                     th = prev
                     u = np.zeros(d)
                 step[c] = h * factor
-            if math.isfinite(de):
-                cum += de
-                stats[c, 1] += de
-                stats[c, 2] += abs(de)
-                stats[c, 3] += de * de
+            cum = _add_energy_error(stats, c, de, cum)
         else:
-            _, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
-            eta = gen.normals(d)
-            if method == 4:
-                th = th + h * g + math.sqrt(2.0 * h) * eta
-            else:
-                u = u + h * (g - friction * u) + math.sqrt(2.0 * friction * h) * eta
-                th = th + h * u
+            th, u = _langevin_step(method, (target_id, prec, q, spatial_sd, w), th, u, h, friction, gen)
         if not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
             st.diverged[c] = t + 1  # the engine counts steps from 1
             break
-        if sums:
-            rec.theta_sum[c] += th
-            rec.theta_sq_sum[c] += th * th
-        if thin > 0 and (t + 1) % thin == 0:
-            k = (t + 1) // thin - 1
-            rec.trace[c, k] = th
-            rec.step_trace[c, k] = step[c]
-            rec.energy_trace[c, k] = cum
+        _record_draw(rec, c, t + 1, th, float(step[c]), cum)
     st.theta[c], st.mom[c], mc.ipre[c], st.rng[c] = th, u, ip, gen.state()
     carry.update(gm=gm, gv=gv, pn=pn, em=em, ev=ev, en=en, cum=cum)
+
+
+def _langevin_step(method, target, th, u, h, friction, gen):  # type: ignore[no-untyped-def]
+    """SGLD (method 4: θ ← θ + h g + sqrt(2h) η) or SGHMC (u ← u + h(g − γu) + sqrt(2γh) η, θ ← θ + h u) on the
+    target ``(target_id, prec, q, spatial_sd, w)`` of this step; (θ, u)."""
+    _, g = logp_grad_twin(*target, th)
+    eta = gen.normals(th.size)
+    if method == 4:
+        return th + h * g + math.sqrt(2.0 * h) * eta, u
+    u = u + h * (g - friction * u) + math.sqrt(2.0 * friction * h) * eta
+    return th + h * u, u
+
+
+def _add_energy_error(stats, c, de, cum):  # type: ignore[no-untyped-def]
+    """A finite energy error ΔE into chain c's statistics (Σ ΔE, Σ |ΔE|, Σ ΔE²); the running Σ ΔE."""
+    if math.isfinite(de):
+        cum += de
+        stats[c, 1] += de
+        stats[c, 2] += abs(de)
+        stats[c, 3] += de * de
+    return cum
+
+
+def _record_draw(rec, c, u, th, step, cum):  # type: ignore[no-untyped-def]
+    """Draw u (counted from 1) of chain c: Σθ and Σθ² when the recorder keeps them; θ, the step size and Σ ΔE
+    every ``thin`` draws."""
+    if rec.theta_sum.shape[1] > 0:
+        rec.theta_sum[c] += th
+        rec.theta_sq_sum[c] += th * th
+    if rec.thin > 0 and u % rec.thin == 0:
+        k = u // rec.thin - 1
+        rec.trace[c, k] = th
+        rec.step_trace[c, k] = step
+        rec.energy_trace[c, k] = cum
