@@ -34,7 +34,6 @@ def test_ks_and_pit_against_definitions():
     np.testing.assert_array_equal(pit_values(trace, np.array([2.0, 12.0, 100.0])), [1 / 8, 4 / 8, 1.0])
 
 
-@pytest.mark.portability
 @pytest.mark.mc
 def test_well_specified_linear_regression_is_calibrated(rng):
     """PIT values of θ* are Unif(0,1) when the chain's covariance is the sampling covariance.

@@ -257,11 +257,14 @@ def test_streaming_moments_equal_trace_moments():
 
 
 def test_clipped_sgld_clips_far_from_the_mode():
-    # drift λθ = 0.1·1e4 = 1e3 ≫ r = sqrt(2·0.1/10) ≈ 0.14: every coordinate update is clipped,
-    # and θ moves by exactly −r + r ξ per step, so it stays far from the mode in 5 steps.
-    res = run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=10.0),
-                               RunSpec(5, n_chains=2, burn_in=0, batches_per_chain=1), ClippedSGLDOptions(),
-                               initial=[1e4, -1e4])
+    # full-batch linear regression (the GLM oracle with clipped SGLD, the specialisation the twin case above compiles):
+    # at θ0 every coordinate's drift λ|g_j| ≥ 0.1·1e3 ≫ r = sqrt(2·0.1/10) ≈ 0.14, so every coordinate update is
+    # clipped, and θ moves by at most 2r per step, so it stays far from the mode (the drift stays that large) in 5 steps
+    X, y = _problem("linear")
+    theta0 = np.array([1e4, -1e4, 1e4])
+    assert np.all(np.abs(get_model("linear").per_sample_grads(theta0, X, y).mean(axis=0)) > 1e3)
+    res = run_chains("linear", (X, y), Dynamics(0.1, len(y), inv_temperature=10.0, batching="without-replacement"),
+                     RunSpec(5, n_chains=2, burn_in=0, batches_per_chain=1), ClippedSGLDOptions(), initial=theta0)
     assert res.clip_fraction == 1.0
 
 

@@ -21,6 +21,10 @@ from sgtune.theory.reshuffle import reshuffle_bias
 from sgtune.sampler.reference import ReferenceBackend
 from sgtune.sampler.rng import Xoshiro256PP
 
+# Not re-run under a generic CPU (test_portability.py): the 1-D Gaussian-mean chain (h < 2) is an affine,
+# contracting map of θ driven by the
+# same random stream on every CPU: other rounding moves the chain by rounding only (it does not grow), so it
+# cannot change a result (the module docstring of test_portability.py).
 ALPHA = 1e-3
 X12 = np.random.default_rng(11).normal(size=12) * 1.7 + 0.4
 
@@ -29,7 +33,6 @@ def _zcrit(m: int) -> float:
     return float(norm.ppf(1 - ALPHA / (2 * m)))
 
 
-@pytest.mark.portability
 @pytest.mark.parametrize("scheme", ["ula", "rm", "rm_with_replacement", "rr"])
 def test_numba_matches_the_reference_backend(scheme: str) -> None:
     kw = dict(scheme=scheme, n_chains=3, n_epochs=6, burn_in_epochs=2, seed=17)
@@ -40,7 +43,6 @@ def test_numba_matches_the_reference_backend(scheme: str) -> None:
     assert np.allclose(a.second_moment, b.second_moment, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.portability
 @pytest.mark.parametrize("scheme", ["ula", "rm", "rr"])
 def test_numba_matches_the_reference_backend_without_burn_in(scheme: str) -> None:
     # no burn-in: the engine does not record the starting state θ = x̄ (its d is exactly 0)
@@ -108,7 +110,6 @@ def _check(z: dict[str, np.ndarray]) -> None:
         assert np.all(np.abs(v) < zc), (k, v, zc)
 
 
-@pytest.mark.portability
 @pytest.mark.mc
 @pytest.mark.parametrize("hv", [0.3, 1.5])
 def test_chains_match_every_formula_fast(hv: float) -> None:
@@ -116,7 +117,6 @@ def test_chains_match_every_formula_fast(hv: float) -> None:
     _check(z)
 
 
-@pytest.mark.portability
 @pytest.mark.mc
 def test_published_formulas_rejected_by_simulation() -> None:
     # h = 0.3, R = 4: the published RM error is off by h/(2−h) ≈ 0.18 of the target variance
@@ -128,7 +128,6 @@ def test_published_formulas_rejected_by_simulation() -> None:
     assert abs(z["rr_published_average"][0]) > _zcrit(2)
 
 
-@pytest.mark.portability
 @pytest.mark.mc
 def test_large_step_rr_worse_than_rm_in_simulation() -> None:
     x = X12
