@@ -173,7 +173,8 @@ def tables(out: dict) -> dict:
         cols = ["sampler", "guardrail", "chains reaching v < −10", "rejected (median)"]
         body = [[r["sampler"], r["label"], f"{r['trapped']} of {r['chains']}", f"{r['rejection_median']:.1%}"]
                 for r in out["neck"]]
-        t["neck"] = {"command": cmd + f" --neck-seeds {out['neck_seeds']}",
+        skip = ("" if rows else " --skip-table") + ("" if out["glm"] else " --skip-glm")
+        t["neck"] = {"command": cmd + skip + f" --neck-seeds {out['neck_seeds']}",
                      "measured": f"funnel, isotropic noise, {out['neck_seeds']} seeds × 10 chains × {out['steps']:g} "
                      "steps from ε₀ = best step / 10", "columns": cols, "align": ["---", "---", "--:", "--:"],
                      "rows": body}

@@ -41,7 +41,7 @@ later use them as "update step" functions):
   Gaussian and funnel cells with spatially varying noise improve by z < −2 (funnel/spatial smile b² 151 → 1.6,
   pSMILE 7.1 → 0.19: the relative guardrail confines the chains to the low-noise region near their start) and no
   cell is worse by z > 2, but three are worse by more than one combined sd (Rosenbrock/spatial smile 0.18 → 0.74,
-  ε 10× smaller), confirmed on a second seed; k = 3 changes little, except that funnel chains fall into the neck
+  ε 10× smaller; losses of that kind recur on a second seed); k = 3 changes little, except that funnel chains fall into the neck
   somewhat more often. Neither is no worse everywhere, so the default stays k = 0.
 - :func:`noise_update`, :func:`noise_keep`, :func:`noise_work_var` — the anchored rule's optional noise term
   (``SmileOptions(noise_weight=…)``, off by default): the gradient noise from successive gradients at one point
