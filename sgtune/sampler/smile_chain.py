@@ -120,7 +120,7 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
             if params.noise_weight > 0.0:
                 rho = params.noise_weight * noise_work_var(tune[c], h, d) / params.anchor
             rej = anchored_update(tune[c], abs(de), d, params.zk, params.beta, params.tune_start, params.anchor,
-                                  params.gain, params.clip, rho)
+                                  params.gain, params.clip, rho, params.floor)
         if rej or diverges(th):
             stats[c, 0] += 1.0
             for i in range(d):

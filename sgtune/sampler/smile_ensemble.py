@@ -207,7 +207,8 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
                 "kappa": smile.guardrail, "adapt_a": smile.adapt_a, "adapt_delta": smile.adapt_delta,
                 "tune_start": smile.tune_start, "precond_start": smile.precond_start, "n_chains": nc,
                 "tuner": smile.tuner, "energy_var_target": smile.energy_var_target, "anchor_rate": smile.anchor_rate,
-                **({"noise_weight": smile.noise_weight} if getattr(smile, "noise_weight", 0.0) else {})}
+                **({"noise_weight": smile.noise_weight} if getattr(smile, "noise_weight", 0.0) else {}),
+                **({"guardrail_floor": smile.guardrail_floor} if getattr(smile, "guardrail_floor", 0.0) else {})}
     return SmileEnsembleResult(
         sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
         stats[:, 0] / ns, step.copy(), stats[:, 1] / ns, stats[:, 2] / ns, stats[:, 3] / ns / d, diverged, 1.0 / ipre,

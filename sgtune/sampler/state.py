@@ -67,12 +67,12 @@ TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
 #: normal quantiles zk, zlo, zhi and step change δ, the first tuned and preconditioned steps, β of the target,
 #: whether the preconditioner and the tuner run (0/1), SGHMC's friction, the step-size rule ``mode``
 #: (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`), the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max,
-#: and the weight of the anisotropic noise's work (0: off) (:func:`sgtune.sampler.smile.anchored_update`,
-#: :func:`sgtune.sampler.smile.noise_update`)
+#: the weight of the anisotropic noise's work (0: off) and the guardrail's floor k (0: off)
+#: (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`)
 TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
-                                        "friction mode anchor gain clip noise_weight",
+                                        "friction mode anchor gain clip noise_weight floor",
                          defaults=(0.01, 0.01, 0.0, 0.0, 0.0, 0.02, 10.0, 100.0, 1.0, 0.0, 0.0, 1.0, TUNER_PAPER,
-                                   5e-5, 0.02, 10.0, 0.0))
+                                   5e-5, 0.02, 10.0, 0.0, 0.0))
 #: the SMILE samplers' per-chain state (module docstring) and their settings ``params`` (a :class:`TunerParams`)
 MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev step_dk step_logp params")
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "
