@@ -62,3 +62,27 @@ def test_the_compiled_chain_honours_the_floor():
     off = run_smile_ensemble(t, 0.05, run, SmileOptions(guardrail_floor=math.inf))
     assert np.all(printed.rejection_fraction > 0) and "guardrail_floor" not in printed.settings
     assert np.all(off.rejection_fraction == 0) and math.isinf(off.settings["guardrail_floor"])
+
+
+def test_the_reference_backend_honours_the_floor_like_the_kernel():
+    """The public reference backend (NumPy, written apart from the kernel) and the compiled chain agree to rounding
+    along 400 steps (a 6-d Gaussian, isotropic noise, anchored tuner) with the printed guardrail, a
+    floor k = 0.5 and none (k = inf), as ``test_kernel_matches_twin`` of tests/test_smile_sampler.py does for the
+    printed one; on this seed the printed guardrail rejects steps that k = 0.5 keeps, so a backend ignoring the
+    floor would not match."""
+    from tests.reference import ensemble_kw
+    from sgtune.sampler.smile_ensemble import run_smile_ensemble
+    from sgtune.sampler.targets import make_target
+
+    t = make_target("gaussian", "isotropic", dim=6, seed=0)
+    rejected = {}
+    for floor in (0.0, 0.5, math.inf):
+        kw = dict(n_steps=400, n_chains=2, burn_in=20, thin=7, seed=5, precond_start=30, guardrail_floor=floor)
+        a = run_smile_ensemble(t, **ensemble_kw("smile", 0.05, **kw))
+        b = run_smile_ensemble(t, **ensemble_kw("smile", 0.05, backend="python", **kw))
+        for f in ("final_state", "sample_second_moment", "trace", "step_size_trace", "energy_trace",
+                  "final_step_size"):
+            np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-10, atol=1e-10)
+        np.testing.assert_array_equal(a.rejection_fraction, b.rejection_fraction)
+        rejected[floor] = a.rejection_fraction.sum()
+    assert rejected[0.0] > rejected[0.5] > rejected[math.inf] == 0

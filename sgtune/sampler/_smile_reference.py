@@ -175,6 +175,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
     weight = float(getattr(params, "noise_weight", 0.0))
     nz = carry["nz"]
     d = st.theta.shape[1]
+    floor = float(params.floor) * math.sqrt(d * v_star) if anchored else 0.0  # the guardrail's floor k √(d v*)
     mclmc, precond, tuned = method <= 3, method in (1, 3), method in (2, 3)
     gen = Xoshiro256PP(st.rng[c])
     th, u, ip = st.theta[c].copy(), st.mom[c].copy(), mc.ipre[c].copy()
@@ -212,7 +213,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                         mu, var = ema_corrected(em, ev, en, beta)
                         if mu > 0 and var > 0:
                             fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
-                            reject = a > wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0]
+                            reject = a > wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0] and a > floor
                     xi = a * a / (d * v_star)
                     if weight > 0.0:
                         xi = max(xi, weight * nz.work(h) / v_star)

@@ -39,7 +39,7 @@ def ensemble_kw(sampler, step_size, *, n_steps, n_chains=10, burn_in=None, thin=
     from sgtune.sampler.smile_ensemble import ensemble_options
 
     tuner = {k: rest.pop(k) for k in ("friction", "ema_rate", "precond_rate", "kappa", "adapt_a", "adapt_delta",
-                                      "tune_start", "precond_start", "tuner", "noise_weight") if k in rest}
+                                      "tune_start", "precond_start", "tuner", "noise_weight", "guardrail_floor") if k in rest}
     if rest.get("backend") == "python":
         rest["backend"] = ReferenceBackend()
     return {"step_size": step_size, "run": RunSpec(n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, seed=seed),
