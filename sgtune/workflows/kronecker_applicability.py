@@ -54,7 +54,7 @@ from ..theory.kronecker import KroneckerTuning
 from ..theory.linear_chain import finite_population_factor
 
 __all__ = ["KroneckerApplicability", "NetworkOperators", "kronecker_applicability", "minibatch_growth",
-           "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM", "DIAGNOSTIC_TERMS"]
+           "RATIO_TOLERANCE", "GROWTH_LIMIT", "CHECK_MAX_DIM", "DIAGNOSTIC_TERMS", "DENSE_MAX_ENTRIES"]
 
 #: a probe whose linearised real-chain variance is further than this (relative) from the factored prediction
 #: makes the result not applicable (applicable means within 10 % on the probes)
@@ -70,6 +70,10 @@ DIAGNOSTIC_TERMS = 200
 #: (``benchmarks/results/kronecker_applicability.txt``), and grow with D·N; call
 #: :func:`kronecker_applicability` directly to run them at any size
 CHECK_MAX_DIM = 20_000
+#: :class:`NetworkOperators` holds the per-row gradients (N × D) and Hessians (N × D × D) as arrays when N·D² is at
+#: most this (64 MB of float64): every product is then a NumPy product instead of a torch autograd pass (tens of
+#: milliseconds each for a small network, and a check makes hundreds to thousands of them)
+DENSE_MAX_ENTRIES = 8_000_000
 
 
 class NetworkOperators:
@@ -89,6 +93,10 @@ class NetworkOperators:
         The prior precision δ: the mean loss carries δ‖θ‖²/(2N).
     chunk_rows : int, optional
         Rows per pass.
+    dense : bool, optional
+        Hold the per-row gradients and Hessians at θ̂ (computed once, forward-over-reverse per row) and answer
+        every product from them. Default: when N·D² ≤ ``DENSE_MAX_ENTRIES``. The matrix-free passes give the
+        same products up to rounding.
 
     Examples
     --------
@@ -101,7 +109,7 @@ class NetworkOperators:
     """
 
     def __init__(self, module: Any, X: Any, y: Any, likelihood: str, *, noise_variance: float = 1.0,
-                 prior_precision: float = 0.0, chunk_rows: int = 4096) -> None:
+                 prior_precision: float = 0.0, chunk_rows: int = 4096, dense: bool | None = None) -> None:
         import torch
 
         self._torch = torch
@@ -118,6 +126,25 @@ class NetworkOperators:
         if likelihood not in ("gaussian", "bernoulli", "categorical"):
             raise SgtuneError(f"likelihood must be gaussian, bernoulli or categorical, got {likelihood!r}")
         self.chunks = [(self.X[i:i + chunk_rows], self.Y[i:i + chunk_rows]) for i in range(0, self.n, chunk_rows)]
+        if dense is None:
+            dense = self.n * self.dim ** 2 <= DENSE_MAX_ENTRIES
+        self._grads, self._hessians = self._per_row_derivatives() if dense else (None, None)
+        self._hessian = None if self._hessians is None else self._hessians.sum(axis=0) / self.n
+
+    def _per_row_derivatives(self) -> tuple[np.ndarray, np.ndarray]:
+        """∇ρ_n (N, D) and ∇²ρ_n (N, D, D) at θ̂, one row at a time under vmap (forward-over-reverse Hessians)."""
+        torch = self._torch
+
+        def row(th: Any, x: Any, y: Any) -> Any:
+            return self.per_row_losses(th, x[None], y[None])[0]
+
+        grads, hessians = [], []
+        with _quiet_jit():
+            for Xb, Yb in self.chunks:
+                grads.append(torch.vmap(torch.func.grad(row), in_dims=(None, 0, 0))(self.theta, Xb, Yb))
+                hessians.append(torch.vmap(torch.func.jacfwd(torch.func.jacrev(row)), in_dims=(None, 0, 0))(
+                    self.theta, Xb, Yb))
+        return torch.cat(grads).detach().numpy(), torch.cat(hessians).detach().numpy()
 
     def _params(self, theta: Any) -> dict[str, Any]:
         out, start = {}, 0
@@ -152,6 +179,11 @@ class NetworkOperators:
         (k, D) ndarray
             H_b V.
         """
+        if self._hessians is not None:
+            V = np.atleast_2d(np.asarray(V, dtype=np.float64))
+            rows = np.asarray(rows, dtype=np.int64)
+            Hb = self._hessians[rows].sum(axis=0) / len(rows)
+            return V @ Hb.T + self.delta / self.n * V
         torch = self._torch
         Vt = torch.as_tensor(np.atleast_2d(np.asarray(V, dtype=np.float64)))
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64))
@@ -171,6 +203,9 @@ class NetworkOperators:
         (k, D) ndarray
             H V.
         """
+        if self._hessian is not None:
+            V = np.atleast_2d(np.asarray(V, dtype=np.float64))
+            return V @ self._hessian.T + self.delta / self.n * V
         torch = self._torch
         Vt = torch.as_tensor(np.atleast_2d(np.asarray(V, dtype=np.float64)))
         out = self.delta / self.n * Vt.clone()
@@ -204,6 +239,8 @@ class NetworkOperators:
         (N, k) ndarray
             The per-row directional derivatives.
         """
+        if self._grads is not None:
+            return self._grads @ np.atleast_2d(np.asarray(U, dtype=np.float64)).T
         torch = self._torch
         Ut = torch.as_tensor(np.atleast_2d(np.asarray(U, dtype=np.float64)))
         parts = []
