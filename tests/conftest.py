@@ -26,6 +26,11 @@ if hasattr(signal, "SIGHUP"):
 # ``predict_stationary_cov`` at D = 20 (momentum, iterative) 25.7 s against 1.4 s. Several files limited BLAS
 # themselves before (the same measurement, file by file); the fixture below does it once for all of them.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # libraries loaded later, subprocesses (CLI tests, portability)
+# PyTorch's intra-op pool likewise (it reads OMP_NUM_THREADS when it is first imported, in a worker or a subprocess):
+# two pools of two threads in two xdist workers oversubscribe the two cores; one Kronecker check of a small network
+# took 29 s with the default and 15 s with one thread (2026-11-29, loaded VM). ``one_torch_thread`` below stays for
+# modules that want it whatever the environment says.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
