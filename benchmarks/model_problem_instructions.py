@@ -11,8 +11,10 @@ setup and summary cancel). Instruction counts do not see the cost of an atomic r
     git worktree add /tmp/base <commit>
     python benchmarks/model_problem_instructions.py [--baseline /tmp/base] [--only rr,smile]
 
-Each checkout compiles into its own cache (``<checkout>/.numba_cache_ab``, as ``bench_engine_ab.py``) in a
-first, short run under valgrind (numba's cache is keyed on the CPU, and valgrind shows another one). A benchmark, not a test: valgrind makes each run ≈ 50× slower (a few minutes in all).
+Each checkout compiles into its own cache (``<checkout>/.numba_cache_instr``) before valgrind runs, for numba's
+generic CPU (``NUMBA_CPU_NAME=generic``): numba keys its cache on the CPU it sees and valgrind shows another one
+than the machine (a compile inside a measured run made nonsense of a first try). Generic code: the counts compare
+checkouts, not this machine's best code. A benchmark, not a test: valgrind makes each run ≈ 50× slower (a few minutes in all).
 """
 from __future__ import annotations
 
@@ -45,8 +47,10 @@ def _worker(name: str, steps: int) -> None:
 
 
 def _env(tree: Path) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(tree / ".numba_cache_ab"),
-                OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    # the generic CPU: numba keys its cache on the CPU it sees, valgrind shows another one than the machine, and a
+    # compile under valgrind takes ≈ 50× as long; with the generic target both see the same key
+    return dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(tree / ".numba_cache_instr"),
+                OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", NUMBA_CPU_NAME="generic")
 
 
 def _instructions(tree: Path, name: str, steps: int) -> int:
@@ -62,9 +66,8 @@ def _instructions(tree: Path, name: str, steps: int) -> int:
 def per_step(tree: Path, name: str) -> float:
     """Instructions per chain-step of the model problem ``name`` in the checkout ``tree``."""
     _, _, short, long = PROBLEMS[name]
-    # compile into the cache under valgrind itself: numba keys its cache on the CPU it sees, and valgrind's
-    # simulated CPU is another one (a compile inside one of the two measured runs made nonsense of the first try)
-    _instructions(tree, name, 80)
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--steps", "80"],
+                   env=_env(tree), cwd=str(tree), check=True)  # compile into the cache outside valgrind
     return (_instructions(tree, name, long) - _instructions(tree, name, short)) / (CHAINS * (long - short))
 
 
