@@ -37,8 +37,8 @@ from .registry import SAMPLER_NAMES, SGLDOptions, SamplerSpec, default_inv_tempe
 from .rng import chain_states
 from .smile_chain import init_velocity
 from .specs import ORACLES, validated_spec
-from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, Recorder, Schedule, chain_state, mclmc_state, oracle,
-                    recorder, step_params)
+from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS,
+                    Recorder, Schedule, chain_state, mclmc_state, oracle, recorder, step_params)
 
 __all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim",
            "chain_memory", "check_chain_memory", "step_factors"]
@@ -671,9 +671,10 @@ def _mclmc_extras(plan: ChainPlan, rec: Recorder, T: int, d: int, thin: int) -> 
     diverged = plan.state.diverged
     n_done = np.where(diverged >= 0, np.maximum(diverged, 1), T).astype(float)
     stats = mc.stats
-    extra = {"step_size_final": mc.step.copy(), "rejection_fraction": stats[:, 0] / n_done,
-             "energy_error_mean": stats[:, 1] / n_done, "energy_error_abs_mean": stats[:, 2] / n_done,
-             "energy_error_var_per_dim": stats[:, 3] / n_done / d,
+    extra = {"step_size_final": mc.step.copy(), "rejection_fraction": stats[:, STAT_REJECTIONS] / n_done,
+             "energy_error_mean": stats[:, STAT_DE_SUM] / n_done,
+             "energy_error_abs_mean": stats[:, STAT_ABS_DE_SUM] / n_done,
+             "energy_error_var_per_dim": stats[:, STAT_DE_SQ_SUM] / n_done / d,
              "step_size_trace": rec.step_trace if thin > 0 else None}
     if mc.params.precond:
         corr = 1.0 - (1.0 - float(mc.params.alpha)) ** np.maximum(mc.pcount, 1)

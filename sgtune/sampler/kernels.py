@@ -57,7 +57,7 @@ import numba
 from ._jit import call_batch, call_grad, call_move, component_inline, component_name, njit, njit_inline
 from .grads import add_prior, row_dot
 from .rng import fill_normals, fill_randbelow, fill_uniforms, randbelow
-from .state import DIVERGENCE_BOUND
+from .state import DIVERGENCE_BOUND, STAT_DE_SUM
 
 __all__ = ["BATCH_FNS", "BATCH_KINDS", "BATCH_KIND_OF", "batch_by_kind", "draw_batches", "advance", "batch_schedule",
            "sgld_diag_step", "sgld_dense_step", "sglrw_step", "clipped_sgld_step", "sghmc_step", "sghmc_data_step",
@@ -507,7 +507,7 @@ def record(c, u, th, pos, rec, mc, buf):  # type: ignore[no-untyped-def]
         if k < rec.step_trace.shape[1]:
             rec.step_trace[c, k] = mc.step[c]
         if k < rec.energy_trace.shape[1]:
-            rec.energy_trace[c, k] = mc.stats[c, 1]
+            rec.energy_trace[c, k] = mc.stats[c, STAT_DE_SUM]
 
 
 @njit

@@ -48,7 +48,8 @@ from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_r
 from .rng import chain_states, fill_normals
 from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_update, noise_work_var,
                     position_map, precond_update, random_unit_vector, sgld_step, tuner_update)
-from .state import LAM_DIAG, ChainPlan, Schedule, TunerParams, chain_state, mclmc_state, oracle, recorder, step_params
+from .state import (LAM_DIAG, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS, ChainPlan, Schedule, TunerParams,
+                    chain_state, mclmc_state, oracle, recorder, step_params)
 from .targets import draw_step_noise, target_grad, target_value_grad
 
 __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
@@ -122,7 +123,7 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
             rej = anchored_update(tune[c], abs(de), d, params.zk, params.beta, params.tune_start, params.anchor,
                                   params.gain, params.clip, rho, params.floor)
         if rej or diverges(th):
-            stats[c, 0] += 1.0
+            stats[c, STAT_REJECTIONS] += 1.0
             for i in range(d):
                 th[i] = mc.prev[c, i]
                 u[i] = 0.0
@@ -133,9 +134,9 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
     elif params.noise_weight > 0.0:
         noise_keep(tune[c], mc.prev[c], g, False)
     if math.isfinite(de):
-        stats[c, 1] += de
-        stats[c, 2] += abs(de)
-        stats[c, 3] += de * de
+        stats[c, STAT_DE_SUM] += de
+        stats[c, STAT_ABS_DE_SUM] += abs(de)
+        stats[c, STAT_DE_SQ_SUM] += de * de
     return de
 
 

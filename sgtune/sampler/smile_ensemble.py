@@ -24,6 +24,7 @@ from .engine import backend_of, run_plan
 from .registry import SmileOptions, options_for, sampler_spec
 from .smile import METHOD_IDS
 from .smile_chain import target_plan
+from .state import STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS
 from .targets import AnalyticTarget
 
 __all__ = ["SmileEnsembleResult", "run_smile_ensemble", "GridSearchResult", "grid_search_b2"]
@@ -211,7 +212,8 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
                 **({"guardrail_floor": smile.guardrail_floor} if getattr(smile, "guardrail_floor", 0.0) else {})}
     return SmileEnsembleResult(
         sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
-        stats[:, 0] / ns, step.copy(), stats[:, 1] / ns, stats[:, 2] / ns, stats[:, 3] / ns / d, diverged, 1.0 / ipre,
+        stats[:, STAT_REJECTIONS] / ns, step.copy(), stats[:, STAT_DE_SUM] / ns, stats[:, STAT_ABS_DE_SUM] / ns,
+        stats[:, STAT_DE_SQ_SUM] / ns / d, diverged, 1.0 / ipre,
         trace if th_ else None, step_trace if th_ else None, energy_trace if th_ else None, th_, settings)
 
 

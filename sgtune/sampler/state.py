@@ -18,7 +18,8 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
 - :class:`MclmcState` — the SMILE samplers' per-chain arrays: the step size ``step`` (C,), the tuner's state
   ``tune`` (C, 10) (Algorithm 1's [μ, s², n, ε] and the noise estimates), the pSMILE preconditioner ``ipre``
   = 1/p and its EMAs ``gbar``, ``gvar`` (C, D) and update count ``pcount``, the energy-error statistics
-  ``stats`` (C, 4) [rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²], θ at the step's start ``prev`` (with the noise term also
+  ``stats`` (C, 4), columns :data:`STAT_REJECTIONS`, :data:`STAT_DE_SUM`, :data:`STAT_ABS_DE_SUM`,
+  :data:`STAT_DE_SQ_SUM` (rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²), θ at the step's start ``prev`` (with the noise term also
   the last gradient and noise draws), the current step's kinetic-energy change ``step_dk`` and log density at
   its start ``step_logp`` (C,), and the fixed settings ``params``, a :class:`TunerParams` record (built by
   keyword; every field has a default);
@@ -47,7 +48,8 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["ChainPlan", "ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
-           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state"]
+           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state",
+           "STAT_REJECTIONS", "STAT_DE_SUM", "STAT_ABS_DE_SUM", "STAT_DE_SQ_SUM"]
 
 #: a chain whose ‖θ‖₁ reaches this (or is not finite) has diverged and stops
 DIVERGENCE_BOUND = 1e150
@@ -73,6 +75,9 @@ TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start 
                                         "friction mode anchor gain clip noise_weight floor",
                          defaults=(0.01, 0.01, 0.0, 0.0, 0.0, 0.02, 10.0, 100.0, 1.0, 0.0, 0.0, 1.0, TUNER_PAPER,
                                    5e-5, 0.02, 10.0, 0.0, 0.0))
+#: the columns of ``MclmcState.stats`` (C, 4), the energy-error statistics of the SMILE samplers: rejections
+#: (guardrail or divergence), Σ ΔE, Σ |ΔE|, Σ ΔE² over the steps so far (finite ΔE only)
+STAT_REJECTIONS, STAT_DE_SUM, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM = 0, 1, 2, 3
 #: the SMILE samplers' per-chain state (module docstring) and their settings ``params`` (a :class:`TunerParams`)
 MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev step_dk step_logp params")
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "

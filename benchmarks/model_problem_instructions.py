@@ -1,0 +1,98 @@
+"""Instructions per chain-step of the model problems (valgrind's cachegrind), for this checkout and a baseline.
+
+Why: CPU times on a shared 2-core machine vary by ±30 % between runs; instruction counts do not. Each model
+problem of ``bench_engine_ab.py`` (Shaw & Whalley's reshuffling chains, rr and rm; the SMILE paper's SMILE and
+SGLD ensembles on the isotropic Gaussian, D = 10; 4 chains, numba on one thread) runs twice under
+``valgrind --tool=cachegrind --cache-sim=no``, a short and a long run from the compiled cache; the difference of
+the two instruction counts divided by the extra chain-steps is the cost of a step (imports, loading the cache,
+setup and summary cancel). Instruction counts do not see the cost of an atomic reference-count operation
+(tens of cycles each), so read them with ``engine_refcounts.py``.
+
+    git worktree add /tmp/base <commit>
+    python benchmarks/model_problem_instructions.py [--baseline /tmp/base] [--only rr,smile]
+
+Each checkout compiles into its own cache (``<checkout>/.numba_cache_instr``) before valgrind runs, for numba's
+generic CPU (``NUMBA_CPU_NAME=generic``): numba keys its cache on the CPU it sees and valgrind shows another one
+than the machine (a compile inside a measured run made nonsense of a first try). Generic code: the counts compare
+checkouts, not this machine's best code. A benchmark, not a test: valgrind makes each run ≈ 50× slower (a few minutes in all).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+#: name -> (kind, settings, short steps, long steps) per chain (the reshuffle problem runs steps // 40 epochs)
+PROBLEMS = {
+    "reshuffle rr": ("reshuffle", {"scheme": "rr"}, 40_000, 120_000),
+    "reshuffle rm": ("reshuffle", {"scheme": "rm"}, 40_000, 120_000),
+    "smile ensemble D=10": ("ensemble", {"sampler": "smile", "step": 0.3}, 5_000, 15_000),
+    "sgld ensemble D=10": ("ensemble", {"sampler": "sgld", "step": 1e-3}, 10_000, 30_000),
+}
+CHAINS = 4
+
+
+def _worker(name: str, steps: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_engine_ab import _model_problem_runner
+
+    from sgtune.sampler._jit import set_num_threads
+
+    set_num_threads(1)
+    kind, settings, _, _ = PROBLEMS[name]
+    _model_problem_runner()(kind, settings, steps, 0)
+
+
+def _env(tree: Path) -> dict[str, str]:
+    # the generic CPU: numba keys its cache on the CPU it sees, valgrind shows another one than the machine, and a
+    # compile under valgrind takes ≈ 50× as long; with the generic target both see the same key
+    return dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(tree / ".numba_cache_instr"),
+                OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", NUMBA_CPU_NAME="generic")
+
+
+def _instructions(tree: Path, name: str, steps: int) -> int:
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, str(Path(__file__).resolve()), "--worker", name, "--steps", str(steps)]
+    res = subprocess.run(cmd, env=_env(tree), cwd=str(tree), capture_output=True, text=True, check=False)
+    m = re.search(r"I\s+refs:\s+([\d,]+)", res.stderr)
+    if res.returncode != 0 or m is None:
+        raise SystemExit(f"valgrind run in {tree} failed:\n{res.stderr[-3000:]}")
+    return int(m.group(1).replace(",", ""))
+
+
+def per_step(tree: Path, name: str) -> float:
+    """Instructions per chain-step of the model problem ``name`` in the checkout ``tree``."""
+    _, _, short, long = PROBLEMS[name]
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--steps", "80"],
+                   env=_env(tree), cwd=str(tree), check=True)  # compile into the cache outside valgrind
+    return (_instructions(tree, name, long) - _instructions(tree, name, short)) / (CHAINS * (long - short))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--baseline", type=Path, help="the other checkout (its repository root)")
+    ap.add_argument("--only", default="", help="comma-separated substrings of the problems' names")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        _worker(a.worker, a.steps)
+        return
+    keys = [k.strip() for k in a.only.split(",") if k.strip()]
+    names = [n for n in PROBLEMS if not keys or any(k in n for k in keys)]
+    trees = {"now": Path(__file__).resolve().parents[1]}
+    if a.baseline is not None:
+        trees = {"baseline": a.baseline.resolve(), **trees}
+    print(f"{'model problem':22s} " + " ".join(f"{k + ' instr/step':>18s}" for k in trees)
+          + ("  now/baseline" if len(trees) == 2 else ""), flush=True)
+    for name in names:
+        vals = [per_step(t, name) for t in trees.values()]
+        tail = f"  {vals[1] / vals[0]:12.3f}" if len(vals) == 2 else ""
+        print(f"{name:22s} " + " ".join(f"{v:18.0f}" for v in vals) + tail, flush=True)
+
+
+if __name__ == "__main__":
+    main()
