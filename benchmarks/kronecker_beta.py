@@ -108,7 +108,7 @@ def main():
             print(f"   search: {s.seconds:.1f} s for {len(s.tried)} ({s.seconds / max(1, len(s.tried)):.1f} s each): "
                   f"{s.message()}", flush=True)
             if sym == "δ" and s.tried:
-                d1 = s.prior_precision if s.found else s.tried[-1]
+                d1 = s.value if s.found else s.tried[-1]
                 _chain(fac, dyn, net, X, y, lik, d1, steps)
                 _refit(net, X, y, lik, d1, dyn, steps)
 

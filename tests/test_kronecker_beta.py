@@ -57,7 +57,7 @@ def test_no_beta_passes_on_a_tanh_network_and_the_search_says_so_in_one_line():
                                    max_seconds=1e9, progress=lines.append)
     assert len(lines) == 1 and "3 checks from 2000 to 8000" in lines[0]
     assert s.tried == tuple(c * 2.0 * n for c in BETA_LADDER) == (2000.0, 4000.0, 8000.0)
-    assert s.passed == (False, False, False) and s.beta is None and not s.found and not s.stopped_early
+    assert s.passed == (False, False, False) and s.value is None and not s.found and not s.stopped_early
     assert all("minibatch curvature" in r for r in s.reasons)  # the measured cause: check (c) diverges
     msg = s.message()
     assert "\n" not in msg
@@ -78,7 +78,7 @@ def test_the_search_stops_at_the_first_beta_that_passes():
     n = len(X)
     s = search_inverse_temperature(fac, Dynamics(None, 40, inv_temperature=2.0 * n), net, X, y, "gaussian",
                                    ladder=(4.0, 2.0), max_seconds=1e9)
-    assert s.tried == (1200.0,) and s.passed == (True,) and s.beta == 1200.0
+    assert s.tried == (1200.0,) and s.passed == (True,) and s.value == 1200.0
     assert "passes its applicability check at inverse temperature 1200" in s.message()
 
 
@@ -176,8 +176,8 @@ def test_the_prior_search_on_a_tanh_network_reports_its_ladder_and_a_checked_ver
     msg = s.message()
     assert "\n" not in msg
     if s.found:
-        assert s.passed[-1] and not any(s.passed[:-1]) and s.prior_precision == s.tried[-1]
-        ok, _ = _check(dataclasses.replace(fac, prior_precision=s.prior_precision), dyn, "posterior", 1000.0, net,
+        assert s.passed[-1] and not any(s.passed[:-1]) and s.value == s.tried[-1]
+        ok, _ = _check(dataclasses.replace(fac, prior_precision=s.value), dyn, "posterior", 1000.0, net,
                        X, y, "gaussian", 1.0, 200, 0)
         assert ok and msg.startswith("the Kronecker family passes its applicability check at prior precision")
     else:

@@ -88,15 +88,15 @@ def _searched(fac: Any, dynamics: Any, net: Any, X: Any, y: Any, likelihood: str
     found = search_prior_precision(fac, dynamics, net, X, y, likelihood, target=name, noise_variance=sigma2,
                                    progress=lambda line: info(line + " …", quiet))
     info(found.message(), quiet)
-    if found.prior_precision is None:
+    if found.value is None:
         return None
     where = ("checked at the current θ̂; the command refits the MLP with the new prior, which moves θ̂ a little"
              if is_mlp else "checked at the module's current weights, which the command keeps")
-    return Remedy(f"the Kronecker family with prior precision {found.prior_precision:.6g}: a per-layer "
+    return Remedy(f"the Kronecker family with prior precision {found.value:.6g}: a per-layer "
                   f"Λ_l = M_l ⊗ Ã_l⁻¹ from the network's KFAC factors for all {dim} weights (no D×D matrix), same "
                   f"target, batch and β — found by running its matrix-free applicability report at "
                   f"{len(found.tried)} prior precision(s) above the requested one ({where}): applicable",
-                  {"family": "kronecker", "target": name, "prior_precision": found.prior_precision, **DROPS},
+                  {"family": "kronecker", "target": name, "prior_precision": found.value, **DROPS},
                   command="lambda", expect="applicable")
 
 

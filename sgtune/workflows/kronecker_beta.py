@@ -12,7 +12,7 @@ overrun by the next β, so that a remedy costs seconds, not minutes.
 Measured (``benchmarks/kronecker_beta.py``, docs/guide/kronecker.md "β search"): for the posterior target a
 larger β makes Λ larger (less injected noise, a larger gradient-noise share), so on tanh/relu networks whose
 check fails at β = 2N through the minibatch-curvature growth, larger β fails the same way, more so; on those
-networks no β of the ladder passes and the search says so in one line (:meth:`KroneckerBetaSearch.message`).
+networks no β of the ladder passes and the search says so in one line (:meth:`KroneckerSearch.message`).
 
 The prior search (:func:`search_prior_precision`, :data:`PRIOR_LADDER`) runs the same ladder, budget and capped
 check over the prior precision δ instead: the KFAC factors A, G do not depend on δ, only the damping
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..core.errors import SgtuneError
 
-__all__ = ["KroneckerBetaSearch", "KroneckerPriorSearch", "search_inverse_temperature", "search_prior_precision",
+__all__ = ["KroneckerSearch", "search_inverse_temperature", "search_prior_precision",
            "BETA_LADDER", "PRIOR_LADDER", "SEARCH_MAX_TERMS", "SEARCH_MAX_SECONDS"]
 
 #: the search's inverse temperatures, as multiples of the requested one (smallest first; the first that passes is
@@ -49,117 +49,62 @@ SEARCH_MAX_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
-class KroneckerBetaSearch:
-    """Result of :func:`search_inverse_temperature`.
+class KroneckerSearch:
+    """Result of :func:`search_inverse_temperature` and :func:`search_prior_precision`: one ladder of one quantity.
 
     Attributes
     ----------
+    quantity : {"inverse temperature", "prior precision"}
+        What the ladder varies (β, or the prior precision δ).
     requested : float
-        The inverse temperature the search started from (its check failed).
+        The value the family's failed check used (the requested β, or the factors' δ).
     tried : tuple of float
-        The inverse temperatures checked, in order.
+        The values checked, in order.
     passed : tuple of bool
         Whether each one's applicability report passed.
     reasons : tuple of str
         The first reason each failed check gave ("" for a pass).
-    beta : float or None
-        The smallest β tried whose report passed (None: none did).
+    value : float or None
+        The smallest value tried whose report passed (None: none did).
     seconds : float
         Wall time of the search.
     ladder_end : float
-        The largest β of the ladder (the range's end, tried or not).
+        The largest value of the ladder (the range's end, tried or not).
     stopped_early : bool
         Whether the time budget ended the search before the ladder's end.
 
     Examples
     --------
-    >>> from sgtune.workflows.kronecker_beta import KroneckerBetaSearch
-    >>> s = KroneckerBetaSearch(100.0, (200.0,), (False,), ("diverges",), None, 1.0, 800.0, True)
+    >>> from sgtune.workflows.kronecker_beta import KroneckerSearch
+    >>> s = KroneckerSearch("inverse temperature", 100.0, (200.0,), (False,), ("diverges",), None, 1.0, 800.0, True)
     >>> s.found
     False
     """
 
+    quantity: str
     requested: float
     tried: tuple[float, ...]
     passed: tuple[bool, ...]
     reasons: tuple[str, ...]
-    beta: float | None
+    value: float | None
     seconds: float
     ladder_end: float
     stopped_early: bool
 
     @property
     def found(self) -> bool:
-        """Whether some β of the ladder passed."""
-        return self.beta is not None
+        """Whether some value of the ladder passed."""
+        return self.value is not None
 
     def message(self) -> str:
-        """One line: the β found, or that none up to the range's end passes."""
-        return _message("inverse temperature", self.beta, self.requested, self.tried, self.seconds, self.ladder_end,
-                        self.stopped_early)
-
-
-@dataclass(frozen=True)
-class KroneckerPriorSearch:
-    """Result of :func:`search_prior_precision`.
-
-    Attributes
-    ----------
-    requested : float
-        The prior precision δ the factors carry (the family's check failed with it).
-    tried : tuple of float
-        The precisions checked, in order.
-    passed : tuple of bool
-        Whether each one's applicability report passed.
-    reasons : tuple of str
-        The first reason each failed check gave ("" for a pass).
-    prior_precision : float or None
-        The smallest δ tried whose report passed (None: none did).
-    seconds : float
-        Wall time of the search.
-    ladder_end : float
-        The largest δ of the ladder (the range's end, tried or not).
-    stopped_early : bool
-        Whether the time budget ended the search before the ladder's end.
-
-    Examples
-    --------
-    >>> from sgtune.workflows.kronecker_beta import KroneckerPriorSearch
-    >>> s = KroneckerPriorSearch(10.0, (40.0,), (True,), ("",), 40.0, 1.0, 640.0, False)
-    >>> s.found
-    True
-    """
-
-    requested: float
-    tried: tuple[float, ...]
-    passed: tuple[bool, ...]
-    reasons: tuple[str, ...]
-    prior_precision: float | None
-    seconds: float
-    ladder_end: float
-    stopped_early: bool
-
-    @property
-    def found(self) -> bool:
-        """Whether some δ of the ladder passed."""
-        return self.prior_precision is not None
-
-    def message(self) -> str:
-        """One line: the δ found, or that none up to the range's end passes."""
-        return _message("prior precision", self.prior_precision, self.requested, self.tried, self.seconds,
-                        self.ladder_end, self.stopped_early)
-
-
-def _message(what: str, found: float | None, requested: float, tried: tuple[float, ...], seconds: float,
-             ladder_end: float, early: bool) -> str:
-    """The one line of a search's result (``what``: "inverse temperature" or "prior precision")."""
-    if found is not None:
-        return (f"the Kronecker family passes its applicability check at {what} {found:.6g} "
-                f"({len(tried)} checked from {tried[0]:.6g}, {seconds:.0f} s)")
-    upto = max(tried) if tried else requested
-    why = f"; the time budget stopped it before {ladder_end:.6g}" if early else ""
-    return (f"no {what} from {requested:.6g} to {upto:.6g} makes the Kronecker family's applicability check pass "
-            f"({len(tried)} checked in {seconds:.0f} s{why})")
+        """One line: the value found, or that none up to the range's end passes."""
+        if self.value is not None:
+            return (f"the Kronecker family passes its applicability check at {self.quantity} {self.value:.6g} "
+                    f"({len(self.tried)} checked from {self.tried[0]:.6g}, {self.seconds:.0f} s)")
+        upto = max(self.tried) if self.tried else self.requested
+        why = f"; the time budget stopped it before {self.ladder_end:.6g}" if self.stopped_early else ""
+        return (f"no {self.quantity} from {self.requested:.6g} to {upto:.6g} makes the Kronecker family's "
+                f"applicability check pass ({len(self.tried)} checked in {self.seconds:.0f} s{why})")
 
 
 def _ladder(values: list[float], check: Callable[[float], tuple[bool, str]],
@@ -204,7 +149,7 @@ def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any,
                                likelihood: str = "gaussian", *, target: str = "posterior", noise_variance: float = 1.0,
                                ladder: tuple[float, ...] = BETA_LADDER, max_seconds: float = SEARCH_MAX_SECONDS,
                                seed: int = 0,
-                               progress: Callable[[str], None] | None = None) -> KroneckerBetaSearch:
+                               progress: Callable[[str], None] | None = None) -> KroneckerSearch:
     """Search the smallest β of a geometric ladder at which the Kronecker family passes its check.
 
     Each β = ``c`` × (the requested β) for ``c`` in ``ladder``, smallest first: the per-layer Λ is re-tuned from the
@@ -241,7 +186,7 @@ def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any,
 
     Returns
     -------
-    KroneckerBetaSearch
+    KroneckerSearch
         The βs tried, their verdicts and the smallest that passed (or None).
 
     Raises
@@ -275,14 +220,14 @@ def search_inverse_temperature(factors: Any, dynamics: Any, module: Any, X: Any,
     tried, passed, reasons, found, early, seconds = _ladder(
         betas, lambda beta: _check(factors, dynamics, target, beta, module, X, y, likelihood, noise_variance,
                                    SEARCH_MAX_TERMS, seed), max_seconds)
-    return KroneckerBetaSearch(beta0, tuple(tried), tuple(passed), tuple(reasons), found, seconds, betas[-1], early)
+    return KroneckerSearch("inverse temperature", beta0, tuple(tried), tuple(passed), tuple(reasons), found, seconds, betas[-1], early)
 
 
 def search_prior_precision(factors: Any, dynamics: Any, module: Any, X: Any, y: Any,
                            likelihood: str = "gaussian", *, target: str = "posterior", noise_variance: float = 1.0,
                            ladder: tuple[float, ...] = PRIOR_LADDER, max_seconds: float = SEARCH_MAX_SECONDS,
                            seed: int = 0,
-                           progress: Callable[[str], None] | None = None) -> KroneckerPriorSearch:
+                           progress: Callable[[str], None] | None = None) -> KroneckerSearch:
     """Search the smallest prior precision δ of a geometric ladder at which the Kronecker family passes its check.
 
     Each δ = ``c`` × ``factors.prior_precision`` for ``c`` in ``ladder``, smallest first: the KFAC factors A, G do
@@ -326,7 +271,7 @@ def search_prior_precision(factors: Any, dynamics: Any, module: Any, X: Any, y: 
 
     Returns
     -------
-    KroneckerPriorSearch
+    KroneckerSearch
         The δs tried, their verdicts and the smallest that passed (or None).
 
     Raises
@@ -367,4 +312,4 @@ def search_prior_precision(factors: Any, dynamics: Any, module: Any, X: Any, y: 
         return _check(fac, dynamics, target, beta, module, X, y, likelihood, noise_variance, SEARCH_MAX_TERMS, seed)
 
     tried, passed, reasons, found, early, seconds = _ladder(deltas, check, max_seconds)
-    return KroneckerPriorSearch(delta0, tuple(tried), tuple(passed), tuple(reasons), found, seconds, deltas[-1], early)
+    return KroneckerSearch("prior precision", delta0, tuple(tried), tuple(passed), tuple(reasons), found, seconds, deltas[-1], early)
