@@ -82,23 +82,28 @@ def table_part(steps: int, chains: int, targets: list[float]) -> list[dict]:
     return rows
 
 
-def glm_part(steps: int, targets: list[float]) -> list[dict]:
+def glm_chains(name: str, steps: int, options: SmileOptions) -> tuple:
+    """The bundled GLM example ``name`` from θ̂ (batch 32, β = N, 4 chains, burn-in a tenth, seed 3) with the SMILE
+    ``options``: (the chains' result, their prediction check against (βH)⁻¹ at θ̂, the kept draws). Shared with
+    ``smile_guardrail.py``."""
     from sgtune.io.data import EXAMPLES, example
     from sgtune.models import expand, get_model
     from sgtune.sampler import run_chains
     from sgtune.workflows.verify import prediction_check
 
+    ds, model = example(name), get_model(EXAMPLES[name][1])
+    e = expand(model, ds)
+    posterior = np.linalg.inv(ds.n_data * e.hessian)
+    r = run_chains(model, ds, Dynamics(0.05, 32, inv_temperature=float(ds.n_data)),
+                   RunSpec(steps, n_chains=4, burn_in=steps // 10, seed=3), options, initial=e.theta_hat)
+    return r, prediction_check(r, posterior, mode="posterior") or {}, 4 * (steps - steps // 10)
+
+
+def glm_part(steps: int, targets: list[float]) -> list[dict]:
     rows = []
     for name in GLMS:
-        ds, model = example(name), get_model(EXAMPLES[name][1])
-        e = expand(model, ds)
-        posterior = np.linalg.inv(ds.n_data * e.hessian)
         for v in targets:
-            r = run_chains(model, ds, Dynamics(0.05, 32, inv_temperature=float(ds.n_data)),
-                           RunSpec(steps, n_chains=4, burn_in=steps // 10, seed=3), _options(False, v),
-                           initial=e.theta_hat)
-            check = prediction_check(r, posterior, mode="posterior") or {}
-            draws = 4 * (steps - steps // 10)
+            r, check, draws = glm_chains(name, steps, _options(False, v))
             rows.append({"problem": name, "target": v, "label": _label(v), "eps_final": float(np.median(r.step_size_final)),
                          "energy_var_per_dim": float(np.mean(r.energy_error_var_per_dim)),
                          "ess_fraction": float(np.min(r.ess)) / draws,

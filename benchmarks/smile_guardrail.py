@@ -109,22 +109,12 @@ def neck_part(steps: int, floors: list[float], seeds: int) -> list[dict]:
 
 
 def glm_part(steps: int, floors: list[float]) -> list[dict]:
-    from sgtune.io.data import EXAMPLES, example
-    from sgtune.models import expand, get_model
-    from sgtune.sampler import run_chains
-    from sgtune.workflows.verify import prediction_check
+    from smile_anchor import glm_chains  # this directory: the same GLM chains as smile_anchor.py's
 
     rows = []
     for name in GLMS:
-        ds, model = example(name), get_model(EXAMPLES[name][1])
-        e = expand(model, ds)
-        posterior = np.linalg.inv(ds.n_data * e.hessian)
         for k in floors:
-            r = run_chains(model, ds, Dynamics(0.05, 32, inv_temperature=float(ds.n_data)),
-                           RunSpec(steps, n_chains=4, burn_in=steps // 10, seed=3), SmileOptions(guardrail_floor=k),
-                           initial=e.theta_hat)
-            check = prediction_check(r, posterior, mode="posterior") or {}
-            draws = 4 * (steps - steps // 10)
+            r, check, draws = glm_chains(name, steps, SmileOptions(guardrail_floor=k))
             rows.append({"problem": name, "label": _label(k), "eps_final": float(np.median(r.step_size_final)),
                          "ess_fraction": float(np.min(r.ess)) / draws,
                          "rejection_median": float(np.median(r.rejection_fraction)),
