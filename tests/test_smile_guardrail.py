@@ -68,8 +68,9 @@ def test_the_reference_backend_honours_the_floor_like_the_kernel():
     """The public reference backend (NumPy, written apart from the kernel) and the compiled chain agree to rounding
     along 400 steps (a 6-d Gaussian, isotropic noise, anchored tuner) with the printed guardrail, a
     floor k = 0.5 and none (k = inf), as ``test_kernel_matches_twin`` of tests/test_smile_sampler.py does for the
-    printed one; on this seed the printed guardrail rejects steps that k = 0.5 keeps, so a backend ignoring the
-    floor would not match."""
+    printed one. The printed guardrail rejects dozens of the 800 steps and k = inf none, so a backend that ignored
+    the floor would not match the kernel there (a property of the rule, not of one trajectory: the counts at
+    k = 0.5 are compared between the backends only)."""
     from tests.reference import ensemble_kw
     from sgtune.sampler.smile_ensemble import run_smile_ensemble
     from sgtune.sampler.targets import make_target
@@ -85,4 +86,4 @@ def test_the_reference_backend_honours_the_floor_like_the_kernel():
             np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-10, atol=1e-10)
         np.testing.assert_array_equal(a.rejection_fraction, b.rejection_fraction)
         rejected[floor] = a.rejection_fraction.sum()
-    assert rejected[0.0] > rejected[0.5] > rejected[math.inf] == 0
+    assert rejected[0.0] > 0 and rejected[math.inf] == 0
