@@ -320,7 +320,7 @@ def cli(**kw: Any) -> None:
     health: healthy, reasons, diverged, frozen (a collapsed tuned step size, or ESS below 1 %
     of the draws and below 100), nonstationary (each chain's second half against its first),
     prediction_check (sgld: the linearised chain's Σ(Λ); smile/psmile: (βH)⁻¹; within 5 %
-    and Monte Carlo error; D ≤ 200; --against target|FILE.npy compares with that instead, and
+    and Monte Carlo error; D ≤ 200, smile/psmile D ≤ 2000; --against target|FILE.npy compares with that instead, and
     --lambda LAM.npy with a JSON sidecar LAM.json from `sgtune lambda --refine` with its target
     by default; keys against, against_source, against_tolerance), batch_length (batches too short for the chains'
     autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
