@@ -79,7 +79,8 @@ def test_divergence_collapse_and_prediction_are_reasons():
     collapsed = np.array([0.1, 0.1 * STEP_COLLAPSE / 2])
     h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "paper"}), initial_step_size=0.1)
     assert "use the anchored tuner (tuner 'anchored'" in h.reasons[0]
-    h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "anchored"}), initial_step_size=0.1)
+    h = chain_health(_fake(step_size_final=collapsed, settings={"tuner": "anchored"},  # still falling at the end
+                           step_size_trace=np.geomspace(0.1, collapsed[1], 40)[None, :]), initial_step_size=0.1)
     assert "smile-naive" in h.reasons[0] and "use the anchored tuner" not in h.reasons[0]
     h = chain_health(_fake(), prediction_check={"passed": False, "z_max": 9.0, "threshold": 4.0, "mode": "covariance"})
     assert not h.healthy and "9" in h.reasons[0]

@@ -7,7 +7,8 @@ travelling when they were summarised, or chains that disagree with what sgtune p
 
 * **diverged** — chains whose state became non-finite (the sampler records the step).
 * **frozen** — a tuned MCLMC step size ε that ended below :data:`STEP_COLLAPSE` × its initial value
-  in some chain, or an effective sample size below :data:`ESS_FRACTION` of the draws *and* below
+  in some chain (under the anchored tuner only if ε was still falling at the end of its recorded trace: its
+  fixed point is reached from any start, a start far too large included), or an effective sample size below :data:`ESS_FRACTION` of the draws *and* below
   :data:`ESS_MIN` in all (a slowly mixing chain with thousands of effective draws is not frozen).
   Fewer than :data:`ESS_MIN` effective draws at a higher fraction is reported too (a run too short
   for its batch-means standard errors to be reliable), without the ``frozen`` flag.
@@ -301,8 +302,32 @@ def _step_collapse(chains: Any, initial_step_size: float | None, details: dict[s
     details["step_size_ratio_min"] = ratio
     if ratio >= STEP_COLLAPSE:
         return False, []
+    if (getattr(chains, "settings", None) or {}).get("tuner") == "anchored":
+        falling = _still_falling(getattr(chains, "step_size_trace", None))
+        details["step_size_still_falling"] = falling
+        if not falling:
+            return False, []
     return True, [f"the tuned step size collapsed in some chain (final ε = {ratio:.2g} × the initial ε, "
                   f"below {STEP_COLLAPSE:g}): the chain stopped moving; {_collapse_advice(chains)}"]
+
+
+def _still_falling(trace: Any) -> bool:
+    """Whether a tuned step size was still falling at the end of the run: in some chain the last recorded ε is below
+    half the ε a quarter of the trace earlier (False without a trace of at least 8 points).
+
+    The anchored rule has a fixed point and reaches it from any start, so its ε ending 10³× below a start that was
+    10³× too large is no collapse (the same ε as from a start near it). A collapse is ε still shrinking: at the
+    fixed point log ε fluctuates by a standard deviation of 0.0075–0.024 (``anchored_update``), so a factor 2
+    (0.69 in log ε) is ≥ 29 of them, while a rule that cannot reach its target lowers log ε by up to
+    γₙ(ξ_max − 1)/6 per step (over the last quarter of 2·10⁴ steps: e⁻³⁷)."""
+    if trace is None:
+        return False
+    tr = np.asarray(trace, dtype=float)
+    if tr.ndim != 2 or tr.shape[1] < 8:
+        return False
+    last, earlier = tr[:, -1], tr[:, (3 * tr.shape[1]) // 4 - 1]
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(last < 0.5 * earlier))
 
 
 def _effective_draws(chains: Any, diverged: int, details: dict[str, Any]) -> tuple[bool, list[str]]:
@@ -317,7 +342,9 @@ def _effective_draws(chains: Any, diverged: int, details: dict[str, Any]) -> tup
     if ess_min < ESS_MIN and ess_min < ESS_FRACTION * draws:
         return True, [f"only {ess_min:.0f} effective draws of {draws:.0f} ({100 * ess_min / draws:.2g} %, below "
                       f"{100 * ESS_FRACTION:g} %): the chains barely move relative to their spread; run longer "
-                      "or with a larger step size"]
+                      + ("or with a larger batch size (smile/psmile tune ε themselves; psmile rescales "
+                         "ill-scaled coordinates)" if (getattr(chains, "settings", None) or {}).get("sampler")
+                         in ("smile", "psmile") else "or with a larger step size")]
     if ess_min < ESS_MIN:
         return False, [f"only {ess_min:.0f} effective draws (below {ESS_MIN:g}): the run is too short for its "
                        "standard errors to be reliable; run longer"]
