@@ -174,12 +174,25 @@ sampler_options = compose(
                  help="The step-size rule of smile/psmile: anchored (ε moves toward the energy-error variance "
                       "per dimension Var[ΔE]/d = 5e-5, a stable fixed point) or paper (the SMILE paper's eq. (7) "
                       "as printed; its log ε drifts down by ≈ 7e-4 per step). Ignored by the other samplers."),
+    click.option("--guardrail-floor", "guardrail_floor", default="0", show_default=True, metavar="K",
+                 help="smile/psmile with --tuner anchored: the guardrail (eq. (6): reject a step whose |ΔE| exceeds "
+                      "the 0.98 quantile of the Gamma fitted to the chain's own |ΔE|) rejects only if |ΔE| also "
+                      "exceeds k·sqrt(D·5e-5), k = this number ≥ 0; 0 is eq. (6) as printed, inf switches the "
+                      "guardrail off (a non-finite ΔE is still rejected). Ignored by the other samplers."),
 )
 
 
 def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
-    """The options object of ``sampler`` from --friction and --tuner."""
-    return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"))
+    """The options object of ``sampler`` from --friction, --tuner and --guardrail-floor."""
+    try:
+        floor = float(str(kw.get("guardrail_floor") or "0"))
+    except ValueError:
+        floor = math.nan
+    if not floor >= 0.0:  # negative, nan or not a number
+        raise SgtuneError(f"--guardrail-floor must be a number >= 0 (0: the SMILE paper's guardrail, inf: off), "
+                          f"got {kw.get('guardrail_floor')}")
+    return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"),
+                       guardrail_floor=floor)
 
 
 def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
@@ -208,6 +221,8 @@ def smile_json(res: ChainResult) -> dict[str, Any]:
         out["preconditioner"] = res.preconditioner
     if res.settings.get("sampler") in ("smile", "psmile"):
         out["tuner"] = res.settings.get("tuner", "anchored")
+        floor = float(res.settings.get("guardrail_floor", 0.0))
+        out["guardrail_floor"] = "inf" if math.isinf(floor) else floor
     return out
 
 
@@ -324,7 +339,7 @@ def cli(**kw: Any) -> None:
     --lambda LAM.npy with a JSON sidecar LAM.json from `sgtune lambda --refine` with its target
     by default; keys against, against_source, against_tolerance), batch_length (batches too short for the chains'
     autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
-    SMILE runs add tuner (smile/psmile: the step-size rule) and (one entry per chain) step_size_final,
+    SMILE runs add tuner, guardrail_floor (smile/psmile) and (one entry per chain) step_size_final,
     rejection_fraction, energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
     psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.
     -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at

@@ -90,3 +90,24 @@ def test_run_smile_issue36_holds_its_step_size_and_the_paper_rule_stays_availabl
     assert doc["tuner"] == "paper" and np.all(np.array(doc["step_size_final"]) < 0.05 * 1e-2), doc["step_size_final"]
     r = CliRunner().invoke(main, [*argv, "--tuner", "dual"])
     assert r.exit_code == 2 and "--tuner" in r.stderr
+
+
+def test_guardrail_floor_option_reaches_the_sampler_and_is_validated():
+    """--guardrail-floor k: 0 (default) is eq. (6) as printed, inf switches the guardrail off (no rejected step), a
+    finite k is recorded; a negative, nan or non-numeric value is a one-line error naming the option, exit 2."""
+    base = [*BASE, "--sampler", "smile", "--step-size", "0.01"]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["guardrail_floor"] == 0.0 and min(doc["rejection_fraction"]) > 0  # the printed guardrail rejects
+    r = CliRunner().invoke(main, [*base, "--guardrail-floor", "inf"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["guardrail_floor"] == "inf" and doc["rejection_fraction"] == [0.0, 0.0]
+    r = CliRunner().invoke(main, [*base, "--guardrail-floor", "3"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["guardrail_floor"] == 3.0
+    for bad in ("-1", "nan", "abc"):
+        r = CliRunner().invoke(main, [*base, "--guardrail-floor", bad])
+        assert r.exit_code == 2, (bad, r.stderr)
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln]
+        assert len(lines) == 1 and "--guardrail-floor" in lines[0] and "Traceback" not in r.stderr, r.stderr
