@@ -18,8 +18,7 @@ import math
 
 import numpy as np
 
-from ..theory.smile import (ema_corrected, ema_update, gamma_moment_match, gamma_quantile_lower_bound,
-                            wilson_hilferty_quantile)
+from ..theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
 from .rng import Xoshiro256PP
 from .smile import METHOD_IDS
 
@@ -214,9 +213,8 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                         mu, var = ema_corrected(em, ev, en, beta)
                         if mu > 0 and var > 0:
                             fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
-                            qk = max(wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0],  # never
-                                     gamma_quantile_lower_bound(pk, fit.shape, fit.scale)[()],  # below the bound
-                                     fit.shape * fit.scale)  # or the mean (sampler.smile._gamma_guardrail)
+                            qk = max(wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0],
+                                     fit.shape * fit.scale)  # never below the mean (sampler.smile._gamma_guardrail)
                             reject = a > qk and a > floor
                     xi = a * a / (d * v_star)
                     if weight > 0.0:

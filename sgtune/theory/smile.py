@@ -37,7 +37,6 @@ __all__ = [
     "B2Estimate",
     "gamma_moment_match",
     "wilson_hilferty_quantile",
-    "gamma_quantile_lower_bound",
     "ema_update",
     "ema_corrected",
     "b2_per_coordinate",
@@ -181,47 +180,6 @@ def wilson_hilferty_quantile(p: Any, shape: float, scale: float) -> np.ndarray:
     z = ndtri(pa)
     base = np.maximum(1.0 - 1.0 / (9.0 * k) + z / (3.0 * math.sqrt(k)), 0.0)
     return np.asarray(k * th * base ** 3)
-
-
-def gamma_quantile_lower_bound(p: Any, shape: float, scale: float) -> np.ndarray:
-    r"""A lower bound of the Gamma(k, θ) quantile, exact as k → 0: Q(p) ≥ θ (p Γ(k + 1))^{1/k}.
-
-    The Gamma CDF is F(x) = (1/Γ(k)) ∫₀^{x/θ} t^{k−1} e^{−t} dt ≤ (x/θ)^k / Γ(k + 1) (as e^{−t} ≤ 1), so
-    F(x) = p needs x ≥ θ (p Γ(k + 1))^{1/k}. Where the shape k is small (a heavy-tailed |ΔE| or an EMA whose
-    variance a single large error inflated) the Wilson–Hilferty approximation of appendix F.3 falls far below
-    the quantile — to 0 for the guardrail's κ = 0.98 at k < 0.018 — while this bound is within 10 % of it for
-    k ≤ 0.01 (:func:`wilson_hilferty_quantile` is within 2 % for k ≥ 0.5).
-
-    Parameters
-    ----------
-    p : float or array
-        Probabilities in (0, 1).
-    shape, scale : float
-        The Gamma shape k > 0 and scale θ > 0.
-
-    Returns
-    -------
-    ndarray
-        The bounds, the shape of ``p``.
-
-    Raises
-    ------
-    SgtuneError
-        If some p ∉ (0, 1).
-
-    Examples
-    --------
-    >>> float(np.round(gamma_quantile_lower_bound(0.98, 1.0, 1.0), 3))   # exact: −log(0.02) = 3.912
-    0.98
-    >>> float(np.round(gamma_quantile_lower_bound(0.98, 0.01, 1.0) / 0.01, 2))   # exact: 8.12 × the mean
-    7.51
-    """
-    pa = as_float_array(p, "p")
-    if np.any((pa <= 0.0) | (pa >= 1.0)):
-        raise SgtuneError(f"p must lie in (0, 1), got {pa.ravel()[np.argmax((pa <= 0) | (pa >= 1))]}")
-    k = check_positive(shape, "shape")
-    th = check_positive(scale, "scale")
-    return np.asarray(th * np.exp((np.log(pa) + math.lgamma(k + 1.0)) / k))
 
 
 @cites("smile2025", "section 4.2, eq. (4); section 3.2 (pSMILE EMAs, α = 0.01)")
