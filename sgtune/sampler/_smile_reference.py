@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..theory.smile import ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
+from ..theory.smile import GammaFit, ema_corrected, ema_update, gamma_moment_match, wilson_hilferty_quantile
 from .rng import Xoshiro256PP
 from .smile import METHOD_IDS
 
@@ -159,6 +159,12 @@ class SmileReference:
                 _advance_chain(self.method, c, st, mc, ora, rec, self.carry[c], t0, n_steps)
 
 
+def _anchored_guardrail_quantile(p: float, fit: GammaFit) -> float:
+    """The anchored rule's guardrail threshold: the Wilson–Hilferty p quantile of the fitted Gamma, never below its
+    mean (``sgtune.sampler.smile._gamma_guardrail``)."""
+    return max(float(wilson_hilferty_quantile(np.array([p]), fit.shape, fit.scale)[0]), fit.shape * fit.scale)
+
+
 def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ignore[no-untyped-def]
     """Chain c from step t0 (counted from 0) by ``n_steps`` steps."""
     from scipy.special import ndtr
@@ -213,9 +219,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                         mu, var = ema_corrected(em, ev, en, beta)
                         if mu > 0 and var > 0:
                             fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
-                            qk = max(wilson_hilferty_quantile(np.array([pk]), fit.shape, fit.scale)[0],
-                                     fit.shape * fit.scale)  # never below the mean (sampler.smile._gamma_guardrail)
-                            reject = a > qk and a > floor
+                            reject = a > _anchored_guardrail_quantile(pk, fit) and a > floor
                     xi = a * a / (d * v_star)
                     if weight > 0.0:
                         xi = max(xi, weight * nz.work(h) / v_star)
