@@ -16,10 +16,12 @@ OUT = Path(__file__).parent / "guide" / "_generated" / "remedies.md"
 HEALTH = [
     ("chains diverged (a non-finite state)", "the run blew up",
      "the `divergence-risk` remedy of `sgtune lambda` for the same settings, or a smaller step size"),
-    ("the tuned step size collapsed in some chain", "the SMILE tuner shrank ε until the chain stopped moving",
-     "the untuned sampler with a fixed step size (e.g. `smile-naive`)"),
+    ("the tuned step size collapsed in some chain", "the SMILE tuner shrank ε until the chain stopped moving (the "
+     "paper's rule, `--tuner paper`, by construction; the anchored tuner only if ε was still falling at the end)",
+     "the anchored tuner (`--tuner anchored`, the default) after the paper's rule; else the untuned sampler with a "
+     "fixed step size (e.g. `smile-naive`)"),
     ("only a few effective draws", "the chains barely move relative to their spread, or the run is too short",
-     "run longer, or with a larger step size"),
+     "run longer, or with a larger step size (smile/psmile, which tune ε: a larger batch size, or psmile)"),
     ("the chains are not stationary", "the first and second halves of the chains differ",
      "run longer, or with a longer burn-in"),
     ("the chains disagree with sgtune's prediction", "the chains do not have the covariance the linearised theory "
