@@ -34,7 +34,7 @@ test run compiled 31 specialisations for 20 pairs). The step rule, the batch sch
 oracles are inlined into the loop in numba's IR (through the overloads ``call_rule`` and ``call_grad`` of
 :mod:`sgtune.sampler._jit`, for components declared with :func:`~sgtune.sampler._jit.component_inline`;
 SMILE's large MCLMC rules and the MLP's and multinomial model's gradients stay calls, which keeps their
-compile time down): called as a function, a
+compile time down; the MCLMC rules borrow their arguments as the loop does, below): called as a function, a
 component passes its arrays through numba's reference counting on every step (an atomic increment and
 decrement each, ≈ 350 per step for a rule: 2–15 % of a step of SG(L)D on logistic regression;
 ``benchmarks/engine_refcounts.py``, ``benchmarks/bench_engine_ab.py``). Inlining does not remove all of it:

@@ -74,10 +74,12 @@ def batch_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[n
     return batch_size, pos
 
 
-@njit_inline
+@njit
 def _below(u, n, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
     """:func:`~sgtune.sampler.rng.randbelow` on a state held in local variables, from its first output ``u``:
-    (draw, state). The same draws (Lemire's rejection, 2^32 mod n computed only when needed)."""
+    (draw, state). The same draws (Lemire's rejection, 2^32 mod n computed only when needed). Compiled on its own
+    (LLVM inlines it), not in numba's IR: two copies of its loop in every specialisation of the engine's loop cost
+    ≈ 0.8 s (7 %) of a cold compile (``benchmarks/bench_compile.py``, ``benchmarks/results/engine_refcounts.txt``)."""
     nn = np.uint64(n)
     mask = np.uint64(0xFFFFFFFF)
     m = (u >> np.uint64(32)) * nn
