@@ -5,7 +5,8 @@ CPU seconds (``time.process_time``: the machine is shared, wall time is not comp
 first run, which is the compile, then of a second process on the same cache (a load: no compile), and the
 number of signatures the engine's ``_chain`` holds in the first process (1: each specialisation compiles
 once). Combinations: the quadratic oracle with the diagonal SG(L)D rule, logistic regression with SGLD
-(replacement batches), logistic regression with SMILE. Every checkout gives the same covariance bits (checked).
+(replacement batches), logistic regression with SMILE, the SMILE paper's ensemble on its Gaussian target
+(``--only`` picks some). Every checkout gives the same covariance bits (checked).
 Usage::
 
     git worktree add /tmp/sgtune_base main
@@ -39,15 +40,21 @@ if combo == "quadratic":
     res = run_quadratic_chains(np.eye(2), Dynamics(0.1, 1, inv_temperature=7.0), RunSpec(2000, n_chains=3, seed=3))
 elif combo == "logistic-sgld":
     res = run_chains("logistic", (X, y), Dynamics(0.1, 8, inv_temperature=500.0), RunSpec(2000, n_chains=3, seed=3))
-else:
+elif combo == "logistic-smile":
     res = run_chains("logistic", (X, y), Dynamics(0.05, 8, inv_temperature=500.0), RunSpec(2000, n_chains=3, seed=3),
                      options_for("smile"))
+else:  # the SMILE paper's ensemble on its analytic Gaussian target (the rule compiled on its own, then the loop)
+    from sgtune.sampler.smile_ensemble import run_smile_ensemble
+    from sgtune.sampler.targets import make_target
+    res = run_smile_ensemble(make_target("gaussian", "isotropic", dim=10, seed=0), 0.3, RunSpec(2000, n_chains=3, seed=3),
+                             options_for("smile"))
 cpu = time.process_time() - t
+out = res.cov if hasattr(res, "cov") else res.sample_second_moment
 print(json.dumps({"cpu": cpu, "chain_signatures": len(engine._chain.signatures),
-                  "cov": [float(x).hex() for x in res.cov.ravel()]}))
+                  "cov": [float(x).hex() for x in out.ravel()]}))
 '''
 
-COMBOS = ("quadratic", "logistic-sgld", "logistic-smile")
+COMBOS = ("quadratic", "logistic-sgld", "logistic-smile", "ensemble-smile")
 
 
 def run(tree: Path, combo: str, cache: str) -> dict:
@@ -61,12 +68,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, required=True, help="the other checkout (its repository root)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--only", default="", help="comma-separated combinations (default: all)")
     args = ap.parse_args()
+    combos = [c for c in COMBOS if not args.only or c in args.only.split(",")]
     trees = {"this": ROOT, "baseline": args.baseline.resolve()}
     rows: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
-    covs: dict[str, set] = {c: set() for c in COMBOS}
+    covs: dict[str, set] = {c: set() for c in combos}
     for _ in range(args.rounds):  # interleaved: each round runs every checkout and combination at the same load
-        for combo in COMBOS:
+        for combo in combos:
             for name, tree in trees.items():
                 with tempfile.TemporaryDirectory(prefix="sgtune-bench-compile-") as cache:
                     cold = run(tree, combo, cache)

@@ -53,6 +53,9 @@ MODEL_PROBLEMS = {
     "reshuffle model problem, rr (N = 1200, B = 30)": ("reshuffle", {"scheme": "rr"}, 40_000),
     "reshuffle model problem, rm (N = 1200, B = 30)": ("reshuffle", {"scheme": "rm"}, 40_000),
     "smile ensemble, Gaussian D = 10": ("ensemble", {"sampler": "smile", "step": 0.3}, 20_000),
+    # the step-size rule of the hand-written loop (Algorithm 1 as printed; the default is the anchored rule since)
+    "smile ensemble, paper tuner, Gaussian D = 10": ("ensemble", {"sampler": "smile", "step": 0.3, "tuner": "paper"},
+                                                     20_000),
     "sgld ensemble, Gaussian D = 10": ("ensemble", {"sampler": "sgld", "step": 1e-3}, 40_000),
 }
 
@@ -80,8 +83,9 @@ def _model_problem_runner():
             from sgtune.core.config import RunSpec
             from sgtune.sampler.registry import options_for
 
+            extra = {k: v for k, v in settings.items() if k not in ("sampler", "step")}
             return run_smile_ensemble(target, settings["step"], RunSpec(steps, n_chains=4, seed=seed),
-                                      options_for(settings["sampler"]))
+                                      options_for(settings["sampler"], **extra))
         return run_smile_ensemble(target, settings["sampler"], settings["step"], n_steps=steps, n_chains=4, seed=seed)
     return run
 

@@ -34,14 +34,14 @@ test run compiled 31 specialisations for 20 pairs). The step rule, the batch sch
 oracles are inlined into the loop in numba's IR (through the overloads ``call_rule`` and ``call_grad`` of
 :mod:`sgtune.sampler._jit`, for components declared with :func:`~sgtune.sampler._jit.component_inline`;
 SMILE's large MCLMC rules and the MLP's and multinomial model's gradients stay calls, which keeps their
-compile time down): called as a function, a
+compile time down; the MCLMC rules borrow their arguments as the loop does, below): called as a function, a
 component passes its arrays through numba's reference counting on every step (an atomic increment and
 decrement each, ≈ 350 per step for a rule: 2–15 % of a step of SG(L)D on logistic regression;
 ``benchmarks/engine_refcounts.py``, ``benchmarks/bench_engine_ab.py``). Inlining does not remove all of it:
 numba still increments and decrements the owner of every array of every record at each inlined call, and its
 reference-count pruning gives up on a loop this size (≈ 150 atomic operations per step, more than the whole
 arithmetic of a one-dimensional model problem). So ``_chain`` runs its loop on views of the records that own
-nothing (``_borrowed``: same data and types, a null owner, so the reference counting compiles away) and does its
+nothing (``borrowed``: same data and types, a null owner, so the reference counting compiles away) and does its
 writes after the loop through the records it was given. The step loop allocates nothing; all state lives
 in the records' arrays and is updated in place, so the driver runs a long chain in chunks (progress,
 Ctrl-C) with results independent of the chunking.
@@ -81,72 +81,24 @@ from typing import Any, Callable
 import numpy as np
 
 import numba
-from numba import types
-from numba.core import cgutils, ir_utils
-from numba.extending import intrinsic
 
 from ..core.errors import SgtuneError
 from ._jit import call_rule, component_name, get_num_threads, njit, specialisation
-from .kernels import BATCH_KIND_OF, batch_by_kind, diverges, finish, record, schedule
+from .kernels import BATCH_KIND_OF, borrowed, batch_by_kind, diverges, finish, record, schedule
 from .state import ChainPlan, Work
 
 __all__ = ["chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
 
-def _strip_owner(context, builder, ty, val):  # type: ignore[no-untyped-def]
-    """``val`` of numba type ``ty`` with every array's owner (meminfo, parent) set to null, recursively in tuples."""
-    if isinstance(ty, types.Array):
-        ary = context.make_array(ty)(context, builder, value=val)
-        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
-        ary.parent = cgutils.get_null_value(ary.parent.type)
-        return ary._getvalue()
-    if isinstance(ty, types.BaseTuple):
-        for i, t in enumerate(ty.types):
-            val = builder.insert_value(val, _strip_owner(context, builder, t, builder.extract_value(val, i)), i)
-    return val
-
-
-@intrinsic
-def _borrowed(typingctx, x):  # type: ignore[no-untyped-def]
-    """``x`` (an array, or a tuple or record of them) as views that own nothing: the same data, shapes and type,
-    with a null owner, so numba's reference counting on them compiles to nothing.
-
-    For the step loop only, on values that outlive it: ``_chain``'s records are held by its caller for the whole
-    call, and the local scratch is used again after the loop (which keeps it alive). Numba increments and
-    decrements the owner of every array that enters an inlined component (each field of each record, at each
-    level of inlining) and cannot prune most of them in a loop this large: ≈ 150 atomic operations per step,
-    twice the arithmetic of the model problems (``benchmarks/engine_refcounts.py``,
-    ``benchmarks/model_problem_instructions.py``). With a null owner, ``NRT_incref``/``NRT_decref`` return at once
-    and LLVM removes the calls.
-    """
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-        return _strip_owner(context, builder, sig.args[0], args[0])
-    return x(x), codegen
-
-
-def _borrowed_aliases(lhs, args, alias_map, arg_aliases):  # type: ignore[no-untyped-def]
-    """Tell numba's alias analysis that ``_borrowed(x)`` aliases ``x``. Without it, numba's dead-code removal takes
-    a view of a call's result for a fresh array and drops a write through it that nothing in the function reads
-    again (``state.epoch_pos[c] = pos`` after the loop, ``rec.pos_m2[…] += …``, ``rec.obs_sum[…] += …``: seen)."""
-    src = args[0].name
-    alias_map.setdefault(lhs, set()).add(src)
-    alias_map.setdefault(src, set()).add(lhs)
-    if src in arg_aliases:
-        arg_aliases.add(lhs)
-
-
-ir_utils.alias_func_extensions[("_borrowed", __name__)] = _borrowed_aliases
-
-
 @njit
 def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, batch_size, decay, owned_p, owned_mc, owned_rec):  # type: ignore[no-untyped-def]
     """Chain c from step t0 + 1 to t0 + n_steps: the one step loop of sgtune (module docstring)."""
-    # views that own nothing (``_borrowed``) for the step loop; the owned records are used after it
-    state = _borrowed(owned_state)
-    ora = _borrowed(owned_ora)
-    p = _borrowed(owned_p)
-    mc = _borrowed(owned_mc)
-    rec = _borrowed(owned_rec)
+    # views that own nothing (``borrowed``) for the step loop; the owned records are used after it
+    state = borrowed(owned_state)
+    ora = borrowed(owned_ora)
+    p = borrowed(owned_p)
+    mc = borrowed(owned_mc)
+    rec = borrowed(owned_rec)
     diverged = state.diverged
     if diverged[c] >= 0:
         return
@@ -163,7 +115,7 @@ def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, b
     # local scratch: LLVM knows it aliases none of the arguments; borrowed in the loop, owned by ``scratch``
     scratch = Work(idx=np.empty(max(batch_size, 1), dtype=np.int64), wk=np.empty(max(ora.work_len, 1)),
                    grad=np.empty(d), xi=np.empty(d), buf=np.empty(d), ld=ld, fd=fd)
-    w = _borrowed(scratch)
+    w = borrowed(scratch)
     idx = w.idx
     buf = w.buf
     n_data = ora.X.shape[0]
@@ -172,6 +124,11 @@ def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, b
     for t in range(t0 + 1, t0 + n_steps + 1):
         nb, pos = batch_by_kind(batch, st, pm, n_data, batch_size, pos, idx)
         clips += call_rule(rule, grad, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
+        # the step's tail (divergence, recorder) is written out here, in kernels.advance and in smile_chain.general_phase:
+        # shared as one inlined function (record inlined two levels deep), numba's dead-code removal dropped recorder
+        # writes (2026-11-29: pos_m2 zeros in golden chains_reshuffle_gnld; with the record's arrays bound to locals
+        # first, step_trace and energy_trace zeros in smile_ensembles), the alias-analysis gap kernels.borrowed closes
+        # for its views (benchmarks/results/engine_refcounts.txt)
         if diverges(th):
             diverged[c] = t
             break

@@ -53,10 +53,13 @@ import math
 import numpy as np
 
 import numba
+from numba import types
+from numba.core import cgutils, ir_utils
+from numba.extending import intrinsic
 
 from ._jit import call_batch, call_grad, call_move, component_inline, component_name, njit, njit_inline
 from .grads import add_prior, row_dot
-from .rng import fill_normals, fill_randbelow, fill_uniforms, randbelow
+from .rng import fill_normals, fill_randbelow, fill_uniforms, xoshiro_step
 from .state import DIVERGENCE_BOUND, STAT_DE_SUM
 
 __all__ = ["BATCH_FNS", "BATCH_KINDS", "BATCH_KIND_OF", "batch_by_kind", "draw_batches", "advance", "batch_schedule",
@@ -71,15 +74,49 @@ def batch_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[n
     return batch_size, pos
 
 
+@njit
+def _below(u, n, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
+    """:func:`~sgtune.sampler.rng.randbelow` on a state held in local variables, from its first output ``u``:
+    (draw, state). The same draws (Lemire's rejection, 2^32 mod n computed only when needed). Compiled on its own
+    (LLVM inlines it), not in numba's IR: two copies of its loop in every specialisation of the engine's loop cost
+    ≈ 0.8 s (7 %) of a cold compile (``benchmarks/bench_compile.py``, ``benchmarks/results/engine_refcounts.txt``)."""
+    nn = np.uint64(n)
+    mask = np.uint64(0xFFFFFFFF)
+    m = (u >> np.uint64(32)) * nn
+    if (m & mask) < nn:
+        thresh = ((mask - nn) + np.uint64(1)) % nn  # 2^32 mod n
+        while (m & mask) < thresh:
+            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
+            m = (u >> np.uint64(32)) * nn
+    return m >> np.uint64(32), s0, s1, s2, s3
+
+
 @njit_inline
 def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-untyped-def]
-    """A uniform B-subset into ``idx``: a partial Fisher–Yates shuffle of the chain's permutation."""
+    """A uniform B-subset into ``idx``: a partial Fisher–Yates shuffle of the chain's permutation.
+
+    The stream's state is held in local variables for the whole batch (``randbelow`` on the array would
+    load and store it at every draw: the stores to ``perm`` and ``idx`` may alias it for the compiler), and
+    the indices are unsigned (no negative-index wraparound): the same draws and the same permutation, ≈ 12
+    fewer instructions per index (``benchmarks/model_problem_instructions.py``).
+    """
+    s0 = st[0]
+    s1 = st[1]
+    s2 = st[2]
+    s3 = st[3]
     for k in range(batch_size):
-        j = k + randbelow(st, n_data - k)
+        u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
+        r, s0, s1, s2, s3 = _below(u, n_data - k, s0, s1, s2, s3)
+        j = np.uint64(k) + r
         tmp = perm[k]
-        perm[k] = perm[j]
+        pj = perm[j]
+        perm[k] = pj
         perm[j] = tmp
-        idx[k] = perm[k]
+        idx[k] = pj
+    st[0] = s0
+    st[1] = s1
+    st[2] = s2
+    st[3] = s3
 
 
 @component_inline
@@ -102,12 +139,21 @@ def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
 @component_inline
 def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """Random reshuffling: a fresh permutation at epoch position 0, then consecutive blocks."""
-    if pos == 0:
+    if pos == 0:  # Fisher–Yates, the stream's state in local variables (as in ``_partial_shuffle``)
+        s0 = st[0]
+        s1 = st[1]
+        s2 = st[2]
+        s3 = st[3]
         for i in range(n_data - 1, 0, -1):
-            j = randbelow(st, i + 1)
+            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
+            j, s0, s1, s2, s3 = _below(u, i + 1, s0, s1, s2, s3)
             tmp = perm[i]
             perm[i] = perm[j]
             perm[j] = tmp
+        st[0] = s0
+        st[1] = s1
+        st[2] = s2
+        st[3] = s3
     start = pos * batch_size
     stop = min(start + batch_size, n_data)
     for k in range(start, stop):
@@ -272,6 +318,53 @@ def flush_block(acc_n, acc_mean, acc_m2, blk, blk_n, bm):  # type: ignore[no-unt
     blk_n[0] = 0
 
 
+# --------------------------------------------------------------------------- views that own nothing
+def _strip_owner(context, builder, ty, val):  # type: ignore[no-untyped-def]
+    """``val`` of numba type ``ty`` with every array's owner (meminfo, parent) set to null, recursively in tuples."""
+    if isinstance(ty, types.Array):
+        ary = context.make_array(ty)(context, builder, value=val)
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+    if isinstance(ty, types.BaseTuple):
+        for i, t in enumerate(ty.types):
+            val = builder.insert_value(val, _strip_owner(context, builder, t, builder.extract_value(val, i)), i)
+    return val
+
+
+@intrinsic
+def borrowed(typingctx, x):  # type: ignore[no-untyped-def]
+    """``x`` (an array, or a tuple or record of them) as views that own nothing: the same data, shapes and type,
+    with a null owner, so numba's reference counting on them compiles to nothing.
+
+    For values that outlive the views: ``sgtune.sampler.engine._chain``'s records are held by its caller for the
+    whole call and its local scratch is used again after its loop (which keeps it alive); a step rule that is
+    called, not inlined (SMILE's MCLMC rules), borrows its arguments, which ``_chain`` holds. Numba increments and
+    decrements the owner of every array that enters an inlined component (each field of each record, at each
+    level of inlining) and cannot prune most of them in a loop this large: ≈ 150 atomic operations per step,
+    twice the arithmetic of the model problems (``benchmarks/engine_refcounts.py``,
+    ``benchmarks/model_problem_instructions.py``). With a null owner, ``NRT_incref``/``NRT_decref`` return at once
+    and LLVM removes the calls.
+    """
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        return _strip_owner(context, builder, sig.args[0], args[0])
+    return x(x), codegen
+
+
+def _borrowed_aliases(lhs, args, alias_map, arg_aliases):  # type: ignore[no-untyped-def]
+    """Tell numba's alias analysis that ``borrowed(x)`` aliases ``x``. Without it, numba's dead-code removal takes
+    a view of a call's result for a fresh array and drops a write through it that nothing in the function reads
+    again (``state.epoch_pos[c] = pos`` after the loop, ``rec.pos_m2[…] += …``, ``rec.obs_sum[…] += …``: seen)."""
+    src = args[0].name
+    alias_map.setdefault(lhs, set()).add(src)
+    alias_map.setdefault(src, set()).add(lhs)
+    if src in arg_aliases:
+        arg_aliases.add(lhs)
+
+
+ir_utils.alias_func_extensions[("borrowed", __name__)] = _borrowed_aliases
+
+
 # --------------------------------------------------------------------------- update moves
 @njit_inline
 def _momentum(m, grad, kappa):  # type: ignore[no-untyped-def]
@@ -428,8 +521,17 @@ def sghmc_rule(grad, c, th, m, st, nb, s, ora, p, mc, w):  # type: ignore[no-unt
 # --------------------------------------------------------------------------- recorder
 @njit_inline
 def diverges(th):  # type: ignore[no-untyped-def]
-    """True when θ is non-finite or ‖θ‖₁ ≥ DIVERGENCE_BOUND (four partial sums: no serial add chain)."""
+    """True when θ is non-finite or ‖θ‖₁ ≥ DIVERGENCE_BOUND (four partial sums: no serial add chain).
+
+    Below D = 4 only the first partial sum is used and the test is that sum's (t₀ + 0 = t₀ for t₀ ≥ 0 or NaN):
+    a plain loop, without the unrolled loop's setup (≈ 25 instructions a step at D = 1).
+    """
     d = th.shape[0]
+    if d < 4:
+        acc = 0.0
+        for j in range(d):
+            acc += abs(th[j])
+        return not acc < DIVERGENCE_BOUND
     t0_ = t1_ = t2_ = t3_ = 0.0
     j = 0
     while j + 4 <= d:
@@ -567,6 +669,7 @@ def advance(move, state, t, burn_in, grads, ora, decay, p, rec, mc):  # type: ig
         g = grads[c]
         add_prior(ora.prior_kind, ora.prior, th, g)
         state.clip_count[c] += call_move(move, th, state.mom[c], g, state.rng[c], s, math.sqrt(s), p, ld, fd, xi, buf)
+        # the step's tail as in engine._chain, written out there and in smile_chain.general_phase (why: engine._chain)
         if diverges(th):
             diverged[c] = t
             continue

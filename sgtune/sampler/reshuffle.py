@@ -68,7 +68,7 @@ def gaussian_mean_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-
     for j in range(d):
         acc = 0.0
         for k in range(nb):
-            acc += X[idx[k], j]
+            acc += X[np.uint64(idx[k]), j]  # unsigned: the batch's indices are ≥ 0, no negative-index wraparound
         grad[j] = theta[j] - acc / nb
 
 

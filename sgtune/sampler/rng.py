@@ -81,7 +81,7 @@ def _rotl(x, k):  # type: ignore[no-untyped-def]
 @njit
 def next_u64(st):  # type: ignore[no-untyped-def]
     """Next 64-bit output of xoshiro256++; ``st`` is a length-4 uint64 array, updated in place."""
-    result, st[0], st[1], st[2], st[3] = _step(st[0], st[1], st[2], st[3])
+    result, st[0], st[1], st[2], st[3] = xoshiro_step(st[0], st[1], st[2], st[3])
     return result
 
 
@@ -128,7 +128,7 @@ def normal(st):  # type: ignore[no-untyped-def]
 
 
 @njit
-def _step(s0, s1, s2, s3):  # type: ignore[no-untyped-def]
+def xoshiro_step(s0, s1, s2, s3):  # type: ignore[no-untyped-def]
     """xoshiro256++ on a state held in registers: (output, new state) — same as :func:`next_u64`."""
     result = _rotl(s0 + s3, 23) + s0
     t = s1 << np.uint64(17)
@@ -154,22 +154,22 @@ def fill_normals(st, out):  # type: ignore[no-untyped-def]
     s3 = st[3]
     for k in range(out.shape[0]):
         while True:
-            u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
             i = np.int64(u & np.uint64(255))
             x = float(u >> np.uint64(11)) * _TWO53 * ZIG_X[i]
             if x < ZIG_X[i + 1]:
                 break
             if i == 0:  # tail beyond r
                 while True:
-                    ua, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
-                    ub, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+                    ua, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
+                    ub, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
                     a = -math.log(1.0 - float(ua >> np.uint64(11)) * _TWO53) / ZIG_R
                     b = -math.log(1.0 - float(ub >> np.uint64(11)) * _TWO53)
                     if b + b > a * a:
                         break
                 x = ZIG_R + a
                 break
-            uw, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+            uw, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
             if ZIG_F[i] + float(uw >> np.uint64(11)) * _TWO53 * (ZIG_F[i + 1] - ZIG_F[i]) < math.exp(-0.5 * x * x):
                 break
         out[k] = -x if (u >> np.uint64(8)) & np.uint64(1) else x
@@ -188,7 +188,7 @@ def fill_uniforms(st, out):  # type: ignore[no-untyped-def]
     s2 = st[2]
     s3 = st[3]
     for k in range(out.shape[0]):
-        u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+        u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
         out[k] = float(u >> np.uint64(11)) * _TWO53
     st[0] = s0
     st[1] = s1
@@ -207,10 +207,10 @@ def fill_randbelow(st, n, out, count):  # type: ignore[no-untyped-def]
     mask = np.uint64(0xFFFFFFFF)
     thresh = ((mask - nn) + np.uint64(1)) % nn  # 2^32 mod n
     for k in range(count):
-        u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+        u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
         m = (u >> np.uint64(32)) * nn
         while (m & mask) < thresh:
-            u, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
+            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
             m = (u >> np.uint64(32)) * nn
         out[k] = np.int64(m >> np.uint64(32))
     st[0] = s0

@@ -43,8 +43,8 @@ import numpy as np
 import numba
 
 from ._jit import call_value_grad, component, component_inline, njit, njit_inline
-from .grads import add_prior, minibatch_value_gradient, prior_value
-from .kernels import BATCH_FNS, data_gradient, diverges, finish, record, sghmc_rule
+from .grads import PRIOR_NONE, add_prior, minibatch_value_gradient, prior_value
+from .kernels import BATCH_FNS, borrowed, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
 from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_update, noise_work_var,
                     position_map, precond_update, random_unit_vector, sgld_step, tuner_update)
@@ -62,7 +62,10 @@ def to_logp(beta, value, grad, prior_kind, prior, th):  # type: ignore[no-untype
     add_prior(prior_kind, prior, th, grad)
     for j in range(th.shape[0]):
         grad[j] *= -beta
-    return -beta * (value + prior_value(prior_kind, prior, th))
+    pv = 0.0  # prior_value's own 0.0 for no prior, without the call (three a step)
+    if prior_kind != PRIOR_NONE:
+        pv = prior_value(prior_kind, prior, th)
+    return -beta * (value + pv)
 
 
 @njit
@@ -158,13 +161,17 @@ def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-un
 
 
 # not inlined into the loop (unlike the SG(L)D rules): its body is large, and inlined it made every SMILE
-# specialisation of the loop compile ≈ 1.5× longer (cold) for ≤ 3 % of a step
+# specialisation of the loop compile ≈ 1.5× longer (cold) for ≤ 3 % of a step. Called, it works on views of its
+# arguments that own nothing (``kernels.borrowed``, as ``engine._chain``'s loop does): numba increments and
+# decrements the owner of every array of every record at each inlined helper, ≈ 230 calls of NRT_incref/decref a
+# step here (on null owners: no atomics, but the calls), which the views let LLVM delete
 @component
 def mclmc_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One MCLMC step of chain c on the batch ``w.idx[:nb]`` (the engine's rule signature, ``value_grad`` the name of
     a value-and-gradient oracle; module docstring)."""
     numba.literally(value_grad)
-    _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w)
+    _mclmc_step(value_grad, c, borrowed(th), borrowed(u), borrowed(st), nb, borrowed(ora), borrowed(mc),
+                borrowed(w))
     return 0
 
 
@@ -173,8 +180,11 @@ def mclmc_target_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: 
     """One MCLMC step on an analytic target: the step's noise drawn first, then the three gradients on it
     (:func:`sgtune.sampler.targets.target_value_grad`)."""
     numba.literally(value_grad)
+    st = borrowed(st)
+    ora = borrowed(ora)
+    w = borrowed(w)
     draw_step_noise(st, ora.noise_factor, w.wk, th.shape[0])
-    _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w)
+    _mclmc_step(value_grad, c, borrowed(th), borrowed(u), st, nb, ora, borrowed(mc), w)
     return 0
 
 
@@ -213,6 +223,7 @@ def general_phase(phase, state, t, burn_in, grads, values, ora, mc, rec):  # typ
             step_mid(c, th, state.mom[c], g, mc)
         else:
             step_end(c, th, state.mom[c], g, lp, mc)
+            # the step's tail as in engine._chain, written out there and in kernels.advance (why: engine._chain)
             if diverges(th):
                 diverged[c] = t
                 continue
