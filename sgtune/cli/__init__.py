@@ -13,7 +13,7 @@ line (a closed pipe into a quiet exit 1), and anything unexpected into one "inte
 (``SGTUNE_DEBUG=1`` re-raises it with its traceback).
 
 To add a command: create ``sgtune/cli/cmd_<name>.py`` defining a click command
-called ``cli`` and add one line to :data:`COMMANDS`.
+called ``cli`` and add one line to :data:`COMMANDS` and its help's first paragraph to :data:`SUMMARIES`.
 """
 from __future__ import annotations
 
