@@ -153,3 +153,25 @@ def test_bnn_benchmark_script_smoke():
                           "psmile,sgld"], cwd=ROOT, env=_env(), check=True, capture_output=True, text=True,
                          timeout=HANG_GUARD_S).stdout
     assert "| psmile" in out and "| sgld" in out and "| deep-ensemble start" in out and "test LPPD" in out
+
+
+@pytest.mark.parametrize("sampler", ["sgld", "psmile"])
+def test_the_trace_run_sampler_keeps_does_not_depend_on_the_batch_segments(sampler):
+    """run_sampler asks for 2 batch-means segments per chain (its summary of a D = 737 network is then cheap):
+    the chain, its trace and its tuned step sizes are the same, bit for bit, as with the default segments."""
+    from sgtune.core.config import Dynamics, RunSpec
+    from sgtune.sampler import run_chains
+    from sgtune.sampler.registry import options_for
+
+    X, y = _tiny()
+    model = make_mlp((4,), noise_variance=0.5)
+    init = np.stack([model.initial_params(X.shape[1], np.random.default_rng(s)) for s in (1, 2)])
+    out = [run_chains(model, (X, y), Dynamics(3e-3, 8, inv_temperature=float(X.shape[0])),
+                      RunSpec(300, n_chains=2, burn_in=150, thin=15, seed=4, batches_per_chain=b),
+                      options_for(sampler), prior_precision=10.0, initial=init) for b in (None, 2)]
+    assert out[0].n_batches > out[1].n_batches  # the segments did change
+    np.testing.assert_array_equal(out[0].trace, out[1].trace)
+    np.testing.assert_array_equal(out[0].diverged_at, out[1].diverged_at)
+    for key in ("step_size_final", "rejection_fraction", "energy_error_mean"):
+        a, b = getattr(out[0], key, None), getattr(out[1], key, None)
+        assert (a is None) == (b is None) and (a is None or np.array_equal(a, b, equal_nan=True)), key

@@ -13,7 +13,7 @@ line (a closed pipe into a quiet exit 1), and anything unexpected into one "inte
 (``SGTUNE_DEBUG=1`` re-raises it with its traceback).
 
 To add a command: create ``sgtune/cli/cmd_<name>.py`` defining a click command
-called ``cli`` and add one line to :data:`COMMANDS`.
+called ``cli`` and add one line to :data:`COMMANDS` and its help's first paragraph to :data:`SUMMARIES`.
 """
 from __future__ import annotations
 
@@ -45,11 +45,45 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: command name -> the first paragraph of its help (what ``sgtune --help`` lists, shortened by click as for any
+#: command), so the group's help imports no command module (each pulls in scipy, numba or sympy: seconds per
+#: process). tests/cli/test_lazy_help.py checks each against the command's own help text.
+SUMMARIES: dict[str, str] = {
+    "fluctuation": "Fluctuation constant σ² of SG non-reversible Langevin vs its reversible baseline.",
+    "minibatch-error": "Exact E‖M_SGLD‖²_F, E‖M_SGLRW‖²_F and E[M] over the minibatch draw at θ.",
+    "noise-anisotropy": "Covariance V of the minibatch estimate of ∇log p(θ|D) and its anisotropy.",
+    "lambda": "Tune Λ so the stationary covariance of SG(L)D equals the target (Algorithm 1 of Wang, Ding & "
+              "Huggins (2026)).",
+    "calibrate": "Algorithm 1: fit θ̂ (on --subsample M rows), tune Λ, run SG(L)D on all rows, report the errors.",
+    "ksd": "Kernel Stein discrepancy of the rows of --samples against p(θ|𝒟) ∝ exp(−N·L(θ)).",
+    "covariance": "Exact stationary covariance, spectral radius and mixing time of SG(L)D with Λ (Wang, Ding & "
+                  "Huggins (2026) eqs. 11–12).",
+    "derive": "Print the sympy closed form NAME (JSON keys: expression, latex, expressions).",
+    "run": "Run C chains of SG(L)D from the MAP θ̂ with the numba kernels; report pooled moments.",
+    "verify": "Check a stationary-covariance prediction against the chains it is about; exit 3 if rejected.",
+    "reshuffle": "Exact asymptotic variance error of ULA, SGLD-RM and SGLD-RR (Shaw & Whalley (2025), section 4).",
+    "plan": "Plan the cheapest run that estimates the target covariance within a tolerance.",
+}
+
+
 class LazyGroup(click.Group):
-    """A click group that imports a command's module only when it is used."""
+    """A click group that imports a command's module only when it is used (its own ``--help`` lists the
+    commands from :data:`SUMMARIES`, imports none)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's command list (same rows, same shortening), from :data:`SUMMARIES` instead of the modules."""
+        from click.utils import make_default_short_help
+
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, make_default_short_help(SUMMARIES[name], limit).strip()) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMANDS.get(cmd_name)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special  # not scipy.stats: its import costs ~1 s per sgtune process
 
 from ..core._validation import as_float_array, check_int, check_positive
 from ..core.errors import ShapeError, SgtuneError
@@ -247,7 +247,8 @@ def bonferroni_threshold(alpha: float, n_tests: int, dof: float = math.inf) -> f
     if not tail > 0:
         raise SgtuneError(f"alpha must be at least {2 * k * 5e-324:.3g} (α/(2k) with k = {k} tests underflows to 0), "
                           f"got {alpha}")
-    return float(stats.norm.isf(tail) if math.isinf(dof) else stats.t.isf(tail, dof))
+    # scipy.stats' norm.isf and t.isf evaluate exactly these (tests/test_lazy_imports.py)
+    return float(-special.ndtri(tail) if math.isinf(dof) else -special.stdtrit(dof, tail))
 
 
 @dataclass(frozen=True)

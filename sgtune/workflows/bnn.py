@@ -376,7 +376,11 @@ def run_sampler(sampler: str, step: float, X: np.ndarray, y: np.ndarray, X_eval:
     n = X.shape[0]
     t0 = time.process_time()
     res = run_chains(model, (X, y), Dynamics(float(step), setup.batch_size, inv_temperature=float(n)),
-                     RunSpec(steps, n_chains=init.shape[0], burn_in=burn, thin=thin, seed=seed),
+                     # 2 segments per chain: only the trace is used here, and the batch-means summary of a
+                     # D = 737 network costs O(C·S·D²) (the default ⌈32/C⌉ segments: seconds per run); the
+                     # chain and its trace do not depend on S (tests/test_bnn.py checks it)
+                     RunSpec(steps, n_chains=init.shape[0], burn_in=burn, thin=thin, seed=seed,
+                             batches_per_chain=min(2, steps - burn)),
                      options_for(sampler, **dict(sampler_options or {})), prior_precision=setup.prior_precision,
                      initial=init)
     cpu = time.process_time() - t0

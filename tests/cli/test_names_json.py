@@ -39,7 +39,9 @@ COMMANDS = {
     "run": ["run", *B, "--step-size", "0.05", "--steps", "2000", "--chains", "2"],
     "verify": ["verify", *B, "--step-size", "0.05", "--steps", "4000", "--chains", "4"],
     "calibrate": ["calibrate", *B, "--steps", "2000", "--chains", "2"],
-    "plan": ["plan", "--tolerance", "0.2", "--batch-sizes", "32", "--families", "dense"],
+    # --no-timing: the names do not pass through the 14 short timing runs (seconds; tests/cli/test_cmd_plan.py
+    # times candidates)
+    "plan": ["plan", "--tolerance", "0.2", "--batch-sizes", "32", "--families", "dense", "--no-timing"],
     "minibatch-error": ["minibatch-error", *B],
     "noise-anisotropy": ["noise-anisotropy", *B],
 }
