@@ -175,8 +175,9 @@ sampler_options = compose(
                       "per dimension Var[ΔE]/d = 5e-5, a stable fixed point) or paper (the SMILE paper's eq. (7) "
                       "as printed; its log ε drifts down by ≈ 7e-4 per step). Ignored by the other samplers."),
     click.option("--guardrail-floor", "guardrail_floor", default="0", show_default=True, metavar="K",
-                 help="smile/psmile with --tuner anchored: the guardrail (eq. (6): reject a step whose |ΔE| exceeds "
-                      "the 0.98 quantile of the Gamma fitted to the chain's own |ΔE|) rejects only if |ΔE| also "
+                 help="smile/psmile with --tuner anchored: the guardrail (eq. (6): reject a step whose energy error "
+                      "abs(ΔE) exceeds the 0.98 quantile of the Gamma fitted to the chain's own abs(ΔE)) rejects "
+                      "only if abs(ΔE) also "
                       "exceeds k·sqrt(D·5e-5), k = this number ≥ 0; 0 is eq. (6) as printed, inf switches the "
                       "guardrail off (a non-finite ΔE is still rejected). Ignored by the other samplers."),
 )
