@@ -35,6 +35,8 @@ from sgtune.sampler.registry import SmileOptions
 from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
+from smile_tuners import print_rows  # this directory: the one table printer of the SMILE benchmarks
+
 RESULTS = Path(__file__).parent / "results"
 GLMS = ("logistic", "poisson", "hetero-linear")
 
@@ -165,12 +167,6 @@ def tables(out: dict) -> dict:
         t["glm"] = {"command": cmd, "measured": f"batch 32, ε₀ = 0.05, 4 chains × {out['steps']:g} steps (burn-in "
                     "a tenth); 2-core VM shared with other jobs", **glm_table(out["glm"])}
     return t
-
-
-def print_rows(table: dict) -> None:
-    widths = [max(len(str(c)) for c in col) + 2 for col in zip(table["columns"], *table["rows"])]
-    for row in [table["columns"], *table["rows"]]:
-        print("".join(f"{str(c):>{w}}" for c, w in zip(row, widths)))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -36,6 +36,8 @@ from sgtune.sampler.registry import SmileOptions
 from sgtune.sampler.smile_ensemble import run_smile_ensemble
 from sgtune.sampler.targets import make_target
 
+from smile_tuners import print_rows  # this directory: the one table printer of the SMILE benchmarks
+
 RESULTS = Path(__file__).parent / "results"
 GLMS = ("logistic", "poisson", "hetero-linear")
 
@@ -178,12 +180,6 @@ def tables(out: dict) -> dict:
                     "tenth); 2-core VM shared with other jobs", "columns": cols,
                     "align": ["---", "---"] + ["--:"] * (len(cols) - 2), "rows": body}
     return t
-
-
-def print_rows(table: dict) -> None:
-    widths = [max(len(str(c)) for c in col) + 2 for col in zip(table["columns"], *table["rows"])]
-    for row in [table["columns"], *table["rows"]]:
-        print("".join(f"{str(c):>{w}}" for c, w in zip(row, widths)))
 
 
 def main(argv: list[str] | None = None) -> dict:

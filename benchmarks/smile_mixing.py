@@ -24,6 +24,8 @@ import numpy as np
 from sgtune.core.config import Dynamics, RunSpec
 from sgtune.sampler.registry import SmileOptions
 
+from smile_tuners import print_rows  # this directory: the one table printer of the SMILE benchmarks
+
 
 def problem(name: str) -> tuple:
     """(model, data, prior precision, expansion at θ̂) of a problem: hetero-linear, or the 5-3-1 network."""
@@ -140,9 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     out["tables"] = tables(out)
     t = out["tables"]["mixing"]
     print(f"\n{t['measured']}")
-    widths = [max(len(str(c)) for c in col) + 2 for col in zip(t["columns"], *t["rows"])]
-    for row in [t["columns"], *t["rows"]]:
-        print("".join(f"{str(c):>{w}}" for c, w in zip(row, widths)))
+    print_rows(t)
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1, default=float))
     return out
