@@ -48,9 +48,13 @@ def _label(v: float | tuple[float, float]) -> str:
     return f"{v:.0e}"
 
 
+#: ``SmileOptions.refresh_length`` of the anchored runs (``--refresh``; None: the library's default)
+REFRESH: list = [None]
+
+
 def _options(pre: bool, v: float | tuple[float, float]) -> SmileOptions:
     vs, w = (v[0], v[1]) if isinstance(v, (tuple, list)) else (v, 0.0)
-    return SmileOptions(preconditioned=pre, energy_var_target=vs, noise_weight=w)
+    return SmileOptions(preconditioned=pre, energy_var_target=vs, noise_weight=w, refresh_length=REFRESH[0])
 
 
 def table_part(steps: int, chains: int, targets: list[float]) -> list[dict]:
@@ -174,11 +178,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=100_000, help="steps per chain")
     ap.add_argument("--targets", default="5e-4,5e-5,5e-6", help="comma-separated energy_var_target values")
     ap.add_argument("--noise-weights", default="0", help="comma-separated noise_weight values (0: the noise cap off)")
+    ap.add_argument("--refresh", default=None, help="refresh_length of the anchored runs (auto, off or a length; "
+                    "default: the library's, auto)")
     ap.add_argument("--skip-table", action="store_true")
     ap.add_argument("--skip-glm", action="store_true")
     ap.add_argument("--out", default=None, help="write the rows and the docs tables as JSON")
     ap.add_argument("--from-json", default=None, help="re-render the tables of a file written by --out")
     args = ap.parse_args(argv)
+    REFRESH[0] = args.refresh
     if args.from_json:
         out = json.loads(Path(args.from_json).read_text())
     else:
@@ -188,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
         glm = [] if args.skip_glm else glm_part(args.steps, targets)
         t1 = time.perf_counter()
         table = [] if args.skip_table else table_part(args.steps, 10, targets)
-        out = {"steps": args.steps, "targets": targets, "glm": glm, "table": table,
+        out = {"steps": args.steps, "targets": targets, "refresh": args.refresh or "auto", "glm": glm, "table": table,
                "seconds": {"glm": t1 - t0, "table": time.perf_counter() - t1}}
     out["tables"] = tables(out)
     for name, t in out["tables"].items():

@@ -165,21 +165,22 @@ def _cli(args: list[str]) -> tuple[int, str, float]:
     return p.returncode, p.stderr, time.perf_counter() - t0
 
 
-def run_glm(name, X, y, model, extra, workdir: Path, steps: int, chains: int) -> list[dict]:
+def run_glm(name, X, y, model, extra, workdir: Path, steps: int, chains: int, *, batches=BATCHES, starts=STARTS,
+            samplers=("smile", "psmile"), cli_args=()) -> list[dict]:
     data = workdir / f"{name}.npz"
     np.savez(data, X=X, y=y)
     n = X.shape[0]
     rows = []
     thin = max(steps // 400, 1)
-    for sampler in ("smile", "psmile"):
-        for b in BATCHES:
+    for sampler in samplers:
+        for b in batches:
             if b > n // 2:
                 continue
-            for eps0 in STARTS:
+            for eps0 in starts:
                 js, npz = workdir / "r.json", workdir / "r.npz"
                 args = ["run", str(data), "--model", model, *extra, "--sampler", sampler, "--batch-size", str(b),
                         "--step-size", str(eps0), "--steps", str(steps), "--chains", str(chains), "--seed", "1",
-                        "--thin", str(thin), "-q", "--json", str(js), "-o", str(npz), "--overwrite"]
+                        "--thin", str(thin), "-q", "--json", str(js), "-o", str(npz), "--overwrite", *cli_args]
                 rc, err, wall = _cli(args)
                 row = {"problem": name, "model": model, "n": int(n), "d": int(X.shape[1]), "sampler": sampler,
                        "batch": b, "eps0": eps0, "exit": rc, "wall_seconds": round(wall, 2)}
@@ -400,6 +401,10 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(RESULTS / "smile_sweep.json"))
     ap.add_argument("--from-json", default=None)
     ap.add_argument("--full", action="store_true", help="with --from-json: one row per batch size")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)), help="GLM batch sizes, comma-separated")
+    ap.add_argument("--starts", default=",".join(map(str, STARTS)), help="initial step sizes, comma-separated")
+    ap.add_argument("--samplers", default="smile,psmile")
+    ap.add_argument("--cli-args", default="", help="more options for every GLM run (e.g. '--refresh-length off')")
     a = ap.parse_args(argv)
     if a.from_json:
         doc = json.loads(Path(a.from_json).read_text())
@@ -415,7 +420,10 @@ def main(argv=None) -> None:
             for name, (X, y, model, extra) in probs.items():
                 if only and name not in only:
                     continue
-                rs = run_glm(name, X, y, model, extra, Path(tmp), a.steps, a.chains)
+                rs = run_glm(name, X, y, model, extra, Path(tmp), a.steps, a.chains,
+                             batches=[int(b) for b in a.batches.split(",")],
+                             starts=[float(e) for e in a.starts.split(",")], samplers=a.samplers.split(","),
+                             cli_args=a.cli_args.split())
                 ok = [r for r in rs if "cov" in r]
                 ref = reference_for(name, X, y, model, extra, ok[0]) if ok else None
                 if ref is not None:
@@ -433,7 +441,7 @@ def main(argv=None) -> None:
         rows += run_gauss(a.steps, a.gauss_chains)
     summary = classify(rows)
     print(condensed(rows, summary))
-    doc = {"steps": a.steps, "chains": a.chains, "gauss_chains": a.gauss_chains, "starts": list(STARTS),
+    doc = {"steps": a.steps, "chains": a.chains, "batches": a.batches, "samplers": a.samplers, "cli_args": a.cli_args, "gauss_chains": a.gauss_chains, "starts": list(STARTS),
            "seconds": time.perf_counter() - t0, "runs": rows, "references": refs, "summary": summary}
     Path(a.out).write_text(json.dumps(doc, indent=1))
 

@@ -180,11 +180,22 @@ sampler_options = compose(
                       "only if abs(ΔE) also "
                       "exceeds k·sqrt(D·5e-5), k = this number ≥ 0; 0 is eq. (6) as printed, inf switches the "
                       "guardrail off (a non-finite ΔE is still rejected). Ignored by the other samplers."),
+    click.option("--refresh-length", "refresh_length", default=None, metavar="auto|off|L",
+                 help="The SMILE samplers' partial velocity refresh (MCLMC's noise η dW): after each step "
+                      "u ← (c·u + sqrt(1 − c²)·z/sqrt(D))/norm, c = exp(−ε/L). auto: L = sqrt(Σ Var θ'ᵢ) of the "
+                      "chain's own path (default of smile/psmile); off: none, the SMILE paper's samplers (default "
+                      "of smile-naive/psmile-naive), whose chains stay off the posterior on most GLMs; or a "
+                      "length L > 0. Ignored by the other samplers."),
+    click.option("--noise-weight", "noise_weight", default="0", show_default=True, metavar="W",
+                 help="smile/psmile with --tuner anchored: also hold the anisotropic minibatch noise's work per step "
+                      "and dimension, estimated from successive gradients at one point, at 5e-5/W (0: off). The "
+                      "energy error cannot see the bias that noise causes; W > 0 lowers ε where it is large. "
+                      "Ignored by the other samplers."),
 )
 
 
 def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
-    """The options object of ``sampler`` from --friction, --tuner and --guardrail-floor."""
+    """The options object of ``sampler`` from --friction, --tuner, --guardrail-floor and --refresh-length."""
     try:
         floor = float(str(kw.get("guardrail_floor") or "0"))
     except ValueError:
@@ -192,8 +203,23 @@ def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
     if not floor >= 0.0:  # negative, nan or not a number
         raise SgtuneError(f"--guardrail-floor must be a number >= 0 (0: the SMILE paper's guardrail, inf: off), "
                           f"got {kw.get('guardrail_floor')}")
+    refresh = kw.get("refresh_length")
+    if refresh is not None and str(refresh).strip().lower() not in ("auto", "off"):
+        try:
+            length = float(refresh)
+        except ValueError:
+            length = math.nan
+        if not (math.isfinite(length) and length > 0.0):
+            raise SgtuneError(f"--refresh-length must be auto, off or a length > 0, got {refresh}; auto (the "
+                              "default of smile/psmile) takes it from the chain's own path")
+    try:
+        weight = float(str(kw.get("noise_weight") or "0"))
+    except ValueError:
+        weight = math.nan
+    if not (math.isfinite(weight) and weight >= 0.0):
+        raise SgtuneError(f"--noise-weight must be a finite number >= 0 (0: off), got {kw.get('noise_weight')}")
     return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"),
-                       guardrail_floor=floor)
+                       guardrail_floor=floor, refresh_length=refresh, noise_weight=weight)
 
 
 def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
@@ -224,6 +250,10 @@ def smile_json(res: ChainResult) -> dict[str, Any]:
         out["tuner"] = res.settings.get("tuner", "anchored")
         floor = float(res.settings.get("guardrail_floor", 0.0))
         out["guardrail_floor"] = "inf" if math.isinf(floor) else floor
+    if str(res.settings.get("sampler", "")).endswith(("smile", "smile-naive")):
+        out["refresh_length"] = res.settings.get("refresh_length")
+    if res.settings.get("sampler") in ("smile", "psmile"):
+        out["noise_weight"] = float(res.settings.get("noise_weight", 0.0))
     return out
 
 
@@ -340,7 +370,8 @@ def cli(**kw: Any) -> None:
     --lambda LAM.npy with a JSON sidecar LAM.json from `sgtune lambda --refine` with its target
     by default; keys against, against_source, against_tolerance), batch_length (batches too short for the chains'
     autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
-    SMILE runs add tuner, guardrail_floor (smile/psmile) and (one entry per chain) step_size_final,
+    SMILE runs add tuner, guardrail_floor, noise_weight (smile/psmile), refresh_length (every SMILE sampler) and
+    (one entry per chain) step_size_final,
     rejection_fraction, energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
     psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.
     -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at

@@ -398,10 +398,11 @@ def _prediction_disagreement(prediction_check: dict[str, Any] | None) -> list[st
             f"{prediction_check['threshold']:.3g}, relative error "
             f"{prediction_check.get('relative_frobenius_error', float('nan')):.2g}); "
             + {"posterior": "the sampler is biased or has not mixed (SMILE: the minibatch noise biases the chain "
-                            "where it is anisotropic, which the anchored tuner's energy error cannot see and a larger "
-                            "batch does not remove; psmile removes its diagonal part, e.g. of ill-scaled features; "
-                            "else use sgld with a step-size matrix from `sgtune lambda`, whose stationary covariance "
-                            "sgtune predicts)",
+                            "where it is anisotropic, more at a larger step, which the anchored tuner's energy error "
+                            "cannot see; try more steps at a smaller fixed step with the velocity refresh on "
+                            "(--sampler smile-naive --refresh-length auto), psmile for ill-scaled features, or sgld "
+                            "with a step-size matrix from `sgtune lambda`, whose stationary covariance sgtune "
+                            "predicts)",
                "target": "this Λ's chain does not reach the target here (refine it again, or compare "
                          "with `against='prediction'`)",
                "matrix": "check that the covariance given is the one this chain should have"}.get(

@@ -179,6 +179,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
     anchored = float(params.mode) != 0.0
     v_star, gain, clip = float(params.anchor), float(params.gain), float(params.clip)
     weight = float(getattr(params, "noise_weight", 0.0))
+    refresh, length0 = float(getattr(params, "refresh", 0.0)), float(getattr(params, "refresh_length", 0.0))
     nz = carry["nz"]
     d = st.theta.shape[1]
     floor = float(params.floor) * math.sqrt(d * v_star) if anchored else 0.0  # the guardrail's floor k √(d v*)
@@ -190,6 +191,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
         w = noise_chol @ gen.normals(d)
         h = float(step[c])
         if mclmc:
+            rejections = stats[c, 0]
             lp0, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
             if precond:
                 gm, gv, pn = ema_update(gm, gv, pn, g, alpha)
@@ -257,6 +259,8 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                     u = np.zeros(d)
                 step[c] = h * factor
             cum = _add_energy_error(stats, c, de, cum)
+            if refresh != 0.0:
+                u = _refresh_twin(refresh, length0, carry, th, u, ip, h, stats[c, 0] != rejections, gen)
         else:
             th, u = _langevin_step(method, (target_id, prec, q, spatial_sd, w), th, u, h, friction, gen)
         if not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
@@ -265,6 +269,25 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
         _record_draw(rec, c, t + 1, th, float(step[c]), cum)
     st.theta[c], st.mom[c], mc.ipre[c], st.rng[c] = th, u, ip, gen.state()
     carry.update(gm=gm, gv=gv, pn=pn, em=em, ev=ev, en=en, cum=cum)
+
+
+def _refresh_twin(mode, length, carry, th, u, ip, h, rejected, gen):  # type: ignore[no-untyped-def]
+    """The partial refresh after a step (``sgtune.sampler.smile_chain.refresh``): the path's running mean and sum of
+    squared deviations (``carry``), L fixed or √(Σ Var θ'ᵢ) from the 100th position on, and
+    u ← (c₁u + √(1 − c₁²) z/√d)/‖·‖, c₁ = e^{−h/L}, unless the step was rejected."""
+    if mode == 2.0:
+        n = carry.get("pn_path", 0) + 1
+        mean, m2 = carry.get("path_mean", np.zeros_like(th)), carry.get("path_m2", np.zeros_like(th))
+        dev = th - mean
+        mean = mean + dev / n
+        m2 = m2 + dev * (th - mean)
+        carry.update(pn_path=n, path_mean=mean, path_m2=m2)
+        length = math.sqrt(float(np.sum(m2 * (1.0 / ip) ** 2)) / n) if n >= 100 else 0.0
+    if rejected or not length > 0.0:
+        return u
+    c1 = math.exp(-h / length)
+    v = c1 * u + math.sqrt(max(1.0 - c1 * c1, 0.0)) * gen.normals(len(u)) / math.sqrt(len(u))
+    return v / np.linalg.norm(v)
 
 
 def _langevin_step(method, target, th, u, h, friction, gen):  # type: ignore[no-untyped-def]

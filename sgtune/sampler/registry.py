@@ -60,7 +60,8 @@ from ..core._validation import check_positive
 from ..core.errors import SgtuneError
 from . import kernels, smile_chain
 from .smile import check_tuner_settings
-from .state import LAM_DENSE, LAM_DIAG, TUNER_ANCHORED, TUNER_PAPER, TunerParams
+from .state import (LAM_DENSE, LAM_DIAG, REFRESH_AUTO, REFRESH_FIXED, REFRESH_OFF, TUNER_ANCHORED, TUNER_PAPER,
+                    TunerParams)
 
 #: the step-size rules of the tuned SMILE samplers (``SmileOptions.tuner``, ``--tuner``); the first is the default
 TUNERS: tuple[str, ...] = ("anchored", "paper")
@@ -70,6 +71,22 @@ ANCHOR_CLIP = 10.0
 __all__ = ["SamplerSpec", "SAMPLERS", "SAMPLER_NAMES", "SGLDOptions", "SGLRWOptions", "ClippedSGLDOptions",
            "SGHMCOptions", "SmileOptions", "sampler_spec", "options_for", "default_inv_temperature",
            "POSTERIOR_SAMPLERS", "TUNERS"]
+
+
+def _refresh_length(value: Any, tuned: bool) -> str | float:
+    """``SmileOptions.refresh_length`` validated: "auto", "off" or a positive finite float (None: the default)."""
+    if value is None:
+        return "auto" if tuned else "off"
+    if isinstance(value, str) and value.strip().lower() in ("auto", "off"):
+        return value.strip().lower()
+    try:
+        length = float(value)
+    except (TypeError, ValueError):
+        length = math.nan
+    if not (math.isfinite(length) and length > 0.0):
+        raise SgtuneError(f"refresh_length must be 'auto', 'off' or a length > 0, got {value!r}; 'auto' (the "
+                          "default of smile/psmile) takes it from the chain's own path")
+    return length
 
 
 def _tuner_params(**settings: Any) -> TunerParams:
@@ -228,6 +245,14 @@ class SmileOptions:
         0 (the default) is the guardrail as printed, ``math.inf`` switches it off (a non-finite ΔE is still
         rejected). Measured across the SMILE paper's Table 1: neither k = 3 nor off is no worse than the default on
         every cell; off is far better where the noise varies across the space (``benchmarks/smile_guardrail.py``).
+    refresh_length : {"auto", "off"} or float, optional
+        The velocity's partial refresh after each step (:func:`sgtune.sampler.smile.partial_refresh`, MCLMC's
+        noise η dW): a decoherence length L > 0, ``"auto"`` (L = √(Σᵢ Var θ'ᵢ) of the chain's own path so far, in
+        the sampler's metric, from its 100th step on: :func:`sgtune.sampler.smile.path_length`) or ``"off"`` (the
+        SMILE paper's samplers, where only the minibatch noise randomises the velocity). Default: ``"auto"`` for
+        the tuned samplers ``smile``/``psmile``, ``"off"`` for the ``-naive`` ones (the paper's eq. (3) as printed).
+        Without it the chains of the tuned samplers stay off their posterior on most GLMs, whatever the step
+        size (``benchmarks/smile_refresh.py``).
 
     Raises
     ------
@@ -257,6 +282,7 @@ class SmileOptions:
     anchor_rate: float = 0.02
     noise_weight: float = 0.0
     guardrail_floor: float = 0.0
+    refresh_length: Any = None
 
     def __post_init__(self) -> None:
         ts, ps = check_tuner_settings(self.ema_rate, self.precond_rate, self.guardrail, self.adapt_a,
@@ -282,6 +308,7 @@ class SmileOptions:
             raise SgtuneError(f"guardrail_floor must be a number >= 0 (inf: no guardrail), got {self.guardrail_floor!r}; "
                               "0 (the default) is the guardrail as printed")
         object.__setattr__(self, "guardrail_floor", fl)
+        object.__setattr__(self, "refresh_length", _refresh_length(self.refresh_length, self.tuned))
 
     @property
     def sampler(self) -> str:  # type: ignore[override]
@@ -300,7 +327,9 @@ class SmileOptions:
                              pre_start=self.precond_start, inv_temp=inv_temperature, precond=self.preconditioned,
                              tuned=self.tuned, mode=TUNER_PAPER if self.tuner == "paper" else TUNER_ANCHORED,
                              anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP,
-                             noise_weight=self.noise_weight, floor=self.guardrail_floor)
+                             noise_weight=self.noise_weight, floor=self.guardrail_floor,
+                             refresh={"auto": REFRESH_AUTO, "off": REFRESH_OFF}.get(str(self.refresh_length), REFRESH_FIXED),
+                             refresh_length=self.refresh_length if isinstance(self.refresh_length, float) else 0.0)
 
 
 @dataclass(frozen=True)

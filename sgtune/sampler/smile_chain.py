@@ -47,8 +47,9 @@ from .grads import PRIOR_NONE, add_prior, minibatch_value_gradient, prior_value
 from .kernels import BATCH_FNS, borrowed, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
 from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_update, noise_work_var,
-                    position_map, precond_update, random_unit_vector, sgld_step, tuner_update)
-from .state import (LAM_DIAG, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS, ChainPlan, Schedule, TunerParams,
+                    partial_refresh, path_length, path_update, position_map, precond_update, random_unit_vector,
+                    sgld_step, tuner_update)
+from .state import (LAM_DIAG, REFRESH_AUTO, REFRESH_OFF, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS, ChainPlan, Schedule, TunerParams,
                     chain_state, mclmc_state, oracle, recorder, step_params)
 from .targets import draw_step_noise, target_grad, target_value_grad
 
@@ -144,6 +145,23 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
+def refresh(c, th, u, st, z, mc, h, rejected):  # type: ignore[no-untyped-def]
+    """After the step (and the tuner): the path's statistics, and the velocity's partial refresh of decoherence
+    length L (fixed, or :func:`~sgtune.sampler.smile.path_length` of the path so far) for the step of size ``h`` just
+    taken; none after a rejected step, whose velocity restarts from rest (:func:`~sgtune.sampler.smile.partial_refresh`,
+    normals from stream ``st`` into ``z``)."""
+    params = mc.params
+    length = params.refresh_length
+    if params.refresh == REFRESH_AUTO:
+        mc.path_n[c] = path_update(mc.path_n[c], mc.path_mean[c], mc.path_m2[c], th)
+        length = path_length(mc.path_n[c], mc.path_m2[c], mc.ipre[c])
+    if rejected or not length > 0.0:
+        return
+    fill_normals(st, z)
+    partial_refresh(u, z, h, length)
+
+
+@njit_inline
 def _eval(value_grad, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
     value = call_value_grad(value_grad, th, ora, w.idx, nb, st, w.wk, w.grad, want)
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
@@ -157,7 +175,11 @@ def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-un
     _eval(value_grad, th, ora, st, nb, w, False, beta)
     step_mid(c, th, u, w.grad, mc)
     lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
+    h = mc.step[c]
+    rejected = mc.stats[c, STAT_REJECTIONS]
     step_end(c, th, u, w.grad, lp, mc)
+    if mc.params.refresh != REFRESH_OFF:
+        refresh(c, th, u, st, w.xi, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
 
 
 # not inlined into the loop (unlike the SG(L)D rules): its body is large, and inlined it made every SMILE
@@ -222,7 +244,11 @@ def general_phase(phase, state, t, burn_in, grads, values, ora, mc, rec):  # typ
         elif phase == 1:
             step_mid(c, th, state.mom[c], g, mc)
         else:
+            h = mc.step[c]
+            rejected = mc.stats[c, STAT_REJECTIONS]
             step_end(c, th, state.mom[c], g, lp, mc)
+            if mc.params.refresh != REFRESH_OFF:
+                refresh(c, th, state.mom[c], state.rng[c], buf, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
             # the step's tail as in engine._chain, written out there and in kernels.advance (why: engine._chain)
             if diverges(th):
                 diverged[c] = t

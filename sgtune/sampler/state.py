@@ -48,7 +48,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["ChainPlan", "ChainState", "Oracle", "Schedule", "StepParams", "MclmcState", "TunerParams", "Recorder", "Work",
-           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "LAM_DIAG", "LAM_DENSE", "mclmc_state",
+           "chain_state", "oracle", "step_params", "recorder", "DIVERGENCE_BOUND", "COV_BLOCK", "TUNER_PAPER", "TUNER_ANCHORED", "REFRESH_OFF", "REFRESH_FIXED", "REFRESH_AUTO", "LAM_DIAG", "LAM_DENSE", "mclmc_state",
            "STAT_REJECTIONS", "STAT_DE_SUM", "STAT_ABS_DE_SUM", "STAT_DE_SQ_SUM"]
 
 #: a chain whose ‖θ‖₁ reaches this (or is not finite) has diverged and stops
@@ -69,17 +69,26 @@ TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
 #: normal quantiles zk, zlo, zhi and step change δ, the first tuned and preconditioned steps, β of the target,
 #: whether the preconditioner and the tuner run (0/1), SGHMC's friction, the step-size rule ``mode``
 #: (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`), the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max,
-#: the weight of the anisotropic noise's work (0: off) and the guardrail's floor k (0: off)
-#: (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`)
+#: the weight of the anisotropic noise's work (0: off), the guardrail's floor k (0: off), and the velocity's
+#: partial refresh: ``refresh`` one of :data:`REFRESH_OFF`, :data:`REFRESH_FIXED` (decoherence length
+#: ``refresh_length``) or :data:`REFRESH_AUTO` (the length from the chain's own path)
+#: (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`,
+#: :func:`sgtune.sampler.smile.partial_refresh`)
 TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
-                                        "friction mode anchor gain clip noise_weight floor",
+                                        "friction mode anchor gain clip noise_weight floor refresh refresh_length",
                          defaults=(0.01, 0.01, 0.0, 0.0, 0.0, 0.02, 10.0, 100.0, 1.0, 0.0, 0.0, 1.0, TUNER_PAPER,
-                                   5e-5, 0.02, 10.0, 0.0, 0.0))
+                                   5e-5, 0.02, 10.0, 0.0, 0.0, 0.0, 0.0))
+#: ``TunerParams.refresh``: no partial refresh (the SMILE paper's samplers), a fixed decoherence length, or the
+#: length √(Σᵢ Var θ'ᵢ) of the chain's own path so far in the sampler's metric (MCLMC's choice)
+REFRESH_OFF, REFRESH_FIXED, REFRESH_AUTO = 0.0, 1.0, 2.0
 #: the columns of ``MclmcState.stats`` (C, 4), the energy-error statistics of the SMILE samplers: rejections
 #: (guardrail or divergence), Σ ΔE, Σ |ΔE|, Σ ΔE² over the steps so far (finite ΔE only)
 STAT_REJECTIONS, STAT_DE_SUM, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM = 0, 1, 2, 3
 #: the SMILE samplers' per-chain state (module docstring) and their settings ``params`` (a :class:`TunerParams`)
-MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev step_dk step_logp params")
+#: ``path_n``, ``path_mean``, ``path_m2``: the count, mean and sum of squared deviations (Welford) of the chain's
+#: positions after each step, from which the automatic refresh length comes ((C, 0) without it)
+MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev step_dk step_logp params path_n "
+                                      "path_mean path_m2")
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "
                                   "obs obs_sum step_trace pos_centre energy_trace theta_sum theta_sq_sum")
 #: per-chain scratch of one call of the engine (allocated once per call, never in the step loop)
@@ -94,10 +103,11 @@ def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerPar
     # the step's start, and with the noise cap the last end gradient and the last two noise draws
     hist = 4 * dim if params.noise_weight > 0.0 else dim
     C = int(n_chains)
+    walk = dim if params.refresh == REFRESH_AUTO else 0
     return MclmcState(step=np.full(C, float(step)), tune=np.zeros((C, 10)), ipre=np.ones((C, dim)),
                       gbar=np.zeros((C, dim)), gvar=np.zeros((C, dim)), pcount=np.zeros(C, dtype=np.int64),
                       stats=np.zeros((C, 4)), prev=np.zeros((C, hist)), step_dk=np.zeros(C), step_logp=np.zeros(C),
-                      params=params)
+                      params=params, path_n=np.zeros(C), path_mean=np.zeros((C, walk)), path_m2=np.zeros((C, walk)))
 
 
 def _matrix(a: np.ndarray | None) -> np.ndarray:
