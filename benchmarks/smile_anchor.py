@@ -163,6 +163,10 @@ def tables(out: dict) -> dict:
     cmd = f"python benchmarks/smile_anchor.py --steps {out['steps']} --targets {','.join(_label(v) for v in vs)}"
     if ws != [0.0]:
         cmd += f" --noise-weights {','.join(f'{w:g}' for w in ws)}"
+    # (results recorded before --refresh existed have no "refresh" key: they ran without the refresh, and their
+    # command is kept as it was then)
+    if out.get("refresh") not in (None, "auto"):
+        cmd += f" --refresh {out['refresh']}"
     t = {}
     if out["table"]:
         t["table1"] = {"command": cmd, "measured": f"10 chains × {out['steps']:g} steps from ε₀ = best step / 10; "

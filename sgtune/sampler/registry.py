@@ -252,7 +252,7 @@ class SmileOptions:
         SMILE paper's samplers, where only the minibatch noise randomises the velocity). Default: ``"auto"`` for
         the tuned samplers ``smile``/``psmile``, ``"off"`` for the ``-naive`` ones (the paper's eq. (3) as printed).
         Without it the chains of the tuned samplers stay off their posterior on most GLMs, whatever the step
-        size (``benchmarks/smile_refresh.py``).
+        size (``benchmarks/smile_sweep.py``, docs/benchmarks.md "The velocity refresh").
 
     Raises
     ------

@@ -520,7 +520,7 @@ def partial_refresh(u, z, eps, length):  # type: ignore[no-untyped-def]
     the uniform law of u on the sphere, and so MCLMC's stationary law, unchanged. The SMILE paper's
     SMILE-naive (eq. 3) drops it and lets the minibatch noise play its role; where that noise is anisotropic it
     does not randomise u in every direction, and the chains stop sampling their posterior (measured on GLMs:
-    ``benchmarks/smile_refresh.py``). ``length`` ≤ 0 or infinite leaves u unchanged."""
+    ``benchmarks/smile_sweep.py``, docs/benchmarks.md "The velocity refresh"). ``length`` ≤ 0 or infinite leaves u unchanged."""
     if not (length > 0.0 and length < math.inf):
         return
     d = u.shape[0]
