@@ -203,15 +203,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
             if weight > 0.0:
                 nz.update(g, ip)
             prev = th.copy()
-            dk = 0.0
-            for kind, coef in (("P", _B1), ("Q", _A1), ("P", _B2), ("Q", _A1), ("P", _B1)):
-                if kind == "P":
-                    u, k = momentum_map_twin(u, g * ip, coef * h)
-                    dk += k
-                else:
-                    th = th + coef * h * u * ip
-                    lp1, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
-            de = dk - (lp1 - lp0)
+            th, u, g, de = _mn_step_twin((target_id, prec, q, spatial_sd, w), th, u, ip, g, h, lp0)
             if tuned and anchored:  # ξ = min(ΔE²/(d v*), ξ_max); ε ← ε exp(γ(1 − ξ)/6); the guardrail as below
                 a = abs(de)
                 reject, xi = True, clip
@@ -269,6 +261,21 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
         _record_draw(rec, c, t + 1, th, float(step[c]), cum)
     st.theta[c], st.mom[c], mc.ipre[c], st.rng[c] = th, u, ip, gen.state()
     carry.update(gm=gm, gv=gv, pn=pn, em=em, ev=ev, en=en, cum=cum)
+
+
+def _mn_step_twin(target, th, u, ip, g, h, lp0):  # type: ignore[no-untyped-def]
+    """One minimal-norm P-Q-P-Q-P step of size h from θ (gradient g, log density lp0, inverse preconditioner ip) on
+    the step's target (its noise draw included): the new θ, u, gradient and the energy error ΔE."""
+    dk = 0.0
+    lp1 = lp0
+    for kind, coef in (("P", _B1), ("Q", _A1), ("P", _B2), ("Q", _A1), ("P", _B1)):
+        if kind == "P":
+            u, k = momentum_map_twin(u, g * ip, coef * h)
+            dk += k
+        else:
+            th = th + coef * h * u * ip
+            lp1, g = logp_grad_twin(*target, th)
+    return th, u, g, dk - (lp1 - lp0)
 
 
 def _refresh_twin(mode, length, carry, th, u, ip, h, rejected, gen):  # type: ignore[no-untyped-def]
