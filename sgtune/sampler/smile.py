@@ -296,9 +296,9 @@ def _mean_push(tune, col, ncol, x):  # type: ignore[no-untyped-def]
 def noise_update(tune, hist, g, ipre):  # type: ignore[no-untyped-def]
     """The gradient noise seen by the sampler, from successive gradients at one point; call at the step's start.
 
-    ``g`` is the step's first gradient, at θ_t on the step's batch (noise ζ_t); ``hist`` (4D) holds θ's save in
-    [0, D), the previous step's last gradient in [D, 2D) (at the same θ_t, on the previous batch: noise ζ_{t−1})
-    and the last two noise draws in [2D, 3D), [3D, 4D). With p the preconditioner (g' = g/p):
+    ``g`` is the step's first gradient, at θ_t on the step's batch (noise ζ_t); ``hist`` (3D, the chain's
+    ``MclmcState.noise_hist``) holds the previous step's last gradient in [0, D) (at the same θ_t, on the previous
+    batch: noise ζ_{t−1}) and the last two noise draws in [D, 2D), [2D, 3D). With p the preconditioner (g' = g/p):
 
     - a_t = (g − g_prev)/(p√2) = (ζ_t − ζ_{t−1})/(p√2) has mean 0 and covariance V' = V/(ppᵀ), the noise
       covariance in the sampler's metric, at θ_t: E|a_t|² = tr V';
@@ -315,11 +315,11 @@ def noise_update(tune, hist, g, ipre):  # type: ignore[no-untyped-def]
     tv = 0.0
     cross = 0.0
     for i in range(d):
-        a = (g[i] - hist[d + i]) * ipre[i] * 0.7071067811865476
+        a = (g[i] - hist[i]) * ipre[i] * 0.7071067811865476
         tv += a * a
-        cross += a * hist[3 * d + i]
-        hist[3 * d + i] = hist[2 * d + i]
-        hist[2 * d + i] = a
+        cross += a * hist[2 * d + i]
+        hist[2 * d + i] = hist[d + i]
+        hist[d + i] = a
     if not (math.isfinite(tv) and math.isfinite(cross)):
         tune[NZ_LVL] = 0.0
         return
@@ -340,7 +340,7 @@ def noise_keep(tune, hist, g, rejected):  # type: ignore[no-untyped-def]
         return
     d = g.shape[0]
     for i in range(d):
-        hist[d + i] = g[i]
+        hist[i] = g[i]
     if tune[NZ_LVL] < 1.0:
         tune[NZ_LVL] = 1.0
 

@@ -27,8 +27,9 @@ gradient and agree to the rounding of the gradients.
 
 SMILE state: an :class:`~sgtune.sampler.state.MclmcState` record ``mc`` (ε ``step`` (C,), ``tune`` (C, 10)
 [μ_raw, s²_raw, n, ε, the noise estimates], ``ipre`` (C, D) = 1/p, ``gbar``, ``gvar`` (C, D), ``pcount`` (C,) int,
-``stats`` (C, 4) [rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²], ``prev`` (C, D or 4D), the step's ΣΔK ``step_dk`` and ℓ₀
-``step_logp`` (C,)) with the fixed settings ``mc.params``, a :class:`~sgtune.sampler.state.TunerParams` record. The velocity u is the
+``stats`` (C, 4) [rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²], ``prev`` (C, D) θ at the step's start, ``noise_hist`` (C, 3D or 0)
+the noise term's history, the step's ΣΔK ``step_dk`` and ℓ₀ ``step_logp`` (C,), the refresh's path statistics
+``path_n``, ``path_mean``, ``path_m2``) with the fixed settings ``mc.params``, a :class:`~sgtune.sampler.state.TunerParams` record. The velocity u is the
 state's ``mom`` (C, D), drawn uniformly on the sphere by :func:`init_velocity` from each chain's
 stream before the first step. :func:`mclmc_rule` is the engine's step rule
 (:mod:`sgtune.sampler.engine`); :func:`general_phase` the general path's.
@@ -87,7 +88,7 @@ def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
                                       params.pre_start)
     p = mc.ipre[c]
     if params.noise_weight > 0.0:
-        noise_update(mc.tune[c], mc.prev[c], g, p)
+        noise_update(mc.tune[c], mc.noise_hist[c], g, p)
     for i in range(d):
         mc.prev[c, i] = th[i]
     h = mc.step[c]
@@ -134,9 +135,9 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
             rej = True
         mc.step[c] = tune[c, 3]
         if params.noise_weight > 0.0:
-            noise_keep(tune[c], mc.prev[c], g, rej)
+            noise_keep(tune[c], mc.noise_hist[c], g, rej)
     elif params.noise_weight > 0.0:
-        noise_keep(tune[c], mc.prev[c], g, False)
+        noise_keep(tune[c], mc.noise_hist[c], g, False)
     if math.isfinite(de):
         stats[c, STAT_DE_SUM] += de
         stats[c, STAT_ABS_DE_SUM] += abs(de)

@@ -19,10 +19,12 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
   ``tune`` (C, 10) (Algorithm 1's [μ, s², n, ε] and the noise estimates), the pSMILE preconditioner ``ipre``
   = 1/p and its EMAs ``gbar``, ``gvar`` (C, D) and update count ``pcount``, the energy-error statistics
   ``stats`` (C, 4), columns :data:`STAT_REJECTIONS`, :data:`STAT_DE_SUM`, :data:`STAT_ABS_DE_SUM`,
-  :data:`STAT_DE_SQ_SUM` (rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²), θ at the step's start ``prev`` (with the noise term also
-  the last gradient and noise draws), the current step's kinetic-energy change ``step_dk`` and log density at
-  its start ``step_logp`` (C,), and the fixed settings ``params``, a :class:`TunerParams` record (built by
-  keyword; every field has a default);
+  :data:`STAT_DE_SQ_SUM` (rejections, Σ ΔE, Σ |ΔE|, Σ ΔE²), θ at the step's start ``prev`` (C, D), the noise
+  term's history ``noise_hist`` (C, 3D: the last gradient and the last two noise draws; (C, 0) without the term),
+  the current step's kinetic-energy change ``step_dk`` and log density at its start ``step_logp`` (C,), the fixed
+  settings ``params``, a :class:`TunerParams` record (built by keyword; every field has a default), and the
+  path's statistics for the automatic velocity refresh ``path_n`` (C,), ``path_mean``, ``path_m2`` (C, D; (C, 0)
+  without it);
 - :class:`Recorder` — the streaming outputs (moments by segment, covariance blocks, trace, observables,
   epoch-position moments, step-size trace), ``pos_centre`` (empty for Welford moments by epoch
   position, or the centre c for sums of θ − c and (θ − c)² by position), ``energy_trace`` (the SMILE
@@ -87,8 +89,8 @@ STAT_REJECTIONS, STAT_DE_SUM, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM = 0, 1, 2, 3
 #: the SMILE samplers' per-chain state (module docstring) and their settings ``params`` (a :class:`TunerParams`)
 #: ``path_n``, ``path_mean``, ``path_m2``: the count, mean and sum of squared deviations (Welford) of the chain's
 #: positions after each step, from which the automatic refresh length comes ((C, 0) without it)
-MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev step_dk step_logp params path_n "
-                                      "path_mean path_m2")
+MclmcState = namedtuple("MclmcState", "step tune ipre gbar gvar pcount stats prev noise_hist step_dk step_logp params "
+                                      "path_n path_mean path_m2")
 Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush thin trace pos_n pos_mean pos_m2 "
                                   "obs obs_sum step_trace pos_centre energy_trace theta_sum theta_sq_sum")
 #: per-chain scratch of one call of the engine (allocated once per call, never in the step loop)
@@ -100,13 +102,13 @@ def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerPar
     ``TunerParams()``; D = 0: the placeholder of the samplers without one)."""
     params = TunerParams() if params is None else params
     # tune: Algorithm 1's [μ, s², n, ε] + the noise estimates (sgtune.sampler.smile.noise_update); prev: θ saved at
-    # the step's start, and with the noise cap the last end gradient and the last two noise draws
-    hist = 4 * dim if params.noise_weight > 0.0 else dim
+    # the step's start; noise_hist (with the noise term): the last end gradient and the last two noise draws
+    hist = 3 * dim if params.noise_weight > 0.0 else 0
     C = int(n_chains)
     walk = dim if params.refresh == REFRESH_AUTO else 0
     return MclmcState(step=np.full(C, float(step)), tune=np.zeros((C, 10)), ipre=np.ones((C, dim)),
                       gbar=np.zeros((C, dim)), gvar=np.zeros((C, dim)), pcount=np.zeros(C, dtype=np.int64),
-                      stats=np.zeros((C, 4)), prev=np.zeros((C, hist)), step_dk=np.zeros(C), step_logp=np.zeros(C),
+                      stats=np.zeros((C, 4)), prev=np.zeros((C, dim)), noise_hist=np.zeros((C, hist)), step_dk=np.zeros(C), step_logp=np.zeros(C),
                       params=params, path_n=np.zeros(C), path_mean=np.zeros((C, walk)), path_m2=np.zeros((C, walk)))
 
 
