@@ -33,6 +33,17 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # libraries loaded later, su
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# Byte-code of the processes the tests start. Where PYTHONDONTWRITEBYTECODE is set (as on the 2-core VM that measures
+# the run), each of them — the CLI and README commands, the notebooks, the docs' kernels, the portability re-run:
+# hundreds of interpreters — compiled every sgtune module it imported from source again. They may write byte-code
+# (``__pycache__/``, ignored by git, beside the sources of this tree; the installed libraries have theirs already).
+# Not PYTHONPYCACHEPREFIX: a prefix makes Python look for every library's byte-code there, and numpy, scipy, sphinx…
+# were compiled again from source (the docs build 45 → 57 s of CPU). Measured (tests/test_readme.py alone, -n 0,
+# warm numba cache, loaded 2-core VM, 2026-11-29): 44.3 → 37.5 s of user CPU; the docs build 45 → 42–44 s. Byte-code
+# is the same program: no test and no number depends on it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 @pytest.fixture(autouse=True)
 def _one_blas_thread():
     """The BLAS libraries already loaded (numpy's) on one thread for the test (module comment above)."""
