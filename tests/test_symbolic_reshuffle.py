@@ -22,8 +22,8 @@ pytestmark = pytest.mark.symbolic
 
 h, R, k, v = sym.h, sym.R, sym.k, sym.v
 
-# the exact ε_k and ε̄ expressions, derived once, when a test first asks (≈ 2 s of CPU: not at collection, which every
-# xdist worker does for every file, whichever runs this one)
+# the exact ε_k and ε̄ expressions, derived once, when a test first asks (≈ 2 s of CPU): not at collection, which
+# every xdist worker does for every file, whichever worker runs this one
 @functools.cache
 def eps_k() -> sp.Expr:
     return sym.rel_err_rr_position()
