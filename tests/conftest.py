@@ -24,7 +24,7 @@ if hasattr(signal, "SIGHUP"):
 # per core, and OpenBLAS threads that wait for a busy core spin. Measured on the shared 2-core VM: the dense
 # 1600×1600 ``eigvals`` of test_stationary.py took 19.5 s of CPU with two BLAS threads and 1.6 s with one, and
 # ``predict_stationary_cov`` at D = 20 (momentum, iterative) 25.7 s against 1.4 s. Several files limited BLAS
-# themselves before (the same measurement, file by file); the fixture below does it once for all of them.
+# themselves before (the same measurement, file by file); ``_one_blas_thread`` below does it for all.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # libraries loaded later, subprocesses (CLI tests, portability)
 # PyTorch's intra-op pool likewise (it reads OMP_NUM_THREADS when it is first imported, in a worker or a subprocess):
 # two pools of two threads in two xdist workers oversubscribe the two cores; one Kronecker check of a small network
@@ -33,13 +33,29 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # libraries loaded later, su
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    """The BLAS libraries already loaded (numpy's) on one thread for the test (module comment above)."""
+# Byte-code of the processes the tests start. Where PYTHONDONTWRITEBYTECODE is set (as on the 2-core VM that
+# measures the run), each of them — the CLI and README commands, the notebooks, the docs' kernels, the portability
+# re-run: hundreds of interpreters — compiled every sgtune module it imported from source again. They may write
+# byte-code (``__pycache__/``, ignored by git, beside the sources of this tree; the installed libraries have theirs
+# already). Not PYTHONPYCACHEPREFIX: with a prefix Python looks for every library's byte-code there, and numpy,
+# scipy, sphinx… were compiled from source again (the docs build 45 → 57 s of CPU). Measured (tests/test_readme.py
+# alone, -n 0, warm numba cache, loaded 2-core VM, 2026-11-29): 44.3 → 37.5 s of user CPU; the docs build 45 →
+# 42–44 s. Byte-code is the same program: no test and no number depends on it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+def _one_blas_thread() -> None:
+    """The BLAS libraries already loaded (numpy's, imported above) on one thread, for the whole process (module
+    comment above); libraries loaded later read OPENBLAS_NUM_THREADS. Once per process, not per test: threadpoolctl
+    scans every loaded shared library at each call, ≈ 3.3 ms of CPU with torch and jax loaded, ≈ 7 s over the
+    2 270 tests of the default run (an autouse fixture did it for each); nothing in sgtune or the tests raises the
+    count again (the tests that limit threads themselves restore 1)."""
     from threadpoolctl import threadpool_limits  # a scikit-learn dependency, in the [dev] extra
 
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+    threadpool_limits(limits=1, user_api="blas")
+
+
+_one_blas_thread()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ numeric module (1e-12), and the O(h³) remainder of the series.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from fractions import Fraction
 
@@ -21,9 +22,16 @@ pytestmark = pytest.mark.symbolic
 
 h, R, k, v = sym.h, sym.R, sym.k, sym.v
 
-# exact ε_k expression, computed once per module (≈ 2 s)
-EPS_K = sym.rel_err_rr_position()
-EPS_AVG = sym.rel_err_rr_average()
+# the exact ε_k and ε̄ expressions, derived once, when a test first asks (≈ 2 s of CPU): not at collection, which
+# every xdist worker does for every file, whichever worker runs this one
+@functools.cache
+def eps_k() -> sp.Expr:
+    return sym.rel_err_rr_position()
+
+
+@functools.cache
+def eps_avg() -> sp.Expr:
+    return sym.rel_err_rr_average()
 
 
 def _explicit_rr_eps(r: int) -> list[sp.Expr]:
@@ -46,21 +54,21 @@ def _explicit_rr_eps(r: int) -> list[sp.Expr]:
 def test_rr_position_matches_explicit_composition(r: int) -> None:
     explicit = _explicit_rr_eps(r)
     for kk in range(r):
-        diff = sp.cancel(sp.expand(EPS_K.subs({R: r, k: kk}) - explicit[kk]))
+        diff = sp.cancel(sp.expand(eps_k().subs({R: r, k: kk}) - explicit[kk]))
         assert diff == 0, (r, kk, diff)
 
 
 @pytest.mark.parametrize("r", [2, 3, 5])
 def test_rr_average_is_average_of_positions(r: int) -> None:
     explicit = _explicit_rr_eps(r)
-    diff = sp.cancel(sp.expand(EPS_AVG.subs(R, r) - sum(explicit) / r))
+    diff = sp.cancel(sp.expand(eps_avg().subs(R, r) - sum(explicit) / r))
     assert diff == 0
 
 
 def test_compact_form_equals_derivation() -> None:
     compact = sym.rel_err_rr_position_compact()
     for r, kk in [(2, 1), (4, 0), (4, 3), (7, 2)]:
-        assert sp.cancel(sp.expand(compact.subs({R: r, k: kk}) - EPS_K.subs({R: r, k: kk}))) == 0
+        assert sp.cancel(sp.expand(compact.subs({R: r, k: kk}) - eps_k().subs({R: r, k: kk}))) == 0
 
 
 def test_ula_and_rm_solve_their_recursions() -> None:
@@ -114,9 +122,9 @@ def test_symbolic_matches_numeric(hv: float, r: int) -> None:
         return
     vv = sp.Rational(rho).limit_denominator(10) * (r - 1)
     for kk in range(r):
-        ref = _mp(EPS_K, {h: hq, R: r, k: kk, v: vv})
+        ref = _mp(eps_k(), {h: hq, R: r, k: kk, v: vv})
         assert eps_num[kk] == pytest.approx(ref, rel=1e-12, abs=1e-15)
-    ref_avg = _mp(EPS_AVG, {h: hq, R: r, v: vv})
+    ref_avg = _mp(eps_avg(), {h: hq, R: r, v: vv})
     assert num.rel_err_rr_average(hv, r, rho) == pytest.approx(ref_avg, rel=1e-12, abs=1e-15)
     ref_rm = _mp(sym.rel_err_rm(), {h: hq, v: vv})
     assert num.rel_err_rm(hv, float(vv)) == pytest.approx(ref_rm, rel=1e-12)
@@ -137,7 +145,7 @@ def test_reshuffle_bias_matches_symbolic_for_data() -> None:
     f = sp.lambdify((h, v), sym.rel_err_rm(), "mpmath")
     assert res.rm_rel_err == pytest.approx(float(f(hv, v_wo)), rel=1e-12)
     assert res.rm_with_replacement_rel_err == pytest.approx(float(f(hv, v_w)), rel=1e-12)
-    fk = sp.lambdify((h, R, k, v), EPS_K, "mpmath")
+    fk = sp.lambdify((h, R, k, v), eps_k(), "mpmath")
     for kk in range(n // b):
         assert res.rr_by_position_rel_err[kk] == pytest.approx(float(fk(hv, n // b, kk, v_wo)), rel=1e-12)
 
@@ -147,10 +155,10 @@ def test_series_coefficients_match_numeric_leading_coefficients() -> None:
     res = num.reshuffle_bias(x, 3, 0.1, sigma2=2.0)
     r = res.n_batches
     subs = {R: r, v: res.noise_ratio}
-    ser_avg = sym.series_h(EPS_AVG)
+    ser_avg = sym.series_h(eps_avg())
     assert [float(ser_avg.coeff(h, i).subs(subs)) for i in (1, 2)] == pytest.approx(
         res.leading_coefficients["rr_average"], rel=1e-12)
-    ser_k = sym.series_h(EPS_K)
+    ser_k = sym.series_h(eps_k())
     for kk in range(r):
         got = [float(ser_k.coeff(h, i).subs({**subs, k: kk})) for i in (1, 2)]
         assert got == pytest.approx(res.leading_coefficients["rr_by_position"][kk], rel=1e-12)
@@ -162,7 +170,7 @@ def test_series_coefficients_match_numeric_leading_coefficients() -> None:
 def test_series_remainder_is_third_order() -> None:
     # |exact − series| / h³ must stay bounded as h → 0 (it tends to the h³ coefficient)
     subs = {R: 5, k: 2, v: 4}
-    for expr in (EPS_K, EPS_AVG, sym.rel_err_rm()):
+    for expr in (eps_k(), eps_avg(), sym.rel_err_rm()):
         ser = sym.series_h(expr)
         third = sp.series(expr.subs(subs), h, 0, 4).removeO().coeff(h, 3)
         for hv in (sp.Rational(1, 1000), sp.Rational(1, 10000)):
@@ -172,7 +180,7 @@ def test_series_remainder_is_third_order() -> None:
 
 def test_rm_noise_is_first_order_rr_average_second_order() -> None:
     ser_rm = sym.series_h(sym.rel_err_rm() - sym.rel_err_ula())
-    ser_rr = sym.series_h(EPS_AVG - sym.rel_err_ula())
+    ser_rr = sym.series_h(eps_avg() - sym.rel_err_ula())
     assert sp.simplify(ser_rm.coeff(h, 1) - v / 2) == 0
     assert ser_rr.coeff(h, 1) == 0
     assert sp.simplify(ser_rr.coeff(h, 2) - v * (R + 1) / 6) == 0
@@ -186,7 +194,7 @@ def test_published_formulas_differ_from_exact() -> None:
     assert sp.simplify(sym.published_rel_err_rm() - exact_rm - h / (2 - h)) == 0
     # (2) average inside the square (and v = R): h² coefficient R(R+1)/4 + 1/4 instead of (R²−1)/6 + 1/4
     pub = sym.series_h(sym.published_rel_err_rr_average()).coeff(h, 2)
-    exact = sym.series_h(EPS_AVG.subs(v, R - 1)).coeff(h, 2)
+    exact = sym.series_h(eps_avg().subs(v, R - 1)).coeff(h, 2)
     assert sp.cancel(pub - (R ** 2 + R + 1) / 4) == 0
     assert sp.cancel(exact - (sp.Rational(1, 4) + (R ** 2 - 1) / 6)) == 0
     assert float(pub.subs(R, r)) != pytest.approx(float(exact.subs(R, r)), rel=1e-3)
@@ -194,7 +202,7 @@ def test_published_formulas_differ_from_exact() -> None:
     explicit = sum(_explicit_rr_eps(3)) / 3
     pub3 = sym.published_rel_err_rr_average().subs(R, 3)
     at = {h: sp.Rational(1, 10)}
-    assert sp.nsimplify(EPS_AVG.subs({R: 3, v: 2}).subs(at) - explicit.subs(v, 2).subs(at)) == 0
+    assert sp.nsimplify(eps_avg().subs({R: 3, v: 2}).subs(at) - explicit.subs(v, 2).subs(at)) == 0
     assert sp.nsimplify(pub3.subs(at) - explicit.subs(v, 3).subs(at)) != 0
 
 

@@ -110,7 +110,7 @@ def test_covariance_reports_the_monte_carlo_constants(logistic_expansion):
 
 def test_plan_skipped_applicability_is_not_silent():
     r = run(["plan", "--example", "logistic", "--tolerance", "0.2", "--batch-sizes", "32", "--families", "dense",
-             "--no-applicability", "-q"])
+             "--no-applicability", "--no-timing", "-q"])  # the timing runs: test_plan_quiet_plot_and_timing
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["applicability"]["checked"] is False
