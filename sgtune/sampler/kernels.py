@@ -55,7 +55,7 @@ import numpy as np
 import numba
 from numba import types
 from numba.core import cgutils, ir_utils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from ._jit import call_batch, call_grad, call_move, component_inline, component_name, njit, njit_inline
 from .grads import add_prior, row_dot
@@ -65,6 +65,7 @@ from .state import DIVERGENCE_BOUND, STAT_DE_SUM
 __all__ = ["BATCH_FNS", "BATCH_KINDS", "BATCH_KIND_OF", "batch_by_kind", "draw_batches", "advance", "batch_schedule",
            "sgld_diag_step", "sgld_dense_step", "sglrw_step", "clipped_sgld_step", "sghmc_step", "sghmc_data_step",
            "sgld_diag_rule", "sgld_dense_rule", "sglrw_rule", "clipped_sgld_rule", "sghmc_rule", "record", "finish",
+           "batch_for", "FUSED_BATCH",
            "flush_block", "diverges", "schedule", "data_gradient"]
 
 @component_inline
@@ -92,6 +93,21 @@ def _below(u, n, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
+def _swap_draw(perm, k, n_left, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
+    """Draw k of a partial Fisher–Yates shuffle on a state in local variables: swap ``perm[k]`` with
+    ``perm[k + r]``, r uniform in [0, ``n_left``); (the new ``perm[k]``, state). Indices unsigned (no
+    negative-index wraparound)."""
+    u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
+    r, s0, s1, s2, s3 = _below(u, n_left, s0, s1, s2, s3)
+    j = np.uint64(k) + r
+    tmp = perm[k]
+    pj = perm[j]
+    perm[k] = pj
+    perm[j] = tmp
+    return pj, s0, s1, s2, s3
+
+
+@njit_inline
 def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-untyped-def]
     """A uniform B-subset into ``idx``: a partial Fisher–Yates shuffle of the chain's permutation.
 
@@ -105,14 +121,28 @@ def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-unty
     s2 = st[2]
     s3 = st[3]
     for k in range(batch_size):
-        u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
-        r, s0, s1, s2, s3 = _below(u, n_data - k, s0, s1, s2, s3)
-        j = np.uint64(k) + r
-        tmp = perm[k]
-        pj = perm[j]
-        perm[k] = pj
-        perm[j] = tmp
+        pj, s0, s1, s2, s3 = _swap_draw(perm, k, n_data - k, s0, s1, s2, s3)
         idx[k] = pj
+    st[0] = s0
+    st[1] = s1
+    st[2] = s2
+    st[3] = s3
+
+
+@njit_inline
+def _shuffle(st, perm, n_data):  # type: ignore[no-untyped-def]
+    """A fresh uniform permutation: Fisher–Yates on the chain's permutation, the stream's state in local
+    variables (as in :func:`_partial_shuffle`)."""
+    s0 = st[0]
+    s1 = st[1]
+    s2 = st[2]
+    s3 = st[3]
+    for i in range(n_data - 1, 0, -1):
+        u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
+        j, s0, s1, s2, s3 = _below(u, i + 1, s0, s1, s2, s3)
+        tmp = perm[i]
+        perm[i] = perm[j]
+        perm[j] = tmp
     st[0] = s0
     st[1] = s1
     st[2] = s2
@@ -139,21 +169,8 @@ def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
 @component_inline
 def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """Random reshuffling: a fresh permutation at epoch position 0, then consecutive blocks."""
-    if pos == 0:  # Fisher–Yates, the stream's state in local variables (as in ``_partial_shuffle``)
-        s0 = st[0]
-        s1 = st[1]
-        s2 = st[2]
-        s3 = st[3]
-        for i in range(n_data - 1, 0, -1):
-            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
-            j, s0, s1, s2, s3 = _below(u, i + 1, s0, s1, s2, s3)
-            tmp = perm[i]
-            perm[i] = perm[j]
-            perm[j] = tmp
-        st[0] = s0
-        st[1] = s1
-        st[2] = s2
-        st[3] = s3
+    if pos == 0:
+        _shuffle(st, perm, n_data)
     start = pos * batch_size
     stop = min(start + batch_size, n_data)
     for k in range(start, stop):
@@ -225,6 +242,41 @@ def batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx):  # type: ignore
     if kind >= 4:
         return nb, _next_position(pos, n_data, batch_size)
     return nb, pos
+
+
+#: gradient oracle name -> its fused batch schedule ``fn(kind, st, perm, n_data, batch_size, pos, idx, ora, wk)``:
+#: the draws of :func:`batch_by_kind` and the oracle's work on each drawn index in one loop (:func:`batch_for`)
+FUSED_BATCH: dict[str, object] = {}
+
+
+def batch_for(grad, kind, st, perm, n_data, batch_size, pos, idx, ora, wk):  # type: ignore[no-untyped-def]
+    """The batch schedule number ``kind`` as the gradient oracle named ``grad`` wants it: its fused schedule
+    (:data:`FUSED_BATCH`, which also leaves the oracle's per-batch sums in ``wk``) or :func:`batch_by_kind`.
+
+    Why fused: a gradient that is a sum over the batch (Shaw & Whalley's batch mean) is a chain of dependent
+    additions (B × 3–4 cycles); summed in the drawing loop, it runs in the shadow of the draws, summed after it,
+    it adds its whole latency to every step (≈ 23 ns of a ≈ 80 ns step of the RM model problem, B = 30;
+    ``benchmarks/results/engine_refcounts.txt``). The same draws and the same sums in the same order either way.
+    """
+    fn = FUSED_BATCH.get(grad)
+    if fn is not None:
+        return fn(kind, st, perm, n_data, batch_size, pos, idx, ora, wk)
+    return batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx)
+
+
+@overload(batch_for, inline="always")
+def _batch_for(grad, kind, st, perm, n_data, batch_size, pos, idx, ora, wk):  # type: ignore[no-untyped-def]
+    if not isinstance(grad, types.StringLiteral):
+        return None
+    fn = FUSED_BATCH.get(grad.literal_value)
+    if fn is None:
+        def impl(grad, kind, st, perm, n_data, batch_size, pos, idx, ora, wk):  # type: ignore[no-untyped-def]
+            return batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx)
+        return impl
+
+    def fused(grad, kind, st, perm, n_data, batch_size, pos, idx, ora, wk):  # type: ignore[no-untyped-def]
+        return fn(kind, st, perm, n_data, batch_size, pos, idx, ora, wk)
+    return fused
 
 
 def batch_schedule(batch_fn, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
