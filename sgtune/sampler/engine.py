@@ -6,7 +6,7 @@ A run of C chains is a :class:`ChainPlan`: four components and the named records
 (:mod:`sgtune.sampler.state`). One step t of chain c in ``_chains`` (ranges of chains on threads, each
 with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
-    nb, pos ← batch_by_kind(k, stream, perm, N, B, pos, idx)           batch schedule number k
+    nb, pos ← batch_by_kind(k, stream, perm, N, B, pos, idx, …)      batch schedule number k
     clips  += rule_fn(grad_fn, c, θ, m, stream, nb, s_t, oracle, p, mc, work)   step rule (calls the
                                                                          gradient oracle as often as it needs)
     diverged? (‖θ‖₁ ≥ DIVERGENCE_BOUND or non-finite: the chain stops)
@@ -84,7 +84,7 @@ import numba
 
 from ..core.errors import SgtuneError
 from ._jit import call_rule, component_name, get_num_threads, njit, specialisation
-from .kernels import BATCH_KIND_OF, batch_for, borrowed, diverges, finish, record, schedule
+from .kernels import BATCH_KIND_OF, batch_by_kind, borrowed, diverges, finish, record, schedule
 from .state import ChainPlan, Work
 
 __all__ = ["chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
@@ -94,7 +94,7 @@ MIN_CALL_CHAIN_STEPS = 2048
 
 
 @njit
-def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, batch_size, decay, owned_p, owned_mc, owned_rec):  # type: ignore[no-untyped-def]
+def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, batch_size, decay, row_sums, owned_p, owned_mc, owned_rec):  # type: ignore[no-untyped-def]
     """Chain c from step t0 + 1 to t0 + n_steps: the one step loop of sgtune (module docstring)."""
     # views that own nothing (``borrowed``) for the step loop; the owned records are used after it
     state = borrowed(owned_state)
@@ -122,10 +122,14 @@ def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, b
     idx = w.idx
     buf = w.buf
     n_data = ora.X.shape[0]
+    # the data (N values: one column) when the batch schedule sums it for the oracle (Schedule.row_sums), else empty
+    xs = ora.X.reshape(ora.X.size)
+    if not row_sums:
+        xs = xs[:0]
     pos = state.epoch_pos[c]
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
-        nb, pos = batch_for(grad, batch, st, pm, n_data, batch_size, pos, idx, ora, w.wk)
+        nb, pos = batch_by_kind(batch, st, pm, n_data, batch_size, pos, idx, xs, w.wk)
         clips += call_rule(rule, grad, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         # the step's tail (divergence, recorder) is written out here, in kernels.advance and in smile_chain.general_phase:
         # shared as one inlined function (record inlined two levels deep), numba's dead-code removal dropped recorder
@@ -158,8 +162,9 @@ def _chains(grad, rule, batch, state, t0, n_steps, burn_in, ora, sched, p, mc, r
     numba.literally(rule)
     batch_size = sched.batch_size
     decay = sched.decay
+    row_sums = sched.row_sums
     for c in range(c0, c1):
-        _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+        _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, decay, row_sums, p, mc, rec)
 
 
 def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:

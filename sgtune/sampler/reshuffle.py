@@ -36,9 +36,9 @@ import numpy as np
 
 from ..core._validation import as_vector, check_int, check_positive
 from ..core.errors import SgtuneError, UnstableStepSizeError
-from ._jit import component_inline, component_name, njit_inline
+from ._jit import component_inline
 from .engine import ChainPlan, backend_of, run_plan
-from .kernels import BATCH_FNS, BATCH_KINDS, FUSED_BATCH, _next_position, _shuffle, _swap_draw, batch_by_kind, sgld_diag_rule
+from .kernels import BATCH_FNS, sgld_diag_rule
 from .rng import chain_states
 from .state import LAM_DIAG, Schedule, chain_state, mclmc_state, oracle, recorder, step_params
 
@@ -53,80 +53,29 @@ SCHEME_BATCHING: dict[str, str] = {"ula": "full", "rm": "without-replacement-pos
 # ----------------------------------------------------------------------------- the engine's components
 @component_inline
 def gaussian_mean_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
-    """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the batch of ``nb`` rows of X = ``ora.X``
-    (N, D), whose column sums Σ_b x_n the engine's batch schedule for this oracle (:func:`gaussian_mean_batch`)
-    left in ``work[:D]``.
+    """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the rows ``idx[:nb]`` of X = ``ora.X`` (N, D).
 
-    An empty batch (``nb`` = 0, the ``full`` schedule) is the full data: θ − x̄ with the stored mean
-    ``ora.mean`` = x̄ (D,) itself, as ULA uses it.
+    With a work buffer (``ora.work_len`` = 1: D = 1 and a schedule without replacement or reshuffling), the
+    batch's sum Σ_b x_n is ``work[0]``: the plan's batch schedule summed it while drawing the batch
+    (``Schedule.row_sums``, :func:`sgtune.sampler.kernels.batch_by_kind`), in the batch's order as the loop here
+    does otherwise. An empty batch (``nb`` = 0, the ``full`` schedule) is the full data: θ − x̄
+    with the stored mean ``ora.mean`` = x̄ (D,) itself, as ULA uses it.
     """
+    X = ora.X
     y = ora.mean
     d = theta.shape[0]
     if nb == 0:
         for j in range(d):
             grad[j] = theta[j] - y[j]
         return
-    for j in range(d):
-        grad[j] = theta[j] - work[j] / nb
-
-
-#: the batch-schedule numbers gaussian_mean_batch fuses with the batch sum (sgtune.sampler.kernels.BATCH_KINDS)
-_WITHOUT, _WITHOUT_POSITIONS = BATCH_KINDS["without-replacement"], BATCH_KINDS["without-replacement-positions"]
-_RESHUFFLE = BATCH_KINDS["reshuffle"]
-
-
-@njit_inline
-def gaussian_mean_batch(kind, st, perm, n_data, batch_size, pos, idx, ora, wk):  # type: ignore[no-untyped-def]
-    """The batch schedule number ``kind`` (:func:`sgtune.sampler.kernels.batch_by_kind`: the same draws) with
-    the column sums of the batch's rows of X = ``ora.X`` into ``wk[:D]``, for :func:`gaussian_mean_grad`.
-
-    For D = 1 (the model problem) the sum runs in the drawing loop (``without-replacement``) or the block's
-    loop (``reshuffle``), in a register: its chain of B dependent additions overlaps the draws instead of
-    following them (``sgtune.sampler.kernels.batch_for``). Each sum adds the rows in the batch's order, from
-    0.0, as the separate loop does: the same bits.
-    """
-    X = ora.X
-    d = X.shape[1]
-    if d == 1 and (kind == _WITHOUT or kind == _WITHOUT_POSITIONS):
-        s0 = st[0]
-        s1 = st[1]
-        s2 = st[2]
-        s3 = st[3]
-        acc = 0.0
-        for k in range(batch_size):
-            pj, s0, s1, s2, s3 = _swap_draw(perm, k, n_data - k, s0, s1, s2, s3)
-            idx[k] = pj
-            acc += X[np.uint64(pj), 0]  # unsigned: no negative-index wraparound
-        st[0] = s0
-        st[1] = s1
-        st[2] = s2
-        st[3] = s3
-        wk[0] = acc
-        if kind == _WITHOUT_POSITIONS:
-            return batch_size, _next_position(pos, n_data, batch_size)
-        return batch_size, pos
-    if d == 1 and kind == _RESHUFFLE:
-        if pos == 0:
-            _shuffle(st, perm, n_data)
-        start = pos * batch_size
-        stop = min(start + batch_size, n_data)
-        acc = 0.0
-        for k in range(start, stop):
-            pk = perm[k]
-            idx[k - start] = pk
-            acc += X[np.uint64(pk), 0]
-        wk[0] = acc
-        return stop - start, _next_position(pos, n_data, batch_size)
-    nb, pos = batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx)
+    if ora.work_len > 0:
+        grad[0] = theta[0] - work[0] / nb
+        return
     for j in range(d):
         acc = 0.0
         for k in range(nb):
-            acc += X[np.uint64(idx[k]), j]
-        wk[j] = acc
-    return nb, pos
-
-
-FUSED_BATCH[component_name(gaussian_mean_grad)] = gaussian_mean_batch
+            acc += X[np.uint64(idx[k]), j]  # unsigned: the batch's indices are ≥ 0, no negative-index wraparound
+        grad[j] = theta[j] - acc / nb
 
 
 def reshuffle_plan(x: np.ndarray, batch_size: int, h: float, noise_sd: float, scheme: str, n_chains: int,
@@ -145,13 +94,16 @@ def reshuffle_plan(x: np.ndarray, batch_size: int, h: float, noise_sd: float, sc
     xbar = float(x.mean())
     state = chain_state(np.full((C, 1), xbar), chain_states(int(seed), C),
                         perm=np.tile(np.arange(n, dtype=np.int64), (C, 1)))
-    ora = oracle(X=x.reshape(n, 1), mean=np.array([xbar]), work_len=1)  # work: the batch sum (gaussian_mean_batch)
+    # the schedules without replacement and reshuffling sum the batch in their drawing loop (Schedule.row_sums) into
+    # the oracle's work[0]; the oracle sums the others' batches itself
+    row_sums = scheme in ("rm", "rr")
+    ora = oracle(X=x.reshape(n, 1), mean=np.array([xbar]), work_len=int(row_sums))
     params = step_params(lam=np.array([[h]]), fac=np.array([[noise_sd]]), step=float(h))
     rec = recorder(C, 1, positions=R, pos_centre=np.array([xbar]))
     batching = SCHEME_BATCHING[scheme]
     return ChainPlan(sampler="sgld", lam_kind=LAM_DIAG, batching=batching, oracle_kind="gaussian-mean",
                      batch_fn=BATCH_FNS[batching], grad_fn=gaussian_mean_grad, rule_fn=sgld_diag_rule, move_fn=None,
-                     state=state, oracle=ora, sched=Schedule(batch_size=int(batch_size), decay=0.0), params=params,
+                     state=state, oracle=ora, sched=Schedule(batch_size=int(batch_size), decay=0.0, row_sums=row_sums), params=params,
                      mclmc=mclmc_state(C), recorder=lambda last: rec._replace(flush=bool(last)),
                      burn_in=max(burn_in_epochs * R - 1, 0), n_steps=(burn_in_epochs + n_epochs) * R - 1)
 
