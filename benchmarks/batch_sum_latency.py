@@ -3,7 +3,7 @@
 Two loops that do the same work per step as Shaw & Whalley's RM chain (N = 1200, B = 30, D = 1, one chain; the
 package's xoshiro256++ in registers, ``kernels._below``'s Lemire draw, one ziggurat normal through
 ``rng.fill_normals``): ``fused`` adds each drawn x to the batch sum inside the partial Fisher–Yates loop (the
-hand-written loop of be8861c, and the engine since ``kernels.batch_for``); ``split`` writes the indices to an array
+hand-written loop of be8861c, and the engine since ``Schedule.row_sums``); ``split`` writes the indices to an array
 and sums them in a second loop (the engine's batch schedule, then its gradient oracle, before). Same draws,
 same sums, same results (checked). The sum is a chain of B dependent additions (≈ 3–4 cycles each): in the
 drawing loop it hides behind the draws, after it the whole chain is exposed on every step, since the reorder
