@@ -5,8 +5,8 @@ CPU seconds (``time.process_time``: the machine is shared, wall time is not comp
 first run, which is the compile, then of a second process on the same cache (a load: no compile), and the
 number of signatures the engine's ``_chain`` holds in the first process (1: each specialisation compiles
 once). Combinations: the quadratic oracle with the diagonal SG(L)D rule, logistic regression with SGLD
-(replacement batches), logistic regression with SMILE, the SMILE paper's ensemble on its Gaussian target
-(``--only`` picks some). Every checkout gives the same covariance bits (checked).
+(replacement batches), logistic regression with SMILE, the SMILE paper's ensemble on its Gaussian target,
+Shaw & Whalley's reshuffling model problem (``--only`` picks some). Every checkout gives the same covariance bits (checked).
 Usage::
 
     git worktree add /tmp/sgtune_base main
@@ -43,18 +43,21 @@ elif combo == "logistic-sgld":
 elif combo == "logistic-smile":
     res = run_chains("logistic", (X, y), Dynamics(0.05, 8, inv_temperature=500.0), RunSpec(2000, n_chains=3, seed=3),
                      options_for("smile"))
+elif combo == "reshuffle":  # Shaw & Whalley's model problem (the Gaussian-mean oracle, its fused batch sum)
+    from sgtune.sampler.reshuffle import run_reshuffle_chains
+    res = run_reshuffle_chains(rng.standard_normal(120), 6, 0.5, scheme="rm", n_chains=3, n_epochs=50, seed=3)
 else:  # the SMILE paper's ensemble on its analytic Gaussian target (the rule compiled on its own, then the loop)
     from sgtune.sampler.smile_ensemble import run_smile_ensemble
     from sgtune.sampler.targets import make_target
     res = run_smile_ensemble(make_target("gaussian", "isotropic", dim=10, seed=0), 0.3, RunSpec(2000, n_chains=3, seed=3),
                              options_for("smile"))
 cpu = time.process_time() - t
-out = res.cov if hasattr(res, "cov") else res.sample_second_moment
+out = res.cov if hasattr(res, "cov") else getattr(res, "sample_second_moment", getattr(res, "second_moment", None))
 print(json.dumps({"cpu": cpu, "chain_signatures": len(engine._chain.signatures),
                   "cov": [float(x).hex() for x in out.ravel()]}))
 '''
 
-COMBOS = ("quadratic", "logistic-sgld", "logistic-smile", "ensemble-smile")
+COMBOS = ("quadratic", "logistic-sgld", "logistic-smile", "ensemble-smile", "reshuffle")
 
 
 def run(tree: Path, combo: str, cache: str) -> dict:

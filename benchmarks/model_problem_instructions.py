@@ -55,28 +55,48 @@ def _env(tree: Path) -> dict[str, str]:
                 OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", NUMBA_CPU_NAME="generic")
 
 
-def _instructions(tree: Path, name: str, steps: int) -> int:
-    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+#: cachegrind's summary lines read with ``--sim`` (cache and branch simulation), in the order printed
+SIM_EVENTS = {r"I\s+refs": "instr", r"D\s+refs": "data refs", r"D1\s+misses": "D1 miss", r"LLd\s+misses": "LLd miss",
+              r"Branches": "branches", r"Mispredicts": "mispred"}
+
+
+def _counts(tree: Path, name: str, steps: int, sim: bool) -> dict[str, int]:
+    flags = ["--cache-sim=yes", "--branch-sim=yes"] if sim else ["--cache-sim=no"]
+    cmd = ["valgrind", "--tool=cachegrind", *flags, "--cachegrind-out-file=/dev/null",
            sys.executable, str(Path(__file__).resolve()), "--worker", name, "--steps", str(steps)]
     res = subprocess.run(cmd, env=_env(tree), cwd=str(tree), capture_output=True, text=True, check=False)
-    m = re.search(r"I\s+refs:\s+([\d,]+)", res.stderr)
-    if res.returncode != 0 or m is None:
+    out = {}
+    for label, key in SIM_EVENTS.items():
+        m = re.search(label + r":\s+([\d,]+)", res.stderr)
+        if m is not None:
+            out[key] = int(m.group(1).replace(",", ""))
+    if res.returncode != 0 or "instr" not in out:
         raise SystemExit(f"valgrind run in {tree} failed:\n{res.stderr[-3000:]}")
-    return int(m.group(1).replace(",", ""))
+    return out
+
+
+def per_step_counts(tree: Path, name: str, sim: bool = False) -> dict[str, float]:
+    """Cachegrind's counts per chain-step of the model problem ``name`` in the checkout ``tree`` (instructions;
+    with ``sim`` also data references, D1 and last-level data misses, conditional+indirect branches and their
+    mispredictions as cachegrind's simulated caches and predictor see them)."""
+    _, _, short, long = PROBLEMS[name]
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--steps", "80"],
+                   env=_env(tree), cwd=str(tree), check=True)  # compile into the cache outside valgrind
+    a, b = _counts(tree, name, short, sim), _counts(tree, name, long, sim)
+    return {k: (b[k] - a[k]) / (CHAINS * (long - short)) for k in b}
 
 
 def per_step(tree: Path, name: str) -> float:
     """Instructions per chain-step of the model problem ``name`` in the checkout ``tree``."""
-    _, _, short, long = PROBLEMS[name]
-    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--steps", "80"],
-                   env=_env(tree), cwd=str(tree), check=True)  # compile into the cache outside valgrind
-    return (_instructions(tree, name, long) - _instructions(tree, name, short)) / (CHAINS * (long - short))
+    return per_step_counts(tree, name)["instr"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", type=Path, help="the other checkout (its repository root)")
     ap.add_argument("--only", default="", help="comma-separated substrings of the problems' names")
+    ap.add_argument("--sim", action="store_true",
+                    help="also simulate caches and branch prediction (data misses, mispredictions per step)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -88,12 +108,25 @@ def main() -> None:
     trees = {"now": Path(__file__).resolve().parents[1]}
     if a.baseline is not None:
         trees = {"baseline": a.baseline.resolve(), **trees}
+    if a.sim:
+        _print_sim(names, trees)
+        return
     print(f"{'model problem':22s} " + " ".join(f"{k + ' instr/step':>18s}" for k in trees)
           + ("  now/baseline" if len(trees) == 2 else ""), flush=True)
     for name in names:
         vals = [per_step(t, name) for t in trees.values()]
         tail = f"  {vals[1] / vals[0]:12.3f}" if len(vals) == 2 else ""
         print(f"{name:22s} " + " ".join(f"{v:18.0f}" for v in vals) + tail, flush=True)
+
+
+def _print_sim(names: list[str], trees: dict[str, Path]) -> None:
+    """One row per (problem, checkout): every simulated count per chain-step."""
+    keys = list(SIM_EVENTS.values())
+    print(f"{'model problem':24s} {'checkout':9s}" + "".join(f"{k:>11s}" for k in keys), flush=True)
+    for name in names:
+        for label, tree in trees.items():
+            v = per_step_counts(tree, name, sim=True)
+            print(f"{name:24s} {label:9s}" + "".join(f"{v.get(k, float('nan')):11.1f}" for k in keys), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ A run of C chains is a :class:`ChainPlan`: four components and the named records
 (:mod:`sgtune.sampler.state`). One step t of chain c in ``_chains`` (ranges of chains on threads, each
 with its own xoshiro256++ stream, :mod:`sgtune.sampler.rng`) is::
 
-    nb, pos ← batch_by_kind(k, stream, perm, N, B, pos, idx)           batch schedule number k
+    nb, pos ← batch_by_kind(k, stream, perm, N, B, pos, idx, …)      batch schedule number k
     clips  += rule_fn(grad_fn, c, θ, m, stream, nb, s_t, oracle, p, mc, work)   step rule (calls the
                                                                          gradient oracle as often as it needs)
     diverged? (‖θ‖₁ ≥ DIVERGENCE_BOUND or non-finite: the chain stops)
@@ -84,14 +84,17 @@ import numba
 
 from ..core.errors import SgtuneError
 from ._jit import call_rule, component_name, get_num_threads, njit, specialisation
-from .kernels import BATCH_KIND_OF, borrowed, batch_by_kind, diverges, finish, record, schedule
+from .kernels import BATCH_KIND_OF, batch_by_kind, borrowed, diverges, finish, record, schedule
 from .state import ChainPlan, Work
 
 __all__ = ["chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
+#: the fewest chain-steps (steps × chains) of one backend call of :func:`run_plan` without a progress bar
+MIN_CALL_CHAIN_STEPS = 2048
+
 
 @njit
-def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, batch_size, decay, owned_p, owned_mc, owned_rec):  # type: ignore[no-untyped-def]
+def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, batch_size, decay, row_sums, owned_p, owned_mc, owned_rec):  # type: ignore[no-untyped-def]
     """Chain c from step t0 + 1 to t0 + n_steps: the one step loop of sgtune (module docstring)."""
     # views that own nothing (``borrowed``) for the step loop; the owned records are used after it
     state = borrowed(owned_state)
@@ -119,10 +122,14 @@ def _chain(grad, rule, batch, c, owned_state, t0, n_steps, burn_in, owned_ora, b
     idx = w.idx
     buf = w.buf
     n_data = ora.X.shape[0]
+    # the data (N values: one column) when the batch schedule sums it for the oracle (Schedule.row_sums), else empty
+    xs = ora.X.reshape(ora.X.size)
+    if not row_sums:
+        xs = xs[:0]
     pos = state.epoch_pos[c]
     clips = 0
     for t in range(t0 + 1, t0 + n_steps + 1):
-        nb, pos = batch_by_kind(batch, st, pm, n_data, batch_size, pos, idx)
+        nb, pos = batch_by_kind(batch, st, pm, n_data, batch_size, pos, idx, xs, w.wk)
         clips += call_rule(rule, grad, c, th, m, st, nb, schedule(t, decay), ora, p, mc, w)
         # the step's tail (divergence, recorder) is written out here, in kernels.advance and in smile_chain.general_phase:
         # shared as one inlined function (record inlined two levels deep), numba's dead-code removal dropped recorder
@@ -155,8 +162,9 @@ def _chains(grad, rule, batch, state, t0, n_steps, burn_in, ora, sched, p, mc, r
     numba.literally(rule)
     batch_size = sched.batch_size
     decay = sched.decay
+    row_sums = sched.row_sums
     for c in range(c0, c1):
-        _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, decay, p, mc, rec)
+        _chain(grad, rule, batch, c, state, t0, n_steps, burn_in, ora, batch_size, decay, row_sums, p, mc, rec)
 
 
 def chain_ranges(n_chains: int, n_threads: int) -> list[tuple[int, int]]:
@@ -181,24 +189,69 @@ class NumbaBackend:
 
     def advance(self, plan: ChainPlan, t0: int, n_steps: int, last: bool) -> None:
         """Chain ranges on ``get_num_threads()`` threads (numba's setting: ``NUMBA_NUM_THREADS``,
-        ``set_num_threads``); the first range runs in the calling thread."""
-        args = (component_name(plan.grad_fn), component_name(plan.rule_fn), BATCH_KIND_OF[component_name(plan.batch_fn)],
-                plan.state, int(t0), int(n_steps), int(plan.burn_in), plan.oracle, plan.sched, plan.params, plan.mclmc,
-                plan.recorder_at(t0, last))
-        ranges = chain_ranges(plan.state.theta.shape[0], get_num_threads() if n_steps > 0 else 1)
-        # typing the records to find the specialisation costs ≈ 0.2 ms: once per plan (its types never change)
+        ``set_num_threads``); the first range runs in the calling thread, the others on a pool kept between calls."""
         cached = getattr(self, "_kernel", None)
-        if cached is None or cached[0] is not plan:
-            cached = self._kernel = (plan, specialisation(_chains, 2, *args, 0, 1))
-        kernel = cached[1]
+        if cached is None or cached[0] is not plan:  # names and kernel once per plan (its types never change)
+            names = (component_name(plan.grad_fn), component_name(plan.rule_fn),
+                     BATCH_KIND_OF[component_name(plan.batch_fn)])
+            args = (*names, plan.state, 0, 0, int(plan.burn_in), plan.oracle, plan.sched, plan.params, plan.mclmc,
+                    plan.recorder_at(t0, last))
+            cached = self._kernel = (plan, names, _kernel_for(args))
+        _, names, kernel = cached
+        args = (*names, plan.state, int(t0), int(n_steps), int(plan.burn_in), plan.oracle, plan.sched, plan.params,
+                plan.mclmc, plan.recorder_at(t0, last))
+        ranges = chain_ranges(plan.state.theta.shape[0], get_num_threads() if n_steps > 0 else 1)
         if len(ranges) == 1:
             kernel(*args, *ranges[0])
             return
-        with ThreadPoolExecutor(len(ranges) - 1) as pool:
-            rest = [pool.submit(kernel, *args, c0, c1) for c0, c1 in ranges[1:]]
-            kernel(*args, *ranges[0])
-            for f in rest:
-                f.result()
+        pool = _pool(len(ranges) - 1)
+        rest = [pool.submit(kernel, *args, c0, c1) for c0, c1 in ranges[1:]]
+        kernel(*args, *ranges[0])
+        for f in rest:
+            f.result()
+
+
+#: the compiled ``_chains`` by the cheap type key of its arguments (:func:`_type_key`): typing the records with
+#: ``numba.typeof`` costs ≈ 0.4 ms a plan, more than a model problem's short run (benchmarks/results/engine_refcounts.txt)
+_KERNELS: dict[Any, Any] = {}
+#: (threads, pool) of :func:`_pool`
+_POOLS: list[tuple[int, ThreadPoolExecutor]] = []
+
+
+def _type_key(v: Any) -> Any:
+    """What numba's type of ``v`` depends on, without building it: an array's dtype, dimension, layout
+    (C/F-contiguous flags), writability and alignment; a record's class and fields; a scalar's class (an int's
+    sign and size too: numba types 2^63 and above as uint64); a string (a component's name) itself."""
+    if isinstance(v, np.ndarray):
+        f = v.flags
+        return (v.dtype, v.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
+    if isinstance(v, tuple):
+        return (type(v), *(_type_key(e) for e in v))
+    if isinstance(v, str):
+        return v
+    if type(v) is int:
+        return (int, -(2**63) <= v < 2**63)
+    return type(v)
+
+
+def _kernel_for(args: tuple[Any, ...]) -> Any:
+    """``_chains`` compiled for ``args`` (the call's arguments without the chain range), found by
+    :func:`_type_key`."""
+    key = _type_key(args)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = specialisation(_chains, 2, *args, 0, 1)
+    return kernel
+
+
+def _pool(n_workers: int) -> ThreadPoolExecutor:
+    """A thread pool of at least ``n_workers`` threads, kept for the next calls (starting threads for each of a
+    run's 50 calls cost ≈ 0.1 ms a call)."""
+    if not _POOLS or _POOLS[0][0] < n_workers:
+        if _POOLS:
+            _POOLS.pop()[1].shutdown(wait=False)
+        _POOLS.append((n_workers, ThreadPoolExecutor(n_workers, thread_name_prefix="sgtune-chains")))
+    return _POOLS[0][1]
 
 
 def backend_of(backend: Any, where: str) -> Any:
@@ -225,8 +278,12 @@ def run_plan(plan: ChainPlan, backend: Any, progress: Callable[[int, int], None]
     if progress is not None:  # compiled (or loaded from the cache): the caller may stop saying "compiling"
         progress(0, T)
     # 50 calls even without a progress bar: Python runs its signal handlers between them, so Ctrl-C stops a
-    # long run within ~2 % of its time instead of after it (the chains are identical either way)
+    # long run within ~2 % of its time instead of after it (the chains are identical either way); without a
+    # progress bar a call advances at least MIN_CALL_CHAIN_STEPS chain-steps (a call costs ≈ 10 µs of Python and
+    # unboxing: a 1-epoch model problem, 39 steps of 4 chains, made 39 of them)
     chunk = max(1, -(-T // 50))
+    if progress is None:
+        chunk = max(chunk, -(-MIN_CALL_CHAIN_STEPS // max(plan.state.theta.shape[0], 1)))
     tic = time.perf_counter()
     done = 0
     while done < T:

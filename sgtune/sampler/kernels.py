@@ -92,8 +92,10 @@ def _below(u, n, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
-def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-untyped-def]
-    """A uniform B-subset into ``idx``: a partial Fisher–Yates shuffle of the chain's permutation.
+def _partial_shuffle(st, perm, n_data, batch_size, idx, xs):  # type: ignore[no-untyped-def]
+    """A uniform B-subset into ``idx``: a partial Fisher–Yates shuffle of the chain's permutation; returns
+    Σ_k xs[idx[k]] when ``xs`` (one column of the data, N values) is not empty, summed in the drawing loop
+    (:func:`batch_by_kind`), else 0.0.
 
     The stream's state is held in local variables for the whole batch (``randbelow`` on the array would
     load and store it at every draw: the stores to ``perm`` and ``idx`` may alias it for the compiler), and
@@ -104,6 +106,8 @@ def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-unty
     s1 = st[1]
     s2 = st[2]
     s3 = st[3]
+    use = xs.shape[0] > 0
+    acc = 0.0
     for k in range(batch_size):
         u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
         r, s0, s1, s2, s3 = _below(u, n_data - k, s0, s1, s2, s3)
@@ -113,16 +117,23 @@ def _partial_shuffle(st, perm, n_data, batch_size, idx):  # type: ignore[no-unty
         perm[k] = pj
         perm[j] = tmp
         idx[k] = pj
+        if use:
+            acc += xs[np.uint64(pj)]
     st[0] = s0
     st[1] = s1
     st[2] = s2
     st[3] = s3
+    return acc
+
+
+#: no data column: the batch schedules called on their own sum nothing
+_NO_ROWS = np.zeros(0)
 
 
 @component_inline
 def batch_without_replacement(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """A uniform B-subset: a partial Fisher–Yates shuffle of the chain's permutation."""
-    _partial_shuffle(st, perm, n_data, batch_size, idx)
+    _partial_shuffle(st, perm, n_data, batch_size, idx, _NO_ROWS)
     return batch_size, pos
 
 
@@ -136,9 +147,10 @@ def _next_position(pos, n_data, batch_size):  # type: ignore[no-untyped-def]
     return nxt
 
 
-@component_inline
-def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
-    """Random reshuffling: a fresh permutation at epoch position 0, then consecutive blocks."""
+@njit_inline
+def _reshuffle_block(st, perm, n_data, batch_size, pos, idx, xs):  # type: ignore[no-untyped-def]
+    """Random reshuffling's batch at epoch position ``pos``: (batch length, next position, Σ xs over the batch,
+    summed in the block's loop when ``xs`` is not empty, as :func:`_partial_shuffle`)."""
     if pos == 0:  # Fisher–Yates, the stream's state in local variables (as in ``_partial_shuffle``)
         s0 = st[0]
         s1 = st[1]
@@ -156,9 +168,21 @@ def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-
         st[3] = s3
     start = pos * batch_size
     stop = min(start + batch_size, n_data)
+    use = xs.shape[0] > 0
+    acc = 0.0
     for k in range(start, stop):
-        idx[k - start] = perm[k]
-    return stop - start, _next_position(pos, n_data, batch_size)
+        pk = perm[k]
+        idx[k - start] = pk
+        if use:
+            acc += xs[np.uint64(pk)]
+    return stop - start, _next_position(pos, n_data, batch_size), acc
+
+
+@component_inline
+def batch_reshuffle(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+    """Random reshuffling: a fresh permutation at epoch position 0, then consecutive blocks."""
+    nb, nxt, _ = _reshuffle_block(st, perm, n_data, batch_size, pos, idx, _NO_ROWS)
+    return nb, nxt
 
 
 @component_inline
@@ -185,7 +209,7 @@ def batch_replacement_positions(st, perm, n_data, batch_size, pos, idx):  # type
 @component_inline
 def batch_without_replacement_positions(st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
     """``without-replacement``, counting epoch positions (the recorder's epoch-position moments)."""
-    _partial_shuffle(st, perm, n_data, batch_size, idx)
+    _partial_shuffle(st, perm, n_data, batch_size, idx, _NO_ROWS)
     return batch_size, _next_position(pos, n_data, batch_size)
 
 
@@ -204,24 +228,37 @@ BATCH_KIND_OF = {component_name(fn): k for k, fn in enumerate(BATCH_FNS.values()
 
 
 @njit_inline
-def batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx):  # type: ignore[no-untyped-def]
+def batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx, xs, sums):  # type: ignore[no-untyped-def]
     """The batch schedule number ``kind`` (:data:`BATCH_KINDS`): the same draws as its component in
     :data:`BATCH_FNS`, each drawing helper inlined once (the ``*-positions`` schedules and ``full`` are
-    ``replacement``, ``without-replacement`` and ``none`` with the epoch position counted).
+    ``replacement``, ``without-replacement`` and ``none`` with the epoch position counted). With ``xs`` not
+    empty (the data, one column: the engine's ``Schedule.row_sums``), the schedules without replacement and
+    reshuffling also put Σ_k xs[idx[k]] into ``sums[0]`` (the others leave it).
 
     The engine's step loop calls this instead of a schedule chosen at compile time: one branch per step on a
     loop-invariant integer (nothing next to a gradient), and one compiled chain serves every schedule of a
     (gradient oracle, step rule) pair — each schedule as a literal was a compile of its own, 11–14 s of CPU.
+    The sum runs in the drawing loop (without replacement) or the block's loop (reshuffling): a sum of B
+    dependent additions (≈ 3–4 cycles each) hides behind the draws there, while after them it adds its whole
+    latency to every step (``benchmarks/batch_sum_latency.py``: 59 against 79 ns a step of the RM model
+    problem); the same sum, in the batch's order, either way.
     """
+    use = xs.shape[0] > 0
     if kind == 2:
-        return batch_reshuffle(st, perm, n_data, batch_size, pos, idx)
+        nb, pos, acc = _reshuffle_block(st, perm, n_data, batch_size, pos, idx, xs)
+        if use:
+            sums[0] = acc
+        return nb, pos
     nb = 0
+    acc = 0.0
     if kind == 0 or kind == 5:
         fill_randbelow(st, n_data, idx, batch_size)
         nb = batch_size
     elif kind == 1 or kind == 6:
-        _partial_shuffle(st, perm, n_data, batch_size, idx)
+        acc = _partial_shuffle(st, perm, n_data, batch_size, idx, xs)
         nb = batch_size
+    if use:
+        sums[0] = acc
     if kind >= 4:
         return nb, _next_position(pos, n_data, batch_size)
     return nb, pos
@@ -237,9 +274,10 @@ def batch_schedule(batch_fn, st, perm, n_data, batch_size, n_steps):  # type: ig
 def _batch_schedule(kind, st, perm, n_data, batch_size, n_steps):  # type: ignore[no-untyped-def]
     out = -np.ones((n_steps, batch_size), dtype=np.int64)
     idx = np.empty(batch_size, dtype=np.int64)
+    no_rows = np.empty(0)  # no row sums
     pos = 0
     for t in range(n_steps):
-        nb, pos = batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx)
+        nb, pos = batch_by_kind(kind, st, perm, n_data, batch_size, pos, idx, no_rows, no_rows)
         for k in range(nb):
             out[t, k] = idx[k]
     return out

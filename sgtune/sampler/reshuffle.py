@@ -55,8 +55,11 @@ SCHEME_BATCHING: dict[str, str] = {"ula": "full", "rm": "without-replacement-pos
 def gaussian_mean_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-untyped-def]
     """θ − x̄_b, the gradient of the batch-mean loss ½‖θ − x_n‖² on the rows ``idx[:nb]`` of X = ``ora.X`` (N, D).
 
-    An empty batch (``nb`` = 0, the ``full`` schedule) is the full data: θ − x̄ with the stored mean
-    ``ora.mean`` = x̄ (D,) itself, as ULA uses it.
+    With a work buffer (``ora.work_len`` = 1: D = 1 and a schedule without replacement or reshuffling), the
+    batch's sum Σ_b x_n is ``work[0]``: the plan's batch schedule summed it while drawing the batch
+    (``Schedule.row_sums``, :func:`sgtune.sampler.kernels.batch_by_kind`), in the batch's order as the loop here
+    does otherwise. An empty batch (``nb`` = 0, the ``full`` schedule) is the full data: θ − x̄
+    with the stored mean ``ora.mean`` = x̄ (D,) itself, as ULA uses it.
     """
     X = ora.X
     y = ora.mean
@@ -64,6 +67,9 @@ def gaussian_mean_grad(theta, ora, idx, nb, st, work, grad):  # type: ignore[no-
     if nb == 0:
         for j in range(d):
             grad[j] = theta[j] - y[j]
+        return
+    if ora.work_len > 0:
+        grad[0] = theta[0] - work[0] / nb
         return
     for j in range(d):
         acc = 0.0
@@ -88,13 +94,16 @@ def reshuffle_plan(x: np.ndarray, batch_size: int, h: float, noise_sd: float, sc
     xbar = float(x.mean())
     state = chain_state(np.full((C, 1), xbar), chain_states(int(seed), C),
                         perm=np.tile(np.arange(n, dtype=np.int64), (C, 1)))
-    ora = oracle(X=x.reshape(n, 1), mean=np.array([xbar]))
+    # the schedules without replacement and reshuffling sum the batch in their drawing loop (Schedule.row_sums) into
+    # the oracle's work[0]; the oracle sums the others' batches itself
+    row_sums = scheme in ("rm", "rr")
+    ora = oracle(X=x.reshape(n, 1), mean=np.array([xbar]), work_len=int(row_sums))
     params = step_params(lam=np.array([[h]]), fac=np.array([[noise_sd]]), step=float(h))
     rec = recorder(C, 1, positions=R, pos_centre=np.array([xbar]))
     batching = SCHEME_BATCHING[scheme]
     return ChainPlan(sampler="sgld", lam_kind=LAM_DIAG, batching=batching, oracle_kind="gaussian-mean",
                      batch_fn=BATCH_FNS[batching], grad_fn=gaussian_mean_grad, rule_fn=sgld_diag_rule, move_fn=None,
-                     state=state, oracle=ora, sched=Schedule(batch_size=int(batch_size), decay=0.0), params=params,
+                     state=state, oracle=ora, sched=Schedule(batch_size=int(batch_size), decay=0.0, row_sums=row_sums), params=params,
                      mclmc=mclmc_state(C), recorder=lambda last: rec._replace(flush=bool(last)),
                      burn_in=max(burn_in_epochs * R - 1, 0), n_steps=(burn_in_epochs + n_epochs) * R - 1)
 

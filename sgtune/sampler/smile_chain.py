@@ -52,7 +52,7 @@ from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_ke
                     sgld_step, tuner_update)
 from .state import (LAM_DIAG, REFRESH_AUTO, REFRESH_OFF, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS, ChainPlan, Schedule, TunerParams,
                     chain_state, mclmc_state, oracle, recorder, step_params)
-from .targets import draw_step_noise, target_grad, target_value_grad
+from .targets import draw_step_noise, noisy_logp_grad, target_grad, target_value_grad
 
 __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
            "sgld_target_rule", "general_phase", "value_gradient_cost", "target_plan"]
@@ -198,16 +198,42 @@ def mclmc_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[
     return 0
 
 
+@njit_inline
+def _eval_target(th, ora, w, beta):  # type: ignore[no-untyped-def]
+    """log p_β and ∇log p_β (into ``w.grad``) of the analytic target on the step's noise: ``_eval`` of
+    :func:`sgtune.sampler.targets.target_value_grad` without its two passes over the gradient (the oracle's
+    negation to a loss, ``to_logp``'s multiplication by −β) when β = 1 and there is no prior: (−g)·(−1) = g and
+    −1·(−ℓ + 0) = ℓ exactly (ℓ ≠ 0). The passes lay on the step's dependency chain (store, reload, per gradient)."""
+    d = th.shape[0]
+    g = w.grad
+    lp = noisy_logp_grad(ora.ints[0], ora.hessian, ora.floats[0], ora.floats[1], w.wk[d:2 * d], th, g)
+    if beta == 1.0 and ora.prior_kind == PRIOR_NONE:
+        return lp
+    for j in range(d):
+        g[j] = -g[j]
+    return to_logp(beta, -lp, g, ora.prior_kind, ora.prior, th)
+
+
 @component
 def mclmc_target_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: ignore[no-untyped-def]
     """One MCLMC step on an analytic target: the step's noise drawn first, then the three gradients on it
-    (:func:`sgtune.sampler.targets.target_value_grad`)."""
+    (:func:`sgtune.sampler.targets.target_value_grad`, evaluated as ``_eval_target``; the phases as in
+    :func:`mclmc_rule`)."""
     numba.literally(value_grad)
     st = borrowed(st)
     ora = borrowed(ora)
     w = borrowed(w)
+    th = borrowed(th)
+    u = borrowed(u)
+    mc = borrowed(mc)
     draw_step_noise(st, ora.noise_factor, w.wk, th.shape[0])
-    _mclmc_step(value_grad, c, borrowed(th), borrowed(u), st, nb, ora, borrowed(mc), w)
+    beta = mc.params.inv_temp
+    lp = _eval_target(th, ora, w, beta)
+    step_begin(c, th, u, w.grad, lp, mc)
+    _eval_target(th, ora, w, beta)
+    step_mid(c, th, u, w.grad, mc)
+    lp = _eval_target(th, ora, w, beta)
+    step_end(c, th, u, w.grad, lp, mc)
     return 0
 
 

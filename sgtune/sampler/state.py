@@ -12,7 +12,8 @@ never by position) of float64/int64 arrays with one row per chain, or of scalars
   the precision of an analytic target, GNLD's matrix M), ``mean`` (the quadratic's minimum μ, the data mean
   x̄ of Shaw & Whalley's model problem), ``noise_factor`` (the lower-triangular factor of the synthetic
   gradient noise), the prior Γ/N and its kind, and the gradient's work-buffer length;
-- :class:`Schedule` — the batch size B and the step-size decay γ;
+- :class:`Schedule` — the batch size B, the step-size decay γ, and whether the batch schedule sums the batch's
+  values of the data's first column (``row_sums``, for the Gaussian-mean oracle);
 - :class:`StepParams` — the step of the SG(L)D family and SGHMC: Λ, the factor L of 2Λ/β, κ, whether
   noise is injected, β, SGHMC's friction γ and scalar step h;
 - :class:`MclmcState` — the SMILE samplers' per-chain arrays: the step size ``step`` (C,), the tuner's state
@@ -62,7 +63,9 @@ LAM_DIAG, LAM_DENSE = 1, 2
 
 ChainState = namedtuple("ChainState", "theta mom rng perm epoch_pos diverged clip_count")
 Oracle = namedtuple("Oracle", "X y ints floats hessian mean noise_factor prior_kind prior work_len")
-Schedule = namedtuple("Schedule", "batch_size decay")
+#: ``row_sums``: the batch schedule also sums the batch's values of the data's first column into the work buffer's
+#: first entry, in its drawing loop (Shaw & Whalley's Gaussian-mean oracle reads the sum; ``kernels.batch_by_kind``)
+Schedule = namedtuple("Schedule", "batch_size decay row_sums", defaults=(False,))
 StepParams = namedtuple("StepParams", "lam fac momentum inject inv_temp friction step")
 #: the step-size rules of the tuned SMILE samplers (``TunerParams.mode``): Algorithm 1 as printed, or anchored
 TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
