@@ -163,6 +163,17 @@ def refresh(c, th, u, st, z, mc, h, rejected):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
+def end_and_refresh(c, th, u, st, w, lp1, mc):  # type: ignore[no-untyped-def]
+    """:func:`step_end` (gradient evaluation 3's log density ``lp1``, gradient ``w.grad``), then the velocity's
+    :func:`refresh` for the step just taken (normals into ``w.xi``), when it is on."""
+    h = mc.step[c]
+    rejected = mc.stats[c, STAT_REJECTIONS]
+    step_end(c, th, u, w.grad, lp1, mc)
+    if mc.params.refresh != REFRESH_OFF:
+        refresh(c, th, u, st, w.xi, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
+
+
+@njit_inline
 def _eval(value_grad, th, ora, st, nb, w, want, beta):  # type: ignore[no-untyped-def]
     value = call_value_grad(value_grad, th, ora, w.idx, nb, st, w.wk, w.grad, want)
     return to_logp(beta, value, w.grad, ora.prior_kind, ora.prior, th)
@@ -176,11 +187,7 @@ def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-un
     _eval(value_grad, th, ora, st, nb, w, False, beta)
     step_mid(c, th, u, w.grad, mc)
     lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
-    h = mc.step[c]
-    rejected = mc.stats[c, STAT_REJECTIONS]
-    step_end(c, th, u, w.grad, lp, mc)
-    if mc.params.refresh != REFRESH_OFF:
-        refresh(c, th, u, st, w.xi, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
+    end_and_refresh(c, th, u, st, w, lp, mc)
 
 
 # not inlined into the loop (unlike the SG(L)D rules): its body is large, and inlined it made every SMILE
@@ -233,7 +240,7 @@ def mclmc_target_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: 
     _eval_target(th, ora, w, beta)
     step_mid(c, th, u, w.grad, mc)
     lp = _eval_target(th, ora, w, beta)
-    step_end(c, th, u, w.grad, lp, mc)
+    end_and_refresh(c, th, u, st, w, lp, mc)
     return 0
 
 
