@@ -158,3 +158,19 @@ def test_kernel_matches_the_reference_backend_with_the_refresh(sampler, refresh)
     for f in ("final_state", "trace", "step_size_trace", "energy_trace", "final_step_size"):
         np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-12, atol=1e-12, err_msg=f)
     np.testing.assert_array_equal(a.rejection_fraction, b.rejection_fraction)
+
+
+def test_noise_weight_option_reaches_the_json_and_is_validated():
+    """--noise-weight W: the anchored rule's noise term (SmileOptions.noise_weight), recorded in the JSON; a negative,
+    infinite or non-numeric W is a one-line error naming the option, exit 2."""
+    r = CliRunner().invoke(main, BASE)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["noise_weight"] == 0.0
+    r = CliRunner().invoke(main, [*BASE, "--noise-weight", "0.5"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["noise_weight"] == 0.5
+    for bad in ("-1", "inf", "nan", "x"):
+        r = CliRunner().invoke(main, [*BASE, "--noise-weight", bad])
+        assert r.exit_code == 2, (bad, r.stderr)
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln]
+        assert len(lines) == 1 and "--noise-weight" in lines[0] and "Traceback" not in r.stderr, r.stderr

@@ -194,28 +194,28 @@ sampler_options = compose(
 )
 
 
-def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
-    """The options object of ``sampler`` from --friction, --tuner, --guardrail-floor and --refresh-length."""
+def _as_float(text: Any) -> float:
+    """An option's text as a float; nan when it is not a number (the caller's check then names the option)."""
     try:
-        floor = float(str(kw.get("guardrail_floor") or "0"))
+        return float(str(text))
     except ValueError:
-        floor = math.nan
+        return math.nan
+
+
+def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
+    """The options object of ``sampler`` from --friction, --tuner, --guardrail-floor, --refresh-length and
+    --noise-weight."""
+    floor = _as_float(kw.get("guardrail_floor") or "0")
     if not floor >= 0.0:  # negative, nan or not a number
         raise SgtuneError(f"--guardrail-floor must be a number >= 0 (0: the SMILE paper's guardrail, inf: off), "
                           f"got {kw.get('guardrail_floor')}")
     refresh = kw.get("refresh_length")
     if refresh is not None and str(refresh).strip().lower() not in ("auto", "off"):
-        try:
-            length = float(refresh)
-        except ValueError:
-            length = math.nan
+        length = _as_float(refresh)
         if not (math.isfinite(length) and length > 0.0):
             raise SgtuneError(f"--refresh-length must be auto, off or a length > 0, got {refresh}; auto (the "
                               "default of smile/psmile) takes it from the chain's own path")
-    try:
-        weight = float(str(kw.get("noise_weight") or "0"))
-    except ValueError:
-        weight = math.nan
+    weight = _as_float(kw.get("noise_weight") or "0")
     if not (math.isfinite(weight) and weight >= 0.0):
         raise SgtuneError(f"--noise-weight must be a finite number >= 0 (0: off), got {kw.get('noise_weight')}")
     return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"),
