@@ -89,8 +89,8 @@ from .state import ChainPlan, Work
 
 __all__ = ["chain_ranges", "NumbaBackend", "backend_of", "run_plan"]
 
-#: the fewest chain-steps (steps × chains) of one backend call of :func:`run_plan` without a progress bar
-MIN_CALL_CHAIN_STEPS = 2048
+#: without a progress bar, :func:`run_plan` doubles its chunk after a backend call shorter than this (seconds)
+MIN_CALL_SECONDS = 1e-3
 
 
 @njit
@@ -278,20 +278,22 @@ def run_plan(plan: ChainPlan, backend: Any, progress: Callable[[int, int], None]
     if progress is not None:  # compiled (or loaded from the cache): the caller may stop saying "compiling"
         progress(0, T)
     # 50 calls even without a progress bar: Python runs its signal handlers between them, so Ctrl-C stops a
-    # long run within ~2 % of its time instead of after it (the chains are identical either way); without a
-    # progress bar a call advances at least MIN_CALL_CHAIN_STEPS chain-steps (a call costs ≈ 10 µs of Python and
-    # unboxing: a 1-epoch model problem, 39 steps of 4 chains, made 39 of them)
+    # long run within ~2 % of its time instead of after it (the chains are identical either way). Without a
+    # progress bar, a call shorter than MIN_CALL_SECONDS doubles the chunk: a call costs ≈ 10 µs of Python and
+    # unboxing (a 1-epoch model problem, 39 steps of 4 chains, made 39 of them), while an expensive step keeps
+    # the 50 calls (a fixed minimum of steps per call would not: 2 048 steps of a large network are seconds)
     chunk = max(1, -(-T // 50))
-    if progress is None:
-        chunk = max(chunk, -(-MIN_CALL_CHAIN_STEPS // max(plan.state.theta.shape[0], 1)))
     tic = time.perf_counter()
     done = 0
     while done < T:
         end = min(done + chunk, T)
         if done < plan.split < end:
             end = plan.split
+        call = time.perf_counter()
         backend.advance(plan, done, end - done, end == T)
         done = end
         if progress is not None:
             progress(done, T)
+        elif time.perf_counter() - call < MIN_CALL_SECONDS:
+            chunk *= 2
     return time.perf_counter() - tic, compile_seconds
