@@ -163,14 +163,15 @@ def refresh(c, th, u, st, z, mc, h, rejected):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
-def end_and_refresh(c, th, u, st, w, lp1, mc):  # type: ignore[no-untyped-def]
-    """:func:`step_end` (gradient evaluation 3's log density ``lp1``, gradient ``w.grad``), then the velocity's
-    :func:`refresh` for the step just taken (normals into ``w.xi``), when it is on."""
+def end_and_refresh(c, th, u, st, g, z, lp1, mc):  # type: ignore[no-untyped-def]
+    """:func:`step_end` (gradient evaluation 3: gradient ``g``, log density ``lp1``), then the velocity's
+    :func:`refresh` for the step just taken (normals from stream ``st`` into ``z``), when it is on; the end of every
+    MCLMC step (the engine's rules and the general path)."""
     h = mc.step[c]
     rejected = mc.stats[c, STAT_REJECTIONS]
-    step_end(c, th, u, w.grad, lp1, mc)
+    step_end(c, th, u, g, lp1, mc)
     if mc.params.refresh != REFRESH_OFF:
-        refresh(c, th, u, st, w.xi, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
+        refresh(c, th, u, st, z, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
 
 
 @njit_inline
@@ -187,7 +188,7 @@ def _mclmc_step(value_grad, c, th, u, st, nb, ora, mc, w):  # type: ignore[no-un
     _eval(value_grad, th, ora, st, nb, w, False, beta)
     step_mid(c, th, u, w.grad, mc)
     lp = _eval(value_grad, th, ora, st, nb, w, True, beta)
-    end_and_refresh(c, th, u, st, w, lp, mc)
+    end_and_refresh(c, th, u, st, w.grad, w.xi, lp, mc)
 
 
 # not inlined into the loop (unlike the SG(L)D rules): its body is large, and inlined it made every SMILE
@@ -240,7 +241,7 @@ def mclmc_target_rule(value_grad, c, th, u, st, nb, s, ora, p, mc, w):  # type: 
     _eval_target(th, ora, w, beta)
     step_mid(c, th, u, w.grad, mc)
     lp = _eval_target(th, ora, w, beta)
-    end_and_refresh(c, th, u, st, w, lp, mc)
+    end_and_refresh(c, th, u, st, w.grad, w.xi, lp, mc)
     return 0
 
 
@@ -278,11 +279,7 @@ def general_phase(phase, state, t, burn_in, grads, values, ora, mc, rec):  # typ
         elif phase == 1:
             step_mid(c, th, state.mom[c], g, mc)
         else:
-            h = mc.step[c]
-            rejected = mc.stats[c, STAT_REJECTIONS]
-            step_end(c, th, state.mom[c], g, lp, mc)
-            if mc.params.refresh != REFRESH_OFF:
-                refresh(c, th, state.mom[c], state.rng[c], buf, mc, h, mc.stats[c, STAT_REJECTIONS] != rejected)
+            end_and_refresh(c, th, state.mom[c], state.rng[c], g, buf, lp, mc)
             # the step's tail as in engine._chain, written out there and in kernels.advance (why: engine._chain)
             if diverges(th):
                 diverged[c] = t
