@@ -1,10 +1,10 @@
 """Why the model problem's step lost time without losing instructions: the batch sum after the draws, not in them.
 
 Two loops that do the same work per step as Shaw & Whalley's RM chain (N = 1200, B = 30, D = 1, one chain; the
-package's xoshiro256++ in registers, ``kernels._below``'s Lemire draw, one ziggurat normal through
-``rng.fill_normals``): ``fused`` adds each drawn x to the batch sum inside the partial Fisher–Yates loop (the
-hand-written loop of be8861c, and the engine since ``Schedule.row_sums``); ``split`` writes the indices to an array
-and sums them in a second loop (the engine's batch schedule, then its gradient oracle, before). Same draws,
+engine's own partial Fisher–Yates draw, ``kernels._partial_shuffle``, and one ziggurat normal through
+``rng.fill_normals``): ``fused`` has it add each drawn x to the batch sum inside its loop (the hand-written loop of
+be8861c, and the engine since ``Schedule.row_sums``); ``split`` has it only write the indices and sums them in a
+second loop (the engine's batch schedule, then its gradient oracle, before). Same draws,
 same sums, same results (checked). The sum is a chain of B dependent additions (≈ 3–4 cycles each): in the
 drawing loop it hides behind the draws, after it the whole chain is exposed on every step, since the reorder
 buffer cannot reach far enough ahead. CPU ns per step, best of 7 runs of 200 000 steps; a benchmark, not a test.
@@ -18,27 +18,17 @@ import time
 import numpy as np
 
 from sgtune.sampler._jit import njit
-from sgtune.sampler.kernels import _below
-from sgtune.sampler.rng import chain_states, fill_normals, xoshiro_step
+from sgtune.sampler.kernels import _partial_shuffle
+from sgtune.sampler.rng import chain_states, fill_normals
 
 
 @njit
 def fused(st, perm, x, batch, steps, th):  # type: ignore[no-untyped-def]
     n = perm.shape[0]
     xi = np.empty(1)
+    idx = np.empty(batch, dtype=np.int64)
     for _ in range(steps):
-        s0, s1, s2, s3 = st[0], st[1], st[2], st[3]
-        acc = 0.0
-        for k in range(batch):
-            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
-            r, s0, s1, s2, s3 = _below(u, n - k, s0, s1, s2, s3)
-            j = np.uint64(k) + r
-            tmp = perm[k]
-            pj = perm[j]
-            perm[k] = pj
-            perm[j] = tmp
-            acc += x[np.uint64(pj)]
-        st[0], st[1], st[2], st[3] = s0, s1, s2, s3
+        acc = _partial_shuffle(st, perm, n, batch, idx, x)  # the engine's: the sum in the drawing loop
         fill_normals(st, xi)
         th = th - 0.5 * (th - acc / batch) + 0.01 * xi[0]
     return th
@@ -49,20 +39,11 @@ def split(st, perm, x, batch, steps, th):  # type: ignore[no-untyped-def]
     n = perm.shape[0]
     xi = np.empty(1)
     idx = np.empty(batch, dtype=np.int64)
+    no_rows = np.empty(0)
     for _ in range(steps):
-        s0, s1, s2, s3 = st[0], st[1], st[2], st[3]
-        for k in range(batch):
-            u, s0, s1, s2, s3 = xoshiro_step(s0, s1, s2, s3)
-            r, s0, s1, s2, s3 = _below(u, n - k, s0, s1, s2, s3)
-            j = np.uint64(k) + r
-            tmp = perm[k]
-            pj = perm[j]
-            perm[k] = pj
-            perm[j] = tmp
-            idx[k] = pj
-        st[0], st[1], st[2], st[3] = s0, s1, s2, s3
+        _partial_shuffle(st, perm, n, batch, idx, no_rows)  # the same draws, no sum ...
         acc = 0.0
-        for k in range(batch):
+        for k in range(batch):  # ... then the sum in a second loop
             acc += x[np.uint64(idx[k])]
         fill_normals(st, xi)
         th = th - 0.5 * (th - acc / batch) + 0.01 * xi[0]
