@@ -97,16 +97,17 @@ BASE = ["run", "--example", "hetero-linear", "--batch-size", "64", "--steps", "6
         "--sampler", "smile", "--step-size", "0.01"]
 
 
-def test_refresh_length_option_reaches_the_json_and_is_validated():
+def test_refresh_length_option_reaches_the_json_and_is_validated(tmp_path):
     r = CliRunner().invoke(main, BASE)
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["refresh_length"] == "auto"
     r = CliRunner().invoke(main, [*BASE, "--refresh-length", "2.5"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["refresh_length"] == 2.5
+    out = tmp_path / "r.npz"
     for bad in ("0", "-1", "nan", "inf", "x"):
-        r = CliRunner().invoke(main, [*BASE, "--refresh-length", bad])
-        assert r.exit_code == 2, (bad, r.stderr)
+        r = CliRunner().invoke(main, [*BASE, "--refresh-length", bad, "-o", str(out)])
+        assert r.exit_code == 2 and not out.exists(), (bad, r.stderr)
         lines = [ln for ln in r.stderr.strip().splitlines() if ln]
         assert len(lines) == 1 and "--refresh-length" in lines[0] and "Traceback" not in r.stderr, r.stderr
 
@@ -133,6 +134,14 @@ def test_the_refresh_brings_smile_chains_toward_their_posterior_on_a_real_data_s
         assert r.exit_code == 0, r.stderr
         errors[refresh] = json.loads(r.stdout)["health"]["prediction_check"]["relative_frobenius_error"]
     assert errors["off"] > 0.85 and errors["auto"] < 0.6, errors
+    # what the warning then advises, as written: a smaller fixed step with the refresh (smile-naive), more steps,
+    # checked by verify. Measured over seeds 1–3: relative error 0.253–0.273 (the tuned run's 0.408–0.414 above)
+    r = CliRunner().invoke(main, ["verify", *base[1:7], "--sampler", "smile-naive", "--refresh-length", "auto",
+                                  "--batch-size", "64", "--step-size", "0.03", "--steps", "30000", "--chains", "4",
+                                  "--seed", "1", "-q"])
+    assert r.exit_code in (0, 3), r.stderr  # 3: the check's verdict, which this run may miss at the 5 % model error
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "posterior" and doc["relative_frobenius_error"] < 0.33, doc["relative_frobenius_error"]
 
 
 @pytest.mark.portability
@@ -160,7 +169,7 @@ def test_kernel_matches_the_reference_backend_with_the_refresh(sampler, refresh)
     np.testing.assert_array_equal(a.rejection_fraction, b.rejection_fraction)
 
 
-def test_noise_weight_option_reaches_the_json_and_is_validated():
+def test_noise_weight_option_reaches_the_json_and_is_validated(tmp_path):
     """--noise-weight W: the anchored rule's noise term (SmileOptions.noise_weight), recorded in the JSON; a negative,
     infinite or non-numeric W is a one-line error naming the option, exit 2."""
     r = CliRunner().invoke(main, BASE)
@@ -169,8 +178,9 @@ def test_noise_weight_option_reaches_the_json_and_is_validated():
     r = CliRunner().invoke(main, [*BASE, "--noise-weight", "0.5"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["noise_weight"] == 0.5
+    out = tmp_path / "r.npz"
     for bad in ("-1", "inf", "nan", "x"):
-        r = CliRunner().invoke(main, [*BASE, "--noise-weight", bad])
-        assert r.exit_code == 2, (bad, r.stderr)
+        r = CliRunner().invoke(main, [*BASE, "--noise-weight", bad, "-o", str(out)])
+        assert r.exit_code == 2 and not out.exists(), (bad, r.stderr)
         lines = [ln for ln in r.stderr.strip().splitlines() if ln]
         assert len(lines) == 1 and "--noise-weight" in lines[0] and "Traceback" not in r.stderr, r.stderr

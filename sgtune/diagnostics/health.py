@@ -400,7 +400,8 @@ def _prediction_disagreement(prediction_check: dict[str, Any] | None) -> list[st
             + {"posterior": "the sampler is biased or has not mixed (SMILE: the minibatch noise biases the chain "
                             "where it is anisotropic, more at a larger step, which the anchored tuner's energy error "
                             "cannot see; try more steps at a smaller fixed step with the velocity refresh on "
-                            "(sampler smile-naive, refresh length auto), psmile for ill-scaled features, or sgld "
+                            "(sampler smile-naive, refresh length auto; sgtune verify checks it against the "
+                            "posterior), psmile for ill-scaled features, or sgld "
                             "with a step-size matrix from `sgtune lambda`, whose stationary covariance sgtune "
                             "predicts)",
                "target": "this Λ's chain does not reach the target here (refine it again, or compare "
