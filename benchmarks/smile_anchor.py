@@ -50,11 +50,14 @@ def _label(v: float | tuple[float, float]) -> str:
 
 #: ``SmileOptions.refresh_length`` of the anchored runs (``--refresh``; None: the library's default)
 REFRESH: list = [None]
+#: ``SmileOptions.noise_bias`` of the anchored runs (``--noise-bias``; None: the library's default)
+NOISE_BIAS: list = [None]
 
 
 def _options(pre: bool, v: float | tuple[float, float]) -> SmileOptions:
     vs, w = (v[0], v[1]) if isinstance(v, (tuple, list)) else (v, 0.0)
-    return SmileOptions(preconditioned=pre, energy_var_target=vs, noise_weight=w, refresh_length=REFRESH[0])
+    return SmileOptions(preconditioned=pre, energy_var_target=vs, noise_weight=w, refresh_length=REFRESH[0],
+                        noise_bias=NOISE_BIAS[0])
 
 
 def table_part(steps: int, chains: int, targets: list[float]) -> list[dict]:
@@ -167,6 +170,9 @@ def tables(out: dict) -> dict:
     # command is kept as it was then)
     if out.get("refresh") not in (None, "auto"):
         cmd += f" --refresh {out['refresh']}"
+    # (results recorded before --noise-bias existed have no "noise_bias" key: they ran without the cap)
+    if out.get("noise_bias") not in (None, "default"):
+        cmd += f" --noise-bias {out['noise_bias']}"
     t = {}
     if out["table"]:
         t["table1"] = {"command": cmd, "measured": f"10 chains × {out['steps']:g} steps from ε₀ = best step / 10; "
@@ -184,12 +190,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--noise-weights", default="0", help="comma-separated noise_weight values (0: the noise cap off)")
     ap.add_argument("--refresh", default=None, help="refresh_length of the anchored runs (auto, off or a length; "
                     "default: the library's, auto)")
+    ap.add_argument("--noise-bias", default=None, help="noise_bias of the anchored runs (a number or off; default: "
+                    "the library's)")
     ap.add_argument("--skip-table", action="store_true")
     ap.add_argument("--skip-glm", action="store_true")
     ap.add_argument("--out", default=None, help="write the rows and the docs tables as JSON")
     ap.add_argument("--from-json", default=None, help="re-render the tables of a file written by --out")
     args = ap.parse_args(argv)
     REFRESH[0] = args.refresh
+    NOISE_BIAS[0] = args.noise_bias
     if args.from_json:
         out = json.loads(Path(args.from_json).read_text())
     else:
@@ -199,7 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
         glm = [] if args.skip_glm else glm_part(args.steps, targets)
         t1 = time.perf_counter()
         table = [] if args.skip_table else table_part(args.steps, 10, targets)
-        out = {"steps": args.steps, "targets": targets, "refresh": args.refresh or "auto", "glm": glm, "table": table,
+        out = {"steps": args.steps, "targets": targets, "refresh": args.refresh or "auto",
+               "noise_bias": args.noise_bias or "default", "glm": glm, "table": table,
                "seconds": {"glm": t1 - t0, "table": time.perf_counter() - t1}}
     out["tables"] = tables(out)
     for name, t in out["tables"].items():

@@ -205,6 +205,8 @@ def run_glm(name, X, y, model, extra, workdir: Path, steps: int, chains: int, *,
                     "check_z": check.get("z_max"), "check_threshold": check.get("threshold"),
                     "ess_fraction": doc["health"].get("ess_fraction"),
                     "sampler_seconds": doc.get("seconds"),
+                    "noise_bias_predicted": doc.get("noise_bias_predicted"),
+                    "refresh_length_final": doc.get("refresh_length_final"),
                     "cov": doc["cov"], "cov_se": doc["cov_standard_error"], "n_batches": doc["n_batches"],
                     "theta_hat": doc.get("theta_hat")})
                 rows.append(row)

@@ -191,6 +191,13 @@ sampler_options = compose(
                       "and dimension, estimated from successive gradients at one point, at 5e-5/W (0: off). The "
                       "energy error cannot see the bias that noise causes; W > 0 lowers ε where it is large. "
                       "Ignored by the other samplers."),
+    click.option("--noise-bias", "noise_bias", default=None, metavar="TAU|off",
+                 help="The SMILE samplers with the velocity refresh: hold the bias the anisotropic minibatch noise "
+                      "causes in the chain's covariance at TAU (a fraction, e.g. 0.05; default off). The noise, "
+                      "estimated from successive gradients at one point, heats the velocity in some directions more "
+                      "than the refresh does in all; TAU shortens the refresh until that excess is at most TAU (down "
+                      "to a complete refresh every step), at a cost in mixing. The JSON reports the predicted bias "
+                      "either way (noise_bias_predicted). Ignored by the other samplers and without the refresh."),
 )
 
 
@@ -203,8 +210,8 @@ def _as_float(text: Any) -> float:
 
 
 def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
-    """The options object of ``sampler`` from --friction, --tuner, --guardrail-floor, --refresh-length and
-    --noise-weight."""
+    """The options object of ``sampler`` from --friction, --tuner, --guardrail-floor, --refresh-length,
+    --noise-weight and --noise-bias."""
     floor = _as_float(kw.get("guardrail_floor") or "0")
     if not floor >= 0.0:  # negative, nan or not a number
         raise SgtuneError(f"--guardrail-floor must be a number >= 0 (0: the SMILE paper's guardrail, inf: off), "
@@ -218,8 +225,14 @@ def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
     weight = _as_float(kw.get("noise_weight") or "0")
     if not (math.isfinite(weight) and weight >= 0.0):
         raise SgtuneError(f"--noise-weight must be a finite number >= 0 (0: off), got {kw.get('noise_weight')}")
+    bias = kw.get("noise_bias")
+    if bias is not None and str(bias).strip().lower() != "off":
+        tau = _as_float(bias)
+        if not (math.isfinite(tau) and tau >= 0.0):
+            raise SgtuneError(f"--noise-bias must be off or a number >= 0, got {bias}; e.g. 0.05 holds the bias the "
+                              "minibatch noise causes in the chain's covariance at about 5 %")
     return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"),
-                       guardrail_floor=floor, refresh_length=refresh, noise_weight=weight)
+                       guardrail_floor=floor, refresh_length=refresh, noise_weight=weight, noise_bias=bias)
 
 
 def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:
@@ -252,6 +265,10 @@ def smile_json(res: ChainResult) -> dict[str, Any]:
         out["guardrail_floor"] = "inf" if math.isinf(floor) else floor
     if str(res.settings.get("sampler", "")).endswith(("smile", "smile-naive")):
         out["refresh_length"] = res.settings.get("refresh_length")
+        out["noise_bias"] = float(res.settings.get("noise_bias", 0.0))
+        for key in ("refresh_length_final", "refresh_capped", "noise_bias_predicted"):
+            if getattr(res, key, None) is not None:
+                out[key] = getattr(res, key)
     if res.settings.get("sampler") in ("smile", "psmile"):
         out["noise_weight"] = float(res.settings.get("noise_weight", 0.0))
     return out
@@ -370,9 +387,12 @@ def cli(**kw: Any) -> None:
     --lambda LAM.npy with a JSON sidecar LAM.json from `sgtune lambda --refine` with its target
     by default; keys against, against_source, against_tolerance), batch_length (batches too short for the chains'
     autocorrelation time: standard errors too small); every reason is a warning, and --strict exits 4.
-    SMILE runs add tuner, guardrail_floor, noise_weight (smile/psmile), refresh_length (every SMILE sampler) and
-    (one entry per chain) step_size_final,
-    rejection_fraction, energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D), and for
+    SMILE runs add tuner, guardrail_floor, noise_weight (smile/psmile), refresh_length, noise_bias (every SMILE
+    sampler) and (one entry per chain) step_size_final,
+    rejection_fraction, energy_error_mean, energy_error_abs_mean, energy_error_var_per_dim (ΔE²/D),
+    refresh_length_final (the refresh length at the end), noise_bias_predicted (the covariance's predicted bias
+    along the minibatch noise's noisiest direction, a warning when large), refresh_capped (with --noise-bias: the
+    cap shortened the refresh), and for
     psmile preconditioner (C, D); -o adds step_size_trace (C, T') with --thin.
     -o FILE.npz stores mean, cov, cov_standard_error, chain_means, chain_covs, diverged_at
     (and draws (C, T', D) with --thin). -o trace.nc (or --format netcdf) writes an ArviZ

@@ -50,6 +50,9 @@ __all__ = ["ChainHealth", "chain_health", "half_split_test", "batch_length_test"
 
 #: family-wise false-alarm level of the half-split test on a stationary run
 ALPHA = 0.01
+#: the SMILE chains' predicted noise bias (``noise_bias_predicted``) above which a run without a noise-bias cap is
+#: warned (measured: ``benchmarks/smile_sweep.py``, docs/benchmarks.md "The noise bias")
+NOISE_BIAS_WARN = 0.5
 #: a tuned step size that ends below this fraction of its initial value has collapsed
 STEP_COLLAPSE = 1e-3
 #: frozen: effective draws below this fraction of the draws …
@@ -288,6 +291,7 @@ def chain_health(chains: Any, *, initial_step_size: float | None = None,
     nonstationary, why = _stationarity(chains, alpha, details)
     reasons += why
     reasons += _batch_length(chains, alpha, details)
+    reasons += _noise_bias(chains, details)
     reasons += _prediction_disagreement(prediction_check)
     return ChainHealth(healthy=not reasons, reasons=tuple(reasons), diverged=diverged, frozen=frozen,
                        nonstationary=nonstationary, prediction_check=prediction_check, details=details)
@@ -344,11 +348,47 @@ def _effective_draws(chains: Any, diverged: int, details: dict[str, Any]) -> tup
                       f"{100 * ESS_FRACTION:g} %): the chains barely move relative to their spread; run longer "
                       + ("or with a larger batch size (smile/psmile tune ε themselves; psmile rescales "
                          "ill-scaled coordinates)" if (getattr(chains, "settings", None) or {}).get("sampler")
-                         in ("smile", "psmile") else "or with a larger step size")]
+                         in ("smile", "psmile") else "or with a larger step size") + _noise_limited(chains)]
     if ess_min < ESS_MIN:
         return False, [f"only {ess_min:.0f} effective draws (below {ESS_MIN:g}): the run is too short for its "
                        "standard errors to be reliable; run longer"]
     return False, []
+
+
+def _noise_limited(chains: Any) -> str:
+    """The SMILE chains' low ESS explained by the noise-bias cap, when it shortened their velocity refresh (else "")."""
+    capped = getattr(chains, "refresh_capped", None)
+    if capped is None or not np.any(capped):
+        return ""
+    tau = (getattr(chains, "settings", None) or {}).get("noise_bias", 0.05)
+    return (f". The minibatch noise limits this sampler here: its velocity refresh was shortened so that the noise's "
+            f"anisotropic part biases the chains by at most noise_bias = {tau:g}, and the chains diffuse instead of "
+            "travelling. A larger batch size reduces the noise (its covariance falls as 1/B); a larger noise_bias "
+            "trades bias for mixing; sgld with a step-size matrix from `sgtune lambda` accounts for the noise "
+            "exactly")
+
+
+def _noise_bias(chains: Any, details: dict[str, Any]) -> list[str]:
+    """The SMILE chains' predicted noise bias (``noise_bias_predicted``) above :data:`NOISE_BIAS_WARN`, or above the
+    cap's τ (``noise_bias``) when there is one: no refresh holds it at this step size."""
+    pred = getattr(chains, "noise_bias_predicted", None)
+    if pred is None or not np.size(pred):
+        return []
+    tau = float((getattr(chains, "settings", None) or {}).get("noise_bias", 0.0) or 0.0)
+    worst = float(np.max(pred))
+    details["noise_bias_predicted"] = worst
+    if not worst > (tau * (1.0 + 1e-6) if tau > 0.0 else NOISE_BIAS_WARN):
+        return []
+    if tau > 0.0:
+        why = (f"more than noise_bias = {tau:g}: even a complete velocity refresh every step cannot hold it at this "
+               "step size")
+    else:
+        why = ("which the chains' covariance check may not see (it weighs the directions the posterior is wide in; "
+               "the noise is largest where it is narrow)")
+    return [f"the minibatch noise biases the chains' covariance by about {worst:.2g} along its noisiest direction "
+            f"(predicted from the noise measured along the chains), {why}; use a larger batch size (the noise's "
+            "covariance falls as 1/B), hold it with noise_bias (e.g. 0.05: a shorter velocity refresh, slower mixing), "
+            "or sgld with a step-size matrix from `sgtune lambda`, which accounts for the noise exactly"]
 
 
 def _stationarity(chains: Any, alpha: float, details: dict[str, Any]) -> tuple[bool | None, list[str]]:

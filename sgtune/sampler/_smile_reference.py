@@ -119,13 +119,36 @@ class _NoiseTwin:
         self.gend = g.copy()
         self.lvl = max(self.lvl, 1)
 
-    def work(self, h: float) -> float:
+    def anisotropy(self) -> tuple[float, float]:
+        """(d‖A‖_F², tr V') as ``sgtune.sampler.smile.noise_anisotropy``."""
         d = self.d
         if self.n2 < 2:
-            return 0.0
+            return 0.0, 0.0
         se = math.sqrt(max(self.sq2 - self.sq * self.sq, 0.0) / min(self.n2, 2.0 / self.RATE - 1.0))
         an2 = d * (self.sq - 2.0 * se) - self.tr * self.tr
-        return h * h * math.sqrt(2.0 * an2 / d) / (d * d) if an2 > 0.0 else 0.0
+        return (an2, self.tr) if an2 > 0.0 else (0.0, self.tr)
+
+    def work(self, h: float) -> float:
+        d = self.d
+        an2, _ = self.anisotropy()
+        return h * h * math.sqrt(2.0 * an2 / d) / (d * d)
+
+    def ratio(self, h: float, tau: float) -> float:
+        """q = h² d (‖A‖_F − τ tr V'/d)/(4 (d − 1)² τ), as ``sgtune.sampler.smile.noise_ratio`` (0: none)."""
+        d = self.d
+        if not (h > 0.0 and tau > 0.0):
+            return 0.0
+        an2, tr = self.anisotropy()
+        lam = math.sqrt(an2 / d) - tau * tr / d
+        return h * h * d * lam / (4.0 * (d - 1.0) ** 2 * tau) if lam > 0.0 else 0.0
+
+    def length(self, h: float, tau: float) -> float:
+        """The noise-bias cap L_τ = h/log((1 + q)/(1 − q)) (∞: none; h/800 for q ≥ 1), as
+        ``sgtune.sampler.smile.noise_length``."""
+        q = self.ratio(h, tau)
+        if not q > 0.0:
+            return math.inf
+        return h / 800.0 if q >= 1.0 else h / (math.log1p(q) - math.log1p(-q))
 
 
 class SmileReference:
@@ -180,6 +203,8 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
     v_star, gain, clip = float(params.anchor), float(params.gain), float(params.clip)
     weight = float(getattr(params, "noise_weight", 0.0))
     refresh, length0 = float(getattr(params, "refresh", 0.0)), float(getattr(params, "refresh_length", 0.0))
+    tau = float(getattr(params, "noise_bias", 0.0)) if refresh != 0.0 else 0.0  # the noise-bias cap, under the refresh
+    noise_on = weight > 0.0 or refresh != 0.0
     nz = carry["nz"]
     d = st.theta.shape[1]
     floor = float(params.floor) * math.sqrt(d * v_star) if anchored else 0.0  # the guardrail's floor k √(d v*)
@@ -194,13 +219,8 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
             rejections = stats[c, 0]
             lp0, g = logp_grad_twin(target_id, prec, q, spatial_sd, w, th)
             if precond:
-                gm, gv, pn = ema_update(gm, gv, pn, g, alpha)
-                if pn >= pre_start:
-                    _, var = ema_corrected(gm, gv, pn, alpha)
-                    if np.all(var > 0):
-                        sig = np.sqrt(var)
-                        ip = 1.0 / (math.sqrt(d) * sig / np.linalg.norm(sig))
-            if weight > 0.0:
+                gm, gv, pn, ip = _precond_twin(gm, gv, pn, g, alpha, pre_start, ip)
+            if noise_on:
                 nz.update(g, ip)
             prev = th.copy()
             th, u, g, de = _mn_step_twin((target_id, prec, q, spatial_sd, w), th, u, ip, g, h, lp0)
@@ -214,10 +234,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                         if mu > 0 and var > 0:
                             fit = gamma_moment_match(float(mu), math.sqrt(float(var)))
                             reject = a > _anchored_guardrail_quantile(pk, fit) and a > floor
-                    xi = a * a / (d * v_star)
-                    if weight > 0.0:
-                        xi = max(xi, weight * nz.work(h) / v_star)
-                    xi = min(xi, clip)
+                    xi = min(max(a * a / (d * v_star), weight * nz.work(h) / v_star if weight > 0.0 else 0.0), clip)
                 act = not math.isfinite(a) or en >= tune_start
                 if math.isfinite(a):
                     em, ev, en = ema_update(em, ev, en, a, beta)
@@ -228,7 +245,7 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                     u = np.zeros(d)
                     reject = True
                 step[c] = h * factor
-                if weight > 0.0:
+                if noise_on:
                     nz.keep(g, reject)
             elif tuned:
                 reject = False
@@ -249,10 +266,16 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
                     stats[c, 0] += 1.0
                     th = prev
                     u = np.zeros(d)
+                    reject = True
                 step[c] = h * factor
+                if noise_on:
+                    nz.keep(g, reject)
+            elif noise_on:
+                nz.keep(g, False)
             cum = _add_energy_error(stats, c, de, cum)
             if refresh != 0.0:
-                u = _refresh_twin(refresh, length0, carry, th, u, ip, h, stats[c, 0] != rejections, gen)
+                u = _refresh_twin(refresh, length0, carry, th, u, ip, h, stats[c, 0] != rejections, gen,
+                                  nz.length(h, tau) if tau > 0.0 else math.inf)
         else:
             th, u = _langevin_step(method, (target_id, prec, q, spatial_sd, w), th, u, h, friction, gen)
         if not (np.all(np.isfinite(th)) and np.sum(np.abs(th)) < 1e150):
@@ -261,6 +284,17 @@ def _advance_chain(method, c, st, mc, ora, rec, carry, t0, n_steps):  # type: ig
         _record_draw(rec, c, t + 1, th, float(step[c]), cum)
     st.theta[c], st.mom[c], mc.ipre[c], st.rng[c] = th, u, ip, gen.state()
     carry.update(gm=gm, gv=gv, pn=pn, em=em, ev=ev, en=en, cum=cum)
+
+
+def _precond_twin(gm, gv, pn, g, alpha, pre_start, ip):  # type: ignore[no-untyped-def]
+    """pSMILE's EMAs of the gradient and, from step ``pre_start`` on, the inverse preconditioner 1/p, p = √d σ/|σ|."""
+    gm, gv, pn = ema_update(gm, gv, pn, g, alpha)
+    if pn >= pre_start:
+        _, var = ema_corrected(gm, gv, pn, alpha)
+        if np.all(var > 0):
+            sig = np.sqrt(var)
+            ip = 1.0 / (math.sqrt(len(g)) * sig / np.linalg.norm(sig))
+    return gm, gv, pn, ip
 
 
 def _mn_step_twin(target, th, u, ip, g, h, lp0):  # type: ignore[no-untyped-def]
@@ -278,10 +312,11 @@ def _mn_step_twin(target, th, u, ip, g, h, lp0):  # type: ignore[no-untyped-def]
     return th, u, g, dk - (lp1 - lp0)
 
 
-def _refresh_twin(mode, length, carry, th, u, ip, h, rejected, gen):  # type: ignore[no-untyped-def]
+def _refresh_twin(mode, length, carry, th, u, ip, h, rejected, gen, cap=math.inf):  # type: ignore[no-untyped-def]
     """The partial refresh after a step (``sgtune.sampler.smile_chain.refresh``): the path's running mean and sum of
-    squared deviations (``carry``), L fixed or √(Σ Var θ'ᵢ) from the 100th position on, and
-    u ← (c₁u + √(1 − c₁²) z/√d)/‖·‖, c₁ = e^{−h/L}, unless the step was rejected."""
+    squared deviations (``carry``), L fixed or √(Σ Var θ'ᵢ) from the 100th position on, shortened to the noise-bias
+    cap ``cap`` where that is shorter (or there is no L yet), and u ← (c₁u + √(1 − c₁²) z/√d)/‖·‖, c₁ = e^{−h/L},
+    unless the step was rejected."""
     if mode == 2.0:
         n = carry.get("pn_path", 0) + 1
         mean, m2 = carry.get("path_mean", np.zeros_like(th)), carry.get("path_m2", np.zeros_like(th))
@@ -290,7 +325,9 @@ def _refresh_twin(mode, length, carry, th, u, ip, h, rejected, gen):  # type: ig
         m2 = m2 + dev * (th - mean)
         carry.update(pn_path=n, path_mean=mean, path_m2=m2)
         length = math.sqrt(float(np.sum(m2 * (1.0 / ip) ** 2)) / n) if n >= 100 else 0.0
-    if rejected or not length > 0.0:
+    if cap < length or not length > 0.0:
+        length = cap
+    if rejected or not (0.0 < length < math.inf):
         return u
     c1 = math.exp(-h / length)
     v = c1 * u + math.sqrt(max(1.0 - c1 * c1, 0.0)) * gen.normals(len(u)) / math.sqrt(len(u))

@@ -89,6 +89,22 @@ def _refresh_length(value: Any, tuned: bool) -> str | float:
     return length
 
 
+def _noise_bias(value: Any) -> float:
+    """``SmileOptions.noise_bias`` validated: None or "off" (0), or a finite number >= 0."""
+    if value is None:
+        return 0.0
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return 0.0
+    try:
+        tau = float(value)
+    except (TypeError, ValueError):
+        tau = math.nan
+    if not (math.isfinite(tau) and tau >= 0.0):
+        raise SgtuneError(f"noise_bias must be 'off' or a number >= 0, got {value!r}; e.g. 0.05 holds the bias the "
+                          "minibatch noise causes in the chain's covariance at about 5 %")
+    return tau
+
+
 def _tuner_params(**settings: Any) -> TunerParams:
     """The compiled loop's :class:`~sgtune.sampler.state.TunerParams` from the options' settings by field name,
     every value a float (booleans 0/1: one numba type for every sampler); the fields not given keep their
@@ -253,6 +269,14 @@ class SmileOptions:
         the tuned samplers ``smile``/``psmile``, ``"off"`` for the ``-naive`` ones (the paper's eq. (3) as printed).
         Without it the chains of the tuned samplers stay off their posterior on most GLMs, whatever the step
         size (``benchmarks/smile_sweep.py``, docs/benchmarks.md "The velocity refresh").
+    noise_bias : float or "off", optional
+        With the refresh: hold the bias the anisotropic minibatch noise causes in the chain's covariance, along its
+        noisiest direction, at this fraction τ (e.g. 0.05) by shortening the refresh length to L_τ
+        (:func:`sgtune.sampler.smile.noise_length`, down to a complete refresh every step; the step size is left to
+        the tuner). Default ``None``/``"off"``: no cap. Either way the run reports the predicted bias
+        (``ChainResult.noise_bias_predicted``, :func:`sgtune.sampler.smile.noise_excess`). The cap trades mixing for
+        bias: measured on GLMs (``benchmarks/smile_sweep.py``, docs/benchmarks.md "The noise bias") it turns chains
+        that are biased into chains that diffuse, which at 2·10⁴ steps are rarely better, hence off by default.
 
     Raises
     ------
@@ -283,6 +307,7 @@ class SmileOptions:
     noise_weight: float = 0.0
     guardrail_floor: float = 0.0
     refresh_length: Any = None
+    noise_bias: Any = None
 
     def __post_init__(self) -> None:
         ts, ps = check_tuner_settings(self.ema_rate, self.precond_rate, self.guardrail, self.adapt_a,
@@ -309,6 +334,7 @@ class SmileOptions:
                               "0 (the default) is the guardrail as printed")
         object.__setattr__(self, "guardrail_floor", fl)
         object.__setattr__(self, "refresh_length", _refresh_length(self.refresh_length, self.tuned))
+        object.__setattr__(self, "noise_bias", _noise_bias(self.noise_bias))
 
     @property
     def sampler(self) -> str:  # type: ignore[override]
@@ -329,7 +355,8 @@ class SmileOptions:
                              anchor=self.energy_var_target, gain=self.anchor_rate, clip=ANCHOR_CLIP,
                              noise_weight=self.noise_weight, floor=self.guardrail_floor,
                              refresh={"auto": REFRESH_AUTO, "off": REFRESH_OFF}.get(str(self.refresh_length), REFRESH_FIXED),
-                             refresh_length=self.refresh_length if isinstance(self.refresh_length, float) else 0.0)
+                             refresh_length=self.refresh_length if isinstance(self.refresh_length, float) else 0.0,
+                             noise_bias=self.noise_bias)
 
 
 @dataclass(frozen=True)

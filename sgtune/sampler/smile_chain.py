@@ -47,7 +47,8 @@ from ._jit import call_value_grad, component, component_inline, njit, njit_inlin
 from .grads import PRIOR_NONE, add_prior, minibatch_value_gradient, prior_value
 from .kernels import BATCH_FNS, borrowed, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
-from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_update, noise_work_var,
+from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_length, noise_update,
+                    noise_work_var,
                     partial_refresh, path_length, path_update, position_map, precond_update, random_unit_vector,
                     sgld_step, tuner_update)
 from .state import (LAM_DIAG, REFRESH_AUTO, REFRESH_OFF, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS, ChainPlan, Schedule, TunerParams,
@@ -78,6 +79,21 @@ def init_velocity(state):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
+def _noise_on(params):  # type: ignore[no-untyped-def]
+    """``state.noise_estimated`` in the compiled rules: the noise term, or the refresh (the noise bias's prediction and
+    cap)."""
+    return params.noise_weight > 0.0 or params.refresh != REFRESH_OFF
+
+
+@njit_inline
+def _noise_cap(params, tune, h, d):  # type: ignore[no-untyped-def]
+    """The noise-bias cap's refresh length L_τ at step size h (∞: none; :func:`~sgtune.sampler.smile.noise_length`)."""
+    if params.noise_bias > 0.0 and params.refresh != REFRESH_OFF:
+        return noise_length(tune, h, d, params.noise_bias)
+    return math.inf
+
+
+@njit_inline
 def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
     """After gradient evaluation 1 (g = ∇log p_β(θ|S), lp0 its log density): preconditioner EMAs,
     save θ, P(b₁ε), Q(ε/2)."""
@@ -87,7 +103,7 @@ def step_begin(c, th, u, g, lp0, mc):  # type: ignore[no-untyped-def]
         mc.pcount[c] = precond_update(mc.gbar[c], mc.gvar[c], mc.pcount[c], g, params.alpha, mc.ipre[c],
                                       params.pre_start)
     p = mc.ipre[c]
-    if params.noise_weight > 0.0:
+    if _noise_on(params):
         noise_update(mc.tune[c], mc.noise_hist[c], g, p)
     for i in range(d):
         mc.prev[c, i] = th[i]
@@ -134,9 +150,9 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
                 u[i] = 0.0
             rej = True
         mc.step[c] = tune[c, 3]
-        if params.noise_weight > 0.0:
+        if _noise_on(params):
             noise_keep(tune[c], mc.noise_hist[c], g, rej)
-    elif params.noise_weight > 0.0:
+    elif _noise_on(params):
         noise_keep(tune[c], mc.noise_hist[c], g, False)
     if math.isfinite(de):
         stats[c, STAT_DE_SUM] += de
@@ -156,7 +172,10 @@ def refresh(c, th, u, st, z, mc, h, rejected):  # type: ignore[no-untyped-def]
     if params.refresh == REFRESH_AUTO:
         mc.path_n[c] = path_update(mc.path_n[c], mc.path_mean[c], mc.path_m2[c], th)
         length = path_length(mc.path_n[c], mc.path_m2[c], mc.ipre[c])
-    if rejected or not length > 0.0:
+    cap = _noise_cap(params, mc.tune[c], h, th.shape[0])
+    if cap < length or not length > 0.0:
+        length = cap
+    if rejected or not (length > 0.0 and length < math.inf):
         return
     fill_normals(st, z)
     partial_refresh(u, z, h, length)

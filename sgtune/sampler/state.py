@@ -76,13 +76,13 @@ TUNER_PAPER, TUNER_ANCHORED = 0.0, 1.0
 #: (:data:`TUNER_PAPER` or :data:`TUNER_ANCHORED`), the anchored rule's target Var[ΔE]/d, rate γ and clip ξ_max,
 #: the weight of the anisotropic noise's work (0: off), the guardrail's floor k (0: off), and the velocity's
 #: partial refresh: ``refresh`` one of :data:`REFRESH_OFF`, :data:`REFRESH_FIXED` (decoherence length
-#: ``refresh_length``) or :data:`REFRESH_AUTO` (the length from the chain's own path)
-#: (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`,
-#: :func:`sgtune.sampler.smile.partial_refresh`)
+#: ``refresh_length``) or :data:`REFRESH_AUTO` (the length from the chain's own path), and the bias τ the anisotropic
+#: minibatch noise may cause under the refresh (0: no cap; else the refresh length is capped at L_τ) (:func:`sgtune.sampler.smile.anchored_update`, :func:`sgtune.sampler.smile.noise_update`,
+#: :func:`sgtune.sampler.smile.partial_refresh`, :func:`sgtune.sampler.smile.noise_length`)
 TunerParams = namedtuple("TunerParams", "alpha beta zk zlo zhi delta tune_start pre_start inv_temp precond tuned "
-                                        "friction mode anchor gain clip noise_weight floor refresh refresh_length",
+                                        "friction mode anchor gain clip noise_weight floor refresh refresh_length noise_bias",
                          defaults=(0.01, 0.01, 0.0, 0.0, 0.0, 0.02, 10.0, 100.0, 1.0, 0.0, 0.0, 1.0, TUNER_PAPER,
-                                   5e-5, 0.02, 10.0, 0.0, 0.0, 0.0, 0.0))
+                                   5e-5, 0.02, 10.0, 0.0, 0.0, 0.0, 0.0, 0.0))
 #: ``TunerParams.refresh``: no partial refresh (the SMILE paper's samplers), a fixed decoherence length, or the
 #: length √(Σᵢ Var θ'ᵢ) of the chain's own path so far in the sampler's metric (MCLMC's choice)
 REFRESH_OFF, REFRESH_FIXED, REFRESH_AUTO = 0.0, 1.0, 2.0
@@ -100,13 +100,19 @@ Recorder = namedtuple("Recorder", "seg_len acc_n acc_mean acc_m2 blk blk_n flush
 Work = namedtuple("Work", "idx wk grad xi buf ld fd")
 
 
+def noise_estimated(params: TunerParams) -> bool:
+    """Whether the SMILE samplers estimate their gradient noise online (for the noise term, or under the refresh: the
+    noise bias's prediction and cap); the compiled rules test the same condition."""
+    return params.noise_weight > 0.0 or params.refresh != REFRESH_OFF
+
+
 def mclmc_state(n_chains: int, dim: int = 0, step: float = 0.0, params: TunerParams | None = None) -> MclmcState:
     """An :class:`MclmcState` of C chains starting at step size ``step`` with the settings ``params`` (default
     ``TunerParams()``; D = 0: the placeholder of the samplers without one)."""
     params = TunerParams() if params is None else params
     # tune: Algorithm 1's [μ, s², n, ε] + the noise estimates (sgtune.sampler.smile.noise_update); prev: θ saved at
     # the step's start; noise_hist (with the noise term): the last end gradient and the last two noise draws
-    hist = 3 * dim if params.noise_weight > 0.0 else 0
+    hist = 3 * dim if noise_estimated(params) else 0
     C = int(n_chains)
     walk = dim if params.refresh == REFRESH_AUTO else 0
     return MclmcState(step=np.full(C, float(step)), tune=np.zeros((C, 10)), ipre=np.ones((C, dim)),
