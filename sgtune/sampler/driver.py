@@ -35,9 +35,9 @@ from .general import NumpyBackend
 from .kernels import BATCH_FNS
 from .registry import SAMPLER_NAMES, SGLDOptions, SamplerSpec, default_inv_temperature, sampler_spec
 from .rng import chain_states
-from .smile_chain import init_velocity
+from .smile_chain import init_velocity, refresh_report
 from .specs import ORACLES, validated_spec
-from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, REFRESH_AUTO, REFRESH_OFF, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS,
+from .state import (COV_BLOCK, LAM_DENSE, LAM_DIAG, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS,
                     Recorder, Schedule, chain_state, mclmc_state, oracle, recorder, step_params)
 
 __all__ = ["ChainResult", "run_chains", "run_quadratic_chains", "SAMPLERS", "BATCHINGS", "parameter_dim",
@@ -693,34 +693,9 @@ def _mclmc_extras(plan: ChainPlan, rec: Recorder, T: int, d: int, thin: int) -> 
         corr = 1.0 - (1.0 - float(mc.params.alpha)) ** np.maximum(mc.pcount, 1)
         extra["preconditioner"] = 1.0 / mc.ipre
         extra["gradient_sd"] = np.sqrt(mc.gvar / corr[:, None])
-    extra.update(_refresh_summary(mc, d))
+    extra.update(refresh_report(mc, d))
     return extra
 
-
-def _refresh_summary(mc: Any, d: int) -> dict[str, Any]:
-    """The SMILE samplers' refresh at the end of the run (an ``MclmcState``): ``refresh_length_final`` (the length
-    in use, as ``smile_chain.refresh`` computes it), ``noise_bias_predicted`` and, with the noise-bias cap,
-    ``refresh_capped``; {} without the refresh."""
-    from .smile import noise_excess, noise_length, path_length
-
-    p = mc.params
-    if p.refresh == REFRESH_OFF:
-        return {}
-    tau = float(p.noise_bias)
-    lengths, capped, excess = [], [], []
-    for c in range(mc.step.shape[0]):
-        h = float(mc.step[c])
-        length = float(p.refresh_length)
-        if p.refresh == REFRESH_AUTO:
-            length = float(path_length(float(mc.path_n[c]), mc.path_m2[c], mc.ipre[c]))
-        cap = float(noise_length(mc.tune[c], h, d, tau)) if tau > 0.0 else math.inf
-        capped.append(cap < length or (not length > 0.0 and cap < math.inf))
-        lengths.append(cap if capped[-1] else length)
-        excess.append(float(noise_excess(mc.tune[c], h, lengths[-1], d)))
-    out: dict[str, Any] = {"refresh_length_final": np.array(lengths), "noise_bias_predicted": np.array(excess)}
-    if tau > 0.0:
-        out["refresh_capped"] = np.array(capped)
-    return out
 
 
 def step_factors(step_matrix: Any, dim: int, inv_temperature: float,

@@ -274,9 +274,11 @@ class SmileOptions:
         noisiest direction, at this fraction τ (e.g. 0.05) by shortening the refresh length to L_τ
         (:func:`sgtune.sampler.smile.noise_length`, down to a complete refresh every step; the step size is left to
         the tuner). Default ``None``/``"off"``: no cap. Either way the run reports the predicted bias
-        (``ChainResult.noise_bias_predicted``, :func:`sgtune.sampler.smile.noise_excess`). The cap trades mixing for
-        bias: measured on GLMs (``benchmarks/smile_sweep.py``, docs/benchmarks.md "The noise bias") it turns chains
-        that are biased into chains that diffuse, which at 2·10⁴ steps are rarely better, hence off by default.
+        (``ChainResult.noise_bias_predicted``, :func:`sgtune.sampler.smile.noise_excess`; a warning above 0.2). The
+        cap trades mixing for bias: on the SMILE paper's Table 1 (3·10⁴ steps) it makes 9 of 24 cells worse than the
+        best fixed step instead of 1, as the chains diffuse; on GLMs it lowers the worst direction's bias where the
+        noise is large, at a fraction of the effective draws (docs/benchmarks.md "The noise bias"). Hence off by
+        default.
 
     Raises
     ------

@@ -47,16 +47,16 @@ from ._jit import call_value_grad, component, component_inline, njit, njit_inlin
 from .grads import PRIOR_NONE, add_prior, minibatch_value_gradient, prior_value
 from .kernels import BATCH_FNS, borrowed, data_gradient, diverges, finish, record, sghmc_rule
 from .rng import chain_states, fill_normals
-from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_keep, noise_length, noise_update,
-                    noise_work_var,
-                    partial_refresh, path_length, path_update, position_map, precond_update, random_unit_vector,
-                    sgld_step, tuner_update)
+from .smile import (MN_A1, MN_B1, MN_B2, anchored_update, momentum_map, noise_excess, noise_keep, noise_length,
+                    noise_update,
+                    noise_work_var, partial_refresh, path_length, path_update, position_map, precond_update,
+                    random_unit_vector, sgld_step, tuner_update)
 from .state import (LAM_DIAG, REFRESH_AUTO, REFRESH_OFF, STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS, ChainPlan, Schedule, TunerParams,
                     chain_state, mclmc_state, oracle, recorder, step_params)
 from .targets import draw_step_noise, noisy_logp_grad, target_grad, target_value_grad
 
 __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
-           "sgld_target_rule", "general_phase", "value_gradient_cost", "target_plan"]
+           "sgld_target_rule", "general_phase", "value_gradient_cost", "target_plan", "refresh_report"]
 
 
 @njit_inline
@@ -164,8 +164,8 @@ def step_end(c, th, u, g, lp1, mc):  # type: ignore[no-untyped-def]
 @njit_inline
 def refresh(c, th, u, st, z, mc, h, rejected):  # type: ignore[no-untyped-def]
     """After the step (and the tuner): the path's statistics, and the velocity's partial refresh of decoherence
-    length L (fixed, or :func:`~sgtune.sampler.smile.path_length` of the path so far) for the step of size ``h`` just
-    taken; none after a rejected step, whose velocity restarts from rest (:func:`~sgtune.sampler.smile.partial_refresh`,
+    length L (fixed, or :func:`~sgtune.sampler.smile.path_length` of the path so far; with the noise-bias cap, no
+    longer than :func:`~sgtune.sampler.smile.noise_length`) for the step of size ``h`` just taken; none after a rejected step, whose velocity restarts from rest (:func:`~sgtune.sampler.smile.partial_refresh`,
     normals from stream ``st`` into ``z``)."""
     params = mc.params
     length = params.refresh_length
@@ -320,6 +320,43 @@ def value_gradient_cost(theta, X, y, idx, model, n_iter, want):  # type: ignore[
     for _ in range(n_iter):
         acc += minibatch_value_gradient(theta, X, y, idx, b, model, mpar, eta, grad, want) + grad[0]
     return acc
+
+
+def refresh_report(mc: Any, d: int) -> dict[str, Any]:
+    """The SMILE samplers' velocity refresh at the end of a run, per chain (plain Python on the state's arrays).
+
+    Parameters
+    ----------
+    mc : MclmcState
+        The chains' SMILE state after the run.
+    d : int
+        D.
+
+    Returns
+    -------
+    dict
+        ``refresh_length_final`` (the length in use, as ``refresh`` computes it), ``noise_bias_predicted``
+        (:func:`~sgtune.sampler.smile.noise_excess` at the final ε and length) and, with the noise-bias cap,
+        ``refresh_capped``; empty without the refresh.
+    """
+    p = mc.params
+    if p.refresh == REFRESH_OFF:
+        return {}
+    tau = float(p.noise_bias)
+    lengths, capped, excess = [], [], []
+    for c in range(mc.step.shape[0]):
+        h = float(mc.step[c])
+        length = float(p.refresh_length)
+        if p.refresh == REFRESH_AUTO:
+            length = float(path_length(float(mc.path_n[c]), mc.path_m2[c], mc.ipre[c]))
+        cap = float(noise_length(mc.tune[c], h, d, tau)) if tau > 0.0 else math.inf
+        capped.append(cap < length or (not length > 0.0 and cap < math.inf))
+        lengths.append(cap if capped[-1] else length)
+        excess.append(float(noise_excess(mc.tune[c], h, lengths[-1], d)))
+    out: dict[str, Any] = {"refresh_length_final": np.array(lengths), "noise_bias_predicted": np.array(excess)}
+    if tau > 0.0:
+        out["refresh_capped"] = np.array(capped)
+    return out
 
 
 # --------------------------------------------------------------------------- the SMILE paper's analytic targets

@@ -23,7 +23,7 @@ from ..theory.smile import B2Estimate, b2_chains, bootstrap_b2
 from .engine import backend_of, run_plan
 from .registry import SmileOptions, options_for, sampler_spec
 from .smile import METHOD_IDS
-from .smile_chain import target_plan
+from .smile_chain import refresh_report, target_plan
 from .state import STAT_ABS_DE_SUM, STAT_DE_SQ_SUM, STAT_DE_SUM, STAT_REJECTIONS
 from .targets import AnalyticTarget
 
@@ -66,6 +66,10 @@ class SmileEnsembleResult:
         The recording interval (0: no traces).
     settings : dict
         The tuner's settings.
+    noise_bias_predicted : (C,) ndarray or None
+        MCLMC samplers with the velocity refresh: the bias of each chain's covariance along the injected noise's
+        noisiest direction, predicted from the noise measured along the chain
+        (:func:`sgtune.sampler.smile.noise_excess`).
 
     Examples
     --------
@@ -98,6 +102,7 @@ class SmileEnsembleResult:
     energy_trace: np.ndarray | None = None  # (C, T) Σ ΔE so far (= E_t − E_0 without noise)
     thin: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
+    noise_bias_predicted: np.ndarray | None = None
 
     def b2(self, target: AnalyticTarget, rng: np.random.Generator | None = None,
            n_bootstrap: int = 2000) -> B2Estimate:
@@ -214,7 +219,8 @@ def run_smile_ensemble(target: AnalyticTarget, step_size: Any, run: Any = None, 
         sampler, target.name, target.noise, h, ns, bi, int(run.seed), theta, sum1 / kept, sum2 / kept,
         stats[:, STAT_REJECTIONS] / ns, step.copy(), stats[:, STAT_DE_SUM] / ns, stats[:, STAT_ABS_DE_SUM] / ns,
         stats[:, STAT_DE_SQ_SUM] / ns / d, diverged, 1.0 / ipre,
-        trace if th_ else None, step_trace if th_ else None, energy_trace if th_ else None, th_, settings)
+        trace if th_ else None, step_trace if th_ else None, energy_trace if th_ else None, th_, settings,
+        refresh_report(mc, d).get("noise_bias_predicted") if plan.is_mclmc else None)
 
 
 def ensemble_options(sampler: str, settings: dict[str, Any]) -> Any:
