@@ -53,8 +53,9 @@ ALPHA = 0.01
 #: the SMILE chains' predicted noise bias (``noise_bias_predicted``) above which a run without a noise-bias cap is
 #: warned: where the prediction is resolved by the chains themselves. Measured (``benchmarks/smile_noise_bias.py``,
 #: docs/benchmarks.md "The noise bias"; 68 GLM runs of 2·10⁴ steps): above 0.5 the chains' measured excess along the
-#: posterior's whitened directions follows the prediction (ratio 0.6–1.9); where nothing is predicted it is 0.2–1,
-#: the Monte Carlo floor of a run that long, so a smaller prediction cannot be checked there
+#: posterior's whitened directions follows the prediction (ratio 0.73–1.34 where the runs have ≥ 0.6 % effective
+#: draws); below 0.2 it is 0.18–0.72, the Monte Carlo floor of a run that long, so a smaller prediction cannot be
+#: checked there
 NOISE_BIAS_WARN = 0.2
 #: a tuned step size that ends below this fraction of its initial value has collapsed
 STEP_COLLAPSE = 1e-3

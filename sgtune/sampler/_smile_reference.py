@@ -78,7 +78,7 @@ class _NoiseTwin:
     """The anchored rule's noise estimates (``sgtune.sampler.smile.noise_update``, ``noise_keep``,
     ``noise_work_var``) in plain Python, summing in the kernel's order."""
 
-    RATE = 1e-3
+    RATE = 1e-4
 
     def __init__(self, d: int) -> None:
         self.d, self.lvl, self.gend = d, 0, np.zeros(d)
