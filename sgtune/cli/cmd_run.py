@@ -15,7 +15,7 @@ from ..core.errors import SgtuneError
 from ..core.config import MAX_STEPS, Dynamics, RunSpec
 from ..sampler import BATCHINGS, SAMPLERS, ChainResult, run_chains
 from ..sampler.registry import SAMPLERS as SAMPLER_SPECS
-from ..sampler.registry import TUNERS, options_for
+from ..sampler.registry import TUNERS, SmileOptions, options_for
 from ..io.trace_io import DEFAULT_DRAWS_PER_CHAIN, default_thin, require_arviz, write_netcdf
 from ._against import against_option, resolve_against
 from ._health import health_report
@@ -201,38 +201,16 @@ sampler_options = compose(
 )
 
 
-def _as_float(text: Any) -> float:
-    """An option's text as a float; nan when it is not a number (the caller's check then names the option)."""
-    try:
-        return float(str(text))
-    except ValueError:
-        return math.nan
-
-
 def sampler_settings(kw: dict[str, Any], sampler: str) -> Any:
     """The options object of ``sampler`` from --friction, --tuner, --guardrail-floor, --refresh-length,
-    --noise-weight and --noise-bias."""
-    floor = _as_float(kw.get("guardrail_floor") or "0")
-    if not floor >= 0.0:  # negative, nan or not a number
-        raise SgtuneError(f"--guardrail-floor must be a number >= 0 (0: the SMILE paper's guardrail, inf: off), "
-                          f"got {kw.get('guardrail_floor')}")
-    refresh = kw.get("refresh_length")
-    if refresh is not None and str(refresh).strip().lower() not in ("auto", "off"):
-        length = _as_float(refresh)
-        if not (math.isfinite(length) and length > 0.0):
-            raise SgtuneError(f"--refresh-length must be auto, off or a length > 0, got {refresh}; auto (the "
-                              "default of smile/psmile) takes it from the chain's own path")
-    weight = _as_float(kw.get("noise_weight") or "0")
-    if not (math.isfinite(weight) and weight >= 0.0):
-        raise SgtuneError(f"--noise-weight must be a finite number >= 0 (0: off), got {kw.get('noise_weight')}")
-    bias = kw.get("noise_bias")
-    if bias is not None and str(bias).strip().lower() != "off":
-        tau = _as_float(bias)
-        if not (math.isfinite(tau) and tau >= 0.0):
-            raise SgtuneError(f"--noise-bias must be off or a number >= 0, got {bias}; e.g. 0.05 holds the bias the "
-                              "minibatch noise causes in the chain's covariance at about 5 %")
+    --noise-weight and --noise-bias. The SMILE settings are checked by :class:`~sgtune.sampler.SmileOptions`, whose
+    messages name the options (``PARAM_OPTIONS``), whatever the sampler: the others ignore them, but a bad value is
+    still refused."""
+    smile = {"guardrail_floor": kw.get("guardrail_floor") or "0", "refresh_length": kw.get("refresh_length"),
+             "noise_weight": kw.get("noise_weight") or "0", "noise_bias": kw.get("noise_bias")}
+    SmileOptions(**smile)
     return options_for(sampler, friction=float(kw.get("friction") or 1.0), tuner=str(kw.get("tuner") or "anchored"),
-                       guardrail_floor=floor, refresh_length=refresh, noise_weight=weight, noise_bias=bias)
+                       **smile)
 
 
 def sampler_temperature(kw: dict[str, Any], sampler: str, n_data: int) -> float:

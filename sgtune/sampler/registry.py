@@ -73,16 +73,22 @@ __all__ = ["SamplerSpec", "SAMPLERS", "SAMPLER_NAMES", "SGLDOptions", "SGLRWOpti
            "POSTERIOR_SAMPLERS", "TUNERS"]
 
 
+def _number(value: Any) -> float:
+    """A setting given as a number or as its text (the command line passes text) as a float; nan when it is
+    neither, so that the setting's own check refuses it by name."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _refresh_length(value: Any, tuned: bool) -> str | float:
     """``SmileOptions.refresh_length`` validated: "auto", "off" or a positive finite float (None: the default)."""
     if value is None:
         return "auto" if tuned else "off"
     if isinstance(value, str) and value.strip().lower() in ("auto", "off"):
         return value.strip().lower()
-    try:
-        length = float(value)
-    except (TypeError, ValueError):
-        length = math.nan
+    length = _number(value)
     if not (math.isfinite(length) and length > 0.0):
         raise SgtuneError(f"refresh_length must be 'auto', 'off' or a length > 0, got {value!r}; 'auto' (the "
                           "default of smile/psmile) takes it from the chain's own path")
@@ -95,10 +101,7 @@ def _noise_bias(value: Any) -> float:
         return 0.0
     if isinstance(value, str) and value.strip().lower() == "off":
         return 0.0
-    try:
-        tau = float(value)
-    except (TypeError, ValueError):
-        tau = math.nan
+    tau = _number(value)
     if not (math.isfinite(tau) and tau >= 0.0):
         raise SgtuneError(f"noise_bias must be 'off' or a number >= 0, got {value!r}; e.g. 0.05 holds the bias the "
                           "minibatch noise causes in the chain's covariance at about 5 %")
@@ -325,12 +328,12 @@ class SmileOptions:
             raise SgtuneError(f"anchor_rate must lie in (0, 1), got {r}; the default is 0.02")
         object.__setattr__(self, "energy_var_target", v)
         object.__setattr__(self, "anchor_rate", r)
-        nr = float(self.noise_weight)
+        nr = _number(self.noise_weight)
         if not (math.isfinite(nr) and nr >= 0.0):
             raise SgtuneError(f"noise_weight must be a finite number >= 0, got {self.noise_weight!r}; 0 switches the "
                               "anchored rule's noise cap off")
         object.__setattr__(self, "noise_weight", nr)
-        fl = float(self.guardrail_floor)
+        fl = _number(self.guardrail_floor)
         if not fl >= 0.0:
             raise SgtuneError(f"guardrail_floor must be a number >= 0 (inf: no guardrail), got {self.guardrail_floor!r}; "
                               "0 (the default) is the guardrail as printed")
