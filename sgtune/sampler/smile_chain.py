@@ -56,7 +56,8 @@ from .state import (LAM_DIAG, REFRESH_AUTO, REFRESH_OFF, STAT_ABS_DE_SUM, STAT_D
 from .targets import draw_step_noise, noisy_logp_grad, target_grad, target_value_grad
 
 __all__ = ["to_logp", "init_velocity", "step_begin", "step_mid", "step_end", "mclmc_rule", "mclmc_target_rule",
-           "sgld_target_rule", "general_phase", "value_gradient_cost", "target_plan", "refresh_report"]
+           "sgld_target_rule", "general_phase", "value_gradient_cost", "target_plan", "refresh_report",
+           "refresh_length_in_use"]
 
 
 @njit_inline
@@ -86,11 +87,21 @@ def _noise_on(params):  # type: ignore[no-untyped-def]
 
 
 @njit_inline
-def _noise_cap(params, tune, h, d):  # type: ignore[no-untyped-def]
-    """The noise-bias cap's refresh length L_τ at step size h (∞: none; :func:`~sgtune.sampler.smile.noise_length`)."""
+def refresh_length_in_use(params, tune, path_n, path_m2, ipre, h, d):  # type: ignore[no-untyped-def]
+    """The velocity refresh's decoherence length for a step of size h, and whether the noise-bias cap set it: the
+    fixed length or :func:`~sgtune.sampler.smile.path_length` of the path so far (0 before its 100th position),
+    shortened to the cap's L_τ (:func:`~sgtune.sampler.smile.noise_length`) where that is shorter or there is no
+    length yet (∞: no refresh). One chain's ``tune``, path statistics and ``ipre``; :func:`refresh` and
+    :func:`refresh_report` both use it."""
+    length = params.refresh_length
+    if params.refresh == REFRESH_AUTO:
+        length = path_length(path_n, path_m2, ipre)
+    cap = math.inf
     if params.noise_bias > 0.0 and params.refresh != REFRESH_OFF:
-        return noise_length(tune, h, d, params.noise_bias)
-    return math.inf
+        cap = noise_length(tune, h, d, params.noise_bias)
+    if cap < length or not length > 0.0:
+        return cap, cap < math.inf
+    return length, False
 
 
 @njit_inline
@@ -168,13 +179,9 @@ def refresh(c, th, u, st, z, mc, h, rejected):  # type: ignore[no-untyped-def]
     longer than :func:`~sgtune.sampler.smile.noise_length`) for the step of size ``h`` just taken; none after a rejected step, whose velocity restarts from rest (:func:`~sgtune.sampler.smile.partial_refresh`,
     normals from stream ``st`` into ``z``)."""
     params = mc.params
-    length = params.refresh_length
     if params.refresh == REFRESH_AUTO:
         mc.path_n[c] = path_update(mc.path_n[c], mc.path_mean[c], mc.path_m2[c], th)
-        length = path_length(mc.path_n[c], mc.path_m2[c], mc.ipre[c])
-    cap = _noise_cap(params, mc.tune[c], h, th.shape[0])
-    if cap < length or not length > 0.0:
-        length = cap
+    length, _ = refresh_length_in_use(params, mc.tune[c], mc.path_n[c], mc.path_m2[c], mc.ipre[c], h, th.shape[0])
     if rejected or not (length > 0.0 and length < math.inf):
         return
     fill_normals(st, z)
@@ -342,19 +349,15 @@ def refresh_report(mc: Any, d: int) -> dict[str, Any]:
     p = mc.params
     if p.refresh == REFRESH_OFF:
         return {}
-    tau = float(p.noise_bias)
     lengths, capped, excess = [], [], []
     for c in range(mc.step.shape[0]):
         h = float(mc.step[c])
-        length = float(p.refresh_length)
-        if p.refresh == REFRESH_AUTO:
-            length = float(path_length(float(mc.path_n[c]), mc.path_m2[c], mc.ipre[c]))
-        cap = float(noise_length(mc.tune[c], h, d, tau)) if tau > 0.0 else math.inf
-        capped.append(cap < length or (not length > 0.0 and cap < math.inf))
-        lengths.append(cap if capped[-1] else length)
+        length, cap = refresh_length_in_use(p, mc.tune[c], float(mc.path_n[c]), mc.path_m2[c], mc.ipre[c], h, d)
+        lengths.append(float(length))
+        capped.append(bool(cap))
         excess.append(float(noise_excess(mc.tune[c], h, lengths[-1], d)))
     out: dict[str, Any] = {"refresh_length_final": np.array(lengths), "noise_bias_predicted": np.array(excess)}
-    if tau > 0.0:
+    if p.noise_bias > 0.0:
         out["refresh_capped"] = np.array(capped)
     return out
 
