@@ -359,17 +359,21 @@ def _effective_draws(chains: Any, diverged: int, details: dict[str, Any]) -> tup
     return False, []
 
 
+#: what reduces the SMILE chains' noise bias, in the advice of :func:`_noise_limited` and :func:`_noise_bias`
+_BATCH_REMEDY = "a larger batch size reduces the noise (its covariance falls as 1/B)"
+_SGLD_REMEDY = "sgld with a step-size matrix from `sgtune lambda` accounts for the noise exactly"
+
+
 def _noise_limited(chains: Any) -> str:
     """The SMILE chains' low ESS explained by the noise-bias cap, when it shortened their velocity refresh (else "")."""
     capped = getattr(chains, "refresh_capped", None)
     if capped is None or not np.any(capped):
         return ""
-    tau = (getattr(chains, "settings", None) or {}).get("noise_bias", 0.05)
+    tau = (getattr(chains, "settings", None) or {}).get("noise_bias")
     return (f". The minibatch noise limits this sampler here: its velocity refresh was shortened so that the noise's "
             f"anisotropic part biases the chains by at most noise_bias = {tau:g}, and the chains diffuse instead of "
-            "travelling. A larger batch size reduces the noise (its covariance falls as 1/B); a larger noise_bias "
-            "trades bias for mixing; sgld with a step-size matrix from `sgtune lambda` accounts for the noise "
-            "exactly")
+            f"travelling. {_BATCH_REMEDY[0].upper()}{_BATCH_REMEDY[1:]}; a larger noise_bias trades bias for mixing; "
+            f"{_SGLD_REMEDY}")
 
 
 def _noise_bias(chains: Any, details: dict[str, Any]) -> list[str]:
@@ -381,18 +385,18 @@ def _noise_bias(chains: Any, details: dict[str, Any]) -> list[str]:
     tau = float((getattr(chains, "settings", None) or {}).get("noise_bias", 0.0) or 0.0)
     worst = float(np.max(pred))
     details["noise_bias_predicted"] = worst
+    # at L_τ the prediction equals τ up to rounding: only a prediction the cap could not reach is above it
     if not worst > (tau * (1.0 + 1e-6) if tau > 0.0 else NOISE_BIAS_WARN):
         return []
     if tau > 0.0:
         why = (f"more than noise_bias = {tau:g}: even a complete velocity refresh every step cannot hold it at this "
-               "step size")
+               f"step size; {_BATCH_REMEDY}, or {_SGLD_REMEDY}")
     else:
         why = ("which the chains' covariance check may not see (it weighs the directions the posterior is wide in; "
-               "the noise is largest where it is narrow)")
+               f"the noise is largest where it is narrow); {_BATCH_REMEDY}, noise_bias holds it (e.g. 0.05: a "
+               f"shorter velocity refresh, slower mixing), or {_SGLD_REMEDY}")
     return [f"the minibatch noise biases the chains' covariance by about {worst:.2g} along its noisiest direction "
-            f"(predicted from the noise measured along the chains), {why}; use a larger batch size (the noise's "
-            "covariance falls as 1/B), hold it with noise_bias (e.g. 0.05: a shorter velocity refresh, slower mixing), "
-            "or sgld with a step-size matrix from `sgtune lambda`, which accounts for the noise exactly"]
+            f"(predicted from the noise measured along the chains), {why}"]
 
 
 def _stationarity(chains: Any, alpha: float, details: dict[str, Any]) -> tuple[bool | None, list[str]]:
