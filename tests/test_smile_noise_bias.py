@@ -218,3 +218,16 @@ def test_the_ensembles_estimate_of_the_noise_gives_the_prediction_of_the_true_on
     ratio = res.noise_bias_predicted / truth
     assert np.all((ratio > 0.9) & (ratio < 1.02)), ratio
     assert run_smile_ensemble(t, 0.05, RunSpec(200, n_chains=2), SmileOptions(tuned=False)).noise_bias_predicted is None
+
+
+@pytest.mark.parametrize("option,bad", [("--noise-bias", "x"), ("--refresh-length", "0"), ("--noise-weight", "-1"),
+                                        ("--guardrail-floor", "nan")])
+def test_a_bad_smile_setting_is_refused_whatever_the_sampler(tmp_path, option, bad):
+    """The SMILE settings are checked by SmileOptions for every sampler (the others ignore them), with the option's
+    name as typed: exit 2, one line, no output file."""
+    out = tmp_path / "o.npz"
+    r = CliRunner().invoke(main, ["run", "--example", "logistic", "--batch-size", "32", "--steps", "50", "--chains",
+                                  "2", "-q", "--sampler", "sgld", "--step-size", "0.01", option, bad, "-o", str(out)])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.exit_code == 2 and not out.exists(), r.output
+    assert len(lines) == 1 and option in lines[0] and "Traceback" not in r.stderr, r.stderr
