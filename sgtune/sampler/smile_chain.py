@@ -91,7 +91,7 @@ def refresh_length_in_use(params, tune, path_n, path_m2, ipre, h, d):  # type: i
     """The velocity refresh's decoherence length for a step of size h, and whether the noise-bias cap set it: the
     fixed length or :func:`~sgtune.sampler.smile.path_length` of the path so far (0 before its 100th position),
     shortened to the cap's L_τ (:func:`~sgtune.sampler.smile.noise_length`) where that is shorter or there is no
-    length yet (∞: no refresh). One chain's ``tune``, path statistics and ``ipre``; :func:`refresh` and
+    length yet (∞: no refresh). One chain's ``tune``, path statistics and ``ipre``; ``refresh`` and
     :func:`refresh_report` both use it."""
     length = params.refresh_length
     if params.refresh == REFRESH_AUTO:
